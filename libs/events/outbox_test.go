@@ -1,0 +1,286 @@
+package events
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+)
+
+// job is a domain document that carries its pending events.
+type job struct {
+	ID     string        `bson:"_id"`
+	Status string        `bson:"status"`
+	Outbox []OutboxEntry `bson:"outbox,omitempty"`
+}
+
+// completeJob is how a domain store uses the outbox: the state change and
+// its events in one single-document update.
+func completeJob(ctx context.Context, t *testing.T, coll *mongo.Collection, id string, entries ...OutboxEntry) {
+	t.Helper()
+	update := bson.M{
+		"$set":  bson.M{"status": "complete"},
+		"$push": OutboxPush(entries...),
+	}
+	if _, err := coll.UpdateOne(ctx, bson.M{"_id": id}, update, options.UpdateOne().SetUpsert(true)); err != nil {
+		t.Fatalf("update job %s: %v", id, err)
+	}
+}
+
+func newEntry(t *testing.T, jobID, text string) OutboxEntry {
+	t.Helper()
+	e, err := OutboxEntryFor(EventSubject("acme", "job", jobID, "complete"), testEvent(t, text))
+	if err != nil {
+		t.Fatalf("OutboxEntryFor: %v", err)
+	}
+	return e
+}
+
+// pendingEntries counts outbox entries left in coll.
+func pendingEntries(t *testing.T, coll *mongo.Collection) int {
+	t.Helper()
+	cur, err := coll.Find(testContext(t), bson.M{})
+	if err != nil {
+		t.Fatalf("find: %v", err)
+	}
+	var jobs []job
+	if err := cur.All(testContext(t), &jobs); err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	n := 0
+	for _, j := range jobs {
+		n += len(j.Outbox)
+	}
+	return n
+}
+
+// storedIDs returns the event ids in stream order.
+func storedIDs(t *testing.T, b *Bus, stream string) []string {
+	t.Helper()
+	ctx := testContext(t)
+	s, err := b.JetStream().Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		raw, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("GetMsg %d: %v", seq, err)
+		}
+		ev := &commonv1.Event{}
+		if err := proto.Unmarshal(raw.Data, ev); err != nil {
+			t.Fatalf("seq %d: %v", seq, err)
+		}
+		if raw.Header.Get(HeaderMsgID) != ev.GetId() {
+			t.Errorf("seq %d: Nats-Msg-Id %q != event id %q", seq, raw.Header.Get(HeaderMsgID), ev.GetId())
+		}
+		ids = append(ids, ev.GetId())
+	}
+	return ids
+}
+
+func TestOutboxEntryFor(t *testing.T) {
+	t.Parallel()
+	ev := testEvent(t, "x")
+	subject := EventSubject("acme", "job", "j1", "complete")
+	e, err := OutboxEntryFor(subject, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.ID != ev.GetId() || e.Subject != subject {
+		t.Errorf("entry = %+v", e)
+	}
+	got := &commonv1.Event{}
+	if err := proto.Unmarshal(e.Data, got); err != nil || got.GetSubject() != subject || got.GetId() != ev.GetId() {
+		t.Errorf("entry data decodes to %v, %v", got, err)
+	}
+	if _, err := OutboxEntryFor("am.evt.>", ev); err == nil {
+		t.Error("OutboxEntryFor accepted a wildcard subject")
+	}
+	if _, err := OutboxEntryFor(subject, &commonv1.Event{}); err == nil {
+		t.Error("OutboxEntryFor accepted an event without id")
+	}
+}
+
+func TestRelayPublishesAndClearsOutbox(t *testing.T) {
+	t.Parallel()
+	b := newBusWithStreams(t)
+	coll := startFerret(t).Collection("jobs")
+	ctx := testContext(t)
+
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tctx, span := tp.Tracer("test").Start(ctx, "complete job")
+	defer span.End()
+
+	// One document with three events, in order, carrying a trace...
+	first := []OutboxEntry{
+		newEntry(t, "j0", "a").WithTraceContext(tctx),
+		newEntry(t, "j0", "b").WithTraceContext(tctx),
+		newEntry(t, "j0", "c").WithTraceContext(tctx),
+	}
+	completeJob(ctx, t, coll, "j0", first...)
+	want := []string{first[0].ID, first[1].ID, first[2].ID}
+	// ...and more documents than one sweep page holds.
+	for i := 1; i <= relayPageSize+5; i++ {
+		id := fmt.Sprintf("j%03d", i)
+		e := newEntry(t, id, strconv.Itoa(i))
+		completeJob(ctx, t, coll, id, e)
+		want = append(want, e.ID)
+	}
+
+	r := NewRelay(b, coll, testLogger(t))
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		<-ran
+	})
+
+	waitFor(t, 10*time.Second, "outbox drained", func() bool { return pendingEntries(t, coll) == 0 })
+	got := storedIDs(t, b, StreamEvents)
+	if len(got) != len(want) {
+		t.Fatalf("stream holds %d events, want %d", len(got), len(want))
+	}
+	gotSet := map[string]bool{}
+	for _, id := range got {
+		gotSet[id] = true
+	}
+	for _, id := range want {
+		if !gotSet[id] {
+			t.Errorf("event %s not published", id)
+		}
+	}
+	// The events of one document keep their order (the first document
+	// sorts first, so they lead the stream).
+	for i := range first {
+		if got[i] != first[i].ID {
+			t.Errorf("stream position %d = %s, want %s", i, got[i], first[i].ID)
+		}
+	}
+	// The state change stayed.
+	var j job
+	if err := coll.FindOne(ctx, bson.M{"_id": "j0"}).Decode(&j); err != nil || j.Status != "complete" {
+		t.Errorf("job j0 = %+v, %v", j, err)
+	}
+	// The trace context travelled through the outbox.
+	s, err := b.JetStream().Stream(ctx, StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := s.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp := raw.Header.Get("traceparent"); tp == "" || !containsTraceID(tp, span.SpanContext().TraceID()) {
+		t.Errorf("traceparent = %q, want trace %s", tp, span.SpanContext().TraceID())
+	}
+
+	// A later write is picked up promptly after Notify.
+	late := newEntry(t, "j0", "late")
+	completeJob(ctx, t, coll, "j0", late)
+	r.Notify()
+	r.Notify() // coalesces, never blocks
+	waitFor(t, 5*time.Second, "late entry relayed", func() bool { return pendingEntries(t, coll) == 0 })
+	if n := streamMsgs(t, b, StreamEvents); n != uint64(len(want)+1) {
+		t.Errorf("stream holds %d events, want %d", n, len(want)+1)
+	}
+}
+
+func containsTraceID(traceparent string, id trace.TraceID) bool {
+	// traceparent: version-traceid-spanid-flags
+	return len(traceparent) > 35 && traceparent[3:35] == id.String()
+}
+
+func TestRelayRecoversAfterCrashWithoutDuplicates(t *testing.T) {
+	t.Parallel()
+	b := newBusWithStreams(t)
+	coll := startFerret(t).Collection("jobs")
+	ctx := testContext(t)
+
+	entries := []OutboxEntry{newEntry(t, "j1", "a"), newEntry(t, "j1", "b")}
+	completeJob(ctx, t, coll, "j1", entries...)
+
+	// Simulate a relay that crashed after publishing but before removing
+	// the entries: publish them exactly as the relay does, keep the outbox.
+	crashed := NewRelay(b, coll, testLogger(t))
+	for _, e := range entries {
+		if err := crashed.publish(ctx, e); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	if n := pendingEntries(t, coll); n != 2 {
+		t.Fatalf("%d entries pending before recovery, want 2", n)
+	}
+
+	// The restarted relay sweeps on start: it re-publishes (deduplicated by
+	// event id) and clears the outbox.
+	r := NewRelay(b, coll, testLogger(t))
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(runCtx) }()
+	waitFor(t, 10*time.Second, "outbox drained", func() bool { return pendingEntries(t, coll) == 0 })
+	stop()
+	if err := <-ran; err != nil {
+		t.Errorf("Run returned %v", err)
+	}
+
+	got := storedIDs(t, b, StreamEvents)
+	if len(got) != 2 || got[0] != entries[0].ID || got[1] != entries[1].ID {
+		t.Fatalf("stream holds %v, want exactly %s, %s", got, entries[0].ID, entries[1].ID)
+	}
+	// Nothing left: a further sweep publishes nothing.
+	if n, err := r.Sweep(ctx); n != 0 || err != nil {
+		t.Errorf("Sweep = %d, %v; want 0, nil", n, err)
+	}
+}
+
+func TestRelayKeepsEntriesItCannotPublish(t *testing.T) {
+	t.Parallel()
+	b := newBusWithStreams(t)
+	coll := startFerret(t).Collection("jobs")
+	ctx := testContext(t)
+
+	good := newEntry(t, "j1", "ok")
+	// No stream binds am.nowhere.>: the publish can never be acknowledged.
+	ev := testEvent(t, "stuck")
+	stuck, err := OutboxEntryFor("am.nowhere.x", ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := newEntry(t, "j1", "after")
+	completeJob(ctx, t, coll, "j1", good, stuck, after)
+
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	n, err := NewRelay(b, coll, testLogger(t)).Sweep(sctx)
+	if err == nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want 1 and an error", n, err)
+	}
+	var j job
+	if err := coll.FindOne(ctx, bson.M{"_id": "j1"}).Decode(&j); err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Outbox) != 2 || j.Outbox[0].ID != stuck.ID || j.Outbox[1].ID != after.ID {
+		t.Errorf("outbox after failed sweep = %+v; want the stuck entry and the one after it, in order", j.Outbox)
+	}
+	if got := storedIDs(t, b, StreamEvents); len(got) != 1 || got[0] != good.ID {
+		t.Errorf("stream holds %v, want only %s", got, good.ID)
+	}
+}

@@ -1,0 +1,96 @@
+package grpcx
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// unaryRecover turns a panic in a handler into codes.Internal, logging the
+// stack once; the client never sees the panic value.
+func unaryRecover(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.ErrorContext(ctx, "panic in RPC", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+func streamRecover(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.ErrorContext(ss.Context(), "panic in RPC", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(srv, ss)
+	}
+}
+
+// unaryDeadline gives RPCs without a deadline a default one, so no unary
+// call can hold resources forever. Streams are long-lived by design and get
+// none.
+func unaryDeadline(d time.Duration) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d)
+			defer cancel()
+		}
+		return handler(ctx, req)
+	}
+}
+
+// unaryLog logs each failed RPC once, and masks unexpected errors: an error
+// that is not a gRPC status reaches the client as Internal without its text.
+func unaryLog(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		return resp, logResult(ctx, log, info.FullMethod, start, err)
+	}
+}
+
+func streamLog(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		start := time.Now()
+		err := handler(srv, ss)
+		return logResult(ss.Context(), log, info.FullMethod, start, err)
+	}
+}
+
+func logResult(ctx context.Context, log *slog.Logger, method string, start time.Time, err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		if ctx.Err() == context.Canceled {
+			st = status.New(codes.Canceled, "request cancelled")
+		} else if ctx.Err() == context.DeadlineExceeded {
+			st = status.New(codes.DeadlineExceeded, "deadline exceeded")
+		} else {
+			log.ErrorContext(ctx, "rpc failed", "method", method, "code", codes.Internal.String(), "error", err.Error(), "duration", time.Since(start))
+			return status.Error(codes.Internal, "internal error")
+		}
+	}
+	level := slog.LevelInfo
+	switch st.Code() {
+	case codes.Internal, codes.Unknown, codes.DataLoss:
+		level = slog.LevelError
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted:
+		level = slog.LevelWarn
+	}
+	log.Log(ctx, level, "rpc failed", "method", method, "code", st.Code().String(), "error", st.Message(), "duration", time.Since(start))
+	return st.Err()
+}

@@ -1,0 +1,189 @@
+package grpcx_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+)
+
+// testModels is a stand-in service whose ListModels behaves as each test needs.
+type testModels struct {
+	modelv1.UnimplementedModelServiceServer
+	listModels func(ctx context.Context) (*modelv1.ListModelsResponse, error)
+}
+
+func (s *testModels) ListModels(ctx context.Context, _ *modelv1.ListModelsRequest) (*modelv1.ListModelsResponse, error) {
+	return s.listModels(ctx)
+}
+
+func start(t *testing.T, impl *testModels, cfg grpcx.ServerConfig) (*grpcx.Server, *grpc.ClientConn, context.CancelFunc, chan error) {
+	t.Helper()
+	srv := grpcx.NewServer(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	modelv1.RegisterModelServiceServer(srv.GRPC(), impl)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	cc, err := grpcx.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); cc.Close() })
+	return srv, cc, cancel, done
+}
+
+func TestGracefulShutdownCompletesInFlightRPC(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{})
+	impl := &testModels{listModels: func(ctx context.Context) (*modelv1.ListModelsResponse, error) {
+		close(entered)
+		select {
+		case <-time.After(300 * time.Millisecond):
+			return &modelv1.ListModelsResponse{Models: []*modelv1.LogicalModel{{Name: "finished"}}}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}}
+	_, cc, cancel, done := start(t, impl, grpcx.ServerConfig{ShutdownTimeout: 5 * time.Second})
+	res := make(chan error, 1)
+	var got *modelv1.ListModelsResponse
+	go func() {
+		var err error
+		got, err = modelv1.NewModelServiceClient(cc).ListModels(context.Background(), &modelv1.ListModelsRequest{})
+		res <- err
+	}()
+	<-entered
+	cancel() // as SIGTERM would
+	if err := <-res; err != nil {
+		t.Fatalf("in-flight RPC failed during graceful shutdown: %v", err)
+	}
+	if got.GetModels()[0].GetName() != "finished" {
+		t.Fatalf("got %v", got)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Serve returned %v", err)
+	}
+}
+
+func TestPanicBecomesInternal(t *testing.T) {
+	t.Parallel()
+	impl := &testModels{listModels: func(context.Context) (*modelv1.ListModelsResponse, error) { panic("boom") }}
+	_, cc, _, _ := start(t, impl, grpcx.ServerConfig{})
+	_, err := modelv1.NewModelServiceClient(cc).ListModels(context.Background(), &modelv1.ListModelsRequest{})
+	if status.Code(err) != codes.Internal || status.Convert(err).Message() == "boom" {
+		t.Fatalf("err = %v, want masked Internal", err)
+	}
+}
+
+func TestDefaultDeadlineApplied(t *testing.T) {
+	t.Parallel()
+	impl := &testModels{listModels: func(ctx context.Context) (*modelv1.ListModelsResponse, error) {
+		if _, ok := ctx.Deadline(); !ok {
+			return nil, status.Error(codes.FailedPrecondition, "no deadline")
+		}
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}}
+	_, cc, _, _ := start(t, impl, grpcx.ServerConfig{DefaultTimeout: 50 * time.Millisecond})
+	_, err := modelv1.NewModelServiceClient(cc).ListModels(context.Background(), &modelv1.ListModelsRequest{})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("err = %v, want DeadlineExceeded", err)
+	}
+}
+
+func TestUnexpectedErrorsAreMasked(t *testing.T) {
+	t.Parallel()
+	impl := &testModels{listModels: func(context.Context) (*modelv1.ListModelsResponse, error) {
+		return nil, io.ErrUnexpectedEOF
+	}}
+	_, cc, _, _ := start(t, impl, grpcx.ServerConfig{})
+	_, err := modelv1.NewModelServiceClient(cc).ListModels(context.Background(), &modelv1.ListModelsRequest{})
+	if status.Code(err) != codes.Internal || status.Convert(err).Message() != "internal error" {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestHealthFollowsDependencies(t *testing.T) {
+	t.Parallel()
+	impl := &testModels{listModels: func(context.Context) (*modelv1.ListModelsResponse, error) { return nil, nil }}
+	srv, cc, _, _ := start(t, impl, grpcx.ServerConfig{})
+	hc := healthpb.NewHealthClient(cc)
+	check := func(svc string) healthpb.HealthCheckResponse_ServingStatus {
+		t.Helper()
+		var st healthpb.HealthCheckResponse_ServingStatus
+		deadline := time.Now().Add(2 * time.Second)
+		for time.Now().Before(deadline) {
+			r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+			if err == nil {
+				return r.GetStatus()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return st
+	}
+	srv.Health().Set("mongo", nil)
+	srv.Health().Set("nats", nil)
+	if got := check("agentmesh.model.v1.ModelService"); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("service status = %v", got)
+	}
+	srv.Health().Set("nats", io.EOF)
+	if got := check(""); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("overall = %v, want NOT_SERVING while nats is down", got)
+	}
+	if got := check("dependency/nats"); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("nats = %v", got)
+	}
+	if got := check("dependency/mongo"); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("mongo = %v", got)
+	}
+}
+
+func TestScope(t *testing.T) {
+	t.Parallel()
+	md := func(kv ...string) context.Context {
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+	}
+	tests := []struct {
+		name      string
+		ctx       context.Context
+		in        *commonv1.Scope
+		want      string
+		wantField bool
+	}{
+		{"from request", context.Background(), &commonv1.Scope{TenantId: "acme"}, "acme", false},
+		{"from metadata", md(grpcx.TenantMetadataKey, "acme"), nil, "acme", false},
+		{"missing", context.Background(), nil, "", true},
+		{"mismatch", md(grpcx.TenantMetadataKey, "acme"), &commonv1.Scope{TenantId: "evil"}, "", true},
+		{"bad characters", context.Background(), &commonv1.Scope{TenantId: "a.b"}, "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := grpcx.Scope(tc.ctx, tc.in)
+			if tc.wantField {
+				if status.Code(err) != codes.InvalidArgument {
+					t.Fatalf("err = %v", err)
+				}
+				return
+			}
+			if err != nil || got.GetTenantId() != tc.want {
+				t.Fatalf("got %v, %v", got, err)
+			}
+		})
+	}
+}

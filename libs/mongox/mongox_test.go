@@ -1,0 +1,120 @@
+package mongox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/agentmesh/agentmesh/libs/mongox"
+	"github.com/agentmesh/agentmesh/libs/testkit"
+)
+
+func TestConnectAndEnsureIndexes(t *testing.T) {
+	t.Parallel()
+	uri, dbName := testkit.MongoURI(t)
+	ctx := context.Background()
+	client, db, err := mongox.Connect(ctx, mongox.Config{URI: uri, Database: dbName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(ctx)
+	coll := db.Collection("things")
+	ix := mongox.Index{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "name", Value: 1}}, Unique: true}
+	for i := 0; i < 2; i++ { // ensuring twice is a no-op
+		if err := mongox.EnsureIndexes(ctx, coll, ix); err != nil {
+			t.Fatalf("ensure #%d: %v", i+1, err)
+		}
+	}
+	if _, err := coll.InsertOne(ctx, bson.M{"tenant": "a", "name": "x"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = coll.InsertOne(ctx, bson.M{"tenant": "a", "name": "x"})
+	if !errors.Is(mongox.Translate(err), mongox.ErrDuplicate) {
+		t.Fatalf("duplicate insert: %v", err)
+	}
+	err = coll.FindOne(ctx, bson.M{"name": "nope"}).Err()
+	if !errors.Is(mongox.Translate(err), mongox.ErrNotFound) {
+		t.Fatalf("missing find: %v", err)
+	}
+}
+
+func TestConnectFailureDoesNotLeakURI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, _, err := mongox.Connect(ctx, mongox.Config{URI: "mongodb://user:s3cret@127.0.0.1:1/?serverSelectionTimeoutMS=200", ConnectTimeout: 300e6})
+	if err == nil {
+		t.Fatal("connect to a closed port succeeded")
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("error leaks the password: %v", err)
+	}
+}
+
+func TestUpdateVersioned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	coll := testkit.MongoDB(t).Collection("runs")
+	if _, err := coll.InsertOne(ctx, bson.M{"_id": "r1", "state": "planning", "version": int64(0)}); err != nil {
+		t.Fatal(err)
+	}
+	filter := bson.D{{Key: "_id", Value: "r1"}}
+	if err := mongox.UpdateVersioned(ctx, coll, filter, 0, bson.M{"$set": bson.M{"state": "fetching"}}); err != nil {
+		t.Fatal(err)
+	}
+	// A writer still holding version 0 lost the race.
+	err := mongox.UpdateVersioned(ctx, coll, filter, 0, bson.M{"$set": bson.M{"state": "stale"}})
+	if !errors.Is(err, mongox.ErrConflict) {
+		t.Fatalf("stale write: %v, want ErrConflict", err)
+	}
+	err = mongox.UpdateVersioned(ctx, coll, bson.D{{Key: "_id", Value: "nope"}}, 0, bson.M{"$set": bson.M{"state": "x"}})
+	if !errors.Is(err, mongox.ErrNotFound) {
+		t.Fatalf("missing doc: %v, want ErrNotFound", err)
+	}
+	var got struct {
+		State   string `bson:"state"`
+		Version int64  `bson:"version"`
+	}
+	if err := coll.FindOne(ctx, filter).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got.State != "fetching" || got.Version != 1 {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+// TestUpdateVersionedRace has many writers race from the same version:
+// exactly one wins.
+func TestUpdateVersionedRace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	coll := testkit.MongoDB(t).Collection("runs")
+	if _, err := coll.InsertOne(ctx, bson.M{"_id": "r", "n": 0, "version": int64(5)}); err != nil {
+		t.Fatal(err)
+	}
+	var wins, conflicts atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			err := mongox.UpdateVersioned(ctx, coll, bson.D{{Key: "_id", Value: "r"}}, 5, bson.M{"$set": bson.M{"n": i}})
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case errors.Is(err, mongox.ErrConflict):
+				conflicts.Add(1)
+			default:
+				t.Error(err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if wins.Load() != 1 || conflicts.Load() != 7 {
+		t.Fatalf("wins=%d conflicts=%d, want 1 and 7", wins.Load(), conflicts.Load())
+	}
+}

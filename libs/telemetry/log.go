@@ -1,0 +1,68 @@
+package telemetry
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// NewLogger returns a slog logger writing to w. format is "json" (default,
+// for production) or "text"; level is debug, info (default), warn or error.
+// Every record logged with a context that carries a span gets trace_id and
+// span_id attributes, so logs join traces.
+func NewLogger(w io.Writer, format, level, service string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: ParseLevel(level)}
+	var h slog.Handler
+	if strings.EqualFold(format, "text") {
+		h = slog.NewTextHandler(w, opts)
+	} else {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	l := slog.New(traceHandler{h})
+	if service != "" {
+		l = l.With("service", service)
+	}
+	return l
+}
+
+// ParseLevel maps a level name to a slog level; unknown names mean info.
+func ParseLevel(s string) slog.Level {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug
+	case "warn", "warning":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	default:
+		return slog.LevelInfo
+	}
+}
+
+// LogConfig configures logging. Services embed it in their config struct.
+type LogConfig struct {
+	// Format is json or text.
+	Format string `env:"LOG_FORMAT" default:"json" help:"log format: json or text"`
+	// Level is debug, info, warn or error.
+	Level string `env:"LOG_LEVEL" default:"info" help:"log level: debug, info, warn, error"`
+}
+
+type traceHandler struct{ slog.Handler }
+
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return traceHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
+}

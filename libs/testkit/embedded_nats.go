@@ -1,0 +1,128 @@
+// Package testkit starts the infrastructure agentmesh runs on inside the
+// current process: a NATS server with JetStream, a FerretDB server that speaks
+// the MongoDB wire protocol over SQLite, and loopback gRPC servers.
+//
+// The starters (StartNATS, StartMongo) take no *testing.T: `agentmesh up`
+// uses them to run the mesh on one machine. The helpers that take a
+// testing.TB (NewNATS, NewMongo, MongoDB, MongoURI, StartGRPC, Listen,
+// Eventually) wrap them for tests: they call t.Helper, fail the test on
+// error and register their teardown with t.Cleanup.
+package testkit
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// natsReadyTimeout bounds how long StartNATS waits for the server to accept
+// connections.
+const natsReadyTimeout = 5 * time.Second
+
+// NATSOptions configures StartNATS. The zero value is valid but keeps
+// JetStream data in the nats-server default location; set StoreDir.
+type NATSOptions struct {
+	// StoreDir is the JetStream storage directory. Streams and their
+	// messages persist there across restarts.
+	StoreDir string
+	// Host is the client listen address; empty means 127.0.0.1.
+	Host string
+	// Port is the client port; 0 or -1 means a random free port.
+	Port int
+	// ServerName names the server; empty lets nats-server generate one.
+	ServerName string
+	// Logger receives the server's notices, warnings and errors (debug and
+	// trace lines are dropped). Nil disables the server's logging.
+	Logger *slog.Logger
+}
+
+// NATS is an embedded nats-server with JetStream enabled. Its methods are
+// safe for concurrent use.
+type NATS struct {
+	srv *server.Server
+}
+
+// StartNATS starts a nats-server in this process with JetStream stored in
+// opts.StoreDir and returns once it accepts client connections. It returns
+// an error if the options are invalid or the server is not ready within 5
+// seconds; in both cases nothing is left running. The caller must call
+// Shutdown.
+func StartNATS(opts NATSOptions) (*NATS, error) {
+	host := opts.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	port := opts.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	sopts := &server.Options{
+		ServerName:             opts.ServerName,
+		Host:                   host,
+		Port:                   port,
+		JetStream:              true,
+		StoreDir:               opts.StoreDir,
+		NoLog:                  opts.Logger == nil,
+		NoSigs:                 true,
+		DisableJetStreamBanner: true,
+	}
+	srv, err := server.NewServer(sopts)
+	if err != nil {
+		return nil, fmt.Errorf("testkit: configure nats-server: %w", err)
+	}
+	if opts.Logger != nil {
+		srv.SetLogger(slogNATSLogger{l: opts.Logger}, false, false)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(natsReadyTimeout) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, errors.New("testkit: nats-server not ready for connections after " + natsReadyTimeout.String())
+	}
+	if !srv.JetStreamEnabled() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, errors.New("testkit: nats-server started without JetStream")
+	}
+	return &NATS{srv: srv}, nil
+}
+
+// URL returns the client URL, such as nats://127.0.0.1:41234.
+func (n *NATS) URL() string { return n.srv.ClientURL() }
+
+// Server returns the underlying nats-server, for inspection (JetStream
+// account info, connection counts) in tests.
+func (n *NATS) Server() *server.Server { return n.srv }
+
+// Shutdown stops the server and waits until it has stopped. It closes client
+// connections and flushes JetStream to StoreDir. Calling it again is a no-op.
+func (n *NATS) Shutdown() {
+	n.srv.Shutdown()
+	n.srv.WaitForShutdown()
+}
+
+// slogNATSLogger adapts a *slog.Logger to server.Logger.
+type slogNATSLogger struct{ l *slog.Logger }
+
+// Noticef logs at Info.
+func (s slogNATSLogger) Noticef(format string, v ...any) { s.l.Info(fmt.Sprintf(format, v...)) }
+
+// Warnf logs at Warn.
+func (s slogNATSLogger) Warnf(format string, v ...any) { s.l.Warn(fmt.Sprintf(format, v...)) }
+
+// Fatalf logs at Error; unlike nats-server's own logger it does not exit.
+func (s slogNATSLogger) Fatalf(format string, v ...any) { s.l.Error(fmt.Sprintf(format, v...)) }
+
+// Errorf logs at Error.
+func (s slogNATSLogger) Errorf(format string, v ...any) { s.l.Error(fmt.Sprintf(format, v...)) }
+
+// Debugf drops the line.
+func (slogNATSLogger) Debugf(string, ...any) {}
+
+// Tracef drops the line.
+func (slogNATSLogger) Tracef(string, ...any) {}
+
+var _ server.Logger = slogNATSLogger{}

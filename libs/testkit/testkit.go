@@ -1,0 +1,157 @@
+package testkit
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// cleanupTimeout bounds the database drop and client disconnect that the
+// Mongo helpers run in t.Cleanup.
+const cleanupTimeout = 10 * time.Second
+
+// NewNATS starts a private NATS server with JetStream stored in t.TempDir()
+// and shuts it down in t.Cleanup. It fails the test if the server does not
+// start.
+func NewNATS(t testing.TB) *NATS {
+	t.Helper()
+	n, err := StartNATS(NATSOptions{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("testkit.NewNATS: %v", err)
+	}
+	t.Cleanup(n.Shutdown)
+	return n
+}
+
+// NewMongo starts a private FerretDB server on SQLite files in t.TempDir()
+// and stops it in t.Cleanup. Use it when a test stops or restarts the
+// server; otherwise MongoDB and MongoURI are faster. It fails the test if
+// the server does not start.
+func NewMongo(t testing.TB) *Mongo {
+	t.Helper()
+	m, err := StartMongo(context.Background(), MongoOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("testkit.NewMongo: %v", err)
+	}
+	t.Cleanup(m.Stop)
+	return m
+}
+
+// shared is the FerretDB server used by MongoDB and MongoURI: started on
+// first use, in a directory under os.TempDir, and never stopped before the
+// test binary exits. Each test gets its own database on it.
+var shared struct {
+	once sync.Once
+	m    *Mongo
+	err  error
+}
+
+// sharedMongo returns the shared server, starting it on the first call. It
+// fails the test if the server could not be started.
+func sharedMongo(t testing.TB) *Mongo {
+	t.Helper()
+	shared.once.Do(func() {
+		dir, err := os.MkdirTemp("", "agentmesh-testkit-mongo-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		shared.m, shared.err = StartMongo(context.Background(), MongoOptions{Dir: dir})
+	})
+	if shared.err != nil {
+		t.Fatalf("testkit: start shared FerretDB: %v", shared.err)
+	}
+	return shared.m
+}
+
+// MongoDB returns a new, empty database on the test binary's shared FerretDB
+// server, through a client of its own. The database name is unique to this
+// call. t.Cleanup drops the database and disconnects the client.
+func MongoDB(t testing.TB) *mongo.Database {
+	t.Helper()
+	return sharedMongo(t).Database(t)
+}
+
+// MongoURI returns the shared FerretDB server's connection string and a
+// database name unique to this call, for code under test that connects by
+// itself. t.Cleanup drops the database.
+func MongoURI(t testing.TB) (uri, dbName string) {
+	t.Helper()
+	m := sharedMongo(t)
+	dbName = DatabaseName(t)
+	t.Cleanup(func() { m.dropDatabase(t, dbName) })
+	return m.URI(), dbName
+}
+
+// Database returns a new, empty database on m, through a client of its own,
+// with a name unique to this call. t.Cleanup drops the database and
+// disconnects the client, so m must still be running when the test's
+// cleanups run (true for a server from NewMongo unless the test stopped it).
+func (m *Mongo) Database(t testing.TB) *mongo.Database {
+	t.Helper()
+	client, err := mongo.Connect(options.Client().ApplyURI(m.URI()))
+	if err != nil {
+		t.Fatalf("testkit: connect to %s: %v", m.URI(), err)
+	}
+	db := client.Database(DatabaseName(t))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		if err := db.Drop(ctx); err != nil {
+			t.Errorf("testkit: drop database %s: %v", db.Name(), err)
+		}
+		if err := client.Disconnect(ctx); err != nil {
+			t.Errorf("testkit: disconnect from %s: %v", m.URI(), err)
+		}
+	})
+	return db
+}
+
+// dropDatabase drops dbName on m through a short-lived client, reporting
+// failures with t.Errorf.
+func (m *Mongo) dropDatabase(t testing.TB, dbName string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(m.URI()))
+	if err != nil {
+		t.Errorf("testkit: connect to %s: %v", m.URI(), err)
+		return
+	}
+	defer func() { _ = client.Disconnect(ctx) }()
+	if err := client.Database(dbName).Drop(ctx); err != nil {
+		t.Errorf("testkit: drop database %s: %v", dbName, err)
+	}
+}
+
+// maxDatabaseName is FerretDB's limit on database names (it accepts
+// [a-zA-Z0-9_-]{1,63}).
+const maxDatabaseName = 63
+
+// DatabaseName returns a database name derived from t.Name(): "t_", the test
+// name lowercased with every character outside [a-z0-9_] replaced by '_' and
+// truncated, then "_" and 8 random hex digits. The result is at most 63
+// characters and valid on both FerretDB and MongoDB. Two calls return
+// different names with overwhelming probability.
+func DatabaseName(t testing.TB) string {
+	const prefix, suffixLen = "t_", 1 + 8
+	var b strings.Builder
+	for _, r := range strings.ToLower(t.Name()) {
+		if b.Len() == maxDatabaseName-len(prefix)-suffixLen {
+			break
+		}
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '_' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return fmt.Sprintf("%s%s_%08x", prefix, b.String(), rand.Uint32())
+}
