@@ -1,0 +1,192 @@
+package httpgateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+)
+
+// Development-mode headers: with no API keys configured the caller names its
+// own tenant and project.
+const (
+	tenantHeader  = "X-Tenant-Id"
+	projectHeader = "X-Project-Id"
+	apiKeyHeader  = "X-Api-Key"
+	defaultTenant = "default"
+)
+
+// principal is the authenticated scope of a request.
+type principal struct {
+	tenant  string
+	project string
+}
+
+type principalKey struct{}
+
+func principalFrom(ctx context.Context) (principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(principal)
+	return p, ok
+}
+
+// apiKey is one configured key. Only its SHA-256 is kept, so comparisons are
+// constant time and independent of the presented key's length.
+type apiKey struct {
+	sum [sha256.Size]byte
+	principal
+}
+
+// keyring authenticates requests. An empty keyring means development mode.
+type keyring struct {
+	keys []apiKey
+}
+
+// parseAPIKeys parses GATEWAY_API_KEYS: "key=tenant[:project]" entries
+// separated by commas. Errors name the entry by position, never by key.
+func parseAPIKeys(spec string) (*keyring, error) {
+	kr := &keyring{}
+	seen := map[[sha256.Size]byte]bool{}
+	n := 0
+	for _, entry := range strings.Split(spec, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		n++
+		key, scope, ok := strings.Cut(entry, "=")
+		key, scope = strings.TrimSpace(key), strings.TrimSpace(scope)
+		if !ok || key == "" || scope == "" {
+			return nil, fmt.Errorf("GATEWAY_API_KEYS: entry %d: want key=tenant[:project]", n)
+		}
+		tenant, project, _ := strings.Cut(scope, ":")
+		tenant, project = strings.TrimSpace(tenant), strings.TrimSpace(project)
+		if err := validScopePart(tenant); err != nil {
+			return nil, fmt.Errorf("GATEWAY_API_KEYS: entry %d: tenant %w", n, err)
+		}
+		if project != "" {
+			if err := validScopePart(project); err != nil {
+				return nil, fmt.Errorf("GATEWAY_API_KEYS: entry %d: project %w", n, err)
+			}
+		}
+		sum := sha256.Sum256([]byte(key))
+		if seen[sum] {
+			return nil, fmt.Errorf("GATEWAY_API_KEYS: entry %d: duplicate key", n)
+		}
+		seen[sum] = true
+		kr.keys = append(kr.keys, apiKey{sum: sum, principal: principal{tenant: tenant, project: project}})
+	}
+	return kr, nil
+}
+
+// validScopePart rejects what the mesh cannot route: NATS subjects carry the
+// tenant, so it must not hold subject syntax or whitespace.
+func validScopePart(s string) error {
+	if s == "" {
+		return fmt.Errorf("is empty")
+	}
+	for _, c := range []byte(s) {
+		if c <= ' ' || c > '~' || c == '.' || c == '*' || c == '>' {
+			return fmt.Errorf("must be printable ASCII without '.', '*', '>' or whitespace")
+		}
+	}
+	return nil
+}
+
+// open reports development mode: no keys configured.
+func (k *keyring) open() bool { return len(k.keys) == 0 }
+
+// lookup finds the key's principal. Every configured key is compared, in
+// constant time, whatever matches, so timing does not reveal which prefix or
+// which entry was close.
+func (k *keyring) lookup(presented string) (principal, bool) {
+	sum := sha256.Sum256([]byte(presented))
+	var found principal
+	match := 0
+	for i := range k.keys {
+		if subtle.ConstantTimeCompare(sum[:], k.keys[i].sum[:]) == 1 {
+			found = k.keys[i].principal
+			match = 1
+		}
+	}
+	return found, match == 1
+}
+
+// presentedKey returns the key from "Authorization: Bearer <key>" or
+// "X-API-Key: <key>".
+func presentedKey(r *http.Request) string {
+	if auth := r.Header.Get("Authorization"); auth != "" {
+		if scheme, token, ok := strings.Cut(auth, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			return strings.TrimSpace(token)
+		}
+	}
+	return strings.TrimSpace(r.Header.Get(apiKeyHeader))
+}
+
+// authenticate resolves the request's principal and stores it in the
+// request context; without one it answers 401. The credentials are removed
+// from the request so they never travel on to the services (grpc-gateway
+// would forward Authorization as metadata) nor reach a log.
+func (g *gateway) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p principal
+		if g.keys.open() {
+			p = principal{tenant: strings.TrimSpace(r.Header.Get(tenantHeader)), project: strings.TrimSpace(r.Header.Get(projectHeader))}
+			if p.tenant == "" {
+				p.tenant = defaultTenant
+			}
+			if err := validScopePart(p.tenant); err != nil {
+				writeStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, tenantHeader+" "+err.Error()))
+				return
+			}
+			if p.project != "" {
+				if err := validScopePart(p.project); err != nil {
+					writeStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, projectHeader+" "+err.Error()))
+					return
+				}
+			}
+		} else {
+			key := presentedKey(r)
+			found, ok := g.keys.lookup(key)
+			if key == "" || !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="agentmesh"`)
+				msg := "missing API key: send Authorization: Bearer <key> or X-API-Key"
+				if key != "" {
+					msg = "invalid API key"
+				}
+				writeStatus(w, http.StatusUnauthorized, status.New(codes.Unauthenticated, msg))
+				return
+			}
+			p = found
+		}
+		if ri := requestInfoFrom(r.Context()); ri != nil {
+			ri.tenant = p.tenant
+		}
+		r = r.Clone(context.WithValue(r.Context(), principalKey{}, p))
+		r.Header.Del("Authorization")
+		r.Header.Del(apiKeyHeader)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// scopeMetadata is the runtime.WithMetadata annotator: it forwards the
+// authenticated scope to the services. The incoming-header matcher refuses
+// any client header that maps to these keys, so these are the only values.
+func scopeMetadata(ctx context.Context, _ *http.Request) metadata.MD {
+	p, ok := principalFrom(ctx)
+	if !ok {
+		return nil
+	}
+	md := metadata.Pairs(grpcx.TenantMetadataKey, p.tenant)
+	if p.project != "" {
+		md.Set(grpcx.ProjectMetadataKey, p.project)
+	}
+	return md
+}

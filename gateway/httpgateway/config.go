@@ -1,0 +1,123 @@
+package httpgateway
+
+import (
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/agentmesh/agentmesh/libs/telemetry"
+)
+
+// Name is the gateway's name in logs, metrics and traces.
+const Name = "gateway"
+
+// Config is the gateway's configuration, read from the environment (with an
+// empty prefix) by config.Load in main or `agentmesh up`.
+type Config struct {
+	// HTTPAddr is where main listens; Run itself serves on Runtime.Listener.
+	HTTPAddr string `env:"HTTP_ADDR" default:":8080" help:"gateway HTTP listen address"`
+
+	// ModelGatewayAddr is the model gateway's gRPC address.
+	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`
+	// OrchestratorAddr is the orchestrator's gRPC address.
+	OrchestratorAddr string `env:"ORCHESTRATOR_ADDR" default:"localhost:9092" help:"orchestrator gRPC address"`
+	// VisionAddr is the vision service's gRPC address.
+	VisionAddr string `env:"VISION_ADDR" default:"localhost:9093" help:"vision gRPC address"`
+	// IndexerAddr is the indexer's gRPC address.
+	IndexerAddr string `env:"INDEXER_ADDR" default:"localhost:9094" help:"indexer gRPC address"`
+	// ClassifierAddr is the classifier's gRPC address.
+	ClassifierAddr string `env:"CLASSIFIER_ADDR" default:"localhost:9095" help:"classifier gRPC address"`
+	// SQLAgentAddr is the SQL agent's gRPC address.
+	SQLAgentAddr string `env:"SQLAGENT_ADDR" default:"localhost:9096" help:"SQL agent gRPC address"`
+
+	// APIKeys lists the accepted API keys as "key=tenant[:project],...".
+	// Empty runs the gateway open, in development mode.
+	APIKeys string `env:"GATEWAY_API_KEYS" secret:"true" help:"API keys as key=tenant[:project],key2=tenant2; empty = open development mode, tenant from the X-Tenant-Id header (default \"default\")"`
+	// CORSOrigins lists the browser origins allowed to call the API; "*"
+	// allows any.
+	CORSOrigins []string `env:"GATEWAY_CORS_ORIGINS" help:"comma-separated browser origins allowed by CORS; * = any; empty = no CORS headers"`
+	// SSEKeepAlive is how long an SSE stream may stay silent before the
+	// gateway sends a ": keep-alive" comment.
+	SSEKeepAlive time.Duration `env:"GATEWAY_SSE_KEEPALIVE" default:"15s" help:"interval of the : keep-alive comment on an idle SSE stream"`
+	// HealthTimeout bounds each service's health check in /healthz.
+	HealthTimeout time.Duration `env:"GATEWAY_HEALTH_TIMEOUT" default:"2s" help:"timeout of each service's health check in /healthz"`
+	// MaxBodyBytes is the largest request body accepted.
+	MaxBodyBytes int64 `env:"GATEWAY_MAX_BODY_BYTES" default:"33554432" help:"largest HTTP request body accepted, in bytes"`
+	// ShutdownTimeout bounds how long shutdown waits for in-flight requests
+	// and streams before cancelling them.
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" default:"20s" help:"how long shutdown waits for in-flight requests and streams to finish"`
+
+	// Log configures logging.
+	Log telemetry.LogConfig `env:""`
+	// Telemetry configures tracing and metrics export.
+	Telemetry telemetry.Config `env:""`
+}
+
+// withDefaults returns a copy of c with zero durations and sizes replaced by
+// their defaults, so a Config built in code (tests) behaves like a loaded one.
+func (c Config) withDefaults() Config {
+	if c.SSEKeepAlive <= 0 {
+		c.SSEKeepAlive = 15 * time.Second
+	}
+	if c.HealthTimeout <= 0 {
+		c.HealthTimeout = 2 * time.Second
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 32 << 20
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 20 * time.Second
+	}
+	return c
+}
+
+// Runtime is what Run receives from whoever starts the gateway: its binary
+// or `agentmesh up`.
+type Runtime struct {
+	// Logger is the gateway's logger. Nil discards logs.
+	Logger *slog.Logger
+	// Listener is where the HTTP server serves. Run closes it on return.
+	Listener net.Listener
+	// Metrics, if set, is served at /metrics.
+	Metrics http.Handler
+	// Ready, if set, is called once the gateway is serving.
+	Ready func()
+}
+
+// Backends are the gRPC connections the gateway translates to, one per
+// service. Every field is required.
+type Backends struct {
+	// Model reaches the model gateway (ModelService).
+	Model *grpc.ClientConn
+	// Orchestrator reaches ConversationService, ToolService and JobService.
+	Orchestrator *grpc.ClientConn
+	// Vision reaches VisionService.
+	Vision *grpc.ClientConn
+	// Indexer reaches DocumentService, SearchService and GraphService.
+	Indexer *grpc.ClientConn
+	// Classifier reaches ClassifierService.
+	Classifier *grpc.ClientConn
+	// SQLAgent reaches SqlAgentService.
+	SQLAgent *grpc.ClientConn
+}
+
+// backend is one named service connection.
+type backend struct {
+	name string
+	conn *grpc.ClientConn
+}
+
+// list returns the backends in a fixed order under the names /healthz uses.
+func (b Backends) list() []backend {
+	return []backend{
+		{"modelgateway", b.Model},
+		{"orchestrator", b.Orchestrator},
+		{"vision", b.Vision},
+		{"indexer", b.Indexer},
+		{"classifier", b.Classifier},
+		{"sqlagent", b.SQLAgent},
+	}
+}

@@ -1,0 +1,242 @@
+// Package httpgateway is the mesh's REST and Server-Sent Events front door.
+//
+// Every RPC mapped in gateway/api_config.yaml is served through grpc-gateway's
+// runtime.ServeMux and the generated Register<Service>HandlerClient
+// functions, as lowerCamelCase JSON. gRPC errors become HTTP statuses with a
+// {code, message, details} body. Server-streaming RPCs are served as
+// text/event-stream (or application/x-ndjson when asked for), flushed per
+// event, with keep-alive comments while idle; see stream.go for how.
+//
+// Callers authenticate with an API key (Authorization: Bearer or X-API-Key)
+// that names their tenant and project; the gateway forwards that scope to the
+// services as gRPC metadata, where grpcx.Scope checks it against the request.
+// Without configured keys the gateway runs open, for development.
+//
+// Besides the API: /healthz and /readyz (every service's grpc.health.v1
+// status), /livez, /openapi.json and, when given, /metrics.
+//
+// Run serves the gateway; Handler builds the same http.Handler over
+// connections the caller has dialled, for tests.
+package httpgateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+
+	"github.com/agentmesh/agentmesh/gateway/openapi"
+	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
+	visionv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/vision/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+)
+
+// gateway holds what the handlers share. Immutable after Handler returns.
+type gateway struct {
+	cfg      Config
+	log      *slog.Logger
+	keys     *keyring
+	backends Backends
+	metrics  instruments
+}
+
+// Handler returns the gateway's whole HTTP surface over already-dialled
+// backends: the REST/SSE API, health endpoints, /openapi.json and, if
+// metrics is not nil, /metrics. log may be nil. It fails when a backend is
+// missing or GATEWAY_API_KEYS cannot be parsed. The connections stay the
+// caller's to close.
+func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Handler) (http.Handler, error) {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	for _, b := range backends.list() {
+		if b.conn == nil {
+			return nil, fmt.Errorf("httpgateway: no connection for %s", b.name)
+		}
+	}
+	keys, err := parseAPIKeys(cfg.APIKeys)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := newInstruments()
+	if err != nil {
+		return nil, fmt.Errorf("httpgateway: metrics: %w", err)
+	}
+	g := &gateway{cfg: cfg.withDefaults(), log: log, keys: keys, backends: backends, metrics: inst}
+
+	mux, err := g.apiMux()
+	if err != nil {
+		return nil, err
+	}
+	api := g.authenticate(g.limitBody(lastEventID(g.classifierCommands(g.streaming(mux)))))
+
+	root := http.NewServeMux()
+	root.HandleFunc("GET /healthz", g.serveHealth)
+	root.HandleFunc("GET /readyz", g.serveHealth)
+	root.HandleFunc("GET /livez", serveLive)
+	root.HandleFunc("GET /openapi.json", serveOpenAPI)
+	if metrics != nil {
+		root.Handle("GET /metrics", metrics)
+	}
+	root.Handle("/", api)
+	return g.observe(g.recoverPanics(g.cors(root))), nil
+}
+
+// apiMux registers every service's generated REST handlers.
+func (g *gateway) apiMux() (*runtime.ServeMux, error) {
+	jsonpb := newJSONMarshaler()
+	mux := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, eventStreamMarshaler{JSONPb: jsonpb}),
+		runtime.WithMarshalerOption(mimeNDJSON, ndjsonMarshaler{JSONPb: jsonpb}),
+		runtime.WithErrorHandler(g.handleError),
+		runtime.WithRoutingErrorHandler(g.handleRoutingError),
+		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		runtime.WithMetadata(requestMetadata),
+		runtime.WithForwardResponseOption(startStream),
+	)
+	wrap := func(name string, cc *grpc.ClientConn) streamConn {
+		return streamConn{ClientConn: cc, name: name, wait: g.cfg.SSEKeepAlive, log: g.log}
+	}
+	b := g.backends
+	model, orch, vision := wrap("modelgateway", b.Model), wrap("orchestrator", b.Orchestrator), wrap("vision", b.Vision)
+	indexer, classifier, sql := wrap("indexer", b.Indexer), wrap("classifier", b.Classifier), wrap("sqlagent", b.SQLAgent)
+
+	ctx := context.Background() // only the in-process registration variants use it
+	err := errors.Join(
+		modelv1.RegisterModelServiceHandlerClient(ctx, mux, modelv1.NewModelServiceClient(model)),
+		orchestratorv1.RegisterConversationServiceHandlerClient(ctx, mux, orchestratorv1.NewConversationServiceClient(orch)),
+		orchestratorv1.RegisterToolServiceHandlerClient(ctx, mux, orchestratorv1.NewToolServiceClient(orch)),
+		orchestratorv1.RegisterJobServiceHandlerClient(ctx, mux, orchestratorv1.NewJobServiceClient(orch)),
+		visionv1.RegisterVisionServiceHandlerClient(ctx, mux, visionv1.NewVisionServiceClient(vision)),
+		indexerv1.RegisterDocumentServiceHandlerClient(ctx, mux, indexerv1.NewDocumentServiceClient(indexer)),
+		indexerv1.RegisterSearchServiceHandlerClient(ctx, mux, indexerv1.NewSearchServiceClient(indexer)),
+		indexerv1.RegisterGraphServiceHandlerClient(ctx, mux, indexerv1.NewGraphServiceClient(indexer)),
+		classifierv1.RegisterClassifierServiceHandlerClient(ctx, mux, classifierv1.NewClassifierServiceClient(classifier)),
+		sqlagentv1.RegisterSqlAgentServiceHandlerClient(ctx, mux, sqlagentv1.NewSqlAgentServiceClient(sql)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("httpgateway: register handlers: %w", err)
+	}
+	return mux, nil
+}
+
+// serveOpenAPI serves the generated OpenAPI v2 document.
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	_, _ = w.Write(openapi.Spec)
+}
+
+// Run dials the six services, serves the gateway on rt.Listener until ctx
+// ends, then shuts down gracefully: it stops accepting connections and
+// waits up to ShutdownTimeout for in-flight requests and streams, then
+// cancels whatever is still running. It returns nil after a clean shutdown,
+// or the error that stopped it. Run closes rt.Listener.
+func Run(ctx context.Context, cfg *Config, rt Runtime) error {
+	log := rt.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	c := cfg.withDefaults()
+
+	backends, closeBackends, err := dial(&c)
+	if err != nil {
+		rt.Listener.Close()
+		return err
+	}
+	defer closeBackends()
+	h, err := Handler(&c, backends, log, rt.Metrics)
+	if err != nil {
+		rt.Listener.Close()
+		return err
+	}
+
+	// Requests run under their own context, cancelled only when the grace
+	// period is over, so in-flight work can finish after ctx ends.
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(rt.Listener) }()
+	mode := "api keys"
+	if c.APIKeys == "" {
+		mode = "open (development: tenant from X-Tenant-Id)"
+	}
+	log.Info("serving HTTP", "addr", rt.Listener.Addr().String(), "auth", mode)
+	if rt.Ready != nil {
+		rt.Ready()
+	}
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("httpgateway: serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace", c.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("grace period over; cancelling the requests still running", "error", err)
+		cancelRequests()
+		_ = srv.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("httpgateway: serve: %w", err)
+	}
+	return nil
+}
+
+// dial connects to the six services, lazily: a service that is down makes
+// its routes answer 503 and /healthz say so; it does not stop the gateway.
+func dial(c *Config) (Backends, func(), error) {
+	var b Backends
+	targets := []struct {
+		env, addr string
+		conn      **grpc.ClientConn
+	}{
+		{"MODELGATEWAY_ADDR", c.ModelGatewayAddr, &b.Model},
+		{"ORCHESTRATOR_ADDR", c.OrchestratorAddr, &b.Orchestrator},
+		{"VISION_ADDR", c.VisionAddr, &b.Vision},
+		{"INDEXER_ADDR", c.IndexerAddr, &b.Indexer},
+		{"CLASSIFIER_ADDR", c.ClassifierAddr, &b.Classifier},
+		{"SQLAGENT_ADDR", c.SQLAgentAddr, &b.SQLAgent},
+	}
+	var opened []*grpc.ClientConn
+	closeAll := func() {
+		for _, cc := range opened {
+			_ = cc.Close()
+		}
+	}
+	for _, t := range targets {
+		if t.addr == "" {
+			closeAll()
+			return Backends{}, nil, fmt.Errorf("httpgateway: %s is empty", t.env)
+		}
+		cc, err := grpcx.Dial(t.addr)
+		if err != nil {
+			closeAll()
+			return Backends{}, nil, fmt.Errorf("httpgateway: %s: %w", t.env, err)
+		}
+		opened = append(opened, cc)
+		*t.conn = cc
+	}
+	return b, closeAll, nil
+}

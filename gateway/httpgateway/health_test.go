@@ -1,0 +1,132 @@
+package httpgateway_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentmesh/agentmesh/gateway/httpgateway"
+)
+
+type healthBody struct {
+	Status   string `json:"status"`
+	Services map[string]struct {
+		Status       string            `json:"status"`
+		Dependencies map[string]string `json:"dependencies"`
+		Error        string            `json:"error"`
+	} `json:"services"`
+}
+
+func getHealth(t *testing.T, url string) (int, healthBody) {
+	t.Helper()
+	resp, body := do(t, "GET", url, "", nil)
+	var h healthBody
+	if err := json.Unmarshal(body, &h); err != nil {
+		t.Fatalf("not JSON: %s", body)
+	}
+	return resp.StatusCode, h
+}
+
+var services = []string{"modelgateway", "orchestrator", "vision", "indexer", "classifier", "sqlagent"}
+
+func TestHealthzReportsEveryService(t *testing.T) {
+	t.Parallel()
+	m := startMesh(t, httpgateway.Config{HealthTimeout: time.Second}, fakes{})
+
+	for _, path := range []string{"/healthz", "/readyz"} {
+		code, h := getHealth(t, m.url+path)
+		if code != http.StatusOK || h.Status != "SERVING" || len(h.Services) != len(services) {
+			t.Fatalf("%s: %d %+v", path, code, h)
+		}
+		for _, s := range services {
+			if got := h.Services[s]; got.Status != "SERVING" || got.Dependencies["mongo"] != "SERVING" {
+				t.Errorf("%s: %s = %+v", path, s, got)
+			}
+		}
+	}
+
+	// The classifier's database goes down.
+	m.servers["classifier"].Health().Set("mongo", errors.New("no reachable servers"))
+	code, h := getHealth(t, m.url+"/healthz")
+	if code != http.StatusServiceUnavailable || h.Status != "NOT_SERVING" {
+		t.Fatalf("status %d %+v", code, h)
+	}
+	if c := h.Services["classifier"]; c.Status != "NOT_SERVING" || c.Dependencies["mongo"] != "NOT_SERVING" {
+		t.Fatalf("classifier = %+v", c)
+	}
+	if o := h.Services["orchestrator"]; o.Status != "SERVING" {
+		t.Fatalf("orchestrator = %+v", o)
+	}
+
+	// The SQL agent stops altogether.
+	m.stops["sqlagent"]()
+	code, h = getHealth(t, m.url+"/healthz")
+	if s := h.Services["sqlagent"]; code != http.StatusServiceUnavailable || s.Status != "NOT_SERVING" || s.Error == "" {
+		t.Fatalf("status %d, sqlagent = %+v", code, s)
+	}
+
+	// Liveness is the gateway's own.
+	if resp, body := do(t, "GET", m.url+"/livez", "", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/livez: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestOpenAPIDocument(t *testing.T) {
+	t.Parallel()
+	m := startMesh(t, httpgateway.Config{}, fakes{})
+	resp, body := do(t, "GET", m.url+"/openapi.json", "", nil)
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		t.Fatalf("status %d, Content-Type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	var doc struct {
+		Swagger string `json:"swagger"`
+		Info    struct {
+			Title string `json:"title"`
+		} `json:"info"`
+		SecurityDefinitions map[string]any            `json:"securityDefinitions"`
+		Paths               map[string]map[string]any `json:"paths"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatalf("not JSON: %v", err)
+	}
+	if doc.Swagger != "2.0" || doc.Info.Title != "agentmesh API" || doc.SecurityDefinitions["bearer"] == nil {
+		t.Errorf("swagger %q, title %q, security definitions %v", doc.Swagger, doc.Info.Title, doc.SecurityDefinitions)
+	}
+	for path, method := range map[string]string{
+		"/v1/models":                         "get",
+		"/v1/models:chat":                    "post",
+		"/v1/models:chatStream":              "post",
+		"/agents/classificationAgent/runs":   "post",
+		"/v1/jobs/{jobId}:watch":             "get",
+		"/v1/conversations/{conversationId}": "get",
+	} {
+		if _, ok := doc.Paths[path][method]; !ok {
+			t.Errorf("no %s %s in the document", strings.ToUpper(method), path)
+		}
+	}
+}
+
+func TestMetricsServedWhenGiven(t *testing.T) {
+	t.Parallel()
+	m := startBackends(t, fakes{})
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("up 1\n")) })
+	for _, tc := range []struct {
+		handler http.Handler
+		want    int
+	}{{metrics, http.StatusOK}, {nil, http.StatusNotFound}} {
+		h, err := httpgateway.Handler(&httpgateway.Config{}, m.backends, nil, tc.handler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("GET", "/metrics", nil)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != tc.want {
+			t.Errorf("metrics handler %v: /metrics status %d, want %d", tc.handler != nil, rec.Code, tc.want)
+		}
+	}
+}
