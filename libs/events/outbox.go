@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	"github.com/agentmesh/agentmesh/libs/mongox"
 )
 
 // OutboxField is the document field holding pending outbox entries.
@@ -23,9 +24,11 @@ const OutboxField = "outbox"
 
 // Relay tuning.
 const (
-	// RelayPollInterval is how often a [Relay] looks for pending entries
-	// when nobody calls [Relay.Notify].
-	RelayPollInterval = 500 * time.Millisecond
+	// RelayPollInterval is how often a [Relay] scans its whole collection
+	// for entries nobody named with NotifyDocument (failed publishes, or
+	// another replica that died before relaying). A scan is expensive on
+	// FerretDB, so the fast path is NotifyDocument, not polling.
+	RelayPollInterval = 5 * time.Second
 	// relayPageSize is how many documents one query of a sweep reads.
 	relayPageSize = 100
 	// relayPublishTimeout bounds the publish of one entry.
@@ -97,9 +100,27 @@ type Relay struct {
 	bus    *Bus
 	coll   *mongo.Collection
 	logger *slog.Logger
-	wake   chan struct{} // capacity 1: coalesced Notify calls
-	sweeps sync.Mutex    // serialises Sweep so one relay never races itself
+	wake   chan struct{}                // capacity 1: coalesced Notify calls
+	sweeps sync.Mutex                   // serialises sweeps so one relay never races itself
+	lock   func(id any) (unlock func()) // set before Run; nil: no lock
+
+	mu      sync.Mutex // guards the fields below
+	pending []any      // document ids named by NotifyDocument, in call order
+	full    bool       // a full sweep was asked for by Notify
 }
+
+// SetDocumentLock makes the relay hold lock(id) while it removes published
+// entries from the document with _id id. Call it before Run or Sweep. The
+// default is mongox.LockDocument, which UpdateVersioned takes too.
+//
+// FerretDB v1 applies an update as a read of the document followed by a
+// write of the whole document, without isolation between the two, so two
+// concurrent updates of one document can lose one of them — including a
+// state change racing the relay's removal. A store that takes the same lock
+// around its own updates of a document is safe from that within one
+// process. (MongoDB applies single-document updates atomically and needs no
+// lock.)
+func (r *Relay) SetDocumentLock(lock func(id any) (unlock func())) { r.lock = lock }
 
 // NewRelay returns a relay for the outbox arrays of coll's documents. logger
 // may be nil.
@@ -112,12 +133,32 @@ func NewRelay(bus *Bus, coll *mongo.Collection, logger *slog.Logger) *Relay {
 		coll:   coll,
 		logger: logger.With(slog.String("outbox_collection", coll.Name())),
 		wake:   make(chan struct{}, 1),
+		lock:   func(id any) func() { return mongox.LockDocument(coll, id) },
 	}
 }
 
-// Notify asks the relay to sweep soon. It never blocks; calls made while a
-// sweep is pending coalesce into one.
+// Notify asks the relay to sweep the whole collection soon. It never blocks;
+// calls made while a sweep is pending coalesce into one. Prefer
+// NotifyDocument after a write: it relays just that document.
 func (r *Relay) Notify() {
+	r.mu.Lock()
+	r.full = true
+	r.mu.Unlock()
+	r.poke()
+}
+
+// NotifyDocument asks the relay to publish the outbox of the document with
+// _id id soon. It never blocks. This is the fast path after each state
+// change: the relay reads that one document by _id instead of scanning the
+// collection (a scan on FerretDB decodes every document).
+func (r *Relay) NotifyDocument(id any) {
+	r.mu.Lock()
+	r.pending = append(r.pending, id)
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *Relay) poke() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -125,23 +166,83 @@ func (r *Relay) Notify() {
 }
 
 // Run sweeps every pending entry at once (recovering whatever an earlier
-// process left behind), then again whenever [Relay.Notify] is called and at
-// least every [RelayPollInterval], until ctx is done. Errors are logged and
-// retried on the next sweep. Run returns nil once ctx is done.
+// process left behind), then relays each document named by NotifyDocument
+// as soon as it is named, and sweeps the whole collection again when Notify
+// is called and every [RelayPollInterval] (catching entries whose publish
+// failed, or written by a process that died before relaying them), until ctx
+// is done. Errors are logged and retried on the next sweep. Run returns nil
+// once ctx is done.
 func (r *Relay) Run(ctx context.Context) error {
 	t := time.NewTicker(RelayPollInterval)
 	defer t.Stop()
+	full := true
 	for {
-		if _, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
-			r.logger.Warn("outbox sweep incomplete; will retry", slog.Any("error", err))
+		if full {
+			if _, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
+				r.logger.Warn("outbox sweep incomplete; will retry", slog.Any("error", err))
+			}
+		}
+		r.mu.Lock()
+		ids := r.pending
+		r.pending = nil
+		full = r.full
+		r.full = false
+		r.mu.Unlock()
+		if len(ids) > 0 && !full {
+			if _, err := r.SweepDocuments(ctx, ids...); err != nil && ctx.Err() == nil {
+				r.logger.Warn("outbox relay incomplete; will retry on the next sweep", slog.Any("error", err))
+			}
+			continue
+		}
+		if full {
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-r.wake:
 		case <-t.C:
+			full = true
 		}
 	}
+}
+
+// SweepDocuments publishes and removes the outbox entries of the documents
+// with the given ids, reading each by _id. It returns how many entries it
+// published.
+func (r *Relay) SweepDocuments(ctx context.Context, ids ...any) (int, error) {
+	r.sweeps.Lock()
+	defer r.sweeps.Unlock()
+	var (
+		published int
+		errs      []error
+	)
+	seen := make(map[any]bool, len(ids))
+	opts := options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}})
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		var doc outboxDoc
+		err := r.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, opts).Decode(&doc)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("events: outbox read %v: %w", id, err))
+			continue
+		}
+		if len(doc.Outbox) == 0 {
+			continue
+		}
+		n, err := r.relayDoc(ctx, doc)
+		published += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return published, errors.Join(errs...)
 }
 
 // Sweep publishes, in array order, the entries of every document whose
@@ -229,6 +330,9 @@ func (r *Relay) relayDoc(ctx context.Context, doc outboxDoc) (int, error) {
 	// entries are published again (harmlessly) by the next process.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayPublishTimeout)
 	defer cancel()
+	if r.lock != nil {
+		defer r.lock(doc.ID)()
+	}
 	if _, err := r.coll.UpdateOne(pctx, bson.D{{Key: "_id", Value: doc.ID}}, update); err != nil {
 		return len(done), errors.Join(pubErr, fmt.Errorf("events: outbox remove from document %v: %w", doc.ID, err))
 	}

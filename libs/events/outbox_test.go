@@ -284,3 +284,33 @@ func TestRelayKeepsEntriesItCannotPublish(t *testing.T) {
 		t.Errorf("stream holds %v, want only %s", got, good.ID)
 	}
 }
+
+// TestRelayNotifyDocumentPublishesWithoutWaitingForAScan: after the start-up
+// sweep, a document named with NotifyDocument is relayed at once, long before
+// the next full scan would find it.
+func TestRelayNotifyDocumentPublishesWithoutWaitingForAScan(t *testing.T) {
+	t.Parallel()
+	b := newBusWithStreams(t)
+	coll := startFerret(t).Collection("jobs")
+	ctx := testContext(t)
+
+	r := NewRelay(b, coll, testLogger(t))
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		<-ran
+	})
+
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("n%02d", i)
+		completeJob(ctx, t, coll, id, newEntry(t, id, "x"))
+		r.NotifyDocument(id)
+	}
+	// RelayPollInterval is 5 s; the notified documents must not wait for it.
+	waitFor(t, RelayPollInterval/2, "notified documents relayed", func() bool { return streamMsgs(t, b, StreamEvents) == 20 })
+	if n := pendingEntries(t, coll); n != 0 {
+		t.Fatalf("%d entries left in the outbox", n)
+	}
+}

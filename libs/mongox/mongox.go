@@ -90,11 +90,11 @@ type Index struct {
 // EnsureIndexes creates the given indexes on coll if they are missing.
 // Creating an index that already exists with the same definition is a no-op,
 // so every service calls this at start.
+//
+// Indexes are created one createIndexes command at a time: FerretDB v1.24
+// panics (and drops the connection) on a createIndexes naming two or more
+// indexes that all exist already, i.e. on every restart.
 func EnsureIndexes(ctx context.Context, coll *mongo.Collection, indexes ...Index) error {
-	if len(indexes) == 0 {
-		return nil
-	}
-	models := make([]mongo.IndexModel, 0, len(indexes))
 	for _, ix := range indexes {
 		o := options.Index()
 		if ix.Unique {
@@ -103,10 +103,9 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection, indexes ...Index
 		if ix.Name != "" {
 			o.SetName(ix.Name)
 		}
-		models = append(models, mongo.IndexModel{Keys: ix.Keys, Options: o})
-	}
-	if _, err := coll.Indexes().CreateMany(ctx, models); err != nil {
-		return fmt.Errorf("mongox: ensure indexes on %s: %w", coll.Name(), err)
+		if _, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: ix.Keys, Options: o}); err != nil {
+			return fmt.Errorf("mongox: ensure indexes on %s: %w", coll.Name(), err)
+		}
 	}
 	return nil
 }
@@ -129,8 +128,15 @@ func Translate(err error) error {
 // `version` field equals version, and increments the version in the same
 // write. It returns ErrConflict when the document exists with another version
 // (someone else wrote first), ErrNotFound when nothing matches filter at all.
-// update must not touch `version` itself.
+// update must not touch `version` itself. When filter selects by _id, the
+// write holds LockDocument for that document (see LockDocument for why).
 func UpdateVersioned(ctx context.Context, coll *mongo.Collection, filter bson.D, version int64, update bson.M) error {
+	for _, e := range filter {
+		if e.Key == "_id" {
+			defer LockDocument(coll, e.Value)()
+			break
+		}
+	}
 	f := append(bson.D{}, filter...)
 	f = append(f, bson.E{Key: "version", Value: version})
 	u := bson.M{}

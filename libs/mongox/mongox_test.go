@@ -25,8 +25,9 @@ func TestConnectAndEnsureIndexes(t *testing.T) {
 	defer client.Disconnect(ctx)
 	coll := db.Collection("things")
 	ix := mongox.Index{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "name", Value: 1}}, Unique: true}
-	for i := 0; i < 2; i++ { // ensuring twice is a no-op
-		if err := mongox.EnsureIndexes(ctx, coll, ix); err != nil {
+	byName := mongox.Index{Keys: bson.D{{Key: "name", Value: 1}}, Name: "by_name"}
+	for i := 0; i < 2; i++ { // ensuring twice is a no-op, with several indexes too
+		if err := mongox.EnsureIndexes(ctx, coll, ix, byName); err != nil {
 			t.Fatalf("ensure #%d: %v", i+1, err)
 		}
 	}

@@ -1,0 +1,53 @@
+package mongox
+
+import (
+	"fmt"
+	"sync"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// FerretDB v1 applies an update as a read of the document, a check of the
+// filter in Go, and a write of the whole document, without isolation
+// between the steps: two concurrent updates of one document can both match
+// a `version` filter, and one of them is lost. MongoDB applies
+// single-document updates atomically. Every process that writes through
+// FerretDB (`agentmesh up`, the tests) therefore serialises its writes to
+// one document with these locks; UpdateVersioned and the outbox relay take
+// them, and a store that updates a document some other way takes
+// LockDocument itself. Several processes sharing one FerretDB are not
+// protected: production runs on MongoDB.
+var docLocks = struct {
+	mu sync.Mutex
+	m  map[string]*docLock
+}{m: map[string]*docLock{}}
+
+type docLock struct {
+	mu   sync.Mutex
+	refs int // guarded by docLocks.mu
+}
+
+// LockDocument locks the document with _id id in coll for this process and
+// returns the unlock func. Locks of different documents never contend.
+func LockDocument(coll *mongo.Collection, id any) (unlock func()) {
+	key := coll.Database().Name() + "\x00" + coll.Name() + "\x00" + fmt.Sprint(id)
+	docLocks.mu.Lock()
+	l := docLocks.m[key]
+	if l == nil {
+		l = &docLock{}
+		docLocks.m[key] = l
+	}
+	l.refs++
+	docLocks.mu.Unlock()
+
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		docLocks.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(docLocks.m, key)
+		}
+		docLocks.mu.Unlock()
+	}
+}
