@@ -10,6 +10,7 @@ import (
 	v1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -144,6 +145,132 @@ func (x Routing) Number() protoreflect.EnumNumber {
 // Deprecated: Use Routing.Descriptor instead.
 func (Routing) EnumDescriptor() ([]byte, []int) {
 	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{1}
+}
+
+// ExtractionJobStatus is where an extraction job is in its life.
+type ExtractionJobStatus int32
+
+const (
+	// Not set.
+	ExtractionJobStatus_EXTRACTION_JOB_STATUS_UNSPECIFIED ExtractionJobStatus = 0
+	// On the work queue, not started.
+	ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED ExtractionJobStatus = 1
+	// Extractors running.
+	ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING ExtractionJobStatus = 2
+	// Every extractor that handles the document succeeded.
+	ExtractionJobStatus_EXTRACTION_JOB_STATUS_SUCCEEDED ExtractionJobStatus = 3
+	// At least one extractor failed; the others' extracts were stored.
+	ExtractionJobStatus_EXTRACTION_JOB_STATUS_PARTIALLY_FAILED ExtractionJobStatus = 4
+	// The job could not run at all (see error).
+	ExtractionJobStatus_EXTRACTION_JOB_STATUS_FAILED ExtractionJobStatus = 5
+	// The document changed or was deleted before the job finished; a newer job owns it.
+	ExtractionJobStatus_EXTRACTION_JOB_STATUS_SUPERSEDED ExtractionJobStatus = 6
+)
+
+// Enum value maps for ExtractionJobStatus.
+var (
+	ExtractionJobStatus_name = map[int32]string{
+		0: "EXTRACTION_JOB_STATUS_UNSPECIFIED",
+		1: "EXTRACTION_JOB_STATUS_QUEUED",
+		2: "EXTRACTION_JOB_STATUS_RUNNING",
+		3: "EXTRACTION_JOB_STATUS_SUCCEEDED",
+		4: "EXTRACTION_JOB_STATUS_PARTIALLY_FAILED",
+		5: "EXTRACTION_JOB_STATUS_FAILED",
+		6: "EXTRACTION_JOB_STATUS_SUPERSEDED",
+	}
+	ExtractionJobStatus_value = map[string]int32{
+		"EXTRACTION_JOB_STATUS_UNSPECIFIED":      0,
+		"EXTRACTION_JOB_STATUS_QUEUED":           1,
+		"EXTRACTION_JOB_STATUS_RUNNING":          2,
+		"EXTRACTION_JOB_STATUS_SUCCEEDED":        3,
+		"EXTRACTION_JOB_STATUS_PARTIALLY_FAILED": 4,
+		"EXTRACTION_JOB_STATUS_FAILED":           5,
+		"EXTRACTION_JOB_STATUS_SUPERSEDED":       6,
+	}
+)
+
+func (x ExtractionJobStatus) Enum() *ExtractionJobStatus {
+	p := new(ExtractionJobStatus)
+	*p = x
+	return p
+}
+
+func (x ExtractionJobStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExtractionJobStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_indexer_v1_document_proto_enumTypes[2].Descriptor()
+}
+
+func (ExtractionJobStatus) Type() protoreflect.EnumType {
+	return &file_agentmesh_indexer_v1_document_proto_enumTypes[2]
+}
+
+func (x ExtractionJobStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExtractionJobStatus.Descriptor instead.
+func (ExtractionJobStatus) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{2}
+}
+
+// ExtractorRunStatus is the outcome of one extractor in a job.
+type ExtractorRunStatus int32
+
+const (
+	// Not set.
+	ExtractorRunStatus_EXTRACTOR_RUN_STATUS_UNSPECIFIED ExtractorRunStatus = 0
+	// Ran and returned its extracts (possibly none).
+	ExtractorRunStatus_EXTRACTOR_RUN_STATUS_SUCCEEDED ExtractorRunStatus = 1
+	// Ran and failed; see error.
+	ExtractorRunStatus_EXTRACTOR_RUN_STATUS_FAILED ExtractorRunStatus = 2
+	// Does not handle this document (CanHandle was false).
+	ExtractorRunStatus_EXTRACTOR_RUN_STATUS_SKIPPED ExtractorRunStatus = 3
+)
+
+// Enum value maps for ExtractorRunStatus.
+var (
+	ExtractorRunStatus_name = map[int32]string{
+		0: "EXTRACTOR_RUN_STATUS_UNSPECIFIED",
+		1: "EXTRACTOR_RUN_STATUS_SUCCEEDED",
+		2: "EXTRACTOR_RUN_STATUS_FAILED",
+		3: "EXTRACTOR_RUN_STATUS_SKIPPED",
+	}
+	ExtractorRunStatus_value = map[string]int32{
+		"EXTRACTOR_RUN_STATUS_UNSPECIFIED": 0,
+		"EXTRACTOR_RUN_STATUS_SUCCEEDED":   1,
+		"EXTRACTOR_RUN_STATUS_FAILED":      2,
+		"EXTRACTOR_RUN_STATUS_SKIPPED":     3,
+	}
+)
+
+func (x ExtractorRunStatus) Enum() *ExtractorRunStatus {
+	p := new(ExtractorRunStatus)
+	*p = x
+	return p
+}
+
+func (x ExtractorRunStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExtractorRunStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_indexer_v1_document_proto_enumTypes[3].Descriptor()
+}
+
+func (ExtractorRunStatus) Type() protoreflect.EnumType {
+	return &file_agentmesh_indexer_v1_document_proto_enumTypes[3]
+}
+
+func (x ExtractorRunStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExtractorRunStatus.Descriptor instead.
+func (ExtractorRunStatus) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{3}
 }
 
 // Attachment is a file that came with a document.
@@ -340,7 +467,13 @@ type Document struct {
 	// Creation time.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Last update time.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Id of the latest extraction job of this content.
+	ExtractionJobId string `protobuf:"bytes,15,opt,name=extraction_job_id,json=extractionJobId,proto3" json:"extraction_job_id,omitempty"`
+	// Status of that job; extracts, entities and routing are final once it has ended.
+	ExtractionStatus ExtractionJobStatus `protobuf:"varint,16,opt,name=extraction_status,json=extractionStatus,proto3,enum=agentmesh.indexer.v1.ExtractionJobStatus" json:"extraction_status,omitempty"`
+	// Vision summary of the image attachments, when there were any and vision answered.
+	VisionSummary string `protobuf:"bytes,17,opt,name=vision_summary,json=visionSummary,proto3" json:"vision_summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -471,6 +604,27 @@ func (x *Document) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *Document) GetExtractionJobId() string {
+	if x != nil {
+		return x.ExtractionJobId
+	}
+	return ""
+}
+
+func (x *Document) GetExtractionStatus() ExtractionJobStatus {
+	if x != nil {
+		return x.ExtractionStatus
+	}
+	return ExtractionJobStatus_EXTRACTION_JOB_STATUS_UNSPECIFIED
+}
+
+func (x *Document) GetVisionSummary() string {
+	if x != nil {
+		return x.VisionSummary
+	}
+	return ""
 }
 
 // IngestDocumentRequest brings a document in.
@@ -1233,11 +1387,396 @@ func (x *DocumentIndexed) GetDocument() *Document {
 	return nil
 }
 
+// ExtractorRun is what one extractor did in a job.
+type ExtractorRun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Extractor name.
+	Extractor string `protobuf:"bytes,1,opt,name=extractor,proto3" json:"extractor,omitempty"`
+	// Its schema version.
+	SchemaVersion int32 `protobuf:"varint,2,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	// Outcome.
+	Status ExtractorRunStatus `protobuf:"varint,3,opt,name=status,proto3,enum=agentmesh.indexer.v1.ExtractorRunStatus" json:"status,omitempty"`
+	// Extracts produced.
+	ExtractCount int32 `protobuf:"varint,4,opt,name=extract_count,json=extractCount,proto3" json:"extract_count,omitempty"`
+	// Error text, for failed runs.
+	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// Wall time of the run.
+	Duration      *durationpb.Duration `protobuf:"bytes,6,opt,name=duration,proto3" json:"duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractorRun) Reset() {
+	*x = ExtractorRun{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractorRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractorRun) ProtoMessage() {}
+
+func (x *ExtractorRun) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractorRun.ProtoReflect.Descriptor instead.
+func (*ExtractorRun) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ExtractorRun) GetExtractor() string {
+	if x != nil {
+		return x.Extractor
+	}
+	return ""
+}
+
+func (x *ExtractorRun) GetSchemaVersion() int32 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
+}
+
+func (x *ExtractorRun) GetStatus() ExtractorRunStatus {
+	if x != nil {
+		return x.Status
+	}
+	return ExtractorRunStatus_EXTRACTOR_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *ExtractorRun) GetExtractCount() int32 {
+	if x != nil {
+		return x.ExtractCount
+	}
+	return 0
+}
+
+func (x *ExtractorRun) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ExtractorRun) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+// ExtractionJob runs the extractors over one version (content hash) of a
+// document, then links extracted entities in the graph and decides routing.
+type ExtractionJob struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Job id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Scope.
+	Scope *v1.Scope `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Document id.
+	DocumentId string `protobuf:"bytes,3,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	// Content hash of the document version the job extracts.
+	ContentHash string `protobuf:"bytes,4,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
+	// Why the job was queued: "ingest", "content_changed", "schema_upgrade" or "reconcile".
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Status.
+	Status ExtractionJobStatus `protobuf:"varint,6,opt,name=status,proto3,enum=agentmesh.indexer.v1.ExtractionJobStatus" json:"status,omitempty"`
+	// One entry per registered extractor, in run order.
+	ExtractorRuns []*ExtractorRun `protobuf:"bytes,7,rep,name=extractor_runs,json=extractorRuns,proto3" json:"extractor_runs,omitempty"`
+	// Deliveries of the job message so far.
+	Attempts int32 `protobuf:"varint,8,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// Error, for failed jobs.
+	Error string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	// Creation time.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Start time of the latest attempt.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// End time.
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractionJob) Reset() {
+	*x = ExtractionJob{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractionJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractionJob) ProtoMessage() {}
+
+func (x *ExtractionJob) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractionJob.ProtoReflect.Descriptor instead.
+func (*ExtractionJob) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ExtractionJob) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ExtractionJob) GetScope() *v1.Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+func (x *ExtractionJob) GetDocumentId() string {
+	if x != nil {
+		return x.DocumentId
+	}
+	return ""
+}
+
+func (x *ExtractionJob) GetContentHash() string {
+	if x != nil {
+		return x.ContentHash
+	}
+	return ""
+}
+
+func (x *ExtractionJob) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ExtractionJob) GetStatus() ExtractionJobStatus {
+	if x != nil {
+		return x.Status
+	}
+	return ExtractionJobStatus_EXTRACTION_JOB_STATUS_UNSPECIFIED
+}
+
+func (x *ExtractionJob) GetExtractorRuns() []*ExtractorRun {
+	if x != nil {
+		return x.ExtractorRuns
+	}
+	return nil
+}
+
+func (x *ExtractionJob) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *ExtractionJob) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ExtractionJob) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *ExtractionJob) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ExtractionJob) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+// ExtractionJobEvent is the payload of every extraction job state change,
+// am.evt.<tenant>.extraction_job.<id>.<queued|started|succeeded|partially_failed|failed|superseded>.
+type ExtractionJobEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job as it is after the change.
+	Job           *ExtractionJob `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractionJobEvent) Reset() {
+	*x = ExtractionJobEvent{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractionJobEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractionJobEvent) ProtoMessage() {}
+
+func (x *ExtractionJobEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractionJobEvent.ProtoReflect.Descriptor instead.
+func (*ExtractionJobEvent) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ExtractionJobEvent) GetJob() *ExtractionJob {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+// GetExtractionJobRequest names a job.
+type GetExtractionJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Scope. Required.
+	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Job id. Required.
+	JobId         string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetExtractionJobRequest) Reset() {
+	*x = GetExtractionJobRequest{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetExtractionJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetExtractionJobRequest) ProtoMessage() {}
+
+func (x *GetExtractionJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetExtractionJobRequest.ProtoReflect.Descriptor instead.
+func (*GetExtractionJobRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GetExtractionJobRequest) GetScope() *v1.Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+func (x *GetExtractionJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// GetExtractionJobResponse returns it.
+type GetExtractionJobResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job.
+	Job           *ExtractionJob `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetExtractionJobResponse) Reset() {
+	*x = GetExtractionJobResponse{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetExtractionJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetExtractionJobResponse) ProtoMessage() {}
+
+func (x *GetExtractionJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetExtractionJobResponse.ProtoReflect.Descriptor instead.
+func (*GetExtractionJobResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GetExtractionJobResponse) GetJob() *ExtractionJob {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
 var File_agentmesh_indexer_v1_document_proto protoreflect.FileDescriptor
 
 const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"\n" +
-	"#agentmesh/indexer/v1/document.proto\x12\x14agentmesh.indexer.v1\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
+	"#agentmesh/indexer/v1/document.proto\x12\x14agentmesh.indexer.v1\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
 	"\n" +
 	"Attachment\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
@@ -1253,7 +1792,7 @@ const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"\n" +
 	"span_start\x18\x05 \x01(\x03R\tspanStart\x12\x19\n" +
 	"\bspan_end\x18\x06 \x01(\x03R\aspanEnd\x12\x1c\n" +
-	"\textractor\x18\a \x01(\tR\textractor\"\xe1\x04\n" +
+	"\textractor\x18\a \x01(\tR\textractor\"\x8c\x06\n" +
 	"\bDocument\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
 	"\x05scope\x18\x02 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12A\n" +
@@ -1275,7 +1814,10 @@ const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"\vcreate_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xa6\x02\n" +
+	"updateTime\x12*\n" +
+	"\x11extraction_job_id\x18\x0f \x01(\tR\x0fextractionJobId\x12V\n" +
+	"\x11extraction_status\x18\x10 \x01(\x0e2).agentmesh.indexer.v1.ExtractionJobStatusR\x10extractionStatus\x12%\n" +
+	"\x0evision_summary\x18\x11 \x01(\tR\rvisionSummary\"\xa6\x02\n" +
 	"\x15IngestDocumentRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12A\n" +
 	"\vsource_type\x18\x02 \x01(\x0e2 .agentmesh.indexer.v1.SourceTypeR\n" +
@@ -1330,7 +1872,38 @@ const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"\tdocuments\x18\x01 \x01(\x03R\tdocuments\x12\x16\n" +
 	"\x06chunks\x18\x02 \x01(\x03R\x06chunks\"M\n" +
 	"\x0fDocumentIndexed\x12:\n" +
-	"\bdocument\x18\x01 \x01(\v2\x1e.agentmesh.indexer.v1.DocumentR\bdocument*\xb2\x01\n" +
+	"\bdocument\x18\x01 \x01(\v2\x1e.agentmesh.indexer.v1.DocumentR\bdocument\"\x87\x02\n" +
+	"\fExtractorRun\x12\x1c\n" +
+	"\textractor\x18\x01 \x01(\tR\textractor\x12%\n" +
+	"\x0eschema_version\x18\x02 \x01(\x05R\rschemaVersion\x12@\n" +
+	"\x06status\x18\x03 \x01(\x0e2(.agentmesh.indexer.v1.ExtractorRunStatusR\x06status\x12#\n" +
+	"\rextract_count\x18\x04 \x01(\x05R\fextractCount\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x125\n" +
+	"\bduration\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\x9c\x04\n" +
+	"\rExtractionJob\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
+	"\x05scope\x18\x02 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x1f\n" +
+	"\vdocument_id\x18\x03 \x01(\tR\n" +
+	"documentId\x12!\n" +
+	"\fcontent_hash\x18\x04 \x01(\tR\vcontentHash\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12A\n" +
+	"\x06status\x18\x06 \x01(\x0e2).agentmesh.indexer.v1.ExtractionJobStatusR\x06status\x12I\n" +
+	"\x0eextractor_runs\x18\a \x03(\v2\".agentmesh.indexer.v1.ExtractorRunR\rextractorRuns\x12\x1a\n" +
+	"\battempts\x18\b \x01(\x05R\battempts\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12;\n" +
+	"\vcreate_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x129\n" +
+	"\n" +
+	"start_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"K\n" +
+	"\x12ExtractionJobEvent\x125\n" +
+	"\x03job\x18\x01 \x01(\v2#.agentmesh.indexer.v1.ExtractionJobR\x03job\"b\n" +
+	"\x17GetExtractionJobRequest\x120\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\"Q\n" +
+	"\x18GetExtractionJobResponse\x125\n" +
+	"\x03job\x18\x01 \x01(\v2#.agentmesh.indexer.v1.ExtractionJobR\x03job*\xb2\x01\n" +
 	"\n" +
 	"SourceType\x12\x1b\n" +
 	"\x17SOURCE_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
@@ -1343,14 +1916,28 @@ const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"\aRouting\x12\x17\n" +
 	"\x13ROUTING_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROUTING_DONE\x10\x01\x12\x13\n" +
-	"\x0fROUTING_LIFT_UP\x10\x022\xac\x05\n" +
+	"\x0fROUTING_LIFT_UP\x10\x02*\x9a\x02\n" +
+	"\x13ExtractionJobStatus\x12%\n" +
+	"!EXTRACTION_JOB_STATUS_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cEXTRACTION_JOB_STATUS_QUEUED\x10\x01\x12!\n" +
+	"\x1dEXTRACTION_JOB_STATUS_RUNNING\x10\x02\x12#\n" +
+	"\x1fEXTRACTION_JOB_STATUS_SUCCEEDED\x10\x03\x12*\n" +
+	"&EXTRACTION_JOB_STATUS_PARTIALLY_FAILED\x10\x04\x12 \n" +
+	"\x1cEXTRACTION_JOB_STATUS_FAILED\x10\x05\x12$\n" +
+	" EXTRACTION_JOB_STATUS_SUPERSEDED\x10\x06*\xa1\x01\n" +
+	"\x12ExtractorRunStatus\x12$\n" +
+	" EXTRACTOR_RUN_STATUS_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eEXTRACTOR_RUN_STATUS_SUCCEEDED\x10\x01\x12\x1f\n" +
+	"\x1bEXTRACTOR_RUN_STATUS_FAILED\x10\x02\x12 \n" +
+	"\x1cEXTRACTOR_RUN_STATUS_SKIPPED\x10\x032\x9f\x06\n" +
 	"\x0fDocumentService\x12k\n" +
 	"\x0eIngestDocument\x12+.agentmesh.indexer.v1.IngestDocumentRequest\x1a,.agentmesh.indexer.v1.IngestDocumentResponse\x12b\n" +
 	"\vGetDocument\x12(.agentmesh.indexer.v1.GetDocumentRequest\x1a).agentmesh.indexer.v1.GetDocumentResponse\x12h\n" +
 	"\rListDocuments\x12*.agentmesh.indexer.v1.ListDocumentsRequest\x1a+.agentmesh.indexer.v1.ListDocumentsResponse\x12k\n" +
 	"\x0eDeleteDocument\x12+.agentmesh.indexer.v1.DeleteDocumentRequest\x1a,.agentmesh.indexer.v1.DeleteDocumentResponse\x12\x83\x01\n" +
 	"\x16FindDocumentsByExtract\x123.agentmesh.indexer.v1.FindDocumentsByExtractRequest\x1a4.agentmesh.indexer.v1.FindDocumentsByExtractResponse\x12k\n" +
-	"\x0eRebuildIndexes\x12+.agentmesh.indexer.v1.RebuildIndexesRequest\x1a,.agentmesh.indexer.v1.RebuildIndexesResponseB\xe3\x01\n" +
+	"\x0eRebuildIndexes\x12+.agentmesh.indexer.v1.RebuildIndexesRequest\x1a,.agentmesh.indexer.v1.RebuildIndexesResponse\x12q\n" +
+	"\x10GetExtractionJob\x12-.agentmesh.indexer.v1.GetExtractionJobRequest\x1a..agentmesh.indexer.v1.GetExtractionJobResponseB\xe3\x01\n" +
 	"\x18com.agentmesh.indexer.v1B\rDocumentProtoP\x01ZFgithub.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1;indexerv1\xa2\x02\x03AIX\xaa\x02\x14Agentmesh.Indexer.V1\xca\x02\x14Agentmesh\\Indexer\\V1\xe2\x02 Agentmesh\\Indexer\\V1\\GPBMetadata\xea\x02\x16Agentmesh::Indexer::V1b\x06proto3"
 
 var (
@@ -1365,72 +1952,94 @@ func file_agentmesh_indexer_v1_document_proto_rawDescGZIP() []byte {
 	return file_agentmesh_indexer_v1_document_proto_rawDescData
 }
 
-var file_agentmesh_indexer_v1_document_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agentmesh_indexer_v1_document_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_agentmesh_indexer_v1_document_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_agentmesh_indexer_v1_document_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_agentmesh_indexer_v1_document_proto_goTypes = []any{
 	(SourceType)(0),                        // 0: agentmesh.indexer.v1.SourceType
 	(Routing)(0),                           // 1: agentmesh.indexer.v1.Routing
-	(*Attachment)(nil),                     // 2: agentmesh.indexer.v1.Attachment
-	(*Extract)(nil),                        // 3: agentmesh.indexer.v1.Extract
-	(*Document)(nil),                       // 4: agentmesh.indexer.v1.Document
-	(*IngestDocumentRequest)(nil),          // 5: agentmesh.indexer.v1.IngestDocumentRequest
-	(*IngestDocumentResponse)(nil),         // 6: agentmesh.indexer.v1.IngestDocumentResponse
-	(*GetDocumentRequest)(nil),             // 7: agentmesh.indexer.v1.GetDocumentRequest
-	(*GetDocumentResponse)(nil),            // 8: agentmesh.indexer.v1.GetDocumentResponse
-	(*ListDocumentsRequest)(nil),           // 9: agentmesh.indexer.v1.ListDocumentsRequest
-	(*ListDocumentsResponse)(nil),          // 10: agentmesh.indexer.v1.ListDocumentsResponse
-	(*DeleteDocumentRequest)(nil),          // 11: agentmesh.indexer.v1.DeleteDocumentRequest
-	(*DeleteDocumentResponse)(nil),         // 12: agentmesh.indexer.v1.DeleteDocumentResponse
-	(*FindDocumentsByExtractRequest)(nil),  // 13: agentmesh.indexer.v1.FindDocumentsByExtractRequest
-	(*FindDocumentsByExtractResponse)(nil), // 14: agentmesh.indexer.v1.FindDocumentsByExtractResponse
-	(*RebuildIndexesRequest)(nil),          // 15: agentmesh.indexer.v1.RebuildIndexesRequest
-	(*RebuildIndexesResponse)(nil),         // 16: agentmesh.indexer.v1.RebuildIndexesResponse
-	(*DocumentIndexed)(nil),                // 17: agentmesh.indexer.v1.DocumentIndexed
-	nil,                                    // 18: agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
-	(*structpb.Struct)(nil),                // 19: google.protobuf.Struct
-	(*v1.Scope)(nil),                       // 20: agentmesh.common.v1.Scope
-	(*timestamppb.Timestamp)(nil),          // 21: google.protobuf.Timestamp
+	(ExtractionJobStatus)(0),               // 2: agentmesh.indexer.v1.ExtractionJobStatus
+	(ExtractorRunStatus)(0),                // 3: agentmesh.indexer.v1.ExtractorRunStatus
+	(*Attachment)(nil),                     // 4: agentmesh.indexer.v1.Attachment
+	(*Extract)(nil),                        // 5: agentmesh.indexer.v1.Extract
+	(*Document)(nil),                       // 6: agentmesh.indexer.v1.Document
+	(*IngestDocumentRequest)(nil),          // 7: agentmesh.indexer.v1.IngestDocumentRequest
+	(*IngestDocumentResponse)(nil),         // 8: agentmesh.indexer.v1.IngestDocumentResponse
+	(*GetDocumentRequest)(nil),             // 9: agentmesh.indexer.v1.GetDocumentRequest
+	(*GetDocumentResponse)(nil),            // 10: agentmesh.indexer.v1.GetDocumentResponse
+	(*ListDocumentsRequest)(nil),           // 11: agentmesh.indexer.v1.ListDocumentsRequest
+	(*ListDocumentsResponse)(nil),          // 12: agentmesh.indexer.v1.ListDocumentsResponse
+	(*DeleteDocumentRequest)(nil),          // 13: agentmesh.indexer.v1.DeleteDocumentRequest
+	(*DeleteDocumentResponse)(nil),         // 14: agentmesh.indexer.v1.DeleteDocumentResponse
+	(*FindDocumentsByExtractRequest)(nil),  // 15: agentmesh.indexer.v1.FindDocumentsByExtractRequest
+	(*FindDocumentsByExtractResponse)(nil), // 16: agentmesh.indexer.v1.FindDocumentsByExtractResponse
+	(*RebuildIndexesRequest)(nil),          // 17: agentmesh.indexer.v1.RebuildIndexesRequest
+	(*RebuildIndexesResponse)(nil),         // 18: agentmesh.indexer.v1.RebuildIndexesResponse
+	(*DocumentIndexed)(nil),                // 19: agentmesh.indexer.v1.DocumentIndexed
+	(*ExtractorRun)(nil),                   // 20: agentmesh.indexer.v1.ExtractorRun
+	(*ExtractionJob)(nil),                  // 21: agentmesh.indexer.v1.ExtractionJob
+	(*ExtractionJobEvent)(nil),             // 22: agentmesh.indexer.v1.ExtractionJobEvent
+	(*GetExtractionJobRequest)(nil),        // 23: agentmesh.indexer.v1.GetExtractionJobRequest
+	(*GetExtractionJobResponse)(nil),       // 24: agentmesh.indexer.v1.GetExtractionJobResponse
+	nil,                                    // 25: agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
+	(*structpb.Struct)(nil),                // 26: google.protobuf.Struct
+	(*v1.Scope)(nil),                       // 27: agentmesh.common.v1.Scope
+	(*timestamppb.Timestamp)(nil),          // 28: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 29: google.protobuf.Duration
 }
 var file_agentmesh_indexer_v1_document_proto_depIdxs = []int32{
-	19, // 0: agentmesh.indexer.v1.Extract.data:type_name -> google.protobuf.Struct
-	20, // 1: agentmesh.indexer.v1.Document.scope:type_name -> agentmesh.common.v1.Scope
+	26, // 0: agentmesh.indexer.v1.Extract.data:type_name -> google.protobuf.Struct
+	27, // 1: agentmesh.indexer.v1.Document.scope:type_name -> agentmesh.common.v1.Scope
 	0,  // 2: agentmesh.indexer.v1.Document.source_type:type_name -> agentmesh.indexer.v1.SourceType
-	3,  // 3: agentmesh.indexer.v1.Document.extracts:type_name -> agentmesh.indexer.v1.Extract
+	5,  // 3: agentmesh.indexer.v1.Document.extracts:type_name -> agentmesh.indexer.v1.Extract
 	1,  // 4: agentmesh.indexer.v1.Document.routing:type_name -> agentmesh.indexer.v1.Routing
-	21, // 5: agentmesh.indexer.v1.Document.create_time:type_name -> google.protobuf.Timestamp
-	21, // 6: agentmesh.indexer.v1.Document.update_time:type_name -> google.protobuf.Timestamp
-	20, // 7: agentmesh.indexer.v1.IngestDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
-	0,  // 8: agentmesh.indexer.v1.IngestDocumentRequest.source_type:type_name -> agentmesh.indexer.v1.SourceType
-	2,  // 9: agentmesh.indexer.v1.IngestDocumentRequest.attachments:type_name -> agentmesh.indexer.v1.Attachment
-	4,  // 10: agentmesh.indexer.v1.IngestDocumentResponse.document:type_name -> agentmesh.indexer.v1.Document
-	20, // 11: agentmesh.indexer.v1.GetDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
-	4,  // 12: agentmesh.indexer.v1.GetDocumentResponse.document:type_name -> agentmesh.indexer.v1.Document
-	20, // 13: agentmesh.indexer.v1.ListDocumentsRequest.scope:type_name -> agentmesh.common.v1.Scope
-	0,  // 14: agentmesh.indexer.v1.ListDocumentsRequest.source_type:type_name -> agentmesh.indexer.v1.SourceType
-	4,  // 15: agentmesh.indexer.v1.ListDocumentsResponse.documents:type_name -> agentmesh.indexer.v1.Document
-	20, // 16: agentmesh.indexer.v1.DeleteDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
-	20, // 17: agentmesh.indexer.v1.FindDocumentsByExtractRequest.scope:type_name -> agentmesh.common.v1.Scope
-	18, // 18: agentmesh.indexer.v1.FindDocumentsByExtractRequest.field_equals:type_name -> agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
-	4,  // 19: agentmesh.indexer.v1.FindDocumentsByExtractResponse.documents:type_name -> agentmesh.indexer.v1.Document
-	20, // 20: agentmesh.indexer.v1.RebuildIndexesRequest.scope:type_name -> agentmesh.common.v1.Scope
-	4,  // 21: agentmesh.indexer.v1.DocumentIndexed.document:type_name -> agentmesh.indexer.v1.Document
-	5,  // 22: agentmesh.indexer.v1.DocumentService.IngestDocument:input_type -> agentmesh.indexer.v1.IngestDocumentRequest
-	7,  // 23: agentmesh.indexer.v1.DocumentService.GetDocument:input_type -> agentmesh.indexer.v1.GetDocumentRequest
-	9,  // 24: agentmesh.indexer.v1.DocumentService.ListDocuments:input_type -> agentmesh.indexer.v1.ListDocumentsRequest
-	11, // 25: agentmesh.indexer.v1.DocumentService.DeleteDocument:input_type -> agentmesh.indexer.v1.DeleteDocumentRequest
-	13, // 26: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:input_type -> agentmesh.indexer.v1.FindDocumentsByExtractRequest
-	15, // 27: agentmesh.indexer.v1.DocumentService.RebuildIndexes:input_type -> agentmesh.indexer.v1.RebuildIndexesRequest
-	6,  // 28: agentmesh.indexer.v1.DocumentService.IngestDocument:output_type -> agentmesh.indexer.v1.IngestDocumentResponse
-	8,  // 29: agentmesh.indexer.v1.DocumentService.GetDocument:output_type -> agentmesh.indexer.v1.GetDocumentResponse
-	10, // 30: agentmesh.indexer.v1.DocumentService.ListDocuments:output_type -> agentmesh.indexer.v1.ListDocumentsResponse
-	12, // 31: agentmesh.indexer.v1.DocumentService.DeleteDocument:output_type -> agentmesh.indexer.v1.DeleteDocumentResponse
-	14, // 32: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:output_type -> agentmesh.indexer.v1.FindDocumentsByExtractResponse
-	16, // 33: agentmesh.indexer.v1.DocumentService.RebuildIndexes:output_type -> agentmesh.indexer.v1.RebuildIndexesResponse
-	28, // [28:34] is the sub-list for method output_type
-	22, // [22:28] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	28, // 5: agentmesh.indexer.v1.Document.create_time:type_name -> google.protobuf.Timestamp
+	28, // 6: agentmesh.indexer.v1.Document.update_time:type_name -> google.protobuf.Timestamp
+	2,  // 7: agentmesh.indexer.v1.Document.extraction_status:type_name -> agentmesh.indexer.v1.ExtractionJobStatus
+	27, // 8: agentmesh.indexer.v1.IngestDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
+	0,  // 9: agentmesh.indexer.v1.IngestDocumentRequest.source_type:type_name -> agentmesh.indexer.v1.SourceType
+	4,  // 10: agentmesh.indexer.v1.IngestDocumentRequest.attachments:type_name -> agentmesh.indexer.v1.Attachment
+	6,  // 11: agentmesh.indexer.v1.IngestDocumentResponse.document:type_name -> agentmesh.indexer.v1.Document
+	27, // 12: agentmesh.indexer.v1.GetDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
+	6,  // 13: agentmesh.indexer.v1.GetDocumentResponse.document:type_name -> agentmesh.indexer.v1.Document
+	27, // 14: agentmesh.indexer.v1.ListDocumentsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	0,  // 15: agentmesh.indexer.v1.ListDocumentsRequest.source_type:type_name -> agentmesh.indexer.v1.SourceType
+	6,  // 16: agentmesh.indexer.v1.ListDocumentsResponse.documents:type_name -> agentmesh.indexer.v1.Document
+	27, // 17: agentmesh.indexer.v1.DeleteDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
+	27, // 18: agentmesh.indexer.v1.FindDocumentsByExtractRequest.scope:type_name -> agentmesh.common.v1.Scope
+	25, // 19: agentmesh.indexer.v1.FindDocumentsByExtractRequest.field_equals:type_name -> agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
+	6,  // 20: agentmesh.indexer.v1.FindDocumentsByExtractResponse.documents:type_name -> agentmesh.indexer.v1.Document
+	27, // 21: agentmesh.indexer.v1.RebuildIndexesRequest.scope:type_name -> agentmesh.common.v1.Scope
+	6,  // 22: agentmesh.indexer.v1.DocumentIndexed.document:type_name -> agentmesh.indexer.v1.Document
+	3,  // 23: agentmesh.indexer.v1.ExtractorRun.status:type_name -> agentmesh.indexer.v1.ExtractorRunStatus
+	29, // 24: agentmesh.indexer.v1.ExtractorRun.duration:type_name -> google.protobuf.Duration
+	27, // 25: agentmesh.indexer.v1.ExtractionJob.scope:type_name -> agentmesh.common.v1.Scope
+	2,  // 26: agentmesh.indexer.v1.ExtractionJob.status:type_name -> agentmesh.indexer.v1.ExtractionJobStatus
+	20, // 27: agentmesh.indexer.v1.ExtractionJob.extractor_runs:type_name -> agentmesh.indexer.v1.ExtractorRun
+	28, // 28: agentmesh.indexer.v1.ExtractionJob.create_time:type_name -> google.protobuf.Timestamp
+	28, // 29: agentmesh.indexer.v1.ExtractionJob.start_time:type_name -> google.protobuf.Timestamp
+	28, // 30: agentmesh.indexer.v1.ExtractionJob.end_time:type_name -> google.protobuf.Timestamp
+	21, // 31: agentmesh.indexer.v1.ExtractionJobEvent.job:type_name -> agentmesh.indexer.v1.ExtractionJob
+	27, // 32: agentmesh.indexer.v1.GetExtractionJobRequest.scope:type_name -> agentmesh.common.v1.Scope
+	21, // 33: agentmesh.indexer.v1.GetExtractionJobResponse.job:type_name -> agentmesh.indexer.v1.ExtractionJob
+	7,  // 34: agentmesh.indexer.v1.DocumentService.IngestDocument:input_type -> agentmesh.indexer.v1.IngestDocumentRequest
+	9,  // 35: agentmesh.indexer.v1.DocumentService.GetDocument:input_type -> agentmesh.indexer.v1.GetDocumentRequest
+	11, // 36: agentmesh.indexer.v1.DocumentService.ListDocuments:input_type -> agentmesh.indexer.v1.ListDocumentsRequest
+	13, // 37: agentmesh.indexer.v1.DocumentService.DeleteDocument:input_type -> agentmesh.indexer.v1.DeleteDocumentRequest
+	15, // 38: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:input_type -> agentmesh.indexer.v1.FindDocumentsByExtractRequest
+	17, // 39: agentmesh.indexer.v1.DocumentService.RebuildIndexes:input_type -> agentmesh.indexer.v1.RebuildIndexesRequest
+	23, // 40: agentmesh.indexer.v1.DocumentService.GetExtractionJob:input_type -> agentmesh.indexer.v1.GetExtractionJobRequest
+	8,  // 41: agentmesh.indexer.v1.DocumentService.IngestDocument:output_type -> agentmesh.indexer.v1.IngestDocumentResponse
+	10, // 42: agentmesh.indexer.v1.DocumentService.GetDocument:output_type -> agentmesh.indexer.v1.GetDocumentResponse
+	12, // 43: agentmesh.indexer.v1.DocumentService.ListDocuments:output_type -> agentmesh.indexer.v1.ListDocumentsResponse
+	14, // 44: agentmesh.indexer.v1.DocumentService.DeleteDocument:output_type -> agentmesh.indexer.v1.DeleteDocumentResponse
+	16, // 45: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:output_type -> agentmesh.indexer.v1.FindDocumentsByExtractResponse
+	18, // 46: agentmesh.indexer.v1.DocumentService.RebuildIndexes:output_type -> agentmesh.indexer.v1.RebuildIndexesResponse
+	24, // 47: agentmesh.indexer.v1.DocumentService.GetExtractionJob:output_type -> agentmesh.indexer.v1.GetExtractionJobResponse
+	41, // [41:48] is the sub-list for method output_type
+	34, // [34:41] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_indexer_v1_document_proto_init() }
@@ -1443,8 +2052,8 @@ func file_agentmesh_indexer_v1_document_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_indexer_v1_document_proto_rawDesc), len(file_agentmesh_indexer_v1_document_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   17,
+			NumEnums:      4,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	DocumentService_DeleteDocument_FullMethodName         = "/agentmesh.indexer.v1.DocumentService/DeleteDocument"
 	DocumentService_FindDocumentsByExtract_FullMethodName = "/agentmesh.indexer.v1.DocumentService/FindDocumentsByExtract"
 	DocumentService_RebuildIndexes_FullMethodName         = "/agentmesh.indexer.v1.DocumentService/RebuildIndexes"
+	DocumentService_GetExtractionJob_FullMethodName       = "/agentmesh.indexer.v1.DocumentService/GetExtractionJob"
 )
 
 // DocumentServiceClient is the client API for DocumentService service.
@@ -47,6 +48,8 @@ type DocumentServiceClient interface {
 	FindDocumentsByExtract(ctx context.Context, in *FindDocumentsByExtractRequest, opts ...grpc.CallOption) (*FindDocumentsByExtractResponse, error)
 	// RebuildIndexes rebuilds the search indexes of a scope (or all) from the document store.
 	RebuildIndexes(ctx context.Context, in *RebuildIndexesRequest, opts ...grpc.CallOption) (*RebuildIndexesResponse, error)
+	// GetExtractionJob returns an extraction job with the outcome of each extractor.
+	GetExtractionJob(ctx context.Context, in *GetExtractionJobRequest, opts ...grpc.CallOption) (*GetExtractionJobResponse, error)
 }
 
 type documentServiceClient struct {
@@ -117,6 +120,16 @@ func (c *documentServiceClient) RebuildIndexes(ctx context.Context, in *RebuildI
 	return out, nil
 }
 
+func (c *documentServiceClient) GetExtractionJob(ctx context.Context, in *GetExtractionJobRequest, opts ...grpc.CallOption) (*GetExtractionJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetExtractionJobResponse)
+	err := c.cc.Invoke(ctx, DocumentService_GetExtractionJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DocumentServiceServer is the server API for DocumentService service.
 // All implementations must embed UnimplementedDocumentServiceServer
 // for forward compatibility.
@@ -137,6 +150,8 @@ type DocumentServiceServer interface {
 	FindDocumentsByExtract(context.Context, *FindDocumentsByExtractRequest) (*FindDocumentsByExtractResponse, error)
 	// RebuildIndexes rebuilds the search indexes of a scope (or all) from the document store.
 	RebuildIndexes(context.Context, *RebuildIndexesRequest) (*RebuildIndexesResponse, error)
+	// GetExtractionJob returns an extraction job with the outcome of each extractor.
+	GetExtractionJob(context.Context, *GetExtractionJobRequest) (*GetExtractionJobResponse, error)
 	mustEmbedUnimplementedDocumentServiceServer()
 }
 
@@ -164,6 +179,9 @@ func (UnimplementedDocumentServiceServer) FindDocumentsByExtract(context.Context
 }
 func (UnimplementedDocumentServiceServer) RebuildIndexes(context.Context, *RebuildIndexesRequest) (*RebuildIndexesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RebuildIndexes not implemented")
+}
+func (UnimplementedDocumentServiceServer) GetExtractionJob(context.Context, *GetExtractionJobRequest) (*GetExtractionJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetExtractionJob not implemented")
 }
 func (UnimplementedDocumentServiceServer) mustEmbedUnimplementedDocumentServiceServer() {}
 func (UnimplementedDocumentServiceServer) testEmbeddedByValue()                         {}
@@ -294,6 +312,24 @@ func _DocumentService_RebuildIndexes_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DocumentService_GetExtractionJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetExtractionJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DocumentServiceServer).GetExtractionJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DocumentService_GetExtractionJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DocumentServiceServer).GetExtractionJob(ctx, req.(*GetExtractionJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DocumentService_ServiceDesc is the grpc.ServiceDesc for DocumentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -324,6 +360,10 @@ var DocumentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RebuildIndexes",
 			Handler:    _DocumentService_RebuildIndexes_Handler,
+		},
+		{
+			MethodName: "GetExtractionJob",
+			Handler:    _DocumentService_GetExtractionJob_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -44,7 +44,10 @@ type ConversationMessage struct {
 	// True when the turn was cut short by a client disconnect.
 	Cancelled bool `protobuf:"varint,8,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	// When it was stored.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// For a tool message: true when the tool failed and content holds the
+	// error the model read.
+	ToolError     bool `protobuf:"varint,10,opt,name=tool_error,json=toolError,proto3" json:"tool_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -140,6 +143,13 @@ func (x *ConversationMessage) GetCreateTime() *timestamppb.Timestamp {
 		return x.CreateTime
 	}
 	return nil
+}
+
+func (x *ConversationMessage) GetToolError() bool {
+	if x != nil {
+		return x.ToolError
+	}
+	return false
 }
 
 // ToolInvocation is a tool call made by the model.
@@ -1718,7 +1728,7 @@ var File_agentmesh_orchestrator_v1_conversation_proto protoreflect.FileDescripto
 
 const file_agentmesh_orchestrator_v1_conversation_proto_rawDesc = "" +
 	"\n" +
-	",agentmesh/orchestrator/v1/conversation.proto\x12\x19agentmesh.orchestrator.v1\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd5\x02\n" +
+	",agentmesh/orchestrator/v1/conversation.proto\x12\x19agentmesh.orchestrator.v1\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x02\n" +
 	"\x13ConversationMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n" +
@@ -1731,7 +1741,10 @@ const file_agentmesh_orchestrator_v1_conversation_proto_rawDesc = "" +
 	"\ttool_name\x18\a \x01(\tR\btoolName\x12\x1c\n" +
 	"\tcancelled\x18\b \x01(\bR\tcancelled\x12;\n" +
 	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"[\n" +
+	"createTime\x12\x1d\n" +
+	"\n" +
+	"tool_error\x18\n" +
+	" \x01(\bR\ttoolError\"[\n" +
 	"\x0eToolInvocation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +

@@ -44,7 +44,11 @@ type ConversationServiceClient interface {
 	DeleteConversation(ctx context.Context, in *DeleteConversationRequest, opts ...grpc.CallOption) (*DeleteConversationResponse, error)
 	// StreamMessage adds a user message and streams the loop's events until it
 	// completes. A second concurrent message to the same conversation fails
-	// with FAILED_PRECONDITION.
+	// with FAILED_PRECONDITION (ErrorInfo reason CONVERSATION_BUSY), on every
+	// replica. Failures before the first event end the RPC with a status and
+	// no events; a failure during the turn is an ErrorEvent, after which the
+	// stream ends normally. Cancelling the stream cancels the model call and
+	// running tools; the partial answer is stored marked cancelled.
 	StreamMessage(ctx context.Context, in *StreamMessageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamMessageResponse], error)
 	// SendMessage adds a user message and returns the final answer.
 	SendMessage(ctx context.Context, in *SendMessageRequest, opts ...grpc.CallOption) (*SendMessageResponse, error)
@@ -144,7 +148,11 @@ type ConversationServiceServer interface {
 	DeleteConversation(context.Context, *DeleteConversationRequest) (*DeleteConversationResponse, error)
 	// StreamMessage adds a user message and streams the loop's events until it
 	// completes. A second concurrent message to the same conversation fails
-	// with FAILED_PRECONDITION.
+	// with FAILED_PRECONDITION (ErrorInfo reason CONVERSATION_BUSY), on every
+	// replica. Failures before the first event end the RPC with a status and
+	// no events; a failure during the turn is an ErrorEvent, after which the
+	// stream ends normally. Cancelling the stream cancels the model call and
+	// running tools; the partial answer is stored marked cancelled.
 	StreamMessage(*StreamMessageRequest, grpc.ServerStreamingServer[StreamMessageResponse]) error
 	// SendMessage adds a user message and returns the final answer.
 	SendMessage(context.Context, *SendMessageRequest) (*SendMessageResponse, error)
