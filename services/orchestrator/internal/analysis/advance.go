@@ -1,0 +1,317 @@
+package analysis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/schemas"
+)
+
+// MaxQueryLength bounds an analysis query, in characters.
+const MaxQueryLength = 8000
+
+// SubmitRequest is a new analysis.
+type SubmitRequest struct {
+	// Tenant and Project scope it. Tenant is required.
+	Tenant, Project string
+	// Query is the question. Required.
+	Query string
+	// ResponseType names a registered output schema; default
+	// generic_analysis.
+	ResponseType string
+	// OutputSchema is a caller-supplied JSON schema; it overrides
+	// ResponseType.
+	OutputSchema string
+	// AllowedTools restricts the planner; empty means every tool.
+	AllowedTools []string
+}
+
+// Submit validates req, stores the analysis and its planning job, and
+// returns the analysis job. Invalid requests fail with a *FieldError.
+func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (*Job, error) {
+	query := strings.TrimSpace(req.Query)
+	switch {
+	case query == "":
+		return nil, &FieldError{Field: "query", Reason: "is required"}
+	case utf8.RuneCountInString(query) > MaxQueryLength:
+		return nil, &FieldError{Field: "query", Reason: fmt.Sprintf("is longer than %d characters", MaxQueryLength)}
+	}
+	out, err := e.schemas.Resolve(req.ResponseType, req.OutputSchema)
+	if err != nil {
+		field := "response_type"
+		if req.OutputSchema != "" {
+			field = "output_json_schema"
+		}
+		return nil, &FieldError{Field: field, Reason: err.Error()}
+	}
+	if _, err := e.tools.Definitions(req.AllowedTools); err != nil {
+		return nil, &FieldError{Field: "allowed_tools", Reason: fmt.Sprintf("%v (known tools: %s)", err, strings.Join(e.tools.Names(), ", "))}
+	}
+	now := e.now()
+	id := uuid.Must(uuid.NewV7()).String()
+	input := map[string]any{"query": query, "response_type": out.Name()}
+	if len(req.AllowedTools) > 0 {
+		input["allowed_tools"] = req.AllowedTools
+	}
+	root := &Job{
+		ID:           id,
+		RootID:       id,
+		Type:         TypeAnalysis,
+		Status:       StatusPending,
+		Tenant:       req.Tenant,
+		Project:      req.Project,
+		Title:        query,
+		InputJSON:    mustJSON(input),
+		CreateTime:   now,
+		Query:        query,
+		ResponseType: out.Name(),
+		OutputSchema: req.OutputSchema,
+		AllowedTools: req.AllowedTools,
+	}
+	if _, err := e.insert(ctx, root, false); err != nil {
+		return nil, err
+	}
+	if err := e.advance(ctx, root.Tenant, root.Project, root.ID); err != nil {
+		// The analysis is stored; recovery will advance it.
+		e.log.Warn("advance after submit failed", "job_id", id, "error", err)
+	}
+	if j, err := e.store.Get(ctx, root.Tenant, root.Project, id); err == nil {
+		return j, nil
+	}
+	return root, nil
+}
+
+// advance brings an analysis one step closer to done from what its children
+// say, idempotently: it may create the planning job, the planned tool jobs
+// or the synthesis job, re-run synthesis after a retry, and settle the
+// analysis. Concurrent calls are safe: children have derived ids and every
+// write is version-checked.
+func (e *Engine) advance(ctx context.Context, tenant, project, rootID string) error {
+	root, err := e.store.Get(ctx, tenant, project, rootID)
+	if err != nil {
+		return err
+	}
+	children, err := e.children(ctx, root)
+	if err != nil {
+		return err
+	}
+	if root.Status == StatusCancelled {
+		return e.cancelChildren(ctx, children)
+	}
+	var planning, synth *Job
+	toolsByID := map[string]*Job{}
+	for _, c := range children {
+		switch c.Type {
+		case TypePlanning:
+			planning = c
+		case TypeSynthesis:
+			synth = c
+		case TypeTool:
+			toolsByID[c.ID] = c
+		}
+	}
+
+	if planning == nil {
+		now := e.now()
+		planning = &Job{
+			ID: childID(rootID, "planning"), RootID: rootID, ParentID: rootID, Type: TypePlanning,
+			Status: StatusPending, Tenant: tenant, Project: project, Seq: 0, Title: "Planning",
+			InputJSON:  mustJSON(map[string]any{"query": root.Query, "allowed_tools": root.AllowedTools}),
+			CreateTime: now,
+		}
+		if _, err := e.insert(ctx, planning, true); err != nil {
+			return err
+		}
+		return e.settleRoot(ctx, root, StatusWaiting, "", "")
+	}
+	switch planning.Status {
+	case StatusPending, StatusRunning, StatusWaiting:
+		return e.settleRoot(ctx, root, StatusWaiting, "", "")
+	case StatusFailed:
+		return e.settleRoot(ctx, root, StatusFailed, "", planning.Error)
+	case StatusCancelled:
+		return e.settleRoot(ctx, root, StatusCancelled, "", "")
+	}
+
+	// Planning is complete: every planned call has its tool job.
+	var toolJobs []*Job
+	for i, call := range planning.Plan {
+		id := childID(rootID, "tool/"+call.Key)
+		if j, ok := toolsByID[id]; ok {
+			toolJobs = append(toolJobs, j)
+			continue
+		}
+		j := &Job{
+			ID: id, RootID: rootID, ParentID: rootID, Type: TypeTool, Status: StatusPending,
+			Tenant: tenant, Project: project, Seq: i + 1, Title: call.Title, ToolName: call.Tool,
+			InputJSON: call.Args, IdempotencyKey: call.Key, CreateTime: e.now(),
+		}
+		if _, err := e.insert(ctx, j, true); err != nil {
+			return err
+		}
+		toolJobs = append(toolJobs, j)
+	}
+	round := int32(0)
+	for _, j := range toolJobs {
+		if !j.Status.Terminal() {
+			return e.settleRoot(ctx, root, StatusWaiting, "", "")
+		}
+		round = max(round, j.Round)
+	}
+
+	// Every tool job is terminal: synthesis of the latest round is due.
+	if synth == nil {
+		synth = &Job{
+			ID: childID(rootID, "synthesis"), RootID: rootID, ParentID: rootID, Type: TypeSynthesis,
+			Status: StatusPending, Tenant: tenant, Project: project, Seq: len(planning.Plan) + 1,
+			Title: "Synthesis", Round: round, CreateTime: e.now(),
+			InputJSON: mustJSON(map[string]any{"query": root.Query, "response_type": root.ResponseType}),
+		}
+		if _, err := e.insert(ctx, synth, true); err != nil {
+			return err
+		}
+		return e.settleRoot(ctx, root, StatusWaiting, "", "")
+	}
+	if synth.Round < round {
+		if synth.Status.Terminal() {
+			if _, err := e.mutate(ctx, tenant, project, synth.ID, func(j *Job) (effect, error) {
+				if !j.Status.Terminal() || j.Round >= round {
+					return unchanged, nil
+				}
+				resetForRun(j)
+				j.Round = round
+				return announced | queued, nil
+			}); err != nil {
+				return err
+			}
+		}
+		return e.settleRoot(ctx, root, StatusWaiting, "", "")
+	}
+	switch synth.Status {
+	case StatusComplete:
+		return e.settleRoot(ctx, root, StatusComplete, synth.OutputJSON, "")
+	case StatusFailed:
+		return e.settleRoot(ctx, root, StatusFailed, "", synth.Error)
+	case StatusCancelled:
+		return e.settleRoot(ctx, root, StatusCancelled, "", "")
+	default:
+		return e.settleRoot(ctx, root, StatusWaiting, "", "")
+	}
+}
+
+// children returns the children of analysis root in creation order
+// (planning, tool jobs in plan order, synthesis), reading each by its
+// derived id: the planning job's plan names the tool jobs, and synthesis
+// exists only once every tool job does. Jobs other than analyses have no
+// children.
+func (e *Engine) children(ctx context.Context, root *Job) ([]*Job, error) {
+	if root.Type != TypeAnalysis {
+		return nil, nil
+	}
+	get := func(id string) (*Job, error) {
+		j, err := e.store.Get(ctx, root.Tenant, root.Project, id)
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil
+		}
+		return j, err
+	}
+	planning, err := get(childID(root.ID, "planning"))
+	if err != nil || planning == nil {
+		return nil, err
+	}
+	out := []*Job{planning}
+	for _, call := range planning.Plan {
+		j, err := get(childID(root.ID, "tool/"+call.Key))
+		if err != nil {
+			return nil, err
+		}
+		if j == nil {
+			return out, nil // the tool jobs are being created; no synthesis yet
+		}
+		out = append(out, j)
+	}
+	if planning.Status != StatusComplete {
+		return out, nil
+	}
+	synth, err := get(childID(root.ID, "synthesis"))
+	if err != nil {
+		return nil, err
+	}
+	if synth != nil {
+		out = append(out, synth)
+	}
+	return out, nil
+}
+
+// settleRoot moves the analysis to status with output and error, unless it
+// is there already or was cancelled. Moving a finished analysis back to
+// waiting (after RetryJob) clears its result.
+func (e *Engine) settleRoot(ctx context.Context, root *Job, status Status, output, errMsg string) error {
+	if root.Status == status && root.OutputJSON == output && root.Error == errMsg {
+		return nil // the common case: nothing to do, no read
+	}
+	_, err := e.mutate(ctx, root.Tenant, root.Project, root.ID, func(j *Job) (effect, error) {
+		if j.Status == StatusCancelled || (j.Status == status && j.OutputJSON == output && j.Error == errMsg) {
+			return unchanged, nil
+		}
+		now := e.now()
+		j.Status, j.OutputJSON, j.Error = status, output, errMsg
+		if j.StartTime == nil {
+			j.StartTime = timePtr(now)
+		}
+		if status.Terminal() {
+			j.EndTime = timePtr(now)
+		} else {
+			j.EndTime = nil
+		}
+		return announced, nil
+	})
+	return err
+}
+
+// cancelChildren cancels every unfinished child of a cancelled analysis.
+func (e *Engine) cancelChildren(ctx context.Context, children []*Job) error {
+	for _, c := range children {
+		if c.Status.Terminal() {
+			continue
+		}
+		if err := e.cancelJob(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cancelJob moves one unfinished job to cancelled and stops its execution
+// in this process (other processes stop on the cancellation event).
+func (e *Engine) cancelJob(ctx context.Context, c *Job) error {
+	_, err := e.mutate(ctx, c.Tenant, c.Project, c.ID, func(j *Job) (effect, error) {
+		if j.Status.Terminal() {
+			return unchanged, nil
+		}
+		j.Status = StatusCancelled
+		j.EndTime = timePtr(e.now())
+		j.LeaseOwner, j.LeaseUntil = "", nil
+		return announced, nil
+	})
+	e.cancelLocal(c.ID)
+	return err
+}
+
+// resetForRun makes a finished job runnable again.
+func resetForRun(j *Job) {
+	j.Status = StatusPending
+	j.OutputJSON, j.Error = "", ""
+	j.EndTime = nil
+	j.LeaseOwner, j.LeaseUntil = "", nil
+}
+
+// outputSchema resolves the output schema of an analysis.
+func (e *Engine) outputSchema(root *Job) (*schemas.Output, error) {
+	return e.schemas.Resolve(root.ResponseType, root.OutputSchema)
+}

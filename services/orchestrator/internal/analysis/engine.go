@@ -1,0 +1,467 @@
+package analysis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/planner"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/schemas"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/synthesis"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/tools"
+)
+
+// Source is the event source of every analysis event.
+const Source = "orchestrator"
+
+// Work queues (am.work.<queue>) and their durable consumers.
+const (
+	QueuePlanning  = "analysis.planning"
+	QueueTool      = "analysis.tool"
+	QueueSynthesis = "analysis.synthesis"
+)
+
+// Tuning that is not worth configuring.
+const (
+	maxConflictRetries = 20
+	sweepPageSize      = 200
+	maxToolResultBytes = 512 << 10
+)
+
+// jobNamespace derives child job ids (UUID v5) from the parent id.
+var jobNamespace = uuid.MustParse("6f1c9a52-2f4e-4b8e-9d3a-6a1f0c7e2b11")
+
+// Config tunes the engine. Zero values take the defaults noted.
+type Config struct {
+	// ToolParallelism is how many tool jobs one process executes at once
+	// (default 4).
+	ToolParallelism int
+	// ModelParallelism is how many planning and synthesis calls, each, one
+	// process makes at once (default 4).
+	ModelParallelism int
+	// ToolTimeout bounds one tool execution (default 30s); a tool's
+	// Definition.Timeout or ToolTimeouts entry overrides it.
+	ToolTimeout time.Duration
+	// ToolTimeouts overrides the timeout per tool name.
+	ToolTimeouts map[string]time.Duration
+	// ModelTimeout bounds a planning or synthesis call, feedback round
+	// included (default 2m).
+	ModelTimeout time.Duration
+	// LeaseGrace is added to a job's timeout to form its lease: after that
+	// a job whose worker vanished may be claimed again (default 10s).
+	LeaseGrace time.Duration
+	// SweepInterval is how often unfinished jobs are checked (default 15s).
+	SweepInterval time.Duration
+	// StaleAfter is how long a pending job or an unfinished analysis must
+	// have been untouched before the periodic sweep re-queues or re-advances
+	// it (default 1m). Start-up recovery looks at every unfinished job.
+	StaleAfter time.Duration
+	// AckWait is how long JetStream waits for a work item's ack before
+	// redelivering it (default 30s; workers extend it while they run).
+	AckWait time.Duration
+	// PlannerModel and SynthesisModel are logical model names (default
+	// "planner" and "chat").
+	PlannerModel, SynthesisModel string
+}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.ToolParallelism <= 0 {
+		c.ToolParallelism = 4
+	}
+	if c.ModelParallelism <= 0 {
+		c.ModelParallelism = 4
+	}
+	def(&c.ToolTimeout, 30*time.Second)
+	def(&c.ModelTimeout, 2*time.Minute)
+	def(&c.LeaseGrace, 10*time.Second)
+	def(&c.SweepInterval, 15*time.Second)
+	def(&c.StaleAfter, time.Minute)
+	def(&c.AckWait, 30*time.Second)
+	if c.PlannerModel == "" {
+		c.PlannerModel = "planner"
+	}
+	if c.SynthesisModel == "" {
+		c.SynthesisModel = "chat"
+	}
+	return c
+}
+
+// Model is the part of the ModelService client the engine uses; the
+// generated modelv1.ModelServiceClient is one.
+type Model interface {
+	Chat(ctx context.Context, in *modelv1.ChatRequest, opts ...grpc.CallOption) (*modelv1.ChatResponse, error)
+}
+
+// Notifier is told after every write so pending outbox entries are
+// published promptly; *events.Relay is one.
+type Notifier interface {
+	NotifyDocument(id any)
+}
+
+// Hooks let tests observe or interrupt the engine at points a crash
+// matters. Production code leaves them nil.
+type Hooks struct {
+	// AfterSettle runs after a job's result is stored and before its work
+	// item is acknowledged.
+	AfterSettle func(j *Job)
+	// BeforeExecute runs after a job was claimed, before it executes.
+	BeforeExecute func(j *Job)
+}
+
+// Deps are the engine's collaborators. All are required except Logger,
+// Hooks and Now.
+type Deps struct {
+	Store   Store
+	Bus     *events.Bus
+	Outbox  Notifier
+	Model   Model
+	Tools   *tools.Registry
+	Schemas *schemas.Registry
+	Logger  *slog.Logger
+	Hooks   Hooks
+	// Now returns the current time; default time.Now.
+	Now func() time.Time
+}
+
+// Engine runs analyses: it accepts commands (submit, cancel, retry), executes
+// work items from the analysis queues, and recovers unfinished work. Its
+// methods are safe for concurrent use.
+type Engine struct {
+	cfg      Config
+	store    Store
+	bus      *events.Bus
+	outbox   Notifier
+	tools    *tools.Registry
+	schemas  *schemas.Registry
+	planner  *planner.Planner
+	synth    *synthesis.Synthesizer
+	log      *slog.Logger
+	hooks    Hooks
+	clock    func() time.Time
+	instance string
+
+	mu      sync.Mutex
+	running map[string]context.CancelFunc // guarded by mu: executing job id → cancel
+
+	stopOnce  sync.Once
+	cancel    context.CancelFunc
+	consumers []*events.Consumer
+	cancelSub *nats.Subscription
+	loops     sync.WaitGroup
+}
+
+// New builds an engine. It does not start any work; call Start.
+func New(cfg Config, d Deps) (*Engine, error) {
+	if d.Store == nil || d.Bus == nil || d.Outbox == nil || d.Model == nil || d.Tools == nil || d.Schemas == nil {
+		return nil, errors.New("analysis: engine needs a store, bus, outbox notifier, model, tools and schemas")
+	}
+	if err := d.Tools.Check(); err != nil {
+		return nil, fmt.Errorf("analysis: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	log := d.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	clock := d.Now
+	if clock == nil {
+		clock = time.Now
+	}
+	host, _ := os.Hostname()
+	return &Engine{
+		cfg:      cfg,
+		store:    d.Store,
+		bus:      d.Bus,
+		outbox:   d.Outbox,
+		tools:    d.Tools,
+		schemas:  d.Schemas,
+		planner:  planner.New(d.Model, cfg.PlannerModel),
+		synth:    synthesis.New(d.Model, cfg.SynthesisModel),
+		log:      log.With(slog.String("component", "analysis")),
+		hooks:    d.Hooks,
+		clock:    clock,
+		instance: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8]),
+		running:  map[string]context.CancelFunc{},
+	}, nil
+}
+
+// Config returns the effective configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// now is the engine's clock at the storage precision (milliseconds, UTC), so
+// events and stored documents agree.
+func (e *Engine) now() time.Time { return e.clock().UTC().Truncate(time.Millisecond) }
+
+// Start recovers unfinished work (re-queues pending and abandoned jobs,
+// re-advances every unfinished analysis), then starts the work queue
+// consumers, the cancellation listener and the periodic sweep. Work runs
+// until ctx is done or Stop is called.
+func (e *Engine) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	e.cancel = cancel
+	sub, err := e.bus.Conn().Subscribe(events.EventSubjectPrefix+"*.job.*."+string(StatusCancelled), e.onCancelled)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("analysis: subscribe to cancellations: %w", err)
+	}
+	e.cancelSub = sub
+	if err := e.sweep(ctx, true); err != nil {
+		e.log.Warn("start-up recovery incomplete; the periodic sweep will retry", slog.Any("error", err))
+	}
+	queues := []struct {
+		queue string
+		typ   Type
+		conc  int
+	}{
+		{QueuePlanning, TypePlanning, e.cfg.ModelParallelism},
+		{QueueTool, TypeTool, e.cfg.ToolParallelism},
+		{QueueSynthesis, TypeSynthesis, e.cfg.ModelParallelism},
+	}
+	for _, q := range queues {
+		c, err := e.bus.Consume(ctx, events.ConsumerSpec{
+			Stream:        events.StreamWork,
+			Durable:       strings.ReplaceAll(q.queue, ".", "-"),
+			FilterSubject: events.WorkSubject(q.queue),
+			AckWait:       e.cfg.AckWait,
+			MaxDeliver:    10,
+			Backoff:       []time.Duration{500 * time.Millisecond, 2 * time.Second, 10 * time.Second},
+			Concurrency:   q.conc,
+		}, e.handler(q.typ))
+		if err != nil {
+			e.Stop()
+			return fmt.Errorf("analysis: %w", err)
+		}
+		e.consumers = append(e.consumers, c)
+	}
+	e.loops.Go(func() { e.sweepLoop(ctx) })
+	return nil
+}
+
+// Stop stops consuming, cancels executing jobs (their leases are released so
+// another instance picks them up at once) and waits for the workers.
+func (e *Engine) Stop() {
+	e.stopOnce.Do(func() {
+		if e.cancelSub != nil {
+			_ = e.cancelSub.Unsubscribe()
+		}
+		if e.cancel != nil {
+			e.cancel()
+		}
+		for _, c := range e.consumers {
+			c.Stop()
+		}
+		e.loops.Wait()
+	})
+}
+
+// effect says what a mutation did.
+type effect uint8
+
+const (
+	// unchanged: nothing to write.
+	unchanged effect = 0
+	// stored: write the state without an event (bookkeeping only).
+	stored effect = 1 << iota
+	// announced: write the state and its job event.
+	announced
+	// queued: also publish a work item for the job.
+	queued
+)
+
+// mutate applies fn to the current state of job id and writes the result,
+// with the job event and work item fn asks for, in one version-checked
+// write; it re-reads and re-applies fn on conflicts. fn must decide from the
+// job it is given only. It returns the job as stored (unchanged if fn
+// returned unchanged or an error).
+func (e *Engine) mutate(ctx context.Context, tenant, project, id string, fn func(j *Job) (effect, error)) (*Job, error) {
+	for range maxConflictRetries {
+		cur, err := e.store.Get(ctx, tenant, project, id)
+		if err != nil {
+			return nil, err
+		}
+		next := cur.clone()
+		eff, err := fn(next)
+		if err != nil {
+			return cur, err
+		}
+		if eff == unchanged {
+			return cur, nil
+		}
+		next.UpdateTime = e.now()
+		outbox, err := e.outboxFor(ctx, next, eff)
+		if err != nil {
+			return nil, err
+		}
+		err = e.store.Update(ctx, next, cur.Version, outbox...)
+		if errors.Is(err, ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(outbox) > 0 {
+			e.outbox.NotifyDocument(next.ID)
+		}
+		return next, nil
+	}
+	return nil, fmt.Errorf("analysis: job %s: %w (%d attempts)", id, ErrConflict, maxConflictRetries)
+}
+
+// insert stores a new job with its creation event and, if queue, its work
+// item. It reports false without error if the job exists already, which
+// makes creating derived children idempotent.
+func (e *Engine) insert(ctx context.Context, j *Job, queue bool) (bool, error) {
+	eff := announced
+	if queue {
+		eff |= queued
+	}
+	j.UpdateTime = j.CreateTime
+	outbox, err := e.outboxFor(ctx, j, eff)
+	if err != nil {
+		return false, err
+	}
+	err = e.store.Insert(ctx, j, outbox...)
+	if errors.Is(err, ErrExists) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	e.outbox.NotifyDocument(j.ID)
+	return true, nil
+}
+
+// outboxFor builds the entries a write with effect eff carries: the job
+// event first, then the work item (which bumps j.Dispatches).
+func (e *Engine) outboxFor(ctx context.Context, j *Job, eff effect) ([]events.OutboxEntry, error) {
+	var out []events.OutboxEntry
+	if eff&queued != 0 {
+		j.Dispatches++
+	}
+	if eff&announced != 0 {
+		entry, err := e.eventEntry(ctx, j)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, entry)
+	}
+	if eff&queued != 0 {
+		entry, err := e.workEntry(ctx, j)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, entry)
+	}
+	return out, nil
+}
+
+// eventEntry is the job event of j's current state.
+func (e *Engine) eventEntry(ctx context.Context, j *Job) (events.OutboxEntry, error) {
+	scope := &commonv1.Scope{TenantId: j.Tenant, ProjectId: j.Project}
+	ev, err := events.NewEvent("job."+string(j.Status), Source, scope, j.RootID,
+		&orchestratorv1.JobEvent{Job: eventJob(j), RootId: j.RootID})
+	if err != nil {
+		return events.OutboxEntry{}, err
+	}
+	entry, err := events.OutboxEntryFor(events.EventSubject(j.Tenant, "job", j.ID, string(j.Status)), ev)
+	if err != nil {
+		return events.OutboxEntry{}, err
+	}
+	return entry.WithTraceContext(ctx), nil
+}
+
+// workEntry is a work item asking a worker to run j. Its id is stable per
+// dispatch, so the relay re-publishing it is deduplicated by JetStream.
+func (e *Engine) workEntry(ctx context.Context, j *Job) (events.OutboxEntry, error) {
+	queue, ok := queueOf[j.Type]
+	if !ok {
+		return events.OutboxEntry{}, fmt.Errorf("analysis: job %s of type %s has no queue", j.ID, j.Type)
+	}
+	payload, err := anypb.New(&orchestratorv1.JobEvent{
+		Job:    &orchestratorv1.Job{Id: j.ID, Type: typeToProto[j.Type], Scope: &commonv1.Scope{TenantId: j.Tenant, ProjectId: j.Project}},
+		RootId: j.RootID,
+	})
+	if err != nil {
+		return events.OutboxEntry{}, err
+	}
+	ev := &commonv1.Event{
+		Id:            fmt.Sprintf("work-%s-%d", j.ID, j.Dispatches),
+		Type:          "analysis.work." + string(j.Type),
+		Source:        Source,
+		Time:          timestamppb.New(e.now()),
+		Scope:         &commonv1.Scope{TenantId: j.Tenant, ProjectId: j.Project},
+		CorrelationId: j.RootID,
+		Payload:       payload,
+	}
+	entry, err := events.OutboxEntryFor(events.WorkSubject(queue), ev)
+	if err != nil {
+		return events.OutboxEntry{}, err
+	}
+	return entry.WithTraceContext(ctx), nil
+}
+
+// queueOf maps executable job types to their work queue.
+var queueOf = map[Type]string{
+	TypePlanning:  QueuePlanning,
+	TypeTool:      QueueTool,
+	TypeSynthesis: QueueSynthesis,
+}
+
+// childID derives a child's id from the parent and what the child is.
+func childID(rootID, what string) string {
+	return uuid.NewSHA1(jobNamespace, []byte(rootID+"/"+what)).String()
+}
+
+// onCancelled cancels a locally executing job when its cancellation event
+// arrives (CancelJob may have run on another instance).
+func (e *Engine) onCancelled(msg *nats.Msg) {
+	// am.evt.<tenant>.job.<id>.cancelled
+	parts := strings.Split(msg.Subject, ".")
+	if len(parts) != 6 {
+		return
+	}
+	e.cancelLocal(parts[4])
+}
+
+// cancelLocal cancels the execution of job id in this process, if any.
+func (e *Engine) cancelLocal(id string) {
+	e.mu.Lock()
+	cancel := e.running[id]
+	e.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// track registers a job's execution so it can be cancelled; the returned
+// function unregisters it.
+func (e *Engine) track(id string, cancel context.CancelFunc) func() {
+	e.mu.Lock()
+	e.running[id] = cancel
+	e.mu.Unlock()
+	return func() {
+		e.mu.Lock()
+		delete(e.running, id)
+		e.mu.Unlock()
+	}
+}

@@ -1,0 +1,239 @@
+// Package grpcapi implements the JobService gRPC server over the analysis
+// engine: it resolves the caller's scope on every RPC, validates requests,
+// converts between the contract and the domain, and maps domain errors to
+// status codes in one place (toStatus).
+package grpcapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
+)
+
+// Page sizes of ListJobs.
+const (
+	defaultPageSize = 50
+	maxPageSize     = 500
+)
+
+// Server implements orchestratorv1.JobServiceServer.
+type Server struct {
+	orchestratorv1.UnimplementedJobServiceServer
+	engine *analysis.Engine
+}
+
+var _ orchestratorv1.JobServiceServer = (*Server)(nil)
+
+// New returns a JobService server backed by engine.
+func New(engine *analysis.Engine) *Server { return &Server{engine: engine} }
+
+// SubmitAnalysis implements JobService.
+func (s *Server) SubmitAnalysis(ctx context.Context, req *orchestratorv1.SubmitAnalysisRequest) (*orchestratorv1.SubmitAnalysisResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	j, err := s.engine.Submit(ctx, analysis.SubmitRequest{
+		Tenant: scope.GetTenantId(), Project: scope.GetProjectId(),
+		Query: req.GetQuery(), ResponseType: req.GetResponseType(),
+		OutputSchema: req.GetOutputJsonSchema(), AllowedTools: req.GetAllowedTools(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &orchestratorv1.SubmitAnalysisResponse{Job: analysis.ToProto(j, nil)}, nil
+}
+
+// GetJob implements JobService.
+func (s *Server) GetJob(ctx context.Context, req *orchestratorv1.GetJobRequest) (*orchestratorv1.GetJobResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetJobId() == "" {
+		return nil, grpcx.InvalidArgument("job_id", "is required")
+	}
+	j, children, err := s.engine.Get(ctx, scope.GetTenantId(), scope.GetProjectId(), req.GetJobId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &orchestratorv1.GetJobResponse{Job: analysis.ToProto(j, children)}, nil
+}
+
+// ListJobs implements JobService.
+func (s *Server) ListJobs(ctx context.Context, req *orchestratorv1.ListJobsRequest) (*orchestratorv1.ListJobsResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		return nil, grpcx.InvalidArgument("page_size", "must not be negative")
+	case size == 0:
+		size = defaultPageSize
+	case size > maxPageSize:
+		size = maxPageSize
+	}
+	q := analysis.ListQuery{
+		Tenant: scope.GetTenantId(), Project: scope.GetProjectId(),
+		Status: analysis.StatusFromProto(req.GetStatus()), Type: analysis.TypeFromProto(req.GetType()),
+		ParentID: req.GetParentId(), Limit: size,
+	}
+	if req.GetStatus() != orchestratorv1.JobStatus_JOB_STATUS_UNSPECIFIED && q.Status == "" {
+		return nil, grpcx.InvalidArgument("status", "unknown value %d", req.GetStatus())
+	}
+	if req.GetType() != orchestratorv1.JobType_JOB_TYPE_UNSPECIFIED && q.Type == "" {
+		return nil, grpcx.InvalidArgument("type", "unknown value %d", req.GetType())
+	}
+	if t := req.GetCreateTimeFrom(); t != nil {
+		q.From = t.AsTime()
+	}
+	if t := req.GetCreateTimeTo(); t != nil {
+		q.To = t.AsTime()
+	}
+	hash := filterHash(req)
+	if req.GetPageToken() != "" {
+		key, err := decodeToken(req.GetPageToken(), hash)
+		if err != nil {
+			return nil, grpcx.InvalidArgument("page_token", "%v", err)
+		}
+		q.After = key
+	}
+	jobs, next, err := s.engine.List(ctx, q)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &orchestratorv1.ListJobsResponse{}
+	for _, j := range jobs {
+		resp.Jobs = append(resp.Jobs, analysis.ToProto(j, nil))
+	}
+	if next != "" {
+		resp.NextPageToken = encodeToken(next, hash)
+	}
+	return resp, nil
+}
+
+// WatchJob implements JobService.
+func (s *Server) WatchJob(req *orchestratorv1.WatchJobRequest, stream orchestratorv1.JobService_WatchJobServer) error {
+	ctx := stream.Context()
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return err
+	}
+	if req.GetJobId() == "" {
+		return grpcx.InvalidArgument("job_id", "is required")
+	}
+	err = s.engine.Watch(ctx, scope.GetTenantId(), scope.GetProjectId(), req.GetJobId(), req.GetAfterSequence(),
+		func(seq uint64, ev *orchestratorv1.JobEvent) error {
+			return stream.Send(&orchestratorv1.WatchJobResponse{Sequence: seq, Event: ev})
+		})
+	if err != nil && ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return toStatus(err)
+}
+
+// CancelJob implements JobService.
+func (s *Server) CancelJob(ctx context.Context, req *orchestratorv1.CancelJobRequest) (*orchestratorv1.CancelJobResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetJobId() == "" {
+		return nil, grpcx.InvalidArgument("job_id", "is required")
+	}
+	j, err := s.engine.Cancel(ctx, scope.GetTenantId(), scope.GetProjectId(), req.GetJobId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &orchestratorv1.CancelJobResponse{Job: analysis.ToProto(j, nil)}, nil
+}
+
+// RetryJob implements JobService.
+func (s *Server) RetryJob(ctx context.Context, req *orchestratorv1.RetryJobRequest) (*orchestratorv1.RetryJobResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetJobId() == "" {
+		return nil, grpcx.InvalidArgument("job_id", "is required")
+	}
+	j, err := s.engine.Retry(ctx, scope.GetTenantId(), scope.GetProjectId(), req.GetJobId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &orchestratorv1.RetryJobResponse{Job: analysis.ToProto(j, nil)}, nil
+}
+
+// toStatus maps domain errors to gRPC status errors; unknown errors become
+// Internal without their text (the interceptor logs the original).
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var fe *analysis.FieldError
+	switch {
+	case errors.As(err, &fe):
+		return grpcx.InvalidArgument(fe.Field, "%s", fe.Reason)
+	case errors.Is(err, analysis.ErrNotFound):
+		return grpcx.Errorf(codes.NotFound, "JOB_NOT_FOUND", "job not found")
+	case errors.Is(err, analysis.ErrWrongState):
+		return grpcx.Errorf(codes.FailedPrecondition, "JOB_WRONG_STATE", "%v", err)
+	case errors.Is(err, analysis.ErrConflict):
+		return grpcx.Errorf(codes.Aborted, "JOB_CONFLICT", "the job changed concurrently; retry")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "cancelled")
+	}
+	return grpcx.Errorf(codes.Internal, "INTERNAL", "internal error")
+}
+
+// filterHash fingerprints the filter of a ListJobs request, so a page token
+// is only accepted with the filter it was issued for.
+func filterHash(req *orchestratorv1.ListJobsRequest) string {
+	f := &orchestratorv1.ListJobsRequest{
+		Scope: req.GetScope(), Status: req.GetStatus(), Type: req.GetType(), ParentId: req.GetParentId(),
+		CreateTimeFrom: req.GetCreateTimeFrom(), CreateTimeTo: req.GetCreateTimeTo(),
+	}
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(f)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// encodeToken wraps a store continuation key in a page token.
+func encodeToken(key, hash string) string {
+	b, _ := proto.Marshal(&commonv1.PageToken{LastKey: key, FilterHash: hash})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeToken unwraps a page token issued for the same filter.
+func decodeToken(tok, hash string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return "", errors.New("malformed")
+	}
+	var pt commonv1.PageToken
+	if err := proto.Unmarshal(b, &pt); err != nil || pt.GetLastKey() == "" {
+		return "", errors.New("malformed")
+	}
+	if pt.GetFilterHash() != hash {
+		return "", errors.New("was issued for a different filter")
+	}
+	return pt.GetLastKey(), nil
+}

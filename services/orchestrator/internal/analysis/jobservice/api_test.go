@@ -1,0 +1,93 @@
+package jobservice_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
+)
+
+// Bad requests are InvalidArgument naming the field; ListJobs filters and
+// pages newest first.
+func TestAPIValidationAndListing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.sim.When(providersim.Match{WithTools: true}).Text("no tools")
+	e.start(analysis.Hooks{})
+
+	for _, tc := range []struct {
+		name  string
+		req   *orchestratorv1.SubmitAnalysisRequest
+		field string
+	}{
+		{"no tenant", &orchestratorv1.SubmitAnalysisRequest{Query: "q"}, "scope.tenant_id"},
+		{"no query", &orchestratorv1.SubmitAnalysisRequest{Scope: e.scope, Query: "  "}, "query"},
+		{"unknown response type", &orchestratorv1.SubmitAnalysisRequest{Scope: e.scope, Query: "q", ResponseType: "poem"}, "response_type"},
+		{"bad schema", &orchestratorv1.SubmitAnalysisRequest{Scope: e.scope, Query: "q", OutputJsonSchema: `{"type":"array"}`}, "output_json_schema"},
+		{"unknown tool", &orchestratorv1.SubmitAnalysisRequest{Scope: e.scope, Query: "q", AllowedTools: []string{"rm_rf"}}, "allowed_tools"},
+	} {
+		_, err := e.client.SubmitAnalysis(e.ctx(5*time.Second), tc.req)
+		st := status.Convert(err)
+		var field string
+		for _, d := range st.Details() {
+			if br, ok := d.(*errdetails.BadRequest); ok && len(br.GetFieldViolations()) > 0 {
+				field = br.GetFieldViolations()[0].GetField()
+			}
+		}
+		if st.Code() != codes.InvalidArgument || field != tc.field {
+			t.Errorf("%s: %v (field %q), want InvalidArgument on %s", tc.name, err, field, tc.field)
+		}
+	}
+	if _, err := e.client.GetJob(e.ctx(5*time.Second), &orchestratorv1.GetJobRequest{Scope: e.scope, JobId: "nope"}); status.Code(err) != codes.NotFound {
+		t.Errorf("GetJob(nope) = %v", err)
+	}
+
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, e.submit(strings.Repeat("q", i+1), "").GetId())
+	}
+	for _, id := range ids {
+		e.waitStatus(id, failed, 20*time.Second)
+	}
+	list := func(req *orchestratorv1.ListJobsRequest) *orchestratorv1.ListJobsResponse {
+		t.Helper()
+		req.Scope = e.scope
+		resp, err := e.client.ListJobs(e.ctx(5*time.Second), req)
+		if err != nil {
+			t.Fatalf("ListJobs: %v", err)
+		}
+		return resp
+	}
+	var got []string
+	req := &orchestratorv1.ListJobsRequest{Type: orchestratorv1.JobType_JOB_TYPE_ANALYSIS_REQUEST, PageSize: 2}
+	for {
+		resp := list(req)
+		for _, j := range resp.GetJobs() {
+			got = append(got, j.GetId())
+		}
+		if resp.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+	if strings.Join(got, ",") != strings.Join([]string{ids[2], ids[1], ids[0]}, ",") {
+		t.Errorf("analyses newest first = %v, want %v reversed", got, ids)
+	}
+	if n := len(list(&orchestratorv1.ListJobsRequest{ParentId: ids[0]}).GetJobs()); n != 1 {
+		t.Errorf("children of %s: %d, want the planning job", ids[0], n)
+	}
+	if n := len(list(&orchestratorv1.ListJobsRequest{Status: failed, Type: typePlanning}).GetJobs()); n != 3 {
+		t.Errorf("failed planning jobs: %d", n)
+	}
+	_, err := e.client.ListJobs(e.ctx(5*time.Second), &orchestratorv1.ListJobsRequest{Scope: e.scope, PageToken: req.GetPageToken(), Status: complete})
+	if req.GetPageToken() != "" && status.Code(err) != codes.InvalidArgument {
+		t.Errorf("page token reused with another filter: %v", err)
+	}
+}

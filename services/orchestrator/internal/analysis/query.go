@@ -1,0 +1,135 @@
+package analysis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+)
+
+// Get returns job id and its children in creation order.
+func (e *Engine) Get(ctx context.Context, tenant, project, id string) (*Job, []*Job, error) {
+	j, err := e.store.Get(ctx, tenant, project, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	children, err := e.children(ctx, j)
+	if err != nil {
+		return nil, nil, err
+	}
+	return j, children, nil
+}
+
+// List returns jobs matching q, newest first, and the key of the next page.
+func (e *Engine) List(ctx context.Context, q ListQuery) ([]*Job, string, error) {
+	return e.store.List(ctx, q)
+}
+
+// errWatchDone ends a watch after the analysis's final event.
+var errWatchDone = errors.New("watch done")
+
+// Watch calls fn for every event of analysis rootID's tree, in stream order,
+// starting after stream sequence afterSeq (0: from the analysis's first
+// event), and then live. It returns nil once the analysis is finished and
+// the final event of every job of the tree has been delivered; otherwise it
+// runs until ctx is done or fn fails. fn receives the stream sequence,
+// usable as an SSE event id.
+//
+// Events of different jobs reach the stream in the order the outbox relay
+// publishes them, which follows each job's own order but not always the
+// order across jobs; each event carries the whole job state.
+func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afterSeq uint64,
+	fn func(seq uint64, ev *orchestratorv1.JobEvent) error,
+) error {
+	root, err := e.store.Get(ctx, tenant, project, rootID)
+	if err != nil {
+		return err
+	}
+	if root.ParentID != "" {
+		return &FieldError{Field: "job_id", Reason: "is not an analysis (root) job"}
+	}
+	start := afterSeq
+	if start == 0 {
+		if start, err = e.firstSequence(ctx, root); err != nil {
+			return err
+		}
+	}
+	filter := events.EventSubjectPrefix + events.SubjectToken(tenant) + ".job.>"
+	delivered := map[string]orchestratorv1.JobStatus{} // job id → last status sent
+	finishing := false                                 // the analysis's final event was sent
+	err = e.bus.Replay(ctx, events.StreamEvents, filter, start, func(seq uint64, ev *commonv1.Event) error {
+		if ev.GetCorrelationId() != rootID || ev.GetScope().GetProjectId() != project {
+			return nil
+		}
+		var je orchestratorv1.JobEvent
+		if err := ev.GetPayload().UnmarshalTo(&je); err != nil || je.GetRootId() != rootID {
+			return nil // not an event of this tree
+		}
+		if err := fn(seq, &je); err != nil {
+			return err
+		}
+		delivered[je.GetJob().GetId()] = je.GetJob().GetStatus()
+		if je.GetJob().GetId() == rootID {
+			finishing = StatusFromProto(je.GetJob().GetStatus()).Terminal()
+		}
+		if finishing && e.treeDelivered(ctx, tenant, project, rootID, delivered, afterSeq > 0) {
+			return errWatchDone
+		}
+		return nil
+	})
+	if errors.Is(err, errWatchDone) {
+		return nil
+	}
+	return err
+}
+
+// treeDelivered reports whether the analysis is finished and the last event
+// delivered for it and for each child carries the job's stored status:
+// nothing more is coming (unless RetryJob reopens it). A resumed watch
+// (resumed) trusts that children it saw nothing of were delivered before.
+func (e *Engine) treeDelivered(ctx context.Context, tenant, project, rootID string, delivered map[string]orchestratorv1.JobStatus, resumed bool) bool {
+	root, children, err := e.Get(ctx, tenant, project, rootID)
+	if err != nil || !root.Status.Terminal() || delivered[root.ID] != statusToProto[root.Status] {
+		return false
+	}
+	for _, c := range children {
+		if !c.Status.Terminal() {
+			return false // e.g. a retry reopening the tree, or a cancel half-way
+		}
+		last, seen := delivered[c.ID]
+		if !seen && resumed {
+			continue
+		}
+		if last != statusToProto[c.Status] {
+			return false
+		}
+	}
+	return true
+}
+
+// firstSequence returns the stream sequence just before the analysis's
+// first event (its "pending" event), or, if that is not in the stream yet,
+// the stream's current last sequence (every event of the tree comes later).
+func (e *Engine) firstSequence(ctx context.Context, root *Job) (uint64, error) {
+	stream, err := e.bus.JetStream().Stream(ctx, events.StreamEvents)
+	if err != nil {
+		return 0, fmt.Errorf("analysis: watch: %w", err)
+	}
+	msg, err := stream.GetLastMsgForSubject(ctx, events.EventSubject(root.Tenant, "job", root.ID, string(StatusPending)))
+	if err == nil {
+		return msg.Sequence - 1, nil
+	}
+	if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, fmt.Errorf("analysis: watch: %w", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("analysis: watch: %w", err)
+	}
+	return info.State.LastSeq, nil
+}

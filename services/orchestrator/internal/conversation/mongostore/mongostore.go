@@ -1,0 +1,619 @@
+// Package mongostore keeps conversations in MongoDB or the embedded FerretDB:
+// one document per conversation in "conversations", one per message in
+// "conversation_messages", one per turn lease in "conversation_leases", and
+// one cache of each conversation's latest messages in
+// "conversation_windows".
+//
+// Two facts about FerretDB v1 (SQLite backend) shape it, and the design
+// holds on MongoDB as well:
+//
+//   - FerretDB uses no index for reads. A filter that is exactly
+//     {_id: <string>} is evaluated inside SQLite, scanning the table in C;
+//     any other filter is evaluated in Go after decoding every document of
+//     the collection, orders of magnitude slower. So everything a turn does
+//     is an _id lookup or write, and documents read often stay small:
+//     messages have the _id "<conversation>/<seq>", leases
+//     "<conversation>/lease/<gen>", and a conversation's latest messages are
+//     cached in one window document, so the rolling window costs one read.
+//     Only ListConversations, GetConversation of a long conversation and
+//     DeleteConversation query by other fields (indexed on MongoDB).
+//   - An update is a read followed by a write, so two clients racing on
+//     "update where version = n" can both match (storetest's LeaseRace
+//     catches exactly that). Mutual exclusion therefore rests on unique _id
+//     inserts only: the turn lease is taken by inserting its next
+//     generation, and a message's _id carries its sequence number, so a
+//     holder whose lease was taken over cannot interleave its writes with
+//     the new holder's. Every other document has one writer at a time: the
+//     lease holder.
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/agentmesh/agentmesh/libs/mongox"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
+)
+
+var _ conversation.Store = (*Store)(nil)
+
+// Collection names.
+const (
+	ConversationsCollection = "conversations"
+	MessagesCollection      = "conversation_messages"
+	LeasesCollection        = "conversation_leases"
+	WindowsCollection       = "conversation_windows"
+)
+
+// DefaultRecentSize is how many of its latest messages a conversation's
+// window document caches unless Options say otherwise.
+const DefaultRecentSize = 32
+
+// Options tune a Store.
+type Options struct {
+	// RecentSize is how many latest messages the window document caches; a
+	// rolling window up to this size costs no message query.
+	// 0 means DefaultRecentSize.
+	RecentSize int
+}
+
+// Store is a conversation.Store on MongoDB. It is safe for concurrent use.
+type Store struct {
+	convs   *mongo.Collection
+	msgs    *mongo.Collection
+	leases  *mongo.Collection
+	windows *mongo.Collection
+	recent  int
+
+	mu sync.Mutex // guards written
+	// written holds the window this process last wrote per conversation,
+	// so the lease holder's next Append need not read it back. An entry is
+	// used only if the new messages directly follow it, which no other
+	// writer's messages can: sequence numbers only grow.
+	written map[string]windowDoc
+}
+
+// New returns a Store on db after ensuring its indexes.
+func New(ctx context.Context, db *mongo.Database, opts ...Options) (*Store, error) {
+	s := &Store{
+		convs: db.Collection(ConversationsCollection), msgs: db.Collection(MessagesCollection),
+		leases: db.Collection(LeasesCollection), windows: db.Collection(WindowsCollection),
+		recent: DefaultRecentSize, written: map[string]windowDoc{},
+	}
+	if len(opts) > 0 && opts[0].RecentSize > 0 {
+		s.recent = opts[0].RecentSize
+	}
+	if err := mongox.EnsureIndexes(ctx, s.convs,
+		mongox.Index{Name: "scope_created", Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}},
+		mongox.Index{Name: "scope_caller_created", Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "caller", Value: 1}, {Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}},
+	); err != nil {
+		return nil, err
+	}
+	if err := mongox.EnsureIndexes(ctx, s.msgs,
+		mongox.Index{Name: "conversation_seq", Keys: bson.D{{Key: "conversation_id", Value: 1}, {Key: "seq", Value: 1}}},
+	); err != nil {
+		return nil, err
+	}
+	if err := mongox.EnsureIndexes(ctx, s.leases,
+		mongox.Index{Name: "conversation", Keys: bson.D{{Key: "conversation_id", Value: 1}}},
+	); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// messageID and leaseDocID are the _ids that make sequence numbers and
+// lease generations unique per conversation.
+func messageID(conv string, seq int64) string  { return fmt.Sprintf("%s/%012d", conv, seq) }
+func leaseDocID(conv string, gen int64) string { return fmt.Sprintf("%s/lease/%012d", conv, gen) }
+
+// convDoc is the stored shape of a conversation.
+type convDoc struct {
+	ID         string    `bson:"_id"`
+	TenantID   string    `bson:"tenant_id"`
+	ProjectID  string    `bson:"project_id"`
+	Caller     string    `bson:"caller"`
+	Title      string    `bson:"title"`
+	Strategy   string    `bson:"strategy"`
+	CreateTime time.Time `bson:"create_time"`
+	UpdateTime time.Time `bson:"update_time"`
+	// LeaseGen is the generation of the newest lease, as a hint: readers
+	// probe the following generations in case it lags.
+	LeaseGen int64 `bson:"lease_gen"`
+}
+
+func (d *convDoc) conversation() *conversation.Conversation {
+	return &conversation.Conversation{
+		ID:         d.ID,
+		Scope:      conversation.Scope{TenantID: d.TenantID, ProjectID: d.ProjectID},
+		Caller:     d.Caller,
+		Title:      d.Title,
+		Strategy:   d.Strategy,
+		CreateTime: d.CreateTime.UTC(),
+		UpdateTime: d.UpdateTime.UTC(),
+	}
+}
+
+// msgDoc is the stored shape of a message.
+type msgDoc struct {
+	ID             string        `bson:"_id"`
+	ConversationID string        `bson:"conversation_id"`
+	TenantID       string        `bson:"tenant_id"`
+	ProjectID      string        `bson:"project_id"`
+	MessageID      string        `bson:"message_id"`
+	Seq            int64         `bson:"seq"`
+	Role           string        `bson:"role"`
+	Content        string        `bson:"content"`
+	Reasoning      string        `bson:"reasoning,omitempty"`
+	ToolCalls      []toolCallDoc `bson:"tool_calls,omitempty"`
+	ToolCallID     string        `bson:"tool_call_id,omitempty"`
+	ToolName       string        `bson:"tool_name,omitempty"`
+	ToolError      bool          `bson:"tool_error,omitempty"`
+	Cancelled      bool          `bson:"cancelled,omitempty"`
+	CreateTime     time.Time     `bson:"create_time"`
+}
+
+type toolCallDoc struct {
+	ID        string `bson:"id"`
+	Name      string `bson:"name"`
+	Arguments string `bson:"arguments"`
+}
+
+func newMsgDoc(scope conversation.Scope, conv string, m conversation.Message) msgDoc {
+	d := msgDoc{
+		ID: messageID(conv, m.Seq), ConversationID: conv, TenantID: scope.TenantID, ProjectID: scope.ProjectID,
+		MessageID: m.ID, Seq: m.Seq, Role: string(m.Role), Content: m.Content, Reasoning: m.Reasoning,
+		ToolCallID: m.ToolCallID, ToolName: m.ToolName, ToolError: m.ToolError, Cancelled: m.Cancelled,
+		CreateTime: conversation.Millis(m.CreateTime),
+	}
+	for _, tc := range m.ToolCalls {
+		d.ToolCalls = append(d.ToolCalls, toolCallDoc{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+	}
+	return d
+}
+
+func (d *msgDoc) message() conversation.Message {
+	m := conversation.Message{
+		ID: d.MessageID, Seq: d.Seq, Role: conversation.Role(d.Role), Content: d.Content, Reasoning: d.Reasoning,
+		ToolCallID: d.ToolCallID, ToolName: d.ToolName, ToolError: d.ToolError, Cancelled: d.Cancelled,
+		CreateTime: d.CreateTime.UTC(),
+	}
+	for _, tc := range d.ToolCalls {
+		m.ToolCalls = append(m.ToolCalls, conversation.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+	}
+	return m
+}
+
+func notFound(id string) error { return fmt.Errorf("%w: %s", conversation.ErrNotFound, id) }
+
+func byID(id string) bson.D { return bson.D{{Key: "_id", Value: id}} }
+
+// findByID decodes the document with _id id into v; found is false when
+// there is none.
+func findByID(ctx context.Context, coll *mongo.Collection, id string, v any) (found bool, err error) {
+	err = mongox.Translate(coll.FindOne(ctx, byID(id)).Decode(v))
+	if errors.Is(err, mongox.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("mongostore: read %s %s: %w", coll.Name(), id, err)
+	}
+	return true, nil
+}
+
+// getDoc returns the conversation document, checking the scope in Go (an
+// _id-only filter is the one FerretDB answers without a scan).
+func (s *Store) getDoc(ctx context.Context, scope conversation.Scope, id string) (*convDoc, error) {
+	var d convDoc
+	found, err := findByID(ctx, s.convs, id, &d)
+	if err != nil {
+		return nil, err
+	}
+	if !found || d.TenantID != scope.TenantID || d.ProjectID != scope.ProjectID {
+		return nil, notFound(id)
+	}
+	return &d, nil
+}
+
+// Create implements conversation.Store.
+func (s *Store) Create(ctx context.Context, c *conversation.Conversation) error {
+	_, err := s.convs.InsertOne(ctx, convDoc{
+		ID: c.ID, TenantID: c.Scope.TenantID, ProjectID: c.Scope.ProjectID,
+		Caller: c.Caller, Title: c.Title, Strategy: c.Strategy,
+		CreateTime: conversation.Millis(c.CreateTime), UpdateTime: conversation.Millis(c.UpdateTime),
+	})
+	if err = mongox.Translate(err); errors.Is(err, mongox.ErrDuplicate) {
+		return fmt.Errorf("%w: %s", conversation.ErrAlreadyExists, c.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("mongostore: create %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// Get implements conversation.Store.
+func (s *Store) Get(ctx context.Context, scope conversation.Scope, id string) (*conversation.Conversation, error) {
+	d, err := s.getDoc(ctx, scope, id)
+	if err != nil {
+		return nil, err
+	}
+	latest, err := s.latestLease(ctx, id, d.LeaseGen)
+	if err != nil {
+		return nil, err
+	}
+	c := d.conversation()
+	c.Lease = latest.lease()
+	return c, nil
+}
+
+// List implements conversation.Store.
+func (s *Store) List(ctx context.Context, scope conversation.Scope, q conversation.ListQuery) ([]*conversation.Conversation, string, error) {
+	cur, err := conversation.DecodeCursor(q.PageToken, q.Caller)
+	if err != nil {
+		return nil, "", err
+	}
+	size := conversation.PageSize(q.PageSize)
+	filter := bson.D{{Key: "tenant_id", Value: scope.TenantID}, {Key: "project_id", Value: scope.ProjectID}}
+	if q.Caller != "" {
+		filter = append(filter, bson.E{Key: "caller", Value: q.Caller})
+	}
+	if cur != nil {
+		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
+			bson.D{{Key: "create_time", Value: bson.D{{Key: "$lt", Value: cur.CreateTime}}}},
+			bson.D{{Key: "create_time", Value: cur.CreateTime}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: cur.ID}}}},
+		}})
+	}
+	opts := options.Find().
+		SetSort(bson.D{{Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}).
+		SetLimit(int64(size) + 1)
+	c, err := s.convs.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, "", fmt.Errorf("mongostore: list: %w", mongox.Translate(err))
+	}
+	var docs []convDoc
+	if err := c.All(ctx, &docs); err != nil {
+		return nil, "", fmt.Errorf("mongostore: list: %w", mongox.Translate(err))
+	}
+	out := make([]*conversation.Conversation, 0, min(len(docs), size))
+	for i := range docs {
+		if i == size {
+			break
+		}
+		out = append(out, docs[i].conversation())
+	}
+	if len(docs) <= size {
+		return out, "", nil
+	}
+	last := out[len(out)-1]
+	return out, conversation.EncodeCursor(conversation.Cursor{CreateTime: last.CreateTime, ID: last.ID, Caller: q.Caller}), nil
+}
+
+// Delete implements conversation.Store. The conversation document goes
+// first; its messages and leases follow. Documents left behind by a crash
+// between the writes are unreachable.
+func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string, now time.Time) error {
+	c, err := s.Get(ctx, scope, id)
+	if err != nil {
+		return err
+	}
+	if c.Lease.Held(now) {
+		return &conversation.BusyError{Holder: c.Lease.Holder, Until: c.Lease.Until}
+	}
+	res, err := s.convs.DeleteOne(ctx, byID(id))
+	if err != nil {
+		return fmt.Errorf("mongostore: delete %s: %w", id, mongox.Translate(err))
+	}
+	if res.DeletedCount == 0 {
+		return notFound(id)
+	}
+	if _, err := s.windows.DeleteOne(ctx, byID(id)); err != nil {
+		return fmt.Errorf("mongostore: delete window of %s: %w", id, mongox.Translate(err))
+	}
+	for _, coll := range []*mongo.Collection{s.msgs, s.leases} {
+		if _, err := coll.DeleteMany(ctx, bson.D{{Key: "conversation_id", Value: id}}); err != nil {
+			return fmt.Errorf("mongostore: delete %s of %s: %w", coll.Name(), id, mongox.Translate(err))
+		}
+	}
+	return nil
+}
+
+// windowDoc caches a conversation's newest messages. Append writes it
+// after the messages themselves and before returning, and a turn releases
+// its lease only after its appends returned; so the window can lag the
+// messages only after a holder died mid-turn. AcquireLease marks the window
+// Suspect when it takes over a lease that was never released, and a
+// suspect window is bypassed until the next Append rebuilds it.
+type windowDoc struct {
+	ID      string   `bson:"_id"`
+	LastSeq int64    `bson:"last_seq"`
+	Recent  []msgDoc `bson:"recent"`
+	Suspect bool     `bson:"suspect"`
+}
+
+// Messages implements conversation.Store. A window the cache covers costs
+// two _id reads (the conversation and its window); anything else queries
+// the messages collection.
+func (s *Store) Messages(ctx context.Context, scope conversation.Scope, id string, last int) ([]conversation.Message, error) {
+	if _, err := s.getDoc(ctx, scope, id); err != nil {
+		return nil, err
+	}
+	var w windowDoc
+	if _, err := findByID(ctx, s.windows, id, &w); err != nil {
+		return nil, err
+	}
+	covered := int64(len(w.Recent)) == w.LastSeq || (last > 0 && last <= len(w.Recent))
+	if !w.Suspect && covered {
+		recent := w.Recent
+		if last > 0 && len(recent) > last {
+			recent = recent[len(recent)-last:]
+		}
+		out := make([]conversation.Message, len(recent))
+		for i := range recent {
+			out[i] = recent[i].message()
+		}
+		return out, nil
+	}
+	return s.readMessages(ctx, id, last)
+}
+
+// readMessages reads the last `last` messages (all for last <= 0) from the
+// messages collection, oldest first.
+func (s *Store) readMessages(ctx context.Context, id string, last int) ([]conversation.Message, error) {
+	opts := options.Find().SetSort(bson.D{{Key: "seq", Value: 1}})
+	if last > 0 {
+		opts = options.Find().SetSort(bson.D{{Key: "seq", Value: -1}}).SetLimit(int64(last))
+	}
+	c, err := s.msgs.Find(ctx, bson.D{{Key: "conversation_id", Value: id}}, opts)
+	if err != nil {
+		return nil, fmt.Errorf("mongostore: messages of %s: %w", id, mongox.Translate(err))
+	}
+	var docs []msgDoc
+	if err := c.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("mongostore: messages of %s: %w", id, mongox.Translate(err))
+	}
+	out := make([]conversation.Message, len(docs))
+	for i, d := range docs {
+		j := i
+		if last > 0 {
+			j = len(docs) - 1 - i // newest first on the wire, oldest first out
+		}
+		out[j] = d.message()
+	}
+	return out, nil
+}
+
+// Append implements conversation.Store: one ordered insert of the
+// messages, whose _ids carry their sequence numbers, then an update of the
+// conversation's cache of recent messages.
+func (s *Store) Append(ctx context.Context, scope conversation.Scope, id string, msgs ...conversation.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	docs := make([]msgDoc, len(msgs))
+	anyDocs := make([]any, len(msgs))
+	for i, m := range msgs {
+		docs[i] = newMsgDoc(scope, id, m)
+		anyDocs[i] = docs[i]
+	}
+	_, err := s.msgs.InsertMany(ctx, anyDocs, options.InsertMany().SetOrdered(true))
+	if err = mongox.Translate(err); errors.Is(err, mongox.ErrDuplicate) {
+		return fmt.Errorf("%w: a message sequence number of %s is taken: %w", conversation.ErrLeaseLost, id, err)
+	}
+	if err != nil {
+		return fmt.Errorf("mongostore: append to %s: %w", id, err)
+	}
+	return s.cacheRecent(ctx, id, docs)
+}
+
+// cacheRecent adds docs to the conversation's window. A suspect window,
+// or one the docs do not follow, is rebuilt from the messages collection.
+func (s *Store) cacheRecent(ctx context.Context, id string, docs []msgDoc) error {
+	s.mu.Lock()
+	w, ok := s.written[id]
+	s.mu.Unlock()
+	if !ok || w.LastSeq+1 != docs[0].Seq {
+		w = windowDoc{}
+		if _, err := findByID(ctx, s.windows, id, &w); err != nil {
+			return err
+		}
+	}
+	recent := append(slices.Clip(w.Recent), docs...)
+	if w.Suspect || docs[0].Seq != w.LastSeq+1 {
+		msgs, err := s.readMessages(ctx, id, s.recent)
+		if err != nil {
+			return err
+		}
+		recent = recent[:0]
+		for _, m := range msgs {
+			recent = append(recent, newMsgDoc(conversation.Scope{TenantID: docs[0].TenantID, ProjectID: docs[0].ProjectID}, id, m))
+		}
+	}
+	if len(recent) > s.recent {
+		recent = recent[len(recent)-s.recent:]
+	}
+	_, err := s.windows.UpdateOne(ctx, byID(id), bson.D{{Key: "$set", Value: bson.D{
+		{Key: "recent", Value: recent},
+		{Key: "last_seq", Value: recent[len(recent)-1].Seq},
+		{Key: "suspect", Value: false},
+	}}}, options.UpdateOne().SetUpsert(true))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		delete(s.written, id)
+		return fmt.Errorf("mongostore: cache messages of %s: %w", id, mongox.Translate(err))
+	}
+	s.written[id] = windowDoc{ID: id, LastSeq: recent[len(recent)-1].Seq, Recent: recent}
+	return nil
+}
+
+// leaseDoc is one generation of a conversation's turn lease.
+type leaseDoc struct {
+	ID             string    `bson:"_id"`
+	ConversationID string    `bson:"conversation_id"`
+	Gen            int64     `bson:"gen"`
+	LeaseID        string    `bson:"lease_id"`
+	Holder         string    `bson:"holder"`
+	Until          time.Time `bson:"until"`
+	Released       bool      `bson:"released"`
+}
+
+func (d *leaseDoc) lease() conversation.Lease {
+	if d == nil || d.Released {
+		return conversation.Lease{}
+	}
+	return conversation.Lease{ID: d.LeaseID, Holder: d.Holder, Until: d.Until.UTC(), Gen: d.Gen}
+}
+
+// latestLease returns the newest lease generation of a conversation (nil
+// if it never had one), starting from the hint gen and probing later
+// generations by _id in case the hint lags.
+func (s *Store) latestLease(ctx context.Context, id string, gen int64) (*leaseDoc, error) {
+	var latest *leaseDoc
+	if gen > 0 {
+		var d leaseDoc
+		found, err := findByID(ctx, s.leases, leaseDocID(id, gen), &d)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			latest = &d
+		}
+	}
+	for {
+		var next leaseDoc
+		found, err := findByID(ctx, s.leases, leaseDocID(id, gen+1), &next)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return latest, nil
+		}
+		latest, gen = &next, gen+1
+	}
+}
+
+// AcquireLease implements conversation.Store. It finds the newest lease
+// generation and, if that is released or expired at now, inserts the next
+// one. Two replicas that both see generation n free both try to insert
+// n+1; the unique _id admits one, and the other gets ErrBusy.
+func (s *Store) AcquireLease(ctx context.Context, scope conversation.Scope, id string, lease conversation.Lease, now time.Time) (*conversation.Conversation, error) {
+	d, err := s.getDoc(ctx, scope, id)
+	if err != nil {
+		return nil, err
+	}
+	latest, err := s.latestLease(ctx, id, d.LeaseGen)
+	if err != nil {
+		return nil, err
+	}
+	if l := latest.lease(); l.Held(now) {
+		return nil, &conversation.BusyError{Holder: l.Holder, Until: l.Until}
+	}
+	gen := d.LeaseGen + 1
+	if latest != nil {
+		gen = latest.Gen + 1
+	}
+	ld := leaseDoc{
+		ID: leaseDocID(id, gen), ConversationID: id, Gen: gen,
+		LeaseID: lease.ID, Holder: lease.Holder, Until: conversation.Millis(lease.Until),
+	}
+	if _, err := s.leases.InsertOne(ctx, ld); err != nil {
+		if err = mongox.Translate(err); !errors.Is(err, mongox.ErrDuplicate) {
+			return nil, fmt.Errorf("mongostore: acquire lease on %s: %w", id, err)
+		}
+		var winner leaseDoc
+		if _, err := findByID(ctx, s.leases, leaseDocID(id, gen), &winner); err != nil {
+			return nil, err
+		}
+		w := winner.lease()
+		return nil, &conversation.BusyError{Holder: w.Holder, Until: w.Until}
+	}
+	if latest != nil && !latest.Released {
+		// Its holder died mid-turn: the window may lag its last messages.
+		if _, err := s.windows.UpdateOne(ctx, byID(id), bson.D{{Key: "$set", Value: bson.D{{Key: "suspect", Value: true}}}},
+			options.UpdateOne().SetUpsert(true)); err != nil {
+			return nil, fmt.Errorf("mongostore: mark window of %s: %w", id, mongox.Translate(err))
+		}
+	}
+	// The lease_gen hint moves on, and the previous generation goes, when
+	// this lease is released: readers probe past a lagging hint, and an old
+	// generation is inert.
+	c := d.conversation()
+	c.Lease = ld.lease()
+	return c, nil
+}
+
+// ownLease checks that lease is still the newest generation and not
+// released, returning its document.
+func (s *Store) ownLease(ctx context.Context, id string, lease conversation.Lease) (*leaseDoc, error) {
+	if lease.ID == "" || lease.Gen <= 0 {
+		return nil, fmt.Errorf("%w: %s: not a lease AcquireLease returned", conversation.ErrLeaseLost, id)
+	}
+	var d leaseDoc
+	found, err := findByID(ctx, s.leases, leaseDocID(id, lease.Gen), &d)
+	if err != nil {
+		return nil, err
+	}
+	if !found || d.LeaseID != lease.ID || d.Released {
+		return nil, fmt.Errorf("%w: %s", conversation.ErrLeaseLost, id)
+	}
+	var next leaseDoc
+	taken, err := findByID(ctx, s.leases, leaseDocID(id, lease.Gen+1), &next)
+	if err != nil {
+		return nil, err
+	}
+	if taken {
+		return nil, fmt.Errorf("%w: %s: taken over by %s", conversation.ErrLeaseLost, id, next.Holder)
+	}
+	return &d, nil
+}
+
+// RenewLease implements conversation.Store.
+func (s *Store) RenewLease(ctx context.Context, scope conversation.Scope, id string, lease conversation.Lease, until time.Time) error {
+	own, err := s.ownLease(ctx, id, lease)
+	if err != nil {
+		return err
+	}
+	return s.setLease(ctx, own, bson.D{{Key: "until", Value: conversation.Millis(until)}})
+}
+
+// ReleaseLease implements conversation.Store.
+func (s *Store) ReleaseLease(ctx context.Context, scope conversation.Scope, id string, lease conversation.Lease, now time.Time) error {
+	own, err := s.ownLease(ctx, id, lease)
+	if err != nil {
+		return err
+	}
+	if err := s.setLease(ctx, own, bson.D{{Key: "released", Value: true}}); err != nil {
+		return err
+	}
+	if _, err := s.convs.UpdateOne(ctx, byID(id), bson.D{{Key: "$set", Value: bson.D{
+		{Key: "update_time", Value: conversation.Millis(now)},
+		{Key: "lease_gen", Value: own.Gen},
+	}}}); err != nil {
+		return fmt.Errorf("mongostore: touch %s: %w", id, mongox.Translate(err))
+	}
+	if own.Gen > 1 {
+		_, _ = s.leases.DeleteOne(ctx, byID(leaseDocID(id, own.Gen-1))) // history; best effort
+	}
+	return nil
+}
+
+// setLease updates the holder's own lease generation document; only the
+// holder writes it.
+func (s *Store) setLease(ctx context.Context, own *leaseDoc, set bson.D) error {
+	res, err := s.leases.UpdateOne(ctx, byID(own.ID), bson.D{{Key: "$set", Value: set}})
+	if err != nil {
+		return fmt.Errorf("mongostore: lease on %s: %w", own.ConversationID, mongox.Translate(err))
+	}
+	if res.MatchedCount == 0 {
+		return fmt.Errorf("%w: %s", conversation.ErrLeaseLost, own.ConversationID)
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"google.golang.org/grpc"
+
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/chat"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation/memstore"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation/mongostore"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/grpcapi"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/retrieval"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/strategy"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/tools"
+)
+
+// ChatConfig configures the agentic chat loop (ConversationService and
+// ToolService).
+type ChatConfig struct {
+	// Store selects conversation storage.
+	Store string `env:"CONVERSATION_STORE" default:"mongo" help:"conversation storage: mongo (shared by every replica) or memory (this process only, lost on restart)"`
+	// Strategy is the default model strategy of new conversations.
+	Strategy string `env:"ORCHESTRATOR_STRATEGY" default:"deepseek_single" help:"default chat strategy: deepseek_single, qwen_single_thinking, qwen_single_instruct or ollama_single"`
+	// Model is the logical model the loop calls.
+	Model string `env:"ORCHESTRATOR_MODEL" default:"chat" help:"logical model (a model gateway route) the chat loop calls"`
+	// StrategyModels overrides Model per strategy.
+	StrategyModels []string `env:"ORCHESTRATOR_STRATEGY_MODELS" help:"logical model per strategy, as strategy=model pairs, comma-separated (e.g. qwen_single_thinking=chat-qwen,ollama_single=chat-local); unlisted strategies call ORCHESTRATOR_MODEL"`
+	// StreamingMode is how turns stream.
+	StreamingMode string `env:"ORCHESTRATOR_STREAMING_MODE" default:"PROGRESSIVE" help:"PROGRESSIVE (token deltas as they arrive) or FINAL_ONLY (whole reasoning and answer once complete)"`
+	// MaxIterations bounds tool-using model calls per message.
+	MaxIterations int `env:"ORCHESTRATOR_MAX_ITERATIONS" default:"10" help:"model calls that may use tools per message; at the limit the loop answers with what it has"`
+	// HistoryWindow is the rolling window of stored messages.
+	HistoryWindow int `env:"ORCHESTRATOR_HISTORY_WINDOW" default:"20" help:"stored messages of a conversation the model sees before the new one"`
+	// ToolParallelism bounds concurrent tool calls of one iteration.
+	ToolParallelism int `env:"ORCHESTRATOR_TOOL_PARALLELISM" default:"4" help:"tool calls of one iteration that run at once"`
+	// ToolTimeout bounds one tool call.
+	ToolTimeout time.Duration `env:"ORCHESTRATOR_TOOL_TIMEOUT" default:"60s" help:"time limit of one tool call; the model reads the timeout as the tool's error"`
+	// RetrievalLimit is the size of the initial search.
+	RetrievalLimit int `env:"ORCHESTRATOR_RETRIEVAL_LIMIT" default:"5" help:"passages of the initial knowledge-base search added to every message"`
+	// RetrievalTimeout bounds one search.
+	RetrievalTimeout time.Duration `env:"ORCHESTRATOR_RETRIEVAL_TIMEOUT" default:"5s" help:"time limit of one knowledge-base search; past it the turn goes on without retrieved context"`
+	// SystemPrompt opens every model request.
+	SystemPrompt string `env:"ORCHESTRATOR_SYSTEM_PROMPT" help:"system prompt opening every chat request; empty sends none"`
+	// LeaseTTL is the turn lease's lifetime without renewal.
+	LeaseTTL time.Duration `env:"ORCHESTRATOR_TURN_LEASE_TTL" default:"30s" help:"how long a replica's claim on a conversation outlives the replica if it crashes mid-turn"`
+}
+
+// validate checks the values Load cannot, naming the variable at fault.
+func (c ChatConfig) validate() error {
+	var errs []string
+	if c.Store != "mongo" && c.Store != "memory" {
+		errs = append(errs, fmt.Sprintf("CONVERSATION_STORE=%q: want mongo or memory", c.Store))
+	}
+	if _, err := strategy.ParseMode(c.StreamingMode); err != nil {
+		errs = append(errs, "ORCHESTRATOR_STREAMING_MODE: "+err.Error())
+	}
+	if _, err := strategy.NewSet(c.Strategy, strategy.Builtin()...); err != nil {
+		errs = append(errs, "ORCHESTRATOR_STRATEGY: "+err.Error())
+	}
+	for _, v := range []struct {
+		name string
+		val  int
+		min  int
+	}{
+		{"ORCHESTRATOR_MAX_ITERATIONS", c.MaxIterations, 1},
+		{"ORCHESTRATOR_HISTORY_WINDOW", c.HistoryWindow, 0},
+		{"ORCHESTRATOR_TOOL_PARALLELISM", c.ToolParallelism, 1},
+		{"ORCHESTRATOR_RETRIEVAL_LIMIT", c.RetrievalLimit, 1},
+	} {
+		if v.val < v.min {
+			errs = append(errs, fmt.Sprintf("%s=%d: must be at least %d", v.name, v.val, v.min))
+		}
+	}
+	if c.LeaseTTL < 3*time.Second {
+		errs = append(errs, fmt.Sprintf("ORCHESTRATOR_TURN_LEASE_TTL=%v: must be at least 3s", c.LeaseTTL))
+	}
+	if strings.TrimSpace(c.Model) == "" {
+		errs = append(errs, "ORCHESTRATOR_MODEL: must not be empty")
+	}
+	if _, err := c.strategyModels(); err != nil {
+		errs = append(errs, "ORCHESTRATOR_STRATEGY_MODELS: "+err.Error())
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("orchestrator: invalid chat configuration: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// strategyModels parses StrategyModels into strategy → logical model.
+func (c ChatConfig) strategyModels() (map[string]string, error) {
+	known := map[string]bool{}
+	for _, s := range strategy.Builtin() {
+		known[s.Name()] = true
+	}
+	out := map[string]string{}
+	for _, pair := range c.StrategyModels {
+		name, model, ok := strings.Cut(pair, "=")
+		name, model = strings.TrimSpace(name), strings.TrimSpace(model)
+		switch {
+		case !ok || name == "" || model == "":
+			return nil, fmt.Errorf("%q is not strategy=model", pair)
+		case !known[name]:
+			return nil, fmt.Errorf("%q names no strategy", pair)
+		}
+		out[name] = model
+	}
+	return out, nil
+}
+
+// chatServices are the chat loop's gRPC services.
+type chatServices struct {
+	conversations *grpcapi.Conversations
+	tools         *grpcapi.Tools
+}
+
+// newChatServices builds the chat loop bottom-up: store, retrieval, tool
+// registry, strategies, loop, services.
+func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, modelGateway, indexer grpc.ClientConnInterface, log *slog.Logger) (*chatServices, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var store conversation.Store
+	switch cfg.Store {
+	case "memory":
+		store = memstore.New()
+	default:
+		s, err := mongostore.New(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		store = s
+	}
+	searcher := retrieval.New(indexerv1.NewSearchServiceClient(indexer), retrieval.Options{Limit: cfg.RetrievalLimit, Timeout: cfg.RetrievalTimeout})
+	registry, err := tools.NewRegistry(tools.Options{Timeout: cfg.ToolTimeout, Logger: log}, searcher.Tool())
+	if err != nil {
+		return nil, err
+	}
+	strategies, err := strategy.NewSet(cfg.Strategy, strategy.Builtin()...)
+	if err != nil {
+		return nil, err
+	}
+	mode, err := strategy.ParseMode(cfg.StreamingMode)
+	if err != nil {
+		return nil, err
+	}
+	window := cfg.HistoryWindow
+	if window == 0 {
+		window = -1 // chat.Config spells "no history" as negative
+	}
+	models, err := cfg.strategyModels()
+	if err != nil {
+		return nil, err
+	}
+	holder, _ := os.Hostname()
+	loop, err := chat.New(chat.Config{
+		Model: cfg.Model, Models: models, Mode: mode, MaxIterations: cfg.MaxIterations, HistoryWindow: window,
+		ToolParallelism: cfg.ToolParallelism, SystemPrompt: cfg.SystemPrompt, RetrievalLimit: cfg.RetrievalLimit,
+		LeaseTTL: cfg.LeaseTTL, Holder: holder,
+	}, chat.Deps{
+		Store: store, Model: modelv1.NewModelServiceClient(modelGateway), Tools: registry,
+		Strategies: strategies, Search: searcher, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("chat loop configured", "store", cfg.Store, "strategy", cfg.Strategy, "model", cfg.Model, "mode", mode.String())
+	return &chatServices{
+		conversations: grpcapi.NewConversations(store, loop, strategies),
+		tools:         grpcapi.NewTools(registry),
+	}, nil
+}

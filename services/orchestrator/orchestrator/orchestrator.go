@@ -1,0 +1,79 @@
+// Package orchestrator is the orchestrator: the agentic chat loop (ConversationService, ToolService) and analysis jobs (JobService).
+//
+// Run starts it; the service binary and `agentmesh up` both call Run.
+package orchestrator
+
+import (
+	"context"
+
+	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/libs/mongox"
+	"github.com/agentmesh/agentmesh/libs/service"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/jobservice"
+)
+
+// Name is the service name used in logs, metrics and health.
+const Name = "orchestrator"
+
+// Config is the service's configuration, read from the environment.
+type Config struct {
+	service.Common `env:""`
+	// Mongo is the document store.
+	Mongo mongox.Config `env:""`
+	// NATSURL is the NATS server with JetStream.
+	NATSURL string `env:"NATS_URL" required:"true" help:"NATS server URL (JetStream enabled)"`
+	// ModelGatewayAddr is the model gateway gRPC address.
+	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`
+	// IndexerAddr is the indexer gRPC address.
+	IndexerAddr string `env:"INDEXER_ADDR" default:"localhost:9094" help:"indexer gRPC address"`
+	// Chat configures the chat loop.
+	Chat ChatConfig `env:""`
+	// Analysis configures analysis jobs (JobService).
+	Analysis jobservice.Config `env:""`
+}
+
+// Run serves the service on rt.Listener until ctx is done, then shuts down
+// gracefully.
+func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
+	srv := grpcx.NewServer(rt.Server, rt.Logger)
+	db, closeMongo, err := service.ConnectMongo(ctx, cfg.Mongo, srv.Health())
+	if err != nil {
+		return err
+	}
+	defer closeMongo()
+	_ = db
+	bus, err := service.ConnectNATS(ctx, cfg.NATSURL, "orchestrator", rt.Logger, srv.Health())
+	if err != nil {
+		return err
+	}
+	defer bus.Close()
+	modelGateway, err := service.DialPeer(cfg.ModelGatewayAddr)
+	if err != nil {
+		return err
+	}
+	defer modelGateway.Close()
+	indexer, err := service.DialPeer(cfg.IndexerAddr)
+	if err != nil {
+		return err
+	}
+	defer indexer.Close()
+	chatSvc, err := newChatServices(ctx, cfg.Chat, db, modelGateway, indexer, rt.Logger)
+	if err != nil {
+		return err
+	}
+	orchestratorv1.RegisterConversationServiceServer(srv.GRPC(), chatSvc.conversations)
+	orchestratorv1.RegisterToolServiceServer(srv.GRPC(), chatSvc.tools)
+	jobs, err := jobservice.Start(ctx, cfg.Analysis, jobservice.Deps{
+		DB: db, Bus: bus, ModelGateway: modelGateway, Indexer: indexer, Logger: rt.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer jobs.Stop() // before the bus and Mongo close (defers run last-in first-out)
+	jobs.Register(srv.GRPC())
+	if rt.Ready != nil {
+		rt.Ready()
+	}
+	return srv.Serve(ctx, rt.Listener)
+}
