@@ -1,0 +1,454 @@
+// Command loadbench measures the model gateway's added latency. It starts a
+// local OpenAI-compatible mock upstream with a fixed 20 ms latency, runs the
+// gateway as a child process (so its peak RSS is its own), and drives a
+// fixed-rate open-loop load through (a) ModelService.Chat and (b) straight
+// to the mock, then the same for streaming time to first chunk, printing
+// achieved RPS, errors, p50/p99 of each path, the overhead a−b and the
+// gateway's peak RSS (VmHWM).
+//
+//	go run ./services/modelgateway/cmd/loadbench -duration 10s -rates 500,1000,2000
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/agentmesh/agentmesh/libs/config"
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	"github.com/agentmesh/agentmesh/libs/service"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
+)
+
+func main() {
+	var (
+		serve    = flag.Bool("serve-gateway", false, "internal: run the gateway (child process)")
+		duration = flag.Duration("duration", 10*time.Second, "load duration per rate and path")
+		rates    = flag.String("rates", "500,1000,2000", "request rates to run, per second")
+		latency  = flag.Duration("upstream-latency", 20*time.Millisecond, "mock upstream latency")
+	)
+	flag.Parse()
+	if *serve {
+		if err := serveGateway(); err != nil {
+			fmt.Fprintln(os.Stderr, "gateway:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*duration, *rates, *latency); err != nil {
+		fmt.Fprintln(os.Stderr, "loadbench:", err)
+		os.Exit(1)
+	}
+}
+
+// serveGateway runs modelgateway.Run configured from the environment on a
+// loopback port and prints "ADDR <host:port>".
+func serveGateway() error {
+	var cfg modelgateway.Config
+	if err := config.Load("", &cfg, config.Env()); err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if path := os.Getenv("LOADBENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ready := func() { fmt.Printf("ADDR %s\n", lis.Addr()) }
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return modelgateway.Run(ctx, &cfg, service.Runtime{Logger: log, Listener: lis, Server: cfg.Server, Ready: ready})
+}
+
+// mock is an OpenAI-compatible upstream answering after a fixed latency.
+type mock struct {
+	latency time.Duration
+	unary   []byte
+	stream  [][]byte
+}
+
+func newMock(latency time.Duration) *mock {
+	m := &mock{latency: latency}
+	m.unary, _ = json.Marshal(map[string]any{
+		"id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": "bench-model",
+		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": "The quarterly revenue grew by four percent."}, "finish_reason": "stop"}},
+		"usage":   map[string]any{"prompt_tokens": 42, "completion_tokens": 9, "total_tokens": 51},
+	})
+	chunk := func(delta map[string]any, finish any) []byte {
+		b, _ := json.Marshal(map[string]any{"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "bench-model",
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}})
+		return []byte("data: " + string(b) + "\n\n")
+	}
+	for _, w := range []string{"The ", "quarterly ", "revenue ", "grew ", "by ", "four ", "percent."} {
+		m.stream = append(m.stream, chunk(map[string]any{"content": w}, nil))
+	}
+	m.stream = append(m.stream, chunk(map[string]any{}, "stop"))
+	usage, _ := json.Marshal(map[string]any{"id": "c", "object": "chat.completion.chunk", "choices": []any{}, "usage": map[string]any{"prompt_tokens": 42, "completion_tokens": 9, "total_tokens": 51}})
+	m.stream = append(m.stream, []byte("data: "+string(usage)+"\n\n"), []byte("data: [DONE]\n\n"))
+	return m
+}
+
+func (m *mock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Stream bool `json:"stream"`
+	}
+	body, _ := io.ReadAll(r.Body)
+	_ = json.Unmarshal(body, &req)
+	time.Sleep(m.latency)
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(m.unary)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	rc := http.NewResponseController(w)
+	for _, c := range m.stream {
+		_, _ = w.Write(c)
+		_ = rc.Flush()
+	}
+}
+
+const routing = `
+providers:
+  mock: {type: openai, base_url: %q, max_concurrency: 1024, max_queue: 1024}
+models:
+  chat: [{provider: mock, model: bench-model}]
+`
+
+func run(duration time.Duration, rateList string, latency time.Duration) error {
+	var rates []int
+	for _, s := range strings.Split(rateList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("-rates: %w", err)
+		}
+		rates = append(rates, n)
+	}
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	upstreamSrv := &http.Server{Handler: newMock(latency), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = upstreamSrv.Serve(lis) }()
+	defer upstreamSrv.Close()
+	upstreamURL := "http://" + lis.Addr().String()
+
+	dir, err := os.MkdirTemp("", "loadbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	routingFile := filepath.Join(dir, "routing.yaml")
+	if err := os.WriteFile(routingFile, []byte(fmt.Sprintf(routing, upstreamURL)), 0o600); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	child := exec.Command(self, "-serve-gateway")
+	child.Env = append(os.Environ(), "MODELGATEWAY_CONFIG="+routingFile, "METRICS_ADDR=", "LOG_LEVEL=warn",
+		"MODELGATEWAY_PROBE_INTERVAL=1h")
+	if v := os.Getenv("LOADBENCH_GATEWAY_GOMAXPROCS"); v != "" {
+		child.Env = append(child.Env, "GOMAXPROCS="+v)
+	}
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := child.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		_ = child.Process.Signal(syscall.SIGTERM)
+		_ = child.Wait()
+	}()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("gateway did not start: %w", err)
+	}
+	gwAddr := strings.TrimSpace(strings.TrimPrefix(line, "ADDR "))
+
+	conn, err := grpc.NewClient(gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := modelv1.NewModelServiceClient(conn)
+	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute}}
+
+	b := &bench{client: client, http: httpClient, upstream: upstreamURL}
+	b.direct = mustJSON(map[string]any{"model": "bench-model", "messages": []any{
+		map[string]any{"role": "system", "content": "You are a concise financial analyst."},
+		map[string]any{"role": "user", "content": "Summarise the quarter in one sentence."},
+	}})
+	b.directStream = mustJSON(map[string]any{"model": "bench-model", "stream": true, "stream_options": map[string]any{"include_usage": true}, "messages": []any{
+		map[string]any{"role": "system", "content": "You are a concise financial analyst."},
+		map[string]any{"role": "user", "content": "Summarise the quarter in one sentence."},
+	}})
+
+	// Warm up connections on both paths.
+	warm := min(duration, 2*time.Second)
+	b.load(200, warm, b.viaGateway)
+	b.load(200, warm, b.direct1)
+
+	fmt.Printf("model gateway overhead: upstream mock latency %v, %v per rate and path, GOMAXPROCS=%s, %d CPUs\n\n",
+		latency, duration, envOr("GOMAXPROCS", "default"), numCPU())
+	fmt.Println("| mode | target RPS | path | achieved RPS | errors | p50 | p99 | overhead p50 | overhead p99 | gateway CPU/request | gateway peak RSS |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, mode := range []string{"unary", "stream TTFC"} {
+		for _, rate := range rates {
+			gwFn, directFn := b.viaGateway, b.direct1
+			if mode != "unary" {
+				gwFn, directFn = b.viaGatewayStream, b.directStream1
+			}
+			d := b.load(rate, duration, directFn)
+			cpu0 := cpuTime(child.Process.Pid)
+			g := b.load(rate, duration, gwFn)
+			cpu := cpuTime(child.Process.Pid) - cpu0
+			rss := peakRSS(child.Process.Pid)
+			fmt.Printf("| %s | %d | direct | %.0f | %d | %s | %s | | | | |\n", mode, rate, d.rps, d.errors, us(d.p50), us(d.p99))
+			fmt.Printf("| %s | %d | gateway | %.0f | %d | %s | %s | %s | %s | %s | %s |\n", mode, rate, g.rps, g.errors, us(g.p50), us(g.p99),
+				us(g.p50-d.p50), us(g.p99-d.p99), us(cpu/time.Duration(g.n)), rss)
+			if g.firstErr != nil || d.firstErr != nil {
+				fmt.Printf("|  first errors: gateway %v; direct %v |\n", g.firstErr, d.firstErr)
+			}
+		}
+	}
+	return nil
+}
+
+type bench struct {
+	client       modelv1.ModelServiceClient
+	http         *http.Client
+	upstream     string
+	direct       []byte
+	directStream []byte
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+var chatRequest = &modelv1.ChatRequest{Model: "chat", Messages: []*modelv1.Message{
+	{Role: modelv1.Role_ROLE_SYSTEM, Content: "You are a concise financial analyst."},
+	{Role: modelv1.Role_ROLE_USER, Content: "Summarise the quarter in one sentence."},
+}}
+
+// viaGateway is one unary Chat; it returns the latency.
+func (b *bench) viaGateway(ctx context.Context) error {
+	resp, err := b.client.Chat(ctx, chatRequest)
+	if err == nil && resp.GetMessage().GetContent() == "" {
+		err = fmt.Errorf("empty answer")
+	}
+	return err
+}
+
+// viaGatewayStream returns at the first content chunk and drains the rest in
+// the background (it is not part of the measurement).
+func (b *bench) viaGatewayStream(ctx context.Context) error {
+	st, err := b.client.ChatStream(ctx, &modelv1.ChatStreamRequest{Request: chatRequest})
+	if err != nil {
+		return err
+	}
+	m, err := st.Recv()
+	if err != nil {
+		return err
+	}
+	if m.GetContentDelta() == "" {
+		return fmt.Errorf("first chunk %v", m)
+	}
+	go func() {
+		for {
+			if _, err := st.Recv(); err != nil {
+				return
+			}
+		}
+	}()
+	return errFirstChunk
+}
+
+// errFirstChunk tells load that the function returned at its first chunk
+// and finishes in the background.
+var errFirstChunk = fmt.Errorf("first chunk")
+
+func (b *bench) direct1(ctx context.Context) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.upstream+"/chat/completions", bytes.NewReader(b.direct))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 || len(out.Choices) == 0 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+func (b *bench) directStream1(ctx context.Context) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.upstream+"/chat/completions", bytes.NewReader(b.directStream))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return err
+	}
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			resp.Body.Close()
+			return err
+		}
+		if strings.HasPrefix(line, "data: ") && strings.Contains(line, `"content"`) {
+			break
+		}
+	}
+	go func() {
+		_, _ = io.Copy(io.Discard, br)
+		resp.Body.Close()
+	}()
+	return errFirstChunk
+}
+
+type result struct {
+	n        int
+	rps      float64
+	errors   int64
+	p50, p99 time.Duration
+	firstErr error
+}
+
+// load sends rate requests per second for d, open loop: each request is
+// due at a fixed time and its latency counts from then, so a slow server
+// cannot slow the load down (no coordinated omission).
+func (b *bench) load(rate int, d time.Duration, fn func(context.Context) error) result {
+	interval := time.Second / time.Duration(rate)
+	n := int(d / interval)
+	lat := make([]time.Duration, n)
+	var errs atomic.Int64
+	var firstErr atomic.Pointer[error]
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		due := start.Add(time.Duration(i) * interval)
+		if wait := time.Until(due); wait > 0 {
+			time.Sleep(wait)
+		}
+		wg.Add(1)
+		go func(i int, due time.Time) {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := fn(ctx)
+			lat[i] = time.Since(due)
+			if err != nil && err != errFirstChunk {
+				errs.Add(1)
+				firstErr.CompareAndSwap(nil, &err)
+			}
+		}(i, due)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	r := result{n: n, rps: float64(n) / elapsed.Seconds(), errors: errs.Load(), p50: lat[n/2], p99: lat[n*99/100]}
+	if p := firstErr.Load(); p != nil {
+		r.firstErr = *p
+	}
+	return r
+}
+
+func us(d time.Duration) string {
+	return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+}
+
+// cpuTime reads the user+system CPU time of process pid.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticks
+}
+
+// peakRSS reads VmHWM of process pid.
+func peakRSS(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "n/a"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return fmt.Sprintf("%.1f MB", float64(kb)/1024)
+		}
+	}
+	return "n/a"
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func numCPU() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "processor\t:")
+}

@@ -1,0 +1,207 @@
+// Package structured checks model answers against the caller's JSON schema
+// and writes the prompts that ask for JSON where a provider has no native
+// schema mode, and for a repair when an answer did not validate.
+package structured
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/agentmesh/agentmesh/services/modelgateway/internal/llm"
+)
+
+// Schema is a compiled JSON schema. Safe for concurrent use.
+type Schema struct {
+	name   string
+	schema *jsonschema.Schema
+}
+
+// Compile compiles raw (JSON schema text; drafts 4 to 2020-12, default
+// 2020-12). name labels the schema in messages.
+func Compile(name string, raw []byte) (*Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("schema is not valid JSON: %w", err)
+	}
+	if _, ok := doc.(map[string]any); !ok {
+		if _, isBool := doc.(bool); !isBool {
+			return nil, errors.New("schema must be a JSON object")
+		}
+	}
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	const url = "mem://response-schema.json"
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
+	}
+	sch, err := c.Compile(url)
+	if err != nil {
+		return nil, fmt.Errorf("schema does not compile: %w", err)
+	}
+	if name == "" {
+		name = "response"
+	}
+	return &Schema{name: name, schema: sch}, nil
+}
+
+// Name returns the schema's label.
+func (s *Schema) Name() string { return s.name }
+
+// Violation is one place where an answer breaks the schema.
+type Violation struct {
+	// Path is the JSON pointer of the offending value ("" for the root).
+	Path string
+	// Message says what is wrong.
+	Message string
+}
+
+// ValidationError lists why an answer does not satisfy the schema: it is not
+// JSON at all (NotJSON), or these Violations.
+type ValidationError struct {
+	NotJSON    string
+	Violations []Violation
+}
+
+func (e *ValidationError) Error() string {
+	if e.NotJSON != "" {
+		return "the answer is not valid JSON: " + e.NotJSON
+	}
+	parts := make([]string, 0, len(e.Violations))
+	for _, v := range e.Violations {
+		path := v.Path
+		if path == "" {
+			path = "/"
+		}
+		parts = append(parts, fmt.Sprintf("at %s: %s", path, v.Message))
+	}
+	return "the answer does not match the schema: " + strings.Join(parts, "; ")
+}
+
+// Validate checks content (model output) against the schema. It returns nil
+// or a *ValidationError.
+func (s *Schema) Validate(content string) error {
+	inst, err := parse(content)
+	if err != nil {
+		return err
+	}
+	err = s.schema.Validate(inst)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return &ValidationError{Violations: []Violation{{Message: err.Error()}}}
+	}
+	out := ve.BasicOutput()
+	var vs []Violation
+	seen := map[Violation]bool{}
+	for _, u := range out.Errors {
+		if u.Error == nil {
+			continue
+		}
+		v := Violation{Path: u.InstanceLocation, Message: u.Error.String()}
+		// The basic output repeats parents ("validation failed", "properties
+		// ... do not match"); keep leaves only.
+		if strings.HasPrefix(v.Message, "validation failed") || seen[v] {
+			continue
+		}
+		seen[v] = true
+		vs = append(vs, v)
+	}
+	if len(vs) == 0 {
+		vs = []Violation{{Message: ve.Error()}}
+	}
+	sort.SliceStable(vs, func(i, j int) bool { return vs[i].Path < vs[j].Path })
+	return &ValidationError{Violations: vs}
+}
+
+// ValidateObject checks that content is a JSON object (JSON-object mode).
+func ValidateObject(content string) error {
+	inst, err := parse(content)
+	if err != nil {
+		return err
+	}
+	if _, ok := inst.(map[string]any); !ok {
+		return &ValidationError{Violations: []Violation{{Message: "the answer must be a JSON object"}}}
+	}
+	return nil
+}
+
+func parse(content string) (any, error) {
+	text := Extract(content)
+	if text == "" {
+		return nil, &ValidationError{NotJSON: "the answer is empty"}
+	}
+	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+	if err != nil {
+		return nil, &ValidationError{NotJSON: err.Error()}
+	}
+	return inst, nil
+}
+
+// Extract returns the JSON text of an answer: trimmed, and unwrapped from a
+// Markdown code fence if the model added one.
+func Extract(content string) string {
+	s := strings.TrimSpace(content)
+	if rest, ok := strings.CutPrefix(s, "```"); ok {
+		if nl := strings.IndexByte(rest, '\n'); nl >= 0 {
+			rest = rest[nl+1:]
+		}
+		if end := strings.LastIndex(rest, "```"); end >= 0 {
+			rest = rest[:end]
+		}
+		s = strings.TrimSpace(rest)
+	}
+	return s
+}
+
+// IsBlank reports whether content holds no answer at all (DeepSeek's JSON
+// mode sometimes returns empty content with finish_reason "stop").
+func IsBlank(content string) bool { return strings.TrimSpace(content) == "" }
+
+// Instruction is the system prompt that asks for JSON on providers without a
+// native schema mode. It always contains the word "json" (DeepSeek rejects
+// JSON mode otherwise).
+func Instruction(f llm.ResponseFormat) string {
+	if f.Type == llm.FormatJSONSchema && len(f.Schema) > 0 {
+		var compact bytes.Buffer
+		schema := f.Schema
+		if json.Compact(&compact, f.Schema) == nil {
+			schema = compact.Bytes()
+		}
+		name := f.Name
+		if name == "" {
+			name = "response"
+		}
+		return "Answer with one JSON object only, no prose and no code fences. " +
+			"It must be valid against this JSON schema (" + name + "):\n" + string(schema)
+	}
+	return "Answer with one JSON object only, no prose and no code fences."
+}
+
+// RepairPrompt is the user message that shows the model why its previous
+// answer was rejected and asks for a corrected one.
+func RepairPrompt(f llm.ResponseFormat, verr error) string {
+	var b strings.Builder
+	b.WriteString("Your previous answer was rejected: ")
+	b.WriteString(verr.Error())
+	b.WriteString(".\nReply again with only the corrected JSON")
+	if f.Type == llm.FormatJSONSchema && len(f.Schema) > 0 {
+		b.WriteString(", valid against this JSON schema:\n")
+		var compact bytes.Buffer
+		if json.Compact(&compact, f.Schema) == nil {
+			b.Write(compact.Bytes())
+		} else {
+			b.Write(f.Schema)
+		}
+	} else {
+		b.WriteString(" object.")
+	}
+	return b.String()
+}

@@ -1,0 +1,65 @@
+package structured_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/agentmesh/agentmesh/services/modelgateway/internal/llm"
+	"github.com/agentmesh/agentmesh/services/modelgateway/internal/structured"
+)
+
+const schema = `{"type":"object","required":["items"],"properties":{"items":{"type":"array","items":{"type":"object","required":["sku","qty"],"properties":{"sku":{"type":"string","pattern":"^[A-Z]{3}$"},"qty":{"type":"integer","minimum":1}}}}}}`
+
+func TestValidateNamesEveryViolation(t *testing.T) {
+	t.Parallel()
+	s, err := structured.Compile("order", []byte(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Validate(`{"items":[{"sku":"ABC","qty":2}]}`); err != nil {
+		t.Errorf("valid answer rejected: %v", err)
+	}
+	err = s.Validate(`{"items":[{"sku":"abc","qty":0},{"qty":1}]}`)
+	var ve *structured.ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("err %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"/items/0/sku", "/items/0/qty", "/items/1", "sku"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q does not name %s", msg, want)
+		}
+	}
+	if err := s.Validate("Sure! Here it is"); !errors.As(err, &ve) || ve.NotJSON == "" {
+		t.Errorf("prose accepted: %v", err)
+	}
+	if err := s.Validate("```json\n{\"items\":[]}\n```"); err != nil {
+		t.Errorf("fenced JSON rejected: %v", err)
+	}
+}
+
+func TestCompileRejectsBadSchemas(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{`{`, `[1]`, `{"type":"nonsense"}`} {
+		if _, err := structured.Compile("x", []byte(bad)); err == nil {
+			t.Errorf("schema %s accepted", bad)
+		}
+	}
+}
+
+func TestPromptsSayJSONAndCarryTheSchema(t *testing.T) {
+	t.Parallel()
+	f := llm.ResponseFormat{Type: llm.FormatJSONSchema, Schema: []byte(schema), Name: "order"}
+	in := structured.Instruction(f)
+	if !strings.Contains(strings.ToLower(in), "json") || !strings.Contains(in, `"sku"`) || !strings.Contains(in, "order") {
+		t.Errorf("instruction %q", in)
+	}
+	rp := structured.RepairPrompt(f, errors.New("at /items: missing sku"))
+	if !strings.Contains(rp, "at /items: missing sku") || !strings.Contains(rp, `"qty"`) {
+		t.Errorf("repair prompt %q", rp)
+	}
+	if structured.ValidateObject(`[1,2]`) == nil || structured.ValidateObject(`{"a":1}`) != nil {
+		t.Error("ValidateObject")
+	}
+}

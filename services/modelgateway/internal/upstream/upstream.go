@@ -1,0 +1,315 @@
+// Package upstream is the HTTP client side shared by every adapter: one
+// request to a provider with the gateway's timeouts (first chunk, idle
+// between chunks, whole request), API keys in turn, and provider errors
+// classified into llm.Error with the provider's own message and Retry-After,
+// keys scrubbed.
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentmesh/agentmesh/services/modelgateway/internal/credentials"
+	"github.com/agentmesh/agentmesh/services/modelgateway/internal/llm"
+)
+
+// Timeouts bound one upstream request. Zero disables a timeout.
+type Timeouts struct {
+	// FirstChunk bounds the wait from sending the request to the first
+	// answer data (the first stream event, or the first body byte).
+	FirstChunk time.Duration
+	// Idle bounds the wait between two stream events once data flows.
+	Idle time.Duration
+	// Request bounds the whole request.
+	Request time.Duration
+}
+
+// NewTransport returns an HTTP transport for one provider: connect timeout,
+// keep-alive connection reuse sized for maxConns concurrent requests.
+func NewTransport(connectTimeout time.Duration, maxConns int) *http.Transport {
+	if maxConns <= 0 {
+		maxConns = 64
+	}
+	d := &net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           d.DialContext,
+		TLSHandshakeTimeout:   connectTimeout,
+		MaxIdleConns:          maxConns * 2,
+		MaxIdleConnsPerHost:   maxConns,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+}
+
+// Client sends requests to one provider.
+type Client struct {
+	// Provider names the provider in errors.
+	Provider string
+	// BaseURL is the API base, without a trailing slash.
+	BaseURL string
+	// HTTP sends the requests.
+	HTTP *http.Client
+	// Keys are sent as `Authorization: Bearer` in turn; nil or empty sends none.
+	Keys *credentials.KeyRing
+	// Timeouts bound each request.
+	Timeouts Timeouts
+}
+
+// Timeout causes, so a cancelled read can say which timeout fired.
+var (
+	errFirstChunk = errors.New("first-chunk timeout")
+	errIdle       = errors.New("idle timeout between chunks")
+	errRequest    = errors.New("request timeout")
+	errDrain      = errors.New("drain timeout")
+)
+
+// Call is one request in flight. Read the answer from Body, call Progress
+// after each stream event, and Close when done.
+type Call struct {
+	// Body is the response body.
+	Body io.ReadCloser
+	// Header is the response header.
+	Header http.Header
+
+	client   *Client
+	parent   context.Context
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	stopReq  context.CancelFunc
+	timer    *time.Timer
+	progress bool
+}
+
+// Post sends body (JSON) to BaseURL+path.
+func (c *Client) Post(ctx context.Context, path string, body []byte) (*Call, error) {
+	return c.do(ctx, http.MethodPost, path, body)
+}
+
+// Get sends a GET to BaseURL+path.
+func (c *Client) Get(ctx context.Context, path string) (*Call, error) {
+	return c.do(ctx, http.MethodGet, path, nil)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body []byte) (*Call, error) {
+	call := &Call{client: c, parent: ctx}
+	cctx, cancel := context.WithCancelCause(ctx)
+	call.cancel = cancel
+	if c.Timeouts.Request > 0 {
+		cctx, call.stopReq = context.WithTimeoutCause(cctx, c.Timeouts.Request, errRequest)
+	}
+	call.ctx = cctx
+	if c.Timeouts.FirstChunk > 0 {
+		call.timer = time.AfterFunc(c.Timeouts.FirstChunk, func() { cancel(errFirstChunk) })
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(cctx, method, c.BaseURL+path, rd)
+	if err != nil {
+		call.Close()
+		return nil, &llm.Error{Provider: c.Provider, Kind: llm.KindInternal, Message: c.scrub(err.Error()), Err: err}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key := c.Keys.Next(); key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		e := call.Fail(err)
+		call.Close()
+		return nil, e
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		e := c.statusError(resp)
+		call.Close()
+		return nil, e
+	}
+	call.Body = resp.Body
+	call.Header = resp.Header
+	return call, nil
+}
+
+// Progress records that answer data arrived: the first-chunk timeout gives
+// way to the idle timeout, which restarts.
+func (c *Call) Progress() {
+	if c.timer == nil {
+		if c.client.Timeouts.Idle <= 0 {
+			return
+		}
+		c.timer = time.AfterFunc(c.client.Timeouts.Idle, func() { c.cancel(errIdle) })
+		c.progress = true
+		return
+	}
+	if !c.progress {
+		c.progress = true
+		if c.client.Timeouts.Idle <= 0 {
+			c.timer.Stop()
+			return
+		}
+		c.timer.Stop()
+		c.timer = time.AfterFunc(c.client.Timeouts.Idle, func() { c.cancel(errIdle) })
+		return
+	}
+	c.timer.Reset(c.client.Timeouts.Idle)
+}
+
+// Unary switches the call to non-streaming mode once the headers are in:
+// the answer arrives whole, so only the request timeout bounds the rest.
+func (c *Call) Unary() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}
+
+// Drain reads what is left of a completely parsed answer (at most a few
+// kilobytes), so the connection goes back to the pool instead of being
+// closed. Call it before Close when the answer ended normally.
+// A server that keeps the body open after the end marker costs at most
+// drainWait.
+func (c *Call) Drain() {
+	if c.Body == nil {
+		return
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	t := time.AfterFunc(drainWait, func() { c.cancel(errDrain) })
+	_, _ = io.Copy(io.Discard, io.LimitReader(c.Body, 8<<10))
+	t.Stop()
+}
+
+// drainWait bounds Drain.
+const drainWait = 50 * time.Millisecond
+
+// Close releases the call. It is safe to call more than once.
+func (c *Call) Close() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	if c.Body != nil {
+		_ = c.Body.Close()
+	}
+	if c.stopReq != nil {
+		c.stopReq()
+	}
+	c.cancel(nil)
+}
+
+// Fail classifies err, met while sending or reading: which timeout fired,
+// whether the caller went away, or a connection failure.
+func (c *Call) Fail(err error) *llm.Error {
+	var le *llm.Error
+	if errors.As(err, &le) {
+		return le
+	}
+	p := c.client.Provider
+	if cause := context.Cause(c.ctx); cause != nil && c.parent.Err() == nil {
+		switch {
+		case errors.Is(cause, errFirstChunk):
+			return &llm.Error{Provider: p, Kind: llm.KindTimeout, Message: fmt.Sprintf("no answer within the first-chunk timeout (%s)", c.client.Timeouts.FirstChunk), Err: cause}
+		case errors.Is(cause, errIdle):
+			return &llm.Error{Provider: p, Kind: llm.KindTimeout, Message: fmt.Sprintf("stream stalled longer than the idle timeout (%s)", c.client.Timeouts.Idle), Err: cause}
+		case errors.Is(cause, errRequest):
+			return &llm.Error{Provider: p, Kind: llm.KindTimeout, Message: fmt.Sprintf("request took longer than the request timeout (%s)", c.client.Timeouts.Request), Err: cause}
+		}
+	}
+	if perr := c.parent.Err(); perr != nil {
+		if errors.Is(perr, context.DeadlineExceeded) {
+			return &llm.Error{Provider: p, Kind: llm.KindTimeout, Message: "caller's deadline exceeded", Err: perr}
+		}
+		return &llm.Error{Provider: p, Kind: llm.KindCanceled, Message: "caller cancelled", Err: perr}
+	}
+	return &llm.Error{Provider: p, Kind: llm.KindConnection, Message: c.client.scrub(err.Error()), Err: err}
+}
+
+// statusError reads an error response into an llm.Error.
+func (c *Client) statusError(resp *http.Response) *llm.Error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return &llm.Error{
+		Provider:   c.Provider,
+		Kind:       llm.KindFromStatus(resp.StatusCode),
+		Status:     resp.StatusCode,
+		Message:    c.scrub(ErrorMessage(b)),
+		RetryAfter: RetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+	}
+}
+
+func (c *Client) scrub(s string) string { return c.Keys.Scrub(s) }
+
+// Scrub removes the client's API keys from s.
+func (c *Client) Scrub(s string) string { return c.scrub(s) }
+
+// ErrorMessage extracts the provider's message from an error body:
+// OpenAI-style {"error": {"message", "code", "type"}}, Ollama {"error": "msg"},
+// or {"message"}; otherwise the body's text, shortened.
+func ErrorMessage(body []byte) string {
+	var v struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+		Code    any             `json:"code"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(body), &v) == nil {
+		if len(v.Error) > 0 {
+			var s string
+			if json.Unmarshal(v.Error, &s) == nil {
+				return s
+			}
+			var o struct {
+				Message string `json:"message"`
+				Type    string `json:"type"`
+				Code    any    `json:"code"`
+			}
+			if json.Unmarshal(v.Error, &o) == nil && o.Message != "" {
+				if code := fmt.Sprint(o.Code); o.Code != nil && code != "" && !strings.Contains(o.Message, code) {
+					return o.Message + " (" + code + ")"
+				}
+				return o.Message
+			}
+		}
+		if v.Message != "" {
+			return v.Message
+		}
+	}
+	s := strings.TrimSpace(string(body))
+	if len(s) > 500 {
+		s = s[:500] + "…"
+	}
+	if s == "" {
+		s = "(empty body)"
+	}
+	return s
+}
+
+// RetryAfter parses a Retry-After header: delay seconds or an HTTP date.
+func RetryAfter(h string, now time.Time) time.Duration {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseFloat(h, 64); err == nil {
+		if secs < 0 {
+			return 0
+		}
+		return time.Duration(secs * float64(time.Second))
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}

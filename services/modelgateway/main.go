@@ -1,0 +1,12 @@
+// Command modelgateway runs the agentmesh modelgateway service as its own process,
+// configured by environment variables.
+package main
+
+import (
+	"github.com/agentmesh/agentmesh/libs/service"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
+)
+
+func main() {
+	service.Main(modelgateway.Name, &modelgateway.Config{}, modelgateway.Run)
+}
