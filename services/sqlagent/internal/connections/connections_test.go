@@ -1,0 +1,133 @@
+package connections_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
+)
+
+// chinook copies the shared Chinook SQLite file into t.TempDir() (the shared
+// file is never opened) and returns the copy's path. It skips the test when
+// the shared data is absent.
+func chinook(t *testing.T) string {
+	t.Helper()
+	dir, _ := os.Getwd()
+	for {
+		src := filepath.Join(dir, "shared", "data", "chinook", "Chinook_Sqlite.sqlite")
+		if _, err := os.Stat(src); err == nil {
+			dst := filepath.Join(t.TempDir(), "chinook.sqlite")
+			in, err := os.Open(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			out, err := os.Create(dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.Copy(out, in); err != nil {
+				t.Fatal(err)
+			}
+			if err := out.Close(); err != nil {
+				t.Fatal(err)
+			}
+			return dst
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Skip("shared/data/chinook not found above the package directory")
+		}
+		dir = parent
+	}
+}
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	specs, err := connections.Parse("music=sqlite:/data/chinook.db; wh=postgres:postgres://u:secret@db:5432/wh?sslmode=disable\nkv=pgx:host=db user=u password=p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []connections.Spec{
+		{Name: "music", Dialect: "sqlite", DSN: "/data/chinook.db"},
+		{Name: "wh", Dialect: "postgres", DSN: "postgres://u:secret@db:5432/wh?sslmode=disable"},
+		{Name: "kv", Dialect: "postgres", DSN: "host=db user=u password=p"},
+	}
+	if len(specs) != len(want) {
+		t.Fatalf("got %d specs, want %d", len(specs), len(want))
+	}
+	for i := range want {
+		if specs[i] != want[i] {
+			t.Errorf("spec %d = %+v, want %+v", i, specs[i], want[i])
+		}
+	}
+	for _, bad := range []struct{ list, want string }{
+		{"music", "name=driver:dsn"},
+		{"music=oracle:x", "unknown driver"},
+		{"music=sqlite:", "name=driver:dsn"},
+		{"a=sqlite:x;a=sqlite:y", "named twice"},
+		{"bad name=sqlite:x", "connection 1"},
+	} {
+		_, err := connections.Parse(bad.list)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("Parse(%q) = %v, want error mentioning %q", bad.list, err, bad.want)
+		}
+	}
+	// The DSN never appears in an error.
+	if _, err := connections.Parse("x=oracle:user/topsecret@db"); err == nil || strings.Contains(err.Error(), "topsecret") {
+		t.Errorf("Parse error %v leaks or misses the DSN", err)
+	}
+}
+
+func TestQueryChinook(t *testing.T) {
+	t.Parallel()
+	reg, err := connections.Open([]connections.Spec{{Name: "music", Dialect: "sqlite", DSN: chinook(t)}}, connections.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	ctx := context.Background()
+
+	res, err := reg.Query(ctx, "music", "SELECT ArtistId, Name FROM Artist ORDER BY ArtistId", 3, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Truncated || len(res.Rows) != 3 || res.Columns[1] != "Name" || res.Rows[0][1] != "AC/DC" || res.Rows[0][0] != int64(1) {
+		t.Fatalf("result = %+v, want 3 rows starting with AC/DC, truncated", res)
+	}
+
+	// The handle itself is read-only: a write that got past the checker still fails.
+	if _, err := reg.Query(ctx, "music", "DELETE FROM Artist", 10, 5*time.Second); !errors.Is(err, connections.ErrQuery) {
+		t.Fatalf("DELETE through the read handle: %v, want ErrQuery", err)
+	}
+	res, err = reg.Query(ctx, "music", "SELECT count(*) FROM Artist", 10, 5*time.Second)
+	if err != nil || res.Rows[0][0] != int64(275) {
+		t.Fatalf("artists after refused delete = %v, %v; want 275", res, err)
+	}
+
+	schema, err := reg.SchemaText(ctx, "music")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Artist(ArtistId INTEGER, Name NVARCHAR(120))", "Track(TrackId INTEGER", "Invoice("} {
+		if !strings.Contains(schema, want) {
+			t.Errorf("schema lacks %q:\n%s", want, schema)
+		}
+	}
+	schemas, err := reg.Schemas(ctx, "music")
+	if err != nil || len(schemas) != 1 || schemas[0] != "main" {
+		t.Fatalf("Schemas = %v, %v; want [main]", schemas, err)
+	}
+	if _, err := reg.Query(ctx, "nope", "SELECT 1", 1, time.Second); !errors.Is(err, connections.ErrUnknown) {
+		t.Fatalf("unknown connection: %v", err)
+	}
+	if _, err := reg.Query(ctx, "music", "SELECT nosuchcolumn FROM Artist", 1, time.Second); !errors.Is(err, connections.ErrQuery) || !strings.Contains(err.Error(), "nosuchcolumn") {
+		t.Fatalf("bad column: %v, want ErrQuery naming the column", err)
+	}
+}

@@ -1,0 +1,165 @@
+package connections
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Result is a query result cut at the row limit.
+type Result struct {
+	// Columns are the column names in order.
+	Columns []string
+	// Rows hold JSON-friendly values: nil, bool, int64, float64, string
+	// (times as RFC 3339, non-UTF-8 bytes as base64).
+	Rows [][]any
+	// Truncated is true when the query had more rows than the limit.
+	Truncated bool
+}
+
+// Query runs sql (which the caller has checked with package safety) on the
+// named connection, read-only, reading at most limit rows, and gives up
+// after timeout. Errors are ErrUnknown, ErrUnavailable or ErrQuery.
+func (r *Registry) Query(ctx context.Context, name, sqlText string, limit int, timeout time.Duration) (*Result, error) {
+	c, err := r.get(name)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var rows *sql.Rows
+	if c.spec.Dialect == Postgres {
+		tx, err := c.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+		if err != nil {
+			return nil, dbError(err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", timeout.Milliseconds())); err != nil {
+			return nil, dbError(err)
+		}
+		rows, err = tx.QueryContext(ctx, sqlText)
+		if err != nil {
+			return nil, dbError(err)
+		}
+	} else {
+		rows, err = c.read.QueryContext(ctx, sqlText)
+		if err != nil {
+			return nil, dbError(err)
+		}
+	}
+	defer rows.Close()
+	return readRows(rows, limit)
+}
+
+// readRows reads up to limit rows and notes whether more were there.
+func readRows(rows *sql.Rows, limit int) (*Result, error) {
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, dbError(err)
+	}
+	res := &Result{Columns: cols, Rows: [][]any{}}
+	for rows.Next() {
+		if len(res.Rows) == limit {
+			res.Truncated = true
+			break
+		}
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, dbError(err)
+		}
+		for i, v := range vals {
+			vals[i] = jsonValue(v)
+		}
+		res.Rows = append(res.Rows, vals)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbError(err)
+	}
+	return res, nil
+}
+
+// jsonValue turns a driver value into one JSON can carry.
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case nil, bool, int64, float64, string:
+		return x
+	case int:
+		return int64(x)
+	case int32:
+		return int64(x)
+	case float32:
+		return float64(x)
+	case []byte:
+		if utf8.Valid(x) {
+			return string(x)
+		}
+		return base64.StdEncoding.EncodeToString(x)
+	case time.Time:
+		return x.Format(time.RFC3339Nano)
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+// SchemaText describes the named connection's tables and columns for a
+// prompt, one line per table: "table(col TYPE, ...)". It is cut at the
+// registry's MaxSchemaChars with a note saying so.
+func (r *Registry) SchemaText(ctx context.Context, name string) (string, error) {
+	c, err := r.get(name)
+	if err != nil {
+		return "", err
+	}
+	q := `SELECT m.name, p.name, p.type
+		FROM sqlite_master m JOIN pragma_table_info(m.name) p
+		WHERE m.type IN ('table', 'view') AND m.name NOT LIKE 'sqlite\_%' ESCAPE '\'
+		ORDER BY m.name, p.cid`
+	if c.spec.Dialect == Postgres {
+		q = `SELECT CASE WHEN table_schema = 'public' THEN table_name ELSE table_schema || '.' || table_name END,
+			column_name, data_type
+		FROM information_schema.columns
+		WHERE table_schema NOT IN ('pg_catalog', 'information_schema') AND table_schema NOT LIKE 'pg\_%'
+		ORDER BY table_schema, table_name, ordinal_position`
+	}
+	rows, err := c.read.QueryContext(ctx, q)
+	if err != nil {
+		return "", dbError(err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	current := ""
+	for rows.Next() {
+		var table, col, typ string
+		if err := rows.Scan(&table, &col, &typ); err != nil {
+			return "", dbError(err)
+		}
+		if table != current {
+			if current != "" {
+				b.WriteString(")\n")
+			}
+			if b.Len() > r.opts.MaxSchemaChars {
+				b.WriteString("-- (schema cut: more tables exist)\n")
+				return b.String(), nil
+			}
+			current = table
+			b.WriteString(table + "(")
+		} else {
+			b.WriteString(", ")
+		}
+		b.WriteString(strings.TrimSpace(col + " " + typ))
+	}
+	if err := rows.Err(); err != nil {
+		return "", dbError(err)
+	}
+	if current != "" {
+		b.WriteString(")\n")
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,182 @@
+// Package grpcapi implements agentmesh.sqlagent.v1.SqlAgentService on top of
+// the session agent and the connection registry, and maps domain errors to
+// gRPC status codes.
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session"
+)
+
+// Connections is what the API needs to list connections.
+type Connections interface {
+	List() []connections.Info
+	Schemas(ctx context.Context, name string) ([]string, error)
+}
+
+// Server implements SqlAgentService.
+type Server struct {
+	sqlagentv1.UnimplementedSqlAgentServiceServer
+	agent *session.Agent
+	conns Connections
+	log   *slog.Logger
+}
+
+var _ sqlagentv1.SqlAgentServiceServer = (*Server)(nil)
+
+// New returns a Server.
+func New(agent *session.Agent, conns Connections, log *slog.Logger) *Server {
+	return &Server{agent: agent, conns: conns, log: log}
+}
+
+// ListConnections lists the configured connections with dialect and schemas
+// (never DSNs). A database that cannot be reached is listed without schemas.
+func (s *Server) ListConnections(ctx context.Context, req *sqlagentv1.ListConnectionsRequest) (*sqlagentv1.ListConnectionsResponse, error) {
+	if _, err := grpcx.Scope(ctx, req.GetScope()); err != nil {
+		return nil, err
+	}
+	out := &sqlagentv1.ListConnectionsResponse{}
+	for _, c := range s.conns.List() {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		schemas, err := s.conns.Schemas(sctx, c.Name)
+		cancel()
+		if err != nil {
+			s.log.WarnContext(ctx, "list schemas failed", "connection", c.Name, "error", err)
+		}
+		out.Connections = append(out.Connections, &sqlagentv1.Connection{Name: c.Name, Dialect: c.Dialect, Schemas: schemas})
+	}
+	return out, nil
+}
+
+// CreateSession starts a session.
+func (s *Server) CreateSession(ctx context.Context, req *sqlagentv1.CreateSessionRequest) (*sqlagentv1.CreateSessionResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	sess, reply, err := s.agent.Create(ctx, toScope(scope), req.GetConnection())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &sqlagentv1.CreateSessionResponse{Session: toProto(sess), Reply: reply.Text, Options: toOptions(reply.Options)}, nil
+}
+
+// GetSession returns a session of the caller's scope.
+func (s *Server) GetSession(ctx context.Context, req *sqlagentv1.GetSessionRequest) (*sqlagentv1.GetSessionResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(req.GetSessionId()) == "" {
+		return nil, grpcx.InvalidArgument("session_id", "is required")
+	}
+	sess, err := s.agent.Get(ctx, toScope(scope), req.GetSessionId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &sqlagentv1.GetSessionResponse{Session: toProto(sess)}, nil
+}
+
+// SendInput advances a session.
+func (s *Server) SendInput(ctx context.Context, req *sqlagentv1.SendInputRequest) (*sqlagentv1.SendInputResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(req.GetSessionId()) == "" {
+		return nil, grpcx.InvalidArgument("session_id", "is required")
+	}
+	if len(req.GetText()) > 64<<10 {
+		return nil, grpcx.InvalidArgument("text", "is longer than 64 KiB")
+	}
+	sess, reply, err := s.agent.Send(ctx, toScope(scope), req.GetSessionId(), req.GetText(), req.GetSelection())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &sqlagentv1.SendInputResponse{
+		Session: toProto(sess), Reply: reply.Text, Options: toOptions(reply.Options), SqlToConfirm: reply.SQLToConfirm,
+	}
+	if reply.Result != nil {
+		if resp.Result, err = toTable(reply.Result); err != nil {
+			return nil, err
+		}
+	}
+	return resp, nil
+}
+
+// toStatus maps domain errors to gRPC statuses. Unknown errors pass through
+// and are masked as Internal by the server's interceptor.
+func toStatus(err error) error {
+	var in *session.InputError
+	switch {
+	case errors.As(err, &in):
+		return grpcx.InvalidArgument(in.Field, "%s", in.Message)
+	case errors.Is(err, session.ErrNotFound):
+		return grpcx.Errorf(codes.NotFound, "SESSION_NOT_FOUND", "session not found")
+	case errors.Is(err, session.ErrFinished):
+		return grpcx.Errorf(codes.FailedPrecondition, "SESSION_FINISHED", "the session is finished; create a new one")
+	case errors.Is(err, session.ErrConflict):
+		return grpcx.Errorf(codes.Aborted, "SESSION_CONFLICT", "the session changed while this input was handled; reload it and retry")
+	case errors.Is(err, session.ErrUnavailable):
+		return grpcx.Errorf(codes.Unavailable, "DEPENDENCY_UNAVAILABLE", "%v", err)
+	}
+	return err
+}
+
+func toScope(s *commonv1.Scope) session.Scope {
+	return session.Scope{TenantID: s.GetTenantId(), ProjectID: s.GetProjectId()}
+}
+
+var jobKinds = map[string]sqlagentv1.JobKind{
+	session.JobReadSQL:   sqlagentv1.JobKind_JOB_KIND_READ_SQL,
+	session.JobWriteData: sqlagentv1.JobKind_JOB_KIND_WRITE_DATA,
+}
+
+func toProto(s *session.Session) *sqlagentv1.Session {
+	params := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for k, v := range s.Params {
+		params.Fields[k] = structpb.NewStringValue(v)
+	}
+	out := &sqlagentv1.Session{
+		Id: s.ID, Scope: &commonv1.Scope{TenantId: s.Scope.TenantID, ProjectId: s.Scope.ProjectID},
+		JobKind: jobKinds[s.JobKind], Stage: string(s.Stage), Parameters: params, PendingSql: s.PendingSQL,
+		CreateTime: timestamppb.New(s.Created), UpdateTime: timestamppb.New(s.Updated),
+	}
+	for _, t := range s.Turns {
+		out.Turns = append(out.Turns, &sqlagentv1.Turn{Role: t.Role, Text: t.Text, Time: timestamppb.New(t.Time)})
+	}
+	return out
+}
+
+func toOptions(opts []session.Option) []*sqlagentv1.Option {
+	var out []*sqlagentv1.Option
+	for _, o := range opts {
+		out = append(out, &sqlagentv1.Option{Value: o.Value, Label: o.Label})
+	}
+	return out
+}
+
+func toTable(r *connections.Result) (*sqlagentv1.ResultTable, error) {
+	t := &sqlagentv1.ResultTable{Columns: r.Columns, Truncated: r.Truncated}
+	for _, row := range r.Rows {
+		lv, err := structpb.NewList(row)
+		if err != nil {
+			return nil, grpcx.Errorf(codes.Internal, "RESULT_ENCODING", "cannot encode a result row: %v", err)
+		}
+		t.Rows = append(t.Rows, lv)
+	}
+	return t, nil
+}

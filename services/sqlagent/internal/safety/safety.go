@@ -1,0 +1,268 @@
+// Package safety decides whether a SQL text is a single read-only query that
+// the SQL agent may run.
+//
+// The check works on tokens, not on the raw string: comments, string
+// literals, quoted identifiers and dollar-quoted bodies are read by a
+// tokenizer first, so a keyword hidden in a literal does not trip it and a
+// statement hidden behind a comment does not slip through. On the tokens it
+// enforces: exactly one statement (a trailing semicolon is fine); the
+// statement is a query (SELECT, VALUES, WITH ... SELECT, possibly
+// parenthesised, compound with UNION/INTERSECT/EXCEPT); every common table
+// expression is itself a query (PostgreSQL allows DML there); no
+// data-changing or schema-changing keyword anywhere (INSERT, UPDATE, DELETE,
+// MERGE, DROP, CREATE, ALTER, TRUNCATE, ATTACH, PRAGMA, SELECT ... INTO, ...);
+// no row locking; no bind parameters; and no call of a function that writes,
+// reads the server's files, sleeps, or runs SQL text of its own.
+//
+// The checker is deliberately conservative: when it cannot read something
+// with certainty (an unterminated literal, a nested block comment whose end
+// the two dialects disagree on) it refuses. The connections package also
+// runs queries in read-only mode, so this is the first of two locks.
+package safety
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrRejected is matched (errors.Is) by every rejection from Check.
+var ErrRejected = errors.New("sql rejected")
+
+// Error is a rejection: Reason says why in words a user understands.
+type Error struct {
+	// Reason is why the SQL was refused, e.g. "DELETE changes data".
+	Reason string
+	// Offset is the byte offset in the SQL the reason points at, or -1.
+	Offset int
+}
+
+func (e *Error) Error() string { return "unsafe SQL: " + e.Reason }
+
+// Is makes errors.Is(err, ErrRejected) true.
+func (e *Error) Is(target error) bool { return target == ErrRejected }
+
+func reject(off int, format string, args ...any) error {
+	return &Error{Reason: fmt.Sprintf(format, args...), Offset: off}
+}
+
+// forbiddenWords are keywords that have no place in a read-only query. They
+// are refused wherever they appear as bare words (quoted identifiers and
+// string literals are not words, so a column "update" or a value 'drop' is
+// fine).
+var forbiddenWords = map[string]string{
+	"INSERT":    "INSERT changes data",
+	"UPDATE":    "UPDATE changes data",
+	"DELETE":    "DELETE changes data",
+	"MERGE":     "MERGE changes data",
+	"UPSERT":    "UPSERT changes data",
+	"REPLACE":   "REPLACE changes data", // replace(...) the function is allowed, see Check
+	"DROP":      "DROP changes the schema",
+	"CREATE":    "CREATE changes the schema",
+	"ALTER":     "ALTER changes the schema",
+	"TRUNCATE":  "TRUNCATE deletes data",
+	"RENAME":    "RENAME changes the schema",
+	"GRANT":     "GRANT changes permissions",
+	"REVOKE":    "REVOKE changes permissions",
+	"ATTACH":    "ATTACH opens another database",
+	"DETACH":    "DETACH changes the open databases",
+	"PRAGMA":    "PRAGMA changes or inspects database settings",
+	"VACUUM":    "VACUUM rewrites the database",
+	"REINDEX":   "REINDEX rebuilds indexes",
+	"ANALYZE":   "ANALYZE writes statistics (and EXPLAIN ANALYZE runs the statement)",
+	"COPY":      "COPY reads or writes files",
+	"CALL":      "CALL runs a procedure",
+	"EXECUTE":   "EXECUTE runs a prepared statement",
+	"EXEC":      "EXEC runs a procedure",
+	"INTO":      "SELECT ... INTO creates a table",
+	"OUTFILE":   "INTO OUTFILE writes a file",
+	"DUMPFILE":  "INTO DUMPFILE writes a file",
+	"LOCK":      "LOCK takes table locks",
+	"NOTIFY":    "NOTIFY sends notifications",
+	"SAVEPOINT": "transaction control is not allowed",
+	"COMMIT":    "transaction control is not allowed",
+	"ROLLBACK":  "transaction control is not allowed",
+}
+
+// queryStarts are the words a query (or a parenthesised part of one) may
+// start with.
+var queryStarts = map[string]bool{"SELECT": true, "WITH": true, "VALUES": true}
+
+// Check returns sql as one statement without its trailing semicolons and
+// comments when it is a single read-only query in dialect d, and an *Error
+// (matching ErrRejected) naming the first reason otherwise.
+func Check(sql string, d Dialect) (string, error) {
+	toks, err := tokenize(sql, d)
+	if err != nil {
+		return "", reject(-1, "cannot read the SQL: %v", err)
+	}
+	if len(toks) == 0 {
+		return "", reject(-1, "the SQL is empty")
+	}
+	// One statement: every semicolon must be trailing.
+	end, stmtEnd := len(toks), len(sql)
+	for i, t := range toks {
+		if t.punct(";") {
+			for _, rest := range toks[i+1:] {
+				if !rest.punct(";") {
+					return "", reject(rest.pos, "only one statement is allowed")
+				}
+			}
+			end, stmtEnd = i, t.pos
+			break
+		}
+	}
+	toks = toks[:end]
+	if len(toks) == 0 {
+		return "", reject(-1, "the SQL is empty")
+	}
+	if err := checkQuery(toks); err != nil {
+		return "", err
+	}
+	if err := checkTokens(toks); err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(sql[:stmtEnd]), nil
+}
+
+// checkQuery checks the statement's shape: it must be a query, and every
+// parenthesised sub-part that starts a statement (a CTE body, a subquery)
+// must be a query too. Parentheses must balance.
+func checkQuery(toks []token) error {
+	depth := 0
+	for _, t := range toks {
+		switch {
+		case t.punct("("):
+			depth++
+		case t.punct(")"):
+			depth--
+			if depth < 0 {
+				return reject(t.pos, "unbalanced parentheses")
+			}
+		}
+	}
+	if depth != 0 {
+		return reject(-1, "unbalanced parentheses")
+	}
+	// Strip leading parentheses: "(SELECT ...) UNION (SELECT ...)".
+	i := 0
+	for i < len(toks) && toks[i].punct("(") {
+		i++
+	}
+	if i == len(toks) || toks[i].kind != kWord || !queryStarts[toks[i].text] {
+		first := toks[min(i, len(toks)-1)]
+		word := first.text
+		if first.kind != kWord {
+			word = "this"
+		}
+		return reject(first.pos, "only SELECT queries are allowed, not %s statements", word)
+	}
+	if toks[i].is("WITH") {
+		return checkWith(toks[i+1:])
+	}
+	return nil
+}
+
+// checkWith checks "[RECURSIVE] name [(cols)] AS [[NOT] MATERIALIZED] (query), ...
+// query" (the tokens after WITH).
+func checkWith(toks []token) error {
+	i := 0
+	if i < len(toks) && toks[i].is("RECURSIVE") {
+		i++
+	}
+	for {
+		if i >= len(toks) || (toks[i].kind != kWord && toks[i].kind != kQuotedID) {
+			return reject(posOf(toks, i), "WITH must name a common table expression")
+		}
+		i++
+		if i < len(toks) && toks[i].punct("(") {
+			i = matching(toks, i) + 1
+		}
+		if i >= len(toks) || !toks[i].is("AS") {
+			return reject(posOf(toks, i), "WITH name must be followed by AS (...)")
+		}
+		i++
+		if i < len(toks) && toks[i].is("NOT") {
+			i++
+		}
+		if i < len(toks) && toks[i].is("MATERIALIZED") {
+			i++
+		}
+		if i >= len(toks) || !toks[i].punct("(") {
+			return reject(posOf(toks, i), "WITH ... AS must be followed by a parenthesised query")
+		}
+		close := matching(toks, i)
+		if close == i+1 {
+			return reject(toks[i].pos, "empty common table expression")
+		}
+		if err := checkQuery(toks[i+1 : close]); err != nil {
+			return err
+		}
+		i = close + 1
+		if i < len(toks) && toks[i].punct(",") {
+			i++
+			continue
+		}
+		break
+	}
+	if i >= len(toks) {
+		return reject(-1, "WITH must be followed by a query")
+	}
+	return checkQuery(toks[i:])
+}
+
+// matching returns the index of the parenthesis closing toks[open]; the
+// caller has checked that parentheses balance.
+func matching(toks []token, open int) int {
+	depth := 0
+	for j := open; j < len(toks); j++ {
+		switch {
+		case toks[j].punct("("):
+			depth++
+		case toks[j].punct(")"):
+			depth--
+			if depth == 0 {
+				return j
+			}
+		}
+	}
+	return len(toks) - 1
+}
+
+func posOf(toks []token, i int) int {
+	if i < len(toks) {
+		return toks[i].pos
+	}
+	return -1
+}
+
+// checkTokens refuses forbidden keywords, row locking, bind parameters and
+// dangerous function calls anywhere in the statement.
+func checkTokens(toks []token) error {
+	for i, t := range toks {
+		next := token{kind: kPunct, pos: -1}
+		if i+1 < len(toks) {
+			next = toks[i+1]
+		}
+		switch t.kind {
+		case kParam:
+			return reject(t.pos, "bind parameters (%s) are not supported; write the value into the query", t.text)
+		case kWord:
+			if t.text == "REPLACE" && next.punct("(") {
+				break // the string function replace(x, y, z)
+			}
+			if reason, ok := forbiddenWords[t.text]; ok {
+				return reject(t.pos, "%s", reason)
+			}
+			if t.text == "FOR" && (next.is("SHARE") || next.is("NO") || next.is("KEY")) {
+				return reject(t.pos, "row locking (FOR SHARE/KEY) is not allowed")
+			}
+		}
+		if (t.kind == kWord || t.kind == kQuotedID) && next.punct("(") {
+			if reason := dangerousFunction(strings.ToLower(t.text)); reason != "" {
+				return reject(t.pos, "function %s() is not allowed: %s", strings.ToLower(t.text), reason)
+			}
+		}
+	}
+	return nil
+}

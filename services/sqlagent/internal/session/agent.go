@@ -1,0 +1,363 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/safety"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/sqlgen"
+)
+
+// Agent runs sessions. It is safe for concurrent use; two inputs to one
+// session at once are serialised by the store's version check (the later
+// one fails with ErrConflict and changes nothing).
+type Agent struct {
+	store Store
+	dbs   Databases
+	gen   SQLWriter
+	opts  Options
+}
+
+// NewAgent returns an Agent over store, the configured databases and the
+// SQL writer.
+func NewAgent(store Store, dbs Databases, gen SQLWriter, opts Options) *Agent {
+	if opts.RowLimit <= 0 {
+		opts.RowLimit = defaultRowLimit
+	}
+	if opts.QueryTimeout <= 0 {
+		opts.QueryTimeout = defaultQueryTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.NewID == nil {
+		opts.NewID = newID
+	}
+	return &Agent{store: store, dbs: dbs, gen: gen, opts: opts}
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Create starts a READ_SQL session. With connection set (it must be
+// configured, else an InputError for "connection") it asks how to get the
+// SQL; without, it offers the connections to choose from.
+func (a *Agent) Create(ctx context.Context, scope Scope, connection string) (*Session, Reply, error) {
+	now := a.opts.Now().UTC()
+	s := &Session{
+		ID: a.opts.NewID(), Scope: scope, JobKind: JobReadSQL,
+		Params: map[string]string{}, Created: now, Updated: now,
+	}
+	var r Reply
+	if connection = strings.TrimSpace(connection); connection != "" {
+		if err := a.useConnection(s, connection); err != nil {
+			return nil, Reply{}, inputErr("connection", "no connection named %q is configured", connection)
+		}
+		r = a.askMethod(s, fmt.Sprintf("Connected to %s.", connection))
+	} else {
+		r = a.askConnection(s, "Which database should I use?")
+	}
+	s.Turns = append(s.Turns, Turn{Role: roleAgent, Text: r.Text, Time: now})
+	if err := a.store.Create(ctx, s); err != nil {
+		return nil, Reply{}, err
+	}
+	return s, r, nil
+}
+
+// Get returns the session id of scope, or ErrNotFound.
+func (a *Agent) Get(ctx context.Context, scope Scope, id string) (*Session, error) {
+	return a.store.Get(ctx, scope, id)
+}
+
+// Send advances session id with free text or a selection (one of the values
+// offered by the previous reply). Errors: InputError for empty or invalid
+// input, ErrNotFound, ErrFinished, ErrConflict, ErrUnavailable when the
+// model gateway or the database is down (the session is then unchanged).
+func (a *Agent) Send(ctx context.Context, scope Scope, id, text, selection string) (*Session, Reply, error) {
+	text, selection = strings.TrimSpace(text), strings.TrimSpace(selection)
+	if text == "" && selection == "" {
+		return nil, Reply{}, inputErr("text", "give text or a selection")
+	}
+	s, err := a.store.Get(ctx, scope, id)
+	if err != nil {
+		return nil, Reply{}, err
+	}
+	if s.Stage == StageDone {
+		return nil, Reply{}, ErrFinished
+	}
+	said := text
+	if said == "" {
+		said = selection
+	}
+	now := a.opts.Now().UTC()
+	s.Turns = append(s.Turns, Turn{Role: roleUser, Text: said, Time: now})
+	r, err := a.step(ctx, s, input{text: text, selection: selection})
+	if err != nil {
+		return nil, Reply{}, err
+	}
+	turn := r.Text
+	if r.SQLToConfirm != "" {
+		turn += "\n\n```sql\n" + r.SQLToConfirm + "\n```"
+	}
+	s.Turns = append(s.Turns, Turn{Role: roleAgent, Text: turn, Time: now})
+	s.Updated = now
+	if err := a.store.Update(ctx, s); err != nil {
+		return nil, Reply{}, err
+	}
+	return s, r, nil
+}
+
+// input is one user input: free text or a selection.
+type input struct{ text, selection string }
+
+// word is the input as one lower-case word or phrase, for matching choices.
+func (in input) word() string {
+	if in.selection != "" {
+		return strings.ToLower(in.selection)
+	}
+	return strings.ToLower(strings.Trim(in.text, " .!"))
+}
+
+// step applies one input to s in its current stage.
+func (a *Agent) step(ctx context.Context, s *Session, in input) (Reply, error) {
+	if in.selection != "" && (s.Stage == StageNeedNaturalLanguage || s.Stage == StageNeedUserSQL) {
+		// Switching method from the dropdown.
+		return a.onMethod(ctx, s, in)
+	}
+	switch s.Stage {
+	case StageNeedConnection:
+		return a.onConnection(s, in)
+	case StageAskSQLMethod, StageShowResults:
+		return a.onMethod(ctx, s, in)
+	case StageNeedNaturalLanguage:
+		if in.text == "" {
+			return Reply{}, inputErr("text", "type the question to answer")
+		}
+		s.Params[paramQuestion] = in.text
+		return a.propose(ctx, s, in.text, "", "")
+	case StageNeedUserSQL:
+		if in.text == "" {
+			return Reply{}, inputErr("text", "type the SQL to run")
+		}
+		return a.proposeUserSQL(s, in.text), nil
+	case StageConfirmGeneratedSQL, StageConfirmUserSQL:
+		return a.onConfirm(ctx, s, in)
+	case StageNeedTableName, StageAskWriteMode, StageConfirmWrite:
+		return a.onWrite(ctx, s, in)
+	}
+	return Reply{}, fmt.Errorf("session %s: unknown stage %q", s.ID, s.Stage)
+}
+
+func (a *Agent) useConnection(s *Session, name string) error {
+	d, err := a.dbs.Dialect(name)
+	if err != nil {
+		return err
+	}
+	s.Params[paramConnection], s.Params[paramDialect] = name, d
+	return nil
+}
+
+func (a *Agent) askConnection(s *Session, text string) Reply {
+	s.Stage = StageNeedConnection
+	var opts []Option
+	for _, c := range a.dbs.List() {
+		opts = append(opts, Option{Value: c.Name, Label: fmt.Sprintf("%s (%s)", c.Name, c.Dialect)})
+	}
+	if len(opts) == 0 {
+		text += " No database connections are configured (SQLAGENT_CONNECTIONS)."
+	}
+	return Reply{Text: text, Options: opts}
+}
+
+func (a *Agent) onConnection(s *Session, in input) (Reply, error) {
+	for _, c := range a.dbs.List() {
+		if strings.EqualFold(c.Name, in.selection) || (in.selection == "" && strings.EqualFold(c.Name, in.text)) {
+			_ = a.useConnection(s, c.Name)
+			return a.askMethod(s, fmt.Sprintf("Connected to %s.", c.Name)), nil
+		}
+	}
+	if in.selection != "" {
+		return Reply{}, inputErr("selection", "no connection named %q; pick one of the options", in.selection)
+	}
+	return a.askConnection(s, fmt.Sprintf("I don't know a database called %q. Which one should I use?", in.text)), nil
+}
+
+var methodOptions = []Option{
+	{Value: methodGenerate, Label: "Generate SQL from my question"},
+	{Value: methodUserSQL, Label: "I'll write my own SQL"},
+}
+
+func (a *Agent) askMethod(s *Session, prefix string) Reply {
+	s.Stage, s.PendingSQL = StageAskSQLMethod, ""
+	return Reply{Text: prefix + " Should I generate the SQL from a question, or will you write your own?", Options: methodOptions}
+}
+
+// onMethod handles ASK_SQL_METHOD and the next step after results: a
+// choice of method, or (as a shortcut) the question or the SQL itself.
+func (a *Agent) onMethod(ctx context.Context, s *Session, in input) (Reply, error) {
+	w := in.word()
+	switch {
+	case w == methodGenerate || w == "generate sql" || w == "generate it":
+		s.Params[paramMethod], s.Stage = methodGenerate, StageNeedNaturalLanguage
+		return Reply{Text: "What would you like to know? Ask in plain English."}, nil
+	case w == methodUserSQL || w == "write my own" || w == "my own" || w == "i'll write my own sql" || w == "own sql":
+		s.Params[paramMethod], s.Stage = methodUserSQL, StageNeedUserSQL
+		return Reply{Text: "Type the SQL query to run (a single read-only SELECT)."}, nil
+	case s.Stage == StageShowResults && (w == "write" || w == "write_data"):
+		return a.startWrite(s), nil
+	case s.Stage == StageShowResults && (w == "done" || w == "finish" || w == "no"):
+		s.Stage, s.PendingSQL = StageDone, ""
+		return Reply{Text: "Done. Start a new session for another job."}, nil
+	case w == "change_connection":
+		return a.askConnection(s, "Which database should I use?"), nil
+	case in.selection != "":
+		return Reply{}, inputErr("selection", "%q is not one of the options", in.selection)
+	case looksLikeSQL(in.text):
+		s.Params[paramMethod] = methodUserSQL
+		return a.proposeUserSQL(s, in.text), nil
+	default:
+		s.Params[paramMethod], s.Params[paramQuestion] = methodGenerate, in.text
+		return a.propose(ctx, s, in.text, "", "")
+	}
+}
+
+// looksLikeSQL reports whether text starts like a SQL statement of any kind
+// (so a typed DELETE is refused as unsafe SQL rather than sent to the model
+// as a question).
+func looksLikeSQL(text string) bool {
+	f := strings.Fields(strings.ToUpper(strings.TrimLeft(text, "( \n\t")))
+	if len(f) == 0 {
+		return false
+	}
+	switch f[0] {
+	case "SELECT", "WITH", "VALUES", "INSERT", "UPDATE", "DELETE", "DROP", "CREATE", "ALTER",
+		"TRUNCATE", "PRAGMA", "ATTACH", "DETACH", "REPLACE", "MERGE", "GRANT", "REVOKE", "VACUUM", "EXPLAIN":
+		return true
+	}
+	return false
+}
+
+// propose asks the model for SQL, checks it and asks for confirmation. A
+// proposal that fails the safety check is refused and never offered.
+func (a *Agent) propose(ctx context.Context, s *Session, question, previous, feedback string) (Reply, error) {
+	conn := s.Params[paramConnection]
+	schema, err := a.dbs.SchemaText(ctx, conn)
+	if err != nil {
+		return Reply{}, fmt.Errorf("%w: read the schema of %s: %w", ErrUnavailable, conn, err)
+	}
+	sql, err := a.gen.Generate(ctx, sqlgen.Request{
+		Dialect: s.Params[paramDialect], Schema: schema, Question: question,
+		PreviousSQL: previous, Feedback: feedback,
+	})
+	switch {
+	case errors.Is(err, sqlgen.ErrNoSQL):
+		s.Stage, s.PendingSQL = StageNeedNaturalLanguage, ""
+		return Reply{Text: fmt.Sprintf("I couldn't write a query for that (%v). Try rephrasing the question.", err)}, nil
+	case err != nil:
+		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	checked, err := safety.Check(sql, safety.Dialect(s.Params[paramDialect]))
+	if err != nil {
+		s.Stage, s.PendingSQL = StageNeedNaturalLanguage, ""
+		return Reply{Text: fmt.Sprintf("I won't run the query the model wrote: %s. Only read-only SELECT queries are allowed; try rephrasing the question.", reason(err))}, nil
+	}
+	s.Stage, s.PendingSQL = StageConfirmGeneratedSQL, checked
+	return confirmReply("Here is the SQL I would run. Shall I run it? Reply yes to run it, or tell me what to change.", checked), nil
+}
+
+// proposeUserSQL checks the user's SQL and asks for confirmation, or refuses it.
+func (a *Agent) proposeUserSQL(s *Session, sql string) Reply {
+	checked, err := safety.Check(sql, safety.Dialect(s.Params[paramDialect]))
+	if err != nil {
+		s.Stage, s.PendingSQL = StageNeedUserSQL, ""
+		return Reply{Text: fmt.Sprintf("I can't run that: %s. Only a single read-only SELECT is allowed; send another query.", reason(err))}
+	}
+	s.Stage, s.PendingSQL = StageConfirmUserSQL, checked
+	return confirmReply("I will run this SQL. Shall I run it? Reply yes to run it, or send a corrected query.", checked)
+}
+
+func reason(err error) string {
+	var se *safety.Error
+	if errors.As(err, &se) {
+		return se.Reason
+	}
+	return err.Error()
+}
+
+var confirmOptions = []Option{{Value: "confirm", Label: "Run it"}, {Value: "cancel", Label: "Cancel"}}
+
+func confirmReply(text, sql string) Reply {
+	return Reply{Text: text, Options: confirmOptions, SQLToConfirm: sql}
+}
+
+// confirmWords are inputs that confirm a pending action.
+var confirmWords = map[string]bool{
+	"confirm": true, "yes": true, "y": true, "ok": true, "okay": true, "sure": true, "correct": true,
+	"run": true, "run it": true, "yes, run it": true, "go": true, "go ahead": true, "execute": true,
+	"yes please": true, "yep": true, "yeah": true, "looks good": true, "lgtm": true, "do it": true,
+}
+
+// cancelWords are inputs that drop a pending action.
+var cancelWords = map[string]bool{"cancel": true, "no": true, "nope": true, "stop": true, "abort": true}
+
+// onConfirm runs the pending SQL on confirmation; cancel goes back to the
+// method choice; anything else is a correction.
+func (a *Agent) onConfirm(ctx context.Context, s *Session, in input) (Reply, error) {
+	w := in.word()
+	switch {
+	case confirmWords[w]:
+		return a.execute(ctx, s)
+	case cancelWords[w]:
+		return a.askMethod(s, "Cancelled; nothing ran."), nil
+	case in.selection != "":
+		return Reply{}, inputErr("selection", "%q is not one of the options", in.selection)
+	case s.Stage == StageConfirmGeneratedSQL && !looksLikeSQL(in.text):
+		return a.propose(ctx, s, s.Params[paramQuestion], s.PendingSQL, in.text)
+	default:
+		// A user-SQL correction, or SQL typed over a generated proposal.
+		s.Params[paramMethod] = methodUserSQL
+		return a.proposeUserSQL(s, in.text), nil
+	}
+}
+
+// execute runs the confirmed SQL. It re-checks it first: the pending SQL
+// came out of the store, and the check is cheap.
+func (a *Agent) execute(ctx context.Context, s *Session) (Reply, error) {
+	sql, conn := s.PendingSQL, s.Params[paramConnection]
+	if _, err := safety.Check(sql, safety.Dialect(s.Params[paramDialect])); err != nil {
+		return a.askMethod(s, fmt.Sprintf("I can't run the pending SQL: %s.", reason(err))), nil
+	}
+	res, err := a.dbs.Query(ctx, conn, sql, a.opts.RowLimit, a.opts.QueryTimeout)
+	switch {
+	case errors.Is(err, connections.ErrQuery):
+		return confirmReply(fmt.Sprintf("The database refused the query: %v. Tell me what to change, or send corrected SQL.",
+			strings.TrimPrefix(err.Error(), connections.ErrQuery.Error()+": ")), sql), nil
+	case err != nil:
+		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	s.Params[paramExecutedSQL], s.Params[paramRowCount] = sql, fmt.Sprint(len(res.Rows))
+	s.Stage, s.PendingSQL = StageShowResults, ""
+	text := fmt.Sprintf("The query returned %d rows.", len(res.Rows))
+	if res.Truncated {
+		text = fmt.Sprintf("The query returned more than %d rows; here are the first %d.", a.opts.RowLimit, len(res.Rows))
+	}
+	return Reply{
+		Text: text + " What next? Ask another question, write the result to a table, or finish.",
+		Options: []Option{
+			{Value: methodGenerate, Label: "Ask another question"},
+			{Value: methodUserSQL, Label: "Run my own SQL"},
+			{Value: "write", Label: "Write the result to a table"},
+			{Value: "done", Label: "Finish"},
+		},
+		Result: res,
+	}, nil
+}

@@ -1,0 +1,154 @@
+// Package session runs SQL agent sessions: a stage machine per job kind that
+// asks for what it needs (connection, how to get the SQL, the question or
+// the SQL), shows SQL for confirmation, and only then runs it. Sessions are
+// stored one document each, written with optimistic concurrency.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/sqlgen"
+)
+
+// Job kinds.
+const (
+	// JobReadSQL runs a read query.
+	JobReadSQL = "READ_SQL"
+	// JobWriteData writes a query result to a new table.
+	JobWriteData = "WRITE_DATA"
+)
+
+// Stage is a position in a job's stage machine.
+type Stage string
+
+// Stages of READ_SQL and WRITE_DATA.
+const (
+	StageNeedConnection             Stage = "NEED_CONNECTION"
+	StageAskSQLMethod               Stage = "ASK_SQL_METHOD"
+	StageNeedNaturalLanguage        Stage = "NEED_NATURAL_LANGUAGE"
+	StageNeedUserSQL                Stage = "NEED_USER_SQL"
+	StageConfirmGeneratedSQL        Stage = "CONFIRM_GENERATED_SQL"
+	StageConfirmUserSQL             Stage = "CONFIRM_USER_SQL"
+	StageShowResults                Stage = "SHOW_RESULTS"
+	StageNeedTableName              Stage = "NEED_TABLE_NAME"
+	StageAskWriteMode               Stage = "ASK_WRITE_MODE"
+	StageConfirmWrite               Stage = "CONFIRM_WRITE"
+	StageDone                       Stage = "DONE"
+	defaultRowLimit                       = 200
+	defaultQueryTimeout                   = 30 * time.Second
+	roleUser, roleAgent                   = "user", "agent"
+	paramConnection, paramDialect         = "connection", "dialect"
+	paramMethod, paramQuestion            = "sql_method", "question"
+	paramExecutedSQL, paramRowCount       = "executed_sql", "row_count"
+	paramTable, paramWriteMode            = "table_name", "write_mode"
+	methodGenerate, methodUserSQL         = "generate", "user_sql"
+)
+
+// Scope is the tenant and project a session belongs to.
+type Scope struct {
+	TenantID  string
+	ProjectID string
+}
+
+// Turn is one message of a session's history.
+type Turn struct {
+	Role string
+	Text string
+	Time time.Time
+}
+
+// Session is a guided database job.
+type Session struct {
+	ID    string
+	Scope Scope
+	// JobKind is JobReadSQL or JobWriteData.
+	JobKind string
+	Stage   Stage
+	// Params are the parameters gathered so far (connection, sql_method,
+	// question, executed_sql, row_count, table_name, write_mode, ...).
+	Params map[string]string
+	// PendingSQL is the SQL waiting for confirmation.
+	PendingSQL string
+	Turns      []Turn
+	// Version counts writes; the store updates only the version it read.
+	Version int64
+	Created time.Time
+	Updated time.Time
+}
+
+// Option is a choice offered to the user.
+type Option struct {
+	Value string
+	Label string
+}
+
+// Reply is what the agent answers to one input.
+type Reply struct {
+	Text         string
+	Options      []Option
+	SQLToConfirm string
+	Result       *connections.Result
+}
+
+// Errors of the session domain. The gRPC layer maps them to codes.
+var (
+	// ErrNotFound means no session with that id in that scope.
+	ErrNotFound = errors.New("session not found")
+	// ErrConflict means another input changed the session first.
+	ErrConflict = errors.New("session changed concurrently")
+	// ErrFinished means the session is done and takes no more input.
+	ErrFinished = errors.New("session is finished")
+	// ErrUnavailable means the model gateway or a database is down.
+	ErrUnavailable = errors.New("dependency unavailable")
+)
+
+// InputError is bad input; Field names the request field.
+type InputError struct {
+	Field   string
+	Message string
+}
+
+func (e *InputError) Error() string { return e.Field + ": " + e.Message }
+
+func inputErr(field, format string, args ...any) error {
+	return &InputError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Store keeps sessions. Get and Update only see sessions of the given
+// scope. Update writes s if its stored version is still s.Version and then
+// increments s.Version; it returns ErrConflict otherwise, ErrNotFound when
+// the session does not exist.
+type Store interface {
+	Create(ctx context.Context, s *Session) error
+	Get(ctx context.Context, scope Scope, id string) (*Session, error)
+	Update(ctx context.Context, s *Session) error
+}
+
+// Databases is what the agent needs of the configured connections.
+type Databases interface {
+	List() []connections.Info
+	Dialect(name string) (string, error)
+	SchemaText(ctx context.Context, name string) (string, error)
+	Query(ctx context.Context, name, sql string, limit int, timeout time.Duration) (*connections.Result, error)
+	WriteTable(ctx context.Context, name, sql, table string, mode connections.WriteMode, timeout time.Duration) (int64, error)
+}
+
+// SQLWriter proposes SQL for a question.
+type SQLWriter interface {
+	Generate(ctx context.Context, req sqlgen.Request) (string, error)
+}
+
+// Options configure an Agent.
+type Options struct {
+	// RowLimit caps the rows a query returns (default 200).
+	RowLimit int
+	// QueryTimeout bounds one query (default 30s).
+	QueryTimeout time.Duration
+	// Now and NewID replace the clock and id source in tests.
+	Now   func() time.Time
+	NewID func() string
+}

@@ -1,0 +1,77 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/safety"
+)
+
+// startWrite begins WRITE_DATA for the query that just ran.
+func (a *Agent) startWrite(s *Session) Reply {
+	s.JobKind, s.Stage = JobWriteData, StageNeedTableName
+	return Reply{Text: fmt.Sprintf("I'll write the result of the last query to a new table in %s. What should the table be called?", s.Params[paramConnection])}
+}
+
+var writeModeOptions = []Option{
+	{Value: string(connections.WriteCreate), Label: "Create it; fail if it exists"},
+	{Value: string(connections.WriteDrop), Label: "Drop the table if it exists, then create it"},
+	{Value: string(connections.WriteTruncate), Label: "Empty the table if it exists, then fill it"},
+}
+
+// onWrite walks NEED_TABLE_NAME → ASK_WRITE_MODE → CONFIRM_WRITE → write.
+func (a *Agent) onWrite(ctx context.Context, s *Session, in input) (Reply, error) {
+	switch s.Stage {
+	case StageNeedTableName:
+		name := strings.TrimSpace(in.text)
+		if err := connections.ValidTableName(name); err != nil {
+			return Reply{Text: fmt.Sprintf("%v. What should the table be called?", err)}, nil
+		}
+		s.Params[paramTable], s.Stage = name, StageAskWriteMode
+		return Reply{Text: fmt.Sprintf("If %s already exists, should I drop it or empty it?", name), Options: writeModeOptions}, nil
+	case StageAskWriteMode:
+		w := in.word()
+		for _, o := range writeModeOptions {
+			if w == o.Value {
+				s.Params[paramWriteMode], s.Stage = o.Value, StageConfirmWrite
+				return Reply{
+					Text:    fmt.Sprintf("I will write the result of this query to %s (%s). Shall I go ahead?", s.Params[paramTable], strings.ToLower(o.Label)),
+					Options: confirmOptions, SQLToConfirm: s.Params[paramExecutedSQL],
+				}, nil
+			}
+		}
+		if in.selection != "" {
+			return Reply{}, inputErr("selection", "%q is not one of the options", in.selection)
+		}
+		return Reply{Text: "Please choose create, drop or truncate.", Options: writeModeOptions}, nil
+	default: // StageConfirmWrite
+		w := in.word()
+		switch {
+		case cancelWords[w]:
+			s.JobKind = JobReadSQL
+			return a.askMethod(s, "Cancelled; nothing was written."), nil
+		case !confirmWords[w]:
+			return Reply{Text: "Reply yes to write the table, or cancel.", Options: confirmOptions, SQLToConfirm: s.Params[paramExecutedSQL]}, nil
+		}
+		sql := s.Params[paramExecutedSQL]
+		if _, err := safety.Check(sql, safety.Dialect(s.Params[paramDialect])); err != nil {
+			return a.askMethod(s, fmt.Sprintf("I can't use that query: %s.", reason(err))), nil
+		}
+		n, err := a.dbs.WriteTable(ctx, s.Params[paramConnection], sql, s.Params[paramTable],
+			connections.WriteMode(s.Params[paramWriteMode]), a.opts.QueryTimeout)
+		switch {
+		case errors.Is(err, connections.ErrQuery):
+			s.Stage = StageNeedTableName
+			return Reply{Text: fmt.Sprintf("Writing failed: %v. Give another table name, or the same one to try again.",
+				strings.TrimPrefix(err.Error(), connections.ErrQuery.Error()+": "))}, nil
+		case err != nil:
+			return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		s.Params[paramRowCount] = fmt.Sprint(n)
+		s.Stage = StageDone
+		return Reply{Text: fmt.Sprintf("Wrote %d rows to %s.", n, s.Params[paramTable])}, nil
+	}
+}

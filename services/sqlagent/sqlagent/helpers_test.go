@@ -1,0 +1,211 @@
+package sqlagent_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/agentmesh/agentmesh/libs/config"
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
+	"github.com/agentmesh/agentmesh/libs/service"
+	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
+	"github.com/agentmesh/agentmesh/services/sqlagent/sqlagent"
+
+	_ "modernc.org/sqlite" // the test's own handle on the Chinook copy
+)
+
+// chinookCopy copies the shared Chinook SQLite database into t.TempDir()
+// and returns the copy's path; the shared file is never opened for writing.
+// It skips the test when ../shared/data is absent.
+func chinookCopy(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		src := filepath.Join(dir, "shared", "data", "chinook", "Chinook_Sqlite.sqlite")
+		if _, err := os.Stat(src); err == nil {
+			data, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst := filepath.Join(t.TempDir(), "chinook.sqlite")
+			if err := os.WriteFile(dst, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return dst
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Skip("shared/data/chinook not found above the package directory (the data lives in ../shared/data next to the repository)")
+		}
+		dir = parent
+	}
+}
+
+// openSQLite opens the test's own handle on a database file.
+func openSQLite(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// run starts a service's Run on a loopback listener and waits until ready;
+// it stops the service in t.Cleanup and returns the address.
+func run(t *testing.T, name string, start func(ctx context.Context, rt service.Runtime) error) string {
+	t.Helper()
+	lis := testkit.Listen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- start(ctx, service.Runtime{
+			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Listener: lis,
+			Ready:    func() { close(ready) },
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("%s Run: %v", name, err)
+	case <-time.After(20 * time.Second):
+		cancel()
+		t.Fatalf("%s not ready within 20s", name)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("%s Run returned %v", name, err)
+		}
+	})
+	return lis.Addr().String()
+}
+
+// startModel starts the provider simulator and the real model gateway in
+// front of it, serving the logical model "sql".
+func startModel(t *testing.T) (*providersim.Server, string) {
+	t.Helper()
+	sim := providersim.Start(t, providersim.Options{Flavor: providersim.DeepSeek})
+	routing := fmt.Sprintf("providers:\n  up: {type: deepseek, base_url: %q}\nmodels:\n  sql:\n    - {provider: up, model: sim-sql}\n", sim.URL)
+	path := filepath.Join(t.TempDir(), "routing.yaml")
+	if err := os.WriteFile(path, []byte(routing), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var cfg modelgateway.Config
+	if err := config.Load("", &cfg, config.Map(map[string]string{
+		"MODELGATEWAY_CONFIG":         path,
+		"MODELGATEWAY_MAX_ATTEMPTS":   "1",
+		"MODELGATEWAY_PROBE_INTERVAL": "1h",
+		"DEEPSEEK_API_KEY":            "test-key",
+	})); err != nil {
+		t.Fatal(err)
+	}
+	addr := run(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error { return modelgateway.Run(ctx, &cfg, rt) })
+	return sim, addr
+}
+
+// startAgent starts the SQL agent with the given connections against the
+// model gateway at modelAddr and a fresh Mongo database, and returns a client.
+func startAgent(t *testing.T, modelAddr, conns string, extra map[string]string) sqlagentv1.SqlAgentServiceClient {
+	t.Helper()
+	uri, dbName := testkit.MongoURI(t)
+	vars := map[string]string{
+		"MONGO_URI":            uri,
+		"MONGO_DATABASE":       dbName,
+		"MODELGATEWAY_ADDR":    modelAddr,
+		"SQLAGENT_CONNECTIONS": conns,
+	}
+	for k, v := range extra {
+		vars[k] = v
+	}
+	var cfg sqlagent.Config
+	if err := config.Load("", &cfg, config.Map(vars)); err != nil {
+		t.Fatal(err)
+	}
+	addr := run(t, "sqlagent", func(ctx context.Context, rt service.Runtime) error { return sqlagent.Run(ctx, &cfg, rt) })
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return sqlagentv1.NewSqlAgentServiceClient(conn)
+}
+
+func ctxTimeout(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var scopeA = &commonv1.Scope{TenantId: "acme", ProjectId: "music"}
+
+// send sends text (or, with a "sel:" prefix, a selection) and fails the test on error.
+func send(t *testing.T, c sqlagentv1.SqlAgentServiceClient, id, text string) *sqlagentv1.SendInputResponse {
+	t.Helper()
+	req := &sqlagentv1.SendInputRequest{Scope: scopeA, SessionId: id, Text: text}
+	if sel, ok := cutPrefix(text, "sel:"); ok {
+		req.Text, req.Selection = "", sel
+	}
+	resp, err := c.SendInput(ctxTimeout(t), req)
+	if err != nil {
+		t.Fatalf("SendInput(%q): %v", text, err)
+	}
+	return resp
+}
+
+func cutPrefix(s, p string) (string, bool) {
+	if len(s) >= len(p) && s[:len(p)] == p {
+		return s[len(p):], true
+	}
+	return s, false
+}
+
+// wantStage fails unless resp's session is in stage.
+func wantStage(t *testing.T, resp interface{ GetSession() *sqlagentv1.Session }, stage string) {
+	t.Helper()
+	if got := resp.GetSession().GetStage(); got != stage {
+		t.Fatalf("stage = %s, want %s", got, stage)
+	}
+}
+
+// wantInvalid fails unless err is InvalidArgument naming field.
+func wantInvalid(t *testing.T, err error, field string) {
+	t.Helper()
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.InvalidArgument {
+		t.Fatalf("error = %v, want InvalidArgument", err)
+	}
+	if msg := st.Message(); len(msg) < len(field) || msg[:len(field)] != field {
+		t.Fatalf("error %q does not name field %q", msg, field)
+	}
+}
+
+func optionValues(opts []*sqlagentv1.Option) []string {
+	var out []string
+	for _, o := range opts {
+		out = append(out, o.GetValue())
+	}
+	return out
+}

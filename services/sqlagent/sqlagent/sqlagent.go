@@ -1,0 +1,94 @@
+// Package sqlagent is the SQL agent: plain-English database jobs with confirmation before SQL runs.
+//
+// Run starts it; the service binary and `agentmesh up` both call Run.
+package sqlagent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/libs/mongox"
+	"github.com/agentmesh/agentmesh/libs/service"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/grpcapi"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session/mongostore"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/sqlgen"
+)
+
+// Name is the service name used in logs, metrics and health.
+const Name = "sqlagent"
+
+// Config is the service's configuration, read from the environment.
+type Config struct {
+	service.Common `env:""`
+	// Mongo is the document store.
+	Mongo mongox.Config `env:""`
+	// ModelGatewayAddr is the model gateway gRPC address.
+	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`
+	// Connections lists the databases users may query.
+	Connections string `env:"SQLAGENT_CONNECTIONS" secret:"true" help:"databases, separated by ';' or newlines, each name=driver:dsn with driver sqlite (file path or file: URI) or postgres (URL or key=value DSN)"`
+	// SQLModel is the logical model that writes SQL.
+	SQLModel string `env:"SQLAGENT_SQL_MODEL" default:"sql" help:"logical model (model gateway) that writes SQL"`
+	// RowLimit caps the rows a query returns.
+	RowLimit int `env:"SQLAGENT_ROW_LIMIT" default:"200" help:"most rows a query returns; more are cut and the result marked truncated"`
+	// QueryTimeout bounds one query or table write.
+	QueryTimeout time.Duration `env:"SQLAGENT_QUERY_TIMEOUT" default:"30s" help:"longest a query or a table write may run"`
+}
+
+// Run serves the service on rt.Listener until ctx is done, then shuts down
+// gracefully.
+func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
+	specs, err := connections.Parse(cfg.Connections)
+	if err != nil {
+		closeListener(rt)
+		return fmt.Errorf("SQLAGENT_CONNECTIONS: %w", err)
+	}
+	if cfg.RowLimit <= 0 {
+		closeListener(rt)
+		return fmt.Errorf("SQLAGENT_ROW_LIMIT must be positive, got %d", cfg.RowLimit)
+	}
+	srv := grpcx.NewServer(rt.Server, rt.Logger)
+	db, closeMongo, err := service.ConnectMongo(ctx, cfg.Mongo, srv.Health())
+	if err != nil {
+		closeListener(rt)
+		return err
+	}
+	defer closeMongo()
+	store, err := mongostore.New(ctx, db)
+	if err != nil {
+		closeListener(rt)
+		return err
+	}
+	registry, err := connections.Open(specs, connections.Options{})
+	if err != nil {
+		closeListener(rt)
+		return fmt.Errorf("SQLAGENT_CONNECTIONS: %w", err)
+	}
+	defer registry.Close()
+	modelGateway, err := service.DialPeer(cfg.ModelGatewayAddr)
+	if err != nil {
+		closeListener(rt)
+		return err
+	}
+	defer modelGateway.Close()
+
+	agent := session.NewAgent(store, registry, sqlgen.New(modelv1.NewModelServiceClient(modelGateway), cfg.SQLModel),
+		session.Options{RowLimit: cfg.RowLimit, QueryTimeout: cfg.QueryTimeout})
+	sqlagentv1.RegisterSqlAgentServiceServer(srv.GRPC(), grpcapi.New(agent, registry, rt.Logger))
+	if rt.Ready != nil {
+		rt.Ready()
+	}
+	return srv.Serve(ctx, rt.Listener)
+}
+
+// closeListener closes the listener when Run fails before serving: Run owns it.
+func closeListener(rt service.Runtime) {
+	if rt.Listener != nil {
+		_ = rt.Listener.Close()
+	}
+}
