@@ -1,0 +1,464 @@
+// Package checkpoint persists a classification run's whole context in one
+// MongoDB document per run, after every transition.
+//
+// The document has a header (id, scope, state, version, schema_version,
+// lease, last event id, times), the run context under "context", and the
+// run's pending events under "outbox" (libs/events per-document outbox).
+// Every write is a single-document update guarded by the version it read
+// (optimistic concurrency, mongox.UpdateVersioned): the new state, the
+// context, the lease and the events go in together or not at all, and a
+// writer that lost a race gets ErrConflict instead of overwriting.
+//
+// The lease ({owner, expires_at}) marks the one executor driving the run;
+// it is taken, renewed and released with the same versioned writes.
+//
+// A finished run whose events are all published is moved to an archive
+// collection (Archive, called by the Publisher): on the embedded store
+// (FerretDB v1) every update costs time in proportion to the size of its
+// collection, so the collection that is written to holds only runs that can
+// still change. Reads look in both.
+//
+// Load refuses a document it cannot fully decode (type mismatch, unknown
+// schema version, unknown state, a context that contradicts its state) with
+// a *CorruptError: a run is never resumed from an empty or partial context.
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	"github.com/agentmesh/agentmesh/libs/mongox"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/statemachine"
+)
+
+// Collections of checkpoints: runs that may still change, and finished runs
+// whose events are all published.
+const (
+	Collection        = "classifier_runs"
+	ArchiveCollection = "classifier_runs_archive"
+)
+
+// SchemaVersion is the version of the context layout this code writes and
+// reads. A document with another version is refused as corrupt, never
+// guessed at.
+const SchemaVersion = 1
+
+// Errors of the store.
+var (
+	// ErrNotFound means no run with that id exists in the scope.
+	ErrNotFound = errors.New("run not found")
+	// ErrConflict means the checkpoint changed since it was read.
+	ErrConflict = errors.New("checkpoint changed concurrently")
+	// ErrCorrupt is matched by every *CorruptError.
+	ErrCorrupt = errors.New("checkpoint cannot be decoded")
+)
+
+// CorruptError is a checkpoint that cannot be decoded. The header fields
+// that could be read are kept so the run can be stopped and shown.
+type CorruptError struct {
+	// ID is the run id.
+	ID string
+	// State is the state the header names ("" if unreadable).
+	State statemachine.State
+	// Version is the document version, or -1 if unreadable.
+	Version int64
+	// StopReason is the header's stop reason, if any.
+	StopReason string
+	// CreateTime and UpdateTime are the header's times.
+	CreateTime, UpdateTime time.Time
+	// Cause says what could not be decoded.
+	Cause error
+}
+
+// Error implements error.
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("checkpoint of run %s cannot be decoded: %v", e.ID, e.Cause)
+}
+
+// Is matches ErrCorrupt.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// Unwrap returns the cause.
+func (e *CorruptError) Unwrap() error { return e.Cause }
+
+// Lease marks the executor driving a run until ExpiresAt.
+type Lease struct {
+	// Owner identifies the executor (process instance and drive).
+	Owner string
+	// ExpiresAt is when others may take over.
+	ExpiresAt time.Time
+}
+
+// Held reports whether the lease is held by someone at now.
+func (l *Lease) Held(now time.Time) bool { return l != nil && now.Before(l.ExpiresAt) }
+
+// Record is a decoded checkpoint.
+type Record struct {
+	// Run is the run context.
+	Run statemachine.Run
+	// Version is the document version the record was read at.
+	Version int64
+	// Lease is the current lease, nil if none.
+	Lease *Lease
+	// LastEventID is the id of the last event written for the run.
+	LastEventID string
+}
+
+// Store reads and writes checkpoints. It is safe for concurrent use.
+//
+// Writes of one process are serialised, together with the outbox sweeps of
+// the store's [Publisher]: FerretDB v1 applies an update as a read followed
+// by an unconditional write of the whole document, so two concurrent updates
+// of one document lose one of them — a relay's $pullAll could undo a
+// checkpoint, and two writers guarded by the same version could both
+// succeed. MongoDB updates are atomic; with it the lock only costs
+// concurrency inside one process. Processes sharing one FerretDB are not
+// protected against each other; the embedded store runs one classifier.
+type Store struct {
+	coll    *mongo.Collection // runs that can still change
+	archive *mongo.Collection // finished runs, events published
+	now     func() time.Time
+	mu      sync.Mutex // serialises updates of checkpoint documents, outbox removals and archiving
+}
+
+// NewStore returns a store on db's checkpoint collections.
+func NewStore(db *mongo.Database) *Store {
+	return &Store{coll: db.Collection(Collection), archive: db.Collection(ArchiveCollection), now: time.Now}
+}
+
+// EnsureIndexes creates the store's indexes; call it at start.
+func (s *Store) EnsureIndexes(ctx context.Context) error {
+	for _, c := range []*mongo.Collection{s.coll, s.archive} {
+		err := mongox.EnsureIndexes(ctx, c,
+			mongox.Index{Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "create_time", Value: -1}}, Name: "scope_created"},
+		)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type leaseDoc struct {
+	Owner     string    `bson:"owner"`
+	ExpiresAt time.Time `bson:"expires_at"`
+}
+
+// header is the part of the document read before the context.
+type header struct {
+	ID            string    `bson:"_id"`
+	TenantID      string    `bson:"tenant_id"`
+	ProjectID     string    `bson:"project_id"`
+	SchemaVersion int       `bson:"schema_version"`
+	Version       int64     `bson:"version"`
+	State         string    `bson:"state"`
+	StopReason    string    `bson:"stop_reason"`
+	LastEventID   string    `bson:"last_event_id"`
+	Lease         *leaseDoc `bson:"lease"`
+	CreateTime    time.Time `bson:"create_time"`
+	UpdateTime    time.Time `bson:"update_time"`
+	Context       bson.Raw  `bson:"context"`
+}
+
+func idFilter(scope *commonv1.Scope, id string) bson.D {
+	return bson.D{{Key: "_id", Value: id}, {Key: "tenant_id", Value: scope.GetTenantId()}, {Key: "project_id", Value: scope.GetProjectId()}}
+}
+
+func toLeaseDoc(l *Lease) *leaseDoc {
+	if l == nil {
+		return nil
+	}
+	return &leaseDoc{Owner: l.Owner, ExpiresAt: l.ExpiresAt.UTC()}
+}
+
+func lastID(entries []events.OutboxEntry) string {
+	if len(entries) == 0 {
+		return ""
+	}
+	return entries[len(entries)-1].ID
+}
+
+// Create inserts a new run at version 1 with its first events and lease.
+func (s *Store) Create(ctx context.Context, run statemachine.Run, lease *Lease, entries []events.OutboxEntry) (Record, error) {
+	now := s.now().UTC()
+	run.CreateTime, run.UpdateTime = now, now
+	if entries == nil {
+		entries = []events.OutboxEntry{}
+	}
+	d := bson.D{
+		{Key: "_id", Value: run.ID},
+		{Key: "tenant_id", Value: run.TenantID},
+		{Key: "project_id", Value: run.ProjectID},
+		{Key: "schema_version", Value: SchemaVersion},
+		{Key: "version", Value: int64(1)},
+		{Key: "state", Value: string(run.State)},
+		{Key: "stop_reason", Value: run.StopReason},
+		{Key: "last_event_id", Value: lastID(entries)},
+		{Key: "lease", Value: toLeaseDoc(lease)},
+		{Key: "create_time", Value: now},
+		{Key: "update_time", Value: now},
+		{Key: "context", Value: encodeContext(run)},
+		{Key: events.OutboxField, Value: entries},
+	}
+	if _, err := s.coll.InsertOne(ctx, d); err != nil {
+		return Record{}, fmt.Errorf("checkpoint: create %s: %w", run.ID, mongox.Translate(err))
+	}
+	return Record{Run: run, Version: 1, Lease: lease, LastEventID: lastID(entries)}, nil
+}
+
+// Commit writes run as the new checkpoint of the document read at version,
+// with the given lease (nil releases it) and appends entries to its outbox,
+// all in one write. It returns the new record, or ErrConflict when the
+// document moved past version, ErrNotFound when it does not exist.
+func (s *Store) Commit(ctx context.Context, rec Record, run statemachine.Run, lease *Lease, entries []events.OutboxEntry) (Record, error) {
+	now := s.now().UTC()
+	run.CreateTime = rec.Run.CreateTime
+	run.UpdateTime = now
+	set := bson.M{
+		"state":          string(run.State),
+		"stop_reason":    run.StopReason,
+		"schema_version": SchemaVersion,
+		"context":        encodeContext(run),
+		"update_time":    now,
+		"lease":          toLeaseDoc(lease),
+	}
+	last := rec.LastEventID
+	if len(entries) > 0 {
+		last = lastID(entries)
+		set["last_event_id"] = last
+	}
+	update := bson.M{"$set": set}
+	if len(entries) > 0 {
+		update["$push"] = events.OutboxPush(entries...)
+	}
+	scope := &commonv1.Scope{TenantId: run.TenantID, ProjectId: run.ProjectID}
+	if err := s.updateVersioned(ctx, scope, run.ID, rec.Version, update); err != nil {
+		return Record{}, err
+	}
+	return Record{Run: run, Version: rec.Version + 1, Lease: lease, LastEventID: last}, nil
+}
+
+// RenewLease extends the lease of the record's run, keeping everything else.
+func (s *Store) RenewLease(ctx context.Context, rec Record, lease Lease) (Record, error) {
+	scope := &commonv1.Scope{TenantId: rec.Run.TenantID, ProjectId: rec.Run.ProjectID}
+	update := bson.M{"$set": bson.M{"lease": toLeaseDoc(&lease)}}
+	if err := s.updateVersioned(ctx, scope, rec.Run.ID, rec.Version, update); err != nil {
+		return Record{}, err
+	}
+	rec.Version++
+	rec.Lease = &lease
+	return rec, nil
+}
+
+func (s *Store) updateVersioned(ctx context.Context, scope *commonv1.Scope, id string, version int64, update bson.M) error {
+	s.mu.Lock()
+	err := mongox.UpdateVersioned(ctx, s.coll, idFilter(scope, id), version, update)
+	s.mu.Unlock()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, mongox.ErrConflict):
+		return fmt.Errorf("checkpoint: run %s at version %d: %w", id, version, ErrConflict)
+	case errors.Is(err, mongox.ErrNotFound):
+		return fmt.Errorf("checkpoint: run %s: %w", id, ErrNotFound)
+	}
+	return fmt.Errorf("checkpoint: write run %s: %w", id, err)
+}
+
+// MarkCorrupt stops a run whose checkpoint cannot be decoded: it sets the
+// header's state to Stopped with the reason, releases any lease and appends
+// the events, leaving the undecodable context in place for inspection. It
+// is guarded by the header's version when that was readable.
+func (s *Store) MarkCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *CorruptError, reason string, entries []events.OutboxEntry) (string, error) {
+	now := s.now().UTC()
+	set := bson.M{
+		"state": string(statemachine.Stopped), "stop_reason": reason, "update_time": now,
+		"lease": nil, "last_event_id": lastID(entries),
+	}
+	update := bson.M{"$set": set, "$push": events.OutboxPush(entries...)}
+	if cerr.Version >= 0 {
+		if err := s.updateVersioned(ctx, scope, cerr.ID, cerr.Version, update); err != nil {
+			return "", err
+		}
+		return lastID(entries), nil
+	}
+	set["version"] = int64(1)
+	s.mu.Lock()
+	res, err := s.coll.UpdateOne(ctx, idFilter(scope, cerr.ID), update)
+	s.mu.Unlock()
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: stop corrupt run %s: %w", cerr.ID, mongox.Translate(err))
+	}
+	if res.MatchedCount == 0 {
+		return "", fmt.Errorf("checkpoint: run %s: %w", cerr.ID, ErrNotFound)
+	}
+	return lastID(entries), nil
+}
+
+// Load reads and fully decodes a run. Errors: ErrNotFound, or a
+// *CorruptError (matching ErrCorrupt) when any part cannot be decoded.
+func (s *Store) Load(ctx context.Context, scope *commonv1.Scope, id string) (Record, error) {
+	// By _id alone, with the scope checked here: FerretDB serves only a
+	// lone _id filter from its index and decodes every document for any
+	// other.
+	raw, err := s.findRaw(ctx, id)
+	if err != nil {
+		return Record{}, err
+	}
+	tenant, _ := raw.Lookup("tenant_id").StringValueOK()
+	project, _ := raw.Lookup("project_id").StringValueOK()
+	if tenant != scope.GetTenantId() || project != scope.GetProjectId() {
+		return Record{}, fmt.Errorf("checkpoint: run %s: %w", id, ErrNotFound)
+	}
+	return decode(id, raw)
+}
+
+// findRaw reads a run's document, without its outbox, from the live
+// collection or else the archive.
+func (s *Store) findRaw(ctx context.Context, id string) (bson.Raw, error) {
+	opts := options.FindOne().SetProjection(bson.D{{Key: events.OutboxField, Value: 0}})
+	for _, c := range []*mongo.Collection{s.coll, s.archive} {
+		raw, err := c.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, opts).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: load %s: %w", id, mongox.Translate(err))
+		}
+		return raw, nil
+	}
+	return nil, fmt.Errorf("checkpoint: run %s: %w", id, ErrNotFound)
+}
+
+// Archive moves run id to the archive if it is finished and its events are
+// all published, and reports whether it did (or had). It is idempotent: a
+// crash between copying and deleting leaves a copy in each collection,
+// which the next call resolves.
+func (s *Store) Archive(ctx context.Context, id string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	raw, err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
+	}
+	state, _ := raw.Lookup("state").StringValueOK()
+	if !statemachine.State(state).Finished() {
+		return false, nil
+	}
+	if ob, ok := raw.Lookup(events.OutboxField).ArrayOK(); ok {
+		if vals, _ := ob.Values(); len(vals) > 0 {
+			return false, nil
+		}
+	}
+	if _, err := s.archive.InsertOne(ctx, raw); err != nil && !mongo.IsDuplicateKeyError(err) {
+		return false, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
+	}
+	if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+		return false, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
+	}
+	return true, nil
+}
+
+// ListOptions selects runs.
+type ListOptions struct {
+	// State, if set, keeps only runs in that state.
+	State statemachine.State
+	// Offset skips that many runs.
+	Offset int64
+	// Limit bounds the result.
+	Limit int64
+}
+
+// List returns the scope's runs, newest first, from both collections. Runs
+// whose checkpoint cannot be decoded are returned as Entry.Corrupt, in
+// their place, so a listing never hides them.
+func (s *Store) List(ctx context.Context, scope *commonv1.Scope, o ListOptions) ([]Entry, error) {
+	f := bson.D{{Key: "tenant_id", Value: scope.GetTenantId()}, {Key: "project_id", Value: scope.GetProjectId()}}
+	if o.State != "" {
+		f = append(f, bson.E{Key: "state", Value: string(o.State)})
+	}
+	// Each collection gives its first Offset+Limit; the merge keeps the
+	// page. A run being archived may sit in both: the live copy wins.
+	opts := options.Find().
+		SetProjection(bson.D{{Key: events.OutboxField, Value: 0}}).
+		SetSort(bson.D{{Key: "create_time", Value: -1}, {Key: "_id", Value: 1}}).
+		SetLimit(o.Offset + o.Limit)
+	var all []listed
+	seen := map[string]bool{}
+	for _, c := range []*mongo.Collection{s.coll, s.archive} {
+		cur, err := c.Find(ctx, f, opts)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: list: %w", mongox.Translate(err))
+		}
+		var raws []bson.Raw
+		for cur.Next(ctx) {
+			raws = append(raws, append(bson.Raw(nil), cur.Current...))
+		}
+		err = cur.Err()
+		_ = cur.Close(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: list: %w", mongox.Translate(err))
+		}
+		for _, raw := range raws {
+			id, _ := raw.Lookup("_id").StringValueOK()
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			created, _ := raw.Lookup("create_time").TimeOK()
+			all = append(all, listed{id: id, created: created, raw: raw})
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		if !all[i].created.Equal(all[j].created) {
+			return all[i].created.After(all[j].created)
+		}
+		return all[i].id < all[j].id
+	})
+	if int64(len(all)) <= o.Offset {
+		return nil, nil
+	}
+	all = all[o.Offset:min(int64(len(all)), o.Offset+o.Limit)]
+	out := make([]Entry, 0, len(all))
+	for _, l := range all {
+		rec, err := decode(l.id, l.raw)
+		var cerr *CorruptError
+		switch {
+		case errors.As(err, &cerr):
+			out = append(out, Entry{Corrupt: cerr})
+		case err != nil:
+			return nil, err
+		default:
+			out = append(out, Entry{Record: rec})
+		}
+	}
+	return out, nil
+}
+
+// listed is a document found by List, before decoding.
+type listed struct {
+	id      string
+	created time.Time
+	raw     bson.Raw
+}
+
+// Entry is one listed run: a Record, or Corrupt when it cannot be decoded.
+type Entry struct {
+	// Record is the decoded run, when Corrupt is nil.
+	Record Record
+	// Corrupt describes an undecodable checkpoint.
+	Corrupt *CorruptError
+}

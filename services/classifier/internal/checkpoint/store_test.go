@@ -1,0 +1,441 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/runevents"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/statemachine"
+)
+
+var scope = &commonv1.Scope{TenantId: "acme", ProjectId: "p"}
+
+func newStore(t testing.TB) (*Store, *mongo.Database) {
+	t.Helper()
+	db := testkit.MongoDB(t)
+	s := NewStore(db)
+	if err := s.EnsureIndexes(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s, db
+}
+
+func machine(t testing.TB) statemachine.Machine {
+	t.Helper()
+	m, err := statemachine.New(statemachine.Config{MaxModelCalls: 10, MaxPlans: 3, MaxBatch: 4, BatchSize: 2, ChunkSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func outbox(t testing.TB, tr statemachine.Transition) []events.OutboxEntry {
+	t.Helper()
+	var out []events.OutboxEntry
+	for _, e := range tr.Events {
+		entry, err := e.Envelope(scope, tr.Run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, entry)
+	}
+	return out
+}
+
+// richRun is a run in AwaitingBatchApproval with every part of the context
+// filled in.
+func richRun(t testing.TB, m statemachine.Machine, id string) statemachine.Transition {
+	t.Helper()
+	must := func(tr statemachine.Transition, err error) statemachine.Transition {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	tr := m.Start(id, scope.GetTenantId(), scope.GetProjectId(), "classify refunds")
+	r := must(m.Planned(tr.Run, statemachine.Plan{TargetSampleSize: 1, QueryJSON: `{"$where":"x"}`}, errors.New("refused"))).Run
+	r = must(m.Planned(r, statemachine.Plan{TargetSampleSize: 4, Strategy: "s", DetailsMarkdown: "d", AdditionalInstructions: "a", QueryJSON: `{"channel":"chat"}`}, nil)).Run
+	r = must(m.Fetched(r, []string{"a", "b", "c"}, &statemachine.Sample{ID: "a", MessageCount: 3, Summary: "hi"}, nil)).Run
+	r = must(m.Command(r, statemachine.RejectFetch, "more email")).Run
+	r = must(m.Planned(r, statemachine.Plan{TargetSampleSize: 4, QueryJSON: `{}`}, nil)).Run
+	r = must(m.Fetched(r, []string{"a", "b", "c"}, &statemachine.Sample{ID: "a", MessageCount: 3, Summary: "hi"}, nil)).Run
+	r = must(m.Command(r, statemachine.ApproveFetch, "")).Run
+	r = must(m.Classified(r, []statemachine.Classification{
+		{ConversationID: "a", Label: statemachine.Resolved, Reason: "ok"}, {ConversationID: "b", Label: statemachine.Unresolved, Reason: "no"}})).Run
+	r = must(m.Command(r, statemachine.ApproveBatch, "")).Run
+	r = must(m.Saved(r)).Run
+	return must(m.Classified(r, []statemachine.Classification{{ConversationID: "c", Label: statemachine.Resolved, Reason: "ok"}}))
+}
+
+func TestRoundTripKeepsTheWholeContext(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	m := machine(t)
+	ctx := context.Background()
+	start := m.Start("run-1", scope.GetTenantId(), scope.GetProjectId(), "classify refunds")
+	lease := &Lease{Owner: "me", ExpiresAt: time.Now().Add(time.Minute).Truncate(time.Millisecond)}
+	rec, err := s.Create(ctx, start.Run, lease, outbox(t, start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := richRun(t, m, "run-1")
+	rec, err = s.Commit(ctx, rec, tr.Run, nil, outbox(t, tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Load(ctx, scope, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := cmp.Options{cmpopts.EquateEmpty(), cmpopts.EquateApproxTime(time.Millisecond)}
+	if diff := cmp.Diff(tr.Run, got.Run, append(opts, cmpopts.IgnoreFields(statemachine.Run{}, "CreateTime", "UpdateTime"))...); diff != "" {
+		t.Errorf("loaded run (-want +got):\n%s", diff)
+	}
+	if got.Version != 2 || got.Lease != nil || got.LastEventID != rec.LastEventID || got.Run.CreateTime.IsZero() {
+		t.Errorf("header: version %d lease %v last %q/%q", got.Version, got.Lease, got.LastEventID, rec.LastEventID)
+	}
+	if _, err := s.Load(ctx, &commonv1.Scope{TenantId: "globex", ProjectId: "p"}, "run-1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("load from another scope: %v", err)
+	}
+}
+
+// The state and its events are one write: after a commit the outbox holds
+// the events of every transition not yet published, in order.
+func TestCommitAppendsEventsInTheSameWrite(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	m := machine(t)
+	ctx := context.Background()
+	start := m.Start("run-2", scope.GetTenantId(), scope.GetProjectId(), "i")
+	rec, err := s.Create(ctx, start.Run, nil, outbox(t, start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := m.Planned(start.Run, statemachine.Plan{TargetSampleSize: 1, QueryJSON: "{}"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, rec, tr.Run, nil, outbox(t, tr)); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		State  string               `bson:"state"`
+		Outbox []events.OutboxEntry `bson:"outbox"`
+	}
+	if err := db.Collection(Collection).FindOne(ctx, bson.D{{Key: "_id", Value: "run-2"}}).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	want := append(outbox(t, start), outbox(t, tr)...)
+	if doc.State != string(statemachine.Fetching) || len(doc.Outbox) != len(want) {
+		t.Fatalf("state %s with %d outbox entries, want %d", doc.State, len(doc.Outbox), len(want))
+	}
+	for i, e := range doc.Outbox {
+		if e.Subject != want[i].Subject {
+			t.Errorf("entry %d on %s, want %s", i, e.Subject, want[i].Subject)
+		}
+	}
+	if doc.Outbox[0].Subject != runevents.Subject("acme", "run-2", runevents.RunStarted) {
+		t.Errorf("first subject %s", doc.Outbox[0].Subject)
+	}
+}
+
+func TestStaleVersionConflicts(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	m := machine(t)
+	ctx := context.Background()
+	start := m.Start("run-3", scope.GetTenantId(), scope.GetProjectId(), "i")
+	rec, err := s.Create(ctx, start.Run, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, rec, start.Run, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, rec, start.Run, nil, nil); !errors.Is(err, ErrConflict) {
+		t.Errorf("commit at a stale version: %v", err)
+	}
+	if _, err := s.RenewLease(ctx, rec, Lease{Owner: "x", ExpiresAt: time.Now()}); !errors.Is(err, ErrConflict) {
+		t.Errorf("renew at a stale version: %v", err)
+	}
+	ghost := rec
+	ghost.Run.ID = "nope"
+	if _, err := s.Commit(ctx, ghost, ghost.Run, nil, nil); !errors.Is(err, ErrNotFound) {
+		t.Errorf("commit of a missing run: %v", err)
+	}
+}
+
+// Writers racing on one version: exactly one wins, every time. On FerretDB
+// this holds only because the store serialises its writes (see Store).
+func TestConcurrentCommitsExactlyOneWins(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	m := machine(t)
+	ctx := context.Background()
+	start := m.Start("run-4", scope.GetTenantId(), scope.GetProjectId(), "i")
+	rec, err := s.Create(ctx, start.Run, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 20 {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		wins := 0
+		var next Record
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				run := rec.Run
+				run.Feedback = fmt.Sprintf("writer %d", w)
+				r, err := s.Commit(ctx, rec, run, nil, nil)
+				if errors.Is(err, ErrConflict) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				wins++
+				next = r
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if wins != 1 {
+			t.Fatalf("round %d: %d writers won", round, wins)
+		}
+		got, err := s.Load(ctx, scope, "run-4")
+		if err != nil || got.Version != next.Version || got.Run.Feedback != next.Run.Feedback {
+			t.Fatalf("round %d: stored %d/%q, winner %d/%q (%v)", round, got.Version, got.Run.Feedback, next.Version, next.Run.Feedback, err)
+		}
+		rec = next
+	}
+}
+
+// Publishing the outbox while checkpoints are written loses no checkpoint
+// and no event (on FerretDB, an unserialised relay could undo a commit).
+func TestPublishingNeverUndoesACheckpoint(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	m := machine(t)
+	ctx := context.Background()
+	nats := testkit.NewNATS(t)
+	bus, err := events.Connect(ctx, nats.URL(), "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	if err := bus.EnsureStreams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pub := NewPublisher(s, bus, nil)
+	pctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); pub.Run(pctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	start := m.Start("run-5", scope.GetTenantId(), scope.GetProjectId(), "i")
+	rec, err := s.Create(ctx, start.Run, nil, outbox(t, start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := len(start.Events)
+	for i := range 60 {
+		run := rec.Run
+		run.Feedback = fmt.Sprint(i)
+		tr := statemachine.Transition{Run: run, Events: []runevents.Event{{Type: runevents.BatchData, Data: i}}}
+		rec, err = s.Commit(ctx, rec, run, nil, outbox(t, tr))
+		if err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+		sent++
+		pub.Notify("run-5")
+	}
+	got, err := s.Load(ctx, scope, "run-5")
+	if err != nil || got.Version != rec.Version || got.Run.Feedback != "59" {
+		t.Fatalf("stored version %d feedback %q, want %d/59 (%v)", got.Version, got.Run.Feedback, rec.Version, err)
+	}
+	st, err := bus.JetStream().Stream(ctx, events.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		info, err := st.Info(ctx)
+		return err == nil && int(info.State.Msgs) == sent
+	}, "all %d events published", sent)
+}
+
+func TestLoadRefusesDamage(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	m := machine(t)
+	ctx := context.Background()
+	damages := map[string]bson.M{
+		"schema version":       {"$set": bson.M{"schema_version": 2}},
+		"state":                {"$set": bson.M{"state": "Dancing"}},
+		"no context":           {"$unset": bson.M{"context": ""}},
+		"mistyped list":        {"$set": bson.M{"context.labelled_ids": "abc"}},
+		"mistyped counter":     {"$set": bson.M{"context.model_calls": "ten"}},
+		"counters":             {"$set": bson.M{"context.resolved": 7}},
+		"pending batch":        {"$set": bson.M{"context.pending_batch": bson.A{}}},
+		"bad label":            {"$set": bson.M{"context.pending_batch.0.label": "MAYBE"}},
+		"no instruction":       {"$set": bson.M{"context.instruction": ""}},
+		"header version type":  {"$set": bson.M{"version": "seven"}},
+		"plans lost for state": {"$set": bson.M{"context.plans": bson.A{}}},
+	}
+	for name, damage := range damages {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			id := "dmg-" + name
+			tr := richRun(t, m, id)
+			if _, err := s.Create(ctx, tr.Run, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.Collection(Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, damage); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Load(ctx, scope, id)
+			var cerr *CorruptError
+			if !errors.As(err, &cerr) || !errors.Is(err, ErrCorrupt) || cerr.ID != id {
+				t.Fatalf("Load: %v, want a CorruptError", err)
+			}
+			// The run can be stopped from what the header says.
+			stop := m.Corrupt(id, cerr.State, cerr.Cause)
+			if _, err := s.MarkCorrupt(ctx, scope, cerr, stop.Run.StopReason, outbox(t, stop)); err != nil {
+				t.Fatalf("MarkCorrupt: %v", err)
+			}
+			// Afterwards the run reads as Stopped with the reason: either
+			// still undecodable, or decodable now that no state-specific
+			// part is required.
+			rec, err := s.Load(ctx, scope, id)
+			state, reason := rec.Run.State, rec.Run.StopReason
+			if errors.As(err, &cerr) {
+				state, reason = cerr.State, cerr.StopReason
+			} else if err != nil {
+				t.Fatalf("after MarkCorrupt: %v", err)
+			}
+			if state != statemachine.Stopped || reason != stop.Run.StopReason {
+				t.Errorf("after MarkCorrupt the run is %s / %q", state, reason)
+			}
+		})
+	}
+}
+
+func TestListNewestFirstWithCorruptEntries(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	m := machine(t)
+	ctx := context.Background()
+	for i := range 3 {
+		tr := m.Start(fmt.Sprintf("run-%d", i), scope.GetTenantId(), scope.GetProjectId(), "i")
+		if _, err := s.Create(ctx, tr.Run, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Collection(Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: "run-1"}}, bson.M{"$set": bson.M{"context": "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.List(ctx, scope, ListOptions{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].Record.Run.ID != "run-2" || got[1].Corrupt == nil || got[1].Corrupt.ID != "run-1" || got[2].Record.Run.ID != "run-0" {
+		t.Errorf("list: %+v", got)
+	}
+	page, err := s.List(ctx, scope, ListOptions{Offset: 2, Limit: 10, State: statemachine.Planning})
+	if err != nil || len(page) != 1 || page[0].Record.Run.ID != "run-0" {
+		t.Errorf("second page: %+v (%v)", page, err)
+	}
+}
+
+// A finished run is archived once its events are out; it reads and lists
+// as before, and an unfinished run or one with events pending stays live.
+func TestArchiveFinishedRuns(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	clock := time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC)
+	s.now = func() time.Time { clock = clock.Add(time.Second); return clock } // creation order is listing order
+	m := machine(t)
+	ctx := context.Background()
+	create := func(id string, finish bool, pending bool) {
+		t.Helper()
+		tr := m.Start(id, scope.GetTenantId(), scope.GetProjectId(), "i")
+		rec, err := s.Create(ctx, tr.Run, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if finish {
+			st := m.Stop(tr.Run, "done")
+			var ents []events.OutboxEntry
+			if pending {
+				ents = outbox(t, st)
+			}
+			if _, err := s.Commit(ctx, rec, st.Run, nil, ents); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	create("a-live", false, false)
+	create("b-done", true, false)
+	create("c-pending", true, true)
+	for id, want := range map[string]bool{"a-live": false, "b-done": true, "c-pending": false} {
+		got, err := s.Archive(ctx, id)
+		if err != nil || got != want {
+			t.Errorf("Archive(%s) = %v, %v; want %v", id, got, err, want)
+		}
+	}
+	if again, err := s.Archive(ctx, "b-done"); err != nil || again {
+		t.Errorf("archiving twice: %v %v", again, err)
+	}
+	if n, _ := db.Collection(Collection).CountDocuments(ctx, bson.D{}); n != 2 {
+		t.Errorf("%d live runs, want 2", n)
+	}
+	rec, err := s.Load(ctx, scope, "b-done")
+	if err != nil || rec.Run.State != statemachine.Stopped || rec.Run.StopReason != "done" {
+		t.Errorf("archived run: %+v (%v)", rec.Run, err)
+	}
+	if _, err := s.Load(ctx, &commonv1.Scope{TenantId: "globex", ProjectId: "p"}, "b-done"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("archived run from another scope: %v", err)
+	}
+	// A copy left in both collections (a crash mid-archive) lists once.
+	raw, err := db.Collection(ArchiveCollection).FindOne(ctx, bson.D{{Key: "_id", Value: "b-done"}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Collection(Collection).InsertOne(ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.List(ctx, scope, ListOptions{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, e := range list {
+		ids = append(ids, e.Record.Run.ID)
+	}
+	if len(ids) != 3 || ids[0] != "c-pending" || ids[2] != "a-live" {
+		t.Errorf("listed %v, want newest first, each once", ids)
+	}
+	page, err := s.List(ctx, scope, ListOptions{Offset: 1, Limit: 1})
+	if err != nil || len(page) != 1 || page[0].Record.Run.ID != "b-done" {
+		t.Errorf("page 2 of 1: %+v (%v)", page, err)
+	}
+	if ok, err := s.Archive(ctx, "b-done"); err != nil || !ok {
+		t.Errorf("finishing an interrupted archive: %v %v", ok, err)
+	}
+}

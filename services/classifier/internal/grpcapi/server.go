@@ -1,0 +1,419 @@
+// Package grpcapi implements agentmesh.classifier.v1.ClassifierService: it
+// validates requests, resolves each request's scope, maps domain errors to
+// gRPC status codes, and streams a run's events to the caller.
+//
+// A stream's events are read back from JetStream (the relay publishes them
+// from the run's checkpoint outbox), not handed over in memory: each carries
+// its JetStream sequence, so the gateway can use it as the SSE event id and a
+// client that reconnects replays exactly what it missed. The stream ends once
+// the executor has stopped (the run waits for a human, finished, or failed)
+// and its last recorded event has been sent.
+package grpcapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/checkpoint"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/conversations"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/runevents"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/runner"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/statemachine"
+)
+
+// Request limits.
+const (
+	maxInstruction  = 4000
+	maxFeedback     = 4000
+	defaultPageSize = 50
+	maxPageSize     = 500
+)
+
+// Server implements ClassifierService. It is safe for concurrent use.
+type Server struct {
+	classifierv1.UnimplementedClassifierServiceServer
+
+	runner        *runner.Runner
+	checkpoints   *checkpoint.Store
+	conversations *conversations.Store
+	bus           *events.Bus
+	log           *slog.Logger
+	flushTimeout  time.Duration
+}
+
+// Deps are what the Server serves from.
+type Deps struct {
+	// Runner drives runs.
+	Runner *runner.Runner
+	// Checkpoints reads runs for GetRun and ListRuns.
+	Checkpoints *checkpoint.Store
+	// Conversations stores imports.
+	Conversations *conversations.Store
+	// Bus reads run events back from JetStream.
+	Bus *events.Bus
+	// Logger logs skipped events; nil discards.
+	Logger *slog.Logger
+	// FlushTimeout bounds how long a stream waits, after the executor
+	// stopped, for its last events to arrive from JetStream. Default 30s.
+	FlushTimeout time.Duration
+}
+
+// New returns a Server.
+func New(d Deps) *Server {
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.FlushTimeout <= 0 {
+		d.FlushTimeout = 30 * time.Second
+	}
+	return &Server{
+		runner: d.Runner, checkpoints: d.Checkpoints, conversations: d.Conversations, bus: d.Bus,
+		log: d.Logger, flushTimeout: d.FlushTimeout,
+	}
+}
+
+var _ classifierv1.ClassifierServiceServer = (*Server)(nil)
+
+func runID(id string) (string, error) {
+	id = strings.TrimSpace(id)
+	if id == "" {
+		return "", grpcx.InvalidArgument("run_id", "is required")
+	}
+	if len(id) > 128 || strings.ContainsAny(id, ".*> \t\n") {
+		return "", grpcx.InvalidArgument("run_id", "is not a run id")
+	}
+	return id, nil
+}
+
+// StartRun starts a run and streams its events until it waits or ends.
+func (s *Server) StartRun(req *classifierv1.StartRunRequest, stream classifierv1.ClassifierService_StartRunServer) error {
+	ctx := stream.Context()
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return err
+	}
+	instruction := strings.TrimSpace(req.GetInstruction())
+	switch {
+	case instruction == "":
+		return grpcx.InvalidArgument("instruction", "is required")
+	case len(instruction) > maxInstruction:
+		return grpcx.InvalidArgument("instruction", "longer than %d bytes", maxInstruction)
+	case !utf8.ValidString(instruction):
+		return grpcx.InvalidArgument("instruction", "is not valid UTF-8")
+	}
+	tail, err := s.tail(ctx)
+	if err != nil {
+		return err
+	}
+	drive, err := s.runner.Start(ctx, scope, instruction)
+	if err != nil {
+		return toStatus(err)
+	}
+	return s.forward(ctx, scope, drive, tail, func(ev *classifierv1.RunEvent) error {
+		return stream.Send(&classifierv1.StartRunResponse{Event: ev})
+	})
+}
+
+// ResumeRun continues a run from its checkpoint.
+func (s *Server) ResumeRun(req *classifierv1.ResumeRunRequest, stream classifierv1.ClassifierService_ResumeRunServer) error {
+	ctx := stream.Context()
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return err
+	}
+	id, err := runID(req.GetRunId())
+	if err != nil {
+		return err
+	}
+	tail, err := s.tail(ctx)
+	if err != nil {
+		return err
+	}
+	drive, err := s.runner.Resume(ctx, scope, id)
+	if err != nil {
+		return toStatus(err)
+	}
+	return s.forward(ctx, scope, drive, tail, func(ev *classifierv1.RunEvent) error {
+		return stream.Send(&classifierv1.ResumeRunResponse{Event: ev})
+	})
+}
+
+// SendCommand applies a command and streams what follows.
+func (s *Server) SendCommand(req *classifierv1.SendCommandRequest, stream classifierv1.ClassifierService_SendCommandServer) error {
+	ctx := stream.Context()
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return err
+	}
+	id, err := runID(req.GetRunId())
+	if err != nil {
+		return err
+	}
+	cmd, ok := commandFromProto[req.GetType()]
+	if !ok {
+		return grpcx.InvalidArgument("type", "must be one of ApproveFetch, RejectFetch, ApproveBatch, RejectBatch, Stop")
+	}
+	feedback := strings.TrimSpace(req.GetFeedback())
+	if len(feedback) > maxFeedback {
+		return grpcx.InvalidArgument("feedback", "longer than %d bytes", maxFeedback)
+	}
+	if feedback != "" && cmd != statemachine.RejectFetch && cmd != statemachine.RejectBatch {
+		return grpcx.InvalidArgument("feedback", "only RejectFetch and RejectBatch take feedback")
+	}
+	tail, err := s.tail(ctx)
+	if err != nil {
+		return err
+	}
+	drive, err := s.runner.Command(ctx, scope, id, cmd, feedback)
+	if err != nil {
+		return toStatus(err)
+	}
+	return s.forward(ctx, scope, drive, tail, func(ev *classifierv1.RunEvent) error {
+		return stream.Send(&classifierv1.SendCommandResponse{Event: ev})
+	})
+}
+
+// GetRun returns the run context. A run whose checkpoint cannot be decoded
+// is shown with what its header says and why.
+func (s *Server) GetRun(ctx context.Context, req *classifierv1.GetRunRequest) (*classifierv1.GetRunResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	id, err := runID(req.GetRunId())
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.checkpoints.Load(ctx, scope, id)
+	if c, ok := asCorrupt(err); ok {
+		return &classifierv1.GetRunResponse{Run: corruptToProto(scope, c)}, nil
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &classifierv1.GetRunResponse{Run: runToProto(rec)}, nil
+}
+
+// ListRuns lists the scope's runs, newest first.
+func (s *Server) ListRuns(ctx context.Context, req *classifierv1.ListRunsRequest) (*classifierv1.ListRunsResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	state, ok := stateFromProto(req.GetState())
+	if !ok {
+		return nil, grpcx.InvalidArgument("state", "unknown state %d", req.GetState())
+	}
+	size := int64(req.GetPageSize())
+	switch {
+	case size < 0:
+		return nil, grpcx.InvalidArgument("page_size", "must not be negative")
+	case size == 0:
+		size = defaultPageSize
+	case size > maxPageSize:
+		size = maxPageSize
+	}
+	hash := filterHash(scope, state)
+	var offset int64
+	if tok := req.GetPageToken(); tok != "" {
+		pt, err := decodePageToken(tok)
+		if err != nil || pt.GetFilterHash() != hash || pt.GetOffset() < 0 {
+			return nil, grpcx.InvalidArgument("page_token", "is not a token of this listing")
+		}
+		offset = pt.GetOffset()
+	}
+	entries, err := s.checkpoints.List(ctx, scope, checkpoint.ListOptions{State: state, Offset: offset, Limit: size + 1})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &classifierv1.ListRunsResponse{}
+	if int64(len(entries)) > size {
+		entries = entries[:size]
+		resp.NextPageToken = encodePageToken(&commonv1.PageToken{Offset: offset + size, FilterHash: hash})
+	}
+	for _, e := range entries {
+		if e.Corrupt != nil {
+			resp.Runs = append(resp.Runs, corruptToProto(scope, e.Corrupt))
+			continue
+		}
+		resp.Runs = append(resp.Runs, runToProto(e.Record))
+	}
+	return resp, nil
+}
+
+func filterHash(scope *commonv1.Scope, state statemachine.State) string {
+	sum := sha256.Sum256([]byte(scope.GetTenantId() + "\x00" + scope.GetProjectId() + "\x00" + string(state)))
+	return hex.EncodeToString(sum[:8])
+}
+
+func encodePageToken(pt *commonv1.PageToken) string {
+	b, _ := proto.Marshal(pt)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodePageToken(s string) (*commonv1.PageToken, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, err
+	}
+	pt := &commonv1.PageToken{}
+	return pt, proto.Unmarshal(b, pt)
+}
+
+// ImportConversations validates and stores conversations, given as a list
+// or as JSON Lines, and reports every rejected one by line.
+func (s *Server) ImportConversations(ctx context.Context, req *classifierv1.ImportConversationsRequest) (*classifierv1.ImportConversationsResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	list, jsonl := req.GetConversations(), req.GetJsonl()
+	switch {
+	case len(list) > 0 && strings.TrimSpace(jsonl) != "":
+		return nil, grpcx.InvalidArgument("jsonl", "set either conversations or jsonl, not both")
+	case len(list) == 0 && strings.TrimSpace(jsonl) == "":
+		return nil, grpcx.InvalidArgument("conversations", "is required (or jsonl)")
+	case len(list) > conversations.MaxImport:
+		return nil, grpcx.InvalidArgument("conversations", "more than %d in one request", conversations.MaxImport)
+	}
+	var (
+		parsed   []conversations.Parsed
+		rejected []conversations.Rejection
+	)
+	if len(list) > 0 {
+		parsed, rejected = conversations.Validate(list, 1, map[string]int{})
+	} else {
+		parsed, rejected, err = conversations.ParseJSONL(strings.NewReader(jsonl), map[string]int{})
+		if err != nil {
+			return nil, grpcx.InvalidArgument("jsonl", "%v", err)
+		}
+	}
+	valid := make([]conversations.Conversation, len(parsed))
+	for i, p := range parsed {
+		valid[i] = p.Conversation
+	}
+	n, err := s.conversations.Upsert(ctx, scope, valid)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &classifierv1.ImportConversationsResponse{Imported: int32(n)}
+	for _, r := range rejected {
+		resp.Rejected = append(resp.Rejected, &classifierv1.RejectedLine{Line: int32(r.Line), Reason: r.Reason})
+	}
+	return resp, nil
+}
+
+// tail returns the events stream's last sequence: a request's stream
+// forwards the run's events stored after it.
+func (s *Server) tail(ctx context.Context) (uint64, error) {
+	st, err := s.bus.JetStream().Stream(ctx, events.StreamEvents)
+	if err != nil {
+		return 0, grpcx.Errorf(codes.Unavailable, "EVENTS_UNAVAILABLE", "event stream unavailable: %v", err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, grpcx.Errorf(codes.Unavailable, "EVENTS_UNAVAILABLE", "event stream unavailable: %v", err)
+	}
+	return info.State.LastSeq, nil
+}
+
+type streamed struct {
+	id string
+	ev *classifierv1.RunEvent
+}
+
+// forward sends the run's events stored after sequence from, as JetStream
+// returns them, until the executor has stopped and its last recorded event
+// was sent. If the client goes away the executor carries on; the run's
+// events stay in JetStream for a replay.
+func (s *Server) forward(ctx context.Context, scope *commonv1.Scope, drive *runner.Drive, from uint64, send func(*classifierv1.RunEvent) error) error {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan streamed)
+	replayErr := make(chan error, 1)
+	go func() {
+		replayErr <- s.bus.Replay(rctx, events.StreamEvents, runevents.SubjectFilter(scope.GetTenantId(), drive.RunID), from,
+			func(seq uint64, env *commonv1.Event) error {
+				ev, err := runevents.Decode(seq, env)
+				if err != nil {
+					s.log.Warn("skipped undecodable run event", slog.String("run_id", drive.RunID), slog.Any("error", err))
+					return nil
+				}
+				select {
+				case ch <- streamed{id: env.GetId(), ev: ev}:
+					return nil
+				case <-rctx.Done():
+					return rctx.Err()
+				}
+			})
+	}()
+
+	seen := map[string]bool{}
+	done := drive.Done()
+	var (
+		last     string
+		driveErr error
+		deadline <-chan time.Time
+	)
+	for {
+		select {
+		case it := <-ch:
+			if err := send(it.ev); err != nil {
+				return err
+			}
+			seen[it.id] = true
+			if done == nil && it.id == last {
+				return driveStatus(drive.RunID, driveErr)
+			}
+		case <-done:
+			done = nil
+			last, driveErr = drive.Result()
+			if last == "" || seen[last] {
+				return driveStatus(drive.RunID, driveErr)
+			}
+			timer := time.NewTimer(s.flushTimeout)
+			defer timer.Stop()
+			deadline = timer.C
+		case <-deadline:
+			return grpcx.Errorf(codes.Unavailable, ReasonEventsUndelivered,
+				"run %s: events were not delivered within %s; GetRun shows its state, and a replay from the last event id shows the rest", drive.RunID, s.flushTimeout)
+		case err := <-replayErr:
+			if ctx.Err() != nil {
+				return toStatus(ctx.Err())
+			}
+			return grpcx.Errorf(codes.Unavailable, ReasonEventsUndelivered, "run %s: reading events: %v", drive.RunID, err)
+		case <-ctx.Done():
+			return toStatus(ctx.Err())
+		}
+	}
+}
+
+// driveStatus is the stream's final status: nil when the executor stopped
+// because the run waits or finished.
+func driveStatus(id string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, checkpoint.ErrCorrupt), errors.Is(err, runner.ErrBusy):
+		return toStatus(err)
+	case errors.Is(err, context.Canceled):
+		return grpcx.Errorf(codes.Unavailable, ReasonRunInterrupted, "run %s: the service is shutting down; resume the run", id)
+	}
+	// The cause (a database error, say) was logged by the runner; it is
+	// not for the wire.
+	return grpcx.Errorf(codes.Unavailable, ReasonRunInterrupted, "run %s was interrupted by an internal error; resume it to continue from its checkpoint", id)
+}

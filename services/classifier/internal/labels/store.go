@@ -1,0 +1,133 @@
+// Package labels stores the approved classifications of runs: one document
+// per (run, conversation), so a conversation is labelled at most once per
+// run however often a save is repeated (after a crash, a retry or a resume).
+package labels
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	"github.com/agentmesh/agentmesh/libs/mongox"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/statemachine"
+)
+
+// Collection is the MongoDB collection of labels.
+const Collection = "classifier_labels"
+
+// Label is one stored classification.
+type Label struct {
+	// RunID is the run that labelled the conversation.
+	RunID string
+	// ConversationID is the conversation.
+	ConversationID string
+	// Label is RESOLVED or UNRESOLVED.
+	Label statemachine.Label
+	// Reason is the model's justification.
+	Reason string
+	// SavedAt is when the label was first stored.
+	SavedAt time.Time
+}
+
+// Store keeps labels. It is safe for concurrent use.
+type Store struct {
+	coll *mongo.Collection
+	now  func() time.Time
+}
+
+// NewStore returns a store on db's labels collection.
+func NewStore(db *mongo.Database) *Store {
+	return &Store{coll: db.Collection(Collection), now: time.Now}
+}
+
+// EnsureIndexes creates the store's indexes; call it at start. The unique
+// key is the document id (run id + conversation id); the index serves
+// listing a run's labels and finding a conversation's labels.
+func (s *Store) EnsureIndexes(ctx context.Context) error {
+	return mongox.EnsureIndexes(ctx, s.coll,
+		mongox.Index{Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "run_id", Value: 1}, {Key: "conversation_id", Value: 1}}, Unique: true, Name: "scope_run_conversation"},
+	)
+}
+
+type doc struct {
+	ID             string    `bson:"_id"`
+	TenantID       string    `bson:"tenant_id"`
+	ProjectID      string    `bson:"project_id"`
+	RunID          string    `bson:"run_id"`
+	ConversationID string    `bson:"conversation_id"`
+	Label          string    `bson:"label"`
+	Reason         string    `bson:"reason"`
+	SavedAt        time.Time `bson:"saved_at"`
+}
+
+// docID is the label's unique id: a conversation is labelled once per run.
+func docID(runID, conversationID string) string { return runID + "/" + conversationID }
+
+// Save stores the classifications of run runID. A label already stored for
+// the same run and conversation is kept as it is: the document id is unique,
+// so saving the same batch again changes nothing. It returns how many labels
+// were new.
+//
+// Labels are inserted, never updated: on the embedded store (FerretDB v1) an
+// update scans the whole collection, an insert does not.
+func (s *Store) Save(ctx context.Context, scope *commonv1.Scope, runID string, cls []statemachine.Classification) (int, error) {
+	if len(cls) == 0 {
+		return 0, nil
+	}
+	now := s.now().UTC()
+	docs := make([]any, 0, len(cls))
+	for _, c := range cls {
+		docs = append(docs, doc{
+			ID: docID(runID, c.ConversationID), TenantID: scope.GetTenantId(), ProjectID: scope.GetProjectId(),
+			RunID: runID, ConversationID: c.ConversationID, Label: string(c.Label), Reason: c.Reason, SavedAt: now,
+		})
+	}
+	res, err := s.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	inserted := 0
+	if res != nil {
+		inserted = len(res.InsertedIDs)
+	}
+	if err != nil && !onlyDuplicates(err) {
+		return inserted, fmt.Errorf("labels: save run %s: %w", runID, mongox.Translate(err))
+	}
+	return inserted, nil
+}
+
+// onlyDuplicates reports whether every write error of a bulk insert is a
+// duplicate key (a label saved before).
+func onlyDuplicates(err error) bool {
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+		return false
+	}
+	for _, we := range bwe.WriteErrors {
+		if !mongo.IsDuplicateKeyError(we) {
+			return false
+		}
+	}
+	return true
+}
+
+// List returns the labels of run runID in the scope, by conversation id.
+func (s *Store) List(ctx context.Context, scope *commonv1.Scope, runID string) ([]Label, error) {
+	f := bson.D{{Key: "tenant_id", Value: scope.GetTenantId()}, {Key: "project_id", Value: scope.GetProjectId()}, {Key: "run_id", Value: runID}}
+	cur, err := s.coll.Find(ctx, f, options.Find().SetSort(bson.D{{Key: "conversation_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("labels: list run %s: %w", runID, mongox.Translate(err))
+	}
+	var docs []doc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("labels: list run %s: %w", runID, mongox.Translate(err))
+	}
+	out := make([]Label, len(docs))
+	for i, d := range docs {
+		out[i] = Label{RunID: d.RunID, ConversationID: d.ConversationID, Label: statemachine.Label(d.Label), Reason: d.Reason, SavedAt: d.SavedAt}
+	}
+	return out, nil
+}

@@ -1,0 +1,200 @@
+// Package meshtest starts, for the classifier's tests and benchmarks, the
+// real model side of the mesh: the provider simulator (libs/testkit/
+// providersim) over HTTP and the real model gateway in-process, routing the
+// logical models "classifier" and "chat" to it. It also scripts the
+// simulator with the answers a classification run needs: plans, batch
+// classifications (answered per exact batch) and summaries.
+//
+// Only test code imports this package.
+package meshtest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentmesh/agentmesh/libs/config"
+	"github.com/agentmesh/agentmesh/libs/service"
+	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/modelcalls"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
+)
+
+// Models is a provider simulator behind a running model gateway.
+type Models struct {
+	// Sim is the simulator; script it with When, inspect with Requests.
+	Sim *providersim.Server
+	// Addr is the model gateway's gRPC address.
+	Addr string
+}
+
+// StartModels starts the simulator and the model gateway; both stop in
+// t.Cleanup.
+func StartModels(t testing.TB) *Models {
+	t.Helper()
+	sim := providersim.Start(t, providersim.Options{Flavor: providersim.OpenAI})
+	routing := fmt.Sprintf(`providers:
+  sim: {type: openai, base_url: %q}
+models:
+  classifier:
+    - {provider: sim, model: sim-classifier, temperature: 0}
+  chat:
+    - {provider: sim, model: sim-chat}
+`, sim.URL+"/v1")
+	path := filepath.Join(t.TempDir(), "routing.yaml")
+	if err := os.WriteFile(path, []byte(routing), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var cfg modelgateway.Config
+	err := config.Load("", &cfg, config.Map(map[string]string{
+		"MODELGATEWAY_CONFIG":           path,
+		"OPENAI_API_KEY":                "sim-key",
+		"MODELGATEWAY_MAX_ATTEMPTS":     "1",
+		"MODELGATEWAY_PROBE_INTERVAL":   "1h",
+		"MODELGATEWAY_RETRY_BASE_DELAY": "10ms",
+		"MODELGATEWAY_RETRY_MAX_DELAY":  "20ms",
+	}))
+	if err != nil {
+		t.Fatalf("meshtest: model gateway config: %v", err)
+	}
+	lis := testkit.Listen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- modelgateway.Run(ctx, &cfg, service.Runtime{
+			Logger: slog.New(slog.DiscardHandler), Listener: lis, Ready: func() { close(ready) },
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("meshtest: model gateway: %v", err)
+	case <-time.After(15 * time.Second):
+		cancel()
+		t.Fatal("meshtest: model gateway not ready within 15s")
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("meshtest: model gateway: %v", err)
+		}
+	})
+	return &Models{Sim: sim, Addr: lis.Addr().String()}
+}
+
+// Plan is a plan answer as the planning model writes it.
+type Plan struct {
+	TargetSampleSize       int            `json:"targetSampleSize"`
+	Strategy               string         `json:"strategy"`
+	PlanDetails            string         `json:"planDetails"`
+	AdditionalInstructions string         `json:"additionalInstructions"`
+	Query                  map[string]any `json:"query"`
+}
+
+// NewPlan returns a plan answer with readable details.
+func NewPlan(target int, query map[string]any) Plan {
+	if query == nil {
+		query = map[string]any{}
+	}
+	return Plan{
+		TargetSampleSize:       target,
+		Strategy:               fmt.Sprintf("classify %d conversations in id order", target),
+		PlanDetails:            fmt.Sprintf("## Classification Plan\n\nTarget: %d conversations.\n\nSample in id order; label each RESOLVED or UNRESOLVED.", target),
+		AdditionalInstructions: "Treat escalations without an outcome as UNRESOLVED.",
+		Query:                  query,
+	}
+}
+
+// ScriptPlans answers the run's planning calls with plans, in order, one
+// call each; a planning call after the last gets the simulator's default.
+func (m *Models) ScriptPlans(plans ...Plan) {
+	for i, p := range plans {
+		m.Sim.When(providersim.Match{LastUserContains: modelcalls.PlanMarker}).JSON(p).Times(1).Named(fmt.Sprintf("plan-%d", i+1))
+	}
+}
+
+// ScriptSummary answers every summary call with text.
+func (m *Models) ScriptSummary(text string) {
+	m.Sim.When(providersim.Match{LastUserContains: modelcalls.SummarizeMarker}).Text(text).Named("summary")
+}
+
+var conversationHeading = regexp.MustCompile(`(?m)^### Conversation (\S+) \(`)
+
+// BatchIDs returns the conversation ids a classification request carried,
+// in prompt order; nil for other requests.
+func BatchIDs(r providersim.Request) []string {
+	text := r.LastUserText()
+	if !strings.Contains(text, modelcalls.ClassifyMarker) {
+		return nil
+	}
+	var ids []string
+	for _, m := range conversationHeading.FindAllStringSubmatch(text, -1) {
+		ids = append(ids, m[1])
+	}
+	return ids
+}
+
+// ScriptClassifications answers classification calls for any batch of at
+// most batchSize consecutive conversations of order (the order the run
+// fetches them in) with labels[id] and a reason. The simulator answers
+// statically, so one rule per possible batch is registered; a batch outside
+// these gets the simulator's default answer (which fails the run).
+func (m *Models) ScriptClassifications(order []string, batchSize int, labels map[string]string) {
+	for start := range order {
+		for n := 1; n <= batchSize && start+n <= len(order); n++ {
+			batch := slices.Clone(order[start : start+n])
+			var cls []map[string]string
+			for _, id := range batch {
+				cls = append(cls, map[string]string{"id": id, "label": labels[id], "reason": "scripted label for " + id})
+			}
+			want := slices.Clone(batch)
+			sort.Strings(want)
+			m.Sim.When(providersim.Match{Func: func(r *providersim.Request) bool {
+				got := BatchIDs(*r)
+				sort.Strings(got)
+				return slices.Equal(got, want)
+			}}).JSON(map[string]any{"classifications": cls}).Named("classify:" + strings.Join(batch, ","))
+		}
+	}
+}
+
+// Calls splits the recorded chat requests by kind.
+type Calls struct {
+	// Plans are the planning requests, in order.
+	Plans []providersim.Request
+	// Batches are the conversation ids of each classification request.
+	Batches [][]string
+	// Summaries are the summary requests.
+	Summaries []providersim.Request
+}
+
+// Calls returns the recorded requests by kind.
+func (m *Models) Calls() Calls {
+	var c Calls
+	for _, r := range m.Sim.ChatRequests() {
+		text := r.LastUserText()
+		switch {
+		case strings.Contains(text, modelcalls.PlanMarker):
+			c.Plans = append(c.Plans, r)
+		case strings.Contains(text, modelcalls.ClassifyMarker):
+			c.Batches = append(c.Batches, BatchIDs(r))
+		case strings.Contains(text, modelcalls.SummarizeMarker):
+			c.Summaries = append(c.Summaries, r)
+		}
+	}
+	return c
+}
+
+// Total returns the number of model calls recorded.
+func (c Calls) Total() int { return len(c.Plans) + len(c.Batches) + len(c.Summaries) }
