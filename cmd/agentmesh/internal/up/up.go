@@ -1,0 +1,265 @@
+// Package up runs the whole mesh in one process: embedded NATS JetStream and
+// FerretDB (unless NATS_URL / MONGO_URI point elsewhere), every service on a
+// loopback port, and the gateway on :8080. Data lives under one directory,
+// so a restart finds the same streams and documents.
+package up
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/agentmesh/agentmesh/gateway/httpgateway"
+	"github.com/agentmesh/agentmesh/libs/config"
+	"github.com/agentmesh/agentmesh/libs/service"
+	"github.com/agentmesh/agentmesh/libs/telemetry"
+	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/services/classifier/classifier"
+	"github.com/agentmesh/agentmesh/services/indexer/indexer"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
+	"github.com/agentmesh/agentmesh/services/orchestrator/orchestrator"
+	"github.com/agentmesh/agentmesh/services/sqlagent/sqlagent"
+	"github.com/agentmesh/agentmesh/services/vision/vision"
+)
+
+// Config is what `agentmesh up` reads from the environment; each service
+// reads its own variables too (see README), with the addresses below
+// filled in by up.
+type Config struct {
+	// DataDir holds the embedded databases.
+	DataDir string `env:"AGENTMESH_DATA_DIR" default:".agentmesh" help:"directory for embedded NATS and FerretDB data (agentmesh up)"`
+	// Host is the interface services listen on.
+	Host string `env:"AGENTMESH_HOST" default:"127.0.0.1" help:"interface the in-process services listen on (agentmesh up)"`
+	// GRPCBasePort is the first of six consecutive gRPC ports.
+	GRPCBasePort int `env:"AGENTMESH_GRPC_BASE_PORT" default:"9091" help:"first of six consecutive service gRPC ports: modelgateway, orchestrator, vision, indexer, classifier, sqlagent; 0 = random ports (agentmesh up)"`
+	// HTTPAddr is the gateway address.
+	HTTPAddr string `env:"HTTP_ADDR" default:":8080" help:"gateway HTTP listen address"`
+	// MongoURI points at an external MongoDB; empty starts embedded FerretDB.
+	MongoURI string `env:"MONGO_URI" secret:"true" help:"MongoDB connection string; empty = embedded FerretDB under AGENTMESH_DATA_DIR (agentmesh up)"`
+	// NATSURL points at an external NATS; empty starts embedded NATS.
+	NATSURL string `env:"NATS_URL" help:"NATS URL; empty = embedded NATS JetStream under AGENTMESH_DATA_DIR (agentmesh up)"`
+	// Log configures logging.
+	Log telemetry.LogConfig `env:""`
+	// Telemetry configures tracing and metrics export.
+	Telemetry telemetry.Config `env:""`
+}
+
+// component is one in-process service: its name and how to start it.
+type component struct {
+	name string
+	port int
+	run  func(ctx context.Context, rt service.Runtime) error
+}
+
+// prepare loads cfg from lookup and returns a func that runs the service, so
+// every configuration error is reported before anything starts.
+func prepare[C service.HasCommon](cfg C, lookup config.Lookup, run func(context.Context, C, service.Runtime) error) (func(context.Context, service.Runtime) error, error) {
+	if err := config.Load("", cfg, lookup); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, rt service.Runtime) error { return run(ctx, cfg, rt) }, nil
+}
+
+// Run starts the mesh and blocks until ctx is done, then shuts everything
+// down in reverse order: gateway, services, NATS, FerretDB. out receives the
+// banner with the URLs.
+func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
+	var cfg Config
+	if err := config.Load("", &cfg, env); err != nil {
+		return err
+	}
+	// On a terminal, text logs read better; LOG_FORMAT=json still wins.
+	format := "text"
+	if v, ok := env("LOG_FORMAT"); ok && v != "" {
+		format = v
+	}
+	log := telemetry.NewLogger(os.Stderr, format, cfg.Log.Level, "")
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+
+	// Infrastructure.
+	infraCtx, stopInfra := context.WithCancel(context.Background())
+	defer stopInfra()
+	mongoURI, natsURL := cfg.MongoURI, cfg.NATSURL
+	if mongoURI == "" {
+		m, err := testkit.StartMongo(infraCtx, testkit.MongoOptions{
+			Dir: filepath.Join(cfg.DataDir, "mongo"),
+			// FerretDB warns about every command it lacks (endSessions on each
+			// disconnect): only its errors are worth a user's attention.
+			Logger: telemetry.NewLogger(os.Stderr, format, "error", "ferretdb"),
+		})
+		if err != nil {
+			return fmt.Errorf("embedded FerretDB: %w", err)
+		}
+		defer m.Stop()
+		mongoURI = m.URI()
+	}
+	if natsURL == "" {
+		n, err := testkit.StartNATS(testkit.NATSOptions{StoreDir: filepath.Join(cfg.DataDir, "nats"), ServerName: "agentmesh"})
+		if err != nil {
+			return fmt.Errorf("embedded NATS: %w", err)
+		}
+		defer n.Shutdown()
+		natsURL = n.URL()
+	}
+
+	tel, err := telemetry.Setup(ctx, "agentmesh", service.Version, cfg.Telemetry)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
+
+	// Listen first, so the addresses handed to peers are real even when the
+	// ports are chosen by the kernel (AGENTMESH_GRPC_BASE_PORT=0, in tests).
+	names := []string{"modelgateway", "orchestrator", "vision", "indexer", "classifier", "sqlagent"}
+	addr := map[string]string{}
+	listeners := map[string]net.Listener{}
+	closeListeners := func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}
+	for i, n := range names {
+		port := 0
+		if cfg.GRPCBasePort > 0 {
+			port = cfg.GRPCBasePort + i
+		}
+		lis, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(port)))
+		if err != nil {
+			closeListeners()
+			return fmt.Errorf("%s: listen (set AGENTMESH_GRPC_BASE_PORT to move the service ports): %w", n, err)
+		}
+		listeners[n] = lis
+		addr[n] = lis.Addr().String()
+	}
+	gwLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		closeListeners()
+		return fmt.Errorf("gateway: listen on %s (set HTTP_ADDR to move it): %w", cfg.HTTPAddr, err)
+	}
+	listeners["gateway"] = gwLis
+
+	computed := config.Map(map[string]string{
+		"MONGO_URI":         mongoURI,
+		"NATS_URL":          natsURL,
+		"MODELGATEWAY_ADDR": addr["modelgateway"],
+		"ORCHESTRATOR_ADDR": addr["orchestrator"],
+		"VISION_ADDR":       addr["vision"],
+		"INDEXER_ADDR":      addr["indexer"],
+		"CLASSIFIER_ADDR":   addr["classifier"],
+		"SQLAGENT_ADDR":     addr["sqlagent"],
+		"HTTP_ADDR":         gwLis.Addr().String(),
+	})
+	// Defaults that suit one laptop, each overridable from the environment.
+	laptop := config.Map(map[string]string{
+		"CLASSIFIER_SAMPLE_DATA": "true",
+		"INDEXER_DATA_DIR":       filepath.Join(cfg.DataDir, "indexer"),
+	})
+	lookup := config.Overlay(computed, env, laptop)
+
+	var comps []component
+	var errs []error
+	add := func(name string, run func(context.Context, service.Runtime) error, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			return
+		}
+		comps = append(comps, component{name: name, run: run})
+	}
+	r, err := prepare(&modelgateway.Config{}, lookup, modelgateway.Run)
+	add("modelgateway", r, err)
+	r, err = prepare(&orchestrator.Config{}, lookup, orchestrator.Run)
+	add("orchestrator", r, err)
+	r, err = prepare(&vision.Config{}, lookup, vision.Run)
+	add("vision", r, err)
+	r, err = prepare(&indexer.Config{}, lookup, indexer.Run)
+	add("indexer", r, err)
+	r, err = prepare(&classifier.Config{}, lookup, classifier.Run)
+	add("classifier", r, err)
+	r, err = prepare(&sqlagent.Config{}, lookup, sqlagent.Run)
+	add("sqlagent", r, err)
+	var gwCfg httpgateway.Config
+	if err := config.Load("", &gwCfg, lookup); err != nil {
+		errs = append(errs, fmt.Errorf("gateway: %w", err))
+	}
+	if len(errs) > 0 {
+		closeListeners()
+		return errors.Join(errs...)
+	}
+
+	// Services, each on its own loopback port.
+	svcCtx, stopServices := context.WithCancel(context.Background())
+	defer stopServices()
+	failed := make(chan error, len(comps)+1)
+	var svcWG sync.WaitGroup
+	for _, c := range comps {
+		svcWG.Add(1)
+		go func(c component, lis net.Listener) {
+			defer svcWG.Done()
+			rt := service.Runtime{Logger: log.With("service", c.name), Listener: lis}
+			if err := c.run(svcCtx, rt); err != nil {
+				failed <- fmt.Errorf("%s: %w", c.name, err)
+			}
+		}(c, listeners[c.name])
+	}
+
+	// Gateway.
+	gwCtx, stopGateway := context.WithCancel(context.Background())
+	defer stopGateway()
+	gwDone := make(chan struct{})
+	go func() {
+		defer close(gwDone)
+		rt := httpgateway.Runtime{Logger: log.With("service", "gateway"), Listener: gwLis, Metrics: tel.MetricsHandler()}
+		if err := httpgateway.Run(gwCtx, &gwCfg, rt); err != nil {
+			failed <- fmt.Errorf("gateway: %w", err)
+		}
+	}()
+
+	printBanner(out, gwLis.Addr(), addr, names, mongoURI, cfg.MongoURI == "", natsURL, cfg.NATSURL == "", cfg.DataDir)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case runErr = <-failed:
+		log.Error("a component failed; shutting down", "error", runErr)
+	}
+	stopGateway()
+	<-gwDone
+	stopServices()
+	svcWG.Wait()
+	stopInfra()
+	return runErr
+}
+
+func printBanner(out io.Writer, gw net.Addr, addr map[string]string, names []string, mongoURI string, mongoEmbedded bool, natsURL string, natsEmbedded bool, dataDir string) {
+	port := gw.(*net.TCPAddr).Port
+	fmt.Fprintf(out, "\nagentmesh is up\n\n")
+	fmt.Fprintf(out, "  gateway       http://localhost:%d   (health: /healthz, API: /openapi.json, metrics: /metrics)\n", port)
+	for _, n := range names {
+		fmt.Fprintf(out, "  %-13s grpc://%s\n", n, addr[n])
+	}
+	if mongoEmbedded {
+		fmt.Fprintf(out, "  mongo         %s (embedded FerretDB, data in %s)\n", mongoURI, filepath.Join(dataDir, "mongo"))
+	} else {
+		fmt.Fprintf(out, "  mongo         external (MONGO_URI)\n")
+	}
+	if natsEmbedded {
+		fmt.Fprintf(out, "  nats          %s (embedded JetStream, data in %s)\n", natsURL, filepath.Join(dataDir, "nats"))
+	} else {
+		fmt.Fprintf(out, "  nats          %s\n", natsURL)
+	}
+	fmt.Fprintf(out, "\n  try: curl localhost:%d/healthz\n       grpcurl -plaintext %s list\n\nCtrl-C stops the mesh.\n\n", port, addr["modelgateway"])
+}
