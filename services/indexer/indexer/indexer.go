@@ -1,0 +1,250 @@
+// Package indexer is the indexer: document intake, ingestion-time extracts, hybrid search and the knowledge graph.
+//
+// Run starts it; the service binary and `agentmesh up` both call Run.
+package indexer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	visionv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/vision/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/libs/mongox"
+	"github.com/agentmesh/agentmesh/libs/service"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/chunk"
+	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/embed"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/extract"
+	graphstore "github.com/agentmesh/agentmesh/services/indexer/internal/graph/mongostore"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/grpcapi"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/hybrid"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/intake"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/vector"
+)
+
+// Name is the service name used in logs, metrics and health.
+const Name = "indexer"
+
+// Embedder choices for INDEXER_EMBEDDER.
+const (
+	// EmbedderLocal is the built-in local-hash-384 embedder (no model).
+	EmbedderLocal = "local"
+	// EmbedderModelGateway embeds through ModelService.Embed.
+	EmbedderModelGateway = "modelgateway"
+)
+
+// Config is the service's configuration, read from the environment.
+type Config struct {
+	service.Common `env:""`
+	// Mongo is the document store.
+	Mongo mongox.Config `env:""`
+	// NATSURL is the NATS server with JetStream.
+	NATSURL string `env:"NATS_URL" required:"true" help:"NATS server URL (JetStream enabled)"`
+	// ModelGatewayAddr is the model gateway gRPC address.
+	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`
+	// VisionAddr is the vision gRPC address.
+	VisionAddr string `env:"VISION_ADDR" default:"localhost:9093" help:"vision gRPC address"`
+
+	// DataDir holds the on-disk search indexes (rebuildable from Mongo).
+	DataDir string `env:"INDEXER_DATA_DIR" default:".agentmesh/indexer" help:"directory of the indexer's BM25 and vector indexes (rebuildable from MongoDB)"`
+	// ChunkSize is the most characters per chunk.
+	ChunkSize int `env:"INDEXER_CHUNK_SIZE" default:"1000" help:"most characters per chunk (cut at paragraph, then sentence boundaries)"`
+	// ChunkOverlap is the most characters a chunk repeats from the previous one.
+	ChunkOverlap int `env:"INDEXER_CHUNK_OVERLAP" default:"150" help:"most characters a chunk repeats from the previous one, in whole sentences"`
+	// Embedder chooses the embedder.
+	Embedder string `env:"INDEXER_EMBEDDER" default:"local" help:"embedder: 'local' (built-in local-hash-384: hashed words and character n-grams, no model) or 'modelgateway' (ModelService.Embed)"`
+	// EmbedModel is the logical embedding model for the model gateway embedder.
+	EmbedModel string `env:"INDEXER_EMBED_MODEL" default:"embed" help:"logical model name for INDEXER_EMBEDDER=modelgateway"`
+	// EmbedDimensions is the vector length asked of the model gateway.
+	EmbedDimensions int `env:"INDEXER_EMBED_DIMENSIONS" default:"384" help:"vector dimensions for INDEXER_EMBEDDER=modelgateway (changing it rebuilds the indexes)"`
+	// EmbedBatch is how many texts go in one Embed call.
+	EmbedBatch int `env:"INDEXER_EMBED_BATCH" default:"64" help:"texts per ModelService.Embed call"`
+	// LLMExtraction turns the LLM prose extractor on.
+	LLMExtraction bool `env:"INDEXER_LLM_EXTRACTION" default:"true" help:"run the LLM prose extractor (ModelService.Chat with a JSON schema) at ingestion"`
+	// ExtractModel is the logical chat model of the LLM extractor.
+	ExtractModel string `env:"INDEXER_EXTRACT_MODEL" default:"chat" help:"logical model name of the LLM prose extractor"`
+	// ExtractMaxChars caps the text sent to the LLM extractor.
+	ExtractMaxChars int `env:"INDEXER_EXTRACT_MAX_CHARS" default:"12000" help:"most characters of a document sent to the LLM extractor"`
+	// ExtractorTimeout bounds one extractor on one document.
+	ExtractorTimeout time.Duration `env:"INDEXER_EXTRACTOR_TIMEOUT" default:"2m" help:"time limit of one extractor on one document"`
+	// ExtractionWorkers is how many extraction jobs run at once.
+	ExtractionWorkers int `env:"INDEXER_EXTRACTION_WORKERS" default:"2" help:"extraction jobs run concurrently by this instance"`
+	// HNSWM, HNSWEfConstruction and HNSWEfSearch tune the vector index.
+	HNSWM              int `env:"INDEXER_HNSW_M" default:"16" help:"HNSW links per node (level 0 keeps twice as many)"`
+	HNSWEfConstruction int `env:"INDEXER_HNSW_EF_CONSTRUCTION" default:"160" help:"HNSW candidate list size while inserting"`
+	HNSWEfSearch       int `env:"INDEXER_HNSW_EF_SEARCH" default:"400" help:"HNSW candidate list size while searching"`
+	// MaxContentBytes caps an ingested document.
+	MaxContentBytes int `env:"INDEXER_MAX_CONTENT_BYTES" default:"8388608" help:"largest raw_content accepted, in bytes"`
+	// ReconcileOnStart repairs interrupted work and stale indexes at start.
+	ReconcileOnStart bool `env:"INDEXER_RECONCILE_ON_START" default:"true" help:"at start, finish interrupted ingests and deletes, re-queue lost jobs, re-extract after extractor schema upgrades, rebuild indexes that disagree with MongoDB"`
+}
+
+// validate checks what the tags cannot.
+func (c *Config) validate() error {
+	var errs []error
+	if err := (chunk.Options{Size: c.ChunkSize, Overlap: c.ChunkOverlap}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("INDEXER_CHUNK_SIZE/INDEXER_CHUNK_OVERLAP: %w", err))
+	}
+	if c.Embedder != EmbedderLocal && c.Embedder != EmbedderModelGateway {
+		errs = append(errs, fmt.Errorf("INDEXER_EMBEDDER=%q: want %q or %q", c.Embedder, EmbedderLocal, EmbedderModelGateway))
+	}
+	if c.Embedder == EmbedderModelGateway && c.EmbedDimensions <= 0 {
+		errs = append(errs, errors.New("INDEXER_EMBED_DIMENSIONS must be positive"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("INDEXER_DATA_DIR must not be empty"))
+	}
+	if c.ExtractionWorkers <= 0 {
+		errs = append(errs, errors.New("INDEXER_EXTRACTION_WORKERS must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Run serves the service on rt.Listener until ctx is done, then shuts down
+// gracefully: stop serving, let running extraction jobs finish, flush the
+// outboxes, snapshot the indexes, drain NATS, disconnect MongoDB.
+func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
+	serving := false
+	defer func() {
+		if !serving && rt.Listener != nil {
+			_ = rt.Listener.Close() // Run owns the listener, even when it fails to start
+		}
+	}()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	log := rt.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	srv := grpcx.NewServer(rt.Server, log)
+	db, closeMongo, err := service.ConnectMongo(ctx, cfg.Mongo, srv.Health())
+	if err != nil {
+		return err
+	}
+	defer closeMongo()
+	bus, err := service.ConnectNATS(ctx, cfg.NATSURL, "indexer", log, srv.Health())
+	if err != nil {
+		return err
+	}
+	defer bus.Close()
+	modelGateway, err := service.DialPeer(cfg.ModelGatewayAddr)
+	if err != nil {
+		return err
+	}
+	defer modelGateway.Close()
+	vision, err := service.DialPeer(cfg.VisionAddr)
+	if err != nil {
+		return err
+	}
+	defer vision.Close()
+
+	docs := docstore.New(db)
+	if err := docs.EnsureIndexes(ctx); err != nil {
+		return err
+	}
+	graphs := graphstore.New(db)
+	if err := graphs.EnsureIndexes(ctx); err != nil {
+		return err
+	}
+	models := modelv1.NewModelServiceClient(modelGateway)
+	var emb embed.Embedder = embed.LocalHash{}
+	if cfg.Embedder == EmbedderModelGateway {
+		if emb, err = embed.NewModelGateway(models, cfg.EmbedModel, cfg.EmbedDimensions, cfg.EmbedBatch); err != nil {
+			return err
+		}
+	}
+	indexes, err := hybrid.NewManager(hybrid.ManagerOptions{
+		Dir: cfg.DataDir, Embedder: emb.Name(), Dimensions: emb.Dimensions(), Logger: log,
+		Vector: vector.Params{M: cfg.HNSWM, EfConstruction: cfg.HNSWEfConstruction, EfSearch: cfg.HNSWEfSearch},
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := indexes.Close(); err != nil {
+			log.Error("closing the search indexes", slog.Any("error", err))
+		}
+	}()
+	extractors := []extract.Extractor{extract.Financial{}, extract.MeetingNotes{}, extract.APIDoc{}}
+	if cfg.LLMExtraction {
+		prose, err := extract.NewProse(models, cfg.ExtractModel, cfg.ExtractMaxChars)
+		if err != nil {
+			return err
+		}
+		extractors = append(extractors, prose)
+	}
+
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	defer func() {
+		stopBG()
+		wg.Wait()
+		// Publish what the last jobs wrote before NATS is drained.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := docs.FlushOutbox(sctx, bus); err != nil {
+			log.Warn("outbox not flushed at shutdown; it is published at the next start", slog.Any("error", err))
+		}
+	}()
+	wg.Go(func() { docs.RunOutbox(bg, bus, log) })
+
+	svc, err := intake.New(intake.Config{
+		Chunk:            chunk.Options{Size: cfg.ChunkSize, Overlap: cfg.ChunkOverlap},
+		ExtractorTimeout: cfg.ExtractorTimeout,
+		MaxDeliver:       events.DefaultMaxDeliver,
+	}, intake.Deps{
+		Docs: docs, Graph: graphs, Indexes: indexes, Embedder: emb, Extractors: extractors, Bus: bus,
+		Vision: visionv1.NewVisionServiceClient(vision), Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	consumer, err := bus.Consume(bg, ExtractionConsumer(cfg.ExtractionWorkers, cfg.ExtractorTimeout), svc.HandleJob)
+	if err != nil {
+		return err
+	}
+	defer consumer.Stop()
+
+	indexerv1.RegisterDocumentServiceServer(srv.GRPC(), grpcapi.NewDocuments(svc, grpcapi.Limits{MaxContentBytes: cfg.MaxContentBytes}))
+	indexerv1.RegisterSearchServiceServer(srv.GRPC(), grpcapi.NewSearch(svc))
+	indexerv1.RegisterGraphServiceServer(srv.GRPC(), grpcapi.NewGraph(graphs))
+	log.Info("indexer ready", slog.String("embedder", emb.Name()), slog.String("data_dir", cfg.DataDir), slog.Int("extractors", len(extractors)))
+	if cfg.ReconcileOnStart {
+		wg.Go(func() {
+			if err := svc.Reconcile(bg); err != nil && bg.Err() == nil {
+				log.Warn("start-up reconciliation incomplete", slog.Any("error", err))
+			}
+		})
+	}
+	if rt.Ready != nil {
+		rt.Ready()
+	}
+	serving = true
+	err = srv.Serve(ctx, rt.Listener)
+	// Shutdown: the deferred calls run in reverse: consumer stops (running
+	// jobs finish), background work stops, indexes are snapshotted, peers
+	// closed, NATS drained, MongoDB disconnected.
+	return err
+}
+
+// ExtractionConsumer is the durable consumer of the extraction work queue.
+// The ack wait covers a job of several extractors; the consumer extends it
+// while a job runs.
+func ExtractionConsumer(workers int, extractorTimeout time.Duration) events.ConsumerSpec {
+	return events.ConsumerSpec{
+		Stream:        events.StreamWork,
+		Durable:       "indexer-extraction",
+		FilterSubject: events.WorkSubject(intake.ExtractionQueue),
+		Concurrency:   workers,
+		AckWait:       max(30*time.Second, extractorTimeout),
+		MaxDeliver:    events.DefaultMaxDeliver,
+	}
+}

@@ -1,0 +1,129 @@
+package mongostore
+
+import (
+	"context"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
+)
+
+// jobRecord is an extraction job as stored.
+type jobRecord struct {
+	ID          string               `bson:"_id"`
+	Tenant      string               `bson:"tenant"`
+	Project     string               `bson:"project"`
+	DocumentID  string               `bson:"document_id"`
+	ContentHash string               `bson:"content_hash"`
+	Reason      string               `bson:"reason"`
+	Status      int32                `bson:"status"`
+	Runs        []runRecord          `bson:"runs"`
+	Attempts    int                  `bson:"attempts"`
+	Error       string               `bson:"error"`
+	CreateTime  time.Time            `bson:"create_time"`
+	StartTime   time.Time            `bson:"start_time"`
+	EndTime     time.Time            `bson:"end_time"`
+	Outbox      []events.OutboxEntry `bson:"outbox,omitempty"`
+}
+
+type runRecord struct {
+	Extractor     string `bson:"extractor"`
+	SchemaVersion int    `bson:"schema_version"`
+	Status        int32  `bson:"status"`
+	ExtractCount  int    `bson:"extract_count"`
+	Error         string `bson:"error"`
+	DurationUS    int64  `bson:"duration_us"`
+}
+
+func toRunRecords(rs []document.Run) []runRecord {
+	out := make([]runRecord, len(rs))
+	for i, r := range rs {
+		out[i] = runRecord{Extractor: r.Extractor, SchemaVersion: r.SchemaVersion, Status: int32(r.Status),
+			ExtractCount: r.ExtractCount, Error: r.Error, DurationUS: r.Duration.Microseconds()}
+	}
+	return out
+}
+
+func (r *jobRecord) toJob() *document.Job {
+	j := &document.Job{ID: r.ID, Scope: document.Scope{Tenant: r.Tenant, Project: r.Project}, DocumentID: r.DocumentID,
+		ContentHash: r.ContentHash, Reason: r.Reason, Status: indexerv1.ExtractionJobStatus(r.Status), Attempts: r.Attempts,
+		Error: r.Error, CreateTime: r.CreateTime, StartTime: r.StartTime, EndTime: r.EndTime}
+	for _, rr := range r.Runs {
+		j.Runs = append(j.Runs, document.Run{Extractor: rr.Extractor, SchemaVersion: rr.SchemaVersion,
+			Status: indexerv1.ExtractorRunStatus(rr.Status), ExtractCount: rr.ExtractCount, Error: rr.Error,
+			Duration: time.Duration(rr.DurationUS) * time.Microsecond})
+	}
+	return j
+}
+
+// CreateJob stores a new job with its events.
+func (s *Store) CreateJob(ctx context.Context, j *document.Job, outbox ...events.OutboxEntry) error {
+	defer s.lock()()
+	defer s.notify()
+	r := jobRecord{ID: j.ID, Tenant: j.Scope.Tenant, Project: j.Scope.Project, DocumentID: j.DocumentID, ContentHash: j.ContentHash,
+		Reason: j.Reason, Status: int32(j.Status), Runs: toRunRecords(j.Runs), Attempts: j.Attempts, Error: j.Error,
+		CreateTime: j.CreateTime, StartTime: j.StartTime, EndTime: j.EndTime, Outbox: outbox}
+	_, err := s.jobs.InsertOne(ctx, r)
+	return translate(err)
+}
+
+// GetJob returns a job of the scope.
+func (s *Store) GetJob(ctx context.Context, sc document.Scope, id string) (*document.Job, error) {
+	var r jobRecord
+	if err := s.jobs.FindOne(ctx, scopeFilter(sc, bson.E{Key: "_id", Value: id}), options.FindOne().SetProjection(bson.D{{Key: "outbox", Value: 0}})).Decode(&r); err != nil {
+		return nil, translate(err)
+	}
+	return r.toJob(), nil
+}
+
+// UpdateJob writes a job's state with its events. Terminal jobs are never
+// written again: it returns false if the stored job had already ended.
+func (s *Store) UpdateJob(ctx context.Context, j *document.Job, outbox ...events.OutboxEntry) (bool, error) {
+	defer s.lock()()
+	defer s.notify()
+	update := bson.M{"$set": bson.M{
+		"status": int32(j.Status), "runs": toRunRecords(j.Runs), "attempts": j.Attempts, "error": j.Error,
+		"start_time": j.StartTime, "end_time": j.EndTime,
+	}}
+	if len(outbox) > 0 {
+		update["$push"] = events.OutboxPush(outbox...)
+	}
+	terminal := bson.A{}
+	for _, st := range []indexerv1.ExtractionJobStatus{
+		indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_SUCCEEDED, indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_PARTIALLY_FAILED,
+		indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_FAILED, indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_SUPERSEDED,
+	} {
+		terminal = append(terminal, int32(st))
+	}
+	res, err := s.jobs.UpdateOne(ctx, scopeFilter(j.Scope, bson.E{Key: "_id", Value: j.ID}, bson.E{Key: "status", Value: bson.M{"$nin": terminal}}), update)
+	if err != nil {
+		return false, translate(err)
+	}
+	return res.MatchedCount == 1, nil
+}
+
+// PendingJobs returns jobs queued or running since before cutoff: their
+// work message may have been lost, so reconciliation queues them again.
+func (s *Store) PendingJobs(ctx context.Context, cutoff time.Time, limit int) ([]*document.Job, error) {
+	f := bson.D{
+		{Key: "status", Value: bson.M{"$in": bson.A{int32(indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED), int32(indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING)}}},
+		{Key: "create_time", Value: bson.M{"$lt": cutoff}},
+	}
+	cur, err := s.jobs.Find(ctx, f, options.Find().SetSort(bson.D{{Key: "create_time", Value: 1}}).SetLimit(int64(limit)).SetProjection(bson.D{{Key: "outbox", Value: 0}}))
+	if err != nil {
+		return nil, translate(err)
+	}
+	var recs []jobRecord
+	if err := cur.All(ctx, &recs); err != nil {
+		return nil, translate(err)
+	}
+	out := make([]*document.Job, len(recs))
+	for i := range recs {
+		out[i] = recs[i].toJob()
+	}
+	return out, nil
+}

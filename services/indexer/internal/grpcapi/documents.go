@@ -1,0 +1,256 @@
+package grpcapi
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/metadata"
+
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/intake"
+)
+
+// Limits on ingested documents.
+type Limits struct {
+	// MaxContentBytes caps raw_content.
+	MaxContentBytes int
+	// MaxAttachments caps the number of attachments.
+	MaxAttachments int
+	// MaxAttachmentBytes caps one attachment.
+	MaxAttachmentBytes int
+}
+
+// Documents implements DocumentService.
+type Documents struct {
+	indexerv1.UnimplementedDocumentServiceServer
+	svc    *intake.Service
+	limits Limits
+}
+
+var _ indexerv1.DocumentServiceServer = (*Documents)(nil)
+
+// NewDocuments returns the DocumentService server.
+func NewDocuments(svc *intake.Service, limits Limits) *Documents {
+	if limits.MaxContentBytes <= 0 {
+		limits.MaxContentBytes = 8 << 20
+	}
+	if limits.MaxAttachments <= 0 {
+		limits.MaxAttachments = 16
+	}
+	if limits.MaxAttachmentBytes <= 0 {
+		limits.MaxAttachmentBytes = 10 << 20
+	}
+	return &Documents{svc: svc, limits: limits}
+}
+
+// resolve resolves the request's scope (grpcx.Scope validates the tenant
+// and reconciles it with the gateway's metadata).
+func resolve(ctx context.Context, s *commonv1.Scope) (document.Scope, error) {
+	sc, err := grpcx.Scope(ctx, s)
+	if err != nil {
+		return document.Scope{}, err
+	}
+	return document.Scope{Tenant: sc.GetTenantId(), Project: sc.GetProjectId()}, nil
+}
+
+func validSourceType(t indexerv1.SourceType) bool {
+	_, ok := indexerv1.SourceType_name[int32(t)]
+	return ok && t != indexerv1.SourceType_SOURCE_TYPE_UNSPECIFIED
+}
+
+// IngestDocument validates and ingests a document.
+func (d *Documents) IngestDocument(ctx context.Context, req *indexerv1.IngestDocumentRequest) (*indexerv1.IngestDocumentResponse, error) {
+	sc, err := resolve(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case !validSourceType(req.GetSourceType()):
+		return nil, grpcx.InvalidArgument("source_type", "is required and must be one of EMAIL, TICKET, WIKI, LOG, REPORT, OTHER")
+	case strings.TrimSpace(req.GetRawContent()) == "":
+		return nil, grpcx.InvalidArgument("raw_content", "is required")
+	case len(req.GetRawContent()) > d.limits.MaxContentBytes:
+		return nil, grpcx.InvalidArgument("raw_content", "is %d bytes; the limit is %d", len(req.GetRawContent()), d.limits.MaxContentBytes)
+	case !utf8.ValidString(req.GetRawContent()):
+		return nil, grpcx.InvalidArgument("raw_content", "must be valid UTF-8")
+	case utf8.RuneCountInString(req.GetTitle()) > 1000:
+		return nil, grpcx.InvalidArgument("title", "must be at most 1000 characters")
+	case len(req.GetAttachments()) > d.limits.MaxAttachments:
+		return nil, grpcx.InvalidArgument("attachments", "at most %d attachments", d.limits.MaxAttachments)
+	}
+	if u := req.GetSourceUrl(); u != "" {
+		parsed, err := url.Parse(u)
+		if err != nil || parsed.Scheme == "" || strings.ContainsAny(u, " \t\n") || len(u) > 4096 {
+			return nil, grpcx.InvalidArgument("source_url", "must be an absolute URL (scheme://...) of at most 4096 bytes")
+		}
+	}
+	in := intake.IngestInput{Scope: sc, SourceType: req.GetSourceType(), SourceURL: req.GetSourceUrl(), Title: strings.TrimSpace(req.GetTitle()), RawContent: req.GetRawContent()}
+	for i, a := range req.GetAttachments() {
+		field := fmt.Sprintf("attachments[%d]", i)
+		switch {
+		case a.GetMimeType() == "" || !strings.Contains(a.GetMimeType(), "/"):
+			return nil, grpcx.InvalidArgument(field+".mime_type", "is required (type/subtype)")
+		case len(a.GetData()) == 0:
+			return nil, grpcx.InvalidArgument(field+".data", "is empty")
+		case len(a.GetData()) > d.limits.MaxAttachmentBytes:
+			return nil, grpcx.InvalidArgument(field+".data", "is %d bytes; the limit is %d", len(a.GetData()), d.limits.MaxAttachmentBytes)
+		}
+		in.Attachments = append(in.Attachments, intake.Attachment{Name: a.GetName(), MimeType: a.GetMimeType(), Data: a.GetData()})
+	}
+	res, err := d.svc.Ingest(ctx, in)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &indexerv1.IngestDocumentResponse{Document: res.Document.Proto(false), Unchanged: res.Unchanged, ExtractionJobId: res.JobID}, nil
+}
+
+// GetDocument returns a document with raw content and extracts.
+func (d *Documents) GetDocument(ctx context.Context, req *indexerv1.GetDocumentRequest) (*indexerv1.GetDocumentResponse, error) {
+	sc, err := resolve(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetDocumentId() == "" {
+		return nil, grpcx.InvalidArgument("document_id", "is required")
+	}
+	doc, err := d.svc.Docs.GetDocument(ctx, sc, req.GetDocumentId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &indexerv1.GetDocumentResponse{Document: doc.Proto(true)}, nil
+}
+
+// ListDocuments lists a scope's documents in id order.
+func (d *Documents) ListDocuments(ctx context.Context, req *indexerv1.ListDocumentsRequest) (*indexerv1.ListDocumentsResponse, error) {
+	sc, err := resolve(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	if t := req.GetSourceType(); t != indexerv1.SourceType_SOURCE_TYPE_UNSPECIFIED && !validSourceType(t) {
+		return nil, grpcx.InvalidArgument("source_type", "is not a known source type")
+	}
+	hash := filterHash("list", sc.Tenant, sc.Project, req.GetSourceType().String())
+	after, err := decodeToken(req.GetPageToken(), hash)
+	if err != nil {
+		return nil, err
+	}
+	docs, err := d.svc.Docs.ListDocuments(ctx, sc, req.GetSourceType(), after, size+1)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &indexerv1.ListDocumentsResponse{}
+	if len(docs) > size {
+		docs = docs[:size]
+		resp.NextPageToken = encodeToken(docs[size-1].ID, hash)
+	}
+	for _, doc := range docs {
+		resp.Documents = append(resp.Documents, doc.Proto(false))
+	}
+	return resp, nil
+}
+
+// DeleteDocument removes a document from the store, every index and the
+// graph.
+func (d *Documents) DeleteDocument(ctx context.Context, req *indexerv1.DeleteDocumentRequest) (*indexerv1.DeleteDocumentResponse, error) {
+	sc, err := resolve(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetDocumentId() == "" {
+		return nil, grpcx.InvalidArgument("document_id", "is required")
+	}
+	if err := d.svc.Delete(ctx, sc, req.GetDocumentId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &indexerv1.DeleteDocumentResponse{}, nil
+}
+
+// FindDocumentsByExtract finds documents with an extract of a type whose
+// fields equal the filter (case-insensitively for text, numerically for
+// numbers), all in the same extract.
+func (d *Documents) FindDocumentsByExtract(ctx context.Context, req *indexerv1.FindDocumentsByExtractRequest) (*indexerv1.FindDocumentsByExtractResponse, error) {
+	sc, err := resolve(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	typ := strings.TrimSpace(req.GetExtractType())
+	if typ == "" {
+		return nil, grpcx.InvalidArgument("extract_type", "is required, e.g. \"financial\"")
+	}
+	keys := make([]string, 0, len(req.GetFieldEquals()))
+	for k := range req.GetFieldEquals() {
+		if strings.TrimSpace(k) == "" {
+			return nil, grpcx.InvalidArgument("field_equals", "field names must not be empty")
+		}
+		keys = append(keys, k+"="+req.GetFieldEquals()[k])
+	}
+	sort.Strings(keys)
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	hash := filterHash(append([]string{"extract", sc.Tenant, sc.Project, typ}, keys...)...)
+	after, err := decodeToken(req.GetPageToken(), hash)
+	if err != nil {
+		return nil, err
+	}
+	docs, more, err := d.svc.FindByExtract(ctx, sc, typ, req.GetFieldEquals(), after, size)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &indexerv1.FindDocumentsByExtractResponse{}
+	for _, doc := range docs {
+		resp.Documents = append(resp.Documents, doc.Proto(false))
+	}
+	if more && len(docs) > 0 {
+		resp.NextPageToken = encodeToken(docs[len(docs)-1].ID, hash)
+	}
+	return resp, nil
+}
+
+// RebuildIndexes rebuilds a scope's search indexes from the store, or
+// every scope's when the request names no tenant and the caller is not
+// scoped to one by the gateway.
+func (d *Documents) RebuildIndexes(ctx context.Context, req *indexerv1.RebuildIndexesRequest) (*indexerv1.RebuildIndexesResponse, error) {
+	var target *document.Scope
+	md, _ := metadata.FromIncomingContext(ctx)
+	if req.GetScope().GetTenantId() != "" || len(md.Get(grpcx.TenantMetadataKey)) > 0 {
+		sc, err := resolve(ctx, req.GetScope())
+		if err != nil {
+			return nil, err
+		}
+		target = &sc
+	}
+	st, err := d.svc.Rebuild(ctx, target)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &indexerv1.RebuildIndexesResponse{Documents: st.Documents, Chunks: st.Chunks}, nil
+}
+
+// GetExtractionJob returns an extraction job with each extractor's outcome.
+func (d *Documents) GetExtractionJob(ctx context.Context, req *indexerv1.GetExtractionJobRequest) (*indexerv1.GetExtractionJobResponse, error) {
+	sc, err := resolve(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetJobId() == "" {
+		return nil, grpcx.InvalidArgument("job_id", "is required")
+	}
+	j, err := d.svc.GetJob(ctx, sc, req.GetJobId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &indexerv1.GetExtractionJobResponse{Job: j.Proto()}, nil
+}

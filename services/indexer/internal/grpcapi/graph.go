@@ -1,0 +1,131 @@
+package grpcapi
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/graph"
+)
+
+// Graph walk limits.
+const (
+	defaultDepth     = 1
+	maxDepth         = 5
+	defaultNodeLimit = 100
+	maxNodeLimit     = 1000
+	defaultPathDepth = 6
+	maxPathDepth     = 12
+)
+
+// Graph implements GraphService.
+type Graph struct {
+	indexerv1.UnimplementedGraphServiceServer
+	r graph.Reader
+}
+
+var _ indexerv1.GraphServiceServer = (*Graph)(nil)
+
+// NewGraph returns the GraphService server reading r.
+func NewGraph(r graph.Reader) *Graph { return &Graph{r: r} }
+
+// GetNode returns one node.
+func (g *Graph) GetNode(ctx context.Context, req *indexerv1.GetNodeRequest) (*indexerv1.GetNodeResponse, error) {
+	sc, err := resolve(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetKey() == "" {
+		return nil, grpcx.InvalidArgument("key", "is required, e.g. \"doc:<id>\" or \"entity:ticker:bhp\"")
+	}
+	n, err := graph.GetNode(ctx, g.r, graph.Scope(sc), req.GetKey())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &indexerv1.GetNodeResponse{Node: nodeProto(n)}, nil
+}
+
+// ListNeighbors walks the graph from a node.
+func (g *Graph) ListNeighbors(ctx context.Context, req *indexerv1.ListNeighborsRequest) (*indexerv1.ListNeighborsResponse, error) {
+	sc, err := resolve(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	depth, limit := int(req.GetDepth()), int(req.GetLimit())
+	switch {
+	case req.GetKey() == "":
+		return nil, grpcx.InvalidArgument("key", "is required")
+	case depth < 0 || depth > maxDepth:
+		return nil, grpcx.InvalidArgument("depth", "must be between 1 and %d", maxDepth)
+	case limit < 0:
+		return nil, grpcx.InvalidArgument("limit", "must not be negative")
+	}
+	for _, t := range req.GetEdgeTypes() {
+		if t == "" {
+			return nil, grpcx.InvalidArgument("edge_types", "must not contain empty types")
+		}
+	}
+	if depth == 0 {
+		depth = defaultDepth
+	}
+	if limit == 0 {
+		limit = defaultNodeLimit
+	}
+	limit = min(limit, maxNodeLimit)
+	ns, es, err := graph.Neighbors(ctx, g.r, graph.Scope(sc), req.GetKey(), req.GetEdgeTypes(), depth, limit)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &indexerv1.ListNeighborsResponse{}
+	for _, n := range ns {
+		resp.Nodes = append(resp.Nodes, nodeProto(n))
+	}
+	for _, e := range es {
+		resp.Edges = append(resp.Edges, &indexerv1.Edge{FromKey: e.From, ToKey: e.To, Type: e.Type})
+	}
+	return resp, nil
+}
+
+// FindPath returns a shortest path between two nodes.
+func (g *Graph) FindPath(ctx context.Context, req *indexerv1.FindPathRequest) (*indexerv1.FindPathResponse, error) {
+	sc, err := resolve(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	d := int(req.GetMaxDepth())
+	switch {
+	case req.GetFromKey() == "":
+		return nil, grpcx.InvalidArgument("from_key", "is required")
+	case req.GetToKey() == "":
+		return nil, grpcx.InvalidArgument("to_key", "is required")
+	case d < 0 || d > maxPathDepth:
+		return nil, grpcx.InvalidArgument("max_depth", "must be between 1 and %d", maxPathDepth)
+	}
+	if d == 0 {
+		d = defaultPathDepth
+	}
+	ns, es, err := graph.Path(ctx, g.r, graph.Scope(sc), req.GetFromKey(), req.GetToKey(), d)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &indexerv1.FindPathResponse{}
+	for _, n := range ns {
+		resp.Nodes = append(resp.Nodes, nodeProto(n))
+	}
+	for _, e := range es {
+		resp.Edges = append(resp.Edges, &indexerv1.Edge{FromKey: e.From, ToKey: e.To, Type: e.Type})
+	}
+	return resp, nil
+}
+
+func nodeProto(n graph.Node) *indexerv1.Node {
+	p := &indexerv1.Node{Key: n.Key, Kind: n.Kind, Label: n.Label}
+	if len(n.Props) > 0 {
+		if s, err := structpb.NewStruct(n.Props); err == nil {
+			p.Properties = s
+		}
+	}
+	return p
+}

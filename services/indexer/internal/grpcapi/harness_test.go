@@ -1,0 +1,244 @@
+package grpcapi_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/chunk"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
+	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/embed"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/extract"
+	graphstore "github.com/agentmesh/agentmesh/services/indexer/internal/graph/mongostore"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/grpcapi"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/hybrid"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/intake"
+)
+
+// infra is what survives a service restart: NATS, the database and the
+// index directory.
+type infra struct {
+	nats *testkit.NATS
+	db   *mongo.Database
+	dir  string
+}
+
+func newInfra(t *testing.T) *infra {
+	t.Helper()
+	return &infra{nats: testkit.NewNATS(t), db: testkit.MongoDB(t), dir: t.TempDir()}
+}
+
+// harness is one running indexer: the real pipeline behind the real gRPC
+// servers, the extraction consumer on JetStream and the outbox relays.
+type harness struct {
+	*infra
+	svc     *intake.Service
+	docs    indexerv1.DocumentServiceClient
+	search  indexerv1.SearchServiceClient
+	graph   indexerv1.GraphServiceClient
+	store   *docstore.Store
+	graphs  *graphstore.Store
+	indexes *hybrid.Manager
+	stop    func()
+}
+
+// start runs an indexer on in with the given extractors (nil: the three
+// rule-based ones). The returned harness is stopped in t.Cleanup, or
+// earlier with stop.
+func start(t *testing.T, in *infra, extractors []extract.Extractor) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	bus, err := events.Connect(ctx, in.nats.URL(), t.Name(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureStreams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	store := docstore.New(in.db)
+	graphs := graphstore.New(in.db)
+	if err := store.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := graphs.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	emb := embed.LocalHash{}
+	indexes, err := hybrid.NewManager(hybrid.ManagerOptions{Dir: in.dir, Embedder: emb.Name(), Dimensions: emb.Dimensions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if extractors == nil {
+		extractors = []extract.Extractor{extract.Financial{}, extract.MeetingNotes{}, extract.APIDoc{}}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { store.RunOutbox(ctx, bus, nil) })
+	svc, err := intake.New(intake.Config{Chunk: chunk.Options{Size: 400, Overlap: 80}, ExtractorTimeout: 10 * time.Second, MaxDeliver: 3},
+		intake.Deps{Docs: store, Graph: graphs, Indexes: indexes, Embedder: emb, Extractors: extractors, Bus: bus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumer, err := bus.Consume(ctx, events.ConsumerSpec{
+		Stream: events.StreamWork, Durable: "indexer-extraction", FilterSubject: events.WorkSubject(intake.ExtractionQueue),
+		Concurrency: 2, MaxDeliver: 3, Backoff: []time.Duration{50 * time.Millisecond},
+	}, svc.HandleJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := testkit.StartGRPC(t, func(s *grpc.Server) {
+		indexerv1.RegisterDocumentServiceServer(s, grpcapi.NewDocuments(svc, grpcapi.Limits{MaxContentBytes: 1 << 20, MaxAttachments: 2}))
+		indexerv1.RegisterSearchServiceServer(s, grpcapi.NewSearch(svc))
+		indexerv1.RegisterGraphServiceServer(s, grpcapi.NewGraph(graphs))
+	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			consumer.Stop()
+			cancel()
+			wg.Wait()
+			if err := indexes.Close(); err != nil {
+				t.Errorf("close indexes: %v", err)
+			}
+			bus.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return &harness{infra: in, svc: svc, docs: indexerv1.NewDocumentServiceClient(conn), search: indexerv1.NewSearchServiceClient(conn),
+		graph: indexerv1.NewGraphServiceClient(conn), store: store, graphs: graphs, indexes: indexes, stop: stop}
+}
+
+func scope(tenant, project string) *commonv1.Scope {
+	return &commonv1.Scope{TenantId: tenant, ProjectId: project}
+}
+
+// ingest ingests a document and fails the test on error.
+func (h *harness) ingest(t *testing.T, sc *commonv1.Scope, st indexerv1.SourceType, url, title, content string) *indexerv1.IngestDocumentResponse {
+	t.Helper()
+	resp, err := h.docs.IngestDocument(context.Background(), &indexerv1.IngestDocumentRequest{Scope: sc, SourceType: st, SourceUrl: url, Title: title, RawContent: content})
+	if err != nil {
+		t.Fatalf("ingest %s: %v", url, err)
+	}
+	return resp
+}
+
+// settled waits until the document's extraction job has ended and returns
+// the document.
+func (h *harness) settled(t *testing.T, sc *commonv1.Scope, id string) *indexerv1.Document {
+	t.Helper()
+	var doc *indexerv1.Document
+	testkit.Eventually(t, 20*time.Second, func() bool {
+		resp, err := h.docs.GetDocument(context.Background(), &indexerv1.GetDocumentRequest{Scope: sc, DocumentId: id})
+		if err != nil {
+			return false
+		}
+		doc = resp.GetDocument()
+		return document.Terminal(doc.GetExtractionStatus())
+	}, "extraction of %s", id)
+	return doc
+}
+
+// job waits until an extraction job has ended (its record is written just
+// after the document's) and returns it.
+func (h *harness) job(t *testing.T, sc *commonv1.Scope, id string) *indexerv1.ExtractionJob {
+	t.Helper()
+	var j *indexerv1.ExtractionJob
+	testkit.Eventually(t, 20*time.Second, func() bool {
+		resp, err := h.docs.GetExtractionJob(context.Background(), &indexerv1.GetExtractionJobRequest{Scope: sc, JobId: id})
+		if err != nil {
+			return false
+		}
+		j = resp.GetJob()
+		return document.Terminal(j.GetStatus())
+	}, "job %s", id)
+	return j
+}
+
+// query searches and returns the hits' chunk ids.
+func (h *harness) query(t *testing.T, sc *commonv1.Scope, q string, mode indexerv1.SearchMode, limit int32) []string {
+	t.Helper()
+	resp, err := h.search.Search(context.Background(), &indexerv1.SearchRequest{Scope: sc, Query: q, Mode: mode, Limit: limit})
+	if err != nil {
+		t.Fatalf("search %q: %v", q, err)
+	}
+	var ids []string
+	for _, hit := range resp.GetHits() {
+		ids = append(ids, hit.GetChunkId())
+	}
+	return ids
+}
+
+// eventLog records the events published under a subject filter, once per
+// event id: delivery is at least once (an outbox relay may publish an
+// entry again), and consumers deduplicate by id, as this log does.
+type eventLog struct {
+	mu   sync.Mutex
+	evs  []*commonv1.Event
+	seen map[string]bool
+}
+
+func watchEvents(t *testing.T, in *infra, subject string) *eventLog {
+	t.Helper()
+	nc, err := nats.Connect(in.nats.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	l := &eventLog{seen: map[string]bool{}}
+	if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		var ev commonv1.Event
+		if proto.Unmarshal(m.Data, &ev) == nil {
+			l.mu.Lock()
+			if !l.seen[ev.GetId()] {
+				l.seen[ev.GetId()] = true
+				l.evs = append(l.evs, &ev)
+			}
+			l.mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// subjects returns the subjects seen so far containing part.
+func (l *eventLog) subjects(part string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, e := range l.evs {
+		if strings.Contains(e.GetSubject(), part) {
+			out = append(out, e.GetSubject())
+		}
+	}
+	return out
+}
+
+// last returns the last event whose subject ends with suffix.
+func (l *eventLog) last(suffix string) *commonv1.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := len(l.evs) - 1; i >= 0; i-- {
+		if strings.HasSuffix(l.evs[i].GetSubject(), suffix) {
+			return l.evs[i]
+		}
+	}
+	return nil
+}
+
+func contains(ids []string, id string) bool { return slices.Contains(ids, id) }

@@ -1,0 +1,145 @@
+package hybrid
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/agentmesh/agentmesh/services/indexer/internal/bm25"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/embed"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/vector"
+)
+
+func TestFuseRewardsAgreement(t *testing.T) {
+	t.Parallel()
+	kw := []bm25.Hit{{Key: "a", Score: 9}, {Key: "b", Score: 5}, {Key: "c", Score: 1}, {Key: "e", Score: 0.5}}
+	vec := []vector.Hit{{Key: "d", Score: 0.9}, {Key: "b", Score: 0.8}, {Key: "f", Score: 0.7}, {Key: "c", Score: 0.6}}
+	got := Fuse(kw, vec, 4)
+	keys := []string{got[0].Key, got[1].Key, got[2].Key, got[3].Key}
+	// b is 2nd in both lists and c 3rd and 4th: agreement beats a and d,
+	// each 1st in one list only (tied, so ordered by key).
+	if !slices.Equal(keys, []string{"b", "c", "a", "d"}) {
+		t.Fatalf("fused order = %v, want [b c a d]", keys)
+	}
+	if got[0].KeywordScore != 5 || got[0].VectorScore < 0.79 || got[0].Score != 2.0/62 {
+		t.Fatalf("b = %+v", got[0])
+	}
+	if got[2].VectorScore != 0 {
+		t.Fatalf("a was not a vector hit but has vector score %v", got[2].VectorScore)
+	}
+}
+
+func chunks(texts map[string]string, doc string) []Chunk {
+	e := embed.LocalHash{}
+	var out []Chunk
+	for k, txt := range texts {
+		out = append(out, Chunk{Key: k, Doc: doc, Title: doc, Text: txt, SourceType: 1, ContentType: "email", Vector: e.Vector(txt)})
+	}
+	slices.SortFunc(out, func(a, b Chunk) int { return cmp(a.Key, b.Key) })
+	return out
+}
+
+func cmp(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func search(t *testing.T, m *Manager, s Scope, q string, mode Mode) []string {
+	t.Helper()
+	var keys []string
+	err := m.Read(s, func(sh *Shard) error {
+		hits, err := sh.Search(context.Background(), q, embed.LocalHash{}.Vector(q), 10, mode, nil)
+		for _, h := range hits {
+			keys = append(keys, h.Key)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+func TestManagerIsolatesScopesAndRebuilds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	opts := ManagerOptions{Dir: dir, Embedder: embed.LocalHashName, Dimensions: embed.LocalHashDimensions}
+	m, err := NewManager(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme, other := Scope{Tenant: "acme"}, Scope{Tenant: "acme", Project: "../x"}
+	a := chunks(map[string]string{"a1": "ledger timeout in the payment service", "a2": "quarterly dividend raised"}, "da")
+	o := chunks(map[string]string{"o1": "ledger timeout seen by another project"}, "do")
+	if err := m.Write(acme, func(tx Tx) error { return tx.Add(a) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Write(other, func(tx Tx) error { return tx.Add(o) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []Mode{ModeHybrid, ModeKeyword, ModeVector} {
+		got := search(t, m, acme, "ledger timeout", mode)
+		if len(got) == 0 || got[0] != "a1" || slices.Contains(got, "o1") {
+			t.Fatalf("mode %d: acme sees %v", mode, got)
+		}
+	}
+	// Reading a scope nobody wrote creates nothing.
+	if got := search(t, m, Scope{Tenant: "nobody"}, "ledger", ModeHybrid); len(got) != 0 {
+		t.Fatalf("unknown scope: %v", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nobody")); !os.IsNotExist(err) {
+		t.Fatalf("a read created a shard directory: %v", err)
+	}
+	// The odd project id stays inside the data directory.
+	if _, err := os.Stat(filepath.Join(dir, "acme", "p-%2E%2E%2Fx")); err != nil {
+		t.Fatalf("escaped project directory: %v", err)
+	}
+	before := search(t, m, acme, "ledger dividend", ModeHybrid)
+
+	// Rebuild from a "store" holding only a2: a1 disappears.
+	err = m.Rebuild(acme, func(add func([]Chunk) error) error { return add(a[1:]) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := search(t, m, acme, "ledger dividend", ModeHybrid); !slices.Equal(got, []string{"a2"}) {
+		t.Fatalf("after rebuild: %v (before %v)", got, before)
+	}
+	// Writes after a rebuild reach the new shard.
+	if err := m.Write(acme, func(tx Tx) error { return tx.Add(a[:1]) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := search(t, m, acme, "ledger dividend", ModeHybrid); !slices.Equal(got, before) {
+		t.Fatalf("after re-adding: %v, want %v", got, before)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reopened with the same embedder: data is there.
+	m2, _ := NewManager(opts)
+	if got := search(t, m2, acme, "ledger dividend", ModeHybrid); !slices.Equal(got, before) {
+		t.Fatalf("after reopen: %v, want %v", got, before)
+	}
+	if m2.Stale(acme) {
+		t.Fatal("a shard built with the same embedder is stale")
+	}
+	m2.Close()
+
+	// Reopened with another embedder: the shard is wiped and marked stale.
+	opts.Embedder = "modelgateway/embed/384"
+	m3, _ := NewManager(opts)
+	defer m3.Close()
+	if got := search(t, m3, acme, "ledger", ModeKeyword); len(got) != 0 {
+		t.Fatalf("a shard of another embedder was reused: %v", got)
+	}
+	if !m3.Stale(acme) {
+		t.Fatal("a shard of another embedder is not reported stale")
+	}
+}

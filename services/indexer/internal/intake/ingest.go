@@ -1,0 +1,292 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"unicode/utf8"
+
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	visionv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/vision/v1"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/chunk"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/contenttype"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/graph"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/hybrid"
+)
+
+// Attachment is a file that came with a document.
+type Attachment struct {
+	Name, MimeType string
+	Data           []byte
+}
+
+// IngestInput is a document to bring in. The caller has validated it.
+type IngestInput struct {
+	Scope       document.Scope
+	SourceType  indexerv1.SourceType
+	SourceURL   string
+	Title       string
+	RawContent  string
+	Attachments []Attachment
+}
+
+// IngestResult reports an ingest.
+type IngestResult struct {
+	// Document is the stored document.
+	Document *document.Document
+	// Unchanged is true when the content was already indexed as is.
+	Unchanged bool
+	// JobID is the extraction job queued, if one was.
+	JobID string
+}
+
+// ErrDeleting means the document is being deleted; retry later.
+var ErrDeleting = errors.New("intake: the document is being deleted")
+
+// Ingest stores and indexes a document. Ingesting content that is already
+// indexed does nothing; new content replaces the document's chunks, graph
+// structure and extracts (an extraction job recomputes them). Concurrent
+// writers of one document are resolved by optimistic concurrency.
+func (s *Service) Ingest(ctx context.Context, in IngestInput) (IngestResult, error) {
+	hash := document.Hash(in.RawContent)
+	id := document.ID(in.Scope, in.SourceURL, hash)
+	for attempt := 0; ; attempt++ {
+		existing, err := s.Docs.LoadDocument(ctx, in.Scope, id)
+		switch {
+		case errors.Is(err, document.ErrNotFound):
+			existing = nil
+		case err != nil:
+			return IngestResult{}, err
+		case existing.Deleting:
+			return IngestResult{}, ErrDeleting
+		case existing.ContentHash == hash && existing.Indexed:
+			existing.RawContent = ""
+			return IngestResult{Document: existing, Unchanged: true}, nil
+		}
+		res, err := s.ingestVersion(ctx, in, id, hash, existing, "")
+		if errors.Is(err, document.ErrConflict) && attempt < 3 {
+			continue
+		}
+		return res, err
+	}
+}
+
+// ingestVersion runs the pipeline for one content version. visionSummary,
+// when not empty, is reused instead of calling vision (reconciliation has
+// no attachments to send again).
+func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash string, existing *document.Document, visionSummary string) (IngestResult, error) {
+	log := s.Logger.With(slog.String("document_id", id), slog.String("tenant", in.Scope.Tenant))
+	ct := contenttype.Detect(in.Title, in.RawContent, in.SourceType)
+	var pipelineErrors []string
+	if visionSummary == "" && len(in.Attachments) > 0 {
+		var err error
+		visionSummary, err = s.analyzeImages(ctx, in, ct.Type)
+		if err != nil {
+			log.Warn("vision failed; indexing without image descriptions", slog.Any("error", err))
+			pipelineErrors = append(pipelineErrors, "vision: "+err.Error())
+		}
+	}
+	now := s.now()
+	reason := document.ReasonIngest
+	version := int64(0)
+	if existing != nil {
+		version = existing.Version
+		if existing.ContentHash != hash {
+			reason = document.ReasonContentChanged
+		}
+	}
+	doc := &document.Document{
+		ID: id, Scope: in.Scope, SourceType: in.SourceType, SourceURL: in.SourceURL, Title: in.Title,
+		RawContent: in.RawContent, ContentHash: hash, ContentType: ct.Type, ContentTypeReason: ct.Reason,
+		VisionSummary: visionSummary, PipelineErrors: pipelineErrors, Version: version,
+		ExtractionStatus: indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED,
+	}
+	chunks := s.chunkDocument(doc, "")
+	if err := s.embedChunks(ctx, chunks); err != nil {
+		return IngestResult{}, err
+	}
+	doc.ChunkCount = len(chunks)
+	job := &document.Job{ID: document.JobID(id, now), Scope: in.Scope, DocumentID: id, ContentHash: hash, Reason: reason,
+		Status: indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED, CreateTime: now}
+	doc.ExtractionJobID = job.ID
+
+	// The document first: from here on a crash leaves it not indexed, and
+	// reconciliation redoes the rest.
+	if err := s.Docs.SaveContent(ctx, doc, now); err != nil {
+		return IngestResult{}, err
+	}
+	if err := s.index(ctx, doc, chunks, existing != nil && existing.ContentHash != hash); err != nil {
+		return IngestResult{}, err
+	}
+	if err := s.queueJob(ctx, job); err != nil {
+		return IngestResult{}, err
+	}
+	doc.Indexed = true
+	doc.RawContent = ""
+	log.Info("document indexed", slog.String("content_type", ct.Type), slog.Int("chunks", len(chunks)), slog.String("job_id", job.ID))
+	return IngestResult{Document: doc, JobID: job.ID}, nil
+}
+
+// index writes the chunks to the store, the search shard and the graph,
+// then flags the document indexed. contentChanged drops the entity links
+// of the old content.
+func (s *Service) index(ctx context.Context, doc *document.Document, chunks []document.Chunk, contentChanged bool) error {
+	if err := s.Docs.ReplaceChunks(ctx, doc.Scope, doc.ID, chunks); err != nil {
+		return fmt.Errorf("intake: store chunks: %w", err)
+	}
+	hc := toHybrid(chunks)
+	err := s.Indexes.Write(hscope(doc.Scope), func(tx hybrid.Tx) error {
+		if err := tx.DeleteDocument(ctx, doc.ID); err != nil {
+			return err
+		}
+		return tx.Add(hc)
+	})
+	if err != nil {
+		return fmt.Errorf("intake: search indexes: %w", err)
+	}
+	gs := graph.Scope(doc.Scope)
+	chunkNodes := make([]graph.Node, len(chunks))
+	for i, c := range chunks {
+		chunkNodes[i] = graph.Node{Key: "chunk:" + c.ID, Kind: graph.KindChunk, Label: label(c.Text),
+			Props: map[string]any{"document_id": doc.ID, "seq": float64(c.Seq), "kind": c.Kind, "span_start": float64(c.Start), "span_end": float64(c.End)}}
+	}
+	if err := s.Graph.ReplaceDocument(ctx, gs, doc.ID, docNode(doc), chunkNodes); err != nil {
+		return fmt.Errorf("intake: graph: %w", err)
+	}
+	if contentChanged {
+		if err := s.Graph.ReplaceMentions(ctx, gs, doc.ID, docKey(doc.ID), nil); err != nil {
+			return fmt.Errorf("intake: graph: %w", err)
+		}
+	}
+	if err := s.Docs.MarkIndexed(ctx, doc.Scope, doc.ID, doc.ContentHash); err != nil {
+		return fmt.Errorf("intake: mark indexed: %w", err)
+	}
+	return nil
+}
+
+func docKey(id string) string { return "doc:" + id }
+
+func docNode(d *document.Document) graph.Node {
+	return graph.Node{Key: docKey(d.ID), Kind: graph.KindDocument, Label: d.Title, Props: map[string]any{
+		"document_id": d.ID, "source_url": d.SourceURL, "content_type": d.ContentType,
+		"source_type": strings.ToLower(strings.TrimPrefix(d.SourceType.String(), "SOURCE_TYPE_")),
+	}}
+}
+
+// label shortens text for a node label.
+func label(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) > 80 {
+		s = string([]rune(s)[:79]) + "…"
+	}
+	return s
+}
+
+// chunkDocument builds the document's chunks: the base chunk (seq 0:
+// title, type, and digest, the extracts' summary once known), the content
+// chunks, and the vision summary chunk. Spans of the base and vision
+// chunks are empty: they are not in the raw content.
+func (s *Service) chunkDocument(d *document.Document, digest string) []document.Chunk {
+	mk := func(seq int, kind, text string, start, end int) document.Chunk {
+		return document.Chunk{ID: document.ChunkID(d.ID, d.ContentHash, seq), Scope: d.Scope, DocID: d.ID, Seq: seq, Kind: kind,
+			Text: text, Start: start, End: end, ContentHash: d.ContentHash, Title: d.Title, SourceURL: d.SourceURL,
+			SourceType: d.SourceType, ContentType: d.ContentType, Embedder: s.Embedder.Name()}
+	}
+	out := []document.Chunk{mk(0, document.KindBase, baseText(d, digest), 0, 0)}
+	for _, c := range chunk.Split(d.RawContent, s.cfg.Chunk) {
+		out = append(out, mk(len(out), document.KindContent, c.Text, c.Start, c.End))
+	}
+	if d.VisionSummary != "" {
+		out = append(out, mk(len(out), document.KindVision, "Images: "+d.VisionSummary, 0, 0))
+	}
+	return out
+}
+
+// baseText is the base chunk: what the document is, in a few lines.
+func baseText(d *document.Document, digest string) string {
+	var b strings.Builder
+	if d.Title != "" {
+		b.WriteString(d.Title + "\n")
+	}
+	fmt.Fprintf(&b, "%s (%s)", strings.ReplaceAll(d.ContentType, "_", " "), strings.ToLower(strings.TrimPrefix(d.SourceType.String(), "SOURCE_TYPE_")))
+	if d.SourceURL != "" {
+		b.WriteString(" " + d.SourceURL)
+	}
+	if digest != "" {
+		b.WriteString("\n" + digest)
+	}
+	return b.String()
+}
+
+// embedChunks embeds the chunks' texts in place.
+func (s *Service) embedChunks(ctx context.Context, cs []document.Chunk) error {
+	texts := make([]string, len(cs))
+	for i, c := range cs {
+		texts[i] = c.Text
+	}
+	vs, err := s.Embedder.Embed(ctx, texts)
+	if err != nil {
+		return fmt.Errorf("intake: embed: %w", err)
+	}
+	for i := range cs {
+		cs[i].Vector = vs[i]
+		cs[i].Embedder = s.Embedder.Name()
+	}
+	return nil
+}
+
+func toHybrid(cs []document.Chunk) []hybrid.Chunk {
+	out := make([]hybrid.Chunk, len(cs))
+	for i, c := range cs {
+		out[i] = hybrid.Chunk{Key: c.ID, Doc: c.DocID, Title: c.Title, Text: c.Text, SourceType: int32(c.SourceType), ContentType: c.ContentType, Vector: c.Vector}
+	}
+	return out
+}
+
+// visionTypes maps content types to the vision service's, for stage 2.
+var visionTypes = map[string]visionv1.ContentType{
+	contenttype.Email:  visionv1.ContentType_CONTENT_TYPE_EMAIL,
+	contenttype.Ticket: visionv1.ContentType_CONTENT_TYPE_TICKET,
+	contenttype.Wiki:   visionv1.ContentType_CONTENT_TYPE_WIKI,
+	contenttype.Log:    visionv1.ContentType_CONTENT_TYPE_LOG,
+}
+
+// analyzeImages runs vision stage 1 and, for a content type vision knows,
+// stage 2, and returns the combined summary.
+func (s *Service) analyzeImages(ctx context.Context, in IngestInput, contentType string) (string, error) {
+	var imgs []*visionv1.Image
+	for _, a := range in.Attachments {
+		if strings.HasPrefix(a.MimeType, "image/") {
+			imgs = append(imgs, &visionv1.Image{Name: a.Name, Data: a.Data, MimeType: a.MimeType})
+		}
+	}
+	if len(imgs) == 0 || s.Vision == nil {
+		return "", nil
+	}
+	contextText := in.RawContent
+	if len(contextText) > 4000 {
+		contextText = strings.ToValidUTF8(contextText[:4000], "")
+	}
+	req := &visionv1.AnalyzeImagesRequest{Scope: in.Scope.Proto(), Images: imgs, ContextText: contextText}
+	st1, err := s.Vision.AnalyzeImages(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	summary := st1.GetGeneralSummary()
+	vt, ok := visionTypes[contentType]
+	if !ok || summary == "" {
+		return summary, nil
+	}
+	req.ContentType, req.GeneralSummary = vt, summary
+	st2, err := s.Vision.AnalyzeImages(ctx, req)
+	if err != nil {
+		return summary, fmt.Errorf("stage 2: %w", err)
+	}
+	if d := st2.GetTypeSpecificDetails(); d != "" {
+		summary += "\n" + d
+	}
+	return summary, nil
+}

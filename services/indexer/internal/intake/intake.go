@@ -1,0 +1,122 @@
+// Package intake is the indexer's pipeline — the qualifier: a document comes
+// in, its content type is detected, images go through vision, the text is
+// chunked, embedded and indexed (BM25, vectors, graph); an extraction job
+// on the JetStream work queue then runs the extractors, links the entities
+// they name in the graph, and decides routing (DONE or LIFT_UP). It also
+// deletes documents from every index, searches, rebuilds indexes from the
+// document store, and reconciles after a crash.
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+	visionv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/vision/v1"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/chunk"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
+	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/embed"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/extract"
+	graphstore "github.com/agentmesh/agentmesh/services/indexer/internal/graph/mongostore"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/hybrid"
+)
+
+// Source is the event source name.
+const Source = "indexer"
+
+// ExtractionQueue is the work queue of extraction jobs (am.work.<queue>).
+const ExtractionQueue = "indexer.extraction"
+
+// VisionClient is the part of the vision service intake uses;
+// visionv1.VisionServiceClient implements it.
+type VisionClient interface {
+	AnalyzeImages(ctx context.Context, in *visionv1.AnalyzeImagesRequest, opts ...grpc.CallOption) (*visionv1.AnalyzeImagesResponse, error)
+}
+
+// Config tunes the pipeline.
+type Config struct {
+	// Chunk sizes the chunks.
+	Chunk chunk.Options
+	// ExtractorTimeout bounds one extractor on one document.
+	ExtractorTimeout time.Duration
+	// MaxDeliver is how often an extraction job message is delivered
+	// before the job is marked failed; it must match the consumer's.
+	MaxDeliver int
+}
+
+// Deps are the pipeline's collaborators.
+type Deps struct {
+	// Docs is the document store.
+	Docs *docstore.Store
+	// Graph is the graph store.
+	Graph *graphstore.Store
+	// Indexes holds the search shards.
+	Indexes *hybrid.Manager
+	// Embedder embeds chunks and queries.
+	Embedder embed.Embedder
+	// Extractors run in extraction jobs, in order.
+	Extractors []extract.Extractor
+	// Bus publishes extraction work; events go through the outboxes.
+	Bus *events.Bus
+	// Vision analyses image attachments; nil skips vision. (The outboxes
+	// of documents and jobs are published by Docs.RunOutbox.)
+	Vision VisionClient
+	// Logger receives the pipeline's logs.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Service runs the pipeline. It is safe for concurrent use.
+type Service struct {
+	cfg Config
+	Deps
+}
+
+// New checks the configuration and returns the service.
+func New(cfg Config, d Deps) (*Service, error) {
+	if err := cfg.Chunk.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Docs == nil || d.Graph == nil || d.Indexes == nil || d.Embedder == nil || d.Bus == nil {
+		return nil, errors.New("intake: missing dependency")
+	}
+	if d.Embedder.Dimensions() != d.Indexes.Dimensions() {
+		return nil, fmt.Errorf("intake: embedder %s has %d dimensions, indexes %d", d.Embedder.Name(), d.Embedder.Dimensions(), d.Indexes.Dimensions())
+	}
+	seen := map[string]bool{}
+	for _, e := range d.Extractors {
+		if seen[e.Name()] {
+			return nil, fmt.Errorf("intake: two extractors named %q", e.Name())
+		}
+		seen[e.Name()] = true
+	}
+	if cfg.ExtractorTimeout <= 0 {
+		cfg.ExtractorTimeout = 2 * time.Minute
+	}
+	if cfg.MaxDeliver <= 0 {
+		cfg.MaxDeliver = events.DefaultMaxDeliver
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	return &Service{cfg: cfg, Deps: d}, nil
+}
+
+// ExtractorTimeout returns the per-extractor bound.
+func (s *Service) ExtractorTimeout() time.Duration { return s.cfg.ExtractorTimeout }
+
+func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Millisecond) }
+
+func hscope(sc document.Scope) hybrid.Scope {
+	return hybrid.Scope{Tenant: sc.Tenant, Project: sc.Project}
+}

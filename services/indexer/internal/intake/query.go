@@ -1,0 +1,338 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/graph"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/hybrid"
+)
+
+// Delete removes a document from the search indexes, the graph and the
+// store. The document is hidden first, so a crash half way leaves it
+// invisible, and reconciliation finishes the removal.
+func (s *Service) Delete(ctx context.Context, sc document.Scope, id string) error {
+	doc, err := s.Docs.LoadDocument(ctx, sc, id)
+	if err != nil {
+		return err
+	}
+	if !doc.Deleting {
+		if err := s.Docs.MarkDeleting(ctx, sc, id); err != nil {
+			return err
+		}
+	}
+	return s.finishDelete(ctx, sc, id)
+}
+
+func (s *Service) finishDelete(ctx context.Context, sc document.Scope, id string) error {
+	if err := s.Indexes.Write(hscope(sc), func(tx hybrid.Tx) error { return tx.DeleteDocument(ctx, id) }); err != nil {
+		return fmt.Errorf("intake: delete from search indexes: %w", err)
+	}
+	if err := s.Graph.DeleteDocument(ctx, graph.Scope(sc), id); err != nil {
+		return fmt.Errorf("intake: delete from graph: %w", err)
+	}
+	if err := s.Docs.DeleteChunks(ctx, sc, id); err != nil {
+		return fmt.Errorf("intake: delete chunks: %w", err)
+	}
+	if err := s.Docs.DeleteDocument(ctx, sc, id); err != nil {
+		return fmt.Errorf("intake: delete document: %w", err)
+	}
+	s.Logger.Info("document deleted", slog.String("document_id", id), slog.String("tenant", sc.Tenant))
+	return nil
+}
+
+// FindByExtract returns up to limit documents of the scope with an
+// extract of typ whose fields all equal the filter's values (in that one
+// extract), in id order after afterID; more is true when others follow.
+func (s *Service) FindByExtract(ctx context.Context, sc document.Scope, typ string, fields map[string]string, afterID string, limit int) (docs []*document.Document, more bool, err error) {
+	terms := document.FilterTerms(typ, fields)
+	for {
+		batch, err := s.Docs.FindByTerms(ctx, sc, terms, afterID, limit+1)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, d := range batch {
+			for _, e := range d.Extracts {
+				if document.Matches(e, typ, fields) {
+					if len(docs) == limit {
+						return docs, true, nil
+					}
+					docs = append(docs, d)
+					break
+				}
+			}
+		}
+		if len(batch) <= limit {
+			return docs, false, nil
+		}
+		afterID = batch[len(batch)-1].ID
+	}
+}
+
+// SearchQuery is a search.
+type SearchQuery struct {
+	Scope  document.Scope
+	Text   string
+	Limit  int
+	Mode   hybrid.Mode
+	Filter *hybrid.Filter
+}
+
+// SearchHit is a chunk found by a search.
+type SearchHit struct {
+	Chunk document.Chunk
+	hybrid.Hit
+}
+
+// Search runs a hybrid (or keyword, or vector) search in the scope's
+// shard and returns the chunks, best first.
+func (s *Service) Search(ctx context.Context, q SearchQuery) ([]SearchHit, error) {
+	var qv []float32
+	if q.Mode != hybrid.ModeKeyword {
+		vs, err := s.Embedder.Embed(ctx, []string{q.Text})
+		if err != nil {
+			return nil, fmt.Errorf("intake: embed query: %w", err)
+		}
+		qv = vs[0]
+	}
+	var hits []hybrid.Hit
+	err := s.Indexes.Read(hscope(q.Scope), func(sh *hybrid.Shard) error {
+		var err error
+		hits, err = sh.Search(ctx, q.Text, qv, q.Limit, q.Mode, q.Filter)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(hits))
+	for i, h := range hits {
+		keys[i] = h.Key
+	}
+	chunks, err := s.Docs.GetChunks(ctx, q.Scope, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SearchHit, 0, len(hits))
+	for _, h := range hits {
+		c, ok := chunks[h.Key]
+		if !ok {
+			continue // deleted between the index read and now
+		}
+		out = append(out, SearchHit{Chunk: c, Hit: h})
+	}
+	return out, nil
+}
+
+// GetJob returns an extraction job of the scope.
+func (s *Service) GetJob(ctx context.Context, sc document.Scope, id string) (*document.Job, error) {
+	return s.Docs.GetJob(ctx, sc, id)
+}
+
+// RebuildStats reports a rebuild.
+type RebuildStats struct {
+	Documents, Chunks int64
+}
+
+// Rebuild rebuilds the search indexes of one scope, or of every scope
+// with documents when sc is nil, from the chunks in the document store.
+// Chunks embedded by another embedder are embedded again (and stored), so
+// switching embedders is a rebuild.
+func (s *Service) Rebuild(ctx context.Context, sc *document.Scope) (RebuildStats, error) {
+	var scopes []document.Scope
+	if sc != nil {
+		scopes = []document.Scope{*sc}
+	} else {
+		var err error
+		if scopes, err = s.Docs.Scopes(ctx); err != nil {
+			return RebuildStats{}, err
+		}
+	}
+	var st RebuildStats
+	for _, one := range scopes {
+		docs := map[string]bool{}
+		err := s.Indexes.Rebuild(hscope(one), func(add func([]hybrid.Chunk) error) error {
+			return s.Docs.EachChunk(ctx, one, 500, func(cs []document.Chunk) error {
+				var stale []int
+				for i, c := range cs {
+					if c.Embedder != s.Embedder.Name() || len(c.Vector) != s.Embedder.Dimensions() {
+						stale = append(stale, i)
+					}
+				}
+				if len(stale) > 0 {
+					re := make([]document.Chunk, len(stale))
+					for i, k := range stale {
+						re[i] = cs[k]
+					}
+					if err := s.embedChunks(ctx, re); err != nil {
+						return err
+					}
+					if err := s.Docs.PutChunks(ctx, re); err != nil {
+						return err
+					}
+					for i, k := range stale {
+						cs[k] = re[i]
+					}
+				}
+				for _, c := range cs {
+					docs[c.DocID] = true
+				}
+				st.Chunks += int64(len(cs))
+				return add(toHybrid(cs))
+			})
+		})
+		if err != nil {
+			return st, fmt.Errorf("intake: rebuild %s/%s: %w", one.Tenant, one.Project, err)
+		}
+		st.Documents += int64(len(docs))
+		s.Logger.Info("indexes rebuilt", slog.String("tenant", one.Tenant), slog.String("project", one.Project), slog.Int("documents", len(docs)))
+	}
+	return st, nil
+}
+
+// Reconcile repairs what a crash or a configuration change left behind:
+// it finishes interrupted deletes and ingests, queues again extraction
+// jobs whose message may be lost, re-extracts documents handled by an
+// extractor whose schema version has since risen, and rebuilds shards
+// that disagree with the document store (missing, wiped for another
+// embedder, or short of chunks). Each step logs and continues on error;
+// the joined errors are returned.
+func (s *Service) Reconcile(ctx context.Context) error {
+	var errs []error
+	if err := s.finishUnfinished(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.requeueJobs(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.reextractUpgraded(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.checkShards(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Service) finishUnfinished(ctx context.Context) error {
+	docs, err := s.Docs.Unfinished(ctx, 1000)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range docs {
+		if d.Deleting {
+			errs = append(errs, s.finishDelete(ctx, d.Scope, d.ID))
+			continue
+		}
+		in := IngestInput{Scope: d.Scope, SourceType: d.SourceType, SourceURL: d.SourceURL, Title: d.Title, RawContent: d.RawContent}
+		_, err := s.ingestVersion(ctx, in, d.ID, d.ContentHash, d, d.VisionSummary)
+		if err == nil {
+			s.Logger.Info("finished an interrupted ingest", slog.String("document_id", d.ID))
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// requeueAfter is how old a queued or running job must be before
+// reconciliation assumes its message is lost.
+const requeueAfter = 10 * time.Minute
+
+func (s *Service) requeueJobs(ctx context.Context) error {
+	cutoff := s.now().Add(-requeueAfter)
+	jobs, err := s.Docs.PendingJobs(ctx, cutoff, 1000)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, j := range jobs {
+		errs = append(errs, s.publishJob(ctx, j))
+	}
+	return errors.Join(errs...)
+}
+
+// reextractUpgraded queues a job for every document an extractor handled
+// at a lower schema version than it has now.
+func (s *Service) reextractUpgraded(ctx context.Context) error {
+	queued := map[string]bool{}
+	var errs []error
+	for _, ex := range s.Extractors {
+		after := ""
+		for {
+			docs, err := s.Docs.HandledBelow(ctx, ex.Name(), ex.SchemaVersion(), after, 200)
+			if err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+			for _, d := range docs {
+				after = d.ID
+				if queued[d.ID] {
+					continue
+				}
+				queued[d.ID] = true
+				errs = append(errs, s.queueReextraction(ctx, d, document.ReasonSchemaUpgrade))
+			}
+			if len(docs) < 200 {
+				break
+			}
+		}
+	}
+	if len(queued) > 0 {
+		s.Logger.Info("re-extracting after extractor schema upgrades", slog.Int("documents", len(queued)))
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Service) queueReextraction(ctx context.Context, d *document.Document, reason string) error {
+	now := s.now()
+	j := &document.Job{ID: document.JobID(d.ID, now), Scope: d.Scope, DocumentID: d.ID, ContentHash: d.ContentHash, Reason: reason,
+		Status: indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED, CreateTime: now}
+	ok, err := s.Docs.QueueExtraction(ctx, d.Scope, d.ID, d.ContentHash, j.ID)
+	if err != nil || !ok {
+		return err
+	}
+	return s.queueJob(ctx, j)
+}
+
+// checkShards rebuilds every shard whose chunk counts differ from the
+// store's.
+func (s *Service) checkShards(ctx context.Context) error {
+	scopes, err := s.Docs.Scopes(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, sc := range scopes {
+		want, err := s.Docs.CountChunks(ctx, sc)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var kw, vec int
+		err = s.Indexes.Read(hscope(sc), func(sh *hybrid.Shard) error {
+			var err error
+			kw, vec, err = sh.Counts()
+			return err
+		})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		stale := s.Indexes.Stale(hscope(sc))
+		if !stale && int64(kw) == want && int64(vec) == want {
+			continue
+		}
+		s.Logger.Warn("search indexes disagree with the document store; rebuilding",
+			slog.String("tenant", sc.Tenant), slog.String("project", sc.Project),
+			slog.Int64("store_chunks", want), slog.Int("bm25_chunks", kw), slog.Int("vector_chunks", vec))
+		one := sc
+		if _, err := s.Rebuild(ctx, &one); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
