@@ -28,7 +28,7 @@ import (
 var Version = "dev"
 
 // Common is the configuration every service binary reads. Services embed it
-// with an empty env prefix: `Common service.Common `env:""``.
+// with an empty env prefix, so its variables keep their plain names.
 type Common struct {
 	// GRPCAddr is the gRPC listen address.
 	GRPCAddr string `env:"GRPC_ADDR" default:":9090" help:"gRPC listen address"`
