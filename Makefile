@@ -81,7 +81,7 @@ bench:
 # Retrieval quality on the labelled corpus: recall@10 and MRR for BM25,
 # vectors and hybrid.
 eval:
-	go run ./services/indexer/cmd/eval
+	go run ./services/indexer/cmd/eval -corpus services/indexer/testdata/eval
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '^libs/gen/')
