@@ -31,7 +31,12 @@
 //     then removes them with a second update ($pullAll of the exact elements
 //     it read: FerretDB v1 ignores $pull with a condition). A crash between
 //     the publish and the removal makes the relay publish the entry again on
-//     restart, so delivery is at least once.
+//     restart, so delivery is at least once. By default it relays one
+//     document after the other; with [Relay.SetConcurrency] it relays several
+//     at once and removes published entries without holding up publishing,
+//     and a store that is the only writer of its documents can hand it the
+//     entries it wrote ([Relay.NotifyEntries]) instead of having them read
+//     back.
 //  3. The relay publishes each entry with Nats-Msg-Id set to the event id, so
 //     a re-publish inside the duplicate window is stored once; consumers are
 //     idempotent (keyed by event id or by the state they converge to), so a

@@ -101,12 +101,16 @@ type Relay struct {
 	coll   *mongo.Collection
 	logger *slog.Logger
 	wake   chan struct{}                // capacity 1: coalesced Notify calls
-	sweeps sync.Mutex                   // serialises sweeps so one relay never races itself
+	sweeps sync.RWMutex                 // serialises sweeps so one relay never races itself; Run's per-document relays share it
 	lock   func(id any) (unlock func()) // set before Run; nil: no lock
+	conc   int                          // set before Run: documents relayed at once (SetConcurrency)
+	delay  time.Duration                // set before Run: wait before removing (SetRemovalDelay)
 
-	mu      sync.Mutex // guards the fields below
-	pending []any      // document ids named by NotifyDocument, in call order
-	full    bool       // a full sweep was asked for by Notify
+	mu      sync.Mutex            // guards the fields below
+	pending []any                 // document ids named by NotifyDocument or NotifyEntries, in call order
+	full    bool                  // a full sweep was asked for by Notify
+	known   map[any][]OutboxEntry // entries named by NotifyEntries, per document, in call order
+	reread  map[any]bool          // documents to read before relaying (NotifyDocument, failures)
 }
 
 // SetDocumentLock makes the relay hold lock(id) while it removes published
@@ -122,6 +126,28 @@ type Relay struct {
 // lock.)
 func (r *Relay) SetDocumentLock(lock func(id any) (unlock func())) { r.lock = lock }
 
+// SetConcurrency lets Run relay up to n named documents at once (n < 1
+// means 1, the default: one after the other, each read, published and
+// cleared before the next). Call it before Run.
+//
+// With n > 1, Run also clears published entries without holding up the
+// publishing: a document named again before the removal of its earlier
+// entries is through has its new entries published at once, and one write
+// then removes everything published from it — under load, fewer writes.
+// Either way each document's entries are published in order; the order
+// across documents is not kept, and a published entry stays in its
+// document a little longer (it is published again, deduplicated by event
+// id, only if the process dies first).
+func (r *Relay) SetConcurrency(n int) { r.conc = max(n, 1) }
+
+// SetRemovalDelay makes Run, with a concurrency above 1, wait d after
+// publishing a document's entries before removing them: entries published
+// from the document meanwhile are removed by the same write, and nothing is
+// written if the document is gone by then. The entries stay in their
+// document that much longer (a process that dies meanwhile leaves them to
+// be published again, deduplicated by event id). Call it before Run.
+func (r *Relay) SetRemovalDelay(d time.Duration) { r.delay = max(d, 0) }
+
 // NewRelay returns a relay for the outbox arrays of coll's documents. logger
 // may be nil.
 func NewRelay(bus *Bus, coll *mongo.Collection, logger *slog.Logger) *Relay {
@@ -134,6 +160,9 @@ func NewRelay(bus *Bus, coll *mongo.Collection, logger *slog.Logger) *Relay {
 		logger: logger.With(slog.String("outbox_collection", coll.Name())),
 		wake:   make(chan struct{}, 1),
 		lock:   func(id any) func() { return mongox.LockDocument(coll, id) },
+		conc:   1,
+		known:  map[any][]OutboxEntry{},
+		reread: map[any]bool{},
 	}
 }
 
@@ -154,8 +183,51 @@ func (r *Relay) Notify() {
 func (r *Relay) NotifyDocument(id any) {
 	r.mu.Lock()
 	r.pending = append(r.pending, id)
+	if r.conc > 1 {
+		r.reread[id] = true
+	}
 	r.mu.Unlock()
 	r.poke()
+}
+
+// NotifyEntries asks the relay to publish entries, just appended to the
+// outbox of the document with _id id, soon, after the entries named for
+// the document before. It never blocks. With a concurrency above 1 (see
+// SetConcurrency) the relay then publishes them as given, without reading
+// the document; otherwise it is NotifyDocument.
+//
+// Only a writer that is the only one to add entries to the document, and
+// that calls NotifyEntries after each of its writes in the order of the
+// writes (e.g. under the lock that orders them), may use it: the relay
+// takes the order of the calls for the order of the entries. Others call
+// NotifyDocument.
+func (r *Relay) NotifyEntries(id any, entries ...OutboxEntry) {
+	r.mu.Lock()
+	r.pending = append(r.pending, id)
+	if r.conc > 1 {
+		r.known[id] = append(r.known[id], entries...)
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// takeDocument returns, for a goroutine about to relay document id, the
+// entries named for it and whether it must read the document instead.
+func (r *Relay) takeDocument(id any) (entries []OutboxEntry, reread bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	entries, reread = r.known[id], r.reread[id]
+	delete(r.known, id)
+	delete(r.reread, id)
+	return entries, reread || len(entries) == 0
+}
+
+// rereadLater makes the next relay of document id read it: entries of it
+// could not be published, and later ones must wait for them.
+func (r *Relay) rereadLater(id any) {
+	r.mu.Lock()
+	r.reread[id] = true
+	r.mu.Unlock()
 }
 
 func (r *Relay) poke() {
@@ -171,41 +243,298 @@ func (r *Relay) poke() {
 // is called and every [RelayPollInterval] (catching entries whose publish
 // failed, or written by a process that died before relaying them), until ctx
 // is done. Errors are logged and retried on the next sweep. Run returns nil
-// once ctx is done.
+// once ctx is done and the documents it was relaying are done.
+//
+// Named documents are relayed in the order named, as many at once as
+// SetConcurrency allows, each by one goroutine at a time (a document named
+// again meanwhile is relayed again afterwards).
 func (r *Relay) Run(ctx context.Context) error {
 	t := time.NewTicker(RelayPollInterval)
 	defer t.Stop()
+	rm := newRemovals(r)
+	defer rm.wait()
+	var (
+		inflight = map[any]bool{} // documents being published
+		again    = map[any]bool{} // named again while being published
+		queued   = map[any]bool{} // the documents in queue
+		queue    []any            // named, waiting for a free goroutine
+		done     = make(chan any)
+	)
 	full := true
 	for {
-		if full {
-			if _, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
+		if full && len(inflight) == 0 {
+			// A full sweep covers every document named so far.
+			full, queue, again = false, nil, map[any]bool{}
+			clear(queued)
+			r.mu.Lock()
+			clear(r.known) // their documents are read by the sweep
+			clear(r.reread)
+			r.mu.Unlock()
+			var sweepRM *removals
+			if r.conc > 1 {
+				sweepRM = rm
+			}
+			if _, err := r.sweep(ctx, sweepRM); err != nil && ctx.Err() == nil {
 				r.logger.Warn("outbox sweep incomplete; will retry", slog.Any("error", err))
 			}
 		}
 		r.mu.Lock()
 		ids := r.pending
 		r.pending = nil
-		full = r.full
-		r.full = false
-		r.mu.Unlock()
-		if len(ids) > 0 && !full {
-			if _, err := r.SweepDocuments(ctx, ids...); err != nil && ctx.Err() == nil {
-				r.logger.Warn("outbox relay incomplete; will retry on the next sweep", slog.Any("error", err))
-			}
-			continue
+		if r.full {
+			full, r.full = true, false
 		}
-		if full {
+		r.mu.Unlock()
+		for _, id := range ids {
+			switch {
+			case inflight[id]:
+				again[id] = true
+			case !queued[id]:
+				queued[id] = true
+				queue = append(queue, id)
+			}
+		}
+		for !full && len(queue) > 0 && len(inflight) < r.conc {
+			id := queue[0]
+			queue = queue[1:]
+			delete(queued, id)
+			inflight[id] = true
+			go func() {
+				r.sweeps.RLock()
+				var err error
+				if r.conc > 1 {
+					err = r.publishNamed(ctx, id, rm)
+				} else {
+					_, err = r.relayDocument(ctx, id)
+				}
+				r.sweeps.RUnlock()
+				if err != nil && ctx.Err() == nil {
+					r.logger.Warn("outbox relay incomplete; will retry on the next sweep", slog.Any("error", err))
+				}
+				done <- id
+			}()
+		}
+		if full && len(inflight) == 0 {
 			continue
 		}
 		select {
 		case <-ctx.Done():
+			for range len(inflight) {
+				<-done
+			}
 			return nil
 		case <-r.wake:
+		case id := <-done:
+			delete(inflight, id)
+			if again[id] {
+				delete(again, id)
+				if !queued[id] {
+					queued[id] = true
+					queue = append(queue, id)
+				}
+			}
 		case <-t.C:
 			full = true
 		}
 	}
 }
+
+// publishNamed publishes the entries named for document id with
+// NotifyEntries, or, if it was named by NotifyDocument (or an earlier
+// publish failed), reads it and publishes its outbox.
+func (r *Relay) publishNamed(ctx context.Context, id any, rm *removals) error {
+	entries, reread := r.takeDocument(id)
+	if !reread {
+		for _, e := range entries {
+			if len(e.Trace) > 1 {
+				// Its encoding (map order) cannot be rebuilt to remove it.
+				reread = true
+			}
+		}
+	}
+	var err error
+	if reread {
+		err = r.publishDocument(ctx, id, rm)
+	} else {
+		err = r.publishGiven(ctx, id, entries, rm)
+	}
+	if err != nil {
+		r.rereadLater(id)
+	}
+	return err
+}
+
+// publishGiven publishes, in order, the entries of document id not
+// published yet, and hands them to rm for removal.
+func (r *Relay) publishGiven(ctx context.Context, id any, entries []OutboxEntry, rm *removals) error {
+	raws := make([]bson.Raw, 0, len(entries))
+	ids := make([]string, 0, len(entries))
+	var pubErr error
+	for _, e := range entries {
+		// The entry as the write that pushed it encoded it, so that
+		// $pullAll matches it exactly.
+		raw, err := bson.Marshal(e)
+		if err != nil {
+			pubErr = fmt.Errorf("events: outbox entry %s of document %v: %w", e.ID, id, err)
+			break
+		}
+		if !rm.published(e.ID) {
+			if err := r.publish(ctx, e); err != nil {
+				pubErr = fmt.Errorf("events: outbox publish %s to %s (document %v): %w", e.ID, e.Subject, id, err)
+				break
+			}
+		}
+		raws = append(raws, raw)
+		ids = append(ids, e.ID)
+	}
+	rm.add(ctx, id, raws, ids)
+	return pubErr
+}
+
+// publishDocument reads the document with _id id and publishes its
+// outbox with publishEntries.
+func (r *Relay) publishDocument(ctx context.Context, id any, rm *removals) error {
+	opts := options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}})
+	var doc outboxDoc
+	err := r.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, opts).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("events: outbox read %v: %w", id, err)
+	}
+	_, err = r.publishEntries(ctx, doc, rm)
+	return err
+}
+
+// publishEntries publishes, in order, the entries of doc's outbox not
+// published yet, and hands them to rm for removal.
+func (r *Relay) publishEntries(ctx context.Context, doc outboxDoc, rm *removals) (int, error) {
+	var (
+		done      []bson.Raw
+		doneIDs   []string
+		published int
+		pubErr    error
+	)
+	for i, raw := range doc.Outbox {
+		var e OutboxEntry
+		if err := bson.Unmarshal(raw, &e); err != nil {
+			pubErr = fmt.Errorf("events: outbox entry %d of document %v: %w", i, doc.ID, err)
+			break
+		}
+		if !rm.published(e.ID) {
+			if err := r.publish(ctx, e); err != nil {
+				pubErr = fmt.Errorf("events: outbox publish %s to %s (document %v): %w", e.ID, e.Subject, doc.ID, err)
+				break
+			}
+			published++
+		}
+		done = append(done, raw)
+		doneIDs = append(doneIDs, e.ID)
+	}
+	rm.add(ctx, doc.ID, done, doneIDs)
+	return published, pubErr
+}
+
+// removals removes the entries Run published from their documents, one
+// write per document for everything published from it meanwhile, and
+// remembers them until then so they are not published twice.
+type removals struct {
+	r   *Relay
+	sem chan struct{} // bounds the documents being written at once
+	wg  sync.WaitGroup
+
+	mu   sync.Mutex
+	docs map[any]*docRemoval // guarded by mu: documents with entries to remove
+	sent map[string]bool     // guarded by mu: ids of published entries not removed yet
+}
+
+// docRemoval is what remains to be removed from one document.
+type docRemoval struct {
+	raws    bson.A   // the entries, exactly as read
+	ids     []string // their ids
+	running bool     // a goroutine is removing
+}
+
+func newRemovals(r *Relay) *removals {
+	return &removals{r: r, sem: make(chan struct{}, r.conc), docs: map[any]*docRemoval{}, sent: map[string]bool{}}
+}
+
+// published reports whether the entry with id was published and awaits
+// removal.
+func (rm *removals) published(id string) bool {
+	rm.mu.Lock()
+	defer rm.mu.Unlock()
+	return rm.sent[id]
+}
+
+// add queues published entries of document id for removal.
+func (rm *removals) add(ctx context.Context, id any, raws []bson.Raw, ids []string) {
+	if len(raws) == 0 {
+		return
+	}
+	rm.mu.Lock()
+	defer rm.mu.Unlock()
+	d := rm.docs[id]
+	if d == nil {
+		d = &docRemoval{}
+		rm.docs[id] = d
+	}
+	for i, raw := range raws {
+		if !rm.sent[ids[i]] {
+			rm.sent[ids[i]] = true
+			d.raws = append(d.raws, raw)
+			d.ids = append(d.ids, ids[i])
+		}
+	}
+	if d.running || len(d.raws) == 0 {
+		return
+	}
+	d.running = true
+	rm.wg.Go(func() {
+		if rm.r.delay > 0 {
+			t := time.NewTimer(rm.r.delay)
+			select {
+			case <-t.C:
+			case <-ctx.Done(): // shutting down: remove now
+				t.Stop()
+			}
+		}
+		rm.remove(ctx, id)
+	})
+}
+
+// remove writes the removals of document id until none is left.
+func (rm *removals) remove(ctx context.Context, id any) {
+	rm.sem <- struct{}{}
+	defer func() { <-rm.sem }()
+	for {
+		rm.mu.Lock()
+		d := rm.docs[id]
+		raws, ids := d.raws, d.ids
+		d.raws, d.ids = nil, nil
+		if len(raws) == 0 {
+			delete(rm.docs, id)
+			rm.mu.Unlock()
+			return
+		}
+		rm.mu.Unlock()
+		err := rm.r.removeEntries(ctx, id, raws)
+		if err != nil && ctx.Err() == nil {
+			rm.r.logger.Warn("outbox removal failed; the next sweep retries", slog.Any("error", err))
+		}
+		rm.mu.Lock()
+		for _, eid := range ids {
+			// Removed, or left for the next sweep (which publishes again,
+			// deduplicated, and removes).
+			delete(rm.sent, eid)
+		}
+		rm.mu.Unlock()
+	}
+}
+
+// wait waits for the removals under way.
+func (rm *removals) wait() { rm.wg.Wait() }
 
 // SweepDocuments publishes and removes the outbox entries of the documents
 // with the given ids, reading each by _id. It returns how many entries it
@@ -218,31 +547,35 @@ func (r *Relay) SweepDocuments(ctx context.Context, ids ...any) (int, error) {
 		errs      []error
 	)
 	seen := make(map[any]bool, len(ids))
-	opts := options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}})
 	for _, id := range ids {
 		if seen[id] {
 			continue
 		}
 		seen[id] = true
-		var doc outboxDoc
-		err := r.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, opts).Decode(&doc)
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			continue
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("events: outbox read %v: %w", id, err))
-			continue
-		}
-		if len(doc.Outbox) == 0 {
-			continue
-		}
-		n, err := r.relayDoc(ctx, doc)
+		n, err := r.relayDocument(ctx, id)
 		published += n
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return published, errors.Join(errs...)
+}
+
+// relayDocument reads the document with _id id and relays its outbox.
+func (r *Relay) relayDocument(ctx context.Context, id any) (int, error) {
+	opts := options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}})
+	var doc outboxDoc
+	err := r.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, opts).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("events: outbox read %v: %w", id, err)
+	}
+	if len(doc.Outbox) == 0 {
+		return 0, nil
+	}
+	return r.relayDoc(ctx, doc)
 }
 
 // Sweep publishes, in array order, the entries of every document whose
@@ -252,6 +585,12 @@ func (r *Relay) SweepDocuments(ctx context.Context, ids ...any) (int, error) {
 // documents were swept. Run calls Sweep; call it directly to flush the outbox
 // synchronously, e.g. at shutdown.
 func (r *Relay) Sweep(ctx context.Context) (int, error) {
+	return r.sweep(ctx, nil)
+}
+
+// sweep is Sweep; with rm, entries are published with publishEntries and
+// removed through rm.
+func (r *Relay) sweep(ctx context.Context, rm *removals) (int, error) {
 	r.sweeps.Lock()
 	defer r.sweeps.Unlock()
 
@@ -278,7 +617,15 @@ func (r *Relay) Sweep(ctx context.Context) (int, error) {
 			return published, errors.Join(append(errs, fmt.Errorf("events: outbox read: %w", err))...)
 		}
 		for _, doc := range docs {
-			n, err := r.relayDoc(ctx, doc)
+			var (
+				n   int
+				err error
+			)
+			if rm != nil {
+				n, err = r.publishEntries(ctx, doc, rm)
+			} else {
+				n, err = r.relayDoc(ctx, doc)
+			}
 			published += n
 			if err != nil {
 				if ctx.Err() != nil {
@@ -325,18 +672,27 @@ func (r *Relay) relayDoc(ctx context.Context, doc outboxDoc) (int, error) {
 	if len(done) == 0 {
 		return 0, pubErr
 	}
-	update := bson.D{{Key: "$pullAll", Value: bson.D{{Key: OutboxField, Value: done}}}}
+	if err := r.removeEntries(ctx, doc.ID, done); err != nil {
+		return len(done), errors.Join(pubErr, err)
+	}
+	return len(done), pubErr
+}
+
+// removeEntries removes the entries raws, exactly as read, from the outbox
+// of document id.
+func (r *Relay) removeEntries(ctx context.Context, id any, raws bson.A) error {
+	update := bson.D{{Key: "$pullAll", Value: bson.D{{Key: OutboxField, Value: raws}}}}
 	// The removal must happen even if ctx was cancelled mid-sweep, or the
 	// entries are published again (harmlessly) by the next process.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayPublishTimeout)
 	defer cancel()
 	if r.lock != nil {
-		defer r.lock(doc.ID)()
+		defer r.lock(id)()
 	}
-	if _, err := r.coll.UpdateOne(pctx, bson.D{{Key: "_id", Value: doc.ID}}, update); err != nil {
-		return len(done), errors.Join(pubErr, fmt.Errorf("events: outbox remove from document %v: %w", doc.ID, err))
+	if _, err := r.coll.UpdateOne(pctx, bson.D{{Key: "_id", Value: id}}, update); err != nil {
+		return fmt.Errorf("events: outbox remove from document %v: %w", id, err)
 	}
-	return len(done), pubErr
+	return nil
 }
 
 // publish sends one entry with its id as Nats-Msg-Id.

@@ -101,7 +101,20 @@ func (e *Engine) advance(ctx context.Context, tenant, project, rootID string) er
 		return err
 	}
 	if root.Status == StatusCancelled {
-		return e.cancelChildren(ctx, children)
+		if err := e.cancelChildren(ctx, children); err != nil {
+			return err
+		}
+		e.archiveSoon(root)
+		return nil
+	}
+	// finish settles the analysis in a final status; its tree is then
+	// finished (every child is final) and goes to the archive.
+	finish := func(status Status, output, errMsg string) error {
+		if err := e.settleRoot(ctx, root, status, output, errMsg); err != nil {
+			return err
+		}
+		e.archiveSoon(root)
+		return nil
 	}
 	var planning, synth *Job
 	toolsByID := map[string]*Job{}
@@ -133,9 +146,9 @@ func (e *Engine) advance(ctx context.Context, tenant, project, rootID string) er
 	case StatusPending, StatusRunning, StatusWaiting:
 		return e.settleRoot(ctx, root, StatusWaiting, "", "")
 	case StatusFailed:
-		return e.settleRoot(ctx, root, StatusFailed, "", planning.Error)
+		return finish(StatusFailed, "", planning.Error)
 	case StatusCancelled:
-		return e.settleRoot(ctx, root, StatusCancelled, "", "")
+		return finish(StatusCancelled, "", "")
 	}
 
 	// Planning is complete: every planned call has its tool job.
@@ -194,11 +207,11 @@ func (e *Engine) advance(ctx context.Context, tenant, project, rootID string) er
 	}
 	switch synth.Status {
 	case StatusComplete:
-		return e.settleRoot(ctx, root, StatusComplete, synth.OutputJSON, "")
+		return finish(StatusComplete, synth.OutputJSON, "")
 	case StatusFailed:
-		return e.settleRoot(ctx, root, StatusFailed, "", synth.Error)
+		return finish(StatusFailed, "", synth.Error)
 	case StatusCancelled:
-		return e.settleRoot(ctx, root, StatusCancelled, "", "")
+		return finish(StatusCancelled, "", "")
 	default:
 		return e.settleRoot(ctx, root, StatusWaiting, "", "")
 	}
@@ -206,9 +219,10 @@ func (e *Engine) advance(ctx context.Context, tenant, project, rootID string) er
 
 // children returns the children of analysis root in creation order
 // (planning, tool jobs in plan order, synthesis), reading each by its
-// derived id: the planning job's plan names the tool jobs, and synthesis
-// exists only once every tool job does. Jobs other than analyses have no
-// children.
+// derived id — the planning job's plan names the tool jobs, and synthesis
+// exists only once every tool job does — rather than querying by parent,
+// which the embedded FerretDB answers by reading the whole collection.
+// Jobs other than analyses have no children.
 func (e *Engine) children(ctx context.Context, root *Job) ([]*Job, error) {
 	if root.Type != TypeAnalysis {
 		return nil, nil
@@ -225,18 +239,20 @@ func (e *Engine) children(ctx context.Context, root *Job) ([]*Job, error) {
 		return nil, err
 	}
 	out := []*Job{planning}
+	missing := false
 	for _, call := range planning.Plan {
 		j, err := get(childID(root.ID, "tool/"+call.Key))
 		if err != nil {
 			return nil, err
 		}
 		if j == nil {
-			return out, nil // the tool jobs are being created; no synthesis yet
+			missing = true // being created
+			continue
 		}
 		out = append(out, j)
 	}
-	if planning.Status != StatusComplete {
-		return out, nil
+	if missing || planning.Status != StatusComplete {
+		return out, nil // no synthesis before every tool job exists
 	}
 	synth, err := get(childID(root.ID, "synthesis"))
 	if err != nil {

@@ -126,11 +126,15 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 	}
 }
 
-// sweep recovers unfinished jobs. At start-up it re-queues every pending job
-// and advances every unfinished analysis; periodically it does so only for
-// those untouched for StaleAfter. Both times it re-queues running jobs whose
-// lease expired (their worker is gone) and cancels leftover children of
-// cancelled analyses.
+// sweep recovers unfinished jobs and archives finished analyses left in
+// the live set. At start-up it re-queues every pending job and advances
+// every unfinished analysis; periodically it does so only for those
+// untouched for StaleAfter. Both times it re-queues running jobs whose lease
+// expired (their worker is gone) and cancels leftover children of cancelled
+// analyses. Periodically it also archives the finished analyses the
+// archiver did not (it gave up, or a process stopped first); start-up
+// leaves that to the first periodic sweep, so a long history left live by
+// an earlier version does not hold up the start.
 func (e *Engine) sweep(ctx context.Context, startup bool) error {
 	now := e.now()
 	// A running job was last written when it was claimed, and its lease
@@ -141,17 +145,32 @@ func (e *Engine) sweep(ctx context.Context, startup bool) error {
 	}
 	after := ""
 	for {
-		batch, err := e.store.Unfinished(ctx, before, after, sweepPageSize)
+		batch, err := e.store.Live(ctx, before, after, sweepPageSize)
 		if err != nil {
 			return err
 		}
+		finished := map[string]*Job{} // root id → a finished job of its tree
 		for _, j := range batch {
+			if j.Status.Terminal() {
+				if !startup {
+					finished[j.RootID] = j
+				}
+				continue
+			}
 			stale := startup || j.UpdateTime.Before(now.Add(-e.cfg.StaleAfter))
 			if err := e.recoverJob(ctx, j, stale); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				e.log.Warn("recover job failed", slog.String("job_id", j.ID), slog.Any("error", err))
+			}
+		}
+		for rootID, j := range finished {
+			if _, err := e.archiveTree(ctx, j.Tenant, j.Project, rootID); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				e.log.Warn("archive analysis failed", slog.String("job_id", rootID), slog.Any("error", err))
 			}
 		}
 		if len(batch) < sweepPageSize {

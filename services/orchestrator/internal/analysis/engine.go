@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -112,12 +113,6 @@ type Model interface {
 	Chat(ctx context.Context, in *modelv1.ChatRequest, opts ...grpc.CallOption) (*modelv1.ChatResponse, error)
 }
 
-// Notifier is told after every write so pending outbox entries are
-// published promptly; *events.Relay is one.
-type Notifier interface {
-	NotifyDocument(id any)
-}
-
 // Hooks let tests observe or interrupt the engine at points a crash
 // matters. Production code leaves them nil.
 type Hooks struct {
@@ -133,7 +128,6 @@ type Hooks struct {
 type Deps struct {
 	Store   Store
 	Bus     *events.Bus
-	Outbox  Notifier
 	Model   Model
 	Tools   *tools.Registry
 	Schemas *schemas.Registry
@@ -150,7 +144,6 @@ type Engine struct {
 	cfg      Config
 	store    Store
 	bus      *events.Bus
-	outbox   Notifier
 	tools    *tools.Registry
 	schemas  *schemas.Registry
 	planner  *planner.Planner
@@ -163,6 +156,11 @@ type Engine struct {
 	mu      sync.Mutex
 	running map[string]context.CancelFunc // guarded by mu: executing job id → cancel
 
+	eventsMu sync.Mutex
+	events   jetstream.Stream // guarded by eventsMu: the events stream, once looked up
+
+	archiveCh chan archiveRequest // finished analyses for the archiver
+
 	stopOnce  sync.Once
 	cancel    context.CancelFunc
 	consumers []*events.Consumer
@@ -172,8 +170,8 @@ type Engine struct {
 
 // New builds an engine. It does not start any work; call Start.
 func New(cfg Config, d Deps) (*Engine, error) {
-	if d.Store == nil || d.Bus == nil || d.Outbox == nil || d.Model == nil || d.Tools == nil || d.Schemas == nil {
-		return nil, errors.New("analysis: engine needs a store, bus, outbox notifier, model, tools and schemas")
+	if d.Store == nil || d.Bus == nil || d.Model == nil || d.Tools == nil || d.Schemas == nil {
+		return nil, errors.New("analysis: engine needs a store, bus, model, tools and schemas")
 	}
 	if err := d.Tools.Check(); err != nil {
 		return nil, fmt.Errorf("analysis: %w", err)
@@ -189,19 +187,19 @@ func New(cfg Config, d Deps) (*Engine, error) {
 	}
 	host, _ := os.Hostname()
 	return &Engine{
-		cfg:      cfg,
-		store:    d.Store,
-		bus:      d.Bus,
-		outbox:   d.Outbox,
-		tools:    d.Tools,
-		schemas:  d.Schemas,
-		planner:  planner.New(d.Model, cfg.PlannerModel),
-		synth:    synthesis.New(d.Model, cfg.SynthesisModel),
-		log:      log.With(slog.String("component", "analysis")),
-		hooks:    d.Hooks,
-		clock:    clock,
-		instance: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8]),
-		running:  map[string]context.CancelFunc{},
+		cfg:       cfg,
+		store:     d.Store,
+		bus:       d.Bus,
+		tools:     d.Tools,
+		schemas:   d.Schemas,
+		planner:   planner.New(d.Model, cfg.PlannerModel),
+		synth:     synthesis.New(d.Model, cfg.SynthesisModel),
+		log:       log.With(slog.String("component", "analysis")),
+		hooks:     d.Hooks,
+		clock:     clock,
+		instance:  fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8]),
+		running:   map[string]context.CancelFunc{},
+		archiveCh: make(chan archiveRequest, archiveQueue),
 	}, nil
 }
 
@@ -213,9 +211,9 @@ func (e *Engine) Config() Config { return e.cfg }
 func (e *Engine) now() time.Time { return e.clock().UTC().Truncate(time.Millisecond) }
 
 // Start recovers unfinished work (re-queues pending and abandoned jobs,
-// re-advances every unfinished analysis), then starts the work queue
-// consumers, the cancellation listener and the periodic sweep. Work runs
-// until ctx is done or Stop is called.
+// re-advances every unfinished analysis, archives finished ones), then
+// starts the work queue consumers, the cancellation listener, the periodic
+// sweep and the archiver. Work runs until ctx is done or Stop is called.
 func (e *Engine) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	e.cancel = cancel
@@ -254,6 +252,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.consumers = append(e.consumers, c)
 	}
 	e.loops.Go(func() { e.sweepLoop(ctx) })
+	e.loops.Go(func() { e.archiveLoop(ctx) })
 	return nil
 }
 
@@ -319,9 +318,6 @@ func (e *Engine) mutate(ctx context.Context, tenant, project, id string, fn func
 		if err != nil {
 			return nil, err
 		}
-		if len(outbox) > 0 {
-			e.outbox.NotifyDocument(next.ID)
-		}
 		return next, nil
 	}
 	return nil, fmt.Errorf("analysis: job %s: %w (%d attempts)", id, ErrConflict, maxConflictRetries)
@@ -347,7 +343,6 @@ func (e *Engine) insert(ctx context.Context, j *Job, queue bool) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	e.outbox.NotifyDocument(j.ID)
 	return true, nil
 }
 

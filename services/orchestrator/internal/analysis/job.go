@@ -17,9 +17,16 @@
 // planning job, create the planned tool jobs, create or re-run synthesis,
 // settle the parent) and does it idempotently — child ids are derived from
 // the parent id and, for tool jobs, the idempotency key, so a repeated step
-// creates nothing twice. advance runs after every child settles, after
-// CancelJob and RetryJob, and for every unfinished analysis at start-up,
-// which is the whole of crash recovery for parents.
+// creates nothing twice, and the children are read by those ids, never
+// queried. advance runs after every child settles, after CancelJob and
+// RetryJob, and for every unfinished analysis at start-up, which is the
+// whole of crash recovery for parents.
+//
+// A finished analysis — its events published — is moved with its children
+// to the store's archive shortly after (see archive.go), where reads still
+// find it: the store's working set, and with it the cost of every step on
+// the embedded FerretDB, follows the analyses in flight rather than the
+// history.
 //
 // # Executing
 //
@@ -30,7 +37,9 @@
 // cancelled is never claimed again, so a completed tool is never executed
 // twice, whatever is redelivered after a crash. A periodic sweep re-queues
 // jobs whose lease expired (their worker died) and pending jobs whose work
-// item was lost.
+// item was lost, and archives finished analyses the archiver missed; it
+// looks only at the live set, so it costs the same however long the
+// history.
 package analysis
 
 import (

@@ -116,7 +116,7 @@ func (e *Engine) treeDelivered(ctx context.Context, tenant, project, rootID stri
 // first event (its "pending" event), or, if that is not in the stream yet,
 // the stream's current last sequence (every event of the tree comes later).
 func (e *Engine) firstSequence(ctx context.Context, root *Job) (uint64, error) {
-	stream, err := e.bus.JetStream().Stream(ctx, events.StreamEvents)
+	stream, err := e.eventStream(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("analysis: watch: %w", err)
 	}

@@ -39,11 +39,14 @@ func (e *FieldError) Unwrap() error { return ErrInvalid }
 
 // Store persists jobs. Implementations translate driver errors to this
 // package's errors and are safe for concurrent use. Every write stores the
-// given outbox entries in the same single-document write.
+// given outbox entries in the same single-document write and tells the
+// outbox relay about them, so they are published promptly.
 //
 // The engine reads and writes jobs by id only on the path of an analysis
-// (children have derived ids), because FerretDB v1 answers any other query
-// by scanning the whole collection.
+// (children have derived ids), and archives finished analyses, because on
+// FerretDB v1 the cost of every query — by id included — grows with the
+// number of jobs in the collection; keeping only live analyses there keeps
+// it independent of the history.
 type Store interface {
 	// Insert stores a new job with its outbox entries; ErrExists if the id
 	// is taken.
@@ -57,11 +60,20 @@ type Store interface {
 	// List returns jobs matching q, newest first, and the key to continue
 	// after the last one ("" at the end).
 	List(ctx context.Context, q ListQuery) ([]*Job, string, error)
-	// Unfinished returns up to limit jobs of any tenant whose status is not
-	// terminal, that were last written before updatedBefore and whose id
-	// sorts after afterID, in id order; the sweep and start-up recovery page
-	// through them.
-	Unfinished(ctx context.Context, updatedBefore time.Time, afterID string, limit int) ([]*Job, error)
+	// Live returns up to limit jobs of any tenant that are in the live set
+	// (every unfinished job is; finished analyses leave it through Archive),
+	// that were last written before updatedBefore and whose id sorts after
+	// afterID, in id order; the sweep and start-up recovery page through
+	// them.
+	Live(ctx context.Context, updatedBefore time.Time, afterID string, limit int) ([]*Job, error)
+	// Archive moves jobs, the jobs of a finished analysis as last read,
+	// out of the live set into the archive, where Get and List still find
+	// them (a later Update brings a job back). A job that was written since
+	// it was read, or whose outbox entries relayed does not vouch for
+	// (published, or moot; given every entry the outbox may hold, in
+	// order), stays live; the entries of archived jobs are dropped. It
+	// reports whether every job given has left the live set.
+	Archive(ctx context.Context, jobs []*Job, relayed func([]events.OutboxEntry) bool) (bool, error)
 }
 
 // ListQuery filters ListJobs.

@@ -104,6 +104,16 @@ type Deps struct {
 	Hooks analysis.Hooks
 }
 
+// Outbox relay tuning. With many analyses in flight, relaying one job
+// document after the other let events queue. Removing relayed entries is
+// housekeeping: waiting a second lets one write remove the entries of
+// several state changes, and most jobs are archived by then, which drops
+// their entries without a write.
+const (
+	relayConcurrency  = 16
+	relayRemovalDelay = time.Second
+)
+
 // Service is running analysis machinery.
 type Service struct {
 	engine *analysis.Engine
@@ -156,8 +166,12 @@ func Start(ctx context.Context, cfg Config, d Deps) (*Service, error) {
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	relay := events.NewRelay(d.Bus, store.Collection(), log)
+	relay.SetDocumentLock(store.RelayLock)
+	relay.SetConcurrency(relayConcurrency)
+	relay.SetRemovalDelay(relayRemovalDelay)
+	store.SetRelay(relay)
 	engine, err := analysis.New(ecfg, analysis.Deps{
-		Store: store, Bus: d.Bus, Outbox: relay, Model: modelv1.NewModelServiceClient(d.ModelGateway),
+		Store: store, Bus: d.Bus, Model: modelv1.NewModelServiceClient(d.ModelGateway),
 		Tools: reg, Schemas: schemas.NewRegistry(), Logger: log, Hooks: d.Hooks,
 	})
 	if err != nil {

@@ -3,33 +3,57 @@
 // job's outbox entries with it. It implements analysis.Store and
 // translates driver errors to the analysis package's errors.
 //
+// # Live and archive
+//
+// Jobs live in two collections. analysis_jobs (the live set) holds every
+// job of an analysis that is not finished; it is the only collection that
+// is updated, and the one the outbox relay serves. Once an analysis tree
+// is finished and its events are published, the engine moves it to
+// analysis_jobs_archive (Archive). Reads look in the live set first, then
+// in the archive; a write to an archived job (RetryJob) brings it back into
+// the live set, whose copy then prevails until the tree is archived again.
+//
+// The point is to keep the cost of running an analysis independent of the
+// history. FerretDB v1 (SQLite backend) answers even a {_id: x} filter —
+// reads, updates, deletes, the relay's removals — by parsing every document
+// of the collection: the condition it pushes down,
+// _ferretdb_sjson->'$._id' = ?, does not match the expression of its _id
+// index, _ferretdb_sjson->"_id", so SQLite scans the table. With finished
+// trees archived, that cost follows the analyses in flight, not all those
+// ever run; inserting into the archive checks the unique _id index and
+// stays cheap.
+//
 // # FerretDB v1
 //
-// FerretDB v1 (SQLite backend) pushes a filter down to SQLite only when it
-// is exactly {_id: <string>}; any other filter — {_id, version},
-// {_id, tenant_id}, {status: ...} — reads and decodes every document of
-// the collection, so its cost grows with the history. Its secondary indexes
-// serve no query either, while every write re-parses the document once per
-// indexed field to maintain them. On FerretDB (detected with buildInfo) the
-// store therefore keeps every read and write of the job lifecycle to
-// {_id: id} filters:
-//   - Get reads by _id and checks the scope in Go;
-//   - Update checks the version with a read by _id and writes by _id,
-//     both under the document lock (below), which is what makes the check
-//     and the write atomic on FerretDB in the first place;
-//   - Unfinished answers from an in-process index of the jobs that may be
-//     unfinished (see openIndex), seeded by one scan when the store opens;
-//   - the secondary indexes are not created (and dropped if an older
-//     version created them).
+// FerretDB also applies any filter but {_id: x} in Go after decoding every
+// document, applies an update as an unisolated read and write, makes
+// concurrent writers poll with sleeps (SQLite's busy handler), and has
+// secondary indexes that serve no query while costing every write. On
+// FerretDB (detected with buildInfo) the store therefore:
+//   - keeps a mirror of the live set in memory (loaded when it opens) and
+//     serves reads of live jobs and version checks from it, and remembers
+//     which jobs are archived, with a bounded cache of the recent ones;
+//   - updates by _id alone, the version checked against the mirror under
+//     the document lock, and takes a turn (see turn) for every write —
+//     which the outbox relay's removals take too — so a check and its
+//     write, and the writes to one document, never interleave;
+//   - hands the outbox entries of each write to the relay in write order
+//     (events.Relay.NotifyEntries), so it need not read them back;
+//   - creates no secondary indexes (and drops those an older version
+//     created).
 //
-// On MongoDB the store uses the atomic {_id, version} filter and the
-// indexed queries.
+// All of that assumes one process writes the FerretDB database, as the
+// embedded FerretDB is used (`agentmesh up`, tests). On MongoDB every read
+// goes to the server, updates are atomic version-checked writes, the relay
+// reads what it relays, and the queries are indexed.
 package jobstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,61 +67,114 @@ import (
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
 )
 
-// Collection is the collection analysis jobs live in.
-const Collection = "analysis_jobs"
+// Collections the jobs live in.
+const (
+	// Collection is the live set: unfinished analyses (and finished ones
+	// not yet archived). The outbox relay serves it.
+	Collection = "analysis_jobs"
+	// ArchiveCollection holds finished analyses.
+	ArchiveCollection = "analysis_jobs_archive"
+)
 
 // Store is the MongoDB implementation of analysis.Store. It is safe for
-// concurrent use.
-//
-// FerretDB v1 applies an update as an unisolated read followed by a write of
-// the whole document, so neither the version check of Update nor the
-// outbox relay's removals would be atomic against other updates of the same
-// document. Store therefore serialises its updates per document in this
-// process with mongox.LockDocument, which the outbox relay takes too;
-// on MongoDB the lock is merely redundant. Several processes writing one
-// FerretDB are not protected (nor is the index of unfinished jobs kept
-// for FerretDB complete then); the embedded FerretDB serves one process.
+// concurrent use. Its writes of a document hold mongox.LockDocument (on
+// FerretDB, see the package comment, also the write turn), so one process
+// never interleaves a version check with another write of the document.
 type Store struct {
-	coll *mongo.Collection
-	// ferret is true on FerretDB v1: see the package comment.
-	ferret bool
-	// open tracks possibly unfinished jobs; FerretDB only.
-	open *openIndex
+	live    *mongo.Collection
+	archive *mongo.Collection
+	// mirror is set on FerretDB v1: see the package comment.
+	mirror *mirror
+	// turn serialises writes on FerretDB (see writing).
+	turn turn
+	// relay is told about the outbox entries written; set before use.
+	relay Relay
+}
+
+// Relay is what the store tells about the outbox entries it writes;
+// *events.Relay is one.
+type Relay interface {
+	NotifyDocument(id any)
+	NotifyEntries(id any, entries ...events.OutboxEntry)
+}
+
+// SetRelay makes the store tell relay about every outbox entry it writes.
+// Call it before the first write.
+func (s *Store) SetRelay(relay Relay) { s.relay = relay }
+
+// notify tells the relay about outbox entries just written to document id,
+// with the document's lock held: on FerretDB, where this process is the
+// only writer, the relay is given the entries in the order of the writes
+// and needs not read them back; on MongoDB it reads the document.
+func (s *Store) notify(id string, outbox []events.OutboxEntry) {
+	switch {
+	case s.relay == nil || len(outbox) == 0:
+	case s.mirror != nil:
+		s.relay.NotifyEntries(id, outbox...)
+	default:
+		s.relay.NotifyDocument(id)
+	}
 }
 
 var _ analysis.Store = (*Store)(nil)
 
-// indexes are the secondary indexes of the collection (MongoDB only).
+// indexes are the secondary indexes of both collections (MongoDB only).
 var indexes = []mongox.Index{
 	{Name: "list", Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}},
 	{Name: "children", Keys: bson.D{{Key: "parent_id", Value: 1}, {Key: "seq", Value: 1}}},
 	{Name: "unfinished", Keys: bson.D{{Key: "status", Value: 1}, {Key: "_id", Value: 1}}},
 }
 
-// New returns a store on db's analysis_jobs collection after ensuring its
-// indexes. On FerretDB it drops them instead and seeds the index of
-// unfinished jobs with one scan of the collection.
+// New returns a store on db's analysis_jobs and analysis_jobs_archive
+// collections after ensuring their indexes. On FerretDB it drops them
+// instead and loads the mirror of the live set.
 func New(ctx context.Context, db *mongo.Database) (*Store, error) {
-	coll := db.Collection(Collection)
+	s := &Store{live: db.Collection(Collection), archive: db.Collection(ArchiveCollection)}
 	ferret, err := isFerretDB(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{coll: coll, ferret: ferret}
-	if !ferret {
-		if err := mongox.EnsureIndexes(ctx, coll, indexes...); err != nil {
+	for _, coll := range []*mongo.Collection{s.live, s.archive} {
+		if ferret {
+			err = dropIndexes(ctx, coll)
+		} else {
+			err = mongox.EnsureIndexes(ctx, coll, indexes...)
+		}
+		if err != nil {
 			return nil, err
 		}
-		return s, nil
 	}
-	if err := dropIndexes(ctx, coll); err != nil {
-		return nil, err
-	}
-	s.open = newOpenIndex()
-	if err := s.seedOpen(ctx); err != nil {
-		return nil, err
+	if ferret {
+		jobs, err := s.find(ctx, s.live, "load live jobs", bson.D{}, options.Find().SetProjection(noOutbox))
+		if err != nil {
+			return nil, err
+		}
+		archived, err := archivedIDs(ctx, s.archive)
+		if err != nil {
+			return nil, err
+		}
+		s.mirror = newMirror(jobs, archived)
 	}
 	return s, nil
+}
+
+// archivedIDs returns the ids of the jobs in the archive.
+func archivedIDs(ctx context.Context, archive *mongo.Collection) ([]string, error) {
+	cur, err := archive.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, translate("load archived ids", err)
+	}
+	var docs []struct {
+		ID string `bson:"_id"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, translate("load archived ids", err)
+	}
+	ids := make([]string, len(docs))
+	for i, d := range docs {
+		ids[i] = d.ID
+	}
+	return ids, nil
 }
 
 // isFerretDB reports whether db is served by FerretDB, which adds
@@ -116,25 +193,63 @@ func isFerretDB(ctx context.Context, db *mongo.Database) (bool, error) {
 func dropIndexes(ctx context.Context, coll *mongo.Collection) error {
 	specs, err := coll.Indexes().ListSpecifications(ctx)
 	if err != nil {
-		return fmt.Errorf("jobstore: list indexes: %w", err)
+		return fmt.Errorf("jobstore: list indexes of %s: %w", coll.Name(), err)
 	}
 	for _, spec := range specs {
-		for _, ix := range indexes {
-			if spec.Name == ix.Name {
-				if err := coll.Indexes().DropOne(ctx, ix.Name); err != nil {
-					return fmt.Errorf("jobstore: drop index %s: %w", ix.Name, err)
-				}
+		if slices.ContainsFunc(indexes, func(ix mongox.Index) bool { return ix.Name == spec.Name }) {
+			if err := coll.Indexes().DropOne(ctx, spec.Name); err != nil {
+				return fmt.Errorf("jobstore: drop index %s of %s: %w", spec.Name, coll.Name(), err)
 			}
 		}
 	}
 	return nil
 }
 
-// Collection returns the underlying collection, for the outbox relay.
-func (s *Store) Collection() *mongo.Collection { return s.coll }
+// Collection returns the live collection, for the outbox relay.
+func (s *Store) Collection() *mongo.Collection { return s.live }
 
-// Insert implements analysis.Store.
+// RelayLock is the lock for the outbox relay of Collection (see
+// events.Relay.SetDocumentLock), held while it removes relayed entries
+// from a document. On MongoDB it is the document lock the store's writes
+// take. On FerretDB it is a turn to write (see writing), which every write
+// of the store takes too, so it serialises the relay's removals with the
+// store's writes of the same document as the document lock would; it
+// yields to the store's writes, which carry state changes and events while
+// a removal is housekeeping.
+func (s *Store) RelayLock(id any) (unlock func()) {
+	if s.mirror == nil {
+		return mongox.LockDocument(s.live, id)
+	}
+	if sid, ok := id.(string); ok {
+		if j, known := s.mirror.live(sid); known && j == nil {
+			// Archived: the removal finds nothing to write.
+			return func() {}
+		}
+	}
+	return s.turn.take(false)
+}
+
+// writing waits for this process's turn to write to FerretDB and returns
+// the function that ends it; see turn. State changes are urgent, archiving
+// is not. On MongoDB it does nothing.
+func (s *Store) writing(urgent bool) (done func()) {
+	if s.mirror == nil {
+		return func() {}
+	}
+	return s.turn.take(urgent)
+}
+
+// Insert implements analysis.Store. It reports ErrExists for an id taken in
+// the live set; the engine creates jobs only in unfinished analyses, which
+// are never archived.
 func (s *Store) Insert(ctx context.Context, j *analysis.Job, outbox ...events.OutboxEntry) error {
+	unlock := mongox.LockDocument(s.live, j.ID)
+	defer unlock()
+	return s.insertLive(ctx, "insert", j, outbox)
+}
+
+// insertLive inserts j into the live set; the caller holds j's lock.
+func (s *Store) insertLive(ctx context.Context, op string, j *analysis.Job, outbox []events.OutboxEntry) error {
 	doc, err := toDoc(j)
 	if err != nil {
 		return err
@@ -142,19 +257,124 @@ func (s *Store) Insert(ctx context.Context, j *analysis.Job, outbox ...events.Ou
 	if len(outbox) > 0 {
 		doc = append(doc, bson.E{Key: events.OutboxField, Value: outbox})
 	}
-	done := s.open.writing(j.ID)
-	_, err = s.coll.InsertOne(ctx, doc)
-	done(j, err == nil)
-	return translate("insert "+j.ID, err)
+	unlock := s.writing(true)
+	_, err = s.live.InsertOne(ctx, doc)
+	unlock()
+	err = translate(op+" "+j.ID, err)
+	switch {
+	case err == nil:
+		if s.mirror != nil {
+			s.mirror.stored(j, outbox, true)
+		}
+		s.notify(j.ID, outbox)
+	case s.mirror != nil && !errors.Is(err, analysis.ErrExists):
+		s.mirror.forget(j.ID) // the outcome is unknown: read it next time
+	}
+	return err
 }
 
-// Update implements analysis.Store.
+// Update implements analysis.Store. Updating an archived job brings it back
+// into the live set.
 func (s *Store) Update(ctx context.Context, j *analysis.Job, version int64, outbox ...events.OutboxEntry) error {
 	next := *j
 	next.Version = version + 1
-	doc, err := toDoc(&next)
+	unlock := mongox.LockDocument(s.live, j.ID)
+	defer unlock()
+	var err error
+	if s.mirror != nil {
+		err = s.updateMirrored(ctx, &next, version, outbox)
+	} else {
+		err = s.updateVersioned(ctx, &next, version, outbox)
+	}
 	if err != nil {
 		return err
+	}
+	j.Version = next.Version
+	return nil
+}
+
+// updateVersioned stores next if the job is still at version (MongoDB): in
+// the live set with one atomic version-checked write, or, if the job is
+// archived at that version, by inserting it into the live set again.
+func (s *Store) updateVersioned(ctx context.Context, next *analysis.Job, version int64, outbox []events.OutboxEntry) error {
+	update, err := updateOf(next, outbox)
+	if err != nil {
+		return err
+	}
+	id := next.ID
+	res, err := s.live.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "version", Value: version}}, update)
+	if err != nil {
+		return translate("update "+id, err)
+	}
+	if res.MatchedCount == 1 {
+		s.notify(id, outbox)
+		return nil
+	}
+	n, err := s.live.CountDocuments(ctx, bson.D{{Key: "_id", Value: id}})
+	if err != nil {
+		return translate("update "+id, err)
+	}
+	if n > 0 {
+		return conflict(id, version)
+	}
+	return s.revive(ctx, next, version, outbox)
+}
+
+// updateMirrored stores next if the job is still at version (FerretDB),
+// checking the version against the mirror; the caller holds the lock.
+func (s *Store) updateMirrored(ctx context.Context, next *analysis.Job, version int64, outbox []events.OutboxEntry) error {
+	id := next.ID
+	cur, err := s.liveJob(ctx, id)
+	if err != nil {
+		return err
+	}
+	if cur == nil {
+		return s.revive(ctx, next, version, outbox)
+	}
+	if cur.Version != version {
+		return conflict(id, version)
+	}
+	update, err := updateOf(next, outbox)
+	if err != nil {
+		return err
+	}
+	unlock := s.writing(true)
+	res, err := s.live.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update)
+	unlock()
+	if err == nil && res.MatchedCount != 1 {
+		err = fmt.Errorf("jobstore: update %s: vanished from the live set", id)
+	}
+	if err != nil {
+		s.mirror.forget(id)
+		return translate("update "+id, err)
+	}
+	s.mirror.stored(next, outbox, false)
+	s.notify(id, outbox)
+	return nil
+}
+
+// revive stores next, a new state of an archived job at version, in the
+// live set, where it prevails over the archived copy.
+func (s *Store) revive(ctx context.Context, next *analysis.Job, version int64, outbox []events.OutboxEntry) error {
+	old, err := s.getArchived(ctx, next.ID)
+	if err != nil {
+		return err
+	}
+	if old.Version != version {
+		return conflict(next.ID, version)
+	}
+	err = s.insertLive(ctx, "revive", next, outbox)
+	if errors.Is(err, analysis.ErrExists) {
+		return conflict(next.ID, version) // revived concurrently
+	}
+	return err
+}
+
+// updateOf is the update that stores next with the outbox entries appended.
+func updateOf(next *analysis.Job, outbox []events.OutboxEntry) (bson.M, error) {
+	doc, err := toDoc(next)
+	if err != nil {
+		return nil, err
 	}
 	set := make(bson.D, 0, len(doc))
 	for _, e := range doc {
@@ -166,74 +386,20 @@ func (s *Store) Update(ctx context.Context, j *analysis.Job, version int64, outb
 	if len(outbox) > 0 {
 		update["$push"] = events.OutboxPush(outbox...)
 	}
-	if s.ferret {
-		err = s.updateByID(ctx, &next, version, update)
-	} else {
-		err = s.updateVersioned(ctx, j.ID, version, update)
-	}
-	if err != nil {
-		return err
-	}
-	j.Version = next.Version
-	return nil
+	return update, nil
 }
 
-// updateVersioned applies update if the job is still at version, in one
-// atomic write (MongoDB).
-func (s *Store) updateVersioned(ctx context.Context, id string, version int64, update bson.M) error {
-	unlock := mongox.LockDocument(s.coll, id)
-	res, err := s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "version", Value: version}}, update)
-	unlock()
-	if err != nil {
-		return translate("update "+id, err)
-	}
-	if res.MatchedCount == 1 {
-		return nil
-	}
-	n, err := s.coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: id}})
-	if err != nil {
-		return translate("update "+id, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("jobstore: update %s: %w", id, analysis.ErrNotFound)
-	}
+func conflict(id string, version int64) error {
 	return fmt.Errorf("jobstore: update %s at version %d: %w", id, version, analysis.ErrConflict)
 }
 
-// updateByID applies update if the job is still at version (FerretDB):
-// the version is checked by a read and the write selects by _id alone, so
-// both are pushed down to SQLite; the document lock, which every writer of
-// the document in this process takes, makes the pair atomic.
-func (s *Store) updateByID(ctx context.Context, next *analysis.Job, version int64, update bson.M) error {
-	id := next.ID
-	unlock := mongox.LockDocument(s.coll, id)
-	defer unlock()
-	var cur struct {
-		Version int64 `bson:"version"`
-	}
-	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(bson.D{{Key: "version", Value: 1}})).Decode(&cur)
-	if err != nil {
-		return translate("update "+id, err)
-	}
-	if cur.Version != version {
-		return fmt.Errorf("jobstore: update %s at version %d: %w", id, version, analysis.ErrConflict)
-	}
-	done := s.open.writing(id)
-	res, err := s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update)
-	if err == nil && res.MatchedCount != 1 {
-		err = fmt.Errorf("jobstore: update %s: %w", id, analysis.ErrNotFound)
-	}
-	done(next, err == nil)
-	if err != nil {
-		return translate("update "+id, err)
-	}
-	return nil
-}
-
-// Get implements analysis.Store. It selects by _id alone and checks the
-// scope in Go: FerretDB pushes nothing else down (see the package comment).
+// Get implements analysis.Store: the live copy of the job, else the
+// archived one. It selects by _id alone and checks the scope in Go.
 func (s *Store) Get(ctx context.Context, tenant, project, id string) (*analysis.Job, error) {
-	j, err := s.getByID(ctx, id)
+	j, err := s.liveJob(ctx, id)
+	if err == nil && j == nil {
+		j, err = s.getArchived(ctx, id)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -243,18 +409,62 @@ func (s *Store) Get(ctx context.Context, tenant, project, id string) (*analysis.
 	return j, nil
 }
 
-// getByID reads job id of any scope.
-func (s *Store) getByID(ctx context.Context, id string) (*analysis.Job, error) {
+// liveJob returns the live copy of job id, or nil if it is not live.
+func (s *Store) liveJob(ctx context.Context, id string) (*analysis.Job, error) {
+	if s.mirror != nil {
+		if j, known := s.mirror.live(id); known {
+			return j, nil
+		}
+	}
+	j, err := findOne(ctx, s.live, id)
+	if errors.Is(err, analysis.ErrNotFound) {
+		if s.mirror != nil {
+			s.mirror.learned(id, nil)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.mirror != nil {
+		s.mirror.learned(id, j)
+	}
+	return j, nil
+}
+
+// getArchived returns the archived copy of job id (ErrNotFound if none).
+func (s *Store) getArchived(ctx context.Context, id string) (*analysis.Job, error) {
+	if s.mirror != nil {
+		j, maybe := s.mirror.archivedJob(id)
+		if j != nil {
+			return j, nil
+		}
+		if !maybe {
+			return nil, fmt.Errorf("jobstore: get %s: %w", id, analysis.ErrNotFound)
+		}
+	}
+	j, err := findOne(ctx, s.archive, id)
+	if err != nil {
+		return nil, err
+	}
+	if s.mirror != nil {
+		s.mirror.archivedRead(j)
+	}
+	return j, nil
+}
+
+// findOne reads job id from coll by _id alone.
+func findOne(ctx context.Context, coll *mongo.Collection, id string) (*analysis.Job, error) {
 	var j analysis.Job
-	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(noOutbox)).Decode(&j)
+	err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(noOutbox)).Decode(&j)
 	if err != nil {
 		return nil, translate("get "+id, err)
 	}
 	return &j, nil
 }
 
-// List implements analysis.Store. The continuation key is
-// "<create time in ms>|<id>" of the last job returned.
+// List implements analysis.Store over the live set and the archive. The
+// continuation key is "<create time in ms>|<id>" of the last job returned.
 func (s *Store) List(ctx context.Context, q analysis.ListQuery) ([]*analysis.Job, string, error) {
 	filter := bson.D{{Key: "tenant_id", Value: q.Tenant}, {Key: "project_id", Value: q.Project}}
 	if q.Status != "" {
@@ -276,91 +486,284 @@ func (s *Store) List(ctx context.Context, q analysis.ListQuery) ([]*analysis.Job
 	if len(timeRange) > 0 {
 		filter = append(filter, bson.E{Key: "create_time", Value: timeRange})
 	}
-	if q.After != "" {
-		t, id, err := parseKey(q.After)
-		if err != nil {
+	after := q.After
+	if after != "" {
+		if _, _, err := parseKey(after); err != nil {
 			return nil, "", err
 		}
-		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
-			bson.D{{Key: "create_time", Value: bson.D{{Key: "$lt", Value: t}}}},
-			bson.D{{Key: "create_time", Value: t}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: id}}}},
-		}})
 	}
 	limit := max(q.Limit, 1)
-	opts := options.Find().SetSort(bson.D{{Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}).
-		SetLimit(int64(limit + 1)).SetProjection(noOutbox)
-	jobs, err := s.find(ctx, "list", filter, opts)
+
+	jobs, err := s.page(ctx, s.live, filter, after, limit+1)
 	if err != nil {
 		return nil, "", err
 	}
+	// Archived jobs, less those with a live copy (which prevails, matching
+	// the filter or not) or just listed from the live set (archived since),
+	// until limit+1 are found or the archive is done. The live set is read
+	// first so that a job being archived meanwhile is not missed.
+	listed := make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		listed[j.ID] = true
+	}
+	for archAfter := after; ; {
+		batch, err := s.page(ctx, s.archive, filter, archAfter, limit+1)
+		if err != nil {
+			return nil, "", err
+		}
+		live, err := s.liveIDs(ctx, batch)
+		if err != nil {
+			return nil, "", err
+		}
+		n := 0
+		for _, j := range batch {
+			if !live[j.ID] && !listed[j.ID] {
+				jobs = append(jobs, j)
+				n++
+			}
+		}
+		if n == len(batch) || len(batch) < limit+1 {
+			break
+		}
+		archAfter = keyOf(batch[len(batch)-1])
+	}
+	slices.SortFunc(jobs, func(a, b *analysis.Job) int {
+		if c := b.CreateTime.Compare(a.CreateTime); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.ID, a.ID)
+	})
 	if len(jobs) <= limit {
 		return jobs, "", nil
 	}
 	jobs = jobs[:limit]
-	last := jobs[limit-1]
-	return jobs, strconv.FormatInt(last.CreateTime.UnixMilli(), 10) + "|" + last.ID, nil
+	return jobs, keyOf(jobs[limit-1]), nil
 }
 
-// Unfinished implements analysis.Store. On FerretDB it reads the candidates
-// of the index of unfinished jobs by _id instead of scanning.
-func (s *Store) Unfinished(ctx context.Context, updatedBefore time.Time, afterID string, limit int) ([]*analysis.Job, error) {
-	limit = max(limit, 1)
-	if s.ferret {
-		return s.unfinishedOpen(ctx, updatedBefore, afterID, limit)
-	}
-	filter := bson.D{
-		unfinishedStatus,
-		{Key: "update_time", Value: bson.D{{Key: "$lt", Value: updatedBefore}}},
-	}
-	if afterID != "" {
-		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: afterID}}})
-	}
-	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).SetProjection(noOutbox)
-	return s.find(ctx, "unfinished", filter, opts)
-}
-
-// unfinishedStatus selects jobs whose status is not terminal.
-var unfinishedStatus = bson.E{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{analysis.StatusPending, analysis.StatusRunning, analysis.StatusWaiting}}}}
-
-// unfinishedOpen is Unfinished from the index of unfinished jobs: it reads
-// by _id each candidate that may match, drops those found finished or gone
-// from the index, and returns the others that match, in id order.
-func (s *Store) unfinishedOpen(ctx context.Context, updatedBefore time.Time, afterID string, limit int) ([]*analysis.Job, error) {
-	var out []*analysis.Job
-	for _, c := range s.open.candidates(updatedBefore, afterID) {
-		j, err := s.getByID(ctx, c.id)
-		if errors.Is(err, analysis.ErrNotFound) {
-			s.open.observed(c, nil)
-			continue
-		}
+// page returns up to n jobs of coll matching filter that sort after the
+// continuation key, newest first.
+func (s *Store) page(ctx context.Context, coll *mongo.Collection, filter bson.D, after string, n int) ([]*analysis.Job, error) {
+	if after != "" {
+		t, id, err := parseKey(after)
 		if err != nil {
 			return nil, err
 		}
-		s.open.observed(c, j)
-		if j.Status.Terminal() || !j.UpdateTime.Before(updatedBefore) {
-			continue
+		filter = append(slices.Clip(filter), bson.E{Key: "$or", Value: bson.A{
+			bson.D{{Key: "create_time", Value: bson.D{{Key: "$lt", Value: t}}}},
+			bson.D{{Key: "create_time", Value: t}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: id}}}},
+		}})
+	}
+	opts := options.Find().SetSort(bson.D{{Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}).
+		SetLimit(int64(n)).SetProjection(noOutbox)
+	return s.find(ctx, coll, "list", filter, opts)
+}
+
+// liveIDs reports which of jobs have a copy in the live set.
+func (s *Store) liveIDs(ctx context.Context, jobs []*analysis.Job) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(jobs) == 0 {
+		return out, nil
+	}
+	ids := make(bson.A, 0, len(jobs))
+	for _, j := range jobs {
+		if s.mirror != nil {
+			if lj, known := s.mirror.live(j.ID); known {
+				out[j.ID] = lj != nil
+				continue
+			}
 		}
-		out = append(out, j)
-		if len(out) == limit {
-			break
-		}
+		ids = append(ids, j.ID)
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	found, err := s.find(ctx, s.live, "list", bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range found {
+		out[j.ID] = true
 	}
 	return out, nil
 }
 
-// seedOpen fills the index of unfinished jobs with one scan.
-func (s *Store) seedOpen(ctx context.Context) error {
-	opts := options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "status", Value: 1}, {Key: "update_time", Value: 1}})
-	cur, err := s.coll.Find(ctx, bson.D{unfinishedStatus}, opts)
-	if err != nil {
-		return translate("seed unfinished", err)
+// keyOf is the continuation key after j.
+func keyOf(j *analysis.Job) string {
+	return strconv.FormatInt(j.CreateTime.UnixMilli(), 10) + "|" + j.ID
+}
+
+// Live implements analysis.Store.
+func (s *Store) Live(ctx context.Context, updatedBefore time.Time, afterID string, limit int) ([]*analysis.Job, error) {
+	limit = max(limit, 1)
+	if s.mirror != nil {
+		return s.liveMirrored(ctx, updatedBefore, afterID, limit)
 	}
-	var jobs []*analysis.Job
-	if err := cur.All(ctx, &jobs); err != nil {
-		return translate("seed unfinished", err)
+	filter := bson.D{{Key: "update_time", Value: bson.D{{Key: "$lt", Value: updatedBefore}}}}
+	if afterID != "" {
+		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: afterID}}})
 	}
+	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).SetProjection(noOutbox)
+	return s.find(ctx, s.live, "live jobs", filter, opts)
+}
+
+// liveMirrored is Live from the mirror; jobs in an unknown state are read.
+func (s *Store) liveMirrored(ctx context.Context, updatedBefore time.Time, afterID string, limit int) ([]*analysis.Job, error) {
+	jobs, unknown := s.mirror.liveBefore(updatedBefore, afterID, limit)
+	if len(unknown) == 0 {
+		return jobs, nil
+	}
+	for _, id := range unknown {
+		j, err := s.liveJob(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if j != nil && j.UpdateTime.Before(updatedBefore) {
+			jobs = append(jobs, j)
+		}
+	}
+	slices.SortFunc(jobs, func(a, b *analysis.Job) int { return cmp.Compare(a.ID, b.ID) })
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+	}
+	return jobs, nil
+}
+
+// Archive implements analysis.Store. The jobs are copied to the archive,
+// then removed from the live set, each only if it is still at the version
+// given (by the delete's filter on MongoDB, under the document locks on
+// FerretDB); as every write bumps the version, its outbox then holds
+// nothing but entries checked with relayed. A job left in both collections
+// is harmless: reads prefer the live copy.
+func (s *Store) Archive(ctx context.Context, jobs []*analysis.Job, relayed func([]events.OutboxEntry) bool) (bool, error) {
+	ids := make([]string, 0, len(jobs))
 	for _, j := range jobs {
-		s.open.seed(j.ID, j.UpdateTime)
+		ids = append(ids, j.ID)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		defer mongox.LockDocument(s.live, id)()
+	}
+
+	// Nothing moves unless every job is unchanged and relayed. Jobs are
+	// checked in the order given: the caller puts first the analysis,
+	// written last, so a tree not relayed yet costs one read.
+	var moving []*analysis.Job
+	for _, j := range jobs {
+		version, outbox, found, err := s.liveOutbox(ctx, j.ID)
+		if err != nil {
+			return false, err
+		}
+		if !found {
+			continue // archived already
+		}
+		if version != j.Version {
+			return false, nil // written since it was read
+		}
+		if !relayed(outbox) {
+			return false, nil
+		}
+		moving = append(moving, j)
+	}
+	if len(moving) == 0 {
+		return true, nil
+	}
+	if err := s.insertArchive(ctx, moving); err != nil {
+		return false, err
+	}
+	// On FerretDB one delete (and one commit) for them all; the locks
+	// keep the jobs as checked.
+	if s.mirror != nil {
+		ids := make(bson.A, 0, len(moving))
+		for _, j := range moving {
+			ids = append(ids, j.ID)
+		}
+		unlock := s.writing(false)
+		res, err := s.live.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+		unlock()
+		done := err == nil && res.DeletedCount == int64(len(moving))
+		for _, j := range moving {
+			if done {
+				s.mirror.archivedNow(j)
+			} else {
+				s.mirror.forget(j.ID) // read what became of it
+			}
+		}
+		if err != nil {
+			return false, translate("archive", err)
+		}
+		return done, nil
+	}
+	deleted := 0
+	for _, j := range moving {
+		res, err := s.live.DeleteOne(ctx, bson.D{{Key: "_id", Value: j.ID}, {Key: "version", Value: j.Version}})
+		if err != nil {
+			return false, translate("archive "+j.ID, err)
+		}
+		deleted += int(res.DeletedCount)
+	}
+	return deleted == len(moving), nil
+}
+
+// liveOutbox returns the version of live job id and the entries its outbox
+// may hold (found false if it is not live): from the mirror on FerretDB
+// when it knows every entry pushed to the document — the relay only takes
+// entries away — else from a read.
+func (s *Store) liveOutbox(ctx context.Context, id string) (version int64, outbox []events.OutboxEntry, found bool, err error) {
+	if s.mirror != nil {
+		if j, entries, known := s.mirror.outbox(id); known {
+			if j == nil {
+				return 0, nil, false, nil
+			}
+			return j.Version, entries, true, nil
+		}
+	}
+	var doc struct {
+		Version int64                `bson:"version"`
+		Outbox  []events.OutboxEntry `bson:"outbox"`
+	}
+	err = s.live.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
+		options.FindOne().SetProjection(bson.D{{Key: "version", Value: 1}, {Key: events.OutboxField, Value: 1}})).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, nil, false, nil
+	}
+	if err != nil {
+		return 0, nil, false, translate("archive "+id, err)
+	}
+	return doc.Version, doc.Outbox, true, nil
+}
+
+// insertArchive stores copies of jobs in the archive, replacing older
+// copies of the same jobs (archived before a retry).
+func (s *Store) insertArchive(ctx context.Context, jobs []*analysis.Job) error {
+	copies := make([]any, 0, len(jobs))
+	for _, j := range jobs {
+		doc, err := toDoc(j)
+		if err != nil {
+			return err
+		}
+		copies = append(copies, doc)
+	}
+	unlock := s.writing(false)
+	_, err := s.archive.InsertMany(ctx, copies, options.InsertMany().SetOrdered(false))
+	unlock()
+	if s.mirror != nil {
+		s.mirror.mayBeArchived(jobs) // even on failure: some may be stored
+	}
+	var bwe mongo.BulkWriteException
+	if err == nil || !errors.As(err, &bwe) {
+		return translate("archive", err)
+	}
+	for _, we := range bwe.WriteErrors {
+		if !mongo.IsDuplicateKeyError(we) || we.Index < 0 || we.Index >= len(copies) {
+			return translate("archive", err)
+		}
+		unlock := s.writing(false)
+		_, rerr := s.archive.ReplaceOne(ctx, bson.D{{Key: "_id", Value: jobs[we.Index].ID}}, copies[we.Index])
+		unlock()
+		if rerr != nil {
+			return translate("archive "+jobs[we.Index].ID, rerr)
+		}
 	}
 	return nil
 }
@@ -368,8 +771,8 @@ func (s *Store) seedOpen(ctx context.Context) error {
 // noOutbox keeps pending events out of reads.
 var noOutbox = bson.D{{Key: events.OutboxField, Value: 0}}
 
-func (s *Store) find(ctx context.Context, op string, filter bson.D, opts *options.FindOptionsBuilder) ([]*analysis.Job, error) {
-	cur, err := s.coll.Find(ctx, filter, opts)
+func (s *Store) find(ctx context.Context, coll *mongo.Collection, op string, filter bson.D, opts *options.FindOptionsBuilder) ([]*analysis.Job, error) {
+	cur, err := coll.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, translate(op, err)
 	}

@@ -1,0 +1,156 @@
+package analysis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+)
+
+// Archiving tuning. A finished analysis is offered to the archive shortly
+// after it finishes, by when the relay has normally published its last
+// events; a tree with events not published yet (or that changed) stays
+// live and is offered again after twice the delay, archiveAttempts times
+// in all, after which the periodic sweep archives it.
+const (
+	archiveDelay    = 25 * time.Millisecond
+	archiveAttempts = 6
+	archiveQueue    = 4096
+)
+
+// archiveRequest asks the archiver to archive an analysis's tree at a time.
+type archiveRequest struct {
+	tenant, project, rootID string
+	at                      time.Time
+	attempt                 int
+}
+
+// archiveSoon asks the archiver to archive the tree of root, which has
+// finished. It never blocks; if the archiver is swamped, the sweep archives
+// the tree later.
+func (e *Engine) archiveSoon(root *Job) {
+	select {
+	case e.archiveCh <- archiveRequest{tenant: root.Tenant, project: root.Project, rootID: root.ID, at: time.Now().Add(archiveDelay)}:
+	default:
+	}
+}
+
+// archiveLoop archives finished analyses when they are due, until ctx is
+// done.
+func (e *Engine) archiveLoop(ctx context.Context) {
+	var due []archiveRequest // ordered by at
+	enqueue := func(r archiveRequest) {
+		i := len(due)
+		for i > 0 && due[i-1].at.After(r.at) {
+			i--
+		}
+		due = append(due, archiveRequest{})
+		copy(due[i+1:], due[i:])
+		due[i] = r
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if len(due) > 0 {
+			timer.Reset(time.Until(due[0].at))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-e.archiveCh:
+			enqueue(r)
+		case <-timer.C:
+			now := time.Now()
+			for len(due) > 0 && !due[0].at.After(now) && ctx.Err() == nil {
+				r := due[0]
+				due = due[1:]
+				done, err := e.archiveTree(ctx, r.tenant, r.project, r.rootID)
+				if err != nil && ctx.Err() == nil && !errors.Is(err, ErrNotFound) {
+					e.log.Warn("archive analysis failed; will retry", slog.String("job_id", r.rootID), slog.Any("error", err))
+				}
+				if !done && r.attempt+1 < archiveAttempts {
+					r.attempt++
+					r.at = now.Add(archiveDelay << r.attempt)
+					enqueue(r)
+				}
+			}
+		}
+	}
+}
+
+// archiveTree moves the tree of analysis rootID to the archive if it is
+// finished: the analysis and all its children are in a final state. It
+// reports false if the tree should be offered again later (its last events
+// are not relayed yet, or it changed meanwhile).
+func (e *Engine) archiveTree(ctx context.Context, tenant, project, rootID string) (bool, error) {
+	root, err := e.store.Get(ctx, tenant, project, rootID)
+	if err != nil {
+		return errors.Is(err, ErrNotFound), err
+	}
+	if !root.Status.Terminal() {
+		return true, nil // reopened (RetryJob): archived when it finishes again
+	}
+	children, err := e.children(ctx, root)
+	if err != nil {
+		return false, err
+	}
+	for _, c := range children {
+		if !c.Status.Terminal() {
+			// A cancelled analysis whose children are being cancelled;
+			// advance or the sweep finishes them and archives the tree.
+			return true, nil
+		}
+	}
+	stream, err := e.eventStream(ctx)
+	if err != nil {
+		return false, fmt.Errorf("analysis: archive: %w", err)
+	}
+	return e.store.Archive(ctx, append([]*Job{root}, children...), func(outbox []events.OutboxEntry) bool {
+		return e.relayed(ctx, stream, outbox)
+	})
+}
+
+// relayed reports whether the outbox entries of a job of a finished
+// analysis (every entry its outbox may hold, in order) may be dropped: its
+// last event is in the events stream — the relay publishes a document's
+// entries in order, so the ones before it are too — and work items after
+// it are moot once the job is finished. The relay removes published
+// entries, but the archive need not wait for that: the removal is
+// housekeeping, and skipping it spares a write per job.
+func (e *Engine) relayed(ctx context.Context, stream jetstream.Stream, outbox []events.OutboxEntry) bool {
+	for i := len(outbox) - 1; i >= 0; i-- {
+		entry := outbox[i]
+		if !strings.HasPrefix(entry.Subject, events.EventSubjectPrefix) {
+			continue
+		}
+		// Each state of a job has its own subject, so the last message on
+		// it is this event unless it is not published yet and an earlier
+		// visit of the same state (before a retry) is.
+		msg, err := stream.GetLastMsgForSubject(ctx, entry.Subject)
+		return err == nil && msg.Header.Get(events.HeaderMsgID) == entry.ID
+	}
+	return true
+}
+
+// eventStream returns the events stream, looked up once.
+func (e *Engine) eventStream(ctx context.Context) (jetstream.Stream, error) {
+	e.eventsMu.Lock()
+	defer e.eventsMu.Unlock()
+	if e.events != nil {
+		return e.events, nil
+	}
+	stream, err := e.bus.JetStream().Stream(ctx, events.StreamEvents)
+	if err != nil {
+		return nil, err
+	}
+	e.events = stream
+	return stream, nil
+}

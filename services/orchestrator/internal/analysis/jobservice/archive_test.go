@@ -1,0 +1,77 @@
+package jobservice_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/jobstore"
+)
+
+// A finished analysis leaves the live set for the archive once its events
+// are published, and stays whole for GetJob, ListJobs, WatchJob and
+// RetryJob.
+func TestFinishedAnalysisIsArchivedAndStaysUsable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.scriptBHPPlan()
+	synth := e.scriptSynthesis(stockAnswer)
+	e.market.set(func(m *market) { m.status["/v1/financials"] = 503 })
+	e.start(analysis.Hooks{})
+
+	root := e.submit("Analyse BHP for investment", "stock_analysis")
+	e.waitStatus(root.GetId(), complete, 20*time.Second)
+	inLive := func() int64 {
+		n, err := e.db.Collection(jobstore.Collection).CountDocuments(context.Background(), bson.D{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return inLive() == 0 }, "the finished analysis to leave the live set")
+	archived, err := e.db.Collection(jobstore.ArchiveCollection).CountDocuments(context.Background(), bson.D{})
+	if err != nil || archived != 5 {
+		t.Fatalf("archive holds %d jobs (%v), want the analysis and its 4 children", archived, err)
+	}
+
+	final := e.get(root.GetId())
+	tools := childrenOf(final, typeTool)
+	if len(final.GetChildren()) != 4 || len(tools) != 2 || tools[1].GetStatus() != failed {
+		t.Fatalf("archived tree %v", final.GetChildren())
+	}
+	list, err := e.client.ListJobs(e.ctx(5*time.Second), &orchestratorv1.ListJobsRequest{Scope: e.scope, ParentId: root.GetId()})
+	if err != nil || len(list.GetJobs()) != 4 {
+		t.Fatalf("ListJobs of the children = %v, %v", list.GetJobs(), err)
+	}
+	events, err := e.watch(root.GetId(), 0)()
+	if err != nil || len(events) != 15 {
+		t.Fatalf("watch of the archived analysis: %d events, %v", len(events), err)
+	}
+
+	// Retrying the failed tool brings the analysis back to work.
+	e.market.set(func(m *market) { delete(m.status, "/v1/financials") })
+	before := final.GetEndTime().AsTime()
+	if _, err := e.client.RetryJob(e.ctx(5*time.Second), &orchestratorv1.RetryJobRequest{Scope: e.scope, JobId: tools[1].GetId()}); err != nil {
+		t.Fatalf("RetryJob: %v", err)
+	}
+	var again *orchestratorv1.Job
+	testkit.Eventually(t, 20*time.Second, func() bool {
+		again = e.get(root.GetId())
+		return again.GetStatus() == complete && again.GetEndTime().AsTime().After(before)
+	}, "analysis to complete again after the retry")
+	if out := outputMap(again); mustJSON(out["data_gaps"]) != `[]` || synth.Hits() != 2 {
+		t.Errorf("after retry: data_gaps %v, synthesis calls %d", out["data_gaps"], synth.Hits())
+	}
+	if tools := childrenOf(again, typeTool); tools[1].GetStatus() != complete || tools[1].GetAttempts() != 2 {
+		t.Errorf("retried tool %s after %d attempts", tools[1].GetStatus(), tools[1].GetAttempts())
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return inLive() == 0 }, "the analysis to be archived again")
+	if got := e.get(root.GetId()); got.GetStatus() != complete || mustJSON(outputMap(got)) != mustJSON(outputMap(again)) {
+		t.Errorf("re-archived analysis %s %v", got.GetStatus(), outputMap(got))
+	}
+}

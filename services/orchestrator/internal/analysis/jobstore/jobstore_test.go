@@ -1,0 +1,152 @@
+package jobstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/jobstore"
+)
+
+// relayed vouches for every outbox entry, as the engine does once the
+// events are in the stream.
+func relayed([]events.OutboxEntry) bool { return true }
+
+func newJob(root, parent string, status analysis.Status, at time.Time) *analysis.Job {
+	id := root
+	typ := analysis.TypeAnalysis
+	if parent != "" {
+		id = uuid.NewString()
+		typ = analysis.TypeTool
+	}
+	return &analysis.Job{
+		ID: id, RootID: root, ParentID: parent, Type: typ, Status: status,
+		Tenant: "acme", Project: "research", Title: "job " + id,
+		CreateTime: at, UpdateTime: at,
+	}
+}
+
+func openStore(t *testing.T, db *mongo.Database) *jobstore.Store {
+	t.Helper()
+	s, err := jobstore.New(context.Background(), db)
+	if err != nil {
+		t.Fatalf("jobstore.New: %v", err)
+	}
+	return s
+}
+
+func count(t *testing.T, db *mongo.Database, coll string) int64 {
+	t.Helper()
+	n, err := db.Collection(coll).CountDocuments(context.Background(), bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A finished tree leaves the live set for the archive and stays readable
+// and listed once; writing to an archived job brings it back, and its live
+// copy prevails — also over a restart.
+func TestArchiveKeepsJobsReadableAndRevives(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testkit.MongoDB(t)
+	s := openStore(t, db)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+
+	root := newJob(uuid.NewString(), "", analysis.StatusComplete, now)
+	tool := newJob(root.ID, root.ID, analysis.StatusFailed, now.Add(time.Millisecond))
+	for _, j := range []*analysis.Job{root, tool} {
+		if err := s.Insert(ctx, j); err != nil {
+			t.Fatalf("Insert: %v", err)
+		}
+	}
+	if err := s.Insert(ctx, tool); !errors.Is(err, analysis.ErrExists) {
+		t.Fatalf("second Insert = %v, want ErrExists", err)
+	}
+
+	// Not while an entry is not vouched for, nor once a job changed.
+	refuse := func([]events.OutboxEntry) bool { return false }
+	if done, err := s.Archive(ctx, []*analysis.Job{root, tool}, refuse); done || err != nil {
+		t.Fatalf("Archive with unrelayed events = %v, %v", done, err)
+	}
+	stale := *tool
+	stale.Version = 7
+	if done, err := s.Archive(ctx, []*analysis.Job{root, &stale}, relayed); done || err != nil {
+		t.Fatalf("Archive of a changed job = %v, %v", done, err)
+	}
+	if n := count(t, db, jobstore.ArchiveCollection); n != 0 {
+		t.Fatalf("%d jobs archived after refusals", n)
+	}
+
+	if done, err := s.Archive(ctx, []*analysis.Job{root, tool}, relayed); !done || err != nil {
+		t.Fatalf("Archive = %v, %v", done, err)
+	}
+	if l, a := count(t, db, jobstore.Collection), count(t, db, jobstore.ArchiveCollection); l != 0 || a != 2 {
+		t.Fatalf("live %d, archived %d; want 0 and 2", l, a)
+	}
+	live, err := s.Live(ctx, now.Add(time.Hour), "", 10)
+	if err != nil || len(live) != 0 {
+		t.Fatalf("Live = %v, %v; want nothing", live, err)
+	}
+	got, err := s.Get(ctx, "acme", "research", tool.ID)
+	if err != nil || got.Status != analysis.StatusFailed {
+		t.Fatalf("Get archived = %+v, %v", got, err)
+	}
+	if _, err := s.Get(ctx, "globex", "research", tool.ID); !errors.Is(err, analysis.ErrNotFound) {
+		t.Fatalf("Get from another tenant = %v", err)
+	}
+	jobs, _, err := s.List(ctx, analysis.ListQuery{Tenant: "acme", Project: "research", Limit: 10})
+	if err != nil || len(jobs) != 2 || jobs[0].ID != tool.ID || jobs[1].ID != root.ID {
+		t.Fatalf("List = %v, %v; want the tool then the analysis", jobs, err)
+	}
+
+	// A retry: the failed tool is written again, and so comes back live.
+	retried := *got
+	retried.Status = analysis.StatusPending
+	retried.UpdateTime = now.Add(time.Second)
+	if err := s.Update(ctx, &retried, got.Version); err != nil {
+		t.Fatalf("Update archived: %v", err)
+	}
+	if err := s.Update(ctx, &retried, got.Version); !errors.Is(err, analysis.ErrConflict) {
+		t.Fatalf("Update at a stale version = %v, want ErrConflict", err)
+	}
+	for name, st := range map[string]*jobstore.Store{"same store": s, "reopened": openStore(t, db)} {
+		got, err := st.Get(ctx, "acme", "research", tool.ID)
+		if err != nil || got.Status != analysis.StatusPending || got.Version != retried.Version {
+			t.Errorf("%s: Get revived = %+v, %v", name, got, err)
+		}
+		failed, _, err := st.List(ctx, analysis.ListQuery{Tenant: "acme", Project: "research", Status: analysis.StatusFailed, Limit: 10})
+		if err != nil || len(failed) != 0 {
+			t.Errorf("%s: failed jobs listed %v, %v; the archived copy must not show", name, failed, err)
+		}
+		all, _, err := st.List(ctx, analysis.ListQuery{Tenant: "acme", Project: "research", Limit: 1})
+		if err != nil || len(all) != 1 || all[0].ID != tool.ID || all[0].Status != analysis.StatusPending {
+			t.Errorf("%s: first page %v, %v", name, all, err)
+		}
+		live, err := st.Live(ctx, now.Add(time.Hour), "", 10)
+		if err != nil || len(live) != 1 || live[0].ID != tool.ID {
+			t.Errorf("%s: Live = %v, %v; want the revived tool", name, live, err)
+		}
+	}
+
+	// Archived again, the new copy replaces the old one.
+	if done, err := s.Archive(ctx, []*analysis.Job{root, &retried}, relayed); !done || err != nil {
+		t.Fatalf("second Archive = %v, %v", done, err)
+	}
+	reopened := openStore(t, db)
+	if got, err := reopened.Get(ctx, "acme", "research", tool.ID); err != nil || got.Status != analysis.StatusPending {
+		t.Fatalf("Get after re-archiving = %+v, %v", got, err)
+	}
+	if _, err := reopened.Get(ctx, "acme", "research", uuid.NewString()); !errors.Is(err, analysis.ErrNotFound) {
+		t.Fatalf("Get of an unknown job = %v", err)
+	}
+}

@@ -1,0 +1,251 @@
+package jobstore
+
+import (
+	"container/list"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
+)
+
+// archivedCacheSize bounds the cache of archived jobs kept on FerretDB, so
+// that watchers and pollers of analyses that just finished read memory,
+// not the (ever growing) archive.
+const archivedCacheSize = 4096
+
+// mirror is what the store keeps in memory on FerretDB: a copy of the live
+// set, the set of archived job ids and a cache of recently archived jobs.
+// With this process the only writer (see the package comment), the store
+// updates it with every write it makes, so it is exact: a job is live if
+// and only if the mirror says so, and archived only if its id is in the
+// set. A job whose write had an unknown outcome becomes "unknown" and is
+// read again.
+type mirror struct {
+	mu   sync.Mutex
+	jobs map[string]*analysis.Job // guarded by mu: live job id → copy; nil: live or not, unknown
+	// sent holds, for live jobs this process inserted, every outbox entry
+	// pushed to their document since (ids and subjects): all the outbox
+	// can hold, as the relay only takes entries away.
+	sent map[string][]events.OutboxEntry // guarded by mu
+	// archived holds the ids of archived jobs (and of some that failed to
+	// be): looking up a job in neither collection — a child not created
+	// yet — reads nothing. Ids are UUIDs, kept in 16 bytes.
+	archived      map[uuid.UUID]struct{}   // guarded by mu
+	archivedOther map[string]struct{}      // guarded by mu: ids that are not UUIDs
+	cache         map[string]*list.Element // guarded by mu: archived job id → element of lru
+	lru           *list.List               // guarded by mu: *analysis.Job, most recent first
+}
+
+// newMirror returns a mirror of a live set holding jobs and of an archive
+// holding the jobs with ids archived.
+func newMirror(jobs []*analysis.Job, archived []string) *mirror {
+	m := &mirror{
+		jobs: make(map[string]*analysis.Job, len(jobs)), sent: map[string][]events.OutboxEntry{},
+		archived: make(map[uuid.UUID]struct{}, len(archived)), archivedOther: map[string]struct{}{},
+		cache: map[string]*list.Element{}, lru: list.New(),
+	}
+	for _, j := range jobs {
+		m.jobs[j.ID] = j
+	}
+	for _, id := range archived {
+		m.addArchived(id)
+	}
+	return m
+}
+
+func (m *mirror) addArchived(id string) {
+	if u, err := uuid.Parse(id); err == nil && u.String() == id {
+		m.archived[u] = struct{}{}
+		return
+	}
+	m.archivedOther[id] = struct{}{}
+}
+
+func (m *mirror) isArchived(id string) bool {
+	if u, err := uuid.Parse(id); err == nil && u.String() == id {
+		_, ok := m.archived[u]
+		return ok
+	}
+	_, ok := m.archivedOther[id]
+	return ok
+}
+
+// live returns a copy of the live job id (nil if it is not live) and
+// whether the mirror knows.
+func (m *mirror) live(id string) (*analysis.Job, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	j, ok := m.jobs[id]
+	switch {
+	case ok && j != nil:
+		return copyJob(j), true
+	case ok:
+		return nil, false
+	default:
+		return nil, true
+	}
+}
+
+// stored records that j is now stored in the live set, with outbox pushed
+// to its document; inserted says the write created the document.
+func (m *mirror) stored(j *analysis.Job, outbox []events.OutboxEntry, inserted bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.jobs[j.ID] = copyJob(j)
+	sent, known := m.sent[j.ID]
+	if !inserted && !known {
+		return
+	}
+	if inserted {
+		sent = nil
+	}
+	for _, e := range outbox {
+		sent = append(sent, events.OutboxEntry{ID: e.ID, Subject: e.Subject})
+	}
+	m.sent[j.ID] = sent
+}
+
+// outbox returns a copy of live job id (nil if not live) and every entry
+// its outbox may hold, if the mirror knows them.
+func (m *mirror) outbox(id string) (*analysis.Job, []events.OutboxEntry, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	j, ok := m.jobs[id]
+	switch {
+	case !ok:
+		return nil, nil, true
+	case j == nil:
+		return nil, nil, false
+	}
+	sent, known := m.sent[id]
+	if !known {
+		return nil, nil, false
+	}
+	return copyJob(j), slices.Clone(sent), true
+}
+
+// forget makes the state of job id unknown, after a write whose outcome is
+// unknown.
+func (m *mirror) forget(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.jobs[id] = nil
+	delete(m.sent, id)
+}
+
+// learned records what a read of the live set found for an unknown job:
+// j, or nil if it is not live. Newer knowledge is never overwritten.
+func (m *mirror) learned(id string, j *analysis.Job) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur, ok := m.jobs[id]
+	switch {
+	case ok && cur != nil:
+		if j != nil && j.Version > cur.Version {
+			m.jobs[id] = copyJob(j)
+			delete(m.sent, id)
+		}
+	case j != nil:
+		m.jobs[id] = copyJob(j)
+	case ok:
+		delete(m.jobs, id) // an unknown job turned out not to be live
+	}
+}
+
+// mayBeArchived records that jobs may have been written to the archive.
+func (m *mirror) mayBeArchived(jobs []*analysis.Job) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, j := range jobs {
+		m.addArchived(j.ID)
+	}
+}
+
+// archivedNow records that j moved from the live set to the archive.
+func (m *mirror) archivedNow(j *analysis.Job) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.jobs, j.ID)
+	delete(m.sent, j.ID)
+	m.cacheArchived(j)
+}
+
+// archivedRead caches an archived job that was read.
+func (m *mirror) archivedRead(j *analysis.Job) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cacheArchived(j)
+}
+
+func (m *mirror) cacheArchived(j *analysis.Job) {
+	m.addArchived(j.ID)
+	if e, ok := m.cache[j.ID]; ok {
+		e.Value = copyJob(j)
+		m.lru.MoveToFront(e)
+		return
+	}
+	m.cache[j.ID] = m.lru.PushFront(copyJob(j))
+	for m.lru.Len() > archivedCacheSize {
+		last := m.lru.Back()
+		m.lru.Remove(last)
+		delete(m.cache, last.Value.(*analysis.Job).ID)
+	}
+}
+
+// archivedJob returns a copy of the cached archived job id, or nil and
+// whether the archive may hold it.
+func (m *mirror) archivedJob(id string) (j *analysis.Job, maybe bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.cache[id]; ok {
+		m.lru.MoveToFront(e)
+		return copyJob(e.Value.(*analysis.Job)), true
+	}
+	return nil, m.isArchived(id)
+}
+
+// liveBefore returns, in id order, up to limit live jobs with an id after
+// afterID that were last written before updatedBefore, and the ids of jobs
+// in an unknown state, which the caller must read.
+func (m *mirror) liveBefore(updatedBefore time.Time, afterID string, limit int) (jobs []*analysis.Job, unknown []string) {
+	m.mu.Lock()
+	for id, j := range m.jobs {
+		switch {
+		case id <= afterID:
+		case j == nil:
+			unknown = append(unknown, id)
+		case j.UpdateTime.Before(updatedBefore):
+			jobs = append(jobs, copyJob(j))
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(jobs, func(a, b *analysis.Job) int { return strings.Compare(a.ID, b.ID) })
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+	}
+	return jobs, unknown
+}
+
+// copyJob returns a copy of j that shares nothing mutable with it.
+func copyJob(j *analysis.Job) *analysis.Job {
+	c := *j
+	c.AllowedTools = slices.Clone(j.AllowedTools)
+	c.Plan = slices.Clone(j.Plan)
+	c.StartTime = clonePtr(j.StartTime)
+	c.EndTime = clonePtr(j.EndTime)
+	c.LeaseUntil = clonePtr(j.LeaseUntil)
+	return &c
+}
+
+func clonePtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	c := *t
+	return &c
+}
