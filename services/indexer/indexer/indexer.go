@@ -80,6 +80,8 @@ type Config struct {
 	HNSWM              int `env:"INDEXER_HNSW_M" default:"16" help:"HNSW links per node (level 0 keeps twice as many)"`
 	HNSWEfConstruction int `env:"INDEXER_HNSW_EF_CONSTRUCTION" default:"160" help:"HNSW candidate list size while inserting"`
 	HNSWEfSearch       int `env:"INDEXER_HNSW_EF_SEARCH" default:"400" help:"HNSW candidate list size while searching"`
+	// RRFVectorWeight weighs the vector ranking in hybrid fusion.
+	RRFVectorWeight float64 `env:"INDEXER_RRF_VECTOR_WEIGHT" default:"1" help:"weight of the vector ranking in reciprocal rank fusion (BM25's is 1); lower it for a weak embedder"`
 	// MaxContentBytes caps an ingested document.
 	MaxContentBytes int `env:"INDEXER_MAX_CONTENT_BYTES" default:"8388608" help:"largest raw_content accepted, in bytes"`
 	// ReconcileOnStart repairs interrupted work and stale indexes at start.
@@ -100,6 +102,9 @@ func (c *Config) validate() error {
 	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("INDEXER_DATA_DIR must not be empty"))
+	}
+	if c.RRFVectorWeight <= 0 {
+		errs = append(errs, errors.New("INDEXER_RRF_VECTOR_WEIGHT must be positive"))
 	}
 	if c.ExtractionWorkers <= 0 {
 		errs = append(errs, errors.New("INDEXER_EXTRACTION_WORKERS must be positive"))
@@ -163,7 +168,8 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	}
 	indexes, err := hybrid.NewManager(hybrid.ManagerOptions{
 		Dir: cfg.DataDir, Embedder: emb.Name(), Dimensions: emb.Dimensions(), Logger: log,
-		Vector: vector.Params{M: cfg.HNSWM, EfConstruction: cfg.HNSWEfConstruction, EfSearch: cfg.HNSWEfSearch},
+		Vector:       vector.Params{M: cfg.HNSWM, EfConstruction: cfg.HNSWEfConstruction, EfSearch: cfg.HNSWEfSearch},
+		VectorWeight: cfg.RRFVectorWeight,
 	})
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -46,8 +47,28 @@ func main() {
 	dir := flag.String("corpus", "testdata/eval", "directory with documents.jsonl and queries.jsonl")
 	k := flag.Int("k", 10, "cut-off for recall")
 	verbose := flag.Bool("v", false, "print per-query ranks")
+	weights := flag.String("vector-weights", "0.3", "extra hybrid runs with these RRF vector weights (comma-separated; plain RRF, weight 1, always runs)")
 	flag.Parse()
-	res, err := evaluate(*dir, *k, *verbose)
+	var ws []float64
+	for _, w := range strings.Split(*weights, ",") {
+		if v, err := strconv.ParseFloat(strings.TrimSpace(w), 64); err == nil && v > 0 && v != 1 {
+			ws = append(ws, v)
+		}
+	}
+	res, err := evaluate(*dir, *k, *verbose, 1)
+	for _, w := range ws {
+		if err != nil {
+			break
+		}
+		var more []result
+		more, err = evaluate(*dir, *k, false, w)
+		for _, r := range more {
+			if r.name == "hybrid (RRF)" {
+				r.name = fmt.Sprintf("hybrid (RRF, vector weight %g)", w)
+				res = append(res, r)
+			}
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "eval:", err)
 		os.Exit(1)
@@ -67,7 +88,8 @@ type result struct {
 }
 
 // evaluate indexes the corpus and scores each retriever.
-func evaluate(dir string, k int, verbose bool) ([]result, error) {
+// vectorWeight is the RRF weight of the vector ranking (1: plain RRF).
+func evaluate(dir string, k int, verbose bool, vectorWeight float64) ([]result, error) {
 	var docs []doc
 	var queries []query
 	if err := readJSONL(filepath.Join(dir, "documents.jsonl"), &docs); err != nil {
@@ -82,7 +104,7 @@ func evaluate(dir string, k int, verbose bool) ([]result, error) {
 	}
 	defer os.RemoveAll(tmp)
 	emb := embed.LocalHash{}
-	m, err := hybrid.NewManager(hybrid.ManagerOptions{Dir: tmp, Embedder: emb.Name(), Dimensions: emb.Dimensions()})
+	m, err := hybrid.NewManager(hybrid.ManagerOptions{Dir: tmp, Embedder: emb.Name(), Dimensions: emb.Dimensions(), VectorWeight: vectorWeight})
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +132,9 @@ func evaluate(dir string, k int, verbose bool) ([]result, error) {
 	if err := m.Write(scope, func(tx hybrid.Tx) error { return tx.Add(chunks) }); err != nil {
 		return nil, err
 	}
-	fmt.Printf("corpus: %d documents, %d chunks, %d queries (indexed in %v)\n\n", len(docs), len(chunks), len(queries), time.Since(start).Round(time.Millisecond))
+	if vectorWeight == 1 { // extra runs print only their table line
+		fmt.Printf("corpus: %d documents, %d chunks, %d queries (indexed in %v)\n\n", len(docs), len(chunks), len(queries), time.Since(start).Round(time.Millisecond))
+	}
 
 	var out []result
 	for _, mode := range []struct {

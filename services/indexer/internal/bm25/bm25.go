@@ -9,10 +9,12 @@ package bm25
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 
 	"github.com/blevesearch/bleve/v2"
 	"github.com/blevesearch/bleve/v2/analysis/analyzer/keyword"
@@ -32,6 +34,7 @@ const (
 	fieldDoc         = "doc"
 	fieldSourceType  = "source_type"
 	fieldContentType = "content_type"
+	fieldLen         = "len"
 )
 
 // Doc is one chunk to index.
@@ -69,9 +72,18 @@ type Hit struct {
 	Score float64
 }
 
-// Index is a BM25 index in a directory. It is safe for concurrent use.
+// keyTotal is the internal key holding the token count of all chunks,
+// for BM25's average document length; each chunk's own count is a stored
+// field (fieldLen), read back when the chunk is replaced or deleted.
+const keyTotal = "bm25/total_tokens"
+
+// Index is a BM25 index in a directory. It is safe for concurrent use;
+// writes are serialised.
 type Index struct {
 	idx bleve.Index
+
+	mu    sync.Mutex // serialises writes; guards total
+	total int64      // tokens in all indexed chunks (persisted at keyTotal)
 }
 
 // Open opens the index in dir, creating it if dir does not hold one.
@@ -90,7 +102,48 @@ func Open(dir string) (*Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bm25: open %s: %w", dir, err)
 	}
-	return &Index{idx: idx}, nil
+	ix := &Index{idx: idx}
+	if b, err := idx.GetInternal([]byte(keyTotal)); err == nil && len(b) > 0 {
+		v, _ := binary.Varint(b)
+		ix.total = v
+	}
+	return ix, nil
+}
+
+func (ix *Index) totalTokens() int64 {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.total
+}
+
+// tokens counts the tokens the text field's analyzer produces, which is
+// the field length bleve records in the postings' norms.
+func (ix *Index) tokens(text string) int64 {
+	an := ix.idx.Mapping().AnalyzerNamed(en.AnalyzerName)
+	return int64(len(an.Analyze([]byte(text))))
+}
+
+// storedLen returns the token count stored with a chunk, or 0 if the
+// chunk is not indexed.
+func (ix *Index) storedLen(key string) int64 {
+	doc, err := ix.idx.Document(key)
+	if err != nil || doc == nil {
+		return 0
+	}
+	var n int64
+	doc.VisitFields(func(f bleveindex.Field) {
+		if nf, ok := f.(bleveindex.NumericField); ok && f.Name() == fieldLen {
+			if v, err := nf.Number(); err == nil {
+				n = int64(v)
+			}
+		}
+	})
+	return n
+}
+
+func varint(v int64) []byte {
+	b := make([]byte, binary.MaxVarintLen64)
+	return b[:binary.PutVarint(b, v)]
 }
 
 // newMapping indexes the text with the English analyzer and the
@@ -122,6 +175,12 @@ func newMapping() mapping.IndexMapping {
 		return f
 	}
 	dm := bleve.NewDocumentStaticMapping()
+	ln := bleve.NewNumericFieldMapping()
+	ln.Index = false
+	ln.Store = true
+	ln.IncludeInAll = false
+	ln.DocValues = false
+	dm.AddFieldMappingsAt(fieldLen, ln)
 	dm.AddFieldMappingsAt(fieldText, text())
 	dm.AddFieldMappingsAt(fieldDoc, kw())
 	dm.AddFieldMappingsAt(fieldSourceType, kw())
@@ -135,9 +194,21 @@ func (ix *Index) Add(docs []Doc) error {
 	if len(docs) == 0 {
 		return nil
 	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	total := ix.total
 	b := ix.idx.NewBatch()
+	inBatch := map[string]int64{} // a key twice in one batch: the last wins
 	for _, d := range docs {
+		n := ix.tokens(d.Text)
+		old, ok := inBatch[d.Key]
+		if !ok {
+			old = ix.storedLen(d.Key)
+		}
+		inBatch[d.Key] = n
+		total += n - old
 		if err := b.Index(d.Key, map[string]any{
+			fieldLen:         float64(n),
 			fieldText:        d.Text,
 			fieldDoc:         d.Doc,
 			fieldSourceType:  strconv.Itoa(int(d.SourceType)),
@@ -146,9 +217,11 @@ func (ix *Index) Add(docs []Doc) error {
 			return fmt.Errorf("bm25: index %s: %w", d.Key, err)
 		}
 	}
+	b.SetInternal([]byte(keyTotal), varint(total))
 	if err := ix.idx.Batch(b); err != nil {
 		return fmt.Errorf("bm25: batch: %w", err)
 	}
+	ix.total = total
 	return nil
 }
 
@@ -157,13 +230,24 @@ func (ix *Index) Delete(keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	total := ix.total
 	b := ix.idx.NewBatch()
+	seen := map[string]bool{}
 	for _, k := range keys {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		total -= ix.storedLen(k)
 		b.Delete(k)
 	}
+	b.SetInternal([]byte(keyTotal), varint(total))
 	if err := ix.idx.Batch(b); err != nil {
 		return fmt.Errorf("bm25: delete batch: %w", err)
 	}
+	ix.total = total
 	return nil
 }
 

@@ -96,3 +96,41 @@ func TestSearchFilterDeleteReopen(t *testing.T) {
 		t.Fatalf("after delete and reopen, hits = %v, want [c4]", got)
 	}
 }
+
+// TestTokenTotalsTrackLiveChunks: the token total behind BM25's average
+// document length follows adds, replacements and deletes, and survives a
+// reopen.
+func TestTokenTotalsTrackLiveChunks(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir() + "/ix"
+	ix, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := func(docs ...Doc) {
+		t.Helper()
+		if err := ix.Add(docs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(Doc{Key: "a", Text: "ledger timeout payments"}, Doc{Key: "b", Text: "copper iron"}, Doc{Key: "a", Text: "ledger timeout"})
+	if got := ix.totalTokens(); got != 4 {
+		t.Fatalf("total after adding = %d, want 4 (a replaced in the same batch)", got)
+	}
+	add(Doc{Key: "b", Text: "copper iron ore prices"})
+	if err := ix.Delete([]string{"a", "missing"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ix.totalTokens(); got != 4 {
+		t.Fatalf("total after replace and delete = %d, want 4", got)
+	}
+	ix.Close()
+	ix, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if got := ix.totalTokens(); got != 4 {
+		t.Fatalf("total after reopen = %d, want 4", got)
+	}
+}

@@ -171,19 +171,14 @@ func internalID(n uint64) bleveindex.IndexInternalID {
 // falls back to the exhaustive evaluation.
 var errIDFormat = errors.New("bm25: unexpected internal id format")
 
-var dbgNext, dbgAdv, dbgSeedCands, dbgP int
-var dbgOnce = true
-
 // next moves a term's reader to its next posting.
 func (t *qterm) next() error {
-	dbgNext++
 	d, err := t.tfr.Next(t.cur)
 	return t.set(d, err)
 }
 
 // advance moves a term's reader to the first posting at or after n.
 func (t *qterm) advance(n uint64) error {
-	dbgAdv++
 	d, err := t.tfr.Advance(internalID(n), t.cur)
 	return t.set(d, err)
 }
@@ -212,13 +207,9 @@ func (ix *Index) openTerms(ctx context.Context, r bleveindex.IndexReader, text s
 	if err != nil || n == 0 {
 		return nil, scorer{}, err
 	}
-	card := 0
-	if br, ok := r.(bleveindex.BM25Reader); ok {
-		if card, err = br.FieldCardinality(fieldText); err != nil {
-			return nil, scorer{}, err
-		}
-	}
-	sc := scorer{avgdl: math.Max(float64(card)/float64(n), 1)}
+	// The average length comes from the token counts Add records (bleve's
+	// own "field cardinality" counts distinct terms, not tokens).
+	sc := scorer{avgdl: math.Max(float64(ix.totalTokens())/float64(n), 1)}
 	an := ix.idx.Mapping().AnalyzerNamed(en.AnalyzerName)
 	if an == nil {
 		return nil, scorer{}, fmt.Errorf("bm25: analyzer %s missing", en.AnalyzerName)
@@ -310,13 +301,6 @@ func maxScore(ctx context.Context, r bleveindex.IndexReader, terms []*qterm, sc 
 		if p == len(terms) {
 			break // no document can beat the top k any more
 		}
-		if steps == 100 {
-			dbgP += p
-		}
-		if steps == 0 && dbgOnce {
-			dbgOnce = false
-			fmt.Println("θ", θ, "cum", cum, "T", sc.terms, "heap", len(h.hs), "seeded", len(seeded))
-		}
 		// The next document: the smallest current number among essential terms.
 		d := uint64(exhausted)
 		for _, t := range terms[p:] {
@@ -400,7 +384,6 @@ func seed(ctx context.Context, r bleveindex.IndexReader, terms []*qterm, sc scor
 			return nil, err
 		}
 	}
-	dbgSeedCands += len(cands)
 	nums := make([]uint64, 0, len(cands))
 	for d := range cands {
 		nums = append(nums, d)
@@ -432,14 +415,6 @@ func seed(ctx context.Context, r bleveindex.IndexReader, terms []*qterm, sc scor
 			if t.num == d {
 				score += sc.contribution(t, t.cur)
 				matched++
-			}
-		}
-		if dbgOnce && len(h.hs) < 3 {
-			fmt.Println("seed doc", d, "raw", score, "matched", matched, "avgdl", sc.avgdl)
-			for _, t := range scorers {
-				if t.num == d {
-					fmt.Println("  term", string(t.term), "tf", t.cur.Freq, "norm", t.cur.Norm, "idf", t.idf, "qtf", t.qtf)
-				}
 			}
 		}
 		h.offer(scored{num: d, score: sc.final(score, matched)})

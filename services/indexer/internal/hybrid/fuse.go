@@ -32,8 +32,11 @@ type Hit struct {
 }
 
 // Fuse merges two ranked lists by reciprocal rank fusion and returns the
-// best k. Ties break by key, so equal inputs give equal outputs.
-func Fuse(kw []bm25.Hit, vec []vector.Hit, k int) []Hit {
+// best k: score = Σ w/(RRFK + rank), with weight 1 for BM25 and
+// vectorWeight for the vector list (1 is plain RRF; a weak embedder, such
+// as the built-in one, may deserve less). Ties break by key, so equal
+// inputs give equal outputs.
+func Fuse(kw []bm25.Hit, vec []vector.Hit, k int, vectorWeight float64) []Hit {
 	byKey := map[string]*Hit{}
 	var order []*Hit
 	get := func(key string) *Hit {
@@ -53,7 +56,7 @@ func Fuse(kw []bm25.Hit, vec []vector.Hit, k int) []Hit {
 	for i, h := range vec {
 		f := get(h.Key)
 		f.VectorScore = float64(h.Score)
-		f.Score += 1 / float64(RRFK+i+1)
+		f.Score += vectorWeight / float64(RRFK+i+1)
 	}
 	out := make([]Hit, len(order))
 	for i, h := range order {

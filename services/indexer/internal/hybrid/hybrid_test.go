@@ -16,7 +16,7 @@ func TestFuseRewardsAgreement(t *testing.T) {
 	t.Parallel()
 	kw := []bm25.Hit{{Key: "a", Score: 9}, {Key: "b", Score: 5}, {Key: "c", Score: 1}, {Key: "e", Score: 0.5}}
 	vec := []vector.Hit{{Key: "d", Score: 0.9}, {Key: "b", Score: 0.8}, {Key: "f", Score: 0.7}, {Key: "c", Score: 0.6}}
-	got := Fuse(kw, vec, 4)
+	got := Fuse(kw, vec, 4, 1)
 	keys := []string{got[0].Key, got[1].Key, got[2].Key, got[3].Key}
 	// b is 2nd in both lists and c 3rd and 4th: agreement beats a and d,
 	// each 1st in one list only (tied, so ordered by key).

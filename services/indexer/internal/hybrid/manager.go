@@ -33,6 +33,9 @@ type ManagerOptions struct {
 	Vector vector.Params
 	// SnapshotBytes overrides the vector log size that triggers a snapshot.
 	SnapshotBytes int64
+	// VectorWeight is the RRF weight of the vector ranking (BM25's is 1);
+	// 0 means 1.
+	VectorWeight float64
 	// Logger receives notices; nil discards them.
 	Logger *slog.Logger
 }
@@ -60,6 +63,9 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.VectorWeight <= 0 {
+		opts.VectorWeight = 1
 	}
 	return &Manager{opts: opts, log: log, shards: map[Scope]*Shard{}, stale: map[Scope]bool{}}, nil
 }
@@ -109,7 +115,7 @@ func (m *Manager) Shard(s Scope) (*Shard, error) {
 	if sh, ok := m.shards[s]; ok {
 		return sh, nil
 	}
-	sh, stale, err := openShard(m.dir(s), m.manifest(), m.vectorOptions(), m.log)
+	sh, stale, err := openShard(m.dir(s), m.manifest(), m.vectorOptions(), m.opts.VectorWeight, m.log)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +203,7 @@ func (m *Manager) Rebuild(s Scope, fill func(add func([]Chunk) error) error) err
 	if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("hybrid: rebuild: %w", err)
 	}
-	fresh, _, err := openShard(tmp, m.manifest(), m.vectorOptions(), m.log)
+	fresh, _, err := openShard(tmp, m.manifest(), m.vectorOptions(), m.opts.VectorWeight, m.log)
 	if err != nil {
 		return err
 	}
@@ -240,7 +246,7 @@ func (m *Manager) Rebuild(s Scope, fill func(add func([]Chunk) error) error) err
 	if err := os.RemoveAll(trash); err != nil {
 		m.log.Warn("removing the replaced shard", "dir", trash, "error", err)
 	}
-	sh, _, err := openShard(final, m.manifest(), m.vectorOptions(), m.log)
+	sh, _, err := openShard(final, m.manifest(), m.vectorOptions(), m.opts.VectorWeight, m.log)
 	if err != nil {
 		return err
 	}

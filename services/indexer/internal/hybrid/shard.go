@@ -65,8 +65,9 @@ type manifest struct {
 	Dimensions int    `json:"dimensions"`
 }
 
-// manifestFormat changes when the on-disk layout does.
-const manifestFormat = 1
+// manifestFormat changes when the on-disk layout does (2: BM25 records
+// token counts for the average document length).
+const manifestFormat = 2
 
 // errClosed means a shard was closed (replaced by a rebuild) under a caller.
 var errClosed = errors.New("hybrid: shard closed")
@@ -74,9 +75,10 @@ var errClosed = errors.New("hybrid: shard closed")
 // Shard is one scope's pair of indexes. Writes are serialised (writeMu) and
 // every write goes to both indexes; searches run concurrently with writes.
 type Shard struct {
-	dir string
-	bm  *bm25.Index
-	vec *vector.Store
+	dir          string
+	bm           *bm25.Index
+	vec          *vector.Store
+	vectorWeight float64 // RRF weight of the vector list
 
 	writeMu sync.Mutex   // serialises writes; a rebuild holds it throughout
 	life    sync.RWMutex // searches and writes hold it shared; Close exclusively
@@ -86,7 +88,7 @@ type Shard struct {
 // openShard opens the shard in dir for the given embedder. A directory
 // built for another embedder or format is wiped first; stale reports that,
 // so the caller rebuilds it from the document store.
-func openShard(dir string, m manifest, vopts vector.StoreOptions, log *slog.Logger) (sh *Shard, stale bool, err error) {
+func openShard(dir string, m manifest, vopts vector.StoreOptions, vectorWeight float64, log *slog.Logger) (sh *Shard, stale bool, err error) {
 	mpath := filepath.Join(dir, "manifest.json")
 	if data, err := os.ReadFile(mpath); err == nil {
 		var got manifest
@@ -117,7 +119,7 @@ func openShard(dir string, m manifest, vopts vector.StoreOptions, log *slog.Logg
 		bm.Close()
 		return nil, false, err
 	}
-	return &Shard{dir: dir, bm: bm, vec: vec}, stale, nil
+	return &Shard{dir: dir, bm: bm, vec: vec, vectorWeight: vectorWeight}, stale, nil
 }
 
 // Tx writes to a shard. It is valid only inside the function given to
@@ -243,7 +245,7 @@ func (s *Shard) Search(ctx context.Context, q string, qv []float32, k int, mode 
 				out = append(out, Hit{Key: h.Key, Score: float64(h.Score), VectorScore: float64(h.Score)})
 			}
 		default:
-			out = Fuse(kw, vec, k)
+			out = Fuse(kw, vec, k, s.vectorWeight)
 		}
 		return nil
 	})
