@@ -26,6 +26,14 @@ func (s *Sim) compose(r *Request, rp *reply) *answer {
 		a.toolCalls = rp.toolCalls
 		a.finish = rp.finish
 	}
+	if rp == nil {
+		// A request that must call a tool gets a call with arguments valid
+		// against the tool's schema, so forced-tool flows (planning) can be
+		// tried end to end on the simulator too.
+		if call, ok := forcedToolCall(r); ok {
+			a.toolCalls = []ToolCall{call}
+		}
+	}
 	switch {
 	case rp != nil && rp.text != nil:
 		a.content = *rp.text
@@ -271,4 +279,40 @@ func resolveRef(root map[string]any, ref string) map[string]any {
 	}
 	m, _ := cur.(map[string]any)
 	return m
+}
+
+// forcedToolCall is the default call for a request whose tool_choice is
+// "required" (the first tool) or names a function (that tool): its arguments
+// are an instance of the tool's parameters schema.
+func forcedToolCall(r *Request) (ToolCall, bool) {
+	var name string
+	switch tc := r.ToolChoice.(type) {
+	case string:
+		if tc != "required" || len(r.Tools) == 0 {
+			return ToolCall{}, false
+		}
+		name = r.Tools[0]
+	case map[string]any:
+		fn, _ := tc["function"].(map[string]any)
+		name, _ = fn["name"].(string)
+	}
+	if name == "" {
+		return ToolCall{}, false
+	}
+	params := map[string]any{"type": "object"}
+	tools, _ := r.Body["tools"].([]any)
+	for _, tv := range tools {
+		t, _ := tv.(map[string]any)
+		fn, _ := t["function"].(map[string]any)
+		if fn["name"] == name {
+			if p, ok := fn["parameters"].(map[string]any); ok {
+				params = p
+			}
+		}
+	}
+	args, err := json.Marshal(Instance(params))
+	if err != nil {
+		return ToolCall{}, false
+	}
+	return ToolCall{Name: name, Arguments: string(args)}, true
 }

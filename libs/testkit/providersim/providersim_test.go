@@ -257,3 +257,54 @@ func TestInMemoryNeedsNoPort(t *testing.T) {
 		t.Errorf("count %d body %s", sim.Count(), body)
 	}
 }
+
+func TestDefaultAnswerCallsAForcedTool(t *testing.T) {
+	t.Parallel()
+	sim := providersim.Start(t, providersim.Options{})
+	tools := `"tools":[{"type":"function","function":{"name":"first","parameters":{"type":"object"}}},` +
+		`{"type":"function","function":{"name":"get_stock_price","parameters":{"type":"object","required":["ticker"],"properties":{"ticker":{"type":"string","minLength":1}}}}}]`
+	tests := []struct {
+		name, choice, want string
+	}{
+		{"required calls the first tool", `"required"`, "first"},
+		{"named function", `{"type":"function","function":{"name":"get_stock_price"}}`, "get_stock_price"},
+		{"auto answers in text", `"auto"`, ""},
+	}
+	for _, tc := range tests {
+		_, body := post(t, nil, sim.URL+"/chat/completions",
+			`{"model":"m",`+tools+`,"tool_choice":`+tc.choice+`,"messages":[{"role":"user","content":"Analyse BHP"}]}`)
+		var resp struct {
+			Choices []struct {
+				Message struct {
+					Content   string
+					ToolCalls []struct {
+						Function struct{ Name, Arguments string }
+					} `json:"tool_calls"`
+				} `json:"message"`
+				FinishReason string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(body), &resp); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		msg := resp.Choices[0].Message
+		if tc.want == "" {
+			if len(msg.ToolCalls) != 0 || !strings.HasPrefix(msg.Content, providersim.SimulatedPrefix) {
+				t.Errorf("%s: got %+v", tc.name, msg)
+			}
+			continue
+		}
+		if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Name != tc.want || resp.Choices[0].FinishReason != "tool_calls" {
+			t.Fatalf("%s: got %+v finish %q", tc.name, msg, resp.Choices[0].FinishReason)
+		}
+		var args map[string]any
+		if err := json.Unmarshal([]byte(msg.ToolCalls[0].Function.Arguments), &args); err != nil {
+			t.Fatalf("%s: arguments %q: %v", tc.name, msg.ToolCalls[0].Function.Arguments, err)
+		}
+		if tc.want == "get_stock_price" {
+			if s, _ := args["ticker"].(string); s == "" {
+				t.Errorf("%s: arguments %v miss the required ticker", tc.name, args)
+			}
+		}
+	}
+}
