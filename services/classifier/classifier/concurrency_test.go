@@ -133,7 +133,15 @@ func TestUndecodableCheckpointStopsTheRun(t *testing.T) {
 			importSample(t, s.client)
 			in.models.ScriptPlans(meshtest.NewPlan(3, nil))
 			runID, _ := startRun(t, s.client, "classify")
-			if _, err := in.db.Collection(checkpoint.Collection).UpdateOne(testCtx(t), bson.D{{Key: "_id", Value: runID}}, damage); err != nil {
+			// FerretDB applies updates as unisolated read-and-write: damage
+			// written while the publisher still removes relayed events from
+			// the outbox could be overwritten. Damage a settled document.
+			coll := in.db.Collection(checkpoint.Collection)
+			testkit.Eventually(t, 10*time.Second, func() bool {
+				n, err := coll.CountDocuments(testCtx(t), bson.D{{Key: "_id", Value: runID}, {Key: "outbox.0", Value: bson.D{{Key: "$exists", Value: true}}}})
+				return err == nil && n == 0
+			}, "outbox of run %s never drained", runID)
+			if _, err := coll.UpdateOne(testCtx(t), bson.D{{Key: "_id", Value: runID}}, damage); err != nil {
 				t.Fatal(err)
 			}
 			if r := getRun(t, s.client, runID); !strings.Contains(r.GetStopReason(), "cannot be decoded") {
