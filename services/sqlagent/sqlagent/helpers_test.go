@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -69,39 +67,6 @@ func openSQLite(t *testing.T, path string) *sql.DB {
 	return db
 }
 
-// run starts a service's Run on a loopback listener and waits until ready;
-// it stops the service in t.Cleanup and returns the address.
-func run(t *testing.T, name string, start func(ctx context.Context, rt service.Runtime) error) string {
-	t.Helper()
-	lis := testkit.Listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- start(ctx, service.Runtime{
-			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Listener: lis,
-			Ready:    func() { close(ready) },
-		})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("%s Run: %v", name, err)
-	case <-time.After(20 * time.Second):
-		cancel()
-		t.Fatalf("%s not ready within 20s", name)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("%s Run returned %v", name, err)
-		}
-	})
-	return lis.Addr().String()
-}
-
 // startModel starts the provider simulator and the real model gateway in
 // front of it, serving the logical model "sql".
 func startModel(t *testing.T) (*providersim.Server, string) {
@@ -121,7 +86,7 @@ func startModel(t *testing.T) (*providersim.Server, string) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	addr := run(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error { return modelgateway.Run(ctx, &cfg, rt) })
+	addr := testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error { return modelgateway.Run(ctx, &cfg, rt) })
 	return sim, addr
 }
 
@@ -143,7 +108,7 @@ func startAgent(t *testing.T, modelAddr, conns string, extra map[string]string) 
 	if err := config.Load("", &cfg, config.Map(vars)); err != nil {
 		t.Fatal(err)
 	}
-	addr := run(t, "sqlagent", func(ctx context.Context, rt service.Runtime) error { return sqlagent.Run(ctx, &cfg, rt) })
+	addr := testkit.RunService(t, "sqlagent", func(ctx context.Context, rt service.Runtime) error { return sqlagent.Run(ctx, &cfg, rt) })
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -7,8 +7,6 @@ import (
 	"image"
 	"image/color"
 	"image/png"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -69,7 +67,7 @@ func startMesh(t *testing.T, f providersim.Flavor, env map[string]string) *mesh 
 	})); err != nil {
 		t.Fatalf("model gateway config: %v", err)
 	}
-	gwAddr := serve(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
+	gwAddr := testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
 		return modelgateway.Run(ctx, &gwCfg, rt)
 	})
 
@@ -81,7 +79,7 @@ func startMesh(t *testing.T, f providersim.Flavor, env map[string]string) *mesh 
 	if err := config.Load("", &cfg, config.Map(vars)); err != nil {
 		t.Fatalf("vision config: %v", err)
 	}
-	addr := serve(t, "vision", func(ctx context.Context, rt service.Runtime) error {
+	addr := testkit.RunService(t, "vision", func(ctx context.Context, rt service.Runtime) error {
 		return vision.Run(ctx, &cfg, rt)
 	})
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -90,39 +88,6 @@ func startMesh(t *testing.T, f providersim.Flavor, env map[string]string) *mesh 
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return &mesh{sim: sim, client: visionv1.NewVisionServiceClient(conn)}
-}
-
-// serve runs a service's Run on a loopback listener until the test ends and
-// returns its address once it is ready. A Run error fails the test.
-func serve(t *testing.T, name string, run func(context.Context, service.Runtime) error) string {
-	t.Helper()
-	lis := testkit.Listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, service.Runtime{
-			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Listener: lis,
-			Ready:    func() { close(ready) },
-		})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("%s: Run: %v", name, err)
-	case <-time.After(20 * time.Second):
-		cancel()
-		t.Fatalf("%s not ready within 20s", name)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("%s: Run returned %v", name, err)
-		}
-	})
-	return lis.Addr().String()
 }
 
 // pngImage returns a small, real PNG whose pixels depend on seed, so two

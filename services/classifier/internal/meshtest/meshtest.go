@@ -11,7 +11,6 @@ package meshtest
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,7 +18,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentmesh/agentmesh/libs/config"
 	"github.com/agentmesh/agentmesh/libs/service"
@@ -66,31 +64,10 @@ models:
 	if err != nil {
 		t.Fatalf("meshtest: model gateway config: %v", err)
 	}
-	lis := testkit.Listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- modelgateway.Run(ctx, &cfg, service.Runtime{
-			Logger: slog.New(slog.DiscardHandler), Listener: lis, Ready: func() { close(ready) },
-		})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("meshtest: model gateway: %v", err)
-	case <-time.After(15 * time.Second):
-		cancel()
-		t.Fatal("meshtest: model gateway not ready within 15s")
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("meshtest: model gateway: %v", err)
-		}
+	addr := testkit.RunService(t, "meshtest: model gateway", func(ctx context.Context, rt service.Runtime) error {
+		return modelgateway.Run(ctx, &cfg, rt)
 	})
-	return &Models{Sim: sim, Addr: lis.Addr().String()}
+	return &Models{Sim: sim, Addr: addr}
 }
 
 // Plan is a plan answer as the planning model writes it.

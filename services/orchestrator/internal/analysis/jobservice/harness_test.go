@@ -151,29 +151,9 @@ models:
 	})); err != nil {
 		t.Fatal(err)
 	}
-	lis := testkit.Listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- modelgateway.Run(ctx, &cfg, service.Runtime{
-			Logger: slog.New(slog.DiscardHandler), Listener: lis, Ready: func() { close(ready) },
-		})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("modelgateway.Run: %v", err)
-	case <-time.After(15 * time.Second):
-		cancel()
-		t.Fatal("model gateway not ready within 15s")
-	}
-	t.Cleanup(func() {
-		cancel()
-		<-done
+	return testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
+		return modelgateway.Run(ctx, &cfg, rt)
 	})
-	return lis.Addr().String()
 }
 
 // dial connects to a gRPC address, closed in t.Cleanup.
