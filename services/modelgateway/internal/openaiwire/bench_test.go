@@ -39,13 +39,14 @@ func BenchmarkEncode(b *testing.B) {
 	} {
 		b.Run(name, func(b *testing.B) {
 			req := benchRequest()
+			var buf []byte
 			b.ReportAllocs()
 			for b.Loop() {
 				wr, err := openaiwire.Encode(req, &d, true)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := json.Marshal(wr); err != nil {
+				if buf, err = wr.AppendJSON(buf[:0]); err != nil {
 					b.Fatal(err)
 				}
 			}

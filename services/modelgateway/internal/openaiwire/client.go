@@ -32,17 +32,22 @@ func (c *Client) Dialect() *Dialect { return &c.d }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// marshal encodes v into a pooled buffer. A *ChatRequest without extras is
-// encoded directly, skipping the MarshalJSON round trip (and the
-// re-validation encoding/json does of a Marshaler's output).
+// marshal encodes v into a pooled buffer; a *ChatRequest appends itself
+// (AppendJSON), anything else goes through encoding/json.
 func marshal(v any) (*bytes.Buffer, error) {
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
+	if cr, ok := v.(*ChatRequest); ok {
+		b, err := cr.AppendJSON(buf.AvailableBuffer())
+		if err != nil {
+			bufPool.Put(buf)
+			return nil, err
+		}
+		buf.Write(b)
+		return buf, nil
+	}
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
-	if cr, ok := v.(*ChatRequest); ok && len(cr.Extra) == 0 {
-		v = (*chatRequestFields)(cr)
-	}
 	if err := enc.Encode(v); err != nil {
 		bufPool.Put(buf)
 		return nil, err

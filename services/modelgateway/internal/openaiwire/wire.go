@@ -7,7 +7,6 @@ package openaiwire
 
 import (
 	"encoding/json"
-	"sort"
 )
 
 // ChatRequest is the body of POST /chat/completions.
@@ -34,39 +33,9 @@ type ChatRequest struct {
 	Extra map[string]any `json:"-"`
 }
 
-// chatRequestFields avoids MarshalJSON recursion.
-type chatRequestFields ChatRequest
-
-// MarshalJSON encodes the request with Extra merged in.
+// MarshalJSON encodes the request with Extra merged in (see AppendJSON).
 func (r *ChatRequest) MarshalJSON() ([]byte, error) {
-	b, err := json.Marshal((*chatRequestFields)(r))
-	if err != nil || len(r.Extra) == 0 {
-		return b, err
-	}
-	var present map[string]json.RawMessage
-	if err := json.Unmarshal(b, &present); err != nil {
-		return nil, err
-	}
-	keys := make([]string, 0, len(r.Extra))
-	for k := range r.Extra {
-		if _, ok := present[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	b = b[:len(b)-1]
-	for _, k := range keys {
-		kb, _ := json.Marshal(k)
-		vb, err := json.Marshal(r.Extra[k])
-		if err != nil {
-			return nil, err
-		}
-		b = append(b, ',')
-		b = append(b, kb...)
-		b = append(b, ':')
-		b = append(b, vb...)
-	}
-	return append(b, '}'), nil
+	return r.AppendJSON(nil)
 }
 
 // Message is one chat message on the wire.
