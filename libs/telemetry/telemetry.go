@@ -36,7 +36,7 @@ type Config struct {
 	// OTLPInsecure turns off TLS to the collector.
 	OTLPInsecure bool `env:"OTEL_EXPORTER_OTLP_INSECURE" default:"true" help:"plaintext connection to the OTLP collector"`
 	// SampleRatio is the fraction of root traces sampled.
-	SampleRatio float64 `env:"OTEL_TRACES_SAMPLER_RATIO" default:"1" help:"fraction of traces sampled (0..1)"`
+	SampleRatio float64 `env:"OTEL_TRACES_SAMPLER_RATIO" default:"1" help:"fraction of root traces sampled (0..1) when an OTLP endpoint is set; without one no span is recorded (logs still carry trace ids)"`
 }
 
 // Telemetry holds the installed providers.
@@ -67,7 +67,7 @@ func Setup(ctx context.Context, serviceName, version string, cfg Config) (*Telem
 	meterOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promExp)}
 	traceOpts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
+		sdktrace.WithSampler(sampler(cfg)),
 	}
 
 	if cfg.OTLPEndpoint != "" {
@@ -94,6 +94,17 @@ func Setup(ctx context.Context, serviceName, version string, cfg Config) (*Telem
 	otel.SetMeterProvider(t.meter)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	return t, nil
+}
+
+// sampler samples cfg.SampleRatio of root traces when spans are exported.
+// Without an exporter no span is recorded (recording one nobody reads costs
+// CPU on every call), but spans still get trace and span ids: logs carry
+// them and they propagate to other services, so logs join across the mesh.
+func sampler(cfg Config) sdktrace.Sampler {
+	if cfg.OTLPEndpoint == "" {
+		return sdktrace.NeverSample()
+	}
+	return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))
 }
 
 func endpointURL(cfg Config) string {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 
@@ -31,6 +32,26 @@ func TestLoggerAddsTraceIDs(t *testing.T) {
 	}
 	if rec["trace_id"] != span.SpanContext().TraceID().String() || rec["service"] != "svc" {
 		t.Fatalf("record = %v", rec)
+	}
+	if span.IsRecording() {
+		t.Fatal("span recorded with no exporter configured")
+	}
+}
+
+func TestSpansRecordedWhenExported(t *testing.T) {
+	tel, err := telemetry.Setup(context.Background(), "svc", "test", telemetry.Config{OTLPEndpoint: "127.0.0.1:1", OTLPInsecure: true, SampleRatio: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = tel.Shutdown(ctx) // the collector does not exist
+	}()
+	_, span := otel.Tracer("t").Start(context.Background(), "op")
+	defer span.End()
+	if !span.IsRecording() {
+		t.Fatal("span not recorded with an exporter configured and ratio 1")
 	}
 }
 
