@@ -8,5 +8,6 @@ import (
 )
 
 func main() {
+	modelgateway.TuneGC()
 	service.Main(modelgateway.Name, &modelgateway.Config{}, modelgateway.Run)
 }
