@@ -25,7 +25,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +39,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/config"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	"github.com/agentmesh/agentmesh/libs/service"
+	"github.com/agentmesh/agentmesh/libs/telemetry"
 	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
 )
 
@@ -46,8 +47,10 @@ func main() {
 	var (
 		serve    = flag.Bool("serve-gateway", false, "internal: run the gateway (child process)")
 		duration = flag.Duration("duration", 10*time.Second, "load duration per rate and path")
+		rounds   = flag.Int("rounds", 5, "alternate direct and gateway this many times per rate (the duration is split between rounds), so slow drift on the machine hits both paths alike")
 		rates    = flag.String("rates", "500,1000,2000", "request rates to run, per second")
 		latency  = flag.Duration("upstream-latency", 20*time.Millisecond, "mock upstream latency")
+		modes    = flag.String("modes", "unary,stream", "modes to run: unary (Chat), stream (ChatStream time to first chunk)")
 	)
 	flag.Parse()
 	if *serve {
@@ -57,7 +60,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(*duration, *rates, *latency); err != nil {
+	if err := run(*duration, *rounds, *rates, *modes, *latency); err != nil {
 		fmt.Fprintln(os.Stderr, "loadbench:", err)
 		os.Exit(1)
 	}
@@ -66,6 +69,7 @@ func main() {
 // serveGateway runs modelgateway.Run configured from the environment on a
 // loopback port and prints "ADDR <host:port>".
 func serveGateway() error {
+	modelgateway.TuneGC() // as the gateway's own binary does
 	var cfg modelgateway.Config
 	if err := config.Load("", &cfg, config.Env()); err != nil {
 		return err
@@ -86,6 +90,13 @@ func serveGateway() error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	// Telemetry as a deployed gateway has it: SDK meter and tracer
+	// providers (Prometheus reader, every trace sampled), no exporter.
+	tel, err := telemetry.Setup(ctx, modelgateway.Name, service.Version, cfg.Telemetry)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tel.Shutdown(context.Background()) }()
 	ready := func() { fmt.Printf("ADDR %s\n", lis.Addr()) }
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return modelgateway.Run(ctx, &cfg, service.Runtime{Logger: log, Listener: lis, Server: cfg.Server, Ready: ready})
@@ -146,7 +157,10 @@ models:
   chat: [{provider: mock, model: bench-model}]
 `
 
-func run(duration time.Duration, rateList string, latency time.Duration) error {
+func run(duration time.Duration, rounds int, rateList, modeList string, latency time.Duration) error {
+	if rounds < 1 {
+		return fmt.Errorf("-rounds: must be at least 1")
+	}
 	var rates []int
 	for _, s := range strings.Split(rateList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -181,8 +195,11 @@ func run(duration time.Duration, rateList string, latency time.Duration) error {
 	child := exec.Command(self, "-serve-gateway")
 	child.Env = append(os.Environ(), "MODELGATEWAY_CONFIG="+routingFile, "METRICS_ADDR=", "LOG_LEVEL=warn",
 		"MODELGATEWAY_PROBE_INTERVAL=1h")
-	if v := os.Getenv("LOADBENCH_GATEWAY_GOMAXPROCS"); v != "" {
-		child.Env = append(child.Env, "GOMAXPROCS="+v)
+	// LOADBENCH_GW_X=v sets X=v for the gateway only (GOGC, GOMAXPROCS, …).
+	for _, kv := range os.Environ() {
+		if rest, ok := strings.CutPrefix(kv, "LOADBENCH_GW_"); ok {
+			child.Env = append(child.Env, rest)
+		}
 	}
 	child.Stderr = os.Stderr
 	out, err := child.StdoutPipe()
@@ -225,20 +242,32 @@ func run(duration time.Duration, rateList string, latency time.Duration) error {
 	b.load(200, warm, b.viaGateway)
 	b.load(200, warm, b.direct1)
 
-	fmt.Printf("model gateway overhead: upstream mock latency %v, %v per rate and path, GOMAXPROCS=%s, %d CPUs\n\n",
-		latency, duration, envOr("GOMAXPROCS", "default"), numCPU())
+	fmt.Printf("model gateway overhead: upstream mock latency %v, %v per rate and path in %d alternating rounds, GOMAXPROCS=%s, %d CPUs\n\n",
+		latency, duration, rounds, envOr("GOMAXPROCS", "default"), numCPU())
 	fmt.Println("| mode | target RPS | path | achieved RPS | errors | p50 | p99 | overhead p50 | overhead p99 | gateway CPU/request | gateway peak RSS |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
-	for _, mode := range []string{"unary", "stream TTFC"} {
+	for _, mode := range strings.Split(modeList, ",") {
+		mode = strings.TrimSpace(mode)
+		if mode != "unary" && mode != "stream" {
+			return fmt.Errorf("-modes: unknown mode %q (want unary or stream)", mode)
+		}
+		if mode == "stream" {
+			mode = "stream TTFC"
+		}
 		for _, rate := range rates {
 			gwFn, directFn := b.viaGateway, b.direct1
 			if mode != "unary" {
 				gwFn, directFn = b.viaGatewayStream, b.directStream1
 			}
-			d := b.load(rate, duration, directFn)
-			cpu0 := cpuTime(child.Process.Pid)
-			g := b.load(rate, duration, gwFn)
-			cpu := cpuTime(child.Process.Pid) - cpu0
+			var ds, gs []sample
+			var cpu time.Duration
+			for range rounds {
+				ds = append(ds, b.load(rate, duration/time.Duration(rounds), directFn))
+				cpu0 := cpuTime(child.Process.Pid)
+				gs = append(gs, b.load(rate, duration/time.Duration(rounds), gwFn))
+				cpu += cpuTime(child.Process.Pid) - cpu0
+			}
+			d, g := summarize(ds), summarize(gs)
 			rss := peakRSS(child.Process.Pid)
 			fmt.Printf("| %s | %d | direct | %.0f | %d | %s | %s | | | | |\n", mode, rate, d.rps, d.errors, us(d.p50), us(d.p99))
 			fmt.Printf("| %s | %d | gateway | %.0f | %d | %s | %s | %s | %s | %s | %s |\n", mode, rate, g.rps, g.errors, us(g.p50), us(g.p99),
@@ -366,12 +395,40 @@ type result struct {
 	firstErr error
 }
 
+// sample is one load run: every request's latency, and errors.
+type sample struct {
+	lat      []time.Duration
+	elapsed  time.Duration
+	errors   int64
+	firstErr error
+}
+
+// summarize pools the latencies of several runs.
+func summarize(runs []sample) result {
+	var r result
+	var lat []time.Duration
+	var elapsed time.Duration
+	for _, s := range runs {
+		lat = append(lat, s.lat...)
+		elapsed += s.elapsed
+		r.errors += s.errors
+		if r.firstErr == nil {
+			r.firstErr = s.firstErr
+		}
+	}
+	slices.Sort(lat)
+	r.n = len(lat)
+	r.rps = float64(r.n) / elapsed.Seconds()
+	r.p50, r.p99 = lat[r.n/2], lat[r.n*99/100]
+	return r
+}
+
 // load sends rate requests per second for d, open loop: each request is
 // due at a fixed time and its latency counts from then, so a slow server
 // cannot slow the load down (no coordinated omission).
-func (b *bench) load(rate int, d time.Duration, fn func(context.Context) error) result {
+func (b *bench) load(rate int, d time.Duration, fn func(context.Context) error) sample {
 	interval := time.Second / time.Duration(rate)
-	n := int(d / interval)
+	n := max(int(d/interval), 1)
 	lat := make([]time.Duration, n)
 	var errs atomic.Int64
 	var firstErr atomic.Pointer[error]
@@ -396,13 +453,11 @@ func (b *bench) load(rate int, d time.Duration, fn func(context.Context) error) 
 		}(i, due)
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	r := result{n: n, rps: float64(n) / elapsed.Seconds(), errors: errs.Load(), p50: lat[n/2], p99: lat[n*99/100]}
+	s := sample{lat: lat, elapsed: time.Since(start), errors: errs.Load()}
 	if p := firstErr.Load(); p != nil {
-		r.firstErr = *p
+		s.firstErr = *p
 	}
-	return r
+	return s
 }
 
 func us(d time.Duration) string {
