@@ -60,7 +60,7 @@ func BenchmarkDecodeResponse(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		var cr openaiwire.ChatResponse
-		if err := json.Unmarshal([]byte(benchResponse), &cr); err != nil {
+		if err := openaiwire.DecodeChatResponse([]byte(benchResponse), &cr); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := openaiwire.DecodeResponse("p", &cr); err != nil {

@@ -56,7 +56,7 @@ func marshal(v any) (*bytes.Buffer, error) {
 }
 
 // decode reads a whole (small, non-streaming) body into a pooled buffer and
-// unmarshals it. Leading blank lines, which DeepSeek sends under load, are
+// unmarshals it (a *ChatResponse with DecodeChatResponse). Leading blank lines, which DeepSeek sends under load, are
 // whitespace to the decoder.
 func decode(r io.Reader, v any) error {
 	buf := bufPool.Get().(*bytes.Buffer)
@@ -67,6 +67,9 @@ func decode(r io.Reader, v any) error {
 	}
 	if len(bytes.TrimSpace(buf.Bytes())) == 0 {
 		return io.EOF
+	}
+	if cr, ok := v.(*ChatResponse); ok {
+		return DecodeChatResponse(buf.Bytes(), cr)
 	}
 	return json.Unmarshal(buf.Bytes(), v)
 }

@@ -3,7 +3,6 @@ package openaiwire
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 
@@ -134,7 +133,7 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 			break
 		}
 		chunk = StreamChunk{}
-		if err := json.Unmarshal(data, &chunk); err != nil {
+		if err := DecodeChunk(data, &chunk); err != nil {
 			return llm.Errorf(provider, llm.KindBadResponse, "unparsable stream chunk: %v", err)
 		}
 		if len(chunk.Error) > 0 && string(chunk.Error) != "null" {
