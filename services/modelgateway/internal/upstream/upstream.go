@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -33,23 +32,16 @@ type Timeouts struct {
 	Request time.Duration
 }
 
-// NewTransport returns an HTTP transport for one provider: connect timeout,
-// keep-alive connection reuse sized for maxConns concurrent requests.
-func NewTransport(connectTimeout time.Duration, maxConns int) *http.Transport {
+// NewTransport returns the HTTP transport for one provider: an H1Transport
+// (HTTP/1.1, each exchange in the caller's goroutine) with the connect
+// timeout, keeping up to maxConns idle keep-alive connections so that
+// maxConns concurrent requests reuse theirs. Requests through a proxy from
+// the environment go through net/http's Transport.
+func NewTransport(connectTimeout time.Duration, maxConns int) *H1Transport {
 	if maxConns <= 0 {
 		maxConns = 64
 	}
-	d := &net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           d.DialContext,
-		TLSHandshakeTimeout:   connectTimeout,
-		MaxIdleConns:          maxConns * 2,
-		MaxIdleConnsPerHost:   maxConns,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		ForceAttemptHTTP2:     true,
-	}
+	return NewH1Transport(connectTimeout, maxConns)
 }
 
 // Client sends requests to one provider.
