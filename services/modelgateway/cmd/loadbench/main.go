@@ -3,8 +3,11 @@
 // gateway as a child process (so its peak RSS is its own), and drives a
 // fixed-rate open-loop load through (a) ModelService.Chat and (b) straight
 // to the mock, then the same for streaming time to first chunk, printing
-// achieved RPS, errors, p50/p99 of each path, the overhead a−b and the
-// gateway's peak RSS (VmHWM).
+// achieved RPS, errors, p50/p99 of each path, the overhead a−b, the
+// gateway's CPU time and read/write system calls per request, how busy the
+// machine's CPUs were while the gateway path ran, and the gateway's peak
+// RSS (VmHWM). The two paths alternate in rounds so that drift on a shared
+// machine hits both alike.
 //
 //	go run ./services/modelgateway/cmd/loadbench -duration 10s -rates 500,1000,2000
 package main
@@ -60,6 +63,9 @@ func main() {
 		}
 		return
 	}
+	// The load generator's own collector pauses land in both paths' tails;
+	// it gets the gateway's setting so they stay rare.
+	modelgateway.TuneGC()
 	if err := run(*duration, *rounds, *rates, *modes, *latency); err != nil {
 		fmt.Fprintln(os.Stderr, "loadbench:", err)
 		os.Exit(1)
@@ -244,8 +250,8 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 
 	fmt.Printf("model gateway overhead: upstream mock latency %v, %v per rate and path in %d alternating rounds, GOMAXPROCS=%s, %d CPUs\n\n",
 		latency, duration, rounds, envOr("GOMAXPROCS", "default"), numCPU())
-	fmt.Println("| mode | target RPS | path | achieved RPS | errors | p50 | p99 | overhead p50 | overhead p99 | gateway CPU/request | gateway peak RSS |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| mode | target RPS | path | achieved RPS | errors | p50 | p99 | overhead p50 | overhead p99 | gateway CPU/request | gateway syscalls/request | machine CPU busy | gateway peak RSS |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, mode := range strings.Split(modeList, ",") {
 		mode = strings.TrimSpace(mode)
 		if mode != "unary" && mode != "stream" {
@@ -261,17 +267,22 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 			}
 			var ds, gs []sample
 			var cpu time.Duration
+			var sys, busy, total int64
 			for range rounds {
 				ds = append(ds, b.load(rate, duration/time.Duration(rounds), directFn))
-				cpu0 := cpuTime(child.Process.Pid)
+				cpu0, sys0 := cpuTime(child.Process.Pid), syscalls(child.Process.Pid)
+				busy0, total0 := machineBusy()
 				gs = append(gs, b.load(rate, duration/time.Duration(rounds), gwFn))
 				cpu += cpuTime(child.Process.Pid) - cpu0
+				sys += syscalls(child.Process.Pid) - sys0
+				busy1, total1 := machineBusy()
+				busy, total = busy+busy1-busy0, total+total1-total0
 			}
 			d, g := summarize(ds), summarize(gs)
 			rss := peakRSS(child.Process.Pid)
-			fmt.Printf("| %s | %d | direct | %.0f | %d | %s | %s | | | | |\n", mode, rate, d.rps, d.errors, us(d.p50), us(d.p99))
-			fmt.Printf("| %s | %d | gateway | %.0f | %d | %s | %s | %s | %s | %s | %s |\n", mode, rate, g.rps, g.errors, us(g.p50), us(g.p99),
-				us(g.p50-d.p50), us(g.p99-d.p99), us(cpu/time.Duration(g.n)), rss)
+			fmt.Printf("| %s | %d | direct | %.0f | %d | %s | %s | | | | | | |\n", mode, rate, d.rps, d.errors, us(d.p50), us(d.p99))
+			fmt.Printf("| %s | %d | gateway | %.0f | %d | %s | %s | %s | %s | %s | %.1f | %s | %s |\n", mode, rate, g.rps, g.errors, us(g.p50), us(g.p99),
+				us(g.p50-d.p50), us(g.p99-d.p99), us(cpu/time.Duration(g.n)), float64(sys)/float64(g.n), percent(busy, total), rss)
 			if g.firstErr != nil || d.firstErr != nil {
 				fmt.Printf("|  first errors: gateway %v; direct %v |\n", g.firstErr, d.firstErr)
 			}
@@ -476,6 +487,49 @@ func cpuTime(pid int) time.Duration {
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	const ticks = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / ticks
+}
+
+// syscalls reads the read and write system calls process pid made
+// (syscr + syscw in /proc/pid/io).
+func syscalls(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, k := range []string{"syscr:", "syscw:"} {
+			if v, ok := strings.CutPrefix(l, k); ok {
+				c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+// machineBusy reads the machine's busy and total CPU ticks (/proc/stat).
+func machineBusy() (busy, total int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseInt(f, 10, 64)
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, total
+}
+
+func percent(part, whole int64) string {
+	if whole == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(part)/float64(whole))
 }
 
 // peakRSS reads VmHWM of process pid.
