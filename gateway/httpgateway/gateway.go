@@ -13,7 +13,8 @@
 // Without configured keys the gateway runs open, for development.
 //
 // Besides the API: /healthz and /readyz (every service's grpc.health.v1
-// status), /livez, /openapi.json and, when given, /metrics.
+// status), /livez, /openapi.json and, when given, /metrics (which takes an
+// API key when keys are configured).
 //
 // Run serves the gateway; Handler builds the same http.Handler over
 // connections the caller has dialled, for tests.
@@ -87,7 +88,9 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 	root.HandleFunc("GET /livez", serveLive)
 	root.HandleFunc("GET /openapi.json", serveOpenAPI)
 	if metrics != nil {
-		root.Handle("GET /metrics", metrics)
+		// Metrics name tenants' models and routes: on the public port they
+		// take an API key like the API (scrapers send it as a bearer token).
+		root.Handle("GET /metrics", g.authenticate(metrics))
 	}
 	root.Handle("/", api)
 	return g.observe(g.recoverPanics(g.cors(root))), nil

@@ -130,3 +130,27 @@ func TestMetricsServedWhenGiven(t *testing.T) {
 		}
 	}
 }
+
+func TestMetricsTakeAnAPIKeyWhenKeysAreSet(t *testing.T) {
+	t.Parallel()
+	m := startBackends(t, fakes{})
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("up 1\n")) })
+	h, err := httpgateway.Handler(&httpgateway.Config{APIKeys: "scrape-key=ops"}, m.backends, nil, metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{{"", http.StatusUnauthorized}, {"wrong", http.StatusUnauthorized}, {"scrape-key", http.StatusOK}} {
+		req, _ := http.NewRequest("GET", "/metrics", nil)
+		if tc.key != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.key)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != tc.want {
+			t.Errorf("key %q: /metrics status %d, want %d", tc.key, rec.Code, tc.want)
+		}
+	}
+}
