@@ -74,15 +74,17 @@ func (s *scanner) null() bool {
 	return s.peek() == 'n' && s.literal("null")
 }
 
-// object reads an object, calling member for each key with the scanner at
-// the value. Keys must be unique and match the known ones exactly, so no
-// case-insensitive or duplicate-key rule of encoding/json comes into play.
-func (s *scanner) object(known []string, member func(key string) bool) bool {
+// members reads an object, or null (which leaves the target as it was, as
+// encoding/json does for a struct), reading each key with key and calling
+// value with the scanner at the member's value.
+func (s *scanner) members(key func() ([]byte, bool), value func(key []byte) bool) bool {
+	if s.null() {
+		return true
+	}
 	if s.peek() != '{' {
 		return false
 	}
 	s.i++
-	var seen uint64
 	if s.peek() == '}' {
 		s.i++
 		return true
@@ -91,36 +93,13 @@ func (s *scanner) object(known []string, member func(key string) bool) bool {
 		if s.peek() != '"' {
 			return false
 		}
-		key, ok := s.rawString()
-		if !ok {
-			return false
-		}
-		if s.peek() != ':' {
+		k, ok := key()
+		if !ok || s.peek() != ':' {
 			return false
 		}
 		s.i++
-		idx := -1
-		for j, k := range known {
-			if string(key) == k {
-				idx = j
-				break
-			}
-		}
-		if idx < 0 {
-			if foldsToAny(key, known) {
-				return false
-			}
-			if !s.skip() {
-				return false
-			}
-		} else {
-			if seen&(1<<idx) != 0 {
-				return false
-			}
-			seen |= 1 << idx
-			if !member(known[idx]) {
-				return false
-			}
+		if !value(k) {
+			return false
 		}
 		switch s.peek() {
 		case ',':
@@ -132,6 +111,26 @@ func (s *scanner) object(known []string, member func(key string) bool) bool {
 			return false
 		}
 	}
+}
+
+// object reads an object (or null) into a struct, calling member for each
+// known key with the scanner at the value and skipping the others. Keys
+// must be unique and match the known ones exactly, so no case-insensitive
+// or duplicate-key rule of encoding/json comes into play.
+func (s *scanner) object(known []string, member func(key string) bool) bool {
+	var seen uint64
+	return s.members(s.rawString, func(key []byte) bool {
+		for j, k := range known {
+			if string(key) == k {
+				if seen&(1<<j) != 0 {
+					return false
+				}
+				seen |= 1 << j
+				return member(k)
+			}
+		}
+		return !foldsToAny(key, known) && s.skip()
+	})
 }
 
 // foldsToAny reports whether key would match a known key under
@@ -331,18 +330,28 @@ func (s *scanner) hex4() (rune, bool) {
 	return r, true
 }
 
-// optString reads a string or null into *p (null leaves it nil).
-func (s *scanner) optString(p **string) bool {
+// optional reads null (setting *p to nil) or a value into a new T, as
+// encoding/json does for a pointer field.
+func optional[T any](s *scanner, p **T, read func(*T) bool) bool {
 	if s.null() {
 		*p = nil
 		return true
 	}
-	v, ok := s.str()
-	if !ok {
-		return false
+	*p = new(T)
+	return read(*p)
+}
+
+// list reads an array into *p as encoding/json does for a slice: null is
+// nil, [] is empty (not nil), each element read by elem.
+func list[T any](s *scanner, p *[]T, elem func(*T) bool) bool {
+	*p = nil
+	if s.peek() == '[' {
+		*p = []T{}
 	}
-	*p = &v
-	return true
+	return s.array(func() bool {
+		*p = append(*p, *new(T))
+		return elem(&(*p)[len(*p)-1])
+	})
 }
 
 // stringField reads a string or null (which leaves *p as it was).
@@ -406,95 +415,21 @@ func (s *scanner) intField(p *int) bool {
 	return true
 }
 
-func (s *scanner) optInt(p **int) bool {
-	if s.null() {
-		*p = nil
-		return true
-	}
-	var n int
-	if !s.intField(&n) {
-		return false
-	}
-	*p = &n
-	return true
-}
-
-func (s *scanner) optInt64(p **int64) bool {
-	if s.null() {
-		*p = nil
-		return true
-	}
-	n, ok := s.integer()
-	if !ok {
-		return false
-	}
-	*p = &n
-	return true
-}
-
 // skip reads and discards any valid JSON value.
 func (s *scanner) skip() bool {
 	switch s.peek() {
-	case '{':
+	case '{', '[':
 		if s.depth++; s.depth > maxSkipDepth {
 			return false
 		}
-		s.i++
-		if s.peek() == '}' {
-			s.i++
-			s.depth--
-			return true
+		var ok bool
+		if s.peek() == '{' {
+			ok = s.members(s.anyKey, func([]byte) bool { return s.skip() })
+		} else {
+			ok = s.array(s.skip)
 		}
-		for {
-			if s.peek() != '"' {
-				return false
-			}
-			if _, ok := s.str(); !ok {
-				return false
-			}
-			if s.peek() != ':' {
-				return false
-			}
-			s.i++
-			if !s.skip() {
-				return false
-			}
-			switch s.peek() {
-			case ',':
-				s.i++
-			case '}':
-				s.i++
-				s.depth--
-				return true
-			default:
-				return false
-			}
-		}
-	case '[':
-		if s.depth++; s.depth > maxSkipDepth {
-			return false
-		}
-		s.i++
-		if s.peek() == ']' {
-			s.i++
-			s.depth--
-			return true
-		}
-		for {
-			if !s.skip() {
-				return false
-			}
-			switch s.peek() {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
-				s.depth--
-				return true
-			default:
-				return false
-			}
-		}
+		s.depth--
+		return ok
 	case '"':
 		_, ok := s.str()
 		return ok
@@ -507,6 +442,12 @@ func (s *scanner) skip() bool {
 	default:
 		return s.number()
 	}
+}
+
+// anyKey reads a key of an object being skipped: any valid string.
+func (s *scanner) anyKey() ([]byte, bool) {
+	_, ok := s.str()
+	return nil, ok
 }
 
 // number reads a JSON number.
@@ -574,29 +515,14 @@ var (
 )
 
 func (s *scanner) chunk(c *StreamChunk) bool {
-	if s.null() {
-		return true
-	}
 	return s.object(chunkKeys, func(key string) bool {
 		switch key {
 		case "model":
 			return s.stringField(&c.Model)
 		case "choices":
-			c.Choices = nil
-			if s.peek() == '[' {
-				c.Choices = []StreamChoice{} // [] decodes to empty, not nil
-			}
-			return s.array(func() bool {
-				c.Choices = append(c.Choices, StreamChoice{})
-				return s.choice(&c.Choices[len(c.Choices)-1])
-			})
+			return list(s, &c.Choices, s.choice)
 		case "usage":
-			if s.null() {
-				c.Usage = nil
-				return true
-			}
-			c.Usage = new(Usage)
-			return s.usage(c.Usage)
+			return optional(s, &c.Usage, s.usage)
 		default: // error
 			return s.raw(&c.Error)
 		}
@@ -604,9 +530,6 @@ func (s *scanner) chunk(c *StreamChunk) bool {
 }
 
 func (s *scanner) choice(ch *StreamChoice) bool {
-	if s.null() {
-		return true
-	}
 	return s.object(choiceKeys, func(key string) bool {
 		switch key {
 		case "index":
@@ -614,57 +537,41 @@ func (s *scanner) choice(ch *StreamChoice) bool {
 		case "delta":
 			return s.delta(&ch.Delta)
 		default: // finish_reason
-			return s.optString(&ch.FinishReason)
+			return optional(s, &ch.FinishReason, s.stringField)
 		}
 	})
 }
 
 func (s *scanner) delta(d *Delta) bool {
-	if s.null() {
-		return true
-	}
 	return s.object(deltaKeys, func(key string) bool {
 		switch key {
 		case "content":
-			return s.optString(&d.Content)
+			return optional(s, &d.Content, s.stringField)
 		case "reasoning_content":
-			return s.optString(&d.ReasoningContent)
+			return optional(s, &d.ReasoningContent, s.stringField)
 		case "reasoning":
-			return s.optString(&d.Reasoning)
+			return optional(s, &d.Reasoning, s.stringField)
 		default: // tool_calls
-			d.ToolCalls = nil
-			if s.peek() == '[' {
-				d.ToolCalls = []ToolCallDelta{}
-			}
-			return s.array(func() bool {
-				d.ToolCalls = append(d.ToolCalls, ToolCallDelta{})
-				return s.toolCall(&d.ToolCalls[len(d.ToolCalls)-1])
-			})
+			return list(s, &d.ToolCalls, s.toolCallDelta)
 		}
 	})
 }
 
-func (s *scanner) toolCall(t *ToolCallDelta) bool {
-	if s.null() {
-		return true
-	}
+func (s *scanner) toolCallDelta(t *ToolCallDelta) bool {
 	return s.object(toolKeys, func(key string) bool {
 		switch key {
 		case "index":
-			return s.optInt(&t.Index)
+			return optional(s, &t.Index, s.intField)
 		case "id":
 			return s.stringField(&t.ID)
 		case "type":
 			return s.stringField(&t.Type)
 		default: // function
-			if s.null() {
-				return true
-			}
 			return s.object(functionKeys, func(key string) bool {
 				if key == "name" {
-					return s.optString(&t.Function.Name)
+					return optional(s, &t.Function.Name, s.stringField)
 				}
-				return s.optString(&t.Function.Arguments)
+				return optional(s, &t.Function.Arguments, s.stringField)
 			})
 		}
 	})
@@ -680,26 +587,16 @@ func (s *scanner) usage(u *Usage) bool {
 		case "total_tokens":
 			return s.int64Field(&u.TotalTokens)
 		case "prompt_cache_hit_tokens":
-			return s.optInt64(&u.PromptCacheHitTokens)
+			return optional(s, &u.PromptCacheHitTokens, s.int64Field)
 		case "prompt_cache_miss_tokens":
-			return s.optInt64(&u.PromptCacheMissTokens)
+			return optional(s, &u.PromptCacheMissTokens, s.int64Field)
 		case "prompt_tokens_details":
-			if s.null() {
-				u.PromptTokensDetails = nil
-				return true
-			}
-			u.PromptTokensDetails = new(PromptDetails)
-			return s.object([]string{"cached_tokens"}, func(string) bool {
-				return s.int64Field(&u.PromptTokensDetails.CachedTokens)
+			return optional(s, &u.PromptTokensDetails, func(d *PromptDetails) bool {
+				return s.object([]string{"cached_tokens"}, func(string) bool { return s.int64Field(&d.CachedTokens) })
 			})
 		default: // completion_tokens_details
-			if s.null() {
-				u.CompletionTokensDetails = nil
-				return true
-			}
-			u.CompletionTokensDetails = new(CompletionsDetails)
-			return s.object([]string{"reasoning_tokens"}, func(string) bool {
-				return s.int64Field(&u.CompletionTokensDetails.ReasoningTokens)
+			return optional(s, &u.CompletionTokensDetails, func(d *CompletionsDetails) bool {
+				return s.object([]string{"reasoning_tokens"}, func(string) bool { return s.int64Field(&d.ReasoningTokens) })
 			})
 		}
 	})
@@ -725,9 +622,6 @@ var (
 )
 
 func (s *scanner) response(r *ChatResponse) bool {
-	if s.null() {
-		return true
-	}
 	return s.object(responseKeys, func(key string) bool {
 		switch key {
 		case "id":
@@ -735,21 +629,9 @@ func (s *scanner) response(r *ChatResponse) bool {
 		case "model":
 			return s.stringField(&r.Model)
 		case "choices":
-			r.Choices = nil
-			if s.peek() == '[' {
-				r.Choices = []Choice{}
-			}
-			return s.array(func() bool {
-				r.Choices = append(r.Choices, Choice{})
-				return s.answer(&r.Choices[len(r.Choices)-1])
-			})
+			return list(s, &r.Choices, s.answer)
 		case "usage":
-			if s.null() {
-				r.Usage = nil
-				return true
-			}
-			r.Usage = new(Usage)
-			return s.usage(r.Usage)
+			return optional(s, &r.Usage, s.usage)
 		default: // error
 			return s.raw(&r.Error)
 		}
@@ -757,59 +639,49 @@ func (s *scanner) response(r *ChatResponse) bool {
 }
 
 func (s *scanner) answer(c *Choice) bool {
-	if s.null() {
-		return true
-	}
 	return s.object(answerKeys, func(key string) bool {
 		switch key {
 		case "index":
 			return s.intField(&c.Index)
 		case "finish_reason":
 			return s.stringField(&c.FinishReason)
+		default: // message
+			return s.message(&c.Message)
 		}
-		m := &c.Message
-		if s.null() {
-			return true
+	})
+}
+
+func (s *scanner) message(m *ResponseMessage) bool {
+	return s.object(messageKeys, func(key string) bool {
+		switch key {
+		case "role":
+			return s.stringField(&m.Role)
+		case "content":
+			return optional(s, &m.Content, s.stringField)
+		case "reasoning_content":
+			return s.stringField(&m.ReasoningContent)
+		case "reasoning":
+			return s.stringField(&m.Reasoning)
+		default: // tool_calls
+			return list(s, &m.ToolCalls, s.toolCall)
 		}
-		return s.object(messageKeys, func(key string) bool {
-			switch key {
-			case "role":
-				return s.stringField(&m.Role)
-			case "content":
-				return s.optString(&m.Content)
-			case "reasoning_content":
-				return s.stringField(&m.ReasoningContent)
-			case "reasoning":
-				return s.stringField(&m.Reasoning)
-			}
-			m.ToolCalls = nil
-			if s.peek() == '[' {
-				m.ToolCalls = []ToolCall{}
-			}
-			return s.array(func() bool {
-				m.ToolCalls = append(m.ToolCalls, ToolCall{})
-				tc := &m.ToolCalls[len(m.ToolCalls)-1]
-				if s.null() {
-					return true
+	})
+}
+
+func (s *scanner) toolCall(tc *ToolCall) bool {
+	return s.object(callKeys, func(key string) bool {
+		switch key {
+		case "id":
+			return s.stringField(&tc.ID)
+		case "type":
+			return s.stringField(&tc.Type)
+		default: // function
+			return s.object(functionKeys, func(key string) bool {
+				if key == "name" {
+					return s.stringField(&tc.Function.Name)
 				}
-				return s.object(callKeys, func(key string) bool {
-					switch key {
-					case "id":
-						return s.stringField(&tc.ID)
-					case "type":
-						return s.stringField(&tc.Type)
-					}
-					if s.null() {
-						return true
-					}
-					return s.object(functionKeys, func(key string) bool {
-						if key == "name" {
-							return s.stringField(&tc.Function.Name)
-						}
-						return s.stringField(&tc.Function.Arguments)
-					})
-				})
+				return s.stringField(&tc.Function.Arguments)
 			})
-		})
+		}
 	})
 }
