@@ -21,7 +21,7 @@ import (
 // and FuzzAppendString hold the output to encoding/json's.
 func (r *ChatRequest) AppendJSON(b []byte) ([]byte, error) {
 	var err error
-	e := objectWriter{b: b}
+	e := objectWriter{b: b, track: len(r.Extra) > 0}
 	e.key("model")
 	e.b = appendString(e.b, r.Model)
 	e.key("messages")
@@ -242,20 +242,25 @@ func (m *Message) appendJSON(b []byte) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// objectWriter writes the members of one JSON object and remembers their
-// keys (so Extra never duplicates one).
+// objectWriter writes the members of one JSON object and, when track is
+// set, remembers their keys (so Extra never duplicates one).
 type objectWriter struct {
-	b    []byte
-	keys []string
+	b     []byte
+	n     int // members written
+	track bool
+	keys  []string
 }
 
 func (o *objectWriter) key(k string) {
-	if len(o.keys) == 0 {
+	if o.n == 0 {
 		o.b = append(o.b, '{')
 	} else {
 		o.b = append(o.b, ',')
 	}
-	o.keys = append(o.keys, k)
+	o.n++
+	if o.track {
+		o.keys = append(o.keys, k)
+	}
 	o.b = appendString(o.b, k)
 	o.b = append(o.b, ':')
 }
