@@ -115,15 +115,7 @@ func (s *Server) StartRun(req *classifierv1.StartRunRequest, stream classifierv1
 	case !utf8.ValidString(instruction):
 		return grpcx.InvalidArgument("instruction", "is not valid UTF-8")
 	}
-	tail, err := s.tail(ctx)
-	if err != nil {
-		return err
-	}
-	drive, err := s.runner.Start(ctx, scope, instruction)
-	if err != nil {
-		return toStatus(err)
-	}
-	return s.forward(ctx, scope, drive, tail, func(ev *classifierv1.RunEvent) error {
+	return s.drive(ctx, scope, func() (*runner.Drive, error) { return s.runner.Start(ctx, scope, instruction) }, func(ev *classifierv1.RunEvent) error {
 		return stream.Send(&classifierv1.StartRunResponse{Event: ev})
 	})
 }
@@ -139,15 +131,7 @@ func (s *Server) ResumeRun(req *classifierv1.ResumeRunRequest, stream classifier
 	if err != nil {
 		return err
 	}
-	tail, err := s.tail(ctx)
-	if err != nil {
-		return err
-	}
-	drive, err := s.runner.Resume(ctx, scope, id)
-	if err != nil {
-		return toStatus(err)
-	}
-	return s.forward(ctx, scope, drive, tail, func(ev *classifierv1.RunEvent) error {
+	return s.drive(ctx, scope, func() (*runner.Drive, error) { return s.runner.Resume(ctx, scope, id) }, func(ev *classifierv1.RunEvent) error {
 		return stream.Send(&classifierv1.ResumeRunResponse{Event: ev})
 	})
 }
@@ -174,15 +158,7 @@ func (s *Server) SendCommand(req *classifierv1.SendCommandRequest, stream classi
 	if feedback != "" && cmd != statemachine.RejectFetch && cmd != statemachine.RejectBatch {
 		return grpcx.InvalidArgument("feedback", "only RejectFetch and RejectBatch take feedback")
 	}
-	tail, err := s.tail(ctx)
-	if err != nil {
-		return err
-	}
-	drive, err := s.runner.Command(ctx, scope, id, cmd, feedback)
-	if err != nil {
-		return toStatus(err)
-	}
-	return s.forward(ctx, scope, drive, tail, func(ev *classifierv1.RunEvent) error {
+	return s.drive(ctx, scope, func() (*runner.Drive, error) { return s.runner.Command(ctx, scope, id, cmd, feedback) }, func(ev *classifierv1.RunEvent) error {
 		return stream.Send(&classifierv1.SendCommandResponse{Event: ev})
 	})
 }
@@ -315,6 +291,21 @@ func (s *Server) ImportConversations(ctx context.Context, req *classifierv1.Impo
 		resp.Rejected = append(resp.Rejected, &classifierv1.RejectedLine{Line: int32(r.Line), Reason: r.Reason})
 	}
 	return resp, nil
+}
+
+// drive notes where the event stream ends, runs start (which moves the run
+// on and returns once it waits or ends), and forwards the run's events
+// from that point: what every streaming RPC of the service does.
+func (s *Server) drive(ctx context.Context, scope *commonv1.Scope, start func() (*runner.Drive, error), send func(*classifierv1.RunEvent) error) error {
+	tail, err := s.tail(ctx)
+	if err != nil {
+		return err
+	}
+	d, err := start()
+	if err != nil {
+		return toStatus(err)
+	}
+	return s.forward(ctx, scope, d, tail, send)
 }
 
 // tail returns the events stream's last sequence: a request's stream
