@@ -339,6 +339,10 @@ func TestLoadRefusesDamage(t *testing.T) {
 func TestListNewestFirstWithCorruptEntries(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t)
+	// Creation order is listing order: runs created within one millisecond
+	// (BSON dates' resolution) would list by id instead.
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.now = func() time.Time { clock = clock.Add(time.Second); return clock }
 	m := machine(t)
 	ctx := context.Background()
 	for i := range 3 {
