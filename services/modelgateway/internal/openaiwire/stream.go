@@ -19,9 +19,18 @@ type SSEReader struct {
 	line []byte
 }
 
-// NewSSEReader reads from r.
+// NewSSEReader reads from r. Call Close when done with it.
 func NewSSEReader(r io.Reader) *SSEReader {
-	return &SSEReader{r: bufio.NewReaderSize(r, 16<<10)}
+	return &SSEReader{r: upstream.AcquireReader(r)}
+}
+
+// Close gives the read buffer back for reuse; the data of the last event is
+// invalid afterwards. It does not close the underlying reader.
+func (s *SSEReader) Close() {
+	if s.r != nil {
+		upstream.ReleaseReader(s.r)
+		s.r = nil
+	}
 }
 
 // Next returns the next event's data, valid until the following call, or
@@ -104,6 +113,7 @@ var doneMarker = []byte("[DONE]")
 // burst of chunks costs the caller one message instead of many.
 func ParseStream(provider string, r io.Reader, progress func(), fail func(error) *llm.Error, sink llm.Sink) error {
 	sr := NewSSEReader(r)
+	defer sr.Close()
 	var pending coalescer
 	pending.sink = sink
 	var (

@@ -322,7 +322,8 @@ func (c *Client) Stream(ctx context.Context, req *llm.Request, sink llm.Sink) er
 // an error even though the HTTP status was 200; a body that ends before the
 // done line is an error too.
 func ParseStream(provider string, r io.Reader, progress func(), fail func(error) *llm.Error, sink llm.Sink) error {
-	br := bufio.NewReaderSize(r, 16<<10)
+	br := upstream.AcquireReader(r)
+	defer upstream.ReleaseReader(br)
 	var cs calls
 	var pending coalescer
 	pending.sink = sink
