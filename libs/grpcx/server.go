@@ -63,6 +63,8 @@ func NewServer(cfg ServerConfig, log *slog.Logger, opts ...grpc.ServerOption) *S
 			streamLog(log),
 		),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	s := &Server{
@@ -115,3 +117,15 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	<-errc
 	return nil
 }
+
+// Flow-control windows, fixed. Left unset, grpc-go estimates the link's
+// bandwidth-delay product by answering every burst of received data with a
+// window update and a ping, which on a busy connection of small calls is one
+// extra frame each way per call: measurable CPU and system calls for a link
+// (pod to pod) whose delay is well under a millisecond. 1 MiB per stream and
+// 4 MiB per connection keep a 32 MiB message moving at gigabytes per second
+// at such delays.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 4 << 20
+)

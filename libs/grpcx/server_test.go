@@ -2,14 +2,20 @@ package grpcx_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -186,4 +192,137 @@ func TestScope(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLargeMessagesUnderFixedWindows: the server and Dial fix their
+// flow-control windows (no bandwidth estimation); a message many times the
+// stream window still arrives whole, on several streams at once, and a
+// client left at grpc-go's defaults is served too.
+func TestLargeMessagesUnderFixedWindows(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("w", 12<<20)
+	impl := &testModels{listModels: func(context.Context) (*modelv1.ListModelsResponse, error) {
+		return &modelv1.ListModelsResponse{Models: []*modelv1.LogicalModel{{Name: big}}}, nil
+	}}
+	_, cc, _, _ := start(t, impl, grpcx.ServerConfig{})
+	plain, err := grpc.NewClient(cc.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var g errgroup.Group
+	for i := range 4 {
+		conn := grpc.ClientConnInterface(cc)
+		if i%2 == 1 {
+			conn = plain
+		}
+		g.Go(func() error {
+			resp, err := modelv1.NewModelServiceClient(conn).ListModels(ctx, &modelv1.ListModelsRequest{})
+			if err != nil {
+				return err
+			}
+			if got := resp.GetModels()[0].GetName(); got != big {
+				return fmt.Errorf("call %d: got %d bytes, want %d", i, len(got), len(big))
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoBandwidthPings: with fixed windows the server answers a run of
+// small calls without a ping of its own per call (grpc-go's bandwidth
+// estimator would send one, with a window update, after each).
+func TestNoBandwidthPings(t *testing.T) {
+	t.Parallel()
+	srv := grpcx.NewServer(grpcx.ServerConfig{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	modelv1.RegisterModelServiceServer(srv.GRPC(), &testModels{listModels: func(context.Context) (*modelv1.ListModelsResponse, error) {
+		return &modelv1.ListModelsResponse{}, nil
+	}})
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	lis := &teeListener{Listener: inner, w: pw}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = srv.Serve(ctx, lis) }()
+
+	frames := make(chan http2.FrameType, 1024)
+	go func() {
+		defer close(frames)
+		fr := http2.NewFramer(io.Discard, pr)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			if p, ok := f.(*http2.PingFrame); ok && p.IsAck() {
+				continue // answers to the client's own pings
+			}
+			frames <- f.Header().Type
+		}
+	}()
+
+	cc, err := grpcx.Dial(inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := modelv1.NewModelServiceClient(cc)
+	const calls = 20
+	for range calls {
+		if _, err := client.ListModels(ctx, &modelv1.ListModelsRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cc.Close()
+	cancel()
+	_ = pw.Close()
+	pings := 0
+	for ft := range frames {
+		if ft == http2.FramePing {
+			pings++
+		}
+	}
+	if pings > 0 {
+		t.Fatalf("server sent %d pings over %d calls, want none", pings, calls)
+	}
+}
+
+// teeListener copies what the server writes on its first connection to w.
+type teeListener struct {
+	net.Listener
+	w    io.Writer
+	once sync.Once
+}
+
+func (l *teeListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tee := false
+	l.once.Do(func() { tee = true })
+	if !tee {
+		return c, nil
+	}
+	return &teeConn{Conn: c, w: l.w}, nil
+}
+
+type teeConn struct {
+	net.Conn
+	w io.Writer
+}
+
+func (c *teeConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	_, _ = c.w.Write(b[:n])
+	return n, err
 }
