@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -95,6 +96,15 @@ func serveGateway() error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if path := os.Getenv("LOADBENCH_MEMPROFILE"); path != "" {
+		runtime.MemProfileRate = 4096
+		defer func() {
+			if f, err := os.Create(path); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				_ = f.Close()
+			}
+		}()
 	}
 	// Telemetry as a deployed gateway has it: SDK meter and tracer
 	// providers (Prometheus reader, every trace sampled), no exporter.
