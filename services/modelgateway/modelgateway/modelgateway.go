@@ -7,7 +7,6 @@ package modelgateway
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"runtime"
 	"strings"
 	"time"
@@ -148,7 +147,7 @@ func build(cfg *Config, rt service.Runtime) (*dispatch.Gateway, func(), error) {
 		}
 		transport := upstream.NewTransport(cfg.ConnectTimeout, be.MaxConcurrency)
 		closers = append(closers, transport.CloseIdleConnections)
-		up := &upstream.Client{Provider: name, BaseURL: strings.TrimRight(base, "/"), HTTP: &http.Client{Transport: transport}, Keys: keys, Timeouts: timeouts}
+		up := &upstream.Client{Provider: name, BaseURL: strings.TrimRight(base, "/"), Transport: transport, Keys: keys, Timeouts: timeouts}
 		switch p.Type {
 		case routing.TypeDeepSeek:
 			be.Provider = deepseek.New(up)

@@ -6,6 +6,7 @@ package credentials
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 )
@@ -73,8 +74,25 @@ func (r *KeyRing) Next() string {
 	if r.Len() == 0 {
 		return ""
 	}
+	return r.keys[r.NextIndex()]
+}
+
+// NextIndex returns the position (in All) of the next key in turn, -1 if
+// there are none. Next and NextIndex share one turn.
+func (r *KeyRing) NextIndex() int {
+	if r.Len() == 0 {
+		return -1
+	}
 	n := r.next.Add(1) - 1
-	return r.keys[n%uint64(len(r.keys))]
+	return int(n % uint64(len(r.keys)))
+}
+
+// All returns the keys in turn order.
+func (r *KeyRing) All() []string {
+	if r == nil {
+		return nil
+	}
+	return slices.Clone(r.keys)
 }
 
 // Scrub returns s with every key replaced by Redacted.

@@ -38,7 +38,7 @@ models:
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := &upstream.Client{Provider: "ds", BaseURL: sim.URL, HTTP: &http.Client{Transport: upstream.NewTransport(time.Second, 4)},
+	up := &upstream.Client{Provider: "ds", BaseURL: sim.URL, Transport: upstream.NewTransport(time.Second, 4),
 		Timeouts: upstream.Timeouts{FirstChunk: 5 * time.Second, Idle: 5 * time.Second}}
 	reader := sdkmetric.NewManualReader()
 	spans := tracetest.NewSpanRecorder()

@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/credentials"
@@ -50,12 +52,50 @@ type Client struct {
 	Provider string
 	// BaseURL is the API base, without a trailing slash.
 	BaseURL string
-	// HTTP sends the requests.
-	HTTP *http.Client
+	// Transport sends the requests (NewTransport's in production). There
+	// is no redirect following: a provider API that answers 3xx is
+	// misconfigured, and the status surfaces as an error.
+	Transport http.RoundTripper
 	// Keys are sent as `Authorization: Bearer` in turn; nil or empty sends none.
 	Keys *credentials.KeyRing
 	// Timeouts bound each request.
 	Timeouts Timeouts
+
+	headersOnce sync.Once
+	// headers are the request headers, built once and shared read-only by
+	// every request (a RoundTripper must not modify them): [0] without a
+	// body, [1] with a JSON body; one per key, in turn order.
+	headers [2][]http.Header
+}
+
+// header returns the headers for the next request.
+func (c *Client) header(jsonBody bool) http.Header {
+	c.headersOnce.Do(func() {
+		keys := c.Keys.All()
+		if len(keys) == 0 {
+			keys = []string{""}
+		}
+		for i := range c.headers {
+			for _, k := range keys {
+				h := http.Header{}
+				if i == 1 {
+					h.Set("Content-Type", "application/json")
+				}
+				if k != "" {
+					h.Set("Authorization", "Bearer "+k)
+				}
+				c.headers[i] = append(c.headers[i], h)
+			}
+		}
+	})
+	hs := c.headers[0]
+	if jsonBody {
+		hs = c.headers[1]
+	}
+	if len(hs) == 1 {
+		return hs[0]
+	}
+	return hs[c.Keys.NextIndex()]
 }
 
 // Timeout causes, so a cancelled read can say which timeout fired.
@@ -113,15 +153,11 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) (*Cal
 		call.Close()
 		return nil, &llm.Error{Provider: c.Provider, Kind: llm.KindInternal, Message: c.scrub(err.Error()), Err: err}
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if key := c.Keys.Next(); key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := c.HTTP.Do(req)
+	req.Header = c.header(body != nil)
+	resp, err := c.Transport.RoundTrip(req)
 	if err != nil {
-		e := call.Fail(err)
+		// As net/http's Client words it: `Post "url": cause`.
+		e := call.Fail(&url.Error{Op: method[:1] + strings.ToLower(method[1:]), URL: req.URL.String(), Err: err})
 		call.Close()
 		return nil, e
 	}
@@ -231,11 +267,16 @@ func (c *Call) Fail(err error) *llm.Error {
 // statusError reads an error response into an llm.Error.
 func (c *Client) statusError(resp *http.Response) *llm.Error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	msg := ErrorMessage(b)
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		msg = fmt.Sprintf("redirected (%d) to %q, and redirects are not followed: set the provider's base_url to the address the API is served at",
+			resp.StatusCode, resp.Header.Get("Location"))
+	}
 	return &llm.Error{
 		Provider:   c.Provider,
 		Kind:       llm.KindFromStatus(resp.StatusCode),
 		Status:     resp.StatusCode,
-		Message:    c.scrub(ErrorMessage(b)),
+		Message:    c.scrub(msg),
 		RetryAfter: RetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 	}
 }

@@ -6,8 +6,6 @@
 package sim
 
 import (
-	"net/http"
-
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/openaiwire"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/provider/openai"
@@ -28,10 +26,10 @@ func New(name string, timeouts upstream.Timeouts) *Provider {
 	s := providersim.New(providersim.Options{Flavor: providersim.OpenAI})
 	mem := s.InMemory()
 	up := &upstream.Client{
-		Provider: name,
-		BaseURL:  mem.BaseURL + "/v1",
-		HTTP:     &http.Client{Transport: mem.Transport},
-		Timeouts: timeouts,
+		Provider:  name,
+		BaseURL:   mem.BaseURL + "/v1",
+		Transport: mem.Transport,
+		Timeouts:  timeouts,
 	}
 	return &Provider{Client: openai.New(up, openai.Options{}), Sim: s, mem: mem}
 }
