@@ -41,13 +41,17 @@ type H1Transport struct {
 	// TLSClientConfig is the TLS configuration for https connections,
 	// cloned for each; nil uses the defaults.
 	TLSClientConfig *tls.Config
+	// IdleTimeout is how long a connection may wait in the pool before it
+	// is closed; 90 s after NewH1Transport. Set it before first use.
+	IdleTimeout time.Duration
 
 	connectTimeout time.Duration
 	maxIdle        int
 	dialer         net.Dialer
 
 	mu       sync.Mutex
-	idle     map[connKey][]*h1Conn // per host, most recently used last
+	idle     map[connKey][]*h1Conn // per host, oldest first
+	sweeper  *time.Timer           // armed while idle holds connections
 	fallback *http.Transport       // built on first use
 }
 
@@ -59,8 +63,9 @@ type connKey struct {
 }
 
 const (
-	// idleTimeout is how long an idle connection may wait in the pool.
-	idleTimeout = 90 * time.Second
+	// defaultIdleTimeout is how long an idle connection may wait in the
+	// pool, as net/http's default transport has it.
+	defaultIdleTimeout = 90 * time.Second
 	// readBufSize sizes each connection's read buffer.
 	readBufSize = 16 << 10
 	// maxHeadBytes bounds a response head, so a broken server cannot make
@@ -89,6 +94,7 @@ func NewH1Transport(connectTimeout time.Duration, maxIdlePerHost int) *H1Transpo
 	}
 	return &H1Transport{
 		Proxy:          http.ProxyFromEnvironment,
+		IdleTimeout:    defaultIdleTimeout,
 		connectTimeout: connectTimeout,
 		maxIdle:        maxIdlePerHost,
 		dialer:         net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second},
@@ -289,7 +295,7 @@ func (t *H1Transport) get(key connKey) *h1Conn {
 	var expired []*h1Conn
 	t.mu.Lock()
 	list := t.idle[key]
-	if n := len(list); n > 0 && now.Sub(list[n-1].idleAt) < idleTimeout {
+	if n := len(list); n > 0 && now.Sub(list[n-1].idleAt) < t.IdleTimeout {
 		c = list[n-1]
 		list[n-1] = nil
 		t.idle[key] = list[:n-1]
@@ -308,18 +314,57 @@ func (t *H1Transport) get(key connKey) *h1Conn {
 // put returns c to the pool, closing the oldest idle connection for its
 // host if the pool is full.
 func (t *H1Transport) put(c *h1Conn) {
-	c.idleAt = time.Now()
 	var evict *h1Conn
 	t.mu.Lock()
+	c.idleAt = time.Now() // under the lock, so each list stays in age order
 	list := t.idle[c.key]
 	if len(list) >= t.maxIdle {
 		evict = list[0]
 		list = append(list[:0], list[1:]...)
 	}
 	t.idle[c.key] = append(list, c)
+	if t.sweeper == nil {
+		t.sweeper = time.AfterFunc(t.IdleTimeout, t.sweep)
+	}
 	t.mu.Unlock()
 	if evict != nil {
 		evict.close()
+	}
+}
+
+// sweep closes the connections idle for longer than IdleTimeout, so a
+// provider that goes quiet, or the surplus left after a burst (the pool
+// hands out the most recent first, the rest only age), does not hold
+// sockets open. It re-arms itself for the next expiry while any remain.
+func (t *H1Transport) sweep() {
+	now := time.Now()
+	var expired []*h1Conn
+	var next time.Duration
+	t.mu.Lock()
+	for key, list := range t.idle {
+		i := 0
+		for i < len(list) && now.Sub(list[i].idleAt) >= t.IdleTimeout {
+			i++
+		}
+		expired = append(expired, list[:i]...)
+		if i == len(list) {
+			delete(t.idle, key)
+			continue
+		}
+		clear(list[:i])
+		t.idle[key] = append(list[:0], list[i:]...)
+		if d := t.IdleTimeout - now.Sub(list[0].idleAt); next == 0 || d < next {
+			next = d
+		}
+	}
+	if len(t.idle) == 0 {
+		t.sweeper = nil
+	} else {
+		t.sweeper.Reset(next)
+	}
+	t.mu.Unlock()
+	for _, c := range expired {
+		c.close()
 	}
 }
 
@@ -329,6 +374,10 @@ func (t *H1Transport) CloseIdleConnections() {
 	t.mu.Lock()
 	idle := t.idle
 	t.idle = map[connKey][]*h1Conn{}
+	if t.sweeper != nil {
+		t.sweeper.Stop()
+		t.sweeper = nil
+	}
 	fallback := t.fallback
 	t.mu.Unlock()
 	for _, list := range idle {
@@ -355,7 +404,7 @@ func (t *H1Transport) fallbackTransport() *http.Transport {
 			TLSHandshakeTimeout:   t.connectTimeout,
 			MaxIdleConns:          t.maxIdle * 2,
 			MaxIdleConnsPerHost:   t.maxIdle,
-			IdleConnTimeout:       idleTimeout,
+			IdleConnTimeout:       t.IdleTimeout,
 			ExpectContinueTimeout: time.Second,
 			ForceAttemptHTTP2:     true,
 		}

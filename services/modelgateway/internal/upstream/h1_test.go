@@ -509,3 +509,63 @@ func TestH1RawResponses(t *testing.T) {
 		})
 	}
 }
+
+// TestH1IdleConnectionsSwept: connections left idle past IdleTimeout are
+// closed without another request coming; the surplus a burst left behind
+// goes too while a steady trickle keeps one connection alive.
+func TestH1IdleConnectionsSwept(t *testing.T) {
+	t.Parallel()
+	var open atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tr := upstream.NewH1Transport(time.Second, 8)
+	tr.IdleTimeout = 300 * time.Millisecond
+	t.Cleanup(tr.CloseIdleConnections)
+
+	// A burst of four concurrent calls leaves four idle connections.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { fetch(t, tr, http.MethodGet, srv.URL+"/slow", nil) })
+	}
+	waitFor(t, func() bool { return open.Load() == 4 })
+	close(release)
+	wg.Wait()
+
+	// A trickle of sequential calls reuses the most recent connection.
+	deadline := time.Now().Add(900 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		fetch(t, tr, http.MethodGet, srv.URL+"/fast", nil)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := open.Load(); n != 1 {
+		t.Fatalf("%d connections open after the burst aged out, want the one in use", n)
+	}
+	// Then silence: the last one goes too.
+	waitFor(t, func() bool { return open.Load() == 0 })
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 5 s")
+}
