@@ -20,14 +20,18 @@ import (
 const (
 	tenantHeader  = "X-Tenant-Id"
 	projectHeader = "X-Project-Id"
+	callerHeader  = "X-Caller-Id"
 	apiKeyHeader  = "X-Api-Key"
 	defaultTenant = "default"
 )
 
-// principal is the authenticated scope of a request.
+// principal is the authenticated scope of a request and who makes it.
 type principal struct {
 	tenant  string
 	project string
+	// caller names the key's holder: the entry's @name, else "key-" and
+	// the first 8 hex digits of the key's SHA-256 (stable, reveals nothing).
+	caller string
 }
 
 type principalKey struct{}
@@ -49,8 +53,9 @@ type keyring struct {
 	keys []apiKey
 }
 
-// parseAPIKeys parses GATEWAY_API_KEYS: "key=tenant[:project]" entries
-// separated by commas. Errors name the entry by position, never by key.
+// parseAPIKeys parses GATEWAY_API_KEYS: "key=tenant[:project][@caller]"
+// entries separated by commas. Errors name the entry by position, never by
+// key.
 func parseAPIKeys(spec string) (*keyring, error) {
 	kr := &keyring{}
 	seen := map[[sha256.Size]byte]bool{}
@@ -64,8 +69,9 @@ func parseAPIKeys(spec string) (*keyring, error) {
 		key, scope, ok := strings.Cut(entry, "=")
 		key, scope = strings.TrimSpace(key), strings.TrimSpace(scope)
 		if !ok || key == "" || scope == "" {
-			return nil, fmt.Errorf("GATEWAY_API_KEYS: entry %d: want key=tenant[:project]", n)
+			return nil, fmt.Errorf("GATEWAY_API_KEYS: entry %d: want key=tenant[:project][@caller]", n)
 		}
+		scope, caller, named := strings.Cut(scope, "@")
 		tenant, project, _ := strings.Cut(scope, ":")
 		tenant, project = strings.TrimSpace(tenant), strings.TrimSpace(project)
 		if err := validScopePart(tenant); err != nil {
@@ -81,7 +87,14 @@ func parseAPIKeys(spec string) (*keyring, error) {
 			return nil, fmt.Errorf("GATEWAY_API_KEYS: entry %d: duplicate key", n)
 		}
 		seen[sum] = true
-		kr.keys = append(kr.keys, apiKey{sum: sum, principal: principal{tenant: tenant, project: project}})
+		if caller = strings.TrimSpace(caller); named {
+			if err := validCaller(caller); err != nil {
+				return nil, fmt.Errorf("GATEWAY_API_KEYS: entry %d: caller %w", n, err)
+			}
+		} else {
+			caller = fmt.Sprintf("key-%x", sum[:4])
+		}
+		kr.keys = append(kr.keys, apiKey{sum: sum, principal: principal{tenant: tenant, project: project, caller: caller}})
 	}
 	return kr, nil
 }
@@ -95,6 +108,20 @@ func validScopePart(s string) error {
 	for _, c := range []byte(s) {
 		if c <= ' ' || c > '~' || c == '.' || c == '*' || c == '>' {
 			return fmt.Errorf("must be printable ASCII without '.', '*', '>' or whitespace")
+		}
+	}
+	return nil
+}
+
+// validCaller accepts a caller name: 1 to 128 printable ASCII characters
+// without whitespace.
+func validCaller(s string) error {
+	if s == "" || len(s) > 128 {
+		return fmt.Errorf("must be 1 to 128 characters")
+	}
+	for _, c := range []byte(s) {
+		if c <= ' ' || c > '~' {
+			return fmt.Errorf("must be printable ASCII without whitespace")
 		}
 	}
 	return nil
@@ -138,7 +165,8 @@ func (g *gateway) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var p principal
 		if g.keys.open() {
-			p = principal{tenant: strings.TrimSpace(r.Header.Get(tenantHeader)), project: strings.TrimSpace(r.Header.Get(projectHeader))}
+			p = principal{tenant: strings.TrimSpace(r.Header.Get(tenantHeader)), project: strings.TrimSpace(r.Header.Get(projectHeader)),
+				caller: strings.TrimSpace(r.Header.Get(callerHeader))}
 			if p.tenant == "" {
 				p.tenant = defaultTenant
 			}
@@ -149,6 +177,12 @@ func (g *gateway) authenticate(next http.Handler) http.Handler {
 			if p.project != "" {
 				if err := validScopePart(p.project); err != nil {
 					writeStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, projectHeader+" "+err.Error()))
+					return
+				}
+			}
+			if p.caller != "" {
+				if err := validCaller(p.caller); err != nil {
+					writeStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, callerHeader+" "+err.Error()))
 					return
 				}
 			}
@@ -177,7 +211,7 @@ func (g *gateway) authenticate(next http.Handler) http.Handler {
 }
 
 // scopeMetadata is the runtime.WithMetadata annotator: it forwards the
-// authenticated scope to the services. The incoming-header matcher refuses
+// authenticated scope and caller to the services. The incoming-header matcher refuses
 // any client header that maps to these keys, so these are the only values.
 func scopeMetadata(ctx context.Context, _ *http.Request) metadata.MD {
 	p, ok := principalFrom(ctx)
@@ -187,6 +221,9 @@ func scopeMetadata(ctx context.Context, _ *http.Request) metadata.MD {
 	md := metadata.Pairs(grpcx.TenantMetadataKey, p.tenant)
 	if p.project != "" {
 		md.Set(grpcx.ProjectMetadataKey, p.project)
+	}
+	if p.caller != "" {
+		md.Set(grpcx.CallerMetadataKey, p.caller)
 	}
 	return md
 }

@@ -3,6 +3,8 @@ package httpgateway_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -19,7 +21,7 @@ import (
 
 // seen is the metadata one CreateConversation call arrived with.
 type seen struct {
-	tenant, project, auth, gwAuth []string
+	tenant, project, caller, auth, gwAuth []string
 }
 
 // scopeRecorder is a ConversationService that reports each call's metadata.
@@ -30,6 +32,7 @@ func scopeRecorder() (*conversationFake, <-chan seen) {
 			calls <- seen{
 				tenant:  incoming(ctx, grpcx.TenantMetadataKey),
 				project: incoming(ctx, grpcx.ProjectMetadataKey),
+				caller:  incoming(ctx, grpcx.CallerMetadataKey),
 				auth:    incoming(ctx, "authorization"),
 				gwAuth:  incoming(ctx, "grpcgateway-authorization"),
 			}
@@ -41,7 +44,7 @@ func scopeRecorder() (*conversationFake, <-chan seen) {
 func TestAPIKeysAuthenticateAndScope(t *testing.T) {
 	t.Parallel()
 	conv, calls := scopeRecorder()
-	m := startMesh(t, httpgateway.Config{APIKeys: "key-acme=acme:web, key-globex=globex"}, fakes{conversations: conv})
+	m := startMesh(t, httpgateway.Config{APIKeys: "key-acme=acme:web@alice, key-globex=globex"}, fakes{conversations: conv})
 
 	t.Run("no key is 401", func(t *testing.T) {
 		resp, body := do(t, "POST", m.url+"/v1/conversations", `{}`, nil)
@@ -67,14 +70,14 @@ func TestAPIKeysAuthenticateAndScope(t *testing.T) {
 		}
 	})
 
-	t.Run("bearer key forwards its tenant and project", func(t *testing.T) {
+	t.Run("bearer key forwards its tenant, project and caller", func(t *testing.T) {
 		resp, body := do(t, "POST", m.url+"/v1/conversations", `{}`, map[string]string{"Authorization": "Bearer key-acme"})
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d: %s", resp.StatusCode, body)
 		}
 		got := waitFor(t, calls, "CreateConversation")
-		if strings.Join(got.tenant, ",") != "acme" || strings.Join(got.project, ",") != "web" {
-			t.Fatalf("metadata tenant %q project %q", got.tenant, got.project)
+		if strings.Join(got.tenant, ",") != "acme" || strings.Join(got.project, ",") != "web" || strings.Join(got.caller, ",") != "alice" {
+			t.Fatalf("metadata tenant %q project %q caller %q", got.tenant, got.project, got.caller)
 		}
 		if len(got.auth) != 0 || len(got.gwAuth) != 0 {
 			t.Fatalf("the API key travelled on to the service: %q %q", got.auth, got.gwAuth)
@@ -88,14 +91,18 @@ func TestAPIKeysAuthenticateAndScope(t *testing.T) {
 			"X-Project-Id":                        "web",
 			"Grpc-Metadata-X-Agentmesh-Tenant":    "acme",
 			"Grpc-Metadata-X-Agentmesh-Project":   "web",
+			"Grpc-Metadata-X-Agentmesh-Caller":    "alice",
+			"X-Caller-Id":                         "alice",
 			"Grpc-Metadata-x-agentmesh-something": "x",
 		})
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d: %s", resp.StatusCode, body)
 		}
 		got := waitFor(t, calls, "CreateConversation")
-		if strings.Join(got.tenant, ",") != "globex" || len(got.project) != 0 {
-			t.Fatalf("metadata tenant %q project %q, want only the key's tenant", got.tenant, got.project)
+		// An unnamed key's caller is "key-" and the first 8 hex digits of its SHA-256.
+		sum := sha256.Sum256([]byte("key-globex"))
+		if strings.Join(got.tenant, ",") != "globex" || len(got.project) != 0 || strings.Join(got.caller, ",") != "key-"+hex.EncodeToString(sum[:4]) {
+			t.Fatalf("metadata tenant %q project %q caller %q, want only the key's", got.tenant, got.project, got.caller)
 		}
 	})
 
@@ -118,7 +125,7 @@ func TestOpenModeTakesTenantFromHeader(t *testing.T) {
 		header       map[string]string
 		tenant, proj string
 	}{
-		{"header", map[string]string{"X-Tenant-Id": "t1", "X-Project-Id": "p1"}, "t1", "p1"},
+		{"header", map[string]string{"X-Tenant-Id": "t1", "X-Project-Id": "p1", "X-Caller-Id": "dev@example.com"}, "t1", "p1"},
 		{"default", nil, "default", ""},
 	}
 	for _, tc := range cases {
@@ -127,8 +134,8 @@ func TestOpenModeTakesTenantFromHeader(t *testing.T) {
 			t.Fatalf("%s: status %d: %s", tc.name, resp.StatusCode, body)
 		}
 		got := waitFor(t, calls, "CreateConversation")
-		if strings.Join(got.tenant, ",") != tc.tenant || strings.Join(got.project, ",") != tc.proj {
-			t.Fatalf("%s: tenant %q project %q", tc.name, got.tenant, got.project)
+		if strings.Join(got.tenant, ",") != tc.tenant || strings.Join(got.project, ",") != tc.proj || strings.Join(got.caller, ",") != tc.header["X-Caller-Id"] {
+			t.Fatalf("%s: tenant %q project %q caller %q", tc.name, got.tenant, got.project, got.caller)
 		}
 	}
 	resp, body := do(t, "POST", m.url+"/v1/conversations", `{}`, map[string]string{"X-Tenant-Id": "a.b"})
@@ -162,8 +169,10 @@ func TestAPIKeysAreNeverLogged(t *testing.T) {
 		t.Fatalf("expected one accepted and one refused request in the log:\n%s", logs.String())
 	}
 
-	_, err = httpgateway.Handler(&httpgateway.Config{APIKeys: "s3cret-key-1"}, m.backends, log, nil)
-	if err == nil || !strings.Contains(err.Error(), "GATEWAY_API_KEYS") || strings.Contains(err.Error(), "s3cret") {
-		t.Fatalf("malformed GATEWAY_API_KEYS: err = %v, want it named without the key", err)
+	for _, spec := range []string{"s3cret-key-1", "s3cret-key-1=acme@", "s3cret-key-1=acme@two words"} {
+		_, err = httpgateway.Handler(&httpgateway.Config{APIKeys: spec}, m.backends, log, nil)
+		if err == nil || !strings.Contains(err.Error(), "GATEWAY_API_KEYS: entry 1") || strings.Contains(err.Error(), "s3cret") {
+			t.Fatalf("malformed GATEWAY_API_KEYS %q: err = %v, want the entry named without the key", strings.TrimPrefix(spec, "s3cret-key-1"), err)
+		}
 	}
 }

@@ -203,7 +203,7 @@ func (g *gateway) cors(next http.Handler) http.Handler {
 		h.Set("Access-Control-Expose-Headers", requestIDHeader)
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE, OPTIONS")
-			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, X-API-Key, X-Tenant-Id, X-Project-Id, X-Request-Id, Last-Event-ID")
+			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, X-API-Key, X-Tenant-Id, X-Project-Id, X-Caller-Id, X-Request-Id, Last-Event-ID")
 			h.Set("Access-Control-Max-Age", "600")
 			w.WriteHeader(http.StatusNoContent)
 			return

@@ -9,11 +9,30 @@ import (
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 )
 
-// Metadata keys by which the gateway passes the authenticated scope.
+// Metadata keys by which the gateway passes the authenticated scope and
+// caller.
 const (
 	TenantMetadataKey  = "x-agentmesh-tenant"
 	ProjectMetadataKey = "x-agentmesh-project"
+	CallerMetadataKey  = "x-agentmesh-caller"
 )
+
+// Caller resolves who makes a request: the caller the gateway authenticated
+// (in metadata) or, without one, the request's own caller field. A request
+// naming another caller than the authenticated one is InvalidArgument
+// naming the field, so nobody can act in another's name.
+func Caller(ctx context.Context, field, requested string) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	requested = strings.TrimSpace(requested)
+	authenticated := first(md, CallerMetadataKey)
+	if authenticated == "" {
+		return requested, nil
+	}
+	if requested != "" && requested != authenticated {
+		return "", InvalidArgument(field, "does not match the authenticated caller")
+	}
+	return authenticated, nil
+}
 
 // Scope resolves the scope of a request: the request's own scope, or when it
 // has no tenant, the scope the gateway put in metadata. When both are

@@ -326,3 +326,34 @@ func (c *teeConn) Write(b []byte) (int, error) {
 	_, _ = c.w.Write(b[:n])
 	return n, err
 }
+
+func TestCaller(t *testing.T) {
+	t.Parallel()
+	authed := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcx.CallerMetadataKey, "alice"))
+	tests := []struct {
+		name, requested string
+		ctx             context.Context
+		want            string
+		wantErr         bool
+	}{
+		{"from request", " bob ", context.Background(), "bob", false},
+		{"none", "", context.Background(), "", false},
+		{"authenticated fills an empty field", "", authed, "alice", false},
+		{"authenticated and the same", "alice", authed, "alice", false},
+		{"someone else", "bob", authed, "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := grpcx.Caller(tc.ctx, "caller", tc.requested)
+			if tc.wantErr {
+				if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "caller") {
+					t.Fatalf("err = %v, want InvalidArgument naming caller", err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}

@@ -63,9 +63,13 @@ func (s *Conversations) CreateConversation(ctx context.Context, req *orchestrato
 	if utf8.RuneCountInString(title) > maxTitleRunes {
 		return nil, grpcx.InvalidArgument("title", "is longer than %d characters", maxTitleRunes)
 	}
+	caller, err := grpcx.Caller(ctx, "caller", req.GetCaller())
+	if err != nil {
+		return nil, err
+	}
 	now := s.now()
 	c := &conversation.Conversation{
-		ID: uuid.Must(uuid.NewV7()).String(), Scope: scopeOf(scope), Caller: strings.TrimSpace(req.GetCaller()),
+		ID: uuid.Must(uuid.NewV7()).String(), Scope: scopeOf(scope), Caller: caller,
 		Title: title, Strategy: st.Name(), CreateTime: now, UpdateTime: now,
 	}
 	if err := s.store.Create(ctx, c); err != nil {

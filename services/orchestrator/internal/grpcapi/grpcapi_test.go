@@ -153,6 +153,17 @@ func TestConversationCRUD(t *testing.T) {
 		t.Fatalf("bob's conversations = %v, %v", mine, err)
 	}
 
+	// Behind the gateway the authenticated caller wins; naming another fails.
+	authed := metadata.AppendToOutgoingContext(ctx, grpcx.CallerMetadataKey, "carol")
+	carols, err := s.convs.CreateConversation(authed, &orchestratorv1.CreateConversationRequest{Scope: scope})
+	if err != nil || carols.GetConversation().GetCaller() != "carol" {
+		t.Fatalf("create as the authenticated caller = %v, %v", carols, err)
+	}
+	_, err = s.convs.CreateConversation(authed, &orchestratorv1.CreateConversationRequest{Scope: scope, Caller: "mallory"})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "caller") {
+		t.Fatalf("create in another's name: err = %v, want InvalidArgument naming caller", err)
+	}
+
 	if _, err := s.convs.DeleteConversation(ctx, &orchestratorv1.DeleteConversationRequest{Scope: scope, ConversationId: c.GetId()}); err != nil {
 		t.Fatalf("DeleteConversation: %v", err)
 	}
