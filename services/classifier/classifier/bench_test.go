@@ -2,7 +2,6 @@ package classifier
 
 import (
 	"context"
-	"log/slog"
 	"sort"
 	"sync/atomic"
 	"testing"
@@ -43,21 +42,16 @@ func BenchmarkRunTransitions(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	lis := testkit.Listen(b)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
 	hook := func(context.Context, string, statemachine.State) { commits.Add(1) }
-	go func() {
-		done <- run(ctx, &cfg, service.Runtime{Logger: slog.New(slog.DiscardHandler), Listener: lis, Ready: func() { close(ready) }}, hook)
-	}()
-	<-ready
-	b.Cleanup(func() { cancel(); <-done })
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr := testkit.RunService(b, "classifier", func(ctx context.Context, rt service.Runtime) error {
+		return run(ctx, &cfg, rt, hook)
+	})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = conn.Close() })
+	ctx := context.Background()
 	client := classifierv1.NewClassifierServiceClient(conn)
 
 	sample, err := conversations.Sample()

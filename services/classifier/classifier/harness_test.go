@@ -94,35 +94,17 @@ func startService(t *testing.T, in *infra, over map[string]string, hook runner.H
 	if err := config.Load("", &cfg, config.Map(in.env(over))); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	lis := testkit.Listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, &cfg, service.Runtime{Logger: testLogger(t), Listener: lis, Ready: func() { close(ready) }}, hook)
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("classifier Run: %v", err)
-	case <-time.After(20 * time.Second):
-		cancel()
-		t.Fatal("classifier not ready within 20s")
-	}
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	running := testkit.StartService(t, "classifier", func(ctx context.Context, rt service.Runtime) error {
+		rt.Logger = testLogger(t)
+		return run(ctx, &cfg, rt, hook)
+	})
+	conn, err := grpc.NewClient(running.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
 	stop := func() {
-		once.Do(func() {
-			_ = conn.Close()
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("classifier Run: %v", err)
-			}
-		})
+		_ = conn.Close()
+		running.Stop()
 	}
 	t.Cleanup(stop)
 	return &svc{client: classifierv1.NewClassifierServiceClient(conn), stop: stop}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -43,31 +42,14 @@ func startClassifier(t *testing.T, env map[string]string) (classifierv1.Classifi
 	if err := config.Load("", &cfg, config.Map(vars)); err != nil {
 		t.Fatal(err)
 	}
-	lis := testkit.Listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- classifier.Run(ctx, &cfg, service.Runtime{Logger: slog.New(slog.DiscardHandler), Listener: lis, Ready: func() { close(ready) }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("classifier: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("classifier not ready")
-	}
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr := testkit.RunService(t, "classifier", func(ctx context.Context, rt service.Runtime) error {
+		return classifier.Run(ctx, &cfg, rt)
+	})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("classifier: %v", err)
-		}
-	})
+	t.Cleanup(func() { _ = conn.Close() })
 	return classifierv1.NewClassifierServiceClient(conn), models
 }
 

@@ -2,8 +2,6 @@ package indexer_test
 
 import (
 	"context"
-	"errors"
-	"log/slog"
 	"os"
 	"regexp"
 	"strings"
@@ -42,30 +40,17 @@ func TestRunServesThePipeline(t *testing.T) {
 		"INDEXER_LLM_EXTRACTION": "false", "MODELGATEWAY_ADDR": "127.0.0.1:1", "VISION_ADDR": "127.0.0.1:1",
 	}
 	run := func() (indexerv1.DocumentServiceClient, indexerv1.SearchServiceClient, func()) {
-		ctx, cancel := context.WithCancel(context.Background())
-		lis := testkit.Listen(t)
-		ready := make(chan struct{})
-		done := make(chan error, 1)
-		go func() {
-			done <- indexer.Run(ctx, load(t, env), service.Runtime{Logger: slog.New(slog.DiscardHandler), Listener: lis, Ready: func() { close(ready) }})
-		}()
-		select {
-		case <-ready:
-		case err := <-done:
-			t.Fatalf("Run: %v", err)
-		case <-time.After(30 * time.Second):
-			t.Fatal("not ready")
-		}
-		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cfg := load(t, env)
+		svc := testkit.StartService(t, "indexer", func(ctx context.Context, rt service.Runtime) error {
+			return indexer.Run(ctx, cfg, rt)
+		})
+		conn, err := grpc.NewClient(svc.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return indexerv1.NewDocumentServiceClient(conn), indexerv1.NewSearchServiceClient(conn), func() {
-			conn.Close()
-			cancel()
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("Run returned %v", err)
-			}
+			_ = conn.Close()
+			svc.Stop()
 		}
 	}
 	docs, search, stop := run()

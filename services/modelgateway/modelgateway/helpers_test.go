@@ -82,37 +82,15 @@ func startGatewayTB(t testing.TB, env map[string]string, routing string) *gatewa
 		t.Fatalf("config: %v", err)
 	}
 	logs := &syncBuffer{}
-	lis := testkit.Listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- modelgateway.Run(ctx, &cfg, service.Runtime{
-			Logger:   slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			Listener: lis,
-			Ready:    func() { close(ready) },
-		})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("Run: %v", err)
-	case <-time.After(10 * time.Second):
-		cancel()
-		t.Fatal("gateway not ready within 10s")
-	}
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr := testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
+		rt.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		return modelgateway.Run(ctx, &cfg, rt)
+	})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run returned %v", err)
-		}
-	})
+	t.Cleanup(func() { _ = conn.Close() })
 	return &gateway{client: modelv1.NewModelServiceClient(conn), logs: logs}
 }
 

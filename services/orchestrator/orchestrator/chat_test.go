@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -30,35 +29,17 @@ func runOrchestrator(t *testing.T, env map[string]string) (*grpc.ClientConn, err
 	if err := config.Load("", &cfg, config.Map(env)); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	lis := testkit.Listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- orchestrator.Run(ctx, &cfg, service.Runtime{
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Listener: lis, Ready: func() { close(ready) },
-		})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
+	svc, err := testkit.TryStartService(t, "orchestrator", func(ctx context.Context, rt service.Runtime) error {
+		return orchestrator.Run(ctx, &cfg, rt)
+	})
+	if err != nil {
 		return nil, err
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("orchestrator not ready within 30s")
 	}
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(svc.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run returned %v", err)
-		}
-	})
+	t.Cleanup(func() { _ = conn.Close() })
 	return conn, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -30,29 +29,9 @@ func startIndexer(t *testing.T, env map[string]string) string {
 	if err := config.Load("", &cfg, config.Map(env)); err != nil {
 		t.Fatal(err)
 	}
-	lis := testkit.Listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- indexer.Run(ctx, &cfg, service.Runtime{Logger: slog.New(slog.DiscardHandler), Listener: lis, Ready: func() { close(ready) }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("indexer.Run: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("indexer not ready within 30s")
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("indexer.Run returned %v", err)
-		}
+	return testkit.RunService(t, "indexer", func(ctx context.Context, rt service.Runtime) error {
+		return indexer.Run(ctx, &cfg, rt)
 	})
-	return lis.Addr().String()
 }
 
 // TestRetrievalWithTheIndexer: with the real indexer holding a document,

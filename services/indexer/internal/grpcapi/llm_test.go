@@ -2,11 +2,8 @@ package grpcapi_test
 
 import (
 	"context"
-	"errors"
-	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,27 +26,10 @@ func startGateway(t *testing.T) modelv1.ModelServiceClient {
 	if err := config.Load("", &cfg, config.Map(map[string]string{"MODELGATEWAY_PROVIDER": "sim", "METRICS_ADDR": ""})); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	lis := testkit.Listen(t)
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- modelgateway.Run(ctx, &cfg, service.Runtime{Logger: slog.New(slog.DiscardHandler), Listener: lis, Ready: func() { close(ready) }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("modelgateway: %v", err)
-		}
+	addr := testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
+		return modelgateway.Run(ctx, &cfg, rt)
 	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("modelgateway did not start: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("modelgateway not ready after 20s")
-	}
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

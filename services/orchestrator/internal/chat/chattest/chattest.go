@@ -8,8 +8,6 @@ package chattest
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -81,38 +79,14 @@ func StartModel(t testing.TB, opts providersim.Options, extra ...string) *Model 
 	})); err != nil {
 		t.Fatalf("chattest: model gateway config: %v", err)
 	}
-	lis := testkit.Listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- modelgateway.Run(ctx, &cfg, service.Runtime{
-			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Listener: lis,
-			Ready:    func() { close(ready) },
-		})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("chattest: modelgateway.Run: %v", err)
-	case <-time.After(20 * time.Second):
-		cancel()
-		t.Fatal("chattest: model gateway not ready within 20s")
-	}
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr := testkit.RunService(t, "chattest: modelgateway", func(ctx context.Context, rt service.Runtime) error {
+		return modelgateway.Run(ctx, &cfg, rt)
+	})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("chattest: modelgateway.Run returned %v", err)
-		}
-	})
+	t.Cleanup(func() { _ = conn.Close() })
 	return &Model{Sim: sim, Conn: conn, Client: modelv1.NewModelServiceClient(conn)}
 }
 
