@@ -640,6 +640,14 @@ func (b *h1Body) finish(err error) error {
 
 // Close closes the connection unless the body was read to its end. It is
 // safe to call more than once, and while a Read is blocked.
+// ended reports whether the body is done: read to its end, failed or
+// closed.
+func (b *h1Body) ended() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err != nil
+}
+
 func (b *h1Body) Close() error {
 	_ = b.finish(errBodyClosed)
 	return nil

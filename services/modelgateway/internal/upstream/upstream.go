@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/credentials"
@@ -114,14 +115,25 @@ type Call struct {
 	// Header is the response header.
 	Header http.Header
 
-	client   *Client
-	parent   context.Context
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	stopReq  context.CancelFunc
-	timer    *time.Timer
-	progress bool
+	client *Client
+	parent context.Context
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// deadline ends the request timeout; zero when there is none.
+	deadline time.Time
+	// timer is the one timer of the call: it fires at the end of the
+	// current phase's wait or at deadline, whichever is first.
+	timer *time.Timer
+	phase atomic.Int32
 }
+
+// The phases of a call, each with its own wait.
+const (
+	phaseFirst int32 = iota // waiting for the first answer data: FirstChunk
+	phaseIdle               // streaming: Idle between events
+	phaseWhole              // reading a whole answer: only the deadline
+	phaseDrain              // reading past the end: drainWait
+)
 
 // Post sends body (JSON) to BaseURL+path.
 func (c *Client) Post(ctx context.Context, path string, body []byte) (*Call, error) {
@@ -136,14 +148,11 @@ func (c *Client) Get(ctx context.Context, path string) (*Call, error) {
 func (c *Client) do(ctx context.Context, method, path string, body []byte) (*Call, error) {
 	call := &Call{client: c, parent: ctx}
 	cctx, cancel := context.WithCancelCause(ctx)
-	call.cancel = cancel
+	call.ctx, call.cancel = cctx, cancel
 	if c.Timeouts.Request > 0 {
-		cctx, call.stopReq = context.WithTimeoutCause(cctx, c.Timeouts.Request, errRequest)
+		call.deadline = time.Now().Add(c.Timeouts.Request)
 	}
-	call.ctx = cctx
-	if c.Timeouts.FirstChunk > 0 {
-		call.timer = time.AfterFunc(c.Timeouts.FirstChunk, func() { cancel(errFirstChunk) })
-	}
+	call.arm(phaseFirst, c.Timeouts.FirstChunk)
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -171,37 +180,52 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) (*Cal
 	return call, nil
 }
 
+// arm enters phase and restarts the timer to fire after wait (none if
+// wait <= 0), or at the request deadline if that comes first.
+func (c *Call) arm(phase int32, wait time.Duration) {
+	c.phase.Store(phase)
+	if !c.deadline.IsZero() {
+		if left := time.Until(c.deadline); wait <= 0 || left < wait {
+			wait = max(left, time.Nanosecond)
+		}
+	}
+	switch {
+	case wait <= 0:
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+	case c.timer == nil:
+		c.timer = time.AfterFunc(wait, c.expire)
+	default:
+		c.timer.Reset(wait)
+	}
+}
+
+// expire cancels the request with the cause of the wait that ran out.
+func (c *Call) expire() {
+	if !c.deadline.IsZero() && !time.Now().Before(c.deadline) {
+		c.cancel(errRequest)
+		return
+	}
+	switch c.phase.Load() {
+	case phaseFirst:
+		c.cancel(errFirstChunk)
+	case phaseIdle:
+		c.cancel(errIdle)
+	case phaseDrain:
+		c.cancel(errDrain)
+	default:
+		c.cancel(errRequest)
+	}
+}
+
 // Progress records that answer data arrived: the first-chunk timeout gives
 // way to the idle timeout, which restarts.
-func (c *Call) Progress() {
-	if c.timer == nil {
-		if c.client.Timeouts.Idle <= 0 {
-			return
-		}
-		c.timer = time.AfterFunc(c.client.Timeouts.Idle, func() { c.cancel(errIdle) })
-		c.progress = true
-		return
-	}
-	if !c.progress {
-		c.progress = true
-		if c.client.Timeouts.Idle <= 0 {
-			c.timer.Stop()
-			return
-		}
-		c.timer.Stop()
-		c.timer = time.AfterFunc(c.client.Timeouts.Idle, func() { c.cancel(errIdle) })
-		return
-	}
-	c.timer.Reset(c.client.Timeouts.Idle)
-}
+func (c *Call) Progress() { c.arm(phaseIdle, c.client.Timeouts.Idle) }
 
 // Unary switches the call to non-streaming mode once the headers are in:
 // the answer arrives whole, so only the request timeout bounds the rest.
-func (c *Call) Unary() {
-	if c.timer != nil {
-		c.timer.Stop()
-	}
-}
+func (c *Call) Unary() { c.arm(phaseWhole, 0) }
 
 // Drain reads what is left of a completely parsed answer (at most a few
 // kilobytes), so the connection goes back to the pool instead of being
@@ -212,12 +236,12 @@ func (c *Call) Drain() {
 	if c.Body == nil {
 		return
 	}
-	if c.timer != nil {
-		c.timer.Stop()
+	if b, ok := c.Body.(*h1Body); ok && b.ended() {
+		return // read to its end already (or failed): nothing to wait for
 	}
-	t := time.AfterFunc(drainWait, func() { c.cancel(errDrain) })
+	c.arm(phaseDrain, drainWait)
 	_, _ = io.Copy(io.Discard, io.LimitReader(c.Body, 8<<10))
-	t.Stop()
+	c.arm(phaseWhole, 0)
 }
 
 // drainWait bounds Drain.
@@ -230,9 +254,6 @@ func (c *Call) Close() {
 	}
 	if c.Body != nil {
 		_ = c.Body.Close()
-	}
-	if c.stopReq != nil {
-		c.stopReq()
 	}
 	c.cancel(nil)
 }

@@ -106,3 +106,127 @@ func TestKeysInTurnAndContentTypeOnlyWithBody(t *testing.T) {
 		t.Fatalf("requests = %q, want %q", seen, want)
 	}
 }
+
+// slowStream answers with a chunk every gap, n times, then ends.
+func slowStream(gap time.Duration, n int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		w.WriteHeader(http.StatusOK)
+		_ = rc.Flush()
+		for range n {
+			time.Sleep(gap)
+			_, _ = io.WriteString(w, "data: x\n\n")
+			_ = rc.Flush()
+		}
+	}
+}
+
+// readAll reads the call's body, reporting progress per read, and returns
+// the classified error (nil at a clean end).
+func readAll(call *upstream.Call) *llm.Error {
+	buf := make([]byte, 512)
+	for {
+		_, err := call.Body.Read(buf)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return call.Fail(err)
+		}
+		call.Progress()
+	}
+}
+
+// TestCallTimeoutsEachNamed: one timer serves every wait of a call; each
+// expiry is reported as the timeout that ran out.
+func TestCallTimeoutsEachNamed(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		timeouts upstream.Timeouts
+		handler  http.HandlerFunc
+		unary    bool
+		want     string // in the error message; "" = no error
+	}{
+		{"first chunk", upstream.Timeouts{FirstChunk: 100 * time.Millisecond, Idle: time.Second, Request: 5 * time.Second},
+			slowStream(400*time.Millisecond, 1), false, "first-chunk timeout"},
+		{"idle", upstream.Timeouts{FirstChunk: time.Second, Idle: 100 * time.Millisecond, Request: 5 * time.Second},
+			func(w http.ResponseWriter, r *http.Request) {
+				slowStream(10*time.Millisecond, 2)(w, r)
+				time.Sleep(400 * time.Millisecond)
+			}, false, "idle timeout"},
+		{"request, while events keep coming", upstream.Timeouts{FirstChunk: time.Second, Idle: time.Second, Request: 300 * time.Millisecond},
+			slowStream(50*time.Millisecond, 12), false, "request timeout"},
+		{"whole answer: only the request timeout", upstream.Timeouts{FirstChunk: 100 * time.Millisecond, Idle: 100 * time.Millisecond, Request: 5 * time.Second},
+			slowStream(150*time.Millisecond, 3), true, ""},
+		{"whole answer past the request timeout", upstream.Timeouts{FirstChunk: 100 * time.Millisecond, Idle: 100 * time.Millisecond, Request: 300 * time.Millisecond},
+			slowStream(150*time.Millisecond, 4), true, "request timeout"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(tc.handler)
+			defer srv.Close()
+			c := &upstream.Client{Provider: "p", BaseURL: srv.URL, Transport: upstream.NewTransport(time.Second, 2), Timeouts: tc.timeouts}
+			call, err := c.Post(context.Background(), "/chat", []byte(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer call.Close()
+			if tc.unary {
+				call.Unary()
+				_, err := io.ReadAll(call.Body)
+				var le *llm.Error
+				if err != nil {
+					le = call.Fail(err)
+				}
+				check(t, le, tc.want)
+				return
+			}
+			check(t, readAll(call), tc.want)
+		})
+	}
+}
+
+func check(t *testing.T, le *llm.Error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && le != nil:
+		t.Fatalf("err = %v, want none", le)
+	case want != "" && (le == nil || le.Kind != llm.KindTimeout || !strings.Contains(le.Message, want)):
+		t.Fatalf("err = %v, want a timeout naming %q", le, want)
+	}
+}
+
+// TestDrainIsBounded: a server that keeps the body open after the answer
+// costs Drain a bounded wait, and an answer read to its end costs none.
+func TestDrainIsBounded(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		_ = http.NewResponseController(w).Flush()
+		if r.URL.Path == "/open" {
+			<-hold
+		}
+	}))
+	defer srv.Close()
+	defer close(hold) // before Close, which waits for the handler
+	c := &upstream.Client{Provider: "p", BaseURL: srv.URL, Transport: upstream.NewTransport(time.Second, 2), Timeouts: upstream.Timeouts{Request: time.Minute}}
+	for _, path := range []string{"/open", "/ends"} {
+		call, err := c.Post(context.Background(), path, []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		if _, err := io.ReadAtLeast(call.Body, buf, len("data: [DONE]\n\n")); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		call.Drain()
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("%s: Drain took %v", path, d)
+		}
+		call.Close()
+	}
+}
