@@ -52,50 +52,31 @@ func (h *minHeap) pop() cand {
 }
 
 // maxHeap pops the farthest candidate first; it holds the best results so
-// far, and its top is the one to evict.
-type maxHeap []cand
+// far, and its top is the one to evict. It is a minHeap over negated
+// distances, so both share one implementation at the cost of a sign flip.
+type maxHeap minHeap
 
 func (h *maxHeap) push(c cand) {
-	*h = append(*h, c)
-	s := *h
-	i := len(s) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if s[p].d >= s[i].d {
-			break
-		}
-		s[p], s[i] = s[i], s[p]
-		i = p
-	}
+	c.d = -c.d
+	(*minHeap)(h).push(c)
 }
 
 func (h *maxHeap) pop() cand {
-	s := *h
-	top := s[0]
-	n := len(s) - 1
-	s[0] = s[n]
-	s = s[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && s[r].d > s[l].d {
-			m = r
-		}
-		if s[i].d >= s[m].d {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	*h = s
-	return top
+	c := (*minHeap)(h).pop()
+	c.d = -c.d
+	return c
 }
 
-func (h maxHeap) top() cand { return h[0] }
+func (h maxHeap) top() cand { return cand{d: -h[0].d, id: h[0].id} }
+
+// cands returns the held candidates with their distances, in no particular
+// order; h must not be used afterwards.
+func (h maxHeap) cands() []cand {
+	for i := range h {
+		h[i].d = -h[i].d
+	}
+	return []cand(h)
+}
 
 // visited marks nodes seen by one search. Resetting is O(1): the epoch moves
 // on, and a mark counts only if it carries the current epoch.

@@ -673,7 +673,7 @@ func (ix *Index) searchLayer(q qvec, eps []cand, ef, lc int, allow func(uint32) 
 			}
 		}
 	}
-	out := []cand(w)
+	out := w.cands()
 	sortCands(out)
 	return out
 }

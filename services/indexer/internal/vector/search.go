@@ -111,7 +111,7 @@ func (ix *Index) scan(q []float32, k int, subset []uint32) []cand {
 			}
 		}
 	}
-	out := []cand(w)
+	out := w.cands()
 	sortCands(out)
 	return out
 }
