@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
 	"github.com/agentmesh/agentmesh/libs/testkit"
@@ -208,4 +210,59 @@ func mapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// TestResumeReplaysAfterSequence: a client that lost its stream resumes
+// with the last sequence it saw and gets the run's later events first; with
+// none it gets only what happens from then on; a sequence past the stream's
+// end is refused, naming the field.
+func TestResumeReplaysAfterSequence(t *testing.T) {
+	t.Parallel()
+	in := newInfra(t)
+	s := startService(t, in, nil, nil)
+	ids := importSample(t, s.client)
+	in.models.ScriptPlans(meshtest.NewPlan(6, nil))
+	in.models.ScriptClassifications(ids, 2, sampleLabels(ids))
+	in.models.ScriptSummary(summaryText)
+	runID, evs := startRun(t, s.client, "Classify last week's support conversations")
+	if len(evs) < 4 {
+		t.Fatalf("start stream %v", types(evs))
+	}
+
+	resumeFrom := func(after uint64) ([]*classifierv1.RunEvent, error) {
+		st, err := s.client.ResumeRun(testCtx(t), &classifierv1.ResumeRunRequest{Scope: testScope, RunId: runID, AfterSequence: after})
+		if err != nil {
+			return nil, err
+		}
+		return drain(st)
+	}
+	got, err := resumeFrom(evs[1].GetSequence())
+	if err != nil {
+		t.Fatalf("ResumeRun after %d: %v", evs[1].GetSequence(), err)
+	}
+	missed := evs[2:]
+	if len(got) < len(missed) {
+		t.Fatalf("resumed stream %v, want it to start with the missed %v", types(got), types(missed))
+	}
+	for i, e := range missed {
+		if got[i].GetSequence() != e.GetSequence() || got[i].GetType() != e.GetType() {
+			t.Fatalf("resumed event %d: %s #%d, want the missed %s #%d", i, got[i].GetType(), got[i].GetSequence(), e.GetType(), e.GetSequence())
+		}
+	}
+
+	fresh, err := resumeFrom(0)
+	if err != nil {
+		t.Fatalf("ResumeRun: %v", err)
+	}
+	newest := got[len(got)-1].GetSequence()
+	for _, e := range fresh {
+		if e.GetSequence() <= newest {
+			t.Fatalf("ResumeRun without after_sequence replayed %s #%d", e.GetType(), e.GetSequence())
+		}
+	}
+
+	_, err = resumeFrom(1 << 40)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "after_sequence") {
+		t.Fatalf("after_sequence past the end: err = %v, want InvalidArgument naming it", err)
+	}
 }

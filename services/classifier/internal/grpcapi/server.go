@@ -115,7 +115,7 @@ func (s *Server) StartRun(req *classifierv1.StartRunRequest, stream classifierv1
 	case !utf8.ValidString(instruction):
 		return grpcx.InvalidArgument("instruction", "is not valid UTF-8")
 	}
-	return s.drive(ctx, scope, func() (*runner.Drive, error) { return s.runner.Start(ctx, scope, instruction) }, func(ev *classifierv1.RunEvent) error {
+	return s.drive(ctx, scope, 0, func() (*runner.Drive, error) { return s.runner.Start(ctx, scope, instruction) }, func(ev *classifierv1.RunEvent) error {
 		return stream.Send(&classifierv1.StartRunResponse{Event: ev})
 	})
 }
@@ -131,7 +131,7 @@ func (s *Server) ResumeRun(req *classifierv1.ResumeRunRequest, stream classifier
 	if err != nil {
 		return err
 	}
-	return s.drive(ctx, scope, func() (*runner.Drive, error) { return s.runner.Resume(ctx, scope, id) }, func(ev *classifierv1.RunEvent) error {
+	return s.drive(ctx, scope, req.GetAfterSequence(), func() (*runner.Drive, error) { return s.runner.Resume(ctx, scope, id) }, func(ev *classifierv1.RunEvent) error {
 		return stream.Send(&classifierv1.ResumeRunResponse{Event: ev})
 	})
 }
@@ -158,7 +158,7 @@ func (s *Server) SendCommand(req *classifierv1.SendCommandRequest, stream classi
 	if feedback != "" && cmd != statemachine.RejectFetch && cmd != statemachine.RejectBatch {
 		return grpcx.InvalidArgument("feedback", "only RejectFetch and RejectBatch take feedback")
 	}
-	return s.drive(ctx, scope, func() (*runner.Drive, error) { return s.runner.Command(ctx, scope, id, cmd, feedback) }, func(ev *classifierv1.RunEvent) error {
+	return s.drive(ctx, scope, 0, func() (*runner.Drive, error) { return s.runner.Command(ctx, scope, id, cmd, feedback) }, func(ev *classifierv1.RunEvent) error {
 		return stream.Send(&classifierv1.SendCommandResponse{Event: ev})
 	})
 }
@@ -295,17 +295,27 @@ func (s *Server) ImportConversations(ctx context.Context, req *classifierv1.Impo
 
 // drive notes where the event stream ends, runs start (which moves the run
 // on and returns once it waits or ends), and forwards the run's events
-// from that point: what every streaming RPC of the service does.
-func (s *Server) drive(ctx context.Context, scope *commonv1.Scope, start func() (*runner.Drive, error), send func(*classifierv1.RunEvent) error) error {
-	tail, err := s.tail(ctx)
+// from that point: what every streaming RPC of the service does. With
+// after > 0 (ResumeRun's after_sequence) the run's events stored after that
+// sequence come first: the stream ends only once the executor's last event
+// was sent, and every resume records at least one event, after all those
+// already stored.
+func (s *Server) drive(ctx context.Context, scope *commonv1.Scope, after uint64, start func() (*runner.Drive, error), send func(*classifierv1.RunEvent) error) error {
+	from, err := s.tail(ctx)
 	if err != nil {
 		return err
+	}
+	if after > from {
+		return grpcx.InvalidArgument("after_sequence", "is past the end of the event stream (%d): use the sequence of an event this run streamed", from)
+	}
+	if after > 0 {
+		from = after
 	}
 	d, err := start()
 	if err != nil {
 		return toStatus(err)
 	}
-	return s.forward(ctx, scope, d, tail, send)
+	return s.forward(ctx, scope, d, from, send)
 }
 
 // tail returns the events stream's last sequence: a request's stream

@@ -761,7 +761,11 @@ type ResumeRunRequest struct {
 	// Scope. Required.
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Run id. Required.
-	RunId         string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Replay the run's events stored after this sequence (a RunEvent.sequence,
+	// e.g. the last one a broken stream delivered) before the new ones, so a
+	// client that lost its stream misses nothing; 0 = only what happens from now.
+	AfterSequence uint64 `protobuf:"varint,3,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -808,6 +812,13 @@ func (x *ResumeRunRequest) GetRunId() string {
 		return x.RunId
 	}
 	return ""
+}
+
+func (x *ResumeRunRequest) GetAfterSequence() uint64 {
+	if x != nil {
+		return x.AfterSequence
+	}
+	return 0
 }
 
 // ResumeRunResponse is one event.
@@ -1576,10 +1587,11 @@ const file_agentmesh_classifier_v1_classifier_proto_rawDesc = "" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12 \n" +
 	"\vinstruction\x18\x02 \x01(\tR\vinstruction\"K\n" +
 	"\x10StartRunResponse\x127\n" +
-	"\x05event\x18\x01 \x01(\v2!.agentmesh.classifier.v1.RunEventR\x05event\"[\n" +
+	"\x05event\x18\x01 \x01(\v2!.agentmesh.classifier.v1.RunEventR\x05event\"\x82\x01\n" +
 	"\x10ResumeRunRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x15\n" +
-	"\x06run_id\x18\x02 \x01(\tR\x05runId\"L\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12%\n" +
+	"\x0eafter_sequence\x18\x03 \x01(\x04R\rafterSequence\"L\n" +
 	"\x11ResumeRunResponse\x127\n" +
 	"\x05event\x18\x01 \x01(\v2!.agentmesh.classifier.v1.RunEventR\x05event\"\xb3\x01\n" +
 	"\x12SendCommandRequest\x120\n" +
