@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -97,6 +98,9 @@ func serveGateway() error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if path := os.Getenv("LOADBENCH_TRACE"); path != "" {
+		go traceOnSignal(ctx, path)
+	}
 	if path := os.Getenv("LOADBENCH_MEMPROFILE"); path != "" {
 		runtime.MemProfileRate = 4096
 		defer func() {
@@ -116,6 +120,46 @@ func serveGateway() error {
 	ready := func() { fmt.Printf("ADDR %s\n", lis.Addr()) }
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return modelgateway.Run(ctx, &cfg, service.Runtime{Logger: log, Listener: lis, Server: cfg.Server, Ready: ready})
+}
+
+// traceOnSignal writes an execution trace of the gateway while it serves
+// the load: SIGUSR1 (sent before each gateway round) starts one in
+// path.N, SIGUSR2 (after the round) ends it. `go tool trace -pprof=sched`
+// on one shows where goroutines waited to run.
+func traceOnSignal(ctx context.Context, path string) {
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
+	var f *os.File
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			if f != nil {
+				trace.Stop()
+				_ = f.Close()
+			}
+			return
+		case s := <-sig:
+			switch {
+			case s == syscall.SIGUSR1 && f == nil:
+				n++
+				var err error
+				if f, err = os.Create(fmt.Sprintf("%s.%d", path, n)); err != nil {
+					fmt.Fprintln(os.Stderr, "trace:", err)
+					continue
+				}
+				if err := trace.Start(f); err != nil {
+					fmt.Fprintln(os.Stderr, "trace:", err)
+					_ = f.Close()
+					f = nil
+				}
+			case s == syscall.SIGUSR2 && f != nil:
+				trace.Stop()
+				_ = f.Close()
+				f = nil
+			}
+		}
+	}
 }
 
 // mock is an OpenAI-compatible upstream answering after a fixed latency.
@@ -282,7 +326,14 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 				ds = append(ds, b.load(rate, duration/time.Duration(rounds), directFn))
 				cpu0, sys0 := cpuTime(child.Process.Pid), syscalls(child.Process.Pid)
 				busy0, total0 := machineBusy()
+				tracing := os.Getenv("LOADBENCH_TRACE") != ""
+				if tracing {
+					_ = child.Process.Signal(syscall.SIGUSR1)
+				}
 				gs = append(gs, b.load(rate, duration/time.Duration(rounds), gwFn))
+				if tracing {
+					_ = child.Process.Signal(syscall.SIGUSR2)
+				}
 				cpu += cpuTime(child.Process.Pid) - cpu0
 				sys += syscalls(child.Process.Pid) - sys0
 				busy1, total1 := machineBusy()
