@@ -6,6 +6,7 @@ package grpcapi
 
 import (
 	"context"
+	"runtime"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -55,6 +56,7 @@ func (s *Server) ChatStream(in *modelv1.ChatStreamRequest, stream modelv1.ModelS
 	if err != nil {
 		return err
 	}
+	sentFirst := false
 	res, err := s.gw.Stream(stream.Context(), dispatch.Call{Logical: in.GetRequest().GetModel(), Request: req, Schema: schema},
 		func(ev llm.Event) error {
 			out := &modelv1.ChatStreamResponse{}
@@ -68,7 +70,17 @@ func (s *Server) ChatStream(in *modelv1.ChatStreamRequest, stream modelv1.ModelS
 			default:
 				return nil
 			}
-			return stream.Send(out)
+			if err := stream.Send(out); err != nil {
+				return err
+			}
+			if !sentFirst {
+				// Let gRPC's writer goroutine put the first chunk on the
+				// wire before this one parses what arrived with it: time
+				// to first token is what a streaming caller waits on.
+				sentFirst = true
+				runtime.Gosched()
+			}
+			return nil
 		})
 	if err != nil {
 		return toStatus(err)
