@@ -695,8 +695,17 @@ func (r *Relay) removeEntries(ctx context.Context, id any, raws bson.A) error {
 	return nil
 }
 
-// publish sends one entry with its id as Nats-Msg-Id.
+// publish sends one entry, bounded by relayPublishTimeout.
 func (r *Relay) publish(ctx context.Context, e OutboxEntry) error {
+	pctx, cancel := context.WithTimeout(ctx, relayPublishTimeout)
+	defer cancel()
+	return r.bus.PublishEntry(pctx, e)
+}
+
+// PublishEntry publishes an outbox entry as it was recorded: its id as
+// Nats-Msg-Id (so publishing it again is stored once) and the trace context
+// of the write that recorded it. For relays of outboxes other than Relay's.
+func (b *Bus) PublishEntry(ctx context.Context, e OutboxEntry) error {
 	if e.ID == "" {
 		return errors.New("entry has no id")
 	}
@@ -706,8 +715,6 @@ func (r *Relay) publish(ctx context.Context, e OutboxEntry) error {
 	}
 	h.Set(HeaderMsgID, e.ID)
 	h.Set(HeaderContentType, ContentTypeProtobuf)
-	pctx, cancel := context.WithTimeout(ctx, relayPublishTimeout)
-	defer cancel()
-	_, err := r.bus.publishMsg(pctx, &nats.Msg{Subject: e.Subject, Data: e.Data, Header: h})
+	_, err := b.publishMsg(ctx, &nats.Msg{Subject: e.Subject, Data: e.Data, Header: h})
 	return err
 }

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -52,7 +50,7 @@ const (
 // Publisher is safe for concurrent use.
 type Publisher struct {
 	store *Store
-	js    jetstream.JetStream
+	bus   *events.Bus
 	log   *slog.Logger
 	wake  chan struct{} // capacity 1: coalesced Notify calls
 
@@ -66,7 +64,7 @@ func NewPublisher(store *Store, bus *events.Bus, log *slog.Logger) *Publisher {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Publisher{
-		store: store, js: bus.JetStream(), log: log.With(slog.String("component", "run-event-publisher")),
+		store: store, bus: bus, log: log.With(slog.String("component", "run-event-publisher")),
 		wake: make(chan struct{}, 1), dirty: map[string]bool{},
 	}
 }
@@ -220,19 +218,9 @@ func (p *Publisher) archive(ctx context.Context, id string) error {
 	return err
 }
 
-// publish sends one entry with its id as Nats-Msg-Id and its trace context.
+// publish sends one entry, bounded by publishTimeout.
 func (p *Publisher) publish(ctx context.Context, e events.OutboxEntry) error {
-	if e.ID == "" {
-		return errors.New("entry has no id")
-	}
-	h := nats.Header{}
-	for k, v := range e.Trace {
-		h.Set(k, v)
-	}
-	h.Set(events.HeaderMsgID, e.ID)
-	h.Set(events.HeaderContentType, events.ContentTypeProtobuf)
 	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
-	_, err := p.js.PublishMsg(pctx, &nats.Msg{Subject: e.Subject, Data: e.Data, Header: h})
-	return err
+	return p.bus.PublishEntry(pctx, e)
 }
