@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -18,13 +19,14 @@ import (
 
 // Postgres starts a throwaway PostgreSQL server for the test (initdb into a
 // temporary directory, trust authentication for user "am", listening on a
-// free loopback port, fsync off) and returns its DSN for database
+// free loopback port, fsync off), runs the setup SQL on it with psql (one
+// transaction; any error fails the test), and returns its DSN for database
 // "postgres". The server stops and its files go in t.Cleanup. Run as root,
 // the server runs as the "postgres" user, as PostgreSQL requires.
 //
 // It skips the test when no PostgreSQL server is installed (Debian package
 // postgresql; `.ci/run` installs it).
-func Postgres(t testing.TB) string {
+func Postgres(t testing.TB, setup ...string) string {
 	t.Helper()
 	bin := postgresBin()
 	if bin == "" {
@@ -86,7 +88,15 @@ func Postgres(t testing.TB) string {
 			t.Fatalf("testkit: postgres not ready within 30s:\n%s", logs.String())
 		}
 	}
-	return fmt.Sprintf("postgres://am@127.0.0.1:%d/postgres?sslmode=disable", port)
+	dsn := fmt.Sprintf("postgres://am@127.0.0.1:%d/postgres?sslmode=disable", port)
+	if len(setup) > 0 {
+		psql := exec.Command(filepath.Join(bin, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1", "-d", dsn, "-f", "-")
+		psql.Stdin = strings.NewReader(strings.Join(setup, ";\n") + ";\n")
+		if out, err := psql.CombinedOutput(); err != nil {
+			t.Fatalf("testkit: postgres setup: %v\n%s", err, out)
+		}
+	}
+	return dsn
 }
 
 // postgresBin returns the directory holding initdb, postgres and

@@ -18,21 +18,11 @@ import (
 // server function that reads files is refused, and a write creates a table.
 func TestPostgresSession(t *testing.T) {
 	t.Parallel()
-	dsn := testkit.Postgres(t)
-	own, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = own.Close() })
-	for _, st := range []string{
+	dsn := testkit.Postgres(t,
 		`CREATE SCHEMA shop`,
 		`CREATE TABLE shop.orders (order_id serial PRIMARY KEY, customer text NOT NULL, total numeric(10,2) NOT NULL)`,
 		`INSERT INTO shop.orders (customer, total) VALUES ('Acme Corp', 120.50), ('acme labs', 80), ('Globex', 42.25), ('Initech', 300)`,
-	} {
-		if _, err := own.Exec(st); err != nil {
-			t.Fatalf("%s: %v", st, err)
-		}
-	}
+	)
 	const question = "What did the Acme customers spend?"
 	const acmeSQL = "SELECT customer, total::text AS amount FROM shop.orders WHERE customer ILIKE 'acme%' ORDER BY total DESC"
 	sim, modelAddr := startModel(t)
@@ -83,6 +73,11 @@ func TestPostgresSession(t *testing.T) {
 	wantStage(t, send(t, c, id, "big_orders"), "ASK_WRITE_MODE")
 	wantStage(t, send(t, c, id, "sel:create"), "CONFIRM_WRITE")
 	wantStage(t, send(t, c, id, "yes"), "DONE")
+	own, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
 	var n int
 	if err := own.QueryRow(`SELECT count(*) FROM big_orders`).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("big_orders has %d rows, %v; want 2", n, err)

@@ -18,24 +18,14 @@ import (
 // do what they do on SQLite.
 func TestPostgres(t *testing.T) {
 	t.Parallel()
-	dsn := testkit.Postgres(t)
-	own, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = own.Close() })
-	ctx := context.Background()
-	for _, st := range []string{
+	dsn := testkit.Postgres(t,
 		`CREATE TABLE artist (artist_id integer PRIMARY KEY, name text NOT NULL)`,
 		`INSERT INTO artist SELECT g, 'artist ' || g FROM generate_series(1, 20) g`,
 		`CREATE SCHEMA sales`,
 		`CREATE TABLE sales.invoice (invoice_id bigint, total numeric(10,2), issued timestamptz)`,
 		`INSERT INTO sales.invoice VALUES (1, 9.99, '2026-01-02T03:04:05Z')`,
-	} {
-		if _, err := own.ExecContext(ctx, st); err != nil {
-			t.Fatalf("%s: %v", st, err)
-		}
-	}
+	)
+	ctx := context.Background()
 	reg, err := connections.Open([]connections.Spec{{Name: "wh", Dialect: connections.Postgres, DSN: dsn}}, connections.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +82,11 @@ func TestPostgres(t *testing.T) {
 	if n, err = reg.WriteTable(ctx, "wh", "SELECT name FROM artist", "top_artists", connections.WriteDrop, 5*time.Second); err != nil || n != 20 {
 		t.Fatalf("drop: %d, %v; want 20 rows", n, err)
 	}
+	own, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
 	var cols int
 	if err := own.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.columns WHERE table_name = 'top_artists'`).Scan(&cols); err != nil || cols != 1 {
 		t.Fatalf("top_artists has %d columns, %v; want the dropped table recreated with 1", cols, err)
