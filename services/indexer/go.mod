@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/agentmesh/agentmesh/libs v0.0.0
 	github.com/agentmesh/agentmesh/services/modelgateway v0.0.0
+	github.com/agentmesh/agentmesh/services/vision v0.0.0
 	github.com/blevesearch/bleve/v2 v2.5.7
 	github.com/blevesearch/bleve_index_api v1.2.11
 	github.com/google/go-cmp v0.7.0
@@ -120,4 +121,5 @@ require (
 replace (
 	github.com/agentmesh/agentmesh/libs => ../../libs
 	github.com/agentmesh/agentmesh/services/modelgateway => ../modelgateway
+	github.com/agentmesh/agentmesh/services/vision => ../vision
 )

@@ -1,12 +1,8 @@
 package vision_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"image"
-	"image/color"
-	"image/png"
 	"os"
 	"path/filepath"
 	"testing"
@@ -90,22 +86,8 @@ func startMesh(t *testing.T, f providersim.Flavor, env map[string]string) *mesh 
 	return &mesh{sim: sim, client: visionv1.NewVisionServiceClient(conn)}
 }
 
-// pngImage returns a small, real PNG whose pixels depend on seed, so two
-// images differ on the wire.
-func pngImage(t *testing.T, seed uint8) []byte {
-	t.Helper()
-	img := image.NewRGBA(image.Rect(0, 0, 4, 4))
-	for x := range 4 {
-		for y := range 4 {
-			img.Set(x, y, color.RGBA{R: seed, G: uint8(x * 40), B: uint8(y * 40), A: 255})
-		}
-	}
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, img); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
+// pngImage returns a small, real PNG whose pixels depend on seed.
+func pngImage(t *testing.T, seed uint8) []byte { return testkit.PNG(t, seed) }
 
 func scope() *commonv1.Scope { return &commonv1.Scope{TenantId: "acme", ProjectId: "intake"} }
 
