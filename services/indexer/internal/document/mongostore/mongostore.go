@@ -420,7 +420,12 @@ func (s *Store) findDocs(ctx context.Context, f bson.D, afterID string, limit in
 	if afterID != "" {
 		f = append(f, bson.E{Key: "_id", Value: bson.M{"$gt": afterID}})
 	}
-	cur, err := s.docs.Find(ctx, f, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).SetProjection(withoutRaw))
+	return s.find(ctx, f, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).SetProjection(withoutRaw))
+}
+
+// find decodes the documents matching f.
+func (s *Store) find(ctx context.Context, f bson.D, opts *options.FindOptionsBuilder) ([]*document.Document, error) {
+	cur, err := s.docs.Find(ctx, f, opts)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -444,23 +449,7 @@ func (s *Store) findDocs(ctx context.Context, f bson.D, afterID string, limit in
 // them.
 func (s *Store) Unfinished(ctx context.Context, limit int) ([]*document.Document, error) {
 	f := bson.D{{Key: "$or", Value: bson.A{bson.M{"deleting": true}, bson.M{"indexed": false}}}}
-	cur, err := s.docs.Find(ctx, f, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "outbox", Value: 0}}))
-	if err != nil {
-		return nil, translate(err)
-	}
-	var recs []docRecord
-	if err := cur.All(ctx, &recs); err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*document.Document, 0, len(recs))
-	for i := range recs {
-		d, err := recs[i].toDocument()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, nil
+	return s.find(ctx, f, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "outbox", Value: 0}}))
 }
 
 // HandledBelow returns up to limit documents (id order, after afterID)
