@@ -89,27 +89,19 @@ func Neighbors(ctx context.Context, r Reader, s Scope, start string, types []str
 	var order []string
 	var walked []Edge
 	for level := 0; level < depth && len(frontier) > 0 && len(order) < limit; level++ {
-		es, err := r.Edges(ctx, s, frontier, types, maxFrontier)
+		cs, err := crossings(ctx, r, s, frontier, types)
 		if err != nil {
 			return nil, nil, err
 		}
-		inFrontier := map[string]bool{}
-		for _, k := range frontier {
-			inFrontier[k] = true
-		}
-		sortEdges(es)
 		var next []string
-		for _, e := range es {
-			for _, pair := range [][2]string{{e.From, e.To}, {e.To, e.From}} {
-				from, to := pair[0], pair[1]
-				if !inFrontier[from] || seen[to] || len(order) >= limit {
-					continue
-				}
-				seen[to] = true
-				next = append(next, to)
-				order = append(order, to)
-				walked = append(walked, e)
+		for _, c := range cs {
+			if seen[c.to] || len(order) >= limit {
+				continue
 			}
+			seen[c.to] = true
+			next = append(next, c.to)
+			order = append(order, c.to)
+			walked = append(walked, c.edge)
 		}
 		frontier = next
 	}
@@ -138,45 +130,65 @@ func Path(ctx context.Context, r Reader, s Scope, from, to string, maxDepth int)
 	parent := map[string]step{from: {}}
 	frontier := []string{from}
 	for level := 0; level < maxDepth && len(frontier) > 0; level++ {
-		es, err := r.Edges(ctx, s, frontier, nil, maxFrontier)
+		cs, err := crossings(ctx, r, s, frontier, nil)
 		if err != nil {
 			return nil, nil, err
 		}
-		inFrontier := map[string]bool{}
-		for _, k := range frontier {
-			inFrontier[k] = true
-		}
-		sortEdges(es)
 		var next []string
-		for _, e := range es {
-			for _, pair := range [][2]string{{e.From, e.To}, {e.To, e.From}} {
-				a, b := pair[0], pair[1]
-				if !inFrontier[a] {
-					continue
-				}
-				if _, ok := parent[b]; ok {
-					continue
-				}
-				parent[b] = step{prev: a, edge: e}
-				if b == to {
-					var keys []string
-					var edges []Edge
-					for k := to; k != from; k = parent[k].prev {
-						keys = append(keys, k)
-						edges = append(edges, parent[k].edge)
-					}
-					keys = append(keys, from)
-					slices.Reverse(keys)
-					slices.Reverse(edges)
-					nodes, err := ordered(ctx, r, s, keys)
-					return nodes, edges, err
-				}
-				next = append(next, b)
+		for _, c := range cs {
+			if _, ok := parent[c.to]; ok {
+				continue
 			}
+			parent[c.to] = step{prev: c.from, edge: c.edge}
+			if c.to == to {
+				var keys []string
+				var edges []Edge
+				for k := to; k != from; k = parent[k].prev {
+					keys = append(keys, k)
+					edges = append(edges, parent[k].edge)
+				}
+				keys = append(keys, from)
+				slices.Reverse(keys)
+				slices.Reverse(edges)
+				nodes, err := ordered(ctx, r, s, keys)
+				return nodes, edges, err
+			}
+			next = append(next, c.to)
 		}
 		frontier = next
 	}
 	return nil, nil, nil
+}
+
+// crossing is one way an edge leads out of a walk's frontier.
+type crossing struct {
+	edge     Edge
+	from, to string // from is in the frontier
+}
+
+// crossings reads the edges (of the given types, all if empty) touching
+// frontier and returns every way one leads from a frontier node, edges in
+// a stable order and each edge both ways: edges are walked in either
+// direction.
+func crossings(ctx context.Context, r Reader, s Scope, frontier, types []string) ([]crossing, error) {
+	es, err := r.Edges(ctx, s, frontier, types, maxFrontier)
+	if err != nil {
+		return nil, err
+	}
+	inFrontier := make(map[string]bool, len(frontier))
+	for _, k := range frontier {
+		inFrontier[k] = true
+	}
+	sortEdges(es)
+	var out []crossing
+	for _, e := range es {
+		for _, c := range []crossing{{e, e.From, e.To}, {e, e.To, e.From}} {
+			if inFrontier[c.from] {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
 }
 
 // ordered loads nodes and returns them in keys' order; keys whose node
