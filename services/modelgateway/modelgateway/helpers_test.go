@@ -1,14 +1,12 @@
 package modelgateway_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,25 +25,7 @@ import (
 // gateway is a modelgateway started in-process with Run, on a loopback port.
 type gateway struct {
 	client modelv1.ModelServiceClient
-	logs   *syncBuffer
-}
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	logs   *testkit.Buffer
 }
 
 // startGateway runs the service with env (on top of fast test defaults) and
@@ -81,7 +61,7 @@ func startGatewayTB(t testing.TB, env map[string]string, routing string) *gatewa
 	if err := config.Load("", &cfg, config.Map(vars)); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	addr := testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
 		rt.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		return modelgateway.Run(ctx, &cfg, rt)

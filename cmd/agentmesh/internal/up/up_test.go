@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,24 +20,6 @@ import (
 	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 )
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 var (
 	gatewayURL = regexp.MustCompile(`gateway\s+(http://localhost:\d+)`)
@@ -60,7 +41,7 @@ func startMesh(t *testing.T, dir string) (gw, model string, stop func()) {
 func startMeshWith(t *testing.T, dir string, extra map[string]string) (gw, model string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &testkit.Buffer{}
 	done := make(chan error, 1)
 	env := config.Map(map[string]string{
 		"AGENTMESH_DATA_DIR":       dir,
