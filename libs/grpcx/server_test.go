@@ -357,3 +357,22 @@ func TestCaller(t *testing.T) {
 		})
 	}
 }
+
+func TestPageTokens(t *testing.T) {
+	t.Parallel()
+	tok := grpcx.EncodePageToken(&commonv1.PageToken{LastKey: "k9", Offset: 40, FilterHash: "h1"})
+	pt, err := grpcx.DecodePageToken(tok, "h1")
+	if err != nil || pt.GetLastKey() != "k9" || pt.GetOffset() != 40 {
+		t.Fatalf("round trip = %v, %v", pt, err)
+	}
+	for name, c := range map[string]struct{ tok, hash string }{
+		"another filter": {tok, "h2"},
+		"not base64":     {"%%%", "h1"},
+		"not a token":    {"AAEC", "h1"},
+	} {
+		_, err := grpcx.DecodePageToken(c.tok, c.hash)
+		if status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), "page_token") {
+			t.Errorf("%s: err = %v, want InvalidArgument naming page_token", name, err)
+		}
+	}
+}

@@ -13,7 +13,6 @@ package grpcapi
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"log/slog"
@@ -22,7 +21,6 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/agentmesh/agentmesh/libs/events"
 	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
@@ -206,9 +204,12 @@ func (s *Server) ListRuns(ctx context.Context, req *classifierv1.ListRunsRequest
 	hash := filterHash(scope, state)
 	var offset int64
 	if tok := req.GetPageToken(); tok != "" {
-		pt, err := decodePageToken(tok)
-		if err != nil || pt.GetFilterHash() != hash || pt.GetOffset() < 0 {
-			return nil, grpcx.InvalidArgument("page_token", "is not a token of this listing")
+		pt, err := grpcx.DecodePageToken(tok, hash)
+		if err != nil {
+			return nil, err
+		}
+		if pt.GetOffset() < 0 {
+			return nil, grpcx.InvalidArgument("page_token", "is not a token this service issued")
 		}
 		offset = pt.GetOffset()
 	}
@@ -219,7 +220,7 @@ func (s *Server) ListRuns(ctx context.Context, req *classifierv1.ListRunsRequest
 	resp := &classifierv1.ListRunsResponse{}
 	if int64(len(entries)) > size {
 		entries = entries[:size]
-		resp.NextPageToken = encodePageToken(&commonv1.PageToken{Offset: offset + size, FilterHash: hash})
+		resp.NextPageToken = grpcx.EncodePageToken(&commonv1.PageToken{Offset: offset + size, FilterHash: hash})
 	}
 	for _, e := range entries {
 		if e.Corrupt != nil {
@@ -234,20 +235,6 @@ func (s *Server) ListRuns(ctx context.Context, req *classifierv1.ListRunsRequest
 func filterHash(scope *commonv1.Scope, state statemachine.State) string {
 	sum := sha256.Sum256([]byte(scope.GetTenantId() + "\x00" + scope.GetProjectId() + "\x00" + string(state)))
 	return hex.EncodeToString(sum[:8])
-}
-
-func encodePageToken(pt *commonv1.PageToken) string {
-	b, _ := proto.Marshal(pt)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodePageToken(s string) (*commonv1.PageToken, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return nil, err
-	}
-	pt := &commonv1.PageToken{}
-	return pt, proto.Unmarshal(b, pt)
 }
 
 // ImportConversations validates and stores conversations, given as a list

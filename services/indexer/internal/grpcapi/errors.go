@@ -7,13 +7,11 @@ package grpcapi
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
@@ -83,8 +81,7 @@ func filterHash(parts ...string) string {
 }
 
 func encodeToken(lastKey, hash string) string {
-	b, _ := proto.Marshal(&commonv1.PageToken{LastKey: lastKey, FilterHash: hash})
-	return base64.RawURLEncoding.EncodeToString(b)
+	return grpcx.EncodePageToken(&commonv1.PageToken{LastKey: lastKey, FilterHash: hash})
 }
 
 // decodeToken returns the last key of a token made for the same filter.
@@ -92,13 +89,6 @@ func decodeToken(tok, hash string) (string, error) {
 	if tok == "" {
 		return "", nil
 	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	var pt commonv1.PageToken
-	if err != nil || proto.Unmarshal(b, &pt) != nil {
-		return "", grpcx.InvalidArgument("page_token", "is not a token this service issued")
-	}
-	if pt.GetFilterHash() != hash {
-		return "", grpcx.InvalidArgument("page_token", "was issued for another scope or filter")
-	}
-	return pt.GetLastKey(), nil
+	pt, err := grpcx.DecodePageToken(tok, hash)
+	return pt.GetLastKey(), err
 }

@@ -7,7 +7,6 @@ package grpcapi
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 
@@ -105,11 +104,14 @@ func (s *Server) ListJobs(ctx context.Context, req *orchestratorv1.ListJobsReque
 	}
 	hash := filterHash(req)
 	if req.GetPageToken() != "" {
-		key, err := decodeToken(req.GetPageToken(), hash)
+		pt, err := grpcx.DecodePageToken(req.GetPageToken(), hash)
 		if err != nil {
-			return nil, grpcx.InvalidArgument("page_token", "%v", err)
+			return nil, err
 		}
-		q.After = key
+		if pt.GetLastKey() == "" {
+			return nil, grpcx.InvalidArgument("page_token", "is not a token this service issued")
+		}
+		q.After = pt.GetLastKey()
 	}
 	jobs, next, err := s.engine.List(ctx, q)
 	if err != nil {
@@ -120,7 +122,7 @@ func (s *Server) ListJobs(ctx context.Context, req *orchestratorv1.ListJobsReque
 		resp.Jobs = append(resp.Jobs, analysis.ToProto(j, nil))
 	}
 	if next != "" {
-		resp.NextPageToken = encodeToken(next, hash)
+		resp.NextPageToken = grpcx.EncodePageToken(&commonv1.PageToken{LastKey: next, FilterHash: hash})
 	}
 	return resp, nil
 }
@@ -214,26 +216,4 @@ func filterHash(req *orchestratorv1.ListJobsRequest) string {
 	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(f)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
-}
-
-// encodeToken wraps a store continuation key in a page token.
-func encodeToken(key, hash string) string {
-	b, _ := proto.Marshal(&commonv1.PageToken{LastKey: key, FilterHash: hash})
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// decodeToken unwraps a page token issued for the same filter.
-func decodeToken(tok, hash string) (string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return "", errors.New("malformed")
-	}
-	var pt commonv1.PageToken
-	if err := proto.Unmarshal(b, &pt); err != nil || pt.GetLastKey() == "" {
-		return "", errors.New("malformed")
-	}
-	if pt.GetFilterHash() != hash {
-		return "", errors.New("was issued for a different filter")
-	}
-	return pt.GetLastKey(), nil
 }
