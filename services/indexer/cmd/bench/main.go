@@ -184,28 +184,10 @@ func run(n, nq, nr, batch int) error {
 
 	// Recall against exact search.
 	ix := sh.Vectors()
-	var found, total int
-	for i := 0; i < nr; i++ {
-		got, err := ix.Search(qvs[i], 10, nil)
-		if err != nil {
-			return err
-		}
-		want, err := ix.SearchExact(qvs[i], 10, nil)
-		if err != nil {
-			return err
-		}
-		set := map[string]bool{}
-		for _, h := range want {
-			set[h.Key] = true
-		}
-		for _, h := range got {
-			if set[h.Key] {
-				found++
-			}
-		}
-		total += len(want)
+	recall, err := ix.Recall(qvs[:nr], 10, nil)
+	if err != nil {
+		return err
 	}
-	recall := float64(found) / float64(total)
 	exact := time.Now()
 	for i := 0; i < 20; i++ {
 		if _, err := ix.SearchExact(qvs[i], 10, nil); err != nil {

@@ -80,23 +80,12 @@ func BenchmarkSearchKeyword100k(b *testing.B) { benchSearch(b, hybrid.ModeKeywor
 func BenchmarkSearchVector100k(b *testing.B) {
 	sh, _, qvs := benchShard(b)
 	ix := sh.Vectors()
-	var found, total int
-	for _, q := range qvs[:100] {
-		got, _ := ix.Search(q, 10, nil)
-		want, _ := ix.SearchExact(q, 10, nil)
-		set := map[string]bool{}
-		for _, h := range want {
-			set[h.Key] = true
-		}
-		for _, h := range got {
-			if set[h.Key] {
-				found++
-			}
-		}
-		total += len(want)
+	recall, err := ix.Recall(qvs[:100], 10, nil)
+	if err != nil {
+		b.Fatal(err)
 	}
 	benchSearch(b, hybrid.ModeVector)
-	b.ReportMetric(float64(found)/float64(total), "recall@10")
+	b.ReportMetric(recall, "recall@10")
 	b.ReportMetric(float64(ix.MemoryBytes())/(1<<20), "index-MiB")
 }
 

@@ -34,6 +34,37 @@ func (ix *Index) Search(q []float32, k int, f *Filter) ([]Hit, error) {
 	return ix.hits(ix.graphSearch(qv, k, ef, allow), k), nil
 }
 
+// Recall measures the index: the share of the exact top k of each query
+// (SearchExact) that Search finds, over all queries qs; 1 when there is
+// nothing to find.
+func (ix *Index) Recall(qs [][]float32, k int, f *Filter) (float64, error) {
+	var found, total int
+	for _, q := range qs {
+		got, err := ix.Search(q, k, f)
+		if err != nil {
+			return 0, err
+		}
+		want, err := ix.SearchExact(q, k, f)
+		if err != nil {
+			return 0, err
+		}
+		set := make(map[string]bool, len(want))
+		for _, h := range want {
+			set[h.Key] = true
+		}
+		for _, h := range got {
+			if set[h.Key] {
+				found++
+			}
+		}
+		total += len(want)
+	}
+	if total == 0 {
+		return 1, nil
+	}
+	return float64(found) / float64(total), nil
+}
+
 // SearchExact returns the exact k nearest items by scanning every item; it
 // is the baseline recall is measured against.
 func (ix *Index) SearchExact(q []float32, k int, f *Filter) ([]Hit, error) {
