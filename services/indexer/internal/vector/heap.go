@@ -69,6 +69,15 @@ func (h *maxHeap) pop() cand {
 
 func (h maxHeap) top() cand { return cand{d: -h[0].d, id: h[0].id} }
 
+// keep adds c and, if h then holds more than k, drops the farthest: h
+// stays the k best candidates seen.
+func (h *maxHeap) keep(c cand, k int) {
+	h.push(c)
+	if len(*h) > k {
+		h.pop()
+	}
+}
+
 // cands returns the held candidates with their distances, in no particular
 // order; h must not be used afterwards.
 func (h maxHeap) cands() []cand {

@@ -646,10 +646,7 @@ func (ix *Index) searchLayer(q qvec, eps []cand, ef, lc int, allow func(uint32) 
 		}
 		c.push(e)
 		if allow == nil || allow(e.id) {
-			w.push(e)
-			if len(w) > ef {
-				w.pop()
-			}
+			w.keep(e, ef)
 		}
 	}
 	for len(c) > 0 {
@@ -665,10 +662,7 @@ func (ix *Index) searchLayer(q qvec, eps []cand, ef, lc int, allow func(uint32) 
 			if len(w) < ef || d < w.top().d {
 				c.push(cand{d: d, id: n})
 				if allow == nil || allow(n) {
-					w.push(cand{d: d, id: n})
-					if len(w) > ef {
-						w.pop()
-					}
+					w.keep(cand{d: d, id: n}, ef)
 				}
 			}
 		}

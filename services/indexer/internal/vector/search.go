@@ -136,10 +136,7 @@ func (ix *Index) scan(q []float32, k int, subset []uint32) []cand {
 	for _, id := range subset {
 		d := ix.dist(q, id)
 		if len(w) < k || d < w.top().d {
-			w.push(cand{d: d, id: id})
-			if len(w) > k {
-				w.pop()
-			}
+			w.keep(cand{d: d, id: id}, k)
 		}
 	}
 	out := w.cands()
