@@ -183,6 +183,17 @@ func (t *qterm) advance(n uint64) error {
 	return t.set(d, err)
 }
 
+// at moves a term's reader to document d if it is behind d, and reports
+// whether the term occurs in d.
+func (t *qterm) at(d uint64) (bool, error) {
+	if t.num < d {
+		if err := t.advance(d); err != nil {
+			return false, err
+		}
+	}
+	return t.num == d, nil
+}
+
 func (t *qterm) set(d *bleveindex.TermFieldDoc, err error) error {
 	if err != nil {
 		return err
@@ -329,12 +340,11 @@ func maxScore(ctx context.Context, r bleveindex.IndexReader, terms []*qterm, sc 
 				break
 			}
 			t := terms[i]
-			if t.num < d {
-				if err := t.advance(d); err != nil {
-					return nil, err
-				}
+			ok, err := t.at(d)
+			if err != nil {
+				return nil, err
 			}
-			if t.num == d {
+			if ok {
 				score += sc.contribution(t, t.cur)
 				matched++
 			}
@@ -407,12 +417,11 @@ func seed(ctx context.Context, r bleveindex.IndexReader, terms []*qterm, sc scor
 		}
 		score, matched := 0.0, 0
 		for _, t := range scorers {
-			if t.num < d {
-				if err := t.advance(d); err != nil {
-					return nil, err
-				}
+			ok, err := t.at(d)
+			if err != nil {
+				return nil, err
 			}
-			if t.num == d {
+			if ok {
 				score += sc.contribution(t, t.cur)
 				matched++
 			}
