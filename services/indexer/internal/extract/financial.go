@@ -168,12 +168,8 @@ func wideRecords(t Table, doc *Document) []map[string]any {
 		}
 		n := 0
 		for i, m := range metrics {
-			if v, cur, ok := parseAmount(row[i], t.Header[i], m); ok {
-				rec[m] = v
+			if setAmount(rec, m, row[i], t.Header[i]) {
 				n++
-				if cur != "" {
-					rec["currency"] = cur
-				}
 			}
 		}
 		if n == 0 {
@@ -186,6 +182,21 @@ func wideRecords(t Table, doc *Document) []map[string]any {
 		return []map[string]any{} // financial layout, but no usable rows
 	}
 	return out
+}
+
+// setAmount parses cell as metric m (label gives the unit and currency
+// context) into rec, with its currency if it names one, and reports whether
+// it held an amount.
+func setAmount(rec map[string]any, m, cell, label string) bool {
+	v, cur, ok := parseAmount(cell, label, m)
+	if !ok {
+		return false
+	}
+	rec[m] = v
+	if cur != "" {
+		rec["currency"] = cur
+	}
+	return true
 }
 
 // longRecords reads a table with one metric per row and one period (or a
@@ -214,12 +225,8 @@ func longRecords(t Table, doc *Document) []map[string]any {
 			if _, done := rec[m]; done {
 				continue
 			}
-			if v, cur, ok := parseAmount(t.Rows[r][c], t.Rows[r][0]+" "+t.Header[c], m); ok {
-				rec[m] = v
+			if setAmount(rec, m, t.Rows[r][c], t.Rows[r][0]+" "+t.Header[c]) {
 				n++
-				if cur != "" {
-					rec["currency"] = cur
-				}
 			}
 		}
 		if n == 0 {
