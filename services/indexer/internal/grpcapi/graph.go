@@ -78,14 +78,8 @@ func (g *Graph) ListNeighbors(ctx context.Context, req *indexerv1.ListNeighborsR
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &indexerv1.ListNeighborsResponse{}
-	for _, n := range ns {
-		resp.Nodes = append(resp.Nodes, nodeProto(n))
-	}
-	for _, e := range es {
-		resp.Edges = append(resp.Edges, &indexerv1.Edge{FromKey: e.From, ToKey: e.To, Type: e.Type})
-	}
-	return resp, nil
+	nodes, edges := walkProto(ns, es)
+	return &indexerv1.ListNeighborsResponse{Nodes: nodes, Edges: edges}, nil
 }
 
 // FindPath returns a shortest path between two nodes.
@@ -110,14 +104,21 @@ func (g *Graph) FindPath(ctx context.Context, req *indexerv1.FindPathRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &indexerv1.FindPathResponse{}
+	nodes, edges := walkProto(ns, es)
+	return &indexerv1.FindPathResponse{Nodes: nodes, Edges: edges}, nil
+}
+
+// walkProto converts the nodes and edges of a walk.
+func walkProto(ns []graph.Node, es []graph.Edge) ([]*indexerv1.Node, []*indexerv1.Edge) {
+	var nodes []*indexerv1.Node
 	for _, n := range ns {
-		resp.Nodes = append(resp.Nodes, nodeProto(n))
+		nodes = append(nodes, nodeProto(n))
 	}
+	var edges []*indexerv1.Edge
 	for _, e := range es {
-		resp.Edges = append(resp.Edges, &indexerv1.Edge{FromKey: e.From, ToKey: e.To, Type: e.Type})
+		edges = append(edges, &indexerv1.Edge{FromKey: e.From, ToKey: e.To, Type: e.Type})
 	}
-	return resp, nil
+	return nodes, edges
 }
 
 func nodeProto(n graph.Node) *indexerv1.Node {
