@@ -105,6 +105,9 @@ type Relay struct {
 	lock   func(id any) (unlock func()) // set before Run; nil: no lock
 	conc   int                          // set before Run: documents relayed at once (SetConcurrency)
 	delay  time.Duration                // set before Run: wait before removing (SetRemovalDelay)
+	// drained is called with a document's _id once its outbox was read
+	// and everything read was published and removed (SetDrained).
+	drained func(ctx context.Context, id any) error
 
 	mu      sync.Mutex            // guards the fields below
 	pending []any                 // document ids named by NotifyDocument or NotifyEntries, in call order
@@ -147,6 +150,29 @@ func (r *Relay) SetConcurrency(n int) { r.conc = max(n, 1) }
 // document that much longer (a process that dies meanwhile leaves them to
 // be published again, deduplicated by event id). Call it before Run.
 func (r *Relay) SetRemovalDelay(d time.Duration) { r.delay = max(d, 0) }
+
+// SetDrained makes the relay call drained with a document's _id once it
+// has relayed that document's outbox: every entry it read was published
+// and removed, or the outbox was empty when read. A store that moves
+// finished documents out of the collection once their events are out does
+// that here. It is a hint, not a guarantee that the outbox is still empty:
+// a write may have added entries since, so drained must check under the
+// store's own lock. drained runs in the relay's goroutine for the
+// document, after the removal; its error is logged. Call it before Run.
+func (r *Relay) SetDrained(drained func(ctx context.Context, id any) error) { r.drained = drained }
+
+// afterDrain calls the drained hook for document id, if there is one. It
+// runs even when ctx has ended (shutting down), as the removal does.
+func (r *Relay) afterDrain(ctx context.Context, id any) {
+	if r.drained == nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayPublishTimeout)
+	defer cancel()
+	if err := r.drained(dctx, id); err != nil {
+		r.logger.Warn("outbox drained hook failed", slog.Any("document", id), slog.Any("error", err))
+	}
+}
 
 // NewRelay returns a relay for the outbox arrays of coll's documents. logger
 // may be nil.
@@ -403,6 +429,10 @@ func (r *Relay) publishDocument(ctx context.Context, id any, rm *removals) error
 	if err != nil {
 		return fmt.Errorf("events: outbox read %v: %w", id, err)
 	}
+	if len(doc.Outbox) == 0 {
+		r.afterDrain(ctx, id)
+		return nil
+	}
 	_, err = r.publishEntries(ctx, doc, rm)
 	return err
 }
@@ -529,7 +559,11 @@ func (rm *removals) remove(ctx context.Context, id any) {
 			// deduplicated, and removes).
 			delete(rm.sent, eid)
 		}
+		drained := err == nil && len(d.raws) == 0
 		rm.mu.Unlock()
+		if drained {
+			rm.r.afterDrain(ctx, id)
+		}
 	}
 }
 
@@ -573,6 +607,7 @@ func (r *Relay) relayDocument(ctx context.Context, id any) (int, error) {
 		return 0, fmt.Errorf("events: outbox read %v: %w", id, err)
 	}
 	if len(doc.Outbox) == 0 {
+		r.afterDrain(ctx, id)
 		return 0, nil
 	}
 	return r.relayDoc(ctx, doc)
@@ -674,6 +709,9 @@ func (r *Relay) relayDoc(ctx context.Context, doc outboxDoc) (int, error) {
 	}
 	if err := r.removeEntries(ctx, doc.ID, done); err != nil {
 		return len(done), errors.Join(pubErr, err)
+	}
+	if pubErr == nil {
+		r.afterDrain(ctx, doc.ID)
 	}
 	return len(done), pubErr
 }

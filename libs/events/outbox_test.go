@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,13 +146,7 @@ func TestRelayPublishesAndClearsOutbox(t *testing.T) {
 	}
 
 	r := NewRelay(b, coll, testLogger(t))
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- r.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		<-ran
-	})
+	runRelay(t, r)
 
 	waitFor(t, 10*time.Second, "outbox drained", func() bool { return pendingEntries(t, coll) == 0 })
 	got := storedIDs(t, b, StreamEvents)
@@ -295,13 +290,7 @@ func TestRelayNotifyDocumentPublishesWithoutWaitingForAScan(t *testing.T) {
 	ctx := testContext(t)
 
 	r := NewRelay(b, coll, testLogger(t))
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- r.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		<-ran
-	})
+	runRelay(t, r)
 
 	for i := 0; i < 20; i++ {
 		id := fmt.Sprintf("n%02d", i)
@@ -312,4 +301,77 @@ func TestRelayNotifyDocumentPublishesWithoutWaitingForAScan(t *testing.T) {
 	waitFor(t, RelayPollInterval/2, "notified documents relayed", func() bool { return streamMsgs(t, b, StreamEvents) == 20 })
 	// Removal follows publishing; it too must not wait for a scan.
 	waitFor(t, RelayPollInterval/2, "outbox emptied", func() bool { return pendingEntries(t, coll) == 0 })
+}
+
+// TestRelayDrainedHook: the drained hook sees each relayed document once its
+// outbox is empty — documents found by the start-up sweep, documents named
+// afterwards, and a named document with nothing to publish — with one
+// document relayed at a time and with several.
+func TestRelayDrainedHook(t *testing.T) {
+	t.Parallel()
+	for _, conc := range []int{1, 4} {
+		t.Run(fmt.Sprintf("concurrency_%d", conc), func(t *testing.T) {
+			t.Parallel()
+			b := newBusWithStreams(t)
+			coll := startFerret(t).Collection("jobs")
+			ctx := testContext(t)
+
+			completeJob(ctx, t, coll, "before", newEntry(t, "before", "a"), newEntry(t, "before", "b"))
+			completeJob(ctx, t, coll, "empty")
+			r := NewRelay(b, coll, testLogger(t))
+			r.SetConcurrency(conc)
+			var (
+				mu      sync.Mutex
+				drained = map[string]int{}
+				early   []string
+			)
+			r.SetDrained(func(ctx context.Context, id any) error {
+				var j job
+				if err := coll.FindOne(ctx, bson.M{"_id": id}).Decode(&j); err != nil {
+					return err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if len(j.Outbox) > 0 {
+					early = append(early, fmt.Sprintf("%v with %d entries", id, len(j.Outbox)))
+				}
+				drained[id.(string)]++
+				return nil
+			})
+			runRelay(t, r)
+			seen := func(id string) func() bool {
+				return func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return drained[id] > 0
+				}
+			}
+			waitFor(t, RelayPollInterval/2, "document of the start-up sweep drained", seen("before"))
+			completeJob(ctx, t, coll, "after", newEntry(t, "after", "c"))
+			r.NotifyDocument("after")
+			r.NotifyDocument("empty")
+			waitFor(t, RelayPollInterval/2, "named document drained", seen("after"))
+			waitFor(t, RelayPollInterval/2, "named empty document drained", seen("empty"))
+			mu.Lock()
+			defer mu.Unlock()
+			if len(early) > 0 {
+				t.Errorf("drained called before the outbox was empty: %v", early)
+			}
+			if n := streamMsgs(t, b, StreamEvents); n != 3 {
+				t.Errorf("%d events published, want 3", n)
+			}
+		})
+	}
+}
+
+// runRelay runs r until the test ends.
+func runRelay(t *testing.T, r *Relay) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		<-ran
+	})
 }
