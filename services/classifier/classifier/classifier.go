@@ -148,13 +148,19 @@ func run(ctx context.Context, cfg *Config, rt service.Runtime, afterCommit runne
 		}
 	}
 
-	// The publisher relays run events from the checkpoints' outboxes; it
-	// starts by publishing whatever a previous process left behind.
-	publisher := checkpoint.NewPublisher(checkpoints, bus, log)
-	publisherDone := make(chan struct{})
+	// The relay publishes run events from the checkpoints' outboxes and
+	// archives finished runs; it starts by publishing whatever a previous
+	// process left behind.
+	relay := checkpoints.NewRelay(bus, log)
+	relayDone := make(chan struct{})
 	go func() {
-		defer close(publisherDone)
-		publisher.Run(ctx)
+		defer close(relayDone)
+		_ = relay.Run(ctx)
+	}()
+	archiverDone := make(chan struct{})
+	go func() {
+		defer close(archiverDone)
+		checkpoints.KeepArchiving(ctx, log)
 	}()
 
 	runs := runner.New(ctx, runner.Deps{
@@ -163,7 +169,7 @@ func run(ctx context.Context, cfg *Config, rt service.Runtime, afterCommit runne
 		Conversations: convs,
 		Labels:        saved,
 		Model:         modelcalls.New(modelv1.NewModelServiceClient(modelGateway), cfg.Runs.Model, cfg.Runs.SummaryModel, cfg.Runs.ModelTimeout),
-		Notify:        publisher.Notify,
+		Notify:        func(runID string) { relay.NotifyDocument(runID) },
 		Logger:        log,
 	}, runner.Config{LeaseTTL: cfg.Runs.LeaseTTL, AfterCommit: afterCommit})
 
@@ -178,10 +184,11 @@ func run(ctx context.Context, cfg *Config, rt service.Runtime, afterCommit runne
 	// Executors stop with ctx and release their leases; then the events of
 	// their last writes are published before the bus drains.
 	runs.Wait()
-	<-publisherDone
+	<-relayDone
+	<-archiverDone
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := publisher.Flush(sctx); err != nil {
+	if _, err := relay.Sweep(sctx); err != nil {
 		log.Warn("final outbox sweep incomplete; the next start publishes the rest", "error", err)
 	}
 	return serveErr

@@ -134,7 +134,7 @@ func TestUndecodableCheckpointStopsTheRun(t *testing.T) {
 			in.models.ScriptPlans(meshtest.NewPlan(3, nil))
 			runID, _ := startRun(t, s.client, "classify")
 			// FerretDB applies updates as unisolated read-and-write: damage
-			// written while the publisher still removes relayed events from
+			// written while the events relay still removes relayed events from
 			// the outbox could be overwritten. Damage a settled document.
 			coll := in.db.Collection(checkpoint.Collection)
 			testkit.Eventually(t, 10*time.Second, func() bool {

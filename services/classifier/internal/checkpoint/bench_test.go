@@ -9,7 +9,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/agentmesh/agentmesh/libs/events"
-	"github.com/agentmesh/agentmesh/libs/testkit"
 )
 
 // percentiles returns the p50 and p99 of ds in milliseconds.
@@ -31,7 +30,7 @@ func percentiles(ds []time.Duration) (p50, p99 float64) {
 // version guard, no outbox and no lock.
 //
 // Sub-benchmarks: "alone" (the outbox is emptied between writes, untimed)
-// and "with_relay" (the outbox publisher publishes each write's events to
+// and "with_relay" (the events relay publishes each write's events to
 // NATS meanwhile, as in the service, so writes contend with its removals).
 func BenchmarkCheckpointWrite(b *testing.B) {
 	for _, withRelay := range []bool{false, true} {
@@ -58,21 +57,8 @@ func BenchmarkCheckpointWrite(b *testing.B) {
 			}
 			notify := func() {}
 			if withRelay {
-				nats := testkit.NewNATS(b)
-				bus, err := events.Connect(ctx, nats.URL(), "bench", nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = bus.Close() })
-				if err := bus.EnsureStreams(ctx); err != nil {
-					b.Fatal(err)
-				}
-				pub := NewPublisher(s, bus, nil)
-				pctx, stop := context.WithCancel(ctx)
-				done := make(chan struct{})
-				go func() { defer close(done); pub.Run(pctx) }()
-				b.Cleanup(func() { stop(); <-done })
-				notify = func() { pub.Notify("bench") } // after each write, as the runner does
+				relay := runRelay(b, s, testBus(b))
+				notify = func() { relay.NotifyDocument("bench") } // after each write, as the runner does
 			}
 
 			// Baseline: the same context written with a bare update.

@@ -13,7 +13,8 @@
 // it is taken, renewed and released with the same versioned writes.
 //
 // A finished run whose events are all published is moved to an archive
-// collection (Archive, called by the Publisher): on the embedded store
+// collection (Archive; Drained, called by the events relay once a run's
+// outbox is empty, and ArchiveFinished): on the embedded store
 // (FerretDB v1) every update costs time in proportion to the size of its
 // collection, so the collection that is written to holds only runs that can
 // still change. Reads look in both.
@@ -116,8 +117,9 @@ type Record struct {
 
 // Store reads and writes checkpoints. It is safe for concurrent use.
 //
-// Writes of one process are serialised, together with the outbox sweeps of
-// the store's [Publisher]: FerretDB v1 applies an update as a read followed
+// Writes of one process are serialised, together with the removals of the
+// events relay serving the collection (give it [Store.LockDocument]) and
+// archiving: FerretDB v1 applies an update as a read followed
 // by an unconditional write of the whole document, so two concurrent updates
 // of one document lose one of them — a relay's $pullAll could undo a
 // checkpoint, and two writers guarded by the same version could both
@@ -129,11 +131,37 @@ type Store struct {
 	archive *mongo.Collection // finished runs, events published
 	now     func() time.Time
 	mu      sync.Mutex // serialises updates of checkpoint documents, outbox removals and archiving
+
+	// finishing holds the runs this store wrote in a finished state and
+	// has not archived yet (guarded by mu): Drained archives only those,
+	// so the relay's notice after every step costs no read.
+	finishing map[string]bool
 }
 
 // NewStore returns a store on db's checkpoint collections.
 func NewStore(db *mongo.Database) *Store {
-	return &Store{coll: db.Collection(Collection), archive: db.Collection(ArchiveCollection), now: time.Now}
+	return &Store{coll: db.Collection(Collection), archive: db.Collection(ArchiveCollection), now: time.Now, finishing: map[string]bool{}}
+}
+
+// Collection is the collection of runs that can still change: the one
+// whose outboxes the events relay serves.
+func (s *Store) Collection() *mongo.Collection { return s.coll }
+
+// LockDocument takes the store's write lock and returns its release; the
+// events relay holds it while it removes published events from a run
+// (events.Relay.SetDocumentLock), so a removal never races a checkpoint
+// write.
+func (s *Store) LockDocument(any) (unlock func()) {
+	s.mu.Lock()
+	return s.mu.Unlock
+}
+
+// finish notes that run id is being written in a finished state, before
+// the write, so the relay's notice that follows it finds the note.
+func (s *Store) finish(id string) {
+	s.mu.Lock()
+	s.finishing[id] = true
+	s.mu.Unlock()
 }
 
 // EnsureIndexes creates the store's indexes; call it at start.
@@ -242,6 +270,9 @@ func (s *Store) Commit(ctx context.Context, rec Record, run statemachine.Run, le
 		update["$push"] = events.OutboxPush(entries...)
 	}
 	scope := &commonv1.Scope{TenantId: run.TenantID, ProjectId: run.ProjectID}
+	if run.State.Finished() {
+		s.finish(run.ID)
+	}
 	if err := s.updateVersioned(ctx, scope, run.ID, rec.Version, update); err != nil {
 		return Record{}, err
 	}
@@ -286,6 +317,7 @@ func (s *Store) MarkCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *Co
 		"lease": nil, "last_event_id": lastID(entries),
 	}
 	update := bson.M{"$set": set, "$push": events.OutboxPush(entries...)}
+	s.finish(cerr.ID)
 	if cerr.Version >= 0 {
 		if err := s.updateVersioned(ctx, scope, cerr.ID, cerr.Version, update); err != nil {
 			return "", err
@@ -347,29 +379,90 @@ func (s *Store) findRaw(ctx context.Context, id string) (bson.Raw, error) {
 func (s *Store) Archive(ctx context.Context, id string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	out, err := s.archiveLocked(ctx, id)
+	return out == archived, err
+}
+
+// archiveOutcome is what archiveLocked did.
+type archiveOutcome int
+
+const (
+	archived    archiveOutcome = iota // moved
+	gone                              // not in the live collection
+	notFinished                       // the run can still change
+	eventsLeft                        // finished, with events not published yet
+)
+
+// archiveLocked is Archive; s.mu is held.
+func (s *Store) archiveLocked(ctx context.Context, id string) (archiveOutcome, error) {
 	raw, err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return false, nil
+		return gone, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
+		return notFinished, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
 	}
 	state, _ := raw.Lookup("state").StringValueOK()
 	if !statemachine.State(state).Finished() {
-		return false, nil
+		return notFinished, nil
 	}
 	if ob, ok := raw.Lookup(events.OutboxField).ArrayOK(); ok {
 		if vals, _ := ob.Values(); len(vals) > 0 {
-			return false, nil
+			return eventsLeft, nil
 		}
 	}
 	if _, err := s.archive.InsertOne(ctx, raw); err != nil && !mongo.IsDuplicateKeyError(err) {
-		return false, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
+		return eventsLeft, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
 	}
 	if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
-		return false, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
+		return eventsLeft, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
 	}
-	return true, nil
+	return archived, nil
+}
+
+// Drained archives run id if this store wrote it finished; the events
+// relay calls it once it has published and removed the run's events
+// (events.Relay.SetDrained). Other runs cost nothing. A run that still has
+// events waits for the next call; one whose archiving failed is retried by
+// ArchiveFinished.
+func (s *Store) Drained(ctx context.Context, id any) error {
+	runID, _ := id.(string)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.finishing[runID] {
+		return nil
+	}
+	out, err := s.archiveLocked(ctx, runID)
+	if err == nil && out != eventsLeft {
+		delete(s.finishing, runID)
+	}
+	return err
+}
+
+// ArchiveFinished archives every finished run of the live collection whose
+// events are all published, and notes the others for Drained: what a
+// process that stopped between a run's last events and its archiving left
+// behind, or an archiving that failed. Call it at start and now and then.
+func (s *Store) ArchiveFinished(ctx context.Context) error {
+	f := bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{string(statemachine.Completed), string(statemachine.Stopped)}}}}}
+	cur, err := s.coll.Find(ctx, f, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return fmt.Errorf("checkpoint: find finished runs: %w", mongox.Translate(err))
+	}
+	var docs []struct {
+		ID string `bson:"_id"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return fmt.Errorf("checkpoint: find finished runs: %w", mongox.Translate(err))
+	}
+	var errs []error
+	for _, d := range docs {
+		s.finish(d.ID)
+		if err := s.Drained(ctx, d.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ListOptions selects runs.

@@ -234,20 +234,8 @@ func TestPublishingNeverUndoesACheckpoint(t *testing.T) {
 	s, _ := newStore(t)
 	m := machine(t)
 	ctx := context.Background()
-	nats := testkit.NewNATS(t)
-	bus, err := events.Connect(ctx, nats.URL(), "test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bus.Close() })
-	if err := bus.EnsureStreams(ctx); err != nil {
-		t.Fatal(err)
-	}
-	pub := NewPublisher(s, bus, nil)
-	pctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); pub.Run(pctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	bus := testBus(t)
+	relay := runRelay(t, s, bus)
 
 	start := m.Start("run-5", scope.GetTenantId(), scope.GetProjectId(), "i")
 	rec, err := s.Create(ctx, start.Run, nil, outbox(t, start))
@@ -264,7 +252,7 @@ func TestPublishingNeverUndoesACheckpoint(t *testing.T) {
 			t.Fatalf("commit %d: %v", i, err)
 		}
 		sent++
-		pub.Notify("run-5")
+		relay.NotifyDocument("run-5")
 	}
 	got, err := s.Load(ctx, scope, "run-5")
 	if err != nil || got.Version != rec.Version || got.Run.Feedback != "59" {
@@ -441,5 +429,103 @@ func TestArchiveFinishedRuns(t *testing.T) {
 	}
 	if ok, err := s.Archive(ctx, "b-done"); err != nil || !ok {
 		t.Errorf("finishing an interrupted archive: %v %v", ok, err)
+	}
+}
+
+// runRelay runs the store's events relay on bus until the test ends.
+func runRelay(tb testing.TB, s *Store, bus *events.Bus) *events.Relay {
+	tb.Helper()
+	relay := s.NewRelay(bus, nil)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = relay.Run(ctx) }()
+	tb.Cleanup(func() { stop(); <-done })
+	return relay
+}
+
+// testBus connects to a fresh NATS server with the event streams.
+func testBus(tb testing.TB) *events.Bus {
+	tb.Helper()
+	ctx := context.Background()
+	nats := testkit.NewNATS(tb)
+	bus, err := events.Connect(ctx, nats.URL(), "test", nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = bus.Close() })
+	if err := bus.EnsureStreams(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	return bus
+}
+
+// The relay archives a run the store finished once the run's last events
+// are out; ArchiveFinished archives finished runs another process left in
+// the live collection, at once or, with events still pending, once the
+// relay has published them. Runs that can still change stay.
+func TestRelayArchivesFinishedRuns(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	other := NewStore(db) // a process that stopped before archiving
+	m := machine(t)
+	ctx := context.Background()
+	relay := runRelay(t, s, testBus(t))
+	write := func(st *Store, id string, finish, events bool) {
+		t.Helper()
+		tr := m.Start(id, scope.GetTenantId(), scope.GetProjectId(), "i")
+		rec, err := st.Create(ctx, tr.Run, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := tr
+		if finish {
+			next = m.Stop(tr.Run, "done")
+		}
+		ents := outbox(t, next)
+		if !events {
+			ents = nil
+		}
+		if _, err := st.Commit(ctx, rec, next.Run, nil, ents); err != nil {
+			t.Fatal(err)
+		}
+	}
+	where := func(id string) string {
+		t.Helper()
+		for _, c := range []string{Collection, ArchiveCollection} {
+			n, err := db.Collection(c).CountDocuments(ctx, bson.D{{Key: "_id", Value: id}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				return c
+			}
+		}
+		return "nowhere"
+	}
+	write(s, "live", false, true)
+	write(s, "done", true, true)
+	relay.NotifyDocument("live")
+	relay.NotifyDocument("done")
+	testkit.Eventually(t, 10*time.Second, func() bool { return where("done") == ArchiveCollection }, "finished run archived")
+
+	write(other, "left", true, false)
+	write(other, "left-pending", true, true)
+	if got := where("left"); got != Collection {
+		t.Fatalf("run left by another process is in %s before ArchiveFinished", got)
+	}
+	if err := s.ArchiveFinished(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := where("left"); got != ArchiveCollection {
+		t.Errorf("finished run with its events out is in %s after ArchiveFinished", got)
+	}
+	relay.NotifyDocument("left-pending")
+	testkit.Eventually(t, 10*time.Second, func() bool { return where("left-pending") == ArchiveCollection }, "finished run archived once its events are out")
+	if got := where("live"); got != Collection {
+		t.Errorf("running run is in %s", got)
+	}
+	rec, err := s.Load(ctx, scope, "done")
+	if err != nil || rec.Run.State != statemachine.Stopped {
+		t.Errorf("archived run reads as %+v (%v)", rec.Run, err)
 	}
 }

@@ -95,7 +95,7 @@ type Deps struct {
 	// Model makes the model calls.
 	Model *modelcalls.Client
 	// Notify is called with the run id after each write that added events
-	// (the outbox publisher's Notify); may be nil.
+	// (the events relay's NotifyDocument); may be nil.
 	Notify func(runID string)
 	// Logger logs executor failures; nil discards.
 	Logger *slog.Logger

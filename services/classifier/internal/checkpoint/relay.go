@@ -1,0 +1,42 @@
+package checkpoint
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+)
+
+// ArchiveInterval is how often the service looks for finished runs left in
+// the live collection (ArchiveFinished): a process that stopped between a
+// run's last events and its archiving, or an archiving that failed.
+const ArchiveInterval = 30 * time.Second
+
+// NewRelay returns the events relay of the store's outboxes, as the service
+// runs it: removals of published events take the store's write lock, and a
+// finished run is archived once its last events are out. Name each written
+// run with NotifyDocument(runID) after the write.
+func (s *Store) NewRelay(bus *events.Bus, log *slog.Logger) *events.Relay {
+	r := events.NewRelay(bus, s.coll, log)
+	r.SetDocumentLock(s.LockDocument)
+	r.SetDrained(s.Drained)
+	return r
+}
+
+// KeepArchiving runs ArchiveFinished now and every ArchiveInterval until
+// ctx is done, logging what it could not do.
+func (s *Store) KeepArchiving(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(ArchiveInterval)
+	defer t.Stop()
+	for {
+		if err := s.ArchiveFinished(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("finished runs not archived yet; will retry", slog.Any("error", err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
