@@ -7,7 +7,9 @@
 // gateway's CPU time and read/write system calls per request, how busy the
 // machine's CPUs were while the gateway path ran, and the gateway's peak
 // RSS (VmHWM). The two paths alternate in rounds so that drift on a shared
-// machine hits both alike.
+// machine hits both alike. First it measures what a process boundary costs
+// when the CPUs are idle (wakeprobe.go), the floor under any proxy's added
+// latency.
 //
 //	go run ./services/modelgateway/cmd/loadbench -duration 10s -rates 500,1000,2000
 package main
@@ -51,6 +53,7 @@ import (
 func main() {
 	var (
 		serve    = flag.Bool("serve-gateway", false, "internal: run the gateway (child process)")
+		echo     = flag.Bool("serve-echo", false, "internal: echo bytes over TCP (child process of the wake-up probe)")
 		duration = flag.Duration("duration", 10*time.Second, "load duration per rate and path")
 		rounds   = flag.Int("rounds", 5, "alternate direct and gateway this many times per rate (the duration is split between rounds), so slow drift on the machine hits both paths alike")
 		rates    = flag.String("rates", "500,1000,2000", "request rates to run, per second")
@@ -58,6 +61,13 @@ func main() {
 		modes    = flag.String("modes", "unary,stream", "modes to run: unary (Chat), stream (ChatStream time to first chunk)")
 	)
 	flag.Parse()
+	if *echo {
+		if err := serveEcho(); err != nil {
+			fmt.Fprintln(os.Stderr, "echo:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *serve {
 		if err := serveGateway(); err != nil {
 			fmt.Fprintln(os.Stderr, "gateway:", err)
@@ -252,32 +262,19 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	if err != nil {
 		return err
 	}
-	child := exec.Command(self, "-serve-gateway")
-	child.Env = append(os.Environ(), "MODELGATEWAY_CONFIG="+routingFile, "METRICS_ADDR=", "LOG_LEVEL=warn",
+	env := append(os.Environ(), "MODELGATEWAY_CONFIG="+routingFile, "METRICS_ADDR=", "LOG_LEVEL=warn",
 		"MODELGATEWAY_PROBE_INTERVAL=1h")
 	// LOADBENCH_GW_X=v sets X=v for the gateway only (GOGC, GOMAXPROCS, …).
 	for _, kv := range os.Environ() {
 		if rest, ok := strings.CutPrefix(kv, "LOADBENCH_GW_"); ok {
-			child.Env = append(child.Env, rest)
+			env = append(env, rest)
 		}
 	}
-	child.Stderr = os.Stderr
-	out, err := child.StdoutPipe()
+	child, gwAddr, err := startChild(self, env, "-serve-gateway")
 	if err != nil {
-		return err
+		return fmt.Errorf("gateway: %w", err)
 	}
-	if err := child.Start(); err != nil {
-		return err
-	}
-	defer func() {
-		_ = child.Process.Signal(syscall.SIGTERM)
-		_ = child.Wait()
-	}()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("gateway did not start: %w", err)
-	}
-	gwAddr := strings.TrimSpace(strings.TrimPrefix(line, "ADDR "))
+	defer stopChild(child)
 
 	conn, err := grpc.NewClient(gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -304,6 +301,13 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 
 	fmt.Printf("model gateway overhead: upstream mock latency %v, %v per rate and path in %d alternating rounds, GOMAXPROCS=%s, %d CPUs\n\n",
 		latency, duration, rounds, envOr("GOMAXPROCS", "default"), numCPU())
+	hot, idle, err := wakeProbe(self)
+	if err != nil {
+		return fmt.Errorf("wake-up probe: %w", err)
+	}
+	fmt.Printf("wake-up probe: a 1-byte loopback TCP round trip to another process takes p50 %s back to back, %s after %s idle:\n"+
+		"a process boundary that finds the CPUs idle costs about %s here, and the gateway path crosses two more than the direct path.\n\n",
+		us(hot), us(idle), us(probeGap), us((idle-hot)/2))
 	fmt.Println("| mode | target RPS | path | achieved RPS | errors | p50 | p99 | overhead p50 | overhead p99 | gateway CPU/request | gateway syscalls/request | machine CPU busy | gateway peak RSS |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, mode := range strings.Split(modeList, ",") {
@@ -621,4 +625,31 @@ func numCPU() int {
 		return 0
 	}
 	return strings.Count(string(b), "processor\t:")
+}
+
+// startChild runs this binary with args and env as a child process and
+// returns it with the address it printed first ("ADDR <host:port>").
+func startChild(self string, env []string, args ...string) (*exec.Cmd, string, error) {
+	child := exec.Command(self, args...)
+	child.Env = env
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := child.Start(); err != nil {
+		return nil, "", err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		stopChild(child)
+		return nil, "", fmt.Errorf("did not start: %w", err)
+	}
+	return child, strings.TrimSpace(strings.TrimPrefix(line, "ADDR ")), nil
+}
+
+// stopChild ends a child process and waits for it.
+func stopChild(child *exec.Cmd) {
+	_ = child.Process.Signal(syscall.SIGTERM)
+	_ = child.Wait()
 }
