@@ -37,3 +37,18 @@ func Errorf(code codes.Code, reason, format string, args ...any) error {
 func Unimplemented(capability string) error {
 	return Errorf(codes.Unimplemented, "NOT_IMPLEMENTED", "%s is not implemented yet", capability)
 }
+
+// Reason returns the ErrorInfo reason of a gRPC error (see Errorf), or ""
+// when it carries none.
+func Reason(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
