@@ -114,30 +114,34 @@ func split(s string, n int) []string {
 // Instance returns a JSON value valid against schema (a decoded JSON Schema)
 // for the keywords simulated answers need: type, enum, const, properties,
 // required, items, min/max items and lengths, minimum/maximum, local $ref,
-// anyOf/oneOf/allOf. Strings say they are simulated.
+// anyOf/oneOf/allOf. Strings say they are simulated. The items of an array
+// take successive enum values (item i the i-th, wrapping around), so a list
+// whose items must name distinct allowed values gets them.
 func Instance(schema map[string]any) any {
-	return instance(schema, schema, "value", 0)
+	return instance(schema, schema, "value", 0, 0)
 }
 
-func instance(root, s map[string]any, name string, depth int) any {
+// instance is Instance for the subschema s of root, named name; item is
+// the index of the array item s is (part of), 0 outside arrays.
+func instance(root, s map[string]any, name string, depth, item int) any {
 	if depth > 16 || s == nil {
 		return nil
 	}
 	if ref, ok := s["$ref"].(string); ok {
 		if target := resolveRef(root, ref); target != nil {
-			return instance(root, target, name, depth+1)
+			return instance(root, target, name, depth+1, item)
 		}
 	}
 	if c, ok := s["const"]; ok {
 		return c
 	}
 	if e, ok := s["enum"].([]any); ok && len(e) > 0 {
-		return e[0]
+		return e[item%len(e)]
 	}
 	for _, key := range []string{"anyOf", "oneOf"} {
 		if alts, ok := s[key].([]any); ok && len(alts) > 0 {
 			alt, _ := alts[0].(map[string]any)
-			return instance(root, alt, name, depth+1)
+			return instance(root, alt, name, depth+1, item)
 		}
 	}
 	if all, ok := s["allOf"].([]any); ok && len(all) > 0 {
@@ -171,7 +175,7 @@ func instance(root, s map[string]any, name string, depth int) any {
 		if len(req) > 0 {
 			merged["required"] = req
 		}
-		return instance(root, merged, name, depth+1)
+		return instance(root, merged, name, depth+1, item)
 	}
 	typ := schemaType(s)
 	switch typ {
@@ -180,7 +184,7 @@ func instance(root, s map[string]any, name string, depth int) any {
 		props, _ := s["properties"].(map[string]any)
 		for k, v := range props {
 			ps, _ := v.(map[string]any)
-			out[k] = instance(root, ps, k, depth+1)
+			out[k] = instance(root, ps, k, depth+1, item)
 		}
 		return out
 	case "array":
@@ -194,7 +198,7 @@ func instance(root, s map[string]any, name string, depth int) any {
 		items, _ := s["items"].(map[string]any)
 		out := make([]any, 0, n)
 		for i := 0; i < n; i++ {
-			out = append(out, instance(root, items, name, depth+1))
+			out = append(out, instance(root, items, name, depth+1, i))
 		}
 		return out
 	case "integer", "number":

@@ -189,6 +189,8 @@ func TestDefaultJSONAnswerIsAnInstanceOfTheSchema(t *testing.T) {
 		`{"$defs":{"p":{"type":"object","required":["n"],"properties":{"n":{"type":"number","exclusiveMinimum":0}}}},"type":"object","properties":{"p":{"$ref":"#/$defs/p"}},"required":["p"]}`,
 		`{"allOf":[{"type":"object","properties":{"x":{"type":"boolean"}},"required":["x"]},{"properties":{"y":{"type":["string","null"],"format":"date-time"}},"required":["y"]}]}`,
 		`{"type":"object","properties":{"s":{"type":"string","maxLength":4}},"required":["s"],"additionalProperties":false}`,
+		// A list that must name each allowed id once: items take successive enum values.
+		`{"type":"array","minItems":3,"maxItems":3,"uniqueItems":true,"items":{"type":"object","required":["id"],"properties":{"id":{"enum":["c1","c2","c3"]}}}}`,
 	}
 	sim := providersim.Start(t, providersim.Options{})
 	for _, s := range schemas {
