@@ -180,8 +180,8 @@ type scenario struct {
 	name string
 	// stopAtLabels sends Stop at a batch approval once that many are saved.
 	stopAtLabels int
-	// failSecondBatch leaves the second batch unscripted, so its answer is
-	// unusable and the run goes to Error.
+	// failSecondBatch answers the second batch with an unusable answer, so
+	// the run goes to Error.
 	failSecondBatch bool
 }
 
@@ -243,6 +243,7 @@ func (e *crashEnv) play(t *testing.T, sc scenario, crashAfter statemachine.State
 	e.models.ScriptPlans(meshtest.NewPlan(6, nil))
 	if sc.failSecondBatch {
 		e.models.ScriptClassifications(ids[:2], 2, truth)
+		e.models.ScriptUnusableClassifications()
 	} else {
 		e.models.ScriptClassifications(ids, 2, truth)
 	}

@@ -30,8 +30,8 @@ func TestStopFromEveryState(t *testing.T) {
 		state statemachine.State
 		// commands after StartRun that bring the run into state.
 		commands []classifierv1.CommandType
-		// scriptClassify: answer classifications (else the default answer
-		// fails the run, which is how Error is reached).
+		// scriptClassify: answer classifications (else every answer is
+		// unusable and fails the run, which is how Error is reached).
 		scriptClassify bool
 	}{
 		{state: statemachine.Planning},
@@ -59,6 +59,8 @@ func TestStopFromEveryState(t *testing.T) {
 			in.models.ScriptPlans(meshtest.NewPlan(2, nil))
 			if tc.scriptClassify {
 				in.models.ScriptClassifications(ids, 2, sampleLabels(ids))
+			} else {
+				in.models.ScriptUnusableClassifications()
 			}
 			in.models.ScriptSummary("summary")
 

@@ -126,7 +126,8 @@ func BatchIDs(r providersim.Request) []string {
 // most batchSize consecutive conversations of order (the order the run
 // fetches them in) with labels[id] and a reason. The simulator answers
 // statically, so one rule per possible batch is registered; a batch outside
-// these gets the simulator's default answer (which fails the run).
+// these gets the simulator's default answer (valid against the request's
+// schema) unless ScriptUnusableClassifications is registered after.
 func (m *Models) ScriptClassifications(order []string, batchSize int, labels map[string]string) {
 	for start := range order {
 		for n := 1; n <= batchSize && start+n <= len(order); n++ {
@@ -144,6 +145,16 @@ func (m *Models) ScriptClassifications(order []string, batchSize int, labels map
 			}}).JSON(map[string]any{"classifications": cls}).Named("classify:" + strings.Join(batch, ","))
 		}
 	}
+}
+
+// ScriptUnusableClassifications answers every classification call that no
+// earlier rule answers with a list that covers none of the batch: the
+// gateway's schema check refuses it (after its one repair attempt) and the
+// run fails. Register it after ScriptClassifications.
+func (m *Models) ScriptUnusableClassifications() {
+	m.Sim.When(providersim.Match{Func: func(r *providersim.Request) bool {
+		return strings.Contains(r.AllText(), modelcalls.ClassifyMarker) // the repair request too
+	}}).JSON(map[string]any{"classifications": []any{}}).Named("classify:unusable")
 }
 
 // Calls splits the recorded chat requests by kind.

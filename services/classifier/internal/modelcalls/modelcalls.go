@@ -15,6 +15,7 @@ import (
 	"time"
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/conversations"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/plan"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/statemachine"
@@ -45,9 +46,15 @@ const (
 var (
 	// ErrModel means the gateway failed the call.
 	ErrModel = errors.New("model call failed")
-	// ErrAnswer means the answer is not what the schema promised.
+	// ErrAnswer means the model answered, but not what the schema
+	// promised (here, or at the gateway's validation).
 	ErrAnswer = errors.New("model answer unusable")
 )
+
+// reasonSchemaValidation is the gateway's ErrorInfo reason for an answer
+// that did not validate against the request's JSON schema
+// (agentmesh.model.v1.ResponseFormat.json_schema).
+const reasonSchemaValidation = "SCHEMA_VALIDATION_FAILED"
 
 // Client makes the calls. It is safe for concurrent use.
 type Client struct {
@@ -78,27 +85,41 @@ const planSchema = `{
   "additionalProperties": false
 }`
 
-// classificationSchema is the JSON schema of a batch classification answer.
-const classificationSchema = `{
-  "type": "object",
-  "properties": {
-    "classifications": {
-      "type": "array",
-      "items": {
-        "type": "object",
-        "properties": {
-          "id": {"type": "string"},
-          "label": {"type": "string", "enum": ["RESOLVED", "UNRESOLVED"]},
-          "reason": {"type": "string"}
-        },
-        "required": ["id", "label", "reason"],
-        "additionalProperties": false
-      }
-    }
-  },
-  "required": ["classifications"],
-  "additionalProperties": false
-}`
+// classificationSchema is the JSON schema of the answer for a batch with
+// the given conversation ids: one classification per conversation, each
+// naming one of the batch's ids. A provider with constrained decoding
+// (Ollama's format) then cannot invent or drop an id, and the gateway's
+// validation shows any other model exactly what it got wrong in its one
+// repair attempt.
+func classificationSchema(ids []string) string {
+	schema := map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"classifications": map[string]any{
+				"type":     "array",
+				"minItems": len(ids),
+				"maxItems": len(ids),
+				"items": map[string]any{
+					"type": "object",
+					"properties": map[string]any{
+						"id":     map[string]any{"type": "string", "enum": ids},
+						"label":  map[string]any{"type": "string", "enum": []string{"RESOLVED", "UNRESOLVED"}},
+						"reason": map[string]any{"type": "string"},
+					},
+					"required":             []string{"id", "label", "reason"},
+					"additionalProperties": false,
+				},
+			},
+		},
+		"required":             []string{"classifications"},
+		"additionalProperties": false,
+	}
+	b, err := json.Marshal(schema)
+	if err != nil {
+		panic(err) // maps of strings and numbers always marshal
+	}
+	return string(b)
+}
 
 // PlanInput is what the planner knows.
 type PlanInput struct {
@@ -209,7 +230,11 @@ func (c *Client) Classify(ctx context.Context, p *statemachine.Plan, instruction
 			fmt.Fprintf(&u, "%s: %s\n", m.Role, truncate(m.Text, maxTextShown))
 		}
 	}
-	content, err := c.chat(ctx, c.classifierModel, system, u.String(), ClassificationSchemaName, classificationSchema)
+	ids := make([]string, len(convs))
+	for i, cv := range convs {
+		ids[i] = cv.ID
+	}
+	content, err := c.chat(ctx, c.classifierModel, system, u.String(), ClassificationSchemaName, classificationSchema(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -286,6 +311,10 @@ func (c *Client) chat(ctx context.Context, model, system, user, schemaName, sche
 	}
 	resp, err := c.svc.Chat(ctx, req)
 	if err != nil {
+		if grpcx.Reason(err) == reasonSchemaValidation {
+			// The model answered (its tokens are spent), unusably.
+			return "", fmt.Errorf("%w: %s: %w", ErrAnswer, model, err)
+		}
 		return "", fmt.Errorf("%w: %s: %w", ErrModel, model, err)
 	}
 	return resp.GetMessage().GetContent(), nil

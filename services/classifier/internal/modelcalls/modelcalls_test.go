@@ -3,6 +3,7 @@ package modelcalls_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,12 @@ func TestClassifyAndSummarize(t *testing.T) {
 	if !strings.Contains(req.Messages[0].Content, "be strict") || !strings.Contains(req.LastUserText(), batch[1].Messages[0].Text) {
 		t.Errorf("classification prompt lacks the instructions or the conversation")
 	}
+	// The schema holds the model to the batch: its ids, one answer each.
+	list, _ := req.Schema["properties"].(map[string]any)["classifications"].(map[string]any)
+	id, _ := list["items"].(map[string]any)["properties"].(map[string]any)["id"].(map[string]any)
+	if ids := fmt.Sprint(id["enum"]); ids != fmt.Sprint([]any{batch[0].ID, batch[1].ID}) || list["minItems"] != 2.0 || list["maxItems"] != 2.0 {
+		t.Errorf("classification schema: ids %s, items %v..%v", ids, list["minItems"], list["maxItems"])
+	}
 	m.ScriptSummary("  ## Summary  ")
 	text, err := c.Summarize(ctx(t), statemachine.Run{Instruction: "i", LabelledIDs: []string{"a"}, Resolved: 1},
 		[]modelcalls.SummaryLabel{{ConversationID: "a", Label: "RESOLVED", Reason: "fixed"}})
@@ -102,8 +109,19 @@ func TestClassifyAndSummarize(t *testing.T) {
 func TestModelFailuresAreTyped(t *testing.T) {
 	t.Parallel()
 	c, m := client(t)
-	m.Sim.When(providersim.Match{}).Error(500, "provider down")
+	m.Sim.When(providersim.Match{LastUserContains: modelcalls.PlanMarker}).Error(500, "provider down")
 	if _, err := c.Plan(ctx(t), modelcalls.PlanInput{Instruction: "x"}); !errors.Is(err, modelcalls.ErrModel) {
 		t.Errorf("provider failure: %v", err)
+	}
+	// An answer the gateway's schema check refuses (after its repair
+	// attempt) is the model's answer, unusable: it counts as a model call.
+	sample, err := conversations.Sample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ScriptUnusableClassifications()
+	_, err = c.Classify(ctx(t), nil, "classify", sample[:2])
+	if !errors.Is(err, modelcalls.ErrAnswer) || !strings.Contains(err.Error(), "classifications") {
+		t.Errorf("refused answer: %v, want ErrAnswer naming what did not validate", err)
 	}
 }

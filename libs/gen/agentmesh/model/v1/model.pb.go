@@ -610,7 +610,11 @@ type ResponseFormat struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The format.
 	Type ResponseFormatType `protobuf:"varint,1,opt,name=type,proto3,enum=agentmesh.model.v1.ResponseFormatType" json:"type,omitempty"`
-	// JSON schema text, for RESPONSE_FORMAT_TYPE_JSON_SCHEMA.
+	// JSON schema text, for RESPONSE_FORMAT_TYPE_JSON_SCHEMA. The answer is
+	// validated against it; one that still does not validate after one repair
+	// attempt fails the call with FAILED_PRECONDITION, ErrorInfo reason
+	// SCHEMA_VALIDATION_FAILED (the model answered, unusably), naming what did
+	// not validate.
 	JsonSchema string `protobuf:"bytes,2,opt,name=json_schema,json=jsonSchema,proto3" json:"json_schema,omitempty"`
 	// Schema name, used in prompts and errors.
 	SchemaName    string `protobuf:"bytes,3,opt,name=schema_name,json=schemaName,proto3" json:"schema_name,omitempty"`
