@@ -151,11 +151,10 @@ func checkQuery(toks []token) error {
 	}
 	if i == len(toks) || toks[i].kind != kWord || !queryStarts[toks[i].text] {
 		first := toks[min(i, len(toks)-1)]
-		word := first.text
 		if first.kind != kWord {
-			word = "this"
+			return reject(first.pos, "a query starts with SELECT or WITH, not %q", first.text)
 		}
-		return reject(first.pos, "only SELECT queries are allowed, not %s statements", word)
+		return reject(first.pos, "only SELECT queries are allowed, not %s statements", first.text)
 	}
 	if toks[i].is("WITH") {
 		return checkWith(toks[i+1:])

@@ -64,6 +64,7 @@ func TestRejectsWritesAndTricks(t *testing.T) {
 		{"only semicolon", ";", safety.SQLite, "empty"},
 		{"unbalanced parentheses", "SELECT (1", safety.SQLite, "unbalanced"},
 		{"not sql", "show me the top customers", safety.SQLite, "only SELECT"},
+		{"prose starting with punctuation", "[draft] the top customers", safety.SQLite, "starts with SELECT or WITH"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
