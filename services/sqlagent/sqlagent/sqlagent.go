@@ -32,6 +32,8 @@ type Config struct {
 	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`
 	// Connections lists the databases users may query.
 	Connections string `env:"SQLAGENT_CONNECTIONS" secret:"true" help:"databases, separated by ';' or newlines, each name=driver:dsn with driver sqlite (file path or file: URI) or postgres (URL or key=value DSN)"`
+	// SampleDB is where to keep the sample database; empty: none.
+	SampleDB string `env:"SQLAGENT_SAMPLE_DB" help:"create a small sample SQLite database (a shop: customers, products, orders, order_items) at this path if missing and offer it as connection 'sample' (agentmesh up sets it); empty: none"`
 	// SQLModel is the logical model that writes SQL.
 	SQLModel string `env:"SQLAGENT_SQL_MODEL" default:"sql" help:"logical model (model gateway) that writes SQL"`
 	// RowLimit caps the rows a query returns.
@@ -47,6 +49,14 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	if err != nil {
 		closeListener(rt)
 		return fmt.Errorf("SQLAGENT_CONNECTIONS: %w", err)
+	}
+	if cfg.SampleDB != "" && !hasConnection(specs, connections.SampleName) {
+		sample, err := connections.CreateSample(cfg.SampleDB)
+		if err != nil {
+			closeListener(rt)
+			return fmt.Errorf("SQLAGENT_SAMPLE_DB: %w", err)
+		}
+		specs = append(specs, sample)
 	}
 	if cfg.RowLimit <= 0 {
 		closeListener(rt)
@@ -91,4 +101,14 @@ func closeListener(rt service.Runtime) {
 	if rt.Listener != nil {
 		_ = rt.Listener.Close()
 	}
+}
+
+// hasConnection reports whether specs configure a connection called name.
+func hasConnection(specs []connections.Spec, name string) bool {
+	for _, s := range specs {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
 }

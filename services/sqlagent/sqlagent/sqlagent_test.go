@@ -1,6 +1,9 @@
 package sqlagent_test
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -333,4 +336,42 @@ func TestBadInputAndListConnections(t *testing.T) {
 	}
 	// A typed connection name works like the selection.
 	wantStage(t, send(t, c, id, "Music"), "ASK_SQL_METHOD")
+}
+
+// TestSampleDatabase: with SQLAGENT_SAMPLE_DB (as `agentmesh up` sets it)
+// and no connections configured, the sample shop database is made and
+// offered as "sample", and a job runs on it; a configured connection
+// called "sample" wins over it.
+func TestSampleDatabase(t *testing.T) {
+	t.Parallel()
+	_, modelAddr := startModel(t)
+	path := filepath.Join(t.TempDir(), "sqlagent", "sample.db")
+	c := startAgent(t, modelAddr, "", map[string]string{"SQLAGENT_SAMPLE_DB": path})
+	list, err := c.ListConnections(ctxTimeout(t), &sqlagentv1.ListConnectionsRequest{Scope: scopeA})
+	if err != nil || len(list.GetConnections()) != 1 || list.GetConnections()[0].GetName() != "sample" {
+		t.Fatalf("connections = %v, %v; want the sample", list.GetConnections(), err)
+	}
+	created, err := c.CreateSession(ctxTimeout(t), &sqlagentv1.CreateSessionRequest{Scope: scopeA, Connection: "sample"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetSession().GetId()
+	wantStage(t, send(t, c, id, "write my own"), "NEED_USER_SQL")
+	wantStage(t, send(t, c, id, "SELECT count(*) AS customers FROM customers"), "CONFIRM_USER_SQL")
+	r := send(t, c, id, "sel:confirm")
+	wantStage(t, r, "SHOW_RESULTS")
+	if rows := r.GetResult().GetRows(); len(rows) != 1 || rows[0].GetValues()[0].GetNumberValue() != 10 {
+		t.Fatalf("customers in the sample = %v, want 10", rows)
+	}
+
+	own := chinookCopy(t)
+	other := filepath.Join(t.TempDir(), "unused.db")
+	c = startAgent(t, modelAddr, "sample=sqlite:"+own, map[string]string{"SQLAGENT_SAMPLE_DB": other})
+	list, err = c.ListConnections(ctxTimeout(t), &sqlagentv1.ListConnectionsRequest{Scope: scopeA})
+	if err != nil || len(list.GetConnections()) != 1 {
+		t.Fatalf("connections = %v, %v; want only the configured one", list.GetConnections(), err)
+	}
+	if _, err := os.Stat(other); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("sample database made though a connection called sample is configured: %v", err)
+	}
 }

@@ -166,6 +166,7 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 	laptop := config.Map(map[string]string{
 		"CLASSIFIER_SAMPLE_DATA": "true",
 		"INDEXER_DATA_DIR":       filepath.Join(cfg.DataDir, "indexer"),
+		"SQLAGENT_SAMPLE_DB":     filepath.Join(cfg.DataDir, "sqlagent", "sample.db"),
 	})
 	lookup := config.Overlay(computed, env, laptop)
 

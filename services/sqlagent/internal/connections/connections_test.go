@@ -131,3 +131,54 @@ func TestQueryChinook(t *testing.T) {
 		t.Fatalf("bad column: %v, want ErrQuery naming the column", err)
 	}
 }
+
+// The sample database is made once, queries like any configured one, and
+// is never overwritten: a second start keeps what users changed.
+func TestCreateSample(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "sub", "sample.db")
+	spec, err := connections.CreateSample(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Name != connections.SampleName || spec.Dialect != connections.SQLite || spec.DSN != path {
+		t.Fatalf("spec = %+v", spec)
+	}
+	if _, err := os.Stat(path + ".tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary file left behind: %v", err)
+	}
+	reg, err := connections.Open([]connections.Spec{spec}, connections.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	ctx := context.Background()
+	res, err := reg.Query(ctx, spec.Name, `SELECT c.country, count(DISTINCT o.order_id), round(sum(i.quantity * i.unit_price), 2)
+		FROM orders o JOIN customers c USING (customer_id) JOIN order_items i USING (order_id)
+		WHERE o.status <> 'cancelled' GROUP BY c.country ORDER BY 3 DESC`, 100, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) < 3 || len(res.Columns) != 3 {
+		t.Fatalf("revenue by country = %+v, want rows for several countries", res)
+	}
+	schema, err := reg.SchemaText(ctx, spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"customers(", "products(", "orders(", "order_items("} {
+		if !strings.Contains(schema, table) {
+			t.Errorf("schema lacks %s:\n%s", table, schema)
+		}
+	}
+
+	if err := os.WriteFile(path, []byte("changed by the user"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := connections.CreateSample(path); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "changed by the user" {
+		t.Error("CreateSample overwrote an existing file")
+	}
+}
