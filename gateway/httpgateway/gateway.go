@@ -87,6 +87,8 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 	root.HandleFunc("GET /readyz", g.serveHealth)
 	root.HandleFunc("GET /livez", serveLive)
 	root.HandleFunc("GET /openapi.json", serveOpenAPI)
+	root.Handle("GET /console/", consoleHandler())
+	root.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 	if metrics != nil {
 		// Metrics name tenants' models and routes: on the public port they
 		// take an API key like the API (scrapers send it as a bearer token).

@@ -62,7 +62,9 @@ var (
 	reMongo   = regexp.MustCompile(`mongo\s+(mongodb://\S+)`)
 )
 
-func startUp(t *testing.T, dataDir string) *mesh {
+// startUp runs `agentmesh up` on dataDir, with env (KEY=value) added to
+// the test's environment, until its gateway is healthy.
+func startUp(t *testing.T, dataDir string, env ...string) *mesh {
 	t.Helper()
 	m := &mesh{cmd: exec.Command(bin, "up")}
 	m.cmd.Env = append(os.Environ(),
@@ -72,6 +74,7 @@ func startUp(t *testing.T, dataDir string) *mesh {
 		"LOG_LEVEL=warn",
 		"OLLAMA_HOST=http://127.0.0.1:1",
 	)
+	m.cmd.Env = append(m.cmd.Env, env...)
 	stdout, _ := m.cmd.StdoutPipe()
 	m.cmd.Stderr = io.Discard
 	start := time.Now()

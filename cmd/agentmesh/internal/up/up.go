@@ -248,7 +248,7 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 func printBanner(out io.Writer, gw net.Addr, addr map[string]string, names []string, mongoURI string, mongoEmbedded bool, natsURL string, natsEmbedded bool, dataDir string) {
 	port := gw.(*net.TCPAddr).Port
 	fmt.Fprintf(out, "\nagentmesh is up\n\n")
-	fmt.Fprintf(out, "  gateway       http://localhost:%d   (health: /healthz, API: /openapi.json, metrics: /metrics)\n", port)
+	fmt.Fprintf(out, "  gateway       http://localhost:%d   (console: /console/, health: /healthz, API: /openapi.json, metrics: /metrics)\n", port)
 	for _, n := range names {
 		fmt.Fprintf(out, "  %-13s grpc://%s\n", n, addr[n])
 	}

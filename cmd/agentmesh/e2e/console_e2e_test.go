@@ -1,0 +1,54 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// playwrightVersion is the playwright-core the console check runs on.
+const playwrightVersion = "1.64.1"
+
+// TestConsoleInABrowser drives the web console (gateway /console/) in
+// headless Chromium against the whole mesh on the simulator provider:
+// overview, a streamed chat turn, an analysis job tree, ingest and search,
+// a classification run through both approvals, and an SQL job confirmed
+// before it runs (console.mjs). It needs Chromium (Debian package
+// chromium, or CHROMIUM=path) and npm to fetch playwright-core; without
+// them it skips.
+func TestConsoleInABrowser(t *testing.T) {
+	chromium := os.Getenv("CHROMIUM")
+	if chromium == "" {
+		chromium, _ = exec.LookPath("chromium")
+	}
+	npm, npmErr := exec.LookPath("npm")
+	node, nodeErr := exec.LookPath("node")
+	if chromium == "" || npmErr != nil || nodeErr != nil {
+		t.Skip("needs chromium (apt install chromium), node and npm")
+	}
+	dir := t.TempDir()
+	install := exec.Command(npm, "install", "--prefix", dir, "--no-audit", "--no-fund", "playwright-core@"+playwrightVersion)
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Skipf("npm install playwright-core: %v\n%s", err, out)
+	}
+	script, err := os.ReadFile("console.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "console.mjs"), script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	m := startUp(t, t.TempDir(), "MODELGATEWAY_PROVIDER=sim")
+	shots := t.TempDir()
+	run := exec.Command(node, filepath.Join(dir, "console.mjs"))
+	run.Env = append(os.Environ(), "BASE="+m.gateway, "CHROMIUM="+chromium, "SHOTS="+shots)
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("console check: %v\n%s", err, out)
+	}
+	t.Logf("%s(screenshots in %s)", out, shots)
+}
