@@ -133,8 +133,9 @@ type Store struct {
 	mu      sync.Mutex // serialises updates of checkpoint documents, outbox removals and archiving
 
 	// finishing holds the runs this store wrote in a finished state and
-	// has not archived yet (guarded by mu): Drained archives only those,
-	// so the relay's notice after every step costs no read.
+	// has not archived yet: Drained archives only those, so the relay's
+	// notice after every step costs no read, and no wait for mu.
+	fmu       sync.Mutex // guards finishing
 	finishing map[string]bool
 }
 
@@ -159,9 +160,9 @@ func (s *Store) LockDocument(any) (unlock func()) {
 // finish notes that run id is being written in a finished state, before
 // the write, so the relay's notice that follows it finds the note.
 func (s *Store) finish(id string) {
-	s.mu.Lock()
+	s.fmu.Lock()
 	s.finishing[id] = true
-	s.mu.Unlock()
+	s.fmu.Unlock()
 }
 
 // EnsureIndexes creates the store's indexes; call it at start.
@@ -427,14 +428,19 @@ func (s *Store) archiveLocked(ctx context.Context, id string) (archiveOutcome, e
 // ArchiveFinished.
 func (s *Store) Drained(ctx context.Context, id any) error {
 	runID, _ := id.(string)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.finishing[runID] {
+	s.fmu.Lock()
+	noted := s.finishing[runID]
+	s.fmu.Unlock()
+	if !noted {
 		return nil
 	}
+	s.mu.Lock()
 	out, err := s.archiveLocked(ctx, runID)
+	s.mu.Unlock()
 	if err == nil && out != eventsLeft {
+		s.fmu.Lock()
 		delete(s.finishing, runID)
+		s.fmu.Unlock()
 	}
 	return err
 }
