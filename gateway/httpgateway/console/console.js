@@ -177,6 +177,9 @@ $("chatForm").addEventListener("submit", guard(async () => {
       case "ToolResult":
         line(log, "", ev.event + " " + JSON.stringify(ev.data), "event");
         break;
+      case "Error":
+        line(log, "", "error: " + (ev.data.message || JSON.stringify(ev.data)), "bad");
+        break;
       case "Completed":
         line(log, "", "done: " + (ev.data.totalTokens || 0) + " tokens in " + (ev.data.duration || "?"), "event");
         break;
