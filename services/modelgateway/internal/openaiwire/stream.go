@@ -114,8 +114,7 @@ var doneMarker = []byte("[DONE]")
 func ParseStream(provider string, r io.Reader, progress func(), fail func(error) *llm.Error, sink llm.Sink) error {
 	sr := NewSSEReader(r)
 	defer sr.Close()
-	var pending coalescer
-	pending.sink = sink
+	pending := llm.Coalescer{Sink: sink}
 	var (
 		asm     Assembler
 		finish  string
@@ -126,7 +125,7 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 	)
 	for {
 		if !sr.HasLine() {
-			if err := pending.flush(); err != nil {
+			if err := pending.Flush(); err != nil {
 				return err
 			}
 		}
@@ -147,7 +146,7 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 			return llm.Errorf(provider, llm.KindBadResponse, "unparsable stream chunk: %v", err)
 		}
 		if len(chunk.Error) > 0 && string(chunk.Error) != "null" {
-			if err := pending.flush(); err != nil {
+			if err := pending.Flush(); err != nil {
 				return err
 			}
 			return &llm.Error{Provider: provider, Kind: llm.KindServer, Message: "error mid-stream: " + upstream.ErrorMessage(append([]byte(`{"error":`), append(chunk.Error, '}')...))}
@@ -166,12 +165,12 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 				reasoning = d.Reasoning
 			}
 			if reasoning != nil && *reasoning != "" {
-				if err := pending.add(llm.EventReasoning, *reasoning); err != nil {
+				if err := pending.Add(llm.EventReasoning, *reasoning); err != nil {
 					return err
 				}
 			}
 			if d.Content != nil && *d.Content != "" {
-				if err := pending.add(llm.EventContent, *d.Content); err != nil {
+				if err := pending.Add(llm.EventContent, *d.Content); err != nil {
 					return err
 				}
 			}
@@ -184,7 +183,7 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 			}
 		}
 	}
-	if err := pending.flush(); err != nil {
+	if err := pending.Flush(); err != nil {
 		return err
 	}
 	if !sawDone && !gotEnd {
@@ -204,46 +203,4 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 		fr = llm.FinishStop
 	}
 	return sink(llm.Event{Kind: llm.EventEnd, Finish: fr, Usage: usage})
-}
-
-// coalescer merges consecutive deltas of one kind until flushed.
-type coalescer struct {
-	sink llm.Sink
-	kind llm.EventKind
-	text []byte
-	one  string // the only delta so far, kept without copying
-	n    int
-}
-
-// add queues a delta, flushing first if the kind changes.
-func (c *coalescer) add(kind llm.EventKind, text string) error {
-	if c.n > 0 && kind != c.kind {
-		if err := c.flush(); err != nil {
-			return err
-		}
-	}
-	c.kind = kind
-	switch c.n {
-	case 0:
-		c.one = text
-	case 1:
-		c.text = append(append(c.text[:0], c.one...), text...)
-	default:
-		c.text = append(c.text, text...)
-	}
-	c.n++
-	return nil
-}
-
-// flush emits the queued delta, if any.
-func (c *coalescer) flush() error {
-	if c.n == 0 {
-		return nil
-	}
-	text := c.one
-	if c.n > 1 {
-		text = string(c.text)
-	}
-	c.n = 0
-	return c.sink(llm.Event{Kind: c.kind, Text: text})
 }

@@ -325,11 +325,10 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 	br := upstream.AcquireReader(r)
 	defer upstream.ReleaseReader(br)
 	var cs calls
-	var pending coalescer
-	pending.sink = sink
+	pending := llm.Coalescer{Sink: sink}
 	for {
 		if !hasLine(br) {
-			if err := pending.flush(); err != nil {
+			if err := pending.Flush(); err != nil {
 				return err
 			}
 		}
@@ -341,24 +340,24 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 				return llm.Errorf(provider, llm.KindBadResponse, "unparsable stream line: %v", jerr)
 			}
 			if chunk.Error != "" {
-				if err := pending.flush(); err != nil {
+				if err := pending.Flush(); err != nil {
 					return err
 				}
 				return llm.Errorf(provider, llm.KindServer, "error mid-stream: %s", chunk.Error)
 			}
 			if t := chunk.Message.Thinking; t != "" {
-				if err := pending.add(llm.EventReasoning, t); err != nil {
+				if err := pending.Add(llm.EventReasoning, t); err != nil {
 					return err
 				}
 			}
 			if t := chunk.Message.Content; t != "" {
-				if err := pending.add(llm.EventContent, t); err != nil {
+				if err := pending.Add(llm.EventContent, t); err != nil {
 					return err
 				}
 			}
 			cs.add(chunk.Message.ToolCalls)
 			if chunk.Done {
-				if err := pending.flush(); err != nil {
+				if err := pending.Flush(); err != nil {
 					return err
 				}
 				calls := cs.sorted()
@@ -371,7 +370,7 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 			}
 		}
 		if err != nil {
-			if ferr := pending.flush(); ferr != nil {
+			if ferr := pending.Flush(); ferr != nil {
 				return ferr
 			}
 			if errors.Is(err, io.EOF) {
@@ -471,33 +470,4 @@ func hasLine(br *bufio.Reader) bool {
 	}
 	b, _ := br.Peek(n)
 	return bytes.IndexByte(b, '\n') >= 0
-}
-
-// coalescer merges consecutive deltas of one kind that arrived together.
-type coalescer struct {
-	sink llm.Sink
-	kind llm.EventKind
-	text []byte
-	n    int
-}
-
-func (c *coalescer) add(kind llm.EventKind, text string) error {
-	if c.n > 0 && kind != c.kind {
-		if err := c.flush(); err != nil {
-			return err
-		}
-	}
-	c.kind = kind
-	c.text = append(c.text, text...)
-	c.n++
-	return nil
-}
-
-func (c *coalescer) flush() error {
-	if c.n == 0 {
-		return nil
-	}
-	text := string(c.text)
-	c.text, c.n = c.text[:0], 0
-	return c.sink(llm.Event{Kind: c.kind, Text: text})
 }
