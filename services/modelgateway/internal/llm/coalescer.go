@@ -6,11 +6,10 @@ package llm
 // go becomes one event instead of one gRPC message each.
 //
 // The first delta is merged like the others. Sending it alone at once was
-// measured (bench/modelgateway, streaming at 2,000 RPS, four alternated
-// pairs): time to first chunk got worse, 192–211 µs overhead p50 against
-// 66–213 µs — likely because gRPC's writer yields before flushing a small
-// write, so the rest of the burst goes out with it anyway, as one more
-// message.
+// tried (bench/modelgateway, streaming at 2,000 RPS, four alternated pairs)
+// and was no better: time-to-first-chunk overhead p50 192–211 µs with it,
+// 66–213 µs without. gRPC's writer yields before flushing a small write, so
+// the rest of the burst likely goes out with the first delta anyway.
 type Coalescer struct {
 	// Sink receives the merged deltas.
 	Sink Sink
