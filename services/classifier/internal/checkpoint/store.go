@@ -165,6 +165,13 @@ func (s *Store) finish(id string) {
 	s.fmu.Unlock()
 }
 
+// unfinish drops the note of a finishing write that failed.
+func (s *Store) unfinish(id string) {
+	s.fmu.Lock()
+	delete(s.finishing, id)
+	s.fmu.Unlock()
+}
+
 // EnsureIndexes creates the store's indexes; call it at start.
 func (s *Store) EnsureIndexes(ctx context.Context) error {
 	for _, c := range []*mongo.Collection{s.coll, s.archive} {
@@ -275,6 +282,9 @@ func (s *Store) Commit(ctx context.Context, rec Record, run statemachine.Run, le
 		s.finish(run.ID)
 	}
 	if err := s.updateVersioned(ctx, scope, run.ID, rec.Version, update); err != nil {
+		if run.State.Finished() {
+			s.unfinish(run.ID)
+		}
 		return Record{}, err
 	}
 	return Record{Run: run, Version: rec.Version + 1, Lease: lease, LastEventID: last}, nil
@@ -319,23 +329,30 @@ func (s *Store) MarkCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *Co
 	}
 	update := bson.M{"$set": set, "$push": events.OutboxPush(entries...)}
 	s.finish(cerr.ID)
+	if err := s.markCorrupt(ctx, scope, cerr, set, update); err != nil {
+		s.unfinish(cerr.ID)
+		return "", err
+	}
+	return lastID(entries), nil
+}
+
+// markCorrupt writes MarkCorrupt's update, guarded by the header's version
+// when that was readable.
+func (s *Store) markCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *CorruptError, set, update bson.M) error {
 	if cerr.Version >= 0 {
-		if err := s.updateVersioned(ctx, scope, cerr.ID, cerr.Version, update); err != nil {
-			return "", err
-		}
-		return lastID(entries), nil
+		return s.updateVersioned(ctx, scope, cerr.ID, cerr.Version, update)
 	}
 	set["version"] = int64(1)
 	s.mu.Lock()
 	res, err := s.coll.UpdateOne(ctx, idFilter(scope, cerr.ID), update)
 	s.mu.Unlock()
 	if err != nil {
-		return "", fmt.Errorf("checkpoint: stop corrupt run %s: %w", cerr.ID, mongox.Translate(err))
+		return fmt.Errorf("checkpoint: stop corrupt run %s: %w", cerr.ID, mongox.Translate(err))
 	}
 	if res.MatchedCount == 0 {
-		return "", fmt.Errorf("checkpoint: run %s: %w", cerr.ID, ErrNotFound)
+		return fmt.Errorf("checkpoint: run %s: %w", cerr.ID, ErrNotFound)
 	}
-	return lastID(entries), nil
+	return nil
 }
 
 // Load reads and fully decodes a run. Errors: ErrNotFound, or a
@@ -425,7 +442,9 @@ func (s *Store) archiveLocked(ctx context.Context, id string) (archiveOutcome, e
 // relay calls it once it has published and removed the run's events
 // (events.Relay.SetDrained). Other runs cost nothing. A run that still has
 // events waits for the next call; one whose archiving failed is retried by
-// ArchiveFinished.
+// ArchiveFinished. A noted run that is not finished yet keeps its note:
+// the relay may drain the events of an earlier step while the finishing
+// write is on its way (a failed finishing write drops the note itself).
 func (s *Store) Drained(ctx context.Context, id any) error {
 	runID, _ := id.(string)
 	s.fmu.Lock()
@@ -437,7 +456,7 @@ func (s *Store) Drained(ctx context.Context, id any) error {
 	s.mu.Lock()
 	out, err := s.archiveLocked(ctx, runID)
 	s.mu.Unlock()
-	if err == nil && out != eventsLeft {
+	if err == nil && (out == archived || out == gone) {
 		s.fmu.Lock()
 		delete(s.finishing, runID)
 		s.fmu.Unlock()

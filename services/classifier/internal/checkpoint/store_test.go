@@ -529,3 +529,56 @@ func TestRelayArchivesFinishedRuns(t *testing.T) {
 		t.Errorf("archived run reads as %+v (%v)", rec.Run, err)
 	}
 }
+
+// The relay may drain the events of a run's earlier step while the write
+// that finishes the run is on its way (Commit notes the run, then waits
+// for the store's lock to write). The note survives that early drain, and
+// the drain after the write archives the run. A finishing write that fails
+// drops its note.
+func TestDrainedWhileTheFinishingWriteIsOnItsWay(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	m := machine(t)
+	ctx := context.Background()
+	tr := m.Start("r", scope.GetTenantId(), scope.GetProjectId(), "i")
+	rec, err := s.Create(ctx, tr.Run, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := m.Stop(tr.Run, "done")
+
+	// Commit's two halves, with the relay's drain of the earlier step
+	// between them.
+	s.finish("r")
+	if err := s.Drained(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	update := bson.M{"$set": bson.M{"state": string(stop.Run.State), "context": encodeContext(stop.Run)}}
+	if err := s.updateVersioned(ctx, scope, "r", rec.Version, update); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Drained(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := db.Collection(ArchiveCollection).CountDocuments(ctx, bson.D{{Key: "_id", Value: "r"}}); n != 1 {
+		t.Fatal("the drain after the finishing write did not archive the run")
+	}
+
+	// A finishing write that loses a version race leaves no note behind.
+	tr2 := m.Start("r2", scope.GetTenantId(), scope.GetProjectId(), "i")
+	rec2, err := s.Create(ctx, tr2.Run, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := rec2
+	stale.Version = 7
+	if _, err := s.Commit(ctx, stale, m.Stop(tr2.Run, "done").Run, nil, nil); !errors.Is(err, ErrConflict) {
+		t.Fatalf("stale finishing commit: %v, want ErrConflict", err)
+	}
+	s.fmu.Lock()
+	noted := s.finishing["r2"]
+	s.fmu.Unlock()
+	if noted {
+		t.Error("a failed finishing write left its note")
+	}
+}
