@@ -190,8 +190,11 @@ $("chatForm").addEventListener("submit", guard(async () => {
 
 // ---- analysis jobs ----------------------------------------------------------
 
+let analysisWatch = 0; // which job's stream owns the table
+
 $("analysisForm").addEventListener("submit", guard(async () => {
   const r = await api("POST", "/v1/analyses", { query: $("analysisQuery").value.trim(), responseType: $("analysisType").value });
+  const watch = ++analysisWatch;
   const rootId = r.job.id;
   const rows = new Map();
   const tb = $("jobs").tBodies[0];
@@ -200,7 +203,7 @@ $("analysisForm").addEventListener("submit", guard(async () => {
   const done = /COMPLETE|FAILED|CANCELLED/;
   await stream("GET", "/v1/jobs/" + encodeURIComponent(rootId) + ":watch", undefined, (ev) => {
     const job = ev.data && ev.data.job;
-    if (!job) return;
+    if (!job || watch !== analysisWatch) return; // a newer job took the table
     let row = rows.get(job.id);
     if (!row) {
       row = tb.insertRow();
