@@ -420,21 +420,31 @@ func (r *Relay) publishGiven(ctx context.Context, id any, entries []OutboxEntry,
 // publishDocument reads the document with _id id and publishes its
 // outbox with publishEntries.
 func (r *Relay) publishDocument(ctx context.Context, id any, rm *removals) error {
-	opts := options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}})
-	var doc outboxDoc
-	err := r.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, opts).Decode(&doc)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("events: outbox read %v: %w", id, err)
-	}
-	if len(doc.Outbox) == 0 {
-		r.afterDrain(ctx, id)
-		return nil
+	doc, ok, err := r.readOutbox(ctx, id)
+	if !ok {
+		return err
 	}
 	_, err = r.publishEntries(ctx, doc, rm)
 	return err
+}
+
+// readOutbox reads the outbox of the document with _id id. ok is false
+// when there is nothing to publish: on an error, when the document is
+// gone, or when its outbox is empty (then the drained hook is told).
+func (r *Relay) readOutbox(ctx context.Context, id any) (doc outboxDoc, ok bool, err error) {
+	opts := options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}})
+	err = r.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, opts).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return doc, false, nil
+	}
+	if err != nil {
+		return doc, false, fmt.Errorf("events: outbox read %v: %w", id, err)
+	}
+	if len(doc.Outbox) == 0 {
+		r.afterDrain(ctx, id)
+		return doc, false, nil
+	}
+	return doc, true, nil
 }
 
 // publishEntries publishes, in order, the entries of doc's outbox not
@@ -597,18 +607,9 @@ func (r *Relay) SweepDocuments(ctx context.Context, ids ...any) (int, error) {
 
 // relayDocument reads the document with _id id and relays its outbox.
 func (r *Relay) relayDocument(ctx context.Context, id any) (int, error) {
-	opts := options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}})
-	var doc outboxDoc
-	err := r.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, opts).Decode(&doc)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("events: outbox read %v: %w", id, err)
-	}
-	if len(doc.Outbox) == 0 {
-		r.afterDrain(ctx, id)
-		return 0, nil
+	doc, ok, err := r.readOutbox(ctx, id)
+	if !ok {
+		return 0, err
 	}
 	return r.relayDoc(ctx, doc)
 }
