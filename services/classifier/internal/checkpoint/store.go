@@ -13,7 +13,7 @@
 // it is taken, renewed and released with the same versioned writes.
 //
 // A finished run whose events are all published is moved to an archive
-// collection (Archive; Drained, called by the events relay once a run's
+// collection (Drained, called by the events relay once a run's
 // outbox is empty, and ArchiveFinished): on the embedded store
 // (FerretDB v1) every update costs time in proportion to the size of its
 // collection, so the collection that is written to holds only runs that can
@@ -390,17 +390,6 @@ func (s *Store) findRaw(ctx context.Context, id string) (bson.Raw, error) {
 	return nil, fmt.Errorf("checkpoint: run %s: %w", id, ErrNotFound)
 }
 
-// Archive moves run id to the archive if it is finished and its events are
-// all published, and reports whether it did (or had). It is idempotent: a
-// crash between copying and deleting leaves a copy in each collection,
-// which the next call resolves.
-func (s *Store) Archive(ctx context.Context, id string) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out, err := s.archiveLocked(ctx, id)
-	return out == archived, err
-}
-
 // archiveOutcome is what archiveLocked did.
 type archiveOutcome int
 
@@ -411,7 +400,10 @@ const (
 	eventsLeft                        // finished, with events not published yet
 )
 
-// archiveLocked is Archive; s.mu is held.
+// archiveLocked moves run id to the archive if it is finished and its
+// events are all published, and says what it found; s.mu is held. It is
+// idempotent: a crash between copying and deleting leaves a copy in each
+// collection, which the next call resolves.
 func (s *Store) archiveLocked(ctx context.Context, id string) (archiveOutcome, error) {
 	raw, err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
