@@ -4,11 +4,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/meshtest"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/runevents"
@@ -193,10 +193,7 @@ func expectCode(t *testing.T, err error, code codes.Code, reason string) {
 	if reason == "" {
 		return
 	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == reason {
-			return
-		}
+	if grpcx.Reason(err) != reason {
+		t.Errorf("error %v lacks reason %s", err, reason)
 	}
-	t.Errorf("error %v lacks reason %s", err, reason)
 }

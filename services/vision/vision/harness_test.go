@@ -117,13 +117,3 @@ func badRequestField(st *status.Status) string {
 	}
 	return ""
 }
-
-// errorReason returns the reason of a google.rpc.ErrorInfo detail.
-func errorReason(st *status.Status) string {
-	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok {
-			return ei.GetReason()
-		}
-	}
-	return ""
-}

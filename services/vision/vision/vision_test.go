@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/libs/config"
 	visionv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/vision/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
@@ -438,7 +439,7 @@ func TestModelFailuresMapToStatusCodes(t *testing.T) {
 				Images: []*visionv1.Image{{Name: "a.png", Data: pngImage(t, 1), MimeType: "image/png"}},
 			})
 			st := wantStatus(t, err, tc.code)
-			if got := errorReason(st); got != tc.reason {
+			if got := grpcx.Reason(err); got != tc.reason {
 				t.Errorf("reason = %q, want %q", got, tc.reason)
 			}
 			if !strings.Contains(st.Message(), "stage 1, a.png") {
