@@ -105,6 +105,7 @@ type Relay struct {
 	lock   func(id any) (unlock func()) // set before Run; nil: no lock
 	conc   int                          // set before Run: documents relayed at once (SetConcurrency)
 	delay  time.Duration                // set before Run: wait before removing (SetRemovalDelay)
+	poll   time.Duration                // set before Run: between full sweeps (SetPollInterval)
 	// drained is called with a document's _id once its outbox was read
 	// and everything read was published and removed (SetDrained).
 	drained func(ctx context.Context, id any) error
@@ -151,6 +152,17 @@ func (r *Relay) SetConcurrency(n int) { r.conc = max(n, 1) }
 // be published again, deduplicated by event id). Call it before Run.
 func (r *Relay) SetRemovalDelay(d time.Duration) { r.delay = max(d, 0) }
 
+// SetPollInterval sets how often Run sweeps the whole collection for
+// entries nobody named (RelayPollInterval by default; d <= 0 keeps it). A
+// sweep on FerretDB decodes every document of the collection, so a store
+// whose collection can hold many documents may want it rarer. Call it
+// before Run.
+func (r *Relay) SetPollInterval(d time.Duration) {
+	if d > 0 {
+		r.poll = d
+	}
+}
+
 // SetDrained makes the relay call drained with a document's _id once it
 // has relayed that document's outbox: every entry it read was published
 // and removed, or the outbox was empty when read. A store that moves
@@ -187,6 +199,7 @@ func NewRelay(bus *Bus, coll *mongo.Collection, logger *slog.Logger) *Relay {
 		wake:   make(chan struct{}, 1),
 		lock:   func(id any) func() { return mongox.LockDocument(coll, id) },
 		conc:   1,
+		poll:   RelayPollInterval,
 		known:  map[any][]OutboxEntry{},
 		reread: map[any]bool{},
 	}
@@ -266,16 +279,16 @@ func (r *Relay) poke() {
 // Run sweeps every pending entry at once (recovering whatever an earlier
 // process left behind), then relays each document named by NotifyDocument
 // as soon as it is named, and sweeps the whole collection again when Notify
-// is called and every [RelayPollInterval] (catching entries whose publish
-// failed, or written by a process that died before relaying them), until ctx
-// is done. Errors are logged and retried on the next sweep. Run returns nil
+// is called and every poll interval (SetPollInterval; RelayPollInterval by
+// default), catching entries whose publish failed or that a process died
+// before relaying, until ctx is done. Errors are logged and retried on the next sweep. Run returns nil
 // once ctx is done and the documents it was relaying are done.
 //
 // Named documents are relayed in the order named, as many at once as
 // SetConcurrency allows, each by one goroutine at a time (a document named
 // again meanwhile is relayed again afterwards).
 func (r *Relay) Run(ctx context.Context) error {
-	t := time.NewTicker(RelayPollInterval)
+	t := time.NewTicker(r.poll)
 	defer t.Stop()
 	rm := newRemovals(r)
 	defer rm.wait()

@@ -375,3 +375,19 @@ func runRelay(t *testing.T, r *Relay) {
 		<-ran
 	})
 }
+
+// TestRelayPollInterval: entries nobody names are found by the next full
+// sweep, which comes as often as SetPollInterval says.
+func TestRelayPollInterval(t *testing.T) {
+	t.Parallel()
+	b := newBusWithStreams(t)
+	coll := startFerret(t).Collection("jobs")
+	ctx := testContext(t)
+	r := NewRelay(b, coll, testLogger(t))
+	r.SetPollInterval(200 * time.Millisecond)
+	runRelay(t, r)
+	// After the start-up sweep, written without a Notify.
+	time.Sleep(100 * time.Millisecond)
+	completeJob(ctx, t, coll, "unnamed", newEntry(t, "unnamed", "x"))
+	waitFor(t, RelayPollInterval/2, "unnamed entry found by a sweep", func() bool { return streamMsgs(t, b, StreamEvents) == 1 })
+}
