@@ -8,19 +8,30 @@ import (
 	"github.com/agentmesh/agentmesh/libs/events"
 )
 
-// ArchiveInterval is how often the service looks for finished runs left in
-// the live collection (ArchiveFinished): a process that stopped between a
-// run's last events and its archiving, or an archiving that failed.
-const ArchiveInterval = 30 * time.Second
+// Intervals of the store's background work.
+const (
+	// ArchiveInterval is how often the service looks for finished runs
+	// left in the live collection (ArchiveFinished): a process that
+	// stopped between a run's last events and its archiving, or an
+	// archiving that failed.
+	ArchiveInterval = 30 * time.Second
+	// SweepInterval is how often the relay sweeps every run for events
+	// nobody named (a failed publish, a process that died). A sweep on
+	// FerretDB decodes every live run, about half a millisecond each, so
+	// it is rarer than the relay's default; named runs go out at once.
+	SweepInterval = 30 * time.Second
+)
 
 // NewRelay returns the events relay of the store's outboxes, as the service
 // runs it: removals of published events take the store's write lock, and a
 // finished run is archived once its last events are out. Name each written
-// run with NotifyDocument(runID) after the write.
+// run with NotifyDocument(runID) after the write; everything else waits
+// for the next sweep (SweepInterval).
 func (s *Store) NewRelay(bus *events.Bus, log *slog.Logger) *events.Relay {
 	r := events.NewRelay(bus, s.coll, log)
 	r.SetDocumentLock(s.LockDocument)
 	r.SetDrained(s.Drained)
+	r.SetPollInterval(SweepInterval)
 	return r
 }
 
