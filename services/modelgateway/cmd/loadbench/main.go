@@ -59,6 +59,7 @@ func main() {
 		rates    = flag.String("rates", "500,1000,2000", "request rates to run, per second")
 		latency  = flag.Duration("upstream-latency", 20*time.Millisecond, "mock upstream latency")
 		modes    = flag.String("modes", "unary,stream", "modes to run: unary (Chat), stream (ChatStream time to first chunk)")
+		compare  = flag.String("compare", "", "also run a second gateway with these extra variables (space-separated X=v), in the same rounds, and print its row as \"gateway B\": an A/B of a setting within one run")
 	)
 	flag.Parse()
 	if *echo {
@@ -78,7 +79,7 @@ func main() {
 	// The load generator's own collector pauses land in both paths' tails;
 	// it gets the gateway's setting so they stay rare.
 	modelgateway.TuneGC()
-	if err := run(*duration, *rounds, *rates, *modes, *latency); err != nil {
+	if err := run(*duration, *rounds, *rates, *modes, *latency, strings.Fields(*compare)); err != nil {
 		fmt.Fprintln(os.Stderr, "loadbench:", err)
 		os.Exit(1)
 	}
@@ -227,7 +228,7 @@ models:
   chat: [{provider: mock, model: bench-model}]
 `
 
-func run(duration time.Duration, rounds int, rateList, modeList string, latency time.Duration) error {
+func run(duration time.Duration, rounds int, rateList, modeList string, latency time.Duration, compare []string) error {
 	if rounds < 1 {
 		return fmt.Errorf("-rounds: must be at least 1")
 	}
@@ -270,21 +271,24 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 			env = append(env, rest)
 		}
 	}
-	child, gwAddr, err := startChild(self, env, "-serve-gateway")
-	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+	gws := []*gateway{{name: "gateway"}}
+	if len(compare) > 0 {
+		for _, kv := range compare {
+			if !strings.Contains(kv, "=") {
+				return fmt.Errorf("-compare: %q is not X=v", kv)
+			}
+		}
+		gws = append(gws, &gateway{name: "gateway B", extra: compare})
 	}
-	defer stopChild(child)
-
-	conn, err := grpc.NewClient(gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
+	for _, g := range gws {
+		if err := g.start(self, append(slices.Clip(env), g.extra...)); err != nil {
+			return err
+		}
+		defer g.stop()
 	}
-	defer conn.Close()
-	client := modelv1.NewModelServiceClient(conn)
 	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute}}
 
-	b := &bench{client: client, http: httpClient, upstream: upstreamURL}
+	b := &bench{http: httpClient, upstream: upstreamURL}
 	b.direct = mustJSON(map[string]any{"model": "bench-model", "messages": []any{
 		map[string]any{"role": "system", "content": "You are a concise financial analyst."},
 		map[string]any{"role": "user", "content": "Summarise the quarter in one sentence."},
@@ -294,13 +298,18 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 		map[string]any{"role": "user", "content": "Summarise the quarter in one sentence."},
 	}})
 
-	// Warm up connections on both paths.
+	// Warm up connections on every path.
 	warm := min(duration, 2*time.Second)
-	b.load(200, warm, b.viaGateway)
+	for _, g := range gws {
+		b.load(200, warm, g.chat)
+	}
 	b.load(200, warm, b.direct1)
 
 	fmt.Printf("model gateway overhead: upstream mock latency %v, %v per rate and path in %d alternating rounds, GOMAXPROCS=%s, %d CPUs\n\n",
 		latency, duration, rounds, envOr("GOMAXPROCS", "default"), numCPU())
+	if len(gws) > 1 {
+		fmt.Printf("gateway B runs with %s, in the same rounds as gateway\n\n", strings.Join(compare, " "))
+	}
 	hot, idle, err := wakeProbe(self)
 	if err != nil {
 		return fmt.Errorf("wake-up probe: %w", err)
@@ -319,45 +328,103 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 			mode = "stream TTFC"
 		}
 		for _, rate := range rates {
-			gwFn, directFn := b.viaGateway, b.direct1
+			directFn := b.direct1
 			if mode != "unary" {
-				gwFn, directFn = b.viaGatewayStream, b.directStream1
+				directFn = b.directStream1
 			}
-			var ds, gs []sample
-			var cpu time.Duration
-			var sys, busy, total int64
-			for range rounds {
+			var ds []sample
+			for _, g := range gws {
+				g.reset()
+			}
+			for r := range rounds {
 				ds = append(ds, b.load(rate, duration/time.Duration(rounds), directFn))
-				cpu0, sys0 := cpuTime(child.Process.Pid), syscalls(child.Process.Pid)
-				busy0, total0 := machineBusy()
-				tracing := os.Getenv("LOADBENCH_TRACE") != ""
-				if tracing {
-					_ = child.Process.Signal(syscall.SIGUSR1)
+				order := slices.Clone(gws)
+				if r%2 == 1 {
+					slices.Reverse(order) // neither gateway always runs right after the direct path
 				}
-				gs = append(gs, b.load(rate, duration/time.Duration(rounds), gwFn))
-				if tracing {
-					_ = child.Process.Signal(syscall.SIGUSR2)
+				for _, g := range order {
+					fn := g.chat
+					if mode != "unary" {
+						fn = g.chatStream
+					}
+					g.round(func() sample { return b.load(rate, duration/time.Duration(rounds), fn) })
 				}
-				cpu += cpuTime(child.Process.Pid) - cpu0
-				sys += syscalls(child.Process.Pid) - sys0
-				busy1, total1 := machineBusy()
-				busy, total = busy+busy1-busy0, total+total1-total0
 			}
-			d, g := summarize(ds), summarize(gs)
-			rss := peakRSS(child.Process.Pid)
+			d := summarize(ds)
 			fmt.Printf("| %s | %d | direct | %.0f | %d | %s | %s | | | | | | |\n", mode, rate, d.rps, d.errors, us(d.p50), us(d.p99))
-			fmt.Printf("| %s | %d | gateway | %.0f | %d | %s | %s | %s | %s | %s | %.1f | %s | %s |\n", mode, rate, g.rps, g.errors, us(g.p50), us(g.p99),
-				us(g.p50-d.p50), us(g.p99-d.p99), us(cpu/time.Duration(g.n)), float64(sys)/float64(g.n), percent(busy, total), rss)
-			if g.firstErr != nil || d.firstErr != nil {
-				fmt.Printf("|  first errors: gateway %v; direct %v |\n", g.firstErr, d.firstErr)
+			for _, gw := range gws {
+				g := summarize(gw.samples)
+				fmt.Printf("| %s | %d | %s | %.0f | %d | %s | %s | %s | %s | %s | %.1f | %s | %s |\n", mode, rate, gw.name, g.rps, g.errors, us(g.p50), us(g.p99),
+					us(g.p50-d.p50), us(g.p99-d.p99), us(gw.cpu/time.Duration(g.n)), float64(gw.sys)/float64(g.n), percent(gw.busy, gw.total), peakRSS(gw.child.Process.Pid))
+				if g.firstErr != nil || d.firstErr != nil {
+					fmt.Printf("|  first errors: %s %v; direct %v |\n", gw.name, g.firstErr, d.firstErr)
+				}
 			}
 		}
 	}
 	return nil
 }
 
+// gateway is one gateway child process under load, with what its rounds
+// measured.
+type gateway struct {
+	name   string
+	extra  []string // variables it runs with beyond the shared ones
+	child  *exec.Cmd
+	conn   *grpc.ClientConn
+	client modelv1.ModelServiceClient
+
+	samples     []sample
+	cpu         time.Duration
+	sys         int64
+	busy, total int64
+}
+
+func (g *gateway) start(self string, env []string) error {
+	child, addr, err := startChild(self, env, "-serve-gateway")
+	if err != nil {
+		return fmt.Errorf("%s: %w", g.name, err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		stopChild(child)
+		return err
+	}
+	g.child, g.conn, g.client = child, conn, modelv1.NewModelServiceClient(conn)
+	return nil
+}
+
+func (g *gateway) stop() {
+	_ = g.conn.Close()
+	stopChild(g.child)
+}
+
+// reset forgets the measurements of the previous rate.
+func (g *gateway) reset() {
+	g.samples, g.cpu, g.sys, g.busy, g.total = nil, 0, 0, 0, 0
+}
+
+// round runs one load round through the gateway (load) and adds its CPU
+// time, syscalls and the machine's busy time to the gateway's tally.
+func (g *gateway) round(load func() sample) {
+	pid := g.child.Process.Pid
+	cpu0, sys0 := cpuTime(pid), syscalls(pid)
+	busy0, total0 := machineBusy()
+	tracing := os.Getenv("LOADBENCH_TRACE") != ""
+	if tracing {
+		_ = g.child.Process.Signal(syscall.SIGUSR1)
+	}
+	g.samples = append(g.samples, load())
+	if tracing {
+		_ = g.child.Process.Signal(syscall.SIGUSR2)
+	}
+	g.cpu += cpuTime(pid) - cpu0
+	g.sys += syscalls(pid) - sys0
+	busy1, total1 := machineBusy()
+	g.busy, g.total = g.busy+busy1-busy0, g.total+total1-total0
+}
+
 type bench struct {
-	client       modelv1.ModelServiceClient
 	http         *http.Client
 	upstream     string
 	direct       []byte
@@ -378,18 +445,18 @@ var chatRequest = &modelv1.ChatRequest{Model: "chat", Messages: []*modelv1.Messa
 }}
 
 // viaGateway is one unary Chat; it returns the latency.
-func (b *bench) viaGateway(ctx context.Context) error {
-	resp, err := b.client.Chat(ctx, chatRequest)
+func (g *gateway) chat(ctx context.Context) error {
+	resp, err := g.client.Chat(ctx, chatRequest)
 	if err == nil && resp.GetMessage().GetContent() == "" {
 		err = fmt.Errorf("empty answer")
 	}
 	return err
 }
 
-// viaGatewayStream returns at the first content chunk and drains the rest in
-// the background (it is not part of the measurement).
-func (b *bench) viaGatewayStream(ctx context.Context) error {
-	st, err := b.client.ChatStream(ctx, &modelv1.ChatStreamRequest{Request: chatRequest})
+// chatStream returns at the first content chunk and drains the rest in the
+// background (it is not part of the measurement).
+func (g *gateway) chatStream(ctx context.Context) error {
+	st, err := g.client.ChatStream(ctx, &modelv1.ChatStreamRequest{Request: chatRequest})
 	if err != nil {
 		return err
 	}
