@@ -1,14 +1,18 @@
 // Command loadbench measures the model gateway's added latency. It starts a
-// local OpenAI-compatible mock upstream with a fixed 20 ms latency, runs the
-// gateway as a child process (so its peak RSS is its own), and drives a
-// fixed-rate open-loop load through (a) ModelService.Chat and (b) straight
-// to the mock, then the same for streaming time to first chunk, printing
-// achieved RPS, errors, p50/p99 of each path, the overhead a−b, the
-// gateway's CPU time and read/write system calls per request, how busy the
-// machine's CPUs were while the gateway path ran, and the gateway's peak
-// RSS (VmHWM). The two paths alternate in rounds so that drift on a shared
-// machine hits both alike. First it measures what a process boundary costs
-// when the CPUs are idle (wakeprobe.go), the floor under any proxy's added
+// local OpenAI-compatible mock upstream with a fixed 20 ms latency in its
+// own process (mock.go), runs the gateway as a child process (so its peak
+// RSS is its own), and drives a fixed-rate open-loop load through (a)
+// ModelService.Chat and (b) straight to the mock, then the same for
+// streaming time to first chunk, printing achieved RPS, errors, p50/p99 of
+// each path, the overhead a−b, the gateway's CPU time and read/write system
+// calls per request, how busy the machine's CPUs were while the gateway
+// path ran, and the gateway's peak RSS (VmHWM). The two paths alternate in
+// rounds so that drift on a shared machine hits both alike. The mock notes
+// when each request reached it and when its wait ended, so a second table
+// splits each path's time into the request leg and the response leg. The
+// mock's wait and the load's pacing sleep on the kernel's high-resolution
+// timer (precise.go). First it measures what a process boundary costs when
+// the CPUs are idle (wakeprobe.go), the floor under any proxy's added
 // latency.
 //
 //	go run ./services/modelgateway/cmd/loadbench -duration 10s -rates 500,1000,2000
@@ -54,6 +58,7 @@ func main() {
 	var (
 		serve    = flag.Bool("serve-gateway", false, "internal: run the gateway (child process)")
 		echo     = flag.Bool("serve-echo", false, "internal: echo bytes over TCP (child process of the wake-up probe)")
+		mockUp   = flag.Bool("serve-mock", false, "internal: run the mock upstream (child process)")
 		duration = flag.Duration("duration", 10*time.Second, "load duration per rate and path")
 		rounds   = flag.Int("rounds", 5, "alternate direct and gateway this many times per rate (the duration is split between rounds), so slow drift on the machine hits both paths alike")
 		rates    = flag.String("rates", "500,1000,2000", "request rates to run, per second")
@@ -65,6 +70,13 @@ func main() {
 	if *echo {
 		if err := serveEcho(); err != nil {
 			fmt.Fprintln(os.Stderr, "echo:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *mockUp {
+		if err := serveMock(*latency); err != nil {
+			fmt.Fprintln(os.Stderr, "mock:", err)
 			os.Exit(1)
 		}
 		return
@@ -173,54 +185,6 @@ func traceOnSignal(ctx context.Context, path string) {
 	}
 }
 
-// mock is an OpenAI-compatible upstream answering after a fixed latency.
-type mock struct {
-	latency time.Duration
-	unary   []byte
-	stream  [][]byte
-}
-
-func newMock(latency time.Duration) *mock {
-	m := &mock{latency: latency}
-	m.unary, _ = json.Marshal(map[string]any{
-		"id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": "bench-model",
-		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": "The quarterly revenue grew by four percent."}, "finish_reason": "stop"}},
-		"usage":   map[string]any{"prompt_tokens": 42, "completion_tokens": 9, "total_tokens": 51},
-	})
-	chunk := func(delta map[string]any, finish any) []byte {
-		b, _ := json.Marshal(map[string]any{"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "bench-model",
-			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}})
-		return []byte("data: " + string(b) + "\n\n")
-	}
-	for _, w := range []string{"The ", "quarterly ", "revenue ", "grew ", "by ", "four ", "percent."} {
-		m.stream = append(m.stream, chunk(map[string]any{"content": w}, nil))
-	}
-	m.stream = append(m.stream, chunk(map[string]any{}, "stop"))
-	usage, _ := json.Marshal(map[string]any{"id": "c", "object": "chat.completion.chunk", "choices": []any{}, "usage": map[string]any{"prompt_tokens": 42, "completion_tokens": 9, "total_tokens": 51}})
-	m.stream = append(m.stream, []byte("data: "+string(usage)+"\n\n"), []byte("data: [DONE]\n\n"))
-	return m
-}
-
-func (m *mock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Stream bool `json:"stream"`
-	}
-	body, _ := io.ReadAll(r.Body)
-	_ = json.Unmarshal(body, &req)
-	time.Sleep(m.latency)
-	if !req.Stream {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(m.unary)
-		return
-	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	rc := http.NewResponseController(w)
-	for _, c := range m.stream {
-		_, _ = w.Write(c)
-		_ = rc.Flush()
-	}
-}
-
 const routing = `
 providers:
   mock: {type: openai, base_url: %q, max_concurrency: 1024, max_queue: 1024}
@@ -241,15 +205,21 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 		rates = append(rates, n)
 	}
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	upstreamSrv := &http.Server{Handler: newMock(latency), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = upstreamSrv.Serve(lis) }()
-	defer upstreamSrv.Close()
-	upstreamURL := "http://" + lis.Addr().String()
-
+	// The mock runs in its own process, as a provider does: sharing the
+	// load generator's, its 20 ms wait overran by ~300 µs more in the
+	// direct rounds (where the same process also ran the client side)
+	// than in the gateway rounds, a handicap to the baseline larger than
+	// the overhead being measured.
+	mockChild, mockAddr, err := startChild(self, os.Environ(), "-serve-mock", "-upstream-latency", latency.String())
+	if err != nil {
+		return fmt.Errorf("mock: %w", err)
+	}
+	defer stopChild(mockChild)
+	upstreamURL := "http://" + mockAddr
 	dir, err := os.MkdirTemp("", "loadbench-")
 	if err != nil {
 		return err
@@ -257,10 +227,6 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	defer os.RemoveAll(dir)
 	routingFile := filepath.Join(dir, "routing.yaml")
 	if err := os.WriteFile(routingFile, []byte(fmt.Sprintf(routing, upstreamURL)), 0o600); err != nil {
-		return err
-	}
-	self, err := os.Executable()
-	if err != nil {
 		return err
 	}
 	env := append(os.Environ(), "MODELGATEWAY_CONFIG="+routingFile, "METRICS_ADDR=", "LOG_LEVEL=warn",
@@ -289,14 +255,6 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute}}
 
 	b := &bench{http: httpClient, upstream: upstreamURL}
-	b.direct = mustJSON(map[string]any{"model": "bench-model", "messages": []any{
-		map[string]any{"role": "system", "content": "You are a concise financial analyst."},
-		map[string]any{"role": "user", "content": "Summarise the quarter in one sentence."},
-	}})
-	b.directStream = mustJSON(map[string]any{"model": "bench-model", "stream": true, "stream_options": map[string]any{"include_usage": true}, "messages": []any{
-		map[string]any{"role": "system", "content": "You are a concise financial analyst."},
-		map[string]any{"role": "user", "content": "Summarise the quarter in one sentence."},
-	}})
 
 	// Warm up connections on every path.
 	warm := min(duration, 2*time.Second)
@@ -319,6 +277,7 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 		us(hot), us(idle), us(probeGap), us((idle-hot)/2))
 	fmt.Println("| mode | target RPS | path | achieved RPS | errors | p50 | p99 | overhead p50 | overhead p99 | gateway CPU/request | gateway syscalls/request | machine CPU busy | gateway peak RSS |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	var timelines []string
 	for _, mode := range strings.Split(modeList, ",") {
 		mode = strings.TrimSpace(mode)
 		if mode != "unary" && mode != "stream" {
@@ -333,11 +292,14 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 				directFn = b.directStream1
 			}
 			var ds []sample
+			var directLegs legs
 			for _, g := range gws {
 				g.reset()
 			}
 			for r := range rounds {
+				b.timeline()
 				ds = append(ds, b.load(rate, duration/time.Duration(rounds), directFn))
+				directLegs.add(ds[len(ds)-1], b.timeline())
 				order := slices.Clone(gws)
 				if r%2 == 1 {
 					slices.Reverse(order) // neither gateway always runs right after the direct path
@@ -348,19 +310,33 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 						fn = g.chatStream
 					}
 					g.round(func() sample { return b.load(rate, duration/time.Duration(rounds), fn) })
+					g.legs.add(g.samples[len(g.samples)-1], b.timeline())
 				}
 			}
 			d := summarize(ds)
 			fmt.Printf("| %s | %d | direct | %.0f | %d | %s | %s | | | | | | |\n", mode, rate, d.rps, d.errors, us(d.p50), us(d.p99))
+			timelines = append(timelines, directLegs.row(mode, rate, "direct", nil))
 			for _, gw := range gws {
 				g := summarize(gw.samples)
 				fmt.Printf("| %s | %d | %s | %.0f | %d | %s | %s | %s | %s | %s | %.1f | %s | %s |\n", mode, rate, gw.name, g.rps, g.errors, us(g.p50), us(g.p99),
 					us(g.p50-d.p50), us(g.p99-d.p99), us(gw.cpu/time.Duration(g.n)), float64(gw.sys)/float64(g.n), percent(gw.busy, gw.total), peakRSS(gw.child.Process.Pid))
+				timelines = append(timelines, gw.legs.row(mode, rate, gw.name, &directLegs))
 				if g.firstErr != nil || d.firstErr != nil {
 					fmt.Printf("|  first errors: %s %v; direct %v |\n", gw.name, g.firstErr, d.firstErr)
 				}
 			}
 		}
+	}
+	fmt.Println()
+	fmt.Println("Where each request's time went (p50 of each leg, from the mock's and the load generator's clocks): " +
+		"start late = the load generator's goroutine began after the request was due; request leg = due → the mock has read the request; " +
+		"mock wait = the mock's fixed latency and by how much its sleep overran; response leg = the mock woke → the caller has the answer (unary) or the first chunk (stream). " +
+		"Gateway rows add, in brackets, the difference to the direct path.")
+	fmt.Println()
+	fmt.Println("| mode | target RPS | path | requests joined | start late | request leg | mock wait | response leg |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	for _, t := range timelines {
+		fmt.Println(t)
 	}
 	return nil
 }
@@ -375,6 +351,7 @@ type gateway struct {
 	client modelv1.ModelServiceClient
 
 	samples     []sample
+	legs        legs
 	cpu         time.Duration
 	sys         int64
 	busy, total int64
@@ -401,7 +378,7 @@ func (g *gateway) stop() {
 
 // reset forgets the measurements of the previous rate.
 func (g *gateway) reset() {
-	g.samples, g.cpu, g.sys, g.busy, g.total = nil, 0, 0, 0, 0
+	g.samples, g.legs, g.cpu, g.sys, g.busy, g.total = nil, legs{}, 0, 0, 0, 0
 }
 
 // round runs one load round through the gateway (load) and adds its CPU
@@ -425,10 +402,9 @@ func (g *gateway) round(load func() sample) {
 }
 
 type bench struct {
-	http         *http.Client
-	upstream     string
-	direct       []byte
-	directStream []byte
+	http     *http.Client
+	upstream string
+	lastID   atomic.Int64
 }
 
 func mustJSON(v any) []byte {
@@ -439,14 +415,36 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-var chatRequest = &modelv1.ChatRequest{Model: "chat", Messages: []*modelv1.Message{
-	{Role: modelv1.Role_ROLE_SYSTEM, Content: "You are a concise financial analyst."},
-	{Role: modelv1.Role_ROLE_USER, Content: "Summarise the quarter in one sentence."},
-}}
+const (
+	systemPrompt = "You are a concise financial analyst."
+	userPrompt   = "Summarise the quarter in one sentence."
+)
 
-// viaGateway is one unary Chat; it returns the latency.
-func (g *gateway) chat(ctx context.Context) error {
-	resp, err := g.client.Chat(ctx, chatRequest)
+// chatRequest is the bench's request; the user message ends in the
+// request's id (" #id") for the mock to note when it arrived.
+func chatRequest(id int64) *modelv1.ChatRequest {
+	return &modelv1.ChatRequest{Model: "chat", Messages: []*modelv1.Message{
+		{Role: modelv1.Role_ROLE_SYSTEM, Content: systemPrompt},
+		{Role: modelv1.Role_ROLE_USER, Content: userPrompt + " #" + strconv.FormatInt(id, 10)},
+	}}
+}
+
+// directBody is the same request in the mock's wire format.
+func directBody(id int64, stream bool) []byte {
+	m := map[string]any{"model": "bench-model", "messages": []any{
+		map[string]any{"role": "system", "content": systemPrompt},
+		map[string]any{"role": "user", "content": userPrompt + " #" + strconv.FormatInt(id, 10)},
+	}}
+	if stream {
+		m["stream"] = true
+		m["stream_options"] = map[string]any{"include_usage": true}
+	}
+	return mustJSON(m)
+}
+
+// chat is one unary Chat.
+func (g *gateway) chat(ctx context.Context, id int64) error {
+	resp, err := g.client.Chat(ctx, chatRequest(id))
 	if err == nil && resp.GetMessage().GetContent() == "" {
 		err = fmt.Errorf("empty answer")
 	}
@@ -455,8 +453,8 @@ func (g *gateway) chat(ctx context.Context) error {
 
 // chatStream returns at the first content chunk and drains the rest in the
 // background (it is not part of the measurement).
-func (g *gateway) chatStream(ctx context.Context) error {
-	st, err := g.client.ChatStream(ctx, &modelv1.ChatStreamRequest{Request: chatRequest})
+func (g *gateway) chatStream(ctx context.Context, id int64) error {
+	st, err := g.client.ChatStream(ctx, &modelv1.ChatStreamRequest{Request: chatRequest(id)})
 	if err != nil {
 		return err
 	}
@@ -481,8 +479,8 @@ func (g *gateway) chatStream(ctx context.Context) error {
 // and finishes in the background.
 var errFirstChunk = fmt.Errorf("first chunk")
 
-func (b *bench) direct1(ctx context.Context) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.upstream+"/chat/completions", bytes.NewReader(b.direct))
+func (b *bench) direct1(ctx context.Context, id int64) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.upstream+"/chat/completions", bytes.NewReader(directBody(id, false)))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := b.http.Do(req)
 	if err != nil {
@@ -505,8 +503,8 @@ func (b *bench) direct1(ctx context.Context) error {
 	return nil
 }
 
-func (b *bench) directStream1(ctx context.Context) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.upstream+"/chat/completions", bytes.NewReader(b.directStream))
+func (b *bench) directStream1(ctx context.Context, id int64) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.upstream+"/chat/completions", bytes.NewReader(directBody(id, true)))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := b.http.Do(req)
 	if err != nil {
@@ -541,6 +539,7 @@ type result struct {
 // sample is one load run: every request's latency, and errors.
 type sample struct {
 	lat      []time.Duration
+	reqs     []request
 	elapsed  time.Duration
 	errors   int64
 	firstErr error
@@ -569,26 +568,34 @@ func summarize(runs []sample) result {
 // load sends rate requests per second for d, open loop: each request is
 // due at a fixed time and its latency counts from then, so a slow server
 // cannot slow the load down (no coordinated omission).
-func (b *bench) load(rate int, d time.Duration, fn func(context.Context) error) sample {
+func (b *bench) load(rate int, d time.Duration, fn func(context.Context, int64) error) sample {
 	interval := time.Second / time.Duration(rate)
 	n := max(int(d/interval), 1)
 	lat := make([]time.Duration, n)
+	reqs := make([]request, n)
 	var errs atomic.Int64
 	var firstErr atomic.Pointer[error]
 	var wg sync.WaitGroup
+	// Requests go out on time (precise.go): a late start counts in the
+	// latency of either path, but would add noise to both.
+	lockPreciseThread()
+	defer runtime.UnlockOSThread()
 	start := time.Now()
 	for i := 0; i < n; i++ {
 		due := start.Add(time.Duration(i) * interval)
 		if wait := time.Until(due); wait > 0 {
-			time.Sleep(wait)
+			sleepOnThread(wait)
 		}
 		wg.Add(1)
 		go func(i int, due time.Time) {
 			defer wg.Done()
+			id := b.lastID.Add(1)
+			reqs[i] = request{id: id, due: due.UnixNano(), startLate: time.Since(due)}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			err := fn(ctx)
+			err := fn(ctx, id)
 			lat[i] = time.Since(due)
+			reqs[i].lat = lat[i]
 			if err != nil && err != errFirstChunk {
 				errs.Add(1)
 				firstErr.CompareAndSwap(nil, &err)
@@ -596,7 +603,7 @@ func (b *bench) load(rate int, d time.Duration, fn func(context.Context) error) 
 		}(i, due)
 	}
 	wg.Wait()
-	s := sample{lat: lat, elapsed: time.Since(start), errors: errs.Load()}
+	s := sample{lat: lat, reqs: reqs, elapsed: time.Since(start), errors: errs.Load()}
 	if p := firstErr.Load(); p != nil {
 		s.firstErr = *p
 	}
