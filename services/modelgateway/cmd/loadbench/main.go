@@ -59,6 +59,8 @@ func main() {
 		serve    = flag.Bool("serve-gateway", false, "internal: run the gateway (child process)")
 		echo     = flag.Bool("serve-echo", false, "internal: echo bytes over TCP (child process of the wake-up probe)")
 		mockUp   = flag.Bool("serve-mock", false, "internal: run the mock upstream (child process)")
+		relayTo  = flag.String("serve-relay", "", "internal: relay TCP connections to this address (child process)")
+		relay    = flag.Bool("relay", true, "also run the direct path's requests through a process that only copies bytes (the tcp relay row): the floor under any proxy's overhead on this machine")
 		duration = flag.Duration("duration", 10*time.Second, "load duration per rate and path")
 		rounds   = flag.Int("rounds", 5, "alternate direct and gateway this many times per rate (the duration is split between rounds), so slow drift on the machine hits both paths alike")
 		rates    = flag.String("rates", "500,1000,2000", "request rates to run, per second")
@@ -70,6 +72,13 @@ func main() {
 	if *echo {
 		if err := serveEcho(); err != nil {
 			fmt.Fprintln(os.Stderr, "echo:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *relayTo != "" {
+		if err := serveRelay(*relayTo); err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", err)
 			os.Exit(1)
 		}
 		return
@@ -91,7 +100,7 @@ func main() {
 	// The load generator's own collector pauses land in both paths' tails;
 	// it gets the gateway's setting so they stay rare.
 	modelgateway.TuneGC()
-	if err := run(*duration, *rounds, *rates, *modes, *latency, strings.Fields(*compare)); err != nil {
+	if err := run(*duration, *rounds, *rates, *modes, *latency, strings.Fields(*compare), *relay); err != nil {
 		fmt.Fprintln(os.Stderr, "loadbench:", err)
 		os.Exit(1)
 	}
@@ -192,7 +201,7 @@ models:
   chat: [{provider: mock, model: bench-model}]
 `
 
-func run(duration time.Duration, rounds int, rateList, modeList string, latency time.Duration, compare []string) error {
+func run(duration time.Duration, rounds int, rateList, modeList string, latency time.Duration, compare []string, relay bool) error {
 	if rounds < 1 {
 		return fmt.Errorf("-rounds: must be at least 1")
 	}
@@ -237,6 +246,9 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 			env = append(env, rest)
 		}
 	}
+	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute}}
+	b := &bench{http: httpClient, upstream: upstreamURL}
+
 	gws := []*gateway{{name: "gateway"}}
 	if len(compare) > 0 {
 		for _, kv := range compare {
@@ -252,16 +264,23 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 		}
 		defer g.stop()
 	}
-	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute}}
-
-	b := &bench{http: httpClient, upstream: upstreamURL}
+	if relay {
+		// The floor under any proxy: the same HTTP requests as the direct
+		// path, through a process that only copies bytes each way.
+		r := &gateway{name: "tcp relay"}
+		if err := r.startRelay(self, b, mockAddr); err != nil {
+			return err
+		}
+		defer r.stop()
+		gws = append(gws, r)
+	}
 
 	// Warm up connections on every path.
 	warm := min(duration, 2*time.Second)
 	for _, g := range gws {
-		b.load(200, warm, g.chat)
+		b.load(200, warm, g.unary)
 	}
-	b.load(200, warm, b.direct1)
+	b.load(200, warm, b.direct(upstreamURL, false))
 
 	fmt.Printf("model gateway overhead: upstream mock latency %v, %v per rate and path in %d alternating rounds, GOMAXPROCS=%s, %d CPUs\n\n",
 		latency, duration, rounds, envOr("GOMAXPROCS", "default"), numCPU())
@@ -275,7 +294,7 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	fmt.Printf("wake-up probe: a 1-byte loopback TCP round trip to another process takes p50 %s back to back, %s after %s idle:\n"+
 		"a process boundary that finds the CPUs idle costs about %s here, and the gateway path crosses two more than the direct path.\n\n",
 		us(hot), us(idle), us(probeGap), us((idle-hot)/2))
-	fmt.Println("| mode | target RPS | path | achieved RPS | errors | p50 | p99 | overhead p50 | overhead p99 | gateway CPU/request | gateway syscalls/request | machine CPU busy | gateway peak RSS |")
+	fmt.Println("| mode | target RPS | path | achieved RPS | errors | p50 | p99 | overhead p50 | overhead p99 | CPU/request | syscalls/request | machine CPU busy | peak RSS |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var timelines []string
 	for _, mode := range strings.Split(modeList, ",") {
@@ -287,9 +306,9 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 			mode = "stream TTFC"
 		}
 		for _, rate := range rates {
-			directFn := b.direct1
+			directFn := b.direct(upstreamURL, false)
 			if mode != "unary" {
-				directFn = b.directStream1
+				directFn = b.direct(upstreamURL, true)
 			}
 			var ds []sample
 			var directLegs legs
@@ -305,9 +324,9 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 					slices.Reverse(order) // neither gateway always runs right after the direct path
 				}
 				for _, g := range order {
-					fn := g.chat
+					fn := g.unary
 					if mode != "unary" {
-						fn = g.chatStream
+						fn = g.stream
 					}
 					g.round(func() sample { return b.load(rate, duration/time.Duration(rounds), fn) })
 					g.legs.add(g.samples[len(g.samples)-1], b.timeline())
@@ -331,7 +350,7 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	fmt.Println("Where each request's time went (p50 of each leg, from the mock's and the load generator's clocks): " +
 		"start late = the load generator's goroutine began after the request was due; request leg = due → the mock has read the request; " +
 		"mock wait = the mock's fixed latency and by how much its sleep overran; response leg = the mock woke → the caller has the answer (unary) or the first chunk (stream). " +
-		"Gateway rows add, in brackets, the difference to the direct path.")
+		"The other rows add, in brackets, the difference to the direct path.")
 	fmt.Println()
 	fmt.Println("| mode | target RPS | path | requests joined | start late | request leg | mock wait | response leg |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
@@ -341,14 +360,16 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	return nil
 }
 
-// gateway is one gateway child process under load, with what its rounds
-// measured.
+// gateway is one child process in the path under load (a gateway, or the
+// tcp relay), with what its rounds measured.
 type gateway struct {
 	name   string
 	extra  []string // variables it runs with beyond the shared ones
 	child  *exec.Cmd
-	conn   *grpc.ClientConn
+	conn   *grpc.ClientConn // nil for the relay
 	client modelv1.ModelServiceClient
+	// unary and stream send one request through it.
+	unary, stream func(context.Context, int64) error
 
 	samples     []sample
 	legs        legs
@@ -368,11 +389,26 @@ func (g *gateway) start(self string, env []string) error {
 		return err
 	}
 	g.child, g.conn, g.client = child, conn, modelv1.NewModelServiceClient(conn)
+	g.unary, g.stream = g.chat, g.chatStream
+	return nil
+}
+
+// startRelay starts the tcp relay to the mock at to; requests through it
+// are the direct path's.
+func (g *gateway) startRelay(self string, b *bench, to string) error {
+	child, addr, err := startChild(self, os.Environ(), "-serve-relay", to)
+	if err != nil {
+		return fmt.Errorf("%s: %w", g.name, err)
+	}
+	g.child = child
+	g.unary, g.stream = b.direct("http://"+addr, false), b.direct("http://"+addr, true)
 	return nil
 }
 
 func (g *gateway) stop() {
-	_ = g.conn.Close()
+	if g.conn != nil {
+		_ = g.conn.Close()
+	}
 	stopChild(g.child)
 }
 
@@ -479,8 +515,17 @@ func (g *gateway) chatStream(ctx context.Context, id int64) error {
 // and finishes in the background.
 var errFirstChunk = fmt.Errorf("first chunk")
 
-func (b *bench) direct1(ctx context.Context, id int64) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.upstream+"/chat/completions", bytes.NewReader(directBody(id, false)))
+// direct returns a function sending one request straight to the mock at
+// base (or through the relay), unary or streaming.
+func (b *bench) direct(base string, stream bool) func(context.Context, int64) error {
+	if stream {
+		return func(ctx context.Context, id int64) error { return b.directStream1(ctx, base, id) }
+	}
+	return func(ctx context.Context, id int64) error { return b.direct1(ctx, base, id) }
+}
+
+func (b *bench) direct1(ctx context.Context, base string, id int64) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions", bytes.NewReader(directBody(id, false)))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := b.http.Do(req)
 	if err != nil {
@@ -503,8 +548,8 @@ func (b *bench) direct1(ctx context.Context, id int64) error {
 	return nil
 }
 
-func (b *bench) directStream1(ctx context.Context, id int64) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.upstream+"/chat/completions", bytes.NewReader(directBody(id, true)))
+func (b *bench) directStream1(ctx context.Context, base string, id int64) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions", bytes.NewReader(directBody(id, true)))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := b.http.Do(req)
 	if err != nil {

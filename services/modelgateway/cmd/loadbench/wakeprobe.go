@@ -8,12 +8,14 @@ import (
 	"time"
 )
 
-// The wake-up probe measures what a process boundary costs on this machine
-// when it finds the CPUs idle, the floor under any proxy's added latency:
-// the gateway path crosses two more process boundaries than the direct
-// path (load generator → gateway, mock → gateway), and between requests
-// the CPUs go idle. A 1-byte loopback TCP round trip to an echo child
-// process is timed back to back (the CPUs stay busy) and after an idle gap.
+// The floor under any proxy's added latency, measured two ways. The
+// wake-up probe measures what a process boundary costs on this machine when
+// it finds the CPUs idle: the gateway path crosses two more process
+// boundaries than the direct path (load generator → gateway, mock →
+// gateway), and between requests the CPUs go idle. A 1-byte loopback TCP
+// round trip to an echo child process is timed back to back (the CPUs stay
+// busy) and after an idle gap. The tcp relay (serveRelay) is the least any
+// process in the path can do, under the bench's own load.
 
 // probeGap is the idle time before each timed round trip, about the gap
 // between requests at 2,000 per second.
@@ -78,4 +80,48 @@ func wakeProbe(self string) (hot, idle time.Duration, err error) {
 	}
 	idle, err = p50(probeGap)
 	return hot, idle, err
+}
+
+// serveRelay relays each TCP connection on a loopback port to the address
+// to, copying bytes each way as they come (read, write: no splicing, no
+// buffering beyond one read), and prints "ADDR <host:port>". It is the
+// least any process in the path can do.
+func serveRelay(to string) error {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ADDR %s\n", lis.Addr())
+	for {
+		c, err := lis.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			u, err := net.Dial("tcp", to)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			go copyEach(u, c)
+			copyEach(c, u)
+		}()
+	}
+}
+
+// copyEach writes every read from src to dst until either fails.
+func copyEach(dst, src net.Conn) {
+	buf := make([]byte, 16<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
