@@ -284,7 +284,7 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 
 	fmt.Printf("model gateway overhead: upstream mock latency %v, %v per rate and path in %d alternating rounds, GOMAXPROCS=%s, %d CPUs\n\n",
 		latency, duration, rounds, envOr("GOMAXPROCS", "default"), numCPU())
-	if len(gws) > 1 {
+	if len(compare) > 0 {
 		fmt.Printf("gateway B runs with %s, in the same rounds as gateway\n\n", strings.Join(compare, " "))
 	}
 	hot, idle, err := wakeProbe(self)
