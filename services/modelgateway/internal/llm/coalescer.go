@@ -6,10 +6,11 @@ package llm
 // go becomes one event instead of one gRPC message each.
 //
 // The first delta is merged like the others. Sending it alone at once was
-// tried (bench/modelgateway, streaming at 2,000 RPS, four alternated pairs)
-// and was no better: time-to-first-chunk overhead p50 192–211 µs with it,
-// 66–213 µs without. gRPC's writer yields before flushing a small write, so
-// the rest of the burst likely goes out with the first delta anyway.
+// tried (bench/modelgateway, streaming at 2,000 RPS, four alternated pairs,
+// on the bench before its baseline was made fair, which skewed both arms
+// alike) and was no better. gRPC's writer yields before flushing a small
+// write, so the rest of the burst likely goes out with the first delta
+// anyway.
 type Coalescer struct {
 	// Sink receives the merged deltas.
 	Sink Sink
