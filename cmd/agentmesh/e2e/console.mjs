@@ -71,6 +71,14 @@ await page.fill("#analysisQuery", "Summarise our incident reports");
 await page.click("#analysisForm button");
 await page.waitForFunction(() => { const t = document.querySelector("#analysisResult").textContent; return !t.startsWith("running") && !t.startsWith("Start a job"); }, null, { timeout: 30000 });
 expect(await page.locator("#jobs tbody tr").count() >= 3, "the job tree: request, planning, synthesis");
+const firstShown = await page.textContent("#jobs tbody tr:first-child td:first-child");
+await page.fill("#analysisQuery", "Summarise our incident reports again"); // a second analysis, within the same minute
+await page.click("#analysisForm button");
+await page.waitForFunction(() => {
+  const row = document.querySelector("#jobs tbody tr:first-child");
+  return row && row.cells[3].textContent.endsWith("again") && !document.querySelector("#analysisResult").textContent.startsWith("running");
+}, null, { timeout: 30000 });
+expect((await page.textContent("#jobs tbody tr:first-child td:first-child")) !== firstShown, "two analyses show different short ids");
 expect((await page.textContent("#analysisResult")).includes('"summary"'), "the synthesis in the result");
 await page.screenshot({ path: shots + "/analysis.png" });
 const shown = await page.textContent("#error");

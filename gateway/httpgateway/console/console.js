@@ -210,7 +210,10 @@ $("analysisForm").addEventListener("submit", guard(async () => {
       rows.set(job.id, row);
       for (let i = 0; i < 4; i++) row.insertCell();
     }
-    row.cells[0].textContent = job.parentId ? "  └ " + job.id.slice(0, 8) : job.id.slice(0, 8);
+    // Ids are UUIDv7: the first digits are the time (alike for jobs started
+    // within a minute), the last are random.
+    row.cells[0].textContent = (job.parentId ? "  └ " : "") + "…" + job.id.slice(-8);
+    row.cells[0].title = job.id;
     row.cells[1].textContent = (job.type || "").replace("JOB_TYPE_", "");
     row.cells[2].textContent = (job.status || "").replace("JOB_STATUS_", "");
     row.cells[3].textContent = job.title || "";
