@@ -71,6 +71,7 @@ await page.fill("#analysisQuery", "Summarise our incident reports");
 await page.click("#analysisForm button");
 await page.waitForFunction(() => { const t = document.querySelector("#analysisResult").textContent; return !t.startsWith("running") && !t.startsWith("Start a job"); }, null, { timeout: 30000 });
 expect(await page.locator("#jobs tbody tr").count() >= 3, "the job tree: request, planning, synthesis");
+expect((await page.locator("#jobs tbody tr button").count()) === 0, "no cancel or retry on a finished analysis");
 const firstShown = await page.textContent("#jobs tbody tr:first-child td:first-child");
 await page.fill("#analysisQuery", "Summarise our incident reports again"); // a second analysis, within the same minute
 await page.click("#analysisForm button");

@@ -191,37 +191,81 @@ $("chatForm").addEventListener("submit", guard(async () => {
 // ---- analysis jobs ----------------------------------------------------------
 
 let analysisWatch = 0; // which job's stream owns the table
+const jobRows = new Map(); // job id → its row in the table
 
 $("analysisForm").addEventListener("submit", guard(async () => {
   const r = await api("POST", "/v1/analyses", { query: $("analysisQuery").value.trim(), responseType: $("analysisType").value });
+  $("jobs").tBodies[0].replaceChildren();
+  jobRows.clear();
+  await watchAnalysis(r.job.id);
+}));
+
+const finished = /COMPLETE|FAILED|CANCELLED/;
+
+// watchAnalysis streams an analysis's job tree into the table until the
+// analysis ends (again: a retry sends it back to waiting for its children).
+async function watchAnalysis(rootId) {
   const watch = ++analysisWatch;
-  const rootId = r.job.id;
-  const rows = new Map();
-  const tb = $("jobs").tBodies[0];
-  tb.replaceChildren();
   $("analysisResult").textContent = "running…";
-  const done = /COMPLETE|FAILED|CANCELLED/;
   await stream("GET", "/v1/jobs/" + encodeURIComponent(rootId) + ":watch", undefined, (ev) => {
     const job = ev.data && ev.data.job;
-    if (!job || watch !== analysisWatch) return; // a newer job took the table
-    let row = rows.get(job.id);
+    if (!job || watch !== analysisWatch) return; // a newer watch took the table
+    let row = jobRows.get(job.id);
     if (!row) {
-      row = tb.insertRow();
-      rows.set(job.id, row);
-      for (let i = 0; i < 4; i++) row.insertCell();
+      row = $("jobs").tBodies[0].insertRow();
+      jobRows.set(job.id, row);
+      for (let i = 0; i < 5; i++) row.insertCell();
     }
+    const status = job.status || "";
     // Ids are UUIDv7: the first digits are the time (alike for jobs started
     // within a minute), the last are random.
     row.cells[0].textContent = (job.parentId ? "  └ " : "") + "…" + job.id.slice(-8);
     row.cells[0].title = job.id;
     row.cells[1].textContent = (job.type || "").replace("JOB_TYPE_", "");
-    row.cells[2].textContent = (job.status || "").replace("JOB_STATUS_", "");
+    row.cells[2].textContent = status.replace("JOB_STATUS_", "");
     row.cells[3].textContent = job.title || "";
-    if (job.id === rootId && done.test(job.status || "")) {
-      $("analysisResult").textContent = JSON.stringify(job.output || job.error || job, null, 2);
+    row.cells[4].replaceChildren(...jobActions(job, rootId));
+    if (job.id === rootId) {
+      row.dataset.status = status;
+      if (finished.test(status)) {
+        $("analysisResult").textContent = JSON.stringify(job.output || job.error || job, null, 2);
+      }
     }
   });
-}));
+}
+
+// jobActions are the buttons a job's row offers, as the job service allows
+// them: cancel an unfinished analysis (all of it) or tool job (that tool
+// alone); retry a failed or cancelled tool job, or a failed synthesis,
+// unless the analysis was cancelled.
+function jobActions(job, rootId) {
+  const status = job.status || "";
+  const type = job.type || "";
+  const rootRow = jobRows.get(rootId);
+  const rootCancelled = job.id !== rootId && rootRow && rootRow.dataset.status === "JOB_STATUS_CANCELLED";
+  const out = [];
+  if (!finished.test(status) && (job.id === rootId || type === "JOB_TYPE_TOOL_EXECUTION")) {
+    out.push(jobButton("Cancel", job.id, ":cancel", async () => {}));
+  }
+  const retryable = (type === "JOB_TYPE_TOOL_EXECUTION" && /FAILED|CANCELLED/.test(status)) ||
+    (type === "JOB_TYPE_SYNTHESIS" && status === "JOB_STATUS_FAILED");
+  if (retryable && !rootCancelled) {
+    out.push(jobButton("Retry", job.id, ":retry", () => watchAnalysis(rootId)));
+  }
+  return out;
+}
+
+function jobButton(label, id, action, after) {
+  const b = document.createElement("button");
+  b.textContent = label;
+  b.dataset.job = id;
+  b.addEventListener("click", guard(async () => {
+    b.disabled = true;
+    await api("POST", "/v1/jobs/" + encodeURIComponent(id) + action, {});
+    await after();
+  }));
+  return b;
+}
 
 // ---- documents --------------------------------------------------------------
 
