@@ -41,6 +41,7 @@ func TestBadConfigurationStopsTheStartNamingIt(t *testing.T) {
 		"unknown provider override": {map[string]string{"MODELGATEWAY_PROVIDER": "anthropic"}, "MODELGATEWAY_PROVIDER"},
 		"missing routing file":      {map[string]string{"MODELGATEWAY_CONFIG": "/nonexistent/routing.yaml"}, "/nonexistent/routing.yaml"},
 		"unreadable key file":       {map[string]string{"DEEPSEEK_API_KEY_FILE": "/nonexistent/key"}, "DEEPSEEK_API_KEY_FILE"},
+		"negative simulator pace":   {map[string]string{"MODELGATEWAY_PROVIDER": "sim", "MODELGATEWAY_SIM_LATENCY": "-1s"}, "MODELGATEWAY_SIM_LATENCY"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -39,6 +39,9 @@ type Config struct {
 	RoutingFile string `env:"MODELGATEWAY_CONFIG" help:"routing file (YAML or JSON) mapping logical models to provider chains; empty = built-in default (DeepSeek, Qwen when keyed, then Ollama)"`
 	// Provider restricts every logical model to one provider.
 	Provider string `env:"MODELGATEWAY_PROVIDER" help:"serve every logical model from this provider only; \"sim\" = built-in simulator with simulated answers (demos, machines without a model)"`
+	// SimLatency and SimChunkDelay pace the simulator like a model.
+	SimLatency    time.Duration `env:"MODELGATEWAY_SIM_LATENCY" help:"the simulator's wait before each answer, as a model's time to first token (0 = answer at once)"`
+	SimChunkDelay time.Duration `env:"MODELGATEWAY_SIM_CHUNK_DELAY" help:"the simulator's wait between streamed chunks, as a model's pace (0 = all at once)"`
 
 	OllamaHost string `env:"OLLAMA_HOST" default:"http://localhost:11434" help:"Ollama server URL"`
 
@@ -129,7 +132,11 @@ func build(cfg *Config, rt service.Runtime) (*dispatch.Gateway, func(), error) {
 			be.MaxQueue = *p.MaxQueue
 		}
 		if p.Type == routing.TypeSim {
-			sp := sim.New(name, timeouts)
+			if cfg.SimLatency < 0 || cfg.SimChunkDelay < 0 {
+				closeAll()
+				return nil, nil, fmt.Errorf("MODELGATEWAY_SIM_LATENCY and MODELGATEWAY_SIM_CHUNK_DELAY must not be negative")
+			}
+			sp := sim.New(name, timeouts, sim.Pace{Latency: cfg.SimLatency, ChunkDelay: cfg.SimChunkDelay})
 			closers = append(closers, sp.Close)
 			be.Provider = sp
 			backends = append(backends, be)

@@ -93,3 +93,44 @@ func TestSimProviderServesEveryLogicalModel(t *testing.T) {
 	_, err = gw.client.Chat(ctx, chatReq("no-such-model", userMsg("x")))
 	wantCode(t, err, codes.NotFound)
 }
+
+// MODELGATEWAY_SIM_LATENCY and MODELGATEWAY_SIM_CHUNK_DELAY pace the
+// simulator like a model: a wait before each answer, and between chunks.
+func TestSimProviderPace(t *testing.T) {
+	t.Parallel()
+	const latency, gap = 300 * time.Millisecond, 50 * time.Millisecond
+	gw := startGateway(t, map[string]string{"MODELGATEWAY_PROVIDER": "sim",
+		"MODELGATEWAY_SIM_LATENCY": latency.String(), "MODELGATEWAY_SIM_CHUNK_DELAY": gap.String()}, "")
+	ctx := ctxTimeout(t, 20*time.Second)
+
+	start := time.Now()
+	if _, err := gw.client.Chat(ctx, chatReq("chat", userMsg("hello there"))); err != nil {
+		t.Fatalf("Chat: %v", err)
+	}
+	if took := time.Since(start); took < latency {
+		t.Errorf("Chat answered after %v, before the %v latency", took, latency)
+	}
+
+	start = time.Now()
+	st, err := gw.client.ChatStream(ctx, &modelv1.ChatStreamRequest{Request: chatReq("chat", userMsg("stream please"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at []time.Duration
+	for {
+		c, err := st.Recv()
+		if err != nil {
+			t.Fatalf("stream: %v", err)
+		}
+		at = append(at, time.Since(start))
+		if c.GetEnd() != nil {
+			break
+		}
+	}
+	if at[0] < latency {
+		t.Errorf("first chunk after %v, before the %v latency", at[0], latency)
+	}
+	if len(at) < 3 || at[len(at)-1]-at[0] < gap {
+		t.Errorf("chunks at %v: not spaced by %v", at, gap)
+	}
+}

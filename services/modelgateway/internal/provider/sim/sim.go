@@ -6,6 +6,8 @@
 package sim
 
 import (
+	"time"
+
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/openaiwire"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/provider/openai"
@@ -20,10 +22,16 @@ type Provider struct {
 	mem *providersim.InMemory
 }
 
-// New starts a simulator (clean OpenAI dialect, no faults) named name.
-// Close stops it.
-func New(name string, timeouts upstream.Timeouts) *Provider {
-	s := providersim.New(providersim.Options{Flavor: providersim.OpenAI})
+// Pace is how fast the simulator answers: Latency before each answer,
+// ChunkDelay between streamed chunks. The zero Pace answers at once.
+type Pace struct {
+	Latency, ChunkDelay time.Duration
+}
+
+// New starts a simulator (clean OpenAI dialect, no faults) named name,
+// answering at pace. Close stops it.
+func New(name string, timeouts upstream.Timeouts, pace Pace) *Provider {
+	s := providersim.New(providersim.Options{Flavor: providersim.OpenAI, Latency: pace.Latency, ChunkDelay: pace.ChunkDelay})
 	mem := s.InMemory()
 	up := &upstream.Client{
 		Provider:  name,
