@@ -82,6 +82,16 @@ await page.waitForFunction(() => {
 expect((await page.textContent("#jobs tbody tr:first-child td:first-child")) !== firstShown, "two analyses show different short ids");
 expect((await page.textContent("#analysisResult")).includes('"summary"'), "the synthesis in the result");
 await page.screenshot({ path: shots + "/analysis.png" });
+// The simulator waits before each answer (MODELGATEWAY_SIM_LATENCY), so an
+// analysis runs long enough to be cancelled from its row.
+await page.fill("#analysisQuery", "An analysis to cancel");
+await page.click("#analysisForm button");
+await page.locator("#jobs tbody tr:first-child button", { hasText: "Cancel" }).click({ timeout: 10000 });
+await page.waitForFunction(() => {
+  const row = document.querySelector("#jobs tbody tr:first-child");
+  return row && row.cells[3].textContent === "An analysis to cancel" && row.cells[2].textContent === "CANCELLED";
+}, null, { timeout: 30000 });
+expect((await page.locator("#jobs tbody tr button").count()) === 0, "nothing to cancel or retry in a cancelled analysis");
 const shown = await page.textContent("#error");
 if (shown || errors.length) throw new Error("the console showed " + JSON.stringify(shown) + ", page errors " + JSON.stringify(errors));
 await browser.close();

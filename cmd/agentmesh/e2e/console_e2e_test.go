@@ -42,7 +42,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m := startUp(t, t.TempDir(), "MODELGATEWAY_PROVIDER=sim")
+	// Paced like a model, so a job can be cancelled while it runs.
+	m := startUp(t, t.TempDir(), "MODELGATEWAY_PROVIDER=sim", "MODELGATEWAY_SIM_LATENCY=300ms")
 	shots := t.TempDir()
 	run := exec.Command(node, filepath.Join(dir, "console.mjs"))
 	run.Env = append(os.Environ(), "BASE="+m.gateway, "CHROMIUM="+chromium, "SHOTS="+shots)
