@@ -249,16 +249,16 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute}}
 	b := &bench{http: httpClient, upstream: upstreamURL}
 
-	gws := []*gateway{{name: "gateway"}}
+	hops := []*hop{{name: "gateway"}}
 	if len(compare) > 0 {
 		for _, kv := range compare {
 			if !strings.Contains(kv, "=") {
 				return fmt.Errorf("-compare: %q is not X=v", kv)
 			}
 		}
-		gws = append(gws, &gateway{name: "gateway B", extra: compare})
+		hops = append(hops, &hop{name: "gateway B", extra: compare})
 	}
-	for _, g := range gws {
+	for _, g := range hops {
 		if err := g.start(self, append(slices.Clip(env), g.extra...)); err != nil {
 			return err
 		}
@@ -267,17 +267,17 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	if relay {
 		// The floor under any proxy: the same HTTP requests as the direct
 		// path, through a process that only copies bytes each way.
-		r := &gateway{name: "tcp relay"}
+		r := &hop{name: "tcp relay"}
 		if err := r.startRelay(self, b, mockAddr); err != nil {
 			return err
 		}
 		defer r.stop()
-		gws = append(gws, r)
+		hops = append(hops, r)
 	}
 
 	// Warm up connections on every path.
 	warm := min(duration, 2*time.Second)
-	for _, g := range gws {
+	for _, g := range hops {
 		b.load(200, warm, g.unary)
 	}
 	b.load(200, warm, b.direct(upstreamURL, false))
@@ -312,16 +312,16 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 			}
 			var ds []sample
 			var directLegs legs
-			for _, g := range gws {
+			for _, g := range hops {
 				g.reset()
 			}
 			for r := range rounds {
 				b.timeline()
 				ds = append(ds, b.load(rate, duration/time.Duration(rounds), directFn))
 				directLegs.add(ds[len(ds)-1], b.timeline())
-				order := slices.Clone(gws)
+				order := slices.Clone(hops)
 				if r%2 == 1 {
-					slices.Reverse(order) // neither gateway always runs right after the direct path
+					slices.Reverse(order) // no hop always runs right after the direct path
 				}
 				for _, g := range order {
 					fn := g.unary
@@ -335,7 +335,7 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 			d := summarize(ds)
 			fmt.Printf("| %s | %d | direct | %.0f | %d | %s | %s | | | | | | |\n", mode, rate, d.rps, d.errors, us(d.p50), us(d.p99))
 			timelines = append(timelines, directLegs.row(mode, rate, "direct", nil))
-			for _, gw := range gws {
+			for _, gw := range hops {
 				g := summarize(gw.samples)
 				fmt.Printf("| %s | %d | %s | %.0f | %d | %s | %s | %s | %s | %s | %.1f | %s | %s |\n", mode, rate, gw.name, g.rps, g.errors, us(g.p50), us(g.p99),
 					us(g.p50-d.p50), us(g.p99-d.p99), us(gw.cpu/time.Duration(g.n)), float64(gw.sys)/float64(g.n), percent(gw.busy, gw.total), peakRSS(gw.child.Process.Pid))
@@ -360,9 +360,9 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	return nil
 }
 
-// gateway is one child process in the path under load (a gateway, or the
-// tcp relay), with what its rounds measured.
-type gateway struct {
+// hop is one child process the requests go through under load (a gateway,
+// or the tcp relay), with what its rounds measured.
+type hop struct {
 	name   string
 	extra  []string // variables it runs with beyond the shared ones
 	child  *exec.Cmd
@@ -378,7 +378,7 @@ type gateway struct {
 	busy, total int64
 }
 
-func (g *gateway) start(self string, env []string) error {
+func (g *hop) start(self string, env []string) error {
 	child, addr, err := startChild(self, env, "-serve-gateway")
 	if err != nil {
 		return fmt.Errorf("%s: %w", g.name, err)
@@ -399,7 +399,7 @@ func (g *gateway) start(self string, env []string) error {
 
 // startRelay starts the tcp relay to the mock at to; requests through it
 // are the direct path's.
-func (g *gateway) startRelay(self string, b *bench, to string) error {
+func (g *hop) startRelay(self string, b *bench, to string) error {
 	child, addr, err := startChild(self, os.Environ(), "-serve-relay", to)
 	if err != nil {
 		return fmt.Errorf("%s: %w", g.name, err)
@@ -409,7 +409,7 @@ func (g *gateway) startRelay(self string, b *bench, to string) error {
 	return nil
 }
 
-func (g *gateway) stop() {
+func (g *hop) stop() {
 	if g.conn != nil {
 		_ = g.conn.Close()
 	}
@@ -417,13 +417,13 @@ func (g *gateway) stop() {
 }
 
 // reset forgets the measurements of the previous rate.
-func (g *gateway) reset() {
+func (g *hop) reset() {
 	g.samples, g.legs, g.cpu, g.sys, g.busy, g.total = nil, legs{}, 0, 0, 0, 0
 }
 
 // round runs one load round through the gateway (load) and adds its CPU
 // time, syscalls and the machine's busy time to the gateway's tally.
-func (g *gateway) round(load func() sample) {
+func (g *hop) round(load func() sample) {
 	pid := g.child.Process.Pid
 	cpu0, sys0 := cpuTime(pid), syscalls(pid)
 	busy0, total0 := machineBusy()
@@ -483,7 +483,7 @@ func directBody(id int64, stream bool) []byte {
 }
 
 // chat is one unary Chat.
-func (g *gateway) chat(ctx context.Context, id int64) error {
+func (g *hop) chat(ctx context.Context, id int64) error {
 	resp, err := g.client.Chat(ctx, chatRequest(id))
 	if err == nil && resp.GetMessage().GetContent() == "" {
 		err = fmt.Errorf("empty answer")
@@ -493,7 +493,7 @@ func (g *gateway) chat(ctx context.Context, id int64) error {
 
 // chatStream returns at the first content chunk and drains the rest in the
 // background (it is not part of the measurement).
-func (g *gateway) chatStream(ctx context.Context, id int64) error {
+func (g *hop) chatStream(ctx context.Context, id int64) error {
 	st, err := g.client.ChatStream(ctx, &modelv1.ChatStreamRequest{Request: chatRequest(id)})
 	if err != nil {
 		return err
