@@ -3,8 +3,6 @@ package indexer_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +17,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 	"github.com/agentmesh/agentmesh/services/indexer/indexer"
-	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgatewaytest"
 	"github.com/agentmesh/agentmesh/services/vision/vision"
 )
 
@@ -36,19 +34,7 @@ func TestImagesGoThroughTheVisionService(t *testing.T) {
 	stage1 := sim.When(providersim.Match{WithImages: true, LastUserContains: "ledger.png"}).
 		Text("A Grafana panel: ledger write latency climbs to 30 seconds after the 2.4 deploy.")
 	routing := fmt.Sprintf("providers:\n  up: {type: openai, base_url: %q}\nmodels:\n  vision:\n    - {provider: up, model: sim-vl}\n", sim.URL)
-	path := filepath.Join(t.TempDir(), "routing.yaml")
-	if err := os.WriteFile(path, []byte(routing), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var gwCfg modelgateway.Config
-	if err := config.Load("", &gwCfg, config.Map(map[string]string{
-		"MODELGATEWAY_CONFIG": path, "MODELGATEWAY_PROBE_INTERVAL": "1h", "OPENAI_API_KEY": "test-key",
-	})); err != nil {
-		t.Fatal(err)
-	}
-	gwAddr := testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
-		return modelgateway.Run(ctx, &gwCfg, rt)
-	})
+	gwAddr := modelgatewaytest.Start(t, routing, map[string]string{"MODELGATEWAY_PROBE_INTERVAL": "1h", "OPENAI_API_KEY": "test-key"})
 	var visCfg vision.Config
 	if err := config.Load("", &visCfg, config.Map(map[string]string{"MODELGATEWAY_ADDR": gwAddr})); err != nil {
 		t.Fatal(err)

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,11 +13,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/agentmesh/agentmesh/libs/config"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgatewaytest"
 )
 
 // gateway is a modelgateway started in-process with Run, on a loopback port.
@@ -50,21 +48,11 @@ func startGatewayTB(t testing.TB, env map[string]string, routing string) *gatewa
 	for k, v := range env {
 		vars[k] = v
 	}
-	if routing != "" {
-		path := filepath.Join(t.TempDir(), "routing.yaml")
-		if err := os.WriteFile(path, []byte(routing), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		vars["MODELGATEWAY_CONFIG"] = path
-	}
-	var cfg modelgateway.Config
-	if err := config.Load("", &cfg, config.Map(vars)); err != nil {
-		t.Fatalf("config: %v", err)
-	}
+	cfg := modelgatewaytest.Config(t, routing, vars)
 	logs := &testkit.Buffer{}
 	addr := testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
 		rt.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		return modelgateway.Run(ctx, &cfg, rt)
+		return modelgateway.Run(ctx, cfg, rt)
 	})
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

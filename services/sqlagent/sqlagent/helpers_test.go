@@ -20,7 +20,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
-	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgatewaytest"
 	"github.com/agentmesh/agentmesh/services/sqlagent/sqlagent"
 
 	_ "modernc.org/sqlite" // the test's own handle on the Chinook copy
@@ -73,20 +73,11 @@ func startModel(t *testing.T) (*providersim.Server, string) {
 	t.Helper()
 	sim := providersim.Start(t, providersim.Options{Flavor: providersim.DeepSeek})
 	routing := fmt.Sprintf("providers:\n  up: {type: deepseek, base_url: %q}\nmodels:\n  sql:\n    - {provider: up, model: sim-sql}\n", sim.URL)
-	path := filepath.Join(t.TempDir(), "routing.yaml")
-	if err := os.WriteFile(path, []byte(routing), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var cfg modelgateway.Config
-	if err := config.Load("", &cfg, config.Map(map[string]string{
-		"MODELGATEWAY_CONFIG":         path,
+	addr := modelgatewaytest.Start(t, routing, map[string]string{
 		"MODELGATEWAY_MAX_ATTEMPTS":   "1",
 		"MODELGATEWAY_PROBE_INTERVAL": "1h",
 		"DEEPSEEK_API_KEY":            "test-key",
-	})); err != nil {
-		t.Fatal(err)
-	}
-	addr := testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error { return modelgateway.Run(ctx, &cfg, rt) })
+	})
 	return sim, addr
 }
 

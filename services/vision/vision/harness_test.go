@@ -3,8 +3,6 @@ package vision_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,7 +18,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
-	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgatewaytest"
 	"github.com/agentmesh/agentmesh/services/vision/vision"
 )
 
@@ -49,22 +47,11 @@ func startMesh(t *testing.T, f providersim.Flavor, env map[string]string) *mesh 
 	sim := providersim.Start(t, providersim.Preset(f))
 	routing := fmt.Sprintf("providers:\n  up: {type: %s, base_url: %q}\nmodels:\n  vision:\n    - {provider: up, model: %s}\n",
 		providerType[f], sim.URL, simModel)
-	path := filepath.Join(t.TempDir(), "routing.yaml")
-	if err := os.WriteFile(path, []byte(routing), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var gwCfg modelgateway.Config
-	if err := config.Load("", &gwCfg, config.Map(map[string]string{
-		"MODELGATEWAY_CONFIG":         path,
+	gwAddr := modelgatewaytest.Start(t, routing, map[string]string{
 		"MODELGATEWAY_MAX_ATTEMPTS":   "1", // a scripted provider error surfaces at once
 		"MODELGATEWAY_PROBE_INTERVAL": "1h",
 		"QWEN_API_KEY":                "test-key",
 		"OPENAI_API_KEY":              "test-key",
-	})); err != nil {
-		t.Fatalf("model gateway config: %v", err)
-	}
-	gwAddr := testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
-		return modelgateway.Run(ctx, &gwCfg, rt)
 	})
 
 	vars := map[string]string{"MODELGATEWAY_ADDR": gwAddr}

@@ -9,22 +9,16 @@
 package meshtest
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 
-	"github.com/agentmesh/agentmesh/libs/config"
-	"github.com/agentmesh/agentmesh/libs/service"
-	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/modelcalls"
-	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgatewaytest"
 )
 
 // Models is a provider simulator behind a running model gateway.
@@ -48,24 +42,12 @@ models:
   chat:
     - {provider: sim, model: sim-chat}
 `, sim.URL+"/v1")
-	path := filepath.Join(t.TempDir(), "routing.yaml")
-	if err := os.WriteFile(path, []byte(routing), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var cfg modelgateway.Config
-	err := config.Load("", &cfg, config.Map(map[string]string{
-		"MODELGATEWAY_CONFIG":           path,
+	addr := modelgatewaytest.Start(t, routing, map[string]string{
 		"OPENAI_API_KEY":                "sim-key",
 		"MODELGATEWAY_MAX_ATTEMPTS":     "1",
 		"MODELGATEWAY_PROBE_INTERVAL":   "1h",
 		"MODELGATEWAY_RETRY_BASE_DELAY": "10ms",
 		"MODELGATEWAY_RETRY_MAX_DELAY":  "20ms",
-	}))
-	if err != nil {
-		t.Fatalf("meshtest: model gateway config: %v", err)
-	}
-	addr := testkit.RunService(t, "meshtest: model gateway", func(ctx context.Context, rt service.Runtime) error {
-		return modelgateway.Run(ctx, &cfg, rt)
 	})
 	return &Models{Sim: sim, Addr: addr}
 }

@@ -8,27 +8,18 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/agentmesh/agentmesh/libs/config"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
-	"github.com/agentmesh/agentmesh/libs/service"
-	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/embed"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/extract"
-	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgatewaytest"
 )
 
 // startGateway runs the real model gateway in-process with its built-in
 // simulator provider and returns a client.
 func startGateway(t *testing.T) modelv1.ModelServiceClient {
 	t.Helper()
-	var cfg modelgateway.Config
-	if err := config.Load("", &cfg, config.Map(map[string]string{"MODELGATEWAY_PROVIDER": "sim", "METRICS_ADDR": ""})); err != nil {
-		t.Fatal(err)
-	}
-	addr := testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
-		return modelgateway.Run(ctx, &cfg, rt)
-	})
+	addr := modelgatewaytest.Start(t, "", map[string]string{"MODELGATEWAY_PROVIDER": "sim", "METRICS_ADDR": ""})
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
@@ -20,14 +19,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/agentmesh/agentmesh/libs/config"
 	"github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
-	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
-	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgatewaytest"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/jobservice"
 )
@@ -137,22 +134,11 @@ models:
   chat:
     - {provider: sim, model: chat-model}
 `, sim.URL)
-	path := filepath.Join(t.TempDir(), "routing.yaml")
-	if err := os.WriteFile(path, []byte(routing), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var cfg modelgateway.Config
-	if err := config.Load("", &cfg, config.Map(map[string]string{
-		"MODELGATEWAY_CONFIG":           path,
+	return modelgatewaytest.Start(t, routing, map[string]string{
 		"MODELGATEWAY_RETRY_BASE_DELAY": "10ms",
 		"MODELGATEWAY_RETRY_MAX_DELAY":  "50ms",
 		"MODELGATEWAY_PROBE_INTERVAL":   "1s",
 		"OLLAMA_HOST":                   "http://127.0.0.1:1",
-	})); err != nil {
-		t.Fatal(err)
-	}
-	return testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
-		return modelgateway.Run(ctx, &cfg, rt)
 	})
 }
 

@@ -6,10 +6,7 @@
 package chattest
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -17,13 +14,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/agentmesh/agentmesh/libs/config"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
-	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
-	"github.com/agentmesh/agentmesh/services/modelgateway/modelgateway"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgatewaytest"
 )
 
 // ModelName is the logical model the gateway routes to the simulator.
@@ -64,23 +59,12 @@ func StartModel(t testing.TB, opts providersim.Options, extra ...string) *Model 
 	for _, name := range extra {
 		routing += fmt.Sprintf("  %s:\n    - {provider: up, model: sim-%s}\n", name, name)
 	}
-	path := filepath.Join(t.TempDir(), "routing.yaml")
-	if err := os.WriteFile(path, []byte(routing), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var cfg modelgateway.Config
-	if err := config.Load("", &cfg, config.Map(map[string]string{
-		"MODELGATEWAY_CONFIG":         path,
+	addr := modelgatewaytest.Start(t, routing, map[string]string{
 		"MODELGATEWAY_MAX_ATTEMPTS":   "1", // a scripted error reaches the loop at once
 		"MODELGATEWAY_PROBE_INTERVAL": "1h",
 		"DEEPSEEK_API_KEY":            "test-key",
 		"QWEN_API_KEY":                "test-key",
 		"OPENAI_API_KEY":              "test-key",
-	})); err != nil {
-		t.Fatalf("chattest: model gateway config: %v", err)
-	}
-	addr := testkit.RunService(t, "chattest: modelgateway", func(ctx context.Context, rt service.Runtime) error {
-		return modelgateway.Run(ctx, &cfg, rt)
 	})
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
