@@ -306,10 +306,7 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 			mode = "stream TTFC"
 		}
 		for _, rate := range rates {
-			directFn := b.direct(upstreamURL, false)
-			if mode != "unary" {
-				directFn = b.direct(upstreamURL, true)
-			}
+			directFn := b.direct(upstreamURL, mode != "unary")
 			var ds []sample
 			var directLegs legs
 			for _, g := range hops {
