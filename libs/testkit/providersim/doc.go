@@ -51,10 +51,11 @@
 //	sim.When(providersim.Match{}).Error(429, "rate limited").RetryAfter(time.Second).Times(2)
 //	sim.When(providersim.Match{Streaming: true}).Text("partial").FailMidStream("model crashed")
 //	sim.When(providersim.Match{}).Text("hello").Hang() // first chunk, then hold the stream open
+//	sim.When(providersim.Match{}).Text("a long answer").Cut(3, providersim.CutReset) // 3 events, then RST
 //
 // Reply methods: Text, Reasoning, ToolCall, ToolCallWithID, JSON, Finish,
 // Usage, Error, ErrorCode, RetryAfter, Raw (verbatim body lines), Delay,
-// Hang, FailMidStream; rule controls: Times, Named. Embedding requests only
+// Hang, FailMidStream, Cut; rule controls: Times, Named. Embedding requests only
 // match rules with Match.Endpoint == EndpointEmbed.
 //
 // # Inspecting what was sent

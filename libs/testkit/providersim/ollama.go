@@ -82,6 +82,10 @@ func (s *Sim) serveOllamaChat(w http.ResponseWriter, hr *http.Request) {
 	}
 	if !req.Stream {
 		w.Header().Set("Content-Type", "application/json")
+		if rp != nil && rp.cut != 0 {
+			writeCutBody(w, rp, jsonBody("", final(msg(a.content, a.reasoning, a.toolCalls))))
+			return
+		}
 		_ = json.NewEncoder(w).Encode(final(msg(a.content, a.reasoning, a.toolCalls)))
 		return
 	}
@@ -112,6 +116,11 @@ func (s *Sim) serveOllamaChat(w http.ResponseWriter, hr *http.Request) {
 	}
 	enc := json.NewEncoder(w)
 	for i, l := range lines {
+		// The last line is the done line, which a cut stream never sends.
+		if rp != nil && rp.cut != 0 && (i == rp.cutAfter || i == len(lines)-1) {
+			s.cutStream(w, rp)
+			return
+		}
 		if i > 0 && !wait(ctx, s.opts.ChunkDelay) {
 			s.noteDisconnect()
 			return

@@ -63,10 +63,13 @@ func (s *Sim) serveOpenAIChat(w http.ResponseWriter, hr *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	if n := s.opts.Faults.BlankLinesBeforeJSON; n > 0 {
-		_, _ = io.WriteString(w, strings.Repeat("\n", n))
-		flush(w)
+	blank := strings.Repeat("\n", max(s.opts.Faults.BlankLinesBeforeJSON, 0))
+	if rp == nil || rp.cut == 0 {
+		w.WriteHeader(http.StatusOK)
+		if blank != "" {
+			_, _ = io.WriteString(w, blank)
+			flush(w)
+		}
 	}
 	msg := map[string]any{"role": "assistant", "content": a.content}
 	if a.reasoning != "" {
@@ -87,6 +90,10 @@ func (s *Sim) serveOpenAIChat(w http.ResponseWriter, hr *http.Request) {
 		"created": time.Now().Unix(), "model": req.Model,
 		"choices": []any{map[string]any{"index": 0, "message": msg, "logprobs": nil, "finish_reason": a.finish}},
 		"usage":   s.openAIUsage(a.usage),
+	}
+	if rp != nil && rp.cut != 0 {
+		writeCutBody(w, rp, jsonBody(blank, body))
+		return
 	}
 	_ = json.NewEncoder(w).Encode(body)
 }
@@ -173,6 +180,10 @@ func (s *Sim) streamOpenAI(w http.ResponseWriter, hr *http.Request, req *Request
 	}
 	ctx := hr.Context()
 	for i, ev := range events {
+		if rp != nil && rp.cut != 0 && i == rp.cutAfter {
+			s.cutStream(w, rp)
+			return
+		}
 		if i > 0 && !wait(ctx, s.opts.ChunkDelay) {
 			s.noteDisconnect()
 			return
@@ -190,6 +201,10 @@ func (s *Sim) streamOpenAI(w http.ResponseWriter, hr *http.Request, req *Request
 			s.noteDisconnect()
 			return
 		}
+	}
+	if rp != nil && rp.cut != 0 {
+		s.cutStream(w, rp)
+		return
 	}
 	sw.line("data: [DONE]\n\n")
 	sw.flush()

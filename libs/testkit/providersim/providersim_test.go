@@ -310,3 +310,59 @@ func TestDefaultAnswerCallsAForcedTool(t *testing.T) {
 		}
 	}
 }
+
+// TestCutAnswersEndEarly: Cut stops streams after n events without the
+// terminator (cleanly or with a reset) and non-streaming bodies after n
+// bytes, on both wire formats.
+func TestCutAnswersEndEarly(t *testing.T) {
+	t.Parallel()
+	const text = "a long enough answer to span several chunks"
+	for _, tc := range []struct {
+		name, path, body string
+		how              providersim.CutMode
+		after            int
+		wantLines        int  // data events or NDJSON lines received
+		wantBytes        int  // non-streaming: body bytes received
+		wantReadErr      bool // the read fails instead of ending cleanly
+	}{
+		{"sse eof", "/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`, providersim.CutEOF, 3, 3, 0, false},
+		{"sse reset", "/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`, providersim.CutReset, 3, 3, 0, true},
+		{"sse past the end", "/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`, providersim.CutEOF, 1000, 8, 0, false},
+		{"ndjson eof", "/api/chat", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, providersim.CutEOF, 2, 2, 0, false},
+		{"ndjson past the end", "/api/chat", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, providersim.CutEOF, 1000, 6, 0, false},
+		{"json body eof", "/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, providersim.CutEOF, 25, 0, 25, true},
+		{"ollama json body reset", "/api/chat", `{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`, providersim.CutReset, 25, 0, 25, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sim := providersim.Start(t, providersim.Options{})
+			sim.When(providersim.Match{}).Text(text).Cut(tc.after, tc.how)
+			resp, err := http.Post(sim.URL+tc.path, "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if (err != nil) != tc.wantReadErr {
+				t.Errorf("read error %v, want one: %v", err, tc.wantReadErr)
+			}
+			body := string(b)
+			if strings.Contains(body, "[DONE]") || strings.Contains(body, `"done":true`) {
+				t.Errorf("terminator sent: %q", body)
+			}
+			if tc.wantBytes > 0 {
+				if len(b) != tc.wantBytes || resp.ContentLength <= int64(len(b)) {
+					t.Errorf("%d bytes of %d announced, want %d", len(b), resp.ContentLength, tc.wantBytes)
+				}
+				return
+			}
+			lines := events(body)
+			if tc.path == "/api/chat" {
+				lines = strings.Fields(strings.TrimSpace(strings.ReplaceAll(body, " ", "")))
+			}
+			if len(lines) != tc.wantLines {
+				t.Errorf("%d events, want %d: %q", len(lines), tc.wantLines, body)
+			}
+		})
+	}
+}

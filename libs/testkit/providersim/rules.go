@@ -200,6 +200,8 @@ type Rule struct {
 	hang       bool
 	midError   string
 	embedding  []float32
+	cut        CutMode
+	cutAfter   int
 }
 
 // When registers a rule answering requests that satisfy m. Rules are tried
@@ -337,6 +339,8 @@ type reply struct {
 	hang       bool
 	midError   string
 	embedding  []float32
+	cut        CutMode
+	cutAfter   int
 }
 
 func (s *Sim) snapshot(r *Rule) *reply {
@@ -350,6 +354,6 @@ func (s *Sim) snapshot(r *Rule) *reply {
 		toolCalls: append([]ToolCall(nil), r.toolCalls...),
 		finish:    r.finish, usage: r.usage, status: r.status, errMsg: r.errMsg, errCode: r.errCode,
 		retryAfter: r.retryAfter, raw: append([]string(nil), r.raw...), delay: r.delay, hang: r.hang,
-		midError: r.midError, embedding: r.embedding,
+		midError: r.midError, embedding: r.embedding, cut: r.cut, cutAfter: r.cutAfter,
 	}
 }
