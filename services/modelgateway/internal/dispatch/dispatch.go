@@ -281,6 +281,13 @@ func (g *Gateway) chat(ctx context.Context, op string, c Call, sink llm.Sink) (*
 		}
 	}
 	err := g.chainError(c.Logical, chain, failures, errs)
+	if r.forwarded {
+		// The caller holds part of an answer that will not be finished: say
+		// so, since that is why nothing was retried.
+		le := *llm.AsError(err)
+		le.PartialSent = true
+		err = &le
+	}
 	g.finish(ctx, r, lastTarget, nil, err)
 	return nil, err
 }
@@ -425,6 +432,9 @@ func (r *run) attempt(ctx context.Context, t *target, req *llm.Request, lastReso
 			return nil, err
 		}
 		le := llm.AsError(err)
+		// Only a provider that cannot be reached is down. A cut answer
+		// (llm.KindStreamCut) came from a provider that is up: one broken
+		// answer does not send the next call elsewhere.
 		if le.Kind == llm.KindConnection {
 			t.markDown(le.Error())
 		}

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -16,6 +17,13 @@ import (
 // each with a stable google.rpc.ErrorInfo reason (and RetryInfo when the
 // provider gave a Retry-After). Messages carry the provider's own words;
 // adapters have already scrubbed API keys from them.
+//
+// ErrorInfo metadata: "provider" always (empty when no provider answered);
+// for UPSTREAM_STREAM_CUT (a provider's answer ended before it was complete)
+// "bytes_received", the answer bytes that arrived, and
+// "partial_output_sent", "true" when part of the answer had already been
+// streamed to the caller (then nothing was retried); other failures carry
+// "partial_output_sent" only when it is "true".
 func toStatus(err error) error {
 	if err == nil {
 		return nil
@@ -53,6 +61,8 @@ func toStatus(err error) error {
 		code, reason = codes.ResourceExhausted, "PROVIDER_QUEUE_FULL"
 	case llm.KindUnavailable:
 		code, reason = codes.Unavailable, "NO_PROVIDER"
+	case llm.KindStreamCut:
+		code, reason = codes.Unavailable, "UPSTREAM_STREAM_CUT"
 	case llm.KindCanceled:
 		code, reason = codes.Canceled, "CANCELED"
 	case llm.KindInvalidOutput:
@@ -60,8 +70,15 @@ func toStatus(err error) error {
 	case llm.KindUnknownModel:
 		code, reason = codes.NotFound, "UNKNOWN_MODEL"
 	}
+	meta := map[string]string{"provider": le.Provider}
+	if le.Kind == llm.KindStreamCut {
+		meta["bytes_received"] = strconv.FormatInt(le.BytesReceived, 10)
+	}
+	if le.Kind == llm.KindStreamCut || le.PartialSent {
+		meta["partial_output_sent"] = strconv.FormatBool(le.PartialSent)
+	}
 	st := status.New(code, le.Error())
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "agentmesh", Metadata: map[string]string{"provider": le.Provider}}); err == nil {
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "agentmesh", Metadata: meta}); err == nil {
 		st = d
 	}
 	if le.RetryAfter > 0 {

@@ -47,6 +47,11 @@ const (
 	KindInvalidOutput
 	// KindUnknownModel: the logical model name is not configured.
 	KindUnknownModel
+	// KindStreamCut: the provider answered (status and headers came) but
+	// its answer ended before it was complete: a stream without its
+	// terminator, a connection reset mid-body, a body cut mid-JSON. The
+	// provider is up; this one answer broke.
+	KindStreamCut
 )
 
 var kindNames = [...]string{
@@ -55,7 +60,7 @@ var kindNames = [...]string{
 	KindServer: "server_error", KindConnection: "connection_error", KindTimeout: "timeout",
 	KindBadResponse: "bad_response", KindUnsupported: "unsupported", KindOverloaded: "overloaded",
 	KindUnavailable: "unavailable", KindCanceled: "canceled", KindInvalidOutput: "invalid_output",
-	KindUnknownModel: "unknown_model",
+	KindUnknownModel: "unknown_model", KindStreamCut: "stream_cut",
 }
 
 // String names the kind (used as a metric outcome).
@@ -81,6 +86,13 @@ type Error struct {
 	RetryAfter time.Duration
 	// Err is the underlying error, if any.
 	Err error
+	// BytesReceived counts the answer body bytes that arrived before a
+	// KindStreamCut failure.
+	BytesReceived int64
+	// PartialSent says part of the answer (content, reasoning or a tool
+	// call) had already reached the caller when the call failed, so it was
+	// neither retried nor sent to another provider.
+	PartialSent bool
 }
 
 func (e *Error) Error() string {
@@ -97,10 +109,10 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Retryable reports whether the same request may succeed if sent again:
-// rate limits, server errors, connection errors and timeouts.
+// rate limits, server errors, connection errors, timeouts and cut answers.
 func (e *Error) Retryable() bool {
 	switch e.Kind {
-	case KindRateLimited, KindServer, KindConnection, KindTimeout:
+	case KindRateLimited, KindServer, KindConnection, KindTimeout, KindStreamCut:
 		return true
 	}
 	return false

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 
@@ -56,8 +57,11 @@ func marshal(v any) (*bytes.Buffer, error) {
 }
 
 // decode reads a whole (small, non-streaming) body into a pooled buffer and
-// unmarshals it (a *ChatResponse with DecodeChatResponse). Leading blank lines, which DeepSeek sends under load, are
-// whitespace to the decoder.
+// unmarshals it (a *ChatResponse with DecodeChatResponse). Leading blank
+// lines, which DeepSeek sends under load, are whitespace to the decoder. A
+// body that ends before its JSON value does (or before one begins) is
+// reported wrapping io.ErrUnexpectedEOF, apart from malformed JSON, so the
+// caller can tell a cut answer from a bad one (upstream.Call.DecodeFail).
 func decode(r io.Reader, v any) error {
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
@@ -68,10 +72,24 @@ func decode(r io.Reader, v any) error {
 	if len(bytes.TrimSpace(buf.Bytes())) == 0 {
 		return io.EOF
 	}
+	var err error
 	if cr, ok := v.(*ChatResponse); ok {
-		return DecodeChatResponse(buf.Bytes(), cr)
+		err = DecodeChatResponse(buf.Bytes(), cr)
+	} else {
+		err = json.Unmarshal(buf.Bytes(), v)
 	}
-	return json.Unmarshal(buf.Bytes(), v)
+	if err != nil && truncated(buf.Bytes()) {
+		return fmt.Errorf("answer ends inside its JSON: %w", io.ErrUnexpectedEOF)
+	}
+	return err
+}
+
+// truncated reports whether data is the beginning of a JSON value that
+// stops before the value is complete, as json.Decoder tells apart from
+// malformed JSON.
+func truncated(data []byte) bool {
+	var v json.RawMessage
+	return errors.Is(json.NewDecoder(bytes.NewReader(data)).Decode(&v), io.ErrUnexpectedEOF)
 }
 
 func (c *Client) post(ctx context.Context, path string, v any) (*upstream.Call, error) {
@@ -109,7 +127,7 @@ func (c *Client) Chat(ctx context.Context, req *llm.Request) (*llm.Response, err
 	call.Unary()
 	var cr ChatResponse
 	if err := decode(call.Body, &cr); err != nil {
-		return nil, c.readError(call, err)
+		return nil, call.DecodeFail(err)
 	}
 	if len(cr.Error) > 0 && string(cr.Error) != "null" {
 		return nil, &llm.Error{Provider: c.d.Provider, Kind: llm.KindServer, Message: c.up.Scrub(upstream.ErrorMessage(append([]byte(`{"error":`), append(cr.Error, '}')...)))}
@@ -122,19 +140,6 @@ func (c *Client) Chat(ctx context.Context, req *llm.Request) (*llm.Response, err
 		resp.Model = req.Model
 	}
 	return resp, nil
-}
-
-func (c *Client) readError(call *upstream.Call, err error) *llm.Error {
-	le := call.Fail(err)
-	if le.Kind != llm.KindConnection {
-		return le // a timeout or the caller going away
-	}
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &se) || errors.As(err, &te) || errors.Is(err, io.EOF) {
-		return llm.Errorf(c.d.Provider, llm.KindBadResponse, "unparsable answer: %v", err)
-	}
-	return le
 }
 
 // Stream sends a streaming request and emits normalised events to sink.
@@ -168,7 +173,7 @@ func (c *Client) Embed(ctx context.Context, req *llm.EmbedRequest) (*llm.EmbedRe
 	call.Unary()
 	var er EmbeddingResponse
 	if err := decode(call.Body, &er); err != nil {
-		return nil, c.readError(call, err)
+		return nil, call.DecodeFail(err)
 	}
 	if len(er.Data) != len(req.Inputs) {
 		return nil, llm.Errorf(c.d.Provider, llm.KindBadResponse, "%d embeddings for %d inputs", len(er.Data), len(req.Inputs))

@@ -50,7 +50,9 @@ func collect(t *testing.T, body string) ([]llm.Event, error) {
 	t.Helper()
 	var evs []llm.Event
 	err := openaiwire.ParseStream("p", strings.NewReader(body), func() {},
-		func(err error) *llm.Error { return &llm.Error{Kind: llm.KindConnection, Message: err.Error()} },
+		func(err error) *llm.Error {
+			return &llm.Error{Kind: llm.KindConnection, Message: err.Error(), Err: err}
+		},
 		func(ev llm.Event) error { evs = append(evs, ev); return nil })
 	return evs, err
 }
@@ -88,23 +90,35 @@ func TestParseStreamAssemblesToolCallsByIndex(t *testing.T) {
 
 func TestParseStreamFailures(t *testing.T) {
 	t.Parallel()
+	// cut: the parser hands fail an error wrapping io.ErrUnexpectedEOF,
+	// which upstream.Call.Fail reports as a cut answer.
 	cases := map[string]struct {
 		body string
 		kind llm.ErrorKind
 		msg  string
+		cut  bool
 	}{
-		"ends early":         {"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n", llm.KindConnection, "before the answer was complete"},
-		"error event":        {"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n", llm.KindServer, "overloaded"},
-		"unparsable":         {"data: {nope\n\n", llm.KindBadResponse, "unparsable"},
-		"connection dropped": {"", llm.KindConnection, ""},
+		"ends early":         {"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n", llm.KindConnection, "without data: [DONE]", true},
+		"ends inside a line": {"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[{\"ind", llm.KindConnection, "inside a line", true},
+		"ends inside event":  {"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n", llm.KindConnection, "without data: [DONE]", true},
+		"error event":        {"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n", llm.KindServer, "overloaded", false},
+		"unparsable":         {"data: {nope\n\n", llm.KindBadResponse, "unparsable", false},
+		"empty body":         {"", llm.KindConnection, "without data: [DONE]", true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, err := collect(t, tc.body)
+			evs, err := collect(t, tc.body)
 			var le *llm.Error
 			if !errors.As(err, &le) || le.Kind != tc.kind || !strings.Contains(le.Message, tc.msg) {
 				t.Errorf("err = %v, want kind %v with %q", err, tc.kind, tc.msg)
+			}
+			if got := errors.Is(err, io.ErrUnexpectedEOF); got != tc.cut {
+				t.Errorf("err = %v: reported as cut %v, want %v", err, got, tc.cut)
+			}
+			// What arrived before the end still reaches the caller.
+			if strings.Contains(tc.body, `"hi"`) && (len(evs) == 0 || evs[0].Text != "hi") {
+				t.Errorf("events before the failure: %+v", evs)
 			}
 		})
 	}

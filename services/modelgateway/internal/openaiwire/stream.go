@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/llm"
@@ -34,7 +35,10 @@ func (s *SSEReader) Close() {
 }
 
 // Next returns the next event's data, valid until the following call, or
-// io.EOF at the end of the body.
+// io.EOF at the end of the body. An event whose lines all ended before the
+// body did is returned even without its closing blank line; a body that
+// ends inside a line is cut mid-event, and Next returns an error wrapping
+// io.ErrUnexpectedEOF (the SSE standard discards such an event).
 func (s *SSEReader) Next() ([]byte, error) {
 	s.data = s.data[:0]
 	have := false
@@ -92,7 +96,10 @@ func (s *SSEReader) readLine() ([]byte, error) {
 		}
 		line = s.line
 	}
-	if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
+	if errors.Is(err, io.EOF) && len(line) > 0 {
+		return nil, fmt.Errorf("stream ended inside a line: %w", io.ErrUnexpectedEOF)
+	}
+	if err != nil {
 		return nil, err
 	}
 	line = bytes.TrimSuffix(line, []byte("\n"))
@@ -106,7 +113,8 @@ var doneMarker = []byte("[DONE]")
 // events to sink: content and reasoning deltas as they come, then the
 // complete tool calls in index order, then the end with finish reason and
 // usage (read from whichever chunk carried it). progress is called after
-// each data event; fail classifies read errors.
+// each data event; fail classifies read errors, and a body that ends before
+// the answer does (an error wrapping io.ErrUnexpectedEOF).
 //
 // Deltas that arrived together (already buffered) are merged into one event
 // before the parser would wait on the network: no delta is held back, and a
@@ -134,6 +142,10 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 			if errors.Is(err, io.EOF) {
 				break
 			}
+			// What did arrive goes to the caller before the failure.
+			if ferr := pending.Flush(); ferr != nil {
+				return ferr
+			}
 			return fail(err)
 		}
 		progress()
@@ -143,6 +155,9 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 		}
 		chunk = StreamChunk{}
 		if err := DecodeChunk(data, &chunk); err != nil {
+			if ferr := pending.Flush(); ferr != nil {
+				return ferr
+			}
 			return llm.Errorf(provider, llm.KindBadResponse, "unparsable stream chunk: %v", err)
 		}
 		if len(chunk.Error) > 0 && string(chunk.Error) != "null" {
@@ -187,7 +202,7 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 		return err
 	}
 	if !sawDone && !gotEnd {
-		return llm.Errorf(provider, llm.KindConnection, "stream ended before the answer was complete")
+		return fail(fmt.Errorf("stream ended without data: [DONE] or a finish_reason: %w", io.ErrUnexpectedEOF))
 	}
 	calls := asm.Calls()
 	for _, tc := range calls {

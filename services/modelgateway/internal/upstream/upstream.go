@@ -125,6 +125,22 @@ type Call struct {
 	// current phase's wait or at deadline, whichever is first.
 	timer *time.Timer
 	phase atomic.Int32
+	// body is Body: the response body, counting what arrived.
+	body countingBody
+}
+
+// countingBody counts the bytes read through it, so a cut answer can say
+// how much of it arrived. Reads come from one goroutine (the adapter's),
+// and so does Fail, which reads n.
+type countingBody struct {
+	io.ReadCloser
+	n int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	return n, err
 }
 
 // The phases of a call, each with its own wait.
@@ -175,7 +191,8 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) (*Cal
 		call.Close()
 		return nil, e
 	}
-	call.Body = resp.Body
+	call.body.ReadCloser = resp.Body
+	call.Body = &call.body
 	call.Header = resp.Header
 	return call, nil
 }
@@ -236,7 +253,7 @@ func (c *Call) Drain() {
 	if c.Body == nil {
 		return
 	}
-	if b, ok := c.Body.(*h1Body); ok && b.ended() {
+	if b, ok := c.body.ReadCloser.(*h1Body); ok && b.ended() {
 		return // read to its end already (or failed): nothing to wait for
 	}
 	c.arm(phaseDrain, drainWait)
@@ -259,7 +276,11 @@ func (c *Call) Close() {
 }
 
 // Fail classifies err, met while sending or reading: which timeout fired,
-// whether the caller went away, or a connection failure.
+// whether the caller went away, a connection failure (before the response
+// head arrived), or, once it has, a cut answer (llm.KindStreamCut with the
+// bytes received): the read broke, or the adapter found the body ended
+// before the answer did and says so with an error wrapping
+// io.ErrUnexpectedEOF.
 func (c *Call) Fail(err error) *llm.Error {
 	var le *llm.Error
 	if errors.As(err, &le) {
@@ -282,7 +303,29 @@ func (c *Call) Fail(err error) *llm.Error {
 		}
 		return &llm.Error{Provider: p, Kind: llm.KindCanceled, Message: "caller cancelled", Err: perr}
 	}
+	if c.Body != nil {
+		return &llm.Error{Provider: p, Kind: llm.KindStreamCut, BytesReceived: c.body.n, Err: err,
+			Message: fmt.Sprintf("answer cut off after %d bytes: %s", c.body.n, c.client.scrub(err.Error()))}
+	}
 	return &llm.Error{Provider: p, Kind: llm.KindConnection, Message: c.client.scrub(err.Error()), Err: err}
+}
+
+// DecodeFail classifies err, met while decoding a whole (non-streaming) JSON
+// answer from Body: malformed JSON is a bad answer (llm.KindBadResponse);
+// JSON that stops before its value is complete (io.EOF or
+// io.ErrUnexpectedEOF, as json.Decoder reports an empty or truncated
+// input) and a broken read are a cut answer, as Fail says.
+func (c *Call) DecodeFail(err error) *llm.Error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &se) || errors.As(err, &te) {
+		return &llm.Error{Provider: c.client.Provider, Kind: llm.KindBadResponse, Err: err,
+			Message: "unparsable answer: " + c.client.scrub(err.Error())}
+	}
+	if errors.Is(err, io.EOF) {
+		err = fmt.Errorf("answer ended before its JSON began: %w", io.ErrUnexpectedEOF)
+	}
+	return c.Fail(err)
 }
 
 // statusError reads an error response into an llm.Error.

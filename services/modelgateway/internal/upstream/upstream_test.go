@@ -2,6 +2,7 @@ package upstream_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -228,5 +229,65 @@ func TestDrainIsBounded(t *testing.T) {
 			t.Fatalf("%s: Drain took %v", path, d)
 		}
 		call.Close()
+	}
+}
+
+// TestFailTellsACutAnswerFromAnUnreachableProvider: a failure before the
+// response head is a connection failure; once the head is in, a broken or
+// early-ending body is a cut answer that counts the bytes received, and
+// DecodeFail tells truncated JSON (cut) from malformed JSON (bad answer).
+func TestFailTellsACutAnswerFromAnUnreachableProvider(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/short": // announces 40 bytes, sends 11, and the connection closes
+			w.Header().Set("Content-Length", "40")
+			_, _ = io.WriteString(w, `{"choices":`)
+		case "/truncated": // a complete HTTP body holding half a JSON value
+			_, _ = io.WriteString(w, `{"choices":[{"index":0`)
+		case "/malformed":
+			_, _ = io.WriteString(w, `{"choices": nope}`)
+		case "/blank":
+			_, _ = io.WriteString(w, "\n\n")
+		}
+	}))
+	defer srv.Close()
+	c := &upstream.Client{Provider: "p", BaseURL: srv.URL, Transport: upstream.NewTransport(time.Second, 2), Timeouts: upstream.Timeouts{Request: 5 * time.Second}}
+	for _, tc := range []struct {
+		path  string
+		kind  llm.ErrorKind
+		bytes int64
+	}{
+		{"/short", llm.KindStreamCut, 11},
+		{"/truncated", llm.KindStreamCut, 22},
+		{"/malformed", llm.KindBadResponse, 0},
+		{"/blank", llm.KindStreamCut, 2},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			call, err := c.Post(context.Background(), tc.path, []byte(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer call.Close()
+			call.Unary()
+			var v map[string]any
+			err = json.NewDecoder(call.Body).Decode(&v)
+			if err == nil {
+				t.Fatalf("decoded %v", v)
+			}
+			le := call.DecodeFail(err)
+			if le.Kind != tc.kind || le.BytesReceived != tc.bytes {
+				t.Errorf("%v: kind %v, %d bytes; want %v, %d", le, le.Kind, le.BytesReceived, tc.kind, tc.bytes)
+			}
+		})
+	}
+	// Nobody listening: the provider cannot be reached, nothing was cut.
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	down := &upstream.Client{Provider: "p", BaseURL: closed.URL, Transport: upstream.NewTransport(time.Second, 2)}
+	_, err := down.Post(context.Background(), "/chat", []byte(`{}`))
+	var le *llm.Error
+	if !errors.As(err, &le) || le.Kind != llm.KindConnection {
+		t.Errorf("closed port: %v, want a connection error", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"sort"
 	"strings"
@@ -281,10 +282,7 @@ func (c *Client) Chat(ctx context.Context, req *llm.Request) (*llm.Response, err
 	call.Unary()
 	var r ChatResponse
 	if err := json.NewDecoder(call.Body).Decode(&r); err != nil {
-		if le := call.Fail(err); le.Kind != llm.KindConnection {
-			return nil, le
-		}
-		return nil, llm.Errorf(c.up.Provider, llm.KindBadResponse, "unparsable answer: %v", err)
+		return nil, call.DecodeFail(err)
 	}
 	if r.Error != "" {
 		return nil, &llm.Error{Provider: c.up.Provider, Kind: llm.KindServer, Message: c.up.Scrub(r.Error)}
@@ -319,8 +317,10 @@ func (c *Client) Stream(ctx context.Context, req *llm.Request, sink llm.Sink) er
 }
 
 // ParseStream reads an NDJSON /api/chat stream. An {"error": ...} line is
-// an error even though the HTTP status was 200; a body that ends before the
-// done line is an error too.
+// an error even though the HTTP status was 200. A body that ends before the
+// done line, or inside a line that is not yet JSON, is a cut answer: fail
+// gets an error wrapping io.ErrUnexpectedEOF; fail also classifies read
+// errors.
 func ParseStream(provider string, r io.Reader, progress func(), fail func(error) *llm.Error, sink llm.Sink) error {
 	br := upstream.AcquireReader(r)
 	defer upstream.ReleaseReader(br)
@@ -337,6 +337,13 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 			progress()
 			var chunk ChatResponse
 			if jerr := json.Unmarshal(line, &chunk); jerr != nil {
+				// What did arrive goes to the caller before the failure.
+				if ferr := pending.Flush(); ferr != nil {
+					return ferr
+				}
+				if err != nil { // the body ended or broke inside this line
+					return fail(cut(err, "inside a line"))
+				}
 				return llm.Errorf(provider, llm.KindBadResponse, "unparsable stream line: %v", jerr)
 			}
 			if chunk.Error != "" {
@@ -373,12 +380,18 @@ func ParseStream(provider string, r io.Reader, progress func(), fail func(error)
 			if ferr := pending.Flush(); ferr != nil {
 				return ferr
 			}
-			if errors.Is(err, io.EOF) {
-				return llm.Errorf(provider, llm.KindConnection, "stream ended before the done line")
-			}
-			return fail(err)
+			return fail(cut(err, "before the done line"))
 		}
 	}
+}
+
+// cut words the end of a body met too early: a clean end (io.EOF) becomes
+// io.ErrUnexpectedEOF saying where; a broken read stays as it is.
+func cut(err error, where string) error {
+	if errors.Is(err, io.EOF) {
+		return fmt.Errorf("stream ended %s: %w", where, io.ErrUnexpectedEOF)
+	}
+	return err
 }
 
 // EmbedRequest is the body of POST /api/embed.
@@ -406,10 +419,7 @@ func (c *Client) Embed(ctx context.Context, req *llm.EmbedRequest) (*llm.EmbedRe
 	call.Unary()
 	var r EmbedResponse
 	if err := json.NewDecoder(call.Body).Decode(&r); err != nil {
-		if le := call.Fail(err); le.Kind != llm.KindConnection {
-			return nil, le
-		}
-		return nil, llm.Errorf(c.up.Provider, llm.KindBadResponse, "unparsable answer: %v", err)
+		return nil, call.DecodeFail(err)
 	}
 	if len(r.Embeddings) != len(req.Inputs) {
 		return nil, llm.Errorf(c.up.Provider, llm.KindBadResponse, "%d embeddings for %d inputs", len(r.Embeddings), len(req.Inputs))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -14,7 +15,9 @@ import (
 func parse(body string) ([]llm.Event, error) {
 	var evs []llm.Event
 	err := ollama.ParseStream("ollama", strings.NewReader(body), func() {},
-		func(err error) *llm.Error { return &llm.Error{Kind: llm.KindConnection, Message: err.Error()} },
+		func(err error) *llm.Error {
+			return &llm.Error{Kind: llm.KindConnection, Message: err.Error(), Err: err}
+		},
 		func(ev llm.Event) error { evs = append(evs, ev); return nil })
 	return evs, err
 }
@@ -47,12 +50,17 @@ func TestParseStreamToolCalls(t *testing.T) {
 
 func TestParseStreamErrors(t *testing.T) {
 	t.Parallel()
+	// cut: the parser hands fail an error wrapping io.ErrUnexpectedEOF,
+	// which upstream.Call.Fail reports as a cut answer.
 	for name, tc := range map[string]struct {
 		body string
 		kind llm.ErrorKind
+		cut  bool
 	}{
-		"error line":   {"{\"message\":{\"content\":\"a\"},\"done\":false}\n{\"error\":\"out of memory\"}\n", llm.KindServer},
-		"no done line": {"{\"message\":{\"content\":\"a\"},\"done\":false}\n", llm.KindConnection},
+		"error line":        {"{\"message\":{\"content\":\"a\"},\"done\":false}\n{\"error\":\"out of memory\"}\n", llm.KindServer, false},
+		"no done line":      {"{\"message\":{\"content\":\"a\"},\"done\":false}\n", llm.KindConnection, true},
+		"cut inside a line": {"{\"message\":{\"content\":\"a\"},\"done\":false}\n{\"message\":{\"cont", llm.KindConnection, true},
+		"unparsable line":   {"{\"message\":{\"content\":\"a\"},\"done\":false}\n{nope}\n", llm.KindBadResponse, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -61,7 +69,15 @@ func TestParseStreamErrors(t *testing.T) {
 			if !errors.As(err, &le) || le.Kind != tc.kind || len(evs) != 1 {
 				t.Errorf("events %v err %v", evs, err)
 			}
+			if got := errors.Is(err, io.ErrUnexpectedEOF); got != tc.cut {
+				t.Errorf("err = %v: reported as cut %v, want %v", err, got, tc.cut)
+			}
 		})
+	}
+	// A done line that lacks only its newline is complete.
+	evs, err := parse("{\"message\":{\"content\":\"a\"},\"done\":false}\n{\"message\":{\"content\":\"\"},\"done\":true,\"done_reason\":\"stop\"}")
+	if err != nil || len(evs) != 2 || evs[1].Kind != llm.EventEnd {
+		t.Errorf("done line without newline: events %v err %v", evs, err)
 	}
 }
 
