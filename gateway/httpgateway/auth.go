@@ -74,11 +74,11 @@ func parseAPIKeys(spec string) (*keyring, error) {
 		scope, caller, named := strings.Cut(scope, "@")
 		tenant, project, _ := strings.Cut(scope, ":")
 		tenant, project = strings.TrimSpace(tenant), strings.TrimSpace(project)
-		if err := validScopePart(tenant); err != nil {
+		if err := grpcx.ValidScopeID(tenant); err != nil {
 			return nil, fmt.Errorf("GATEWAY_API_KEYS: entry %d: tenant %w", n, err)
 		}
 		if project != "" {
-			if err := validScopePart(project); err != nil {
+			if err := grpcx.ValidScopeID(project); err != nil {
 				return nil, fmt.Errorf("GATEWAY_API_KEYS: entry %d: project %w", n, err)
 			}
 		}
@@ -97,20 +97,6 @@ func parseAPIKeys(spec string) (*keyring, error) {
 		kr.keys = append(kr.keys, apiKey{sum: sum, principal: principal{tenant: tenant, project: project, caller: caller}})
 	}
 	return kr, nil
-}
-
-// validScopePart rejects what the mesh cannot route: NATS subjects carry the
-// tenant, so it must not hold subject syntax or whitespace.
-func validScopePart(s string) error {
-	if s == "" {
-		return fmt.Errorf("is empty")
-	}
-	for _, c := range []byte(s) {
-		if c <= ' ' || c > '~' || c == '.' || c == '*' || c == '>' {
-			return fmt.Errorf("must be printable ASCII without '.', '*', '>' or whitespace")
-		}
-	}
-	return nil
 }
 
 // validCaller accepts a caller name: 1 to 128 printable ASCII characters
@@ -170,12 +156,12 @@ func (g *gateway) authenticate(next http.Handler) http.Handler {
 			if p.tenant == "" {
 				p.tenant = defaultTenant
 			}
-			if err := validScopePart(p.tenant); err != nil {
+			if err := grpcx.ValidScopeID(p.tenant); err != nil {
 				writeStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, tenantHeader+" "+err.Error()))
 				return
 			}
 			if p.project != "" {
-				if err := validScopePart(p.project); err != nil {
+				if err := grpcx.ValidScopeID(p.project); err != nil {
 					writeStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, projectHeader+" "+err.Error()))
 					return
 				}

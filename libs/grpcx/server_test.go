@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
@@ -165,30 +166,44 @@ func TestScope(t *testing.T) {
 	md := func(kv ...string) context.Context {
 		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
 	}
+	tenantKey := md(grpcx.TenantMetadataKey, "acme")
+	projectKey := md(grpcx.TenantMetadataKey, "acme", grpcx.ProjectMetadataKey, "alpha")
 	tests := []struct {
-		name      string
-		ctx       context.Context
-		in        *commonv1.Scope
-		want      string
-		wantField bool
+		name        string
+		ctx         context.Context
+		in          *commonv1.Scope
+		want        *commonv1.Scope
+		wantField   string // the field an InvalidArgument names; "" = success
+		wantMessage string
 	}{
-		{"from request", context.Background(), &commonv1.Scope{TenantId: "acme"}, "acme", false},
-		{"from metadata", md(grpcx.TenantMetadataKey, "acme"), nil, "acme", false},
-		{"missing", context.Background(), nil, "", true},
-		{"mismatch", md(grpcx.TenantMetadataKey, "acme"), &commonv1.Scope{TenantId: "evil"}, "", true},
-		{"bad characters", context.Background(), &commonv1.Scope{TenantId: "a.b"}, "", true},
+		{"from request", context.Background(), &commonv1.Scope{TenantId: "acme"}, &commonv1.Scope{TenantId: "acme"}, "", ""},
+		{"from metadata", tenantKey, nil, &commonv1.Scope{TenantId: "acme"}, "", ""},
+		{"missing", context.Background(), nil, nil, "scope.tenant_id", "is required"},
+		{"tenant mismatch", tenantKey, &commonv1.Scope{TenantId: "evil"}, nil, "scope.tenant_id", "authenticated tenant"},
+		{"bad characters", context.Background(), &commonv1.Scope{TenantId: "a.b"}, nil, "scope.tenant_id", "printable ASCII"},
+		{"tenant too long", context.Background(), &commonv1.Scope{TenantId: strings.Repeat("t", 129)}, nil, "scope.tenant_id", "longer than 128"},
+		{"tenant-wide key names a project", tenantKey, &commonv1.Scope{ProjectId: "beta"}, &commonv1.Scope{TenantId: "acme", ProjectId: "beta"}, "", ""},
+		{"project key, no project named", projectKey, nil, &commonv1.Scope{TenantId: "acme", ProjectId: "alpha"}, "", ""},
+		{"project key names its own project", projectKey, &commonv1.Scope{TenantId: "acme", ProjectId: "alpha"}, &commonv1.Scope{TenantId: "acme", ProjectId: "alpha"}, "", ""},
+		{"project key names another project", projectKey, &commonv1.Scope{ProjectId: "beta"}, nil, "scope.project_id", "project of the API key"},
+		{"project key, other project and tenant", projectKey, &commonv1.Scope{TenantId: "acme", ProjectId: " beta "}, nil, "scope.project_id", "project of the API key"},
+		{"bad project characters", tenantKey, &commonv1.Scope{ProjectId: "a>b"}, nil, "scope.project_id", "printable ASCII"},
+		{"project with a space", context.Background(), &commonv1.Scope{TenantId: "acme", ProjectId: "a b"}, nil, "scope.project_id", "printable ASCII"},
+		{"project too long", context.Background(), &commonv1.Scope{TenantId: "acme", ProjectId: strings.Repeat("p", 129)}, nil, "scope.project_id", "longer than 128"},
+		{"project not UTF-8", context.Background(), &commonv1.Scope{TenantId: "acme", ProjectId: "caf\xe9"}, nil, "scope.project_id", "printable ASCII"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := grpcx.Scope(tc.ctx, tc.in)
-			if tc.wantField {
-				if status.Code(err) != codes.InvalidArgument {
-					t.Fatalf("err = %v", err)
+			if tc.wantField != "" {
+				st := status.Convert(err)
+				if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), tc.wantField+": ") || !strings.Contains(st.Message(), tc.wantMessage) {
+					t.Fatalf("err = %v, want InvalidArgument %q ... %q", err, tc.wantField, tc.wantMessage)
 				}
 				return
 			}
-			if err != nil || got.GetTenantId() != tc.want {
-				t.Fatalf("got %v, %v", got, err)
+			if err != nil || !proto.Equal(got, tc.want) {
+				t.Fatalf("got %v, %v; want %v", got, err, tc.want)
 			}
 		})
 	}
