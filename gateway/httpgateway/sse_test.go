@@ -183,7 +183,7 @@ func TestChatStreamEventsAndStreamErrors(t *testing.T) {
 		{"broken", []string{"reasoning_delta", "content_delta", "tool_call", "error"}, `{"code":14,"message":"provider went away"}`},
 	}
 	for _, tc := range cases {
-		resp := send(t, context.Background(), "POST", m.url+"/v1/models:chatStream", `{"request":{"model":"`+tc.model+`"}}`, nil)
+		resp := send(t, context.Background(), "POST", m.url+"/v1/models:chatStream", `{"request":{"model":"`+tc.model+`","messages":[{"role":"ROLE_USER","content":"hi"}]}}`, nil)
 		evs := allEvents(t, readEvents(resp.Body))
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {

@@ -51,16 +51,19 @@ func NewServer(cfg ServerConfig, log *slog.Logger, opts ...grpc.ServerOption) *S
 	if cfg.MaxRecvBytes <= 0 {
 		cfg.MaxRecvBytes = 32 << 20
 	}
+	guard := sharedGuard()
 	base := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(
 			unaryRecover(log),
 			unaryDeadline(cfg.DefaultTimeout),
 			unaryLog(log),
+			unaryValidate(guard),
 		),
 		grpc.ChainStreamInterceptor(
 			streamRecover(log),
 			streamLog(log),
+			streamValidate(guard),
 		),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.InitialWindowSize(streamWindow),

@@ -7,6 +7,7 @@
 package classifierv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	v1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -659,7 +660,7 @@ type StartRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Scope. Required.
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
-	// What to classify. Required.
+	// What to classify. Required, at most 4000 bytes.
 	Instruction   string `protobuf:"bytes,2,opt,name=instruction,proto3" json:"instruction,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -876,7 +877,7 @@ type SendCommandRequest struct {
 	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// Command. Required.
 	Type CommandType `protobuf:"varint,3,opt,name=type,proto3,enum=agentmesh.classifier.v1.CommandType" json:"type,omitempty"`
-	// Feedback, for rejections.
+	// Feedback, for rejections; at most 4000 bytes.
 	Feedback      string `protobuf:"bytes,4,opt,name=feedback,proto3" json:"feedback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1094,7 +1095,7 @@ type ListRunsRequest struct {
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Only this state.
 	State RunState `protobuf:"varint,2,opt,name=state,proto3,enum=agentmesh.classifier.v1.RunState" json:"state,omitempty"`
-	// Page size, default 50, max 500.
+	// Page size, default 50; larger values are coerced to 500.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -1361,12 +1362,14 @@ func (x *CustomerConversation) GetMetadata() *structpb.Struct {
 	return nil
 }
 
-// ImportConversationsRequest loads conversations.
+// ImportConversationsRequest loads conversations. Each conversation is
+// checked on its own: an invalid one is reported in the response's rejected
+// lines, the others are imported.
 type ImportConversationsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Scope. Required.
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
-	// Conversations to import.
+	// Conversations to import, at most 10,000.
 	Conversations []*CustomerConversation `protobuf:"bytes,2,rep,name=conversations,proto3" json:"conversations,omitempty"`
 	// Alternatively, JSON Lines text: one conversation a line.
 	Jsonl         string `protobuf:"bytes,3,opt,name=jsonl,proto3" json:"jsonl,omitempty"`
@@ -1539,7 +1542,7 @@ var File_agentmesh_classifier_v1_classifier_proto protoreflect.FileDescriptor
 
 const file_agentmesh_classifier_v1_classifier_proto_rawDesc = "" +
 	"\n" +
-	"(agentmesh/classifier/v1/classifier.proto\x12\x17agentmesh.classifier.v1\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x01\n" +
+	"(agentmesh/classifier/v1/classifier.proto\x12\x17agentmesh.classifier.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x01\n" +
 	"\x04Plan\x12,\n" +
 	"\x12target_sample_size\x18\x01 \x01(\x05R\x10targetSampleSize\x12\x1a\n" +
 	"\bstrategy\x18\x02 \x01(\tR\bstrategy\x12)\n" +
@@ -1582,36 +1585,37 @@ const file_agentmesh_classifier_v1_classifier_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x04data\x12\x15\n" +
 	"\x06run_id\x18\x04 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x05 \x01(\x04R\bsequence\x12.\n" +
-	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"e\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"r\n" +
 	"\x0fStartRunRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12 \n" +
-	"\vinstruction\x18\x02 \x01(\tR\vinstruction\"K\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12-\n" +
+	"\vinstruction\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\xa0\x1fR\vinstruction\"K\n" +
 	"\x10StartRunResponse\x127\n" +
-	"\x05event\x18\x01 \x01(\v2!.agentmesh.classifier.v1.RunEventR\x05event\"\x82\x01\n" +
+	"\x05event\x18\x01 \x01(\v2!.agentmesh.classifier.v1.RunEventR\x05event\"\x8f\x01\n" +
 	"\x10ResumeRunRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x15\n" +
-	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12%\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\"\n" +
+	"\x06run_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05runId\x12%\n" +
 	"\x0eafter_sequence\x18\x03 \x01(\x04R\rafterSequence\"L\n" +
 	"\x11ResumeRunResponse\x127\n" +
-	"\x05event\x18\x01 \x01(\v2!.agentmesh.classifier.v1.RunEventR\x05event\"\xb3\x01\n" +
+	"\x05event\x18\x01 \x01(\v2!.agentmesh.classifier.v1.RunEventR\x05event\"\xd6\x01\n" +
 	"\x12SendCommandRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x15\n" +
-	"\x06run_id\x18\x02 \x01(\tR\x05runId\x128\n" +
-	"\x04type\x18\x03 \x01(\x0e2$.agentmesh.classifier.v1.CommandTypeR\x04type\x12\x1a\n" +
-	"\bfeedback\x18\x04 \x01(\tR\bfeedback\"N\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\"\n" +
+	"\x06run_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05runId\x12D\n" +
+	"\x04type\x18\x03 \x01(\x0e2$.agentmesh.classifier.v1.CommandTypeB\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04type\x12$\n" +
+	"\bfeedback\x18\x04 \x01(\tB\b\xbaH\x05r\x03(\xa0\x1fR\bfeedback\"N\n" +
 	"\x13SendCommandResponse\x127\n" +
-	"\x05event\x18\x01 \x01(\v2!.agentmesh.classifier.v1.RunEventR\x05event\"X\n" +
+	"\x05event\x18\x01 \x01(\v2!.agentmesh.classifier.v1.RunEventR\x05event\"e\n" +
 	"\rGetRunRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x15\n" +
-	"\x06run_id\x18\x02 \x01(\tR\x05runId\"@\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\"\n" +
+	"\x06run_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05runId\"@\n" +
 	"\x0eGetRunResponse\x12.\n" +
-	"\x03run\x18\x01 \x01(\v2\x1c.agentmesh.classifier.v1.RunR\x03run\"\xb8\x01\n" +
+	"\x03run\x18\x01 \x01(\v2\x1c.agentmesh.classifier.v1.RunR\x03run\"\xd5\x01\n" +
 	"\x0fListRunsRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x127\n" +
-	"\x05state\x18\x02 \x01(\x0e2!.agentmesh.classifier.v1.RunStateR\x05state\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12A\n" +
+	"\x05state\x18\x02 \x01(\x0e2!.agentmesh.classifier.v1.RunStateB\b\xbaH\x05\x82\x01\x02\x10\x01R\x05state\x12$\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"l\n" +
+	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"l\n" +
 	"\x10ListRunsResponse\x120\n" +
 	"\x04runs\x18\x01 \x03(\v2\x1c.agentmesh.classifier.v1.RunR\x04runs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"j\n" +
@@ -1624,10 +1628,10 @@ const file_agentmesh_classifier_v1_classifier_proto_rawDesc = "" +
 	"\achannel\x18\x02 \x01(\tR\achannel\x12\x1a\n" +
 	"\bcustomer\x18\x03 \x01(\tR\bcustomer\x12E\n" +
 	"\bmessages\x18\x04 \x03(\v2).agentmesh.classifier.v1.ConversationTurnR\bmessages\x123\n" +
-	"\bmetadata\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"\xb9\x01\n" +
+	"\bmetadata\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"\xc4\x01\n" +
 	"\x1aImportConversationsRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12S\n" +
-	"\rconversations\x18\x02 \x03(\v2-.agentmesh.classifier.v1.CustomerConversationR\rconversations\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12^\n" +
+	"\rconversations\x18\x02 \x03(\v2-.agentmesh.classifier.v1.CustomerConversationB\t\xbaH\x06\x92\x01\x03\x10\x90NR\rconversations\x12\x14\n" +
 	"\x05jsonl\x18\x03 \x01(\tR\x05jsonl\":\n" +
 	"\fRejectedLine\x12\x12\n" +
 	"\x04line\x18\x01 \x01(\x05R\x04line\x12\x16\n" +

@@ -7,6 +7,7 @@
 package commonv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -24,9 +25,15 @@ const (
 // Scope names the tenant and project a request acts for. Every request that
 // touches tenant data carries one, and every service filters each read and
 // write by it: a scope never sees another scope's data.
+//
+// An id is at most 128 printable ASCII characters without '.', '*', '>' or
+// whitespace: NATS subjects carry the tenant. Behind the gateway, the API key
+// decides the tenant; a key bound to a project also decides the project, and
+// a request naming another one is refused.
 type Scope struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Tenant that owns the data. Required.
+	// Tenant that owns the data. Required, unless the gateway supplies it from
+	// the API key.
 	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	// Project inside the tenant. Optional: empty means the tenant's default project.
 	ProjectId     string `protobuf:"bytes,2,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
@@ -82,11 +89,11 @@ var File_agentmesh_common_v1_scope_proto protoreflect.FileDescriptor
 
 const file_agentmesh_common_v1_scope_proto_rawDesc = "" +
 	"\n" +
-	"\x1fagentmesh/common/v1/scope.proto\x12\x13agentmesh.common.v1\"C\n" +
-	"\x05Scope\x12\x1b\n" +
-	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1d\n" +
+	"\x1fagentmesh/common/v1/scope.proto\x12\x13agentmesh.common.v1\x1a\x1bbuf/validate/validate.proto\"\x7f\n" +
+	"\x05Scope\x129\n" +
+	"\ttenant_id\x18\x01 \x01(\tB\x1c\xbaH\x19r\x17\x18\x80\x012\x12^[!-)+-\\-/-=?-~]*$R\btenantId\x12;\n" +
 	"\n" +
-	"project_id\x18\x02 \x01(\tR\tprojectIdB\xd9\x01\n" +
+	"project_id\x18\x02 \x01(\tB\x1c\xbaH\x19r\x17\x18\x80\x012\x12^[!-)+-\\-/-=?-~]*$R\tprojectIdB\xd9\x01\n" +
 	"\x17com.agentmesh.common.v1B\n" +
 	"ScopeProtoP\x01ZDgithub.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1;commonv1\xa2\x02\x03ACX\xaa\x02\x13Agentmesh.Common.V1\xca\x02\x13Agentmesh\\Common\\V1\xe2\x02\x1fAgentmesh\\Common\\V1\\GPBMetadata\xea\x02\x15Agentmesh::Common::V1b\x06proto3"
 

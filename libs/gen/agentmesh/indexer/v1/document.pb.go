@@ -7,6 +7,7 @@
 package indexerv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	v1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -634,11 +635,12 @@ type IngestDocumentRequest struct {
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Source type. Required.
 	SourceType SourceType `protobuf:"varint,2,opt,name=source_type,json=sourceType,proto3,enum=agentmesh.indexer.v1.SourceType" json:"source_type,omitempty"`
-	// Source URL; with scope it identifies the document across re-ingests.
+	// Source URL, an absolute URL (scheme://...); with scope it identifies the
+	// document across re-ingests.
 	SourceUrl string `protobuf:"bytes,3,opt,name=source_url,json=sourceUrl,proto3" json:"source_url,omitempty"`
-	// Title.
+	// Title, at most 1000 characters.
 	Title string `protobuf:"bytes,4,opt,name=title,proto3" json:"title,omitempty"`
-	// Raw content. Required.
+	// Raw content. Required (at most INDEXER_MAX_CONTENT_BYTES).
 	RawContent string `protobuf:"bytes,5,opt,name=raw_content,json=rawContent,proto3" json:"raw_content,omitempty"`
 	// Attachments; images go through vision analysis.
 	Attachments   []*Attachment `protobuf:"bytes,6,rep,name=attachments,proto3" json:"attachments,omitempty"`
@@ -890,7 +892,7 @@ type ListDocumentsRequest struct {
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Only this source type.
 	SourceType SourceType `protobuf:"varint,2,opt,name=source_type,json=sourceType,proto3,enum=agentmesh.indexer.v1.SourceType" json:"source_type,omitempty"`
-	// Page size, default 50, max 500.
+	// Page size, default 50; larger values are coerced to 500.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -1110,9 +1112,10 @@ type FindDocumentsByExtractRequest struct {
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Extract type, e.g. "financial". Required.
 	ExtractType string `protobuf:"bytes,2,opt,name=extract_type,json=extractType,proto3" json:"extract_type,omitempty"`
-	// Field equality filter over the extract data, e.g. {"ticker": "BHP"}.
+	// Field equality filter over the extract data, e.g. {"ticker": "BHP"}: at
+	// most 32 fields, names of 1 to 128 characters.
 	FieldEquals map[string]string `protobuf:"bytes,3,rep,name=field_equals,json=fieldEquals,proto3" json:"field_equals,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Page size, default 50, max 500.
+	// Page size, default 50; larger values are coerced to 500.
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response.
 	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -1776,11 +1779,11 @@ var File_agentmesh_indexer_v1_document_proto protoreflect.FileDescriptor
 
 const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"\n" +
-	"#agentmesh/indexer/v1/document.proto\x12\x14agentmesh.indexer.v1\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
+	"#agentmesh/indexer/v1/document.proto\x12\x14agentmesh.indexer.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"e\n" +
 	"\n" +
-	"Attachment\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
-	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\x12\n" +
+	"Attachment\x12\x1c\n" +
+	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\x04name\x12%\n" +
+	"\tmime_type\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bmimeType\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\"\xe9\x01\n" +
 	"\aExtract\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12%\n" +
@@ -1817,49 +1820,51 @@ const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"updateTime\x12*\n" +
 	"\x11extraction_job_id\x18\x0f \x01(\tR\x0fextractionJobId\x12V\n" +
 	"\x11extraction_status\x18\x10 \x01(\x0e2).agentmesh.indexer.v1.ExtractionJobStatusR\x10extractionStatus\x12%\n" +
-	"\x0evision_summary\x18\x11 \x01(\tR\rvisionSummary\"\xa6\x02\n" +
+	"\x0evision_summary\x18\x11 \x01(\tR\rvisionSummary\"\xce\x02\n" +
 	"\x15IngestDocumentRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12A\n" +
-	"\vsource_type\x18\x02 \x01(\x0e2 .agentmesh.indexer.v1.SourceTypeR\n" +
-	"sourceType\x12\x1d\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12M\n" +
+	"\vsource_type\x18\x02 \x01(\x0e2 .agentmesh.indexer.v1.SourceTypeB\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\n" +
+	"sourceType\x12'\n" +
 	"\n" +
-	"source_url\x18\x03 \x01(\tR\tsourceUrl\x12\x14\n" +
-	"\x05title\x18\x04 \x01(\tR\x05title\x12\x1f\n" +
-	"\vraw_content\x18\x05 \x01(\tR\n" +
+	"source_url\x18\x03 \x01(\tB\b\xbaH\x05r\x03(\x80 R\tsourceUrl\x12\x1e\n" +
+	"\x05title\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\xe8\aR\x05title\x12'\n" +
+	"\vraw_content\x18\x05 \x01(\tB\x06\xbaH\x03\xc8\x01\x01R\n" +
 	"rawContent\x12B\n" +
 	"\vattachments\x18\x06 \x03(\v2 .agentmesh.indexer.v1.AttachmentR\vattachments\"\x9e\x01\n" +
 	"\x16IngestDocumentResponse\x12:\n" +
 	"\bdocument\x18\x01 \x01(\v2\x1e.agentmesh.indexer.v1.DocumentR\bdocument\x12\x1c\n" +
 	"\tunchanged\x18\x02 \x01(\bR\tunchanged\x12*\n" +
-	"\x11extraction_job_id\x18\x03 \x01(\tR\x0fextractionJobId\"g\n" +
+	"\x11extraction_job_id\x18\x03 \x01(\tR\x0fextractionJobId\"t\n" +
 	"\x12GetDocumentRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x1f\n" +
-	"\vdocument_id\x18\x02 \x01(\tR\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12,\n" +
+	"\vdocument_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\n" +
 	"documentId\"Q\n" +
 	"\x13GetDocumentResponse\x12:\n" +
-	"\bdocument\x18\x01 \x01(\v2\x1e.agentmesh.indexer.v1.DocumentR\bdocument\"\xc7\x01\n" +
+	"\bdocument\x18\x01 \x01(\v2\x1e.agentmesh.indexer.v1.DocumentR\bdocument\"\xe4\x01\n" +
 	"\x14ListDocumentsRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12A\n" +
-	"\vsource_type\x18\x02 \x01(\x0e2 .agentmesh.indexer.v1.SourceTypeR\n" +
-	"sourceType\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12K\n" +
+	"\vsource_type\x18\x02 \x01(\x0e2 .agentmesh.indexer.v1.SourceTypeB\b\xbaH\x05\x82\x01\x02\x10\x01R\n" +
+	"sourceType\x12$\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"}\n" +
+	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"}\n" +
 	"\x15ListDocumentsResponse\x12<\n" +
 	"\tdocuments\x18\x01 \x03(\v2\x1e.agentmesh.indexer.v1.DocumentR\tdocuments\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"j\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"w\n" +
 	"\x15DeleteDocumentRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x1f\n" +
-	"\vdocument_id\x18\x02 \x01(\tR\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12,\n" +
+	"\vdocument_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\n" +
 	"documentId\"\x18\n" +
-	"\x16DeleteDocumentResponse\"\xd9\x02\n" +
+	"\x16DeleteDocumentResponse\"\x93\x03\n" +
 	"\x1dFindDocumentsByExtractRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12!\n" +
-	"\fextract_type\x18\x02 \x01(\tR\vextractType\x12g\n" +
-	"\ffield_equals\x18\x03 \x03(\v2D.agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntryR\vfieldEquals\x12\x1b\n" +
-	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12-\n" +
+	"\fextract_type\x18\x02 \x01(\tB\n" +
+	"\xbaH\a\xc8\x01\x01r\x02\x18@R\vextractType\x12\x81\x01\n" +
+	"\ffield_equals\x18\x03 \x03(\v2D.agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntryB\x18\xbaH\x15\x9a\x01\x12\x10 \"\ar\x05\x10\x01\x18\x80\x01*\x05r\x03\x18\x80\bR\vfieldEquals\x12$\n" +
+	"\tpage_size\x18\x04 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\x1a>\n" +
+	"page_token\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\x1a>\n" +
 	"\x10FieldEqualsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
@@ -1898,10 +1903,10 @@ const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"start_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"K\n" +
 	"\x12ExtractionJobEvent\x125\n" +
-	"\x03job\x18\x01 \x01(\v2#.agentmesh.indexer.v1.ExtractionJobR\x03job\"b\n" +
+	"\x03job\x18\x01 \x01(\v2#.agentmesh.indexer.v1.ExtractionJobR\x03job\"o\n" +
 	"\x17GetExtractionJobRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x15\n" +
-	"\x06job_id\x18\x02 \x01(\tR\x05jobId\"Q\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\"\n" +
+	"\x06job_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05jobId\"Q\n" +
 	"\x18GetExtractionJobResponse\x125\n" +
 	"\x03job\x18\x01 \x01(\v2#.agentmesh.indexer.v1.ExtractionJobR\x03job*\xb2\x01\n" +
 	"\n" +

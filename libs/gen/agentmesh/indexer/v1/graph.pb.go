@@ -7,6 +7,7 @@
 package indexerv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	v1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -165,7 +166,7 @@ type GetNodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Scope. Required.
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
-	// Node key. Required.
+	// Node key, e.g. "doc:<id>" or "entity:ticker:bhp". Required.
 	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -270,9 +271,9 @@ type ListNeighborsRequest struct {
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// Edge types to follow; empty = all.
 	EdgeTypes []string `protobuf:"bytes,3,rep,name=edge_types,json=edgeTypes,proto3" json:"edge_types,omitempty"`
-	// Depth, default 1, max 5.
+	// Depth, 1 to 5; 0 = 1.
 	Depth int32 `protobuf:"varint,4,opt,name=depth,proto3" json:"depth,omitempty"`
-	// Maximum nodes, default 100, max 1000.
+	// Maximum nodes, 1 to 1000; 0 = 100.
 	Limit         int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -407,7 +408,7 @@ type FindPathRequest struct {
 	FromKey string `protobuf:"bytes,2,opt,name=from_key,json=fromKey,proto3" json:"from_key,omitempty"`
 	// To node key. Required.
 	ToKey string `protobuf:"bytes,3,opt,name=to_key,json=toKey,proto3" json:"to_key,omitempty"`
-	// Maximum path length, default 6.
+	// Maximum path length, 1 to 12; 0 = 6.
 	MaxDepth      int32 `protobuf:"varint,4,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -530,7 +531,7 @@ var File_agentmesh_indexer_v1_graph_proto protoreflect.FileDescriptor
 
 const file_agentmesh_indexer_v1_graph_proto_rawDesc = "" +
 	"\n" +
-	" agentmesh/indexer/v1/graph.proto\x12\x14agentmesh.indexer.v1\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1cgoogle/protobuf/struct.proto\"{\n" +
+	" agentmesh/indexer/v1/graph.proto\x12\x14agentmesh.indexer.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1cgoogle/protobuf/struct.proto\"{\n" +
 	"\x04Node\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -541,27 +542,29 @@ const file_agentmesh_indexer_v1_graph_proto_rawDesc = "" +
 	"\x04Edge\x12\x19\n" +
 	"\bfrom_key\x18\x01 \x01(\tR\afromKey\x12\x15\n" +
 	"\x06to_key\x18\x02 \x01(\tR\x05toKey\x12\x12\n" +
-	"\x04type\x18\x03 \x01(\tR\x04type\"T\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\"a\n" +
 	"\x0eGetNodeRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"A\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x1d\n" +
+	"\x03key\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x04R\x03key\"A\n" +
 	"\x0fGetNodeResponse\x12.\n" +
-	"\x04node\x18\x01 \x01(\v2\x1a.agentmesh.indexer.v1.NodeR\x04node\"\xa5\x01\n" +
+	"\x04node\x18\x01 \x01(\v2\x1a.agentmesh.indexer.v1.NodeR\x04node\"\xdb\x01\n" +
 	"\x14ListNeighborsRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x1d\n" +
+	"\x03key\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x04R\x03key\x12/\n" +
 	"\n" +
-	"edge_types\x18\x03 \x03(\tR\tedgeTypes\x12\x14\n" +
-	"\x05depth\x18\x04 \x01(\x05R\x05depth\x12\x14\n" +
-	"\x05limit\x18\x05 \x01(\x05R\x05limit\"{\n" +
+	"edge_types\x18\x03 \x03(\tB\x10\xbaH\r\x92\x01\n" +
+	"\x10 \"\x06r\x04\x10\x01\x18@R\tedgeTypes\x12\x1f\n" +
+	"\x05depth\x18\x04 \x01(\x05B\t\xbaH\x06\x1a\x04\x18\x05(\x00R\x05depth\x12 \n" +
+	"\x05limit\x18\x05 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\"{\n" +
 	"\x15ListNeighborsResponse\x120\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1a.agentmesh.indexer.v1.NodeR\x05nodes\x120\n" +
-	"\x05edges\x18\x02 \x03(\v2\x1a.agentmesh.indexer.v1.EdgeR\x05edges\"\x92\x01\n" +
+	"\x05edges\x18\x02 \x03(\v2\x1a.agentmesh.indexer.v1.EdgeR\x05edges\"\xb7\x01\n" +
 	"\x0fFindPathRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x19\n" +
-	"\bfrom_key\x18\x02 \x01(\tR\afromKey\x12\x15\n" +
-	"\x06to_key\x18\x03 \x01(\tR\x05toKey\x12\x1b\n" +
-	"\tmax_depth\x18\x04 \x01(\x05R\bmaxDepth\"v\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12&\n" +
+	"\bfrom_key\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x04R\afromKey\x12\"\n" +
+	"\x06to_key\x18\x03 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x04R\x05toKey\x12&\n" +
+	"\tmax_depth\x18\x04 \x01(\x05B\t\xbaH\x06\x1a\x04\x18\f(\x00R\bmaxDepth\"v\n" +
 	"\x10FindPathResponse\x120\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1a.agentmesh.indexer.v1.NodeR\x05nodes\x120\n" +
 	"\x05edges\x18\x02 \x03(\v2\x1a.agentmesh.indexer.v1.EdgeR\x05edges2\xab\x02\n" +

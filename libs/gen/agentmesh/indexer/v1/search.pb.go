@@ -7,6 +7,7 @@
 package indexerv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	v1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -84,9 +85,9 @@ type SearchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Scope. Required.
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
-	// Query text. Required.
+	// Query text. Required, at most 2000 characters.
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
-	// Results to return, default 10, max 100.
+	// Results to return, 1 to 100; 0 = 10.
 	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Retrievers.
 	Mode SearchMode `protobuf:"varint,4,opt,name=mode,proto3,enum=agentmesh.indexer.v1.SearchMode" json:"mode,omitempty"`
@@ -356,15 +357,16 @@ var File_agentmesh_indexer_v1_search_proto protoreflect.FileDescriptor
 
 const file_agentmesh_indexer_v1_search_proto_rawDesc = "" +
 	"\n" +
-	"!agentmesh/indexer/v1/search.proto\x12\x14agentmesh.indexer.v1\x1a\x1fagentmesh/common/v1/scope.proto\x1a#agentmesh/indexer/v1/document.proto\"\xb0\x02\n" +
+	"!agentmesh/indexer/v1/search.proto\x12\x14agentmesh.indexer.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fagentmesh/common/v1/scope.proto\x1a#agentmesh/indexer/v1/document.proto\"\x8b\x03\n" +
 	"\rSearchRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x14\n" +
-	"\x05query\x18\x02 \x01(\tR\x05query\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x05R\x05limit\x124\n" +
-	"\x04mode\x18\x04 \x01(\x0e2 .agentmesh.indexer.v1.SearchModeR\x04mode\x12C\n" +
-	"\fsource_types\x18\x05 \x03(\x0e2 .agentmesh.indexer.v1.SourceTypeR\vsourceTypes\x12#\n" +
-	"\rcontent_types\x18\x06 \x03(\tR\fcontentTypes\x12!\n" +
-	"\fdocument_ids\x18\a \x03(\tR\vdocumentIds\"\xd4\x02\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12!\n" +
+	"\x05query\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\xd0\x0fR\x05query\x12\x1f\n" +
+	"\x05limit\x18\x03 \x01(\x05B\t\xbaH\x06\x1a\x04\x18d(\x00R\x05limit\x12>\n" +
+	"\x04mode\x18\x04 \x01(\x0e2 .agentmesh.indexer.v1.SearchModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04mode\x12V\n" +
+	"\fsource_types\x18\x05 \x03(\x0e2 .agentmesh.indexer.v1.SourceTypeB\x11\xbaH\x0e\x92\x01\v\x10\x10\"\a\x82\x01\x04\x10\x01 \x00R\vsourceTypes\x125\n" +
+	"\rcontent_types\x18\x06 \x03(\tB\x10\xbaH\r\x92\x01\n" +
+	"\x10 \"\x06r\x04\x10\x01\x18@R\fcontentTypes\x125\n" +
+	"\fdocument_ids\x18\a \x03(\tB\x12\xbaH\x0f\x92\x01\f\x10\xe8\a\"\ar\x05\x10\x01\x18\x80\x01R\vdocumentIds\"\xd4\x02\n" +
 	"\tSearchHit\x12\x19\n" +
 	"\bchunk_id\x18\x01 \x01(\tR\achunkId\x12\x1f\n" +
 	"\vdocument_id\x18\x02 \x01(\tR\n" +

@@ -7,6 +7,7 @@
 package modelv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -269,9 +270,9 @@ func (FinishReason) EnumDescriptor() ([]byte, []int) {
 // ImagePart is an image attached to a message.
 type ImagePart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Raw image bytes.
+	// Raw image bytes. Required.
 	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
-	// MIME type, e.g. image/png.
+	// MIME type, e.g. image/png; when set, an image/ type.
 	MimeType      string `protobuf:"bytes,2,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -326,7 +327,7 @@ type ToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Call id; the matching tool result quotes it. Generated when the provider sends none.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Tool name.
+	// Tool name. Required.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// Arguments as a JSON object text.
 	ArgumentsJson string `protobuf:"bytes,3,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
@@ -388,7 +389,7 @@ func (x *ToolCall) GetArgumentsJson() string {
 // Message is one turn of a conversation.
 type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Who wrote it.
+	// Who wrote it. Required.
 	Role Role `protobuf:"varint,1,opt,name=role,proto3,enum=agentmesh.model.v1.Role" json:"role,omitempty"`
 	// Text content.
 	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
@@ -489,7 +490,7 @@ func (x *Message) GetToolName() string {
 // Tool describes a function the model may call.
 type Tool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Name, unique in the request.
+	// Name, unique in the request: 1-64 letters, digits, '_' or '-'.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// What the tool does, for the model.
 	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
@@ -555,7 +556,7 @@ type ToolChoice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The mode.
 	Mode ToolChoiceMode `protobuf:"varint,1,opt,name=mode,proto3,enum=agentmesh.model.v1.ToolChoiceMode" json:"mode,omitempty"`
-	// Tool name, for TOOL_CHOICE_MODE_NAMED.
+	// Tool name, for TOOL_CHOICE_MODE_NAMED (where it is required).
 	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -676,19 +677,19 @@ func (x *ResponseFormat) GetSchemaName() string {
 // GenerationOptions are sampling parameters; unset fields keep the provider's default.
 type GenerationOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Sampling temperature.
+	// Sampling temperature, 0 to 2.
 	Temperature *float64 `protobuf:"fixed64,1,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
-	// Nucleus sampling.
+	// Nucleus sampling, 0 to 1.
 	TopP *float64 `protobuf:"fixed64,2,opt,name=top_p,json=topP,proto3,oneof" json:"top_p,omitempty"`
-	// Top-k sampling (Ollama).
+	// Top-k sampling (Ollama, Qwen), 0 to 1000.
 	TopK *int32 `protobuf:"varint,3,opt,name=top_k,json=topK,proto3,oneof" json:"top_k,omitempty"`
-	// Maximum tokens to generate.
+	// Maximum tokens to generate, 1 to 1,048,576.
 	MaxTokens *int32 `protobuf:"varint,4,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
-	// Stop sequences.
+	// Stop sequences: at most 16, each 1 to 256 characters.
 	Stop []string `protobuf:"bytes,5,rep,name=stop,proto3" json:"stop,omitempty"`
 	// Seed for reproducible sampling where supported.
 	Seed *int64 `protobuf:"varint,6,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
-	// Context window (Ollama num_ctx).
+	// Context window in tokens (Ollama num_ctx), 1 to 4,194,304.
 	NumCtx        *int32 `protobuf:"varint,7,opt,name=num_ctx,json=numCtx,proto3,oneof" json:"num_ctx,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -780,7 +781,7 @@ type ThinkingOptions struct {
 	Enabled *bool `protobuf:"varint,1,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
 	// Effort: "low", "medium" or "high" where the provider takes one.
 	Effort string `protobuf:"bytes,2,opt,name=effort,proto3" json:"effort,omitempty"`
-	// Token budget for thinking where the provider takes one (Qwen).
+	// Token budget for thinking where the provider takes one (Qwen), 1 to 1,048,576.
 	BudgetTokens  *int32 `protobuf:"varint,3,opt,name=budget_tokens,json=budgetTokens,proto3,oneof" json:"budget_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -844,7 +845,7 @@ type ChatRequest struct {
 	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
 	// The conversation so far. At least one message.
 	Messages []*Message `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
-	// Tools the model may call.
+	// Tools the model may call, at most 128.
 	Tools []*Tool `protobuf:"bytes,3,rep,name=tools,proto3" json:"tools,omitempty"`
 	// Tool use constraint.
 	ToolChoice *ToolChoice `protobuf:"bytes,4,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
@@ -1140,7 +1141,7 @@ func (x *ChatResponse) GetLatency() *durationpb.Duration {
 // ChatStreamRequest asks for one streamed completion.
 type ChatStreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The request, as for Chat.
+	// The request, as for Chat. Required.
 	Request       *ChatRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1391,9 +1392,10 @@ type EmbedRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Logical model name, e.g. "embed". Required.
 	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	// Texts to embed. At least one.
+	// Texts to embed: 1 to 2048.
 	Inputs []string `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
-	// Requested dimensions where the provider supports truncation; 0 = model default.
+	// Requested dimensions where the provider supports truncation, up to
+	// 65,536; 0 = model default.
 	Dimensions    int32 `protobuf:"varint,3,opt,name=dimensions,proto3" json:"dimensions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1793,65 +1795,68 @@ var File_agentmesh_model_v1_model_proto protoreflect.FileDescriptor
 
 const file_agentmesh_model_v1_model_proto_rawDesc = "" +
 	"\n" +
-	"\x1eagentmesh/model/v1/model.proto\x12\x12agentmesh.model.v1\x1a\x1egoogle/protobuf/duration.proto\"<\n" +
-	"\tImagePart\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1b\n" +
-	"\tmime_type\x18\x02 \x01(\tR\bmimeType\"U\n" +
-	"\bToolCall\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
-	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\"\xa2\x02\n" +
-	"\aMessage\x12,\n" +
-	"\x04role\x18\x01 \x01(\x0e2\x18.agentmesh.model.v1.RoleR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\x125\n" +
-	"\x06images\x18\x03 \x03(\v2\x1d.agentmesh.model.v1.ImagePartR\x06images\x12\x1c\n" +
-	"\treasoning\x18\x04 \x01(\tR\treasoning\x12;\n" +
+	"\x1eagentmesh/model/v1/model.proto\x12\x12agentmesh.model.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\"Z\n" +
+	"\tImagePart\x12\x1b\n" +
+	"\x04data\x18\x01 \x01(\fB\a\xbaH\x04z\x02\x10\x01R\x04data\x120\n" +
+	"\tmime_type\x18\x02 \x01(\tB\x13\xbaH\x10\xd8\x01\x01r\v\x18\x80\x01:\x06image/R\bmimeType\"k\n" +
+	"\bToolCall\x12\x18\n" +
+	"\x02id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\x02id\x12\x1e\n" +
+	"\x04name\x18\x02 \x01(\tB\n" +
+	"\xbaH\a\xc8\x01\x01r\x02\x18@R\x04name\x12%\n" +
+	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\"\xd6\x02\n" +
+	"\aMessage\x128\n" +
+	"\x04role\x18\x01 \x01(\x0e2\x18.agentmesh.model.v1.RoleB\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04role\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12?\n" +
+	"\x06images\x18\x03 \x03(\v2\x1d.agentmesh.model.v1.ImagePartB\b\xbaH\x05\x92\x01\x02\x10@R\x06images\x12\x1c\n" +
+	"\treasoning\x18\x04 \x01(\tR\treasoning\x12F\n" +
 	"\n" +
-	"tool_calls\x18\x05 \x03(\v2\x1c.agentmesh.model.v1.ToolCallR\ttoolCalls\x12 \n" +
-	"\ftool_call_id\x18\x06 \x01(\tR\n" +
-	"toolCallId\x12\x1b\n" +
-	"\ttool_name\x18\a \x01(\tR\btoolName\"r\n" +
-	"\x04Tool\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"tool_calls\x18\x05 \x03(\v2\x1c.agentmesh.model.v1.ToolCallB\t\xbaH\x06\x92\x01\x03\x10\x80\x02R\ttoolCalls\x12*\n" +
+	"\ftool_call_id\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\n" +
+	"toolCallId\x12$\n" +
+	"\ttool_name\x18\a \x01(\tB\a\xbaH\x04r\x02\x18@R\btoolName\"\x90\x01\n" +
+	"\x04Tool\x120\n" +
+	"\x04name\x18\x01 \x01(\tB\x1c\xbaH\x19r\x172\x15^[a-zA-Z0-9_-]{1,64}$R\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x124\n" +
-	"\x16parameters_json_schema\x18\x03 \x01(\tR\x14parametersJsonSchema\"X\n" +
+	"\x16parameters_json_schema\x18\x03 \x01(\tR\x14parametersJsonSchema\"k\n" +
 	"\n" +
-	"ToolChoice\x126\n" +
-	"\x04mode\x18\x01 \x01(\x0e2\".agentmesh.model.v1.ToolChoiceModeR\x04mode\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\x8e\x01\n" +
-	"\x0eResponseFormat\x12:\n" +
-	"\x04type\x18\x01 \x01(\x0e2&.agentmesh.model.v1.ResponseFormatTypeR\x04type\x12\x1f\n" +
+	"ToolChoice\x12@\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\".agentmesh.model.v1.ToolChoiceModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04mode\x12\x1b\n" +
+	"\x04name\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18@R\x04name\"\xa2\x01\n" +
+	"\x0eResponseFormat\x12D\n" +
+	"\x04type\x18\x01 \x01(\x0e2&.agentmesh.model.v1.ResponseFormatTypeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04type\x12\x1f\n" +
 	"\vjson_schema\x18\x02 \x01(\tR\n" +
-	"jsonSchema\x12\x1f\n" +
-	"\vschema_name\x18\x03 \x01(\tR\n" +
-	"schemaName\"\xa5\x02\n" +
-	"\x11GenerationOptions\x12%\n" +
-	"\vtemperature\x18\x01 \x01(\x01H\x00R\vtemperature\x88\x01\x01\x12\x18\n" +
-	"\x05top_p\x18\x02 \x01(\x01H\x01R\x04topP\x88\x01\x01\x12\x18\n" +
-	"\x05top_k\x18\x03 \x01(\x05H\x02R\x04topK\x88\x01\x01\x12\"\n" +
+	"jsonSchema\x12)\n" +
+	"\vschema_name\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\n" +
+	"schemaName\"\x91\x03\n" +
+	"\x11GenerationOptions\x12>\n" +
+	"\vtemperature\x18\x01 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00\x00\x00@)\x00\x00\x00\x00\x00\x00\x00\x00H\x00R\vtemperature\x88\x01\x01\x121\n" +
+	"\x05top_p\x18\x02 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00\x00\xf0?)\x00\x00\x00\x00\x00\x00\x00\x00H\x01R\x04topP\x88\x01\x01\x12$\n" +
+	"\x05top_k\x18\x03 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00H\x02R\x04topK\x88\x01\x01\x12/\n" +
 	"\n" +
-	"max_tokens\x18\x04 \x01(\x05H\x03R\tmaxTokens\x88\x01\x01\x12\x12\n" +
-	"\x04stop\x18\x05 \x03(\tR\x04stop\x12\x17\n" +
-	"\x04seed\x18\x06 \x01(\x03H\x04R\x04seed\x88\x01\x01\x12\x1c\n" +
-	"\anum_ctx\x18\a \x01(\x05H\x05R\x06numCtx\x88\x01\x01B\x0e\n" +
+	"max_tokens\x18\x04 \x01(\x05B\v\xbaH\b\x1a\x06\x18\x80\x80@(\x01H\x03R\tmaxTokens\x88\x01\x01\x12%\n" +
+	"\x04stop\x18\x05 \x03(\tB\x11\xbaH\x0e\x92\x01\v\x10\x10\"\ar\x05\x10\x01\x18\x80\x02R\x04stop\x12\x17\n" +
+	"\x04seed\x18\x06 \x01(\x03H\x04R\x04seed\x88\x01\x01\x12*\n" +
+	"\anum_ctx\x18\a \x01(\x05B\f\xbaH\t\x1a\a\x18\x80\x80\x80\x02(\x01H\x05R\x06numCtx\x88\x01\x01B\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\b\n" +
 	"\x06_top_kB\r\n" +
 	"\v_max_tokensB\a\n" +
 	"\x05_seedB\n" +
 	"\n" +
-	"\b_num_ctx\"\x90\x01\n" +
+	"\b_num_ctx\"\xba\x01\n" +
 	"\x0fThinkingOptions\x12\x1d\n" +
-	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01\x12\x16\n" +
-	"\x06effort\x18\x02 \x01(\tR\x06effort\x12(\n" +
-	"\rbudget_tokens\x18\x03 \x01(\x05H\x01R\fbudgetTokens\x88\x01\x01B\n" +
+	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01\x123\n" +
+	"\x06effort\x18\x02 \x01(\tB\x1b\xbaH\x18\xd8\x01\x01r\x13R\x03lowR\x06mediumR\x04highR\x06effort\x125\n" +
+	"\rbudget_tokens\x18\x03 \x01(\x05B\v\xbaH\b\x1a\x06\x18\x80\x80@(\x01H\x01R\fbudgetTokens\x88\x01\x01B\n" +
 	"\n" +
 	"\b_enabledB\x10\n" +
-	"\x0e_budget_tokens\"\x9c\x03\n" +
-	"\vChatRequest\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\x127\n" +
-	"\bmessages\x18\x02 \x03(\v2\x1b.agentmesh.model.v1.MessageR\bmessages\x12.\n" +
-	"\x05tools\x18\x03 \x03(\v2\x18.agentmesh.model.v1.ToolR\x05tools\x12?\n" +
+	"\x0e_budget_tokens\"\xc1\x03\n" +
+	"\vChatRequest\x12!\n" +
+	"\x05model\x18\x01 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05model\x12D\n" +
+	"\bmessages\x18\x02 \x03(\v2\x1b.agentmesh.model.v1.MessageB\v\xbaH\b\x92\x01\x05\b\x01\x10\x90NR\bmessages\x129\n" +
+	"\x05tools\x18\x03 \x03(\v2\x18.agentmesh.model.v1.ToolB\t\xbaH\x06\x92\x01\x03\x10\x80\x01R\x05tools\x12?\n" +
 	"\vtool_choice\x18\x04 \x01(\v2\x1e.agentmesh.model.v1.ToolChoiceR\n" +
 	"toolChoice\x12K\n" +
 	"\x0fresponse_format\x18\x05 \x01(\v2\".agentmesh.model.v1.ResponseFormatR\x0eresponseFormat\x12?\n" +
@@ -1872,9 +1877,9 @@ const file_agentmesh_model_v1_model_proto_rawDesc = "" +
 	"\x0eprovider_model\x18\x05 \x01(\tR\rproviderModel\x12\x14\n" +
 	"\x05model\x18\x06 \x01(\tR\x05model\x12\x1a\n" +
 	"\battempts\x18\a \x01(\x05R\battempts\x123\n" +
-	"\alatency\x18\b \x01(\v2\x19.google.protobuf.DurationR\alatency\"N\n" +
-	"\x11ChatStreamRequest\x129\n" +
-	"\arequest\x18\x01 \x01(\v2\x1f.agentmesh.model.v1.ChatRequestR\arequest\"\xdf\x01\n" +
+	"\alatency\x18\b \x01(\v2\x19.google.protobuf.DurationR\alatency\"V\n" +
+	"\x11ChatStreamRequest\x12A\n" +
+	"\arequest\x18\x01 \x01(\v2\x1f.agentmesh.model.v1.ChatRequestB\x06\xbaH\x03\xc8\x01\x01R\arequest\"\xdf\x01\n" +
 	"\x12ChatStreamResponse\x12%\n" +
 	"\rcontent_delta\x18\x01 \x01(\tH\x00R\fcontentDelta\x12)\n" +
 	"\x0freasoning_delta\x18\x02 \x01(\tH\x00R\x0ereasoningDelta\x12;\n" +
@@ -1886,12 +1891,12 @@ const file_agentmesh_model_v1_model_proto_rawDesc = "" +
 	"\x05usage\x18\x02 \x01(\v2\x19.agentmesh.model.v1.UsageR\x05usage\x12\x1a\n" +
 	"\bprovider\x18\x03 \x01(\tR\bprovider\x12%\n" +
 	"\x0eprovider_model\x18\x04 \x01(\tR\rproviderModel\x12H\n" +
-	"\x13time_to_first_chunk\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x10timeToFirstChunk\"\\\n" +
-	"\fEmbedRequest\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
-	"\x06inputs\x18\x02 \x03(\tR\x06inputs\x12\x1e\n" +
+	"\x13time_to_first_chunk\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x10timeToFirstChunk\"\x83\x01\n" +
+	"\fEmbedRequest\x12!\n" +
+	"\x05model\x18\x01 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05model\x12#\n" +
+	"\x06inputs\x18\x02 \x03(\tB\v\xbaH\b\x92\x01\x05\b\x01\x10\x80\x10R\x06inputs\x12+\n" +
 	"\n" +
-	"dimensions\x18\x03 \x01(\x05R\n" +
+	"dimensions\x18\x03 \x01(\x05B\v\xbaH\b\x1a\x06\x18\x80\x80\x04(\x00R\n" +
 	"dimensions\"#\n" +
 	"\tEmbedding\x12\x16\n" +
 	"\x06values\x18\x01 \x03(\x02R\x06values\"\xc2\x01\n" +

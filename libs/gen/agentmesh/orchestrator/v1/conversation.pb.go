@@ -7,6 +7,7 @@
 package orchestratorv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	v1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -330,7 +331,7 @@ type CreateConversationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Owner scope. Required.
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
-	// Optional title.
+	// Optional title, at most 500 characters.
 	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
 	// Strategy name; empty = the configured default.
 	Strategy string `protobuf:"bytes,3,opt,name=strategy,proto3" json:"strategy,omitempty"`
@@ -552,7 +553,7 @@ type ListConversationsRequest struct {
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Only this caller's conversations; empty = all in scope.
 	Caller string `protobuf:"bytes,2,opt,name=caller,proto3" json:"caller,omitempty"`
-	// Page size, default 50, max 500.
+	// Page size, default 50; larger values are coerced to 500.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -772,7 +773,7 @@ type StreamMessageRequest struct {
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Conversation id. Required.
 	ConversationId string `protobuf:"bytes,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
-	// The user's text. Required.
+	// The user's text. Required, at most 256 KiB.
 	Content       string `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1465,7 +1466,7 @@ type SendMessageRequest struct {
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Conversation id. Required.
 	ConversationId string `protobuf:"bytes,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
-	// The user's text. Required.
+	// The user's text. Required, at most 256 KiB.
 	Content       string `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1728,7 +1729,7 @@ var File_agentmesh_orchestrator_v1_conversation_proto protoreflect.FileDescripto
 
 const file_agentmesh_orchestrator_v1_conversation_proto_rawDesc = "" +
 	"\n" +
-	",agentmesh/orchestrator/v1/conversation.proto\x12\x19agentmesh.orchestrator.v1\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x02\n" +
+	",agentmesh/orchestrator/v1/conversation.proto\x12\x19agentmesh.orchestrator.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x02\n" +
 	"\x13ConversationMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n" +
@@ -1759,36 +1760,36 @@ const file_agentmesh_orchestrator_v1_conversation_proto_rawDesc = "" +
 	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\x97\x01\n" +
+	"updateTime\"\xb4\x01\n" +
 	"\x19CreateConversationRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x14\n" +
-	"\x05title\x18\x02 \x01(\tR\x05title\x12\x1a\n" +
-	"\bstrategy\x18\x03 \x01(\tR\bstrategy\x12\x16\n" +
-	"\x06caller\x18\x04 \x01(\tR\x06caller\"i\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x1e\n" +
+	"\x05title\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xf4\x03R\x05title\x12#\n" +
+	"\bstrategy\x18\x03 \x01(\tB\a\xbaH\x04r\x02\x18@R\bstrategy\x12 \n" +
+	"\x06caller\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x06caller\"i\n" +
 	"\x1aCreateConversationResponse\x12K\n" +
-	"\fconversation\x18\x01 \x01(\v2'.agentmesh.orchestrator.v1.ConversationR\fconversation\"s\n" +
+	"\fconversation\x18\x01 \x01(\v2'.agentmesh.orchestrator.v1.ConversationR\fconversation\"\x80\x01\n" +
 	"\x16GetConversationRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12'\n" +
-	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\"f\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x124\n" +
+	"\x0fconversation_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x0econversationId\"f\n" +
 	"\x17GetConversationResponse\x12K\n" +
-	"\fconversation\x18\x01 \x01(\v2'.agentmesh.orchestrator.v1.ConversationR\fconversation\"\xa0\x01\n" +
+	"\fconversation\x18\x01 \x01(\v2'.agentmesh.orchestrator.v1.ConversationR\fconversation\"\xbd\x01\n" +
 	"\x18ListConversationsRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x16\n" +
-	"\x06caller\x18\x02 \x01(\tR\x06caller\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12 \n" +
+	"\x06caller\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x06caller\x12$\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\x92\x01\n" +
+	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"\x92\x01\n" +
 	"\x19ListConversationsResponse\x12M\n" +
 	"\rconversations\x18\x01 \x03(\v2'.agentmesh.orchestrator.v1.ConversationR\rconversations\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"v\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x83\x01\n" +
 	"\x19DeleteConversationRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12'\n" +
-	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\"\x1c\n" +
-	"\x1aDeleteConversationResponse\"\x8b\x01\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x124\n" +
+	"\x0fconversation_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x0econversationId\"\x1c\n" +
+	"\x1aDeleteConversationResponse\"\xa6\x01\n" +
 	"\x14StreamMessageRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12'\n" +
-	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x18\n" +
-	"\acontent\x18\x03 \x01(\tR\acontent\"\xc9\x04\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x124\n" +
+	"\x0fconversation_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x0econversationId\x12&\n" +
+	"\acontent\x18\x03 \x01(\tB\f\xbaH\t\xc8\x01\x01r\x04(\x80\x80\x10R\acontent\"\xc9\x04\n" +
 	"\x15StreamMessageResponse\x12Q\n" +
 	"\x0eresponse_chunk\x18\x01 \x01(\v2(.agentmesh.orchestrator.v1.ResponseChunkH\x00R\rresponseChunk\x12T\n" +
 	"\x0freasoning_chunk\x18\x02 \x01(\v2).agentmesh.orchestrator.v1.ReasoningChunkH\x00R\x0ereasoningChunk\x12R\n" +
@@ -1830,11 +1831,11 @@ const file_agentmesh_orchestrator_v1_conversation_proto_rawDesc = "" +
 	"\n" +
 	"ErrorEvent\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x89\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xa4\x01\n" +
 	"\x12SendMessageRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12'\n" +
-	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x18\n" +
-	"\acontent\x18\x03 \x01(\tR\acontent\"\xa3\x01\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x124\n" +
+	"\x0fconversation_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x0econversationId\x12&\n" +
+	"\acontent\x18\x03 \x01(\tB\f\xbaH\t\xc8\x01\x01r\x04(\x80\x80\x10R\acontent\"\xa3\x01\n" +
 	"\x13SendMessageResponse\x12H\n" +
 	"\amessage\x18\x01 \x01(\v2..agentmesh.orchestrator.v1.ConversationMessageR\amessage\x12B\n" +
 	"\tcompleted\x18\x02 \x01(\v2$.agentmesh.orchestrator.v1.CompletedR\tcompleted\"\x12\n" +

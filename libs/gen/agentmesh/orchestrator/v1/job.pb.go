@@ -7,6 +7,7 @@
 package orchestratorv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	v1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -340,11 +341,11 @@ type SubmitAnalysisRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Scope. Required.
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
-	// The question. Required.
+	// The question. Required, at most 8000 characters.
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
 	// Registered output schema name, e.g. "stock_analysis"; default "generic_analysis".
 	ResponseType string `protobuf:"bytes,3,opt,name=response_type,json=responseType,proto3" json:"response_type,omitempty"`
-	// Caller-supplied output JSON schema; overrides response_type.
+	// Caller-supplied output JSON schema; overrides response_type. At most 256 KiB.
 	OutputJsonSchema string `protobuf:"bytes,4,opt,name=output_json_schema,json=outputJsonSchema,proto3" json:"output_json_schema,omitempty"`
 	// Tools the planner may use; empty = all.
 	AllowedTools  []string `protobuf:"bytes,5,rep,name=allowed_tools,json=allowedTools,proto3" json:"allowed_tools,omitempty"`
@@ -579,7 +580,7 @@ type ListJobsRequest struct {
 	CreateTimeFrom *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time_from,json=createTimeFrom,proto3" json:"create_time_from,omitempty"`
 	// Created before.
 	CreateTimeTo *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time_to,json=createTimeTo,proto3" json:"create_time_to,omitempty"`
-	// Page size, default 50, max 500.
+	// Page size, default 50; larger values are coerced to 500.
 	PageSize int32 `protobuf:"varint,7,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response.
 	PageToken     string `protobuf:"bytes,8,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -1109,7 +1110,7 @@ var File_agentmesh_orchestrator_v1_job_proto protoreflect.FileDescriptor
 
 const file_agentmesh_orchestrator_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"#agentmesh/orchestrator/v1/job.proto\x12\x19agentmesh.orchestrator.v1\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\x05\n" +
+	"#agentmesh/orchestrator/v1/job.proto\x12\x19agentmesh.orchestrator.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\x05\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tparent_id\x18\x02 \x01(\tR\bparentId\x126\n" +
@@ -1129,51 +1130,52 @@ const file_agentmesh_orchestrator_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12:\n" +
-	"\bchildren\x18\x10 \x03(\v2\x1e.agentmesh.orchestrator.v1.JobR\bchildren\"\xd7\x01\n" +
+	"\bchildren\x18\x10 \x03(\v2\x1e.agentmesh.orchestrator.v1.JobR\bchildren\"\x8a\x02\n" +
 	"\x15SubmitAnalysisRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x14\n" +
-	"\x05query\x18\x02 \x01(\tR\x05query\x12#\n" +
-	"\rresponse_type\x18\x03 \x01(\tR\fresponseType\x12,\n" +
-	"\x12output_json_schema\x18\x04 \x01(\tR\x10outputJsonSchema\x12#\n" +
-	"\rallowed_tools\x18\x05 \x03(\tR\fallowedTools\"J\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12!\n" +
+	"\x05query\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\xc0>R\x05query\x12,\n" +
+	"\rresponse_type\x18\x03 \x01(\tB\a\xbaH\x04r\x02\x18@R\fresponseType\x127\n" +
+	"\x12output_json_schema\x18\x04 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x10R\x10outputJsonSchema\x125\n" +
+	"\rallowed_tools\x18\x05 \x03(\tB\x10\xbaH\r\x92\x01\n" +
+	"\x10@\"\x06r\x04\x10\x01\x18@R\fallowedTools\"J\n" +
 	"\x16SubmitAnalysisResponse\x120\n" +
-	"\x03job\x18\x01 \x01(\v2\x1e.agentmesh.orchestrator.v1.JobR\x03job\"X\n" +
+	"\x03job\x18\x01 \x01(\v2\x1e.agentmesh.orchestrator.v1.JobR\x03job\"e\n" +
 	"\rGetJobRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x15\n" +
-	"\x06job_id\x18\x02 \x01(\tR\x05jobId\"B\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\"\n" +
+	"\x06job_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05jobId\"B\n" +
 	"\x0eGetJobResponse\x120\n" +
-	"\x03job\x18\x01 \x01(\v2\x1e.agentmesh.orchestrator.v1.JobR\x03job\"\x9a\x03\n" +
+	"\x03job\x18\x01 \x01(\v2\x1e.agentmesh.orchestrator.v1.JobR\x03job\"\xcb\x03\n" +
 	"\x0fListJobsRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12<\n" +
-	"\x06status\x18\x02 \x01(\x0e2$.agentmesh.orchestrator.v1.JobStatusR\x06status\x126\n" +
-	"\x04type\x18\x03 \x01(\x0e2\".agentmesh.orchestrator.v1.JobTypeR\x04type\x12\x1b\n" +
-	"\tparent_id\x18\x04 \x01(\tR\bparentId\x12D\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12F\n" +
+	"\x06status\x18\x02 \x01(\x0e2$.agentmesh.orchestrator.v1.JobStatusB\b\xbaH\x05\x82\x01\x02\x10\x01R\x06status\x12@\n" +
+	"\x04type\x18\x03 \x01(\x0e2\".agentmesh.orchestrator.v1.JobTypeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04type\x12%\n" +
+	"\tparent_id\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bparentId\x12D\n" +
 	"\x10create_time_from\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0ecreateTimeFrom\x12@\n" +
-	"\x0ecreate_time_to\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fcreateTimeTo\x12\x1b\n" +
-	"\tpage_size\x18\a \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x0ecreate_time_to\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fcreateTimeTo\x12$\n" +
+	"\tpage_size\x18\a \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\b \x01(\tR\tpageToken\"n\n" +
+	"page_token\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"n\n" +
 	"\x10ListJobsResponse\x122\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x1e.agentmesh.orchestrator.v1.JobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x81\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8e\x01\n" +
 	"\x0fWatchJobRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x15\n" +
-	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12%\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\"\n" +
+	"\x06job_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05jobId\x12%\n" +
 	"\x0eafter_sequence\x18\x03 \x01(\x04R\rafterSequence\"U\n" +
 	"\bJobEvent\x120\n" +
 	"\x03job\x18\x01 \x01(\v2\x1e.agentmesh.orchestrator.v1.JobR\x03job\x12\x17\n" +
 	"\aroot_id\x18\x02 \x01(\tR\x06rootId\"i\n" +
 	"\x10WatchJobResponse\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x129\n" +
-	"\x05event\x18\x02 \x01(\v2#.agentmesh.orchestrator.v1.JobEventR\x05event\"[\n" +
+	"\x05event\x18\x02 \x01(\v2#.agentmesh.orchestrator.v1.JobEventR\x05event\"h\n" +
 	"\x10CancelJobRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x15\n" +
-	"\x06job_id\x18\x02 \x01(\tR\x05jobId\"E\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\"\n" +
+	"\x06job_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05jobId\"E\n" +
 	"\x11CancelJobResponse\x120\n" +
-	"\x03job\x18\x01 \x01(\v2\x1e.agentmesh.orchestrator.v1.JobR\x03job\"Z\n" +
+	"\x03job\x18\x01 \x01(\v2\x1e.agentmesh.orchestrator.v1.JobR\x03job\"g\n" +
 	"\x0fRetryJobRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x15\n" +
-	"\x06job_id\x18\x02 \x01(\tR\x05jobId\"D\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\"\n" +
+	"\x06job_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05jobId\"D\n" +
 	"\x10RetryJobResponse\x120\n" +
 	"\x03job\x18\x01 \x01(\v2\x1e.agentmesh.orchestrator.v1.JobR\x03job*\x93\x01\n" +
 	"\aJobType\x12\x18\n" +

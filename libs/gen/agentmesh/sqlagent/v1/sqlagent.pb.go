@@ -7,6 +7,7 @@
 package sqlagentv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	v1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -769,7 +770,7 @@ type SendInputRequest struct {
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Session id. Required.
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// Free text.
+	// Free text, at most 64 KiB.
 	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
 	// A value from the options of the previous reply.
 	Selection     string `protobuf:"bytes,4,opt,name=selection,proto3" json:"selection,omitempty"`
@@ -921,7 +922,7 @@ var File_agentmesh_sqlagent_v1_sqlagent_proto protoreflect.FileDescriptor
 
 const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\n" +
-	"$agentmesh/sqlagent/v1/sqlagent.proto\x12\x15agentmesh.sqlagent.v1\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"T\n" +
+	"$agentmesh/sqlagent/v1/sqlagent.proto\x12\x15agentmesh.sqlagent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"T\n" +
 	"\n" +
 	"Connection\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -956,28 +957,28 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"h\n" +
+	"updateTime\"r\n" +
 	"\x14CreateSessionRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x1e\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12(\n" +
 	"\n" +
-	"connection\x18\x02 \x01(\tR\n" +
+	"connection\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\n" +
 	"connection\"\xa0\x01\n" +
 	"\x15CreateSessionResponse\x128\n" +
 	"\asession\x18\x01 \x01(\v2\x1e.agentmesh.sqlagent.v1.SessionR\asession\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\x127\n" +
-	"\aoptions\x18\x03 \x03(\v2\x1d.agentmesh.sqlagent.v1.OptionR\aoptions\"d\n" +
+	"\aoptions\x18\x03 \x03(\v2\x1d.agentmesh.sqlagent.v1.OptionR\aoptions\"q\n" +
 	"\x11GetSessionRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x1d\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12*\n" +
 	"\n" +
-	"session_id\x18\x02 \x01(\tR\tsessionId\"N\n" +
+	"session_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\tsessionId\"N\n" +
 	"\x12GetSessionResponse\x128\n" +
-	"\asession\x18\x01 \x01(\v2\x1e.agentmesh.sqlagent.v1.SessionR\asession\"\x95\x01\n" +
+	"\asession\x18\x01 \x01(\v2\x1e.agentmesh.sqlagent.v1.SessionR\asession\"\xb7\x01\n" +
 	"\x10SendInputRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x1d\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12*\n" +
 	"\n" +
-	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\x12\x1c\n" +
-	"\tselection\x18\x04 \x01(\tR\tselection\"\xfe\x01\n" +
+	"session_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\tsessionId\x12\x1d\n" +
+	"\x04text\x18\x03 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04R\x04text\x12&\n" +
+	"\tselection\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tselection\"\xfe\x01\n" +
 	"\x11SendInputResponse\x128\n" +
 	"\asession\x18\x01 \x01(\v2\x1e.agentmesh.sqlagent.v1.SessionR\asession\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\x127\n" +

@@ -7,6 +7,7 @@
 package visionv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	v1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -156,7 +157,7 @@ type AnalyzeImagesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Scope. Required.
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
-	// Images. At least one.
+	// Images. At least one (at most VISION_MAX_IMAGES).
 	Images []*Image `protobuf:"bytes,2,rep,name=images,proto3" json:"images,omitempty"`
 	// The document text around the images, as context.
 	ContextText string `protobuf:"bytes,3,opt,name=context_text,json=contextText,proto3" json:"context_text,omitempty"`
@@ -383,17 +384,17 @@ var File_agentmesh_vision_v1_vision_proto protoreflect.FileDescriptor
 
 const file_agentmesh_vision_v1_vision_proto_rawDesc = "" +
 	"\n" +
-	" agentmesh/vision/v1/vision.proto\x12\x13agentmesh.vision.v1\x1a\x1fagentmesh/common/v1/scope.proto\"L\n" +
-	"\x05Image\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1b\n" +
-	"\tmime_type\x18\x03 \x01(\tR\bmimeType\"\x8d\x02\n" +
+	" agentmesh/vision/v1/vision.proto\x12\x13agentmesh.vision.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fagentmesh/common/v1/scope.proto\"`\n" +
+	"\x05Image\x12\x1c\n" +
+	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\x04name\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12%\n" +
+	"\tmime_type\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bmimeType\"\xac\x02\n" +
 	"\x14AnalyzeImagesRequest\x120\n" +
-	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x122\n" +
-	"\x06images\x18\x02 \x03(\v2\x1a.agentmesh.vision.v1.ImageR\x06images\x12!\n" +
-	"\fcontext_text\x18\x03 \x01(\tR\vcontextText\x12C\n" +
-	"\fcontent_type\x18\x04 \x01(\x0e2 .agentmesh.vision.v1.ContentTypeR\vcontentType\x12'\n" +
-	"\x0fgeneral_summary\x18\x05 \x01(\tR\x0egeneralSummary\"\xaf\x01\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12<\n" +
+	"\x06images\x18\x02 \x03(\v2\x1a.agentmesh.vision.v1.ImageB\b\xbaH\x05\x92\x01\x02\b\x01R\x06images\x12!\n" +
+	"\fcontext_text\x18\x03 \x01(\tR\vcontextText\x12M\n" +
+	"\fcontent_type\x18\x04 \x01(\x0e2 .agentmesh.vision.v1.ContentTypeB\b\xbaH\x05\x82\x01\x02\x10\x01R\vcontentType\x122\n" +
+	"\x0fgeneral_summary\x18\x05 \x01(\tB\t\xbaH\x06r\x04\x18\xa0\x8d\x06R\x0egeneralSummary\"\xaf\x01\n" +
 	"\rImageAnalysis\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x13general_description\x18\x02 \x01(\tR\x12generalDescription\x122\n" +
