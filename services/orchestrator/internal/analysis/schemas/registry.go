@@ -80,7 +80,7 @@ const genericAnalysisSchema = `{
         "additionalProperties": false,
         "properties": {
           "statement": {"type": "string"},
-          "source": {"type": "string", "description": "Tool the statement comes from"}
+          "source": {"type": "string", "description": "Where the statement comes from: a tool name, the heading of its result, or a document_id in that result"}
         },
         "required": ["statement", "source"]
       }
@@ -160,104 +160,70 @@ func (r *Registry) Resolve(name string, custom string) (*Output, error) {
 }
 
 // Output is an output schema: the full schema the final answer must
-// satisfy, and the reduced schema the model is asked to fill (without the
-// fields our code computes). It is immutable and safe for concurrent use.
+// satisfy and the schema the model is asked to fill. It is immutable and
+// safe for concurrent use.
+//
+// Whatever the caller's schema says, both declare the fields our code owns:
+// data_sources and data_gaps at the top level, and supported and
+// unsupported_reason beside every "source" property (see [FieldSupported]).
+// The full schema requires data_sources and data_gaps; the model's schema
+// requires none of them, and describes each as set by the service.
 type Output struct {
-	full  *Compiled
-	model string
-	// declares records which computed fields the schema declares.
-	declares map[string]bool
-	// closed is true when additionalProperties is false at the top level.
-	closed bool
+	source *Compiled // the schema as registered or supplied
+	full   *Compiled
+	model  string
 }
 
 // NewOutput compiles an output schema. It must describe a JSON object
 // ("type": "object"), since data_sources and data_gaps are merged into it.
 func NewOutput(name string, text []byte) (*Output, error) {
-	full, err := Compile(name, text)
+	source, err := Compile(name, text)
 	if err != nil {
 		return nil, err
 	}
-	if !full.DescribesObject() {
+	if !source.DescribesObject() {
 		return nil, fmt.Errorf(`%w: %s: an output schema must have "type": "object"`, ErrInvalidSchema, name)
 	}
-	o := &Output{full: full, declares: map[string]bool{}}
-	if ap, ok := full.doc["additionalProperties"].(bool); ok && !ap {
-		o.closed = true
-	}
-	props, _ := full.doc["properties"].(map[string]any)
-	for _, f := range []string{FieldDataSources, FieldDataGaps} {
-		_, o.declares[f] = props[f]
-	}
-	model, err := modelSchema(full.doc)
+	fullDoc, modelDoc := own(source.doc)
+	fullText, err := json.Marshal(fullDoc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidSchema, name, err)
 	}
-	o.model = model
-	return o, nil
+	full, err := Compile(name, fullText)
+	if err != nil {
+		return nil, err
+	}
+	model, err := json.Marshal(modelDoc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidSchema, name, err)
+	}
+	return &Output{source: source, full: full, model: string(model)}, nil
 }
 
 // Name returns the schema name.
 func (o *Output) Name() string { return o.full.Name() }
 
-// Text returns the full schema text.
-func (o *Output) Text() string { return o.full.Text() }
+// Text returns the schema text as registered or supplied.
+func (o *Output) Text() string { return o.source.Text() }
 
-// ModelSchema returns the schema the synthesis model is given: the full
-// schema without data_sources and data_gaps, which our code fills in.
+// FullText returns the schema every final answer satisfies: Text with the
+// fields our code owns declared.
+func (o *Output) FullText() string { return o.full.Text() }
+
+// ModelSchema returns the schema the synthesis model is given.
 func (o *Output) ModelSchema() string { return o.model }
 
 // Validate checks a final answer against the full schema.
 func (o *Output) Validate(v any) error { return o.full.Validate(v) }
 
 // Merge sets data_sources and data_gaps in out, replacing whatever the model
-// wrote there, unless the schema forbids the field (it is closed with
-// additionalProperties false and does not declare it); then the field is
-// removed. Nil slices become empty arrays.
+// wrote there. Nil slices become empty arrays.
 func (o *Output) Merge(out map[string]any, sources, gaps []string) {
 	for field, vals := range map[string][]string{FieldDataSources: sources, FieldDataGaps: gaps} {
-		if o.closed && !o.declares[field] {
-			delete(out, field)
-			continue
-		}
 		arr := make([]any, 0, len(vals))
 		for _, v := range vals {
 			arr = append(arr, v)
 		}
 		out[field] = arr
 	}
-}
-
-// modelSchema removes the computed fields from a schema's properties and
-// required list, returning the schema text. doc is not modified.
-func modelSchema(doc map[string]any) (string, error) {
-	cp := make(map[string]any, len(doc))
-	for k, v := range doc {
-		cp[k] = v
-	}
-	if props, ok := doc["properties"].(map[string]any); ok {
-		np := make(map[string]any, len(props))
-		for k, v := range props {
-			if k == FieldDataSources || k == FieldDataGaps {
-				continue
-			}
-			np[k] = v
-		}
-		cp["properties"] = np
-	}
-	if req, ok := doc["required"].([]any); ok {
-		nr := make([]any, 0, len(req))
-		for _, v := range req {
-			if v == FieldDataSources || v == FieldDataGaps {
-				continue
-			}
-			nr = append(nr, v)
-		}
-		cp["required"] = nr
-	}
-	b, err := json.Marshal(cp)
-	if err != nil {
-		return "", err
-	}
-	return string(b), nil
 }

@@ -3,6 +3,7 @@ package schemas
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -64,28 +65,87 @@ func TestStockAnalysisSchema(t *testing.T) {
 	}
 }
 
-func TestModelSchemaLeavesOutComputedFields(t *testing.T) {
+func TestModelSchemaDoesNotAskForComputedFields(t *testing.T) {
 	t.Parallel()
 	out, _ := NewRegistry().Get(StockAnalysis)
 	ms := decode(t, out.ModelSchema())
 	props := ms["properties"].(map[string]any)
 	for _, f := range []string{FieldDataSources, FieldDataGaps} {
-		if _, ok := props[f]; ok {
-			t.Errorf("model schema still has %s", f)
+		// Declared, so a model that writes them anyway is not rejected, and
+		// described as the service's to set; never required.
+		if d, _ := props[f].(map[string]any)["description"].(string); !strings.Contains(d, "Set by the service") {
+			t.Errorf("model schema's %s: %v", f, props[f])
 		}
 		for _, r := range ms["required"].([]any) {
 			if r == f {
-				t.Errorf("model schema still requires %s", f)
+				t.Errorf("model schema requires %s", f)
 			}
 		}
 	}
 	if _, ok := props["summary"]; !ok {
 		t.Error("model schema lost summary")
 	}
-	// The full schema is untouched.
-	if !strings.Contains(out.Text(), FieldDataGaps) {
-		t.Error("full schema lost data_gaps")
+	// The full schema requires them.
+	full := decode(t, out.FullText())
+	for _, f := range []string{FieldDataSources, FieldDataGaps} {
+		if !slices.Contains(full["required"].([]any), any(f)) {
+			t.Errorf("full schema does not require %s", f)
+		}
 	}
+}
+
+// TestComputedFieldsDeclaredInEverySchema: whatever a caller's schema
+// says, the answer may carry data_sources, data_gaps and, beside every
+// source at any depth, supported and unsupported_reason.
+func TestComputedFieldsDeclaredInEverySchema(t *testing.T) {
+	t.Parallel()
+	marked := map[string]any{
+		"title": "Q1", "source": "get_stock_price", "supported": false, "unsupported_reason": "why",
+	}
+	for _, tc := range []struct {
+		name, schema string
+		answer       map[string]any
+	}{
+		{"closed, without the fields", `{"type":"object","additionalProperties":false,"properties":{"a":{"type":"string"}},"required":["a"]}`,
+			map[string]any{"a": "x"}},
+		{"declares data_sources as a string", `{"type":"object","additionalProperties":false,"properties":{"data_sources":{"type":"string"},"data_gaps":{"type":"array","minItems":3}}}`,
+			map[string]any{}},
+		{"claims nested in items", `{"type":"object","additionalProperties":false,"properties":{"sections":{"type":"array","items":{"type":"object","additionalProperties":false,
+			"properties":{"claims":{"type":"array","items":{"type":"object","additionalProperties":false,"properties":{"title":{"type":"string"},"source":{"type":"string"}}}}}}}}}`,
+			map[string]any{"sections": []any{map[string]any{"claims": []any{marked}}}}},
+		{"claims behind $ref", `{"type":"object","additionalProperties":false,"$defs":{"claim":{"type":"object","additionalProperties":false,"properties":{"title":{"type":"string"},"source":{"type":"string"}}}},
+			"properties":{"main":{"$ref":"#/$defs/claim"}}}`,
+			map[string]any{"main": marked}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := NewOutput(Custom, []byte(tc.schema))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := decode(t, mustJSON(t, tc.answer))
+			out.Merge(a, []string{"get_stock_price"}, nil)
+			if err := out.Validate(a); err != nil {
+				t.Errorf("answer with the computed fields rejected: %v", err)
+			}
+			delete(a, FieldDataGaps)
+			if err := out.Validate(a); err == nil || !strings.Contains(err.Error(), FieldDataGaps) {
+				t.Errorf("answer without data_gaps: %v", err)
+			}
+			if out.Text() != tc.schema {
+				t.Error("Text is not the schema as supplied")
+			}
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestMergeOverridesModel(t *testing.T) {
@@ -104,16 +164,15 @@ func TestMergeOverridesModel(t *testing.T) {
 		t.Errorf("merged answer invalid: %v", err)
 	}
 
-	// A closed caller schema that does not declare the fields does not get
-	// them (it would not validate); an open one does.
+	// A closed caller schema that does not declare the fields gets them.
 	closed, err := NewOutput(Custom, []byte(`{"type":"object","additionalProperties":false,"properties":{"a":{"type":"string"}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cm := map[string]any{"a": "x", "data_gaps": []any{"x"}}
 	closed.Merge(cm, nil, []string{"gap"})
-	if _, ok := cm["data_gaps"]; ok || closed.Validate(cm) != nil {
-		t.Errorf("closed schema merge = %v", cm)
+	if g, _ := cm["data_gaps"].([]any); len(g) != 1 || g[0] != "gap" || closed.Validate(cm) != nil {
+		t.Errorf("closed schema merge = %v: %v", cm, closed.Validate(cm))
 	}
 	open, _ := NewOutput(Custom, []byte(`{"type":"object"}`))
 	om := map[string]any{}
