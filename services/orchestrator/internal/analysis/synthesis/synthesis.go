@@ -2,8 +2,9 @@
 // with a JSON-schema response format that may only format the tool results
 // it is given. The answer is validated against the output schema after our
 // code has merged in data_sources (tools that returned data) and data_gaps
-// (tools that failed, were cancelled or returned nothing) — those two are
-// never left to the model.
+// (tools that failed, were cancelled or returned nothing), and checked the
+// source of every claim against what the tools returned ([CheckSources]) —
+// none of this is left to the model.
 package synthesis
 
 import (
@@ -29,6 +30,8 @@ CRITICAL RULES:
 - Use ONLY data from the tool results below. Add nothing from your own knowledge.
 - If a value is not in the tool results, use null (where the schema allows it) and say so in the summary.
 - Some tools failed or returned nothing; they are listed as missing data. Report that honestly; never fill the gap.
+- Where the schema has a "source" field, write exactly one of: the tool name, the heading of the result (after ###), or a document_id that appears in that result. A claim whose source is anything else is marked unsupported.
+- data_sources, data_gaps, supported and unsupported_reason are set by the service; you need not fill them.
 - Answer with one JSON value that follows the output schema exactly.`
 
 // Outcome is what one tool job ended with.
@@ -91,9 +94,10 @@ func New(model Model, logicalModel string) *Synthesizer {
 var ErrInvalidOutput = errors.New("synthesis output invalid")
 
 // Synthesize asks the model to answer query from outcomes in the shape of
-// out, merges data_sources and data_gaps, and validates the result. It
-// returns the answer, or the model error, or an error wrapping
-// [ErrInvalidOutput] that says what did not validate.
+// out, merges data_sources and data_gaps, marks each claim's source
+// supported or not ([CheckSources]), and validates the result. It returns
+// the answer, or the model error, or an error wrapping [ErrInvalidOutput]
+// that says what did not validate.
 func (s *Synthesizer) Synthesize(ctx context.Context, query string, out *schemas.Output, outcomes []Outcome) (map[string]any, error) {
 	sources, gaps := Coverage(outcomes)
 	resp, err := s.model.Chat(ctx, &modelv1.ChatRequest{
@@ -119,6 +123,7 @@ func (s *Synthesizer) Synthesize(ctx context.Context, query string, out *schemas
 		return nil, fmt.Errorf("synthesis failed: %w: answer is not a JSON object: %q", ErrInvalidOutput, clip(content, 200))
 	}
 	out.Merge(answer, sources, gaps)
+	CheckSources(answer, outcomes)
 	if err := out.Validate(answer); err != nil {
 		return nil, fmt.Errorf("synthesis failed: %w: %w", ErrInvalidOutput, err)
 	}
