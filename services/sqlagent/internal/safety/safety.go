@@ -1,23 +1,30 @@
 // Package safety decides whether a SQL text is a single read-only query that
-// the SQL agent may run.
+// the SQL agent may run. It is the first lock: fast, database-free, and the
+// one that gives the clearest messages. The second lock asks the engine
+// itself (package connections: PostgreSQL's catalog for every function a
+// statement calls, SQLite's authorizer), and reads then run read-only.
 //
-// The check works on tokens, not on the raw string: comments, string
-// literals, quoted identifiers and dollar-quoted bodies are read by a
-// tokenizer first, so a keyword hidden in a literal does not trip it and a
-// statement hidden behind a comment does not slip through. On the tokens it
-// enforces: exactly one statement (a trailing semicolon is fine); the
-// statement is a query (SELECT, VALUES, WITH ... SELECT, possibly
-// parenthesised, compound with UNION/INTERSECT/EXCEPT); every common table
-// expression is itself a query (PostgreSQL allows DML there); no
-// data-changing or schema-changing keyword anywhere (INSERT, UPDATE, DELETE,
-// MERGE, DROP, CREATE, ALTER, TRUNCATE, ATTACH, PRAGMA, SELECT ... INTO, ...);
-// no row locking; no bind parameters; and no call of a function that writes,
-// reads the server's files, sleeps, or runs SQL text of its own.
+// The check works on tokens, not on the raw string. The tokenizer follows
+// each dialect's own lexer (PostgreSQL, SQLite, MySQL): comments (nested in
+// PostgreSQL, MySQL's # and /*! code */), every string form (E'..',
+// U&'..' UESCAPE, $tag$..$tag$, X'..'), every identifier form ("..",
+// U&".." UESCAPE, [..], `..`), and it decodes identifiers before any
+// decision, so U&"\0070g_sleep" is pg_sleep and [load_extension] is
+// load_extension. Where the reading of a text depends on a server setting
+// (a backslash before a quote) or a dialect rule it cannot mirror, it
+// refuses rather than guesses.
 //
-// The checker is deliberately conservative: when it cannot read something
-// with certainty (an unterminated literal, a nested block comment whose end
-// the two dialects disagree on) it refuses. The connections package also
-// runs queries in read-only mode, so this is the first of two locks.
+// On the tokens it enforces: exactly one statement (a trailing semicolon is
+// fine); the statement is a query (SELECT, VALUES, WITH ... SELECT, TABLE
+// on PostgreSQL, possibly parenthesised, compound with
+// UNION/INTERSECT/EXCEPT); every common table expression is itself a query
+// (PostgreSQL allows DML there); no data-changing or schema-changing
+// keyword anywhere (INSERT, UPDATE, DELETE, MERGE, DROP, CREATE, ALTER,
+// TRUNCATE, ATTACH, PRAGMA, SELECT ... INTO, LISTEN, PREPARE, ...); no row
+// locking; no bind parameters or variables; no call of a function that
+// writes, reads the server's files, sleeps, takes locks, signals other
+// sessions or runs SQL text of its own; and on SQLite no PRAGMA table
+// function outside a short read-only list, with or without parentheses.
 package safety
 
 import (
@@ -51,41 +58,51 @@ func reject(off int, format string, args ...any) error {
 // string literals are not words, so a column "update" or a value 'drop' is
 // fine).
 var forbiddenWords = map[string]string{
-	"INSERT":    "INSERT changes data",
-	"UPDATE":    "UPDATE changes data",
-	"DELETE":    "DELETE changes data",
-	"MERGE":     "MERGE changes data",
-	"UPSERT":    "UPSERT changes data",
-	"REPLACE":   "REPLACE changes data", // replace(...) the function is allowed, see Check
-	"DROP":      "DROP changes the schema",
-	"CREATE":    "CREATE changes the schema",
-	"ALTER":     "ALTER changes the schema",
-	"TRUNCATE":  "TRUNCATE deletes data",
-	"RENAME":    "RENAME changes the schema",
-	"GRANT":     "GRANT changes permissions",
-	"REVOKE":    "REVOKE changes permissions",
-	"ATTACH":    "ATTACH opens another database",
-	"DETACH":    "DETACH changes the open databases",
-	"PRAGMA":    "PRAGMA changes or inspects database settings",
-	"VACUUM":    "VACUUM rewrites the database",
-	"REINDEX":   "REINDEX rebuilds indexes",
-	"ANALYZE":   "ANALYZE writes statistics (and EXPLAIN ANALYZE runs the statement)",
-	"COPY":      "COPY reads or writes files",
-	"CALL":      "CALL runs a procedure",
-	"EXECUTE":   "EXECUTE runs a prepared statement",
-	"EXEC":      "EXEC runs a procedure",
-	"INTO":      "SELECT ... INTO creates a table",
-	"OUTFILE":   "INTO OUTFILE writes a file",
-	"DUMPFILE":  "INTO DUMPFILE writes a file",
-	"LOCK":      "LOCK takes table locks",
-	"NOTIFY":    "NOTIFY sends notifications",
-	"SAVEPOINT": "transaction control is not allowed",
-	"COMMIT":    "transaction control is not allowed",
-	"ROLLBACK":  "transaction control is not allowed",
+	"INSERT":     "INSERT changes data",
+	"UPDATE":     "UPDATE changes data",
+	"DELETE":     "DELETE changes data",
+	"MERGE":      "MERGE changes data",
+	"UPSERT":     "UPSERT changes data",
+	"REPLACE":    "REPLACE changes data", // replace(...) the function is allowed, see Check
+	"DROP":       "DROP changes the schema",
+	"CREATE":     "CREATE changes the schema",
+	"ALTER":      "ALTER changes the schema",
+	"TRUNCATE":   "TRUNCATE deletes data",
+	"RENAME":     "RENAME changes the schema",
+	"GRANT":      "GRANT changes permissions",
+	"REVOKE":     "REVOKE changes permissions",
+	"ATTACH":     "ATTACH opens another database",
+	"DETACH":     "DETACH changes the open databases",
+	"PRAGMA":     "PRAGMA changes or inspects database settings",
+	"VACUUM":     "VACUUM rewrites the database",
+	"REINDEX":    "REINDEX rebuilds indexes",
+	"ANALYZE":    "ANALYZE writes statistics (and EXPLAIN ANALYZE runs the statement)",
+	"COPY":       "COPY reads or writes files",
+	"CALL":       "CALL runs a procedure",
+	"EXECUTE":    "EXECUTE runs a prepared statement",
+	"EXEC":       "EXEC runs a procedure",
+	"INTO":       "SELECT ... INTO creates a table",
+	"OUTFILE":    "INTO OUTFILE writes a file",
+	"DUMPFILE":   "INTO DUMPFILE writes a file",
+	"LOCK":       "LOCK takes table locks",
+	"NOTIFY":     "NOTIFY sends notifications",
+	"SAVEPOINT":  "transaction control is not allowed",
+	"COMMIT":     "transaction control is not allowed",
+	"ROLLBACK":   "transaction control is not allowed",
+	"LISTEN":     "LISTEN subscribes the session to notifications",
+	"UNLISTEN":   "UNLISTEN changes the session's subscriptions",
+	"PREPARE":    "PREPARE leaves a prepared statement in the session",
+	"DEALLOCATE": "DEALLOCATE changes the session's prepared statements",
+	"DISCARD":    "DISCARD resets session state",
+	"REFRESH":    "REFRESH MATERIALIZED VIEW rewrites data",
+	"CLUSTER":    "CLUSTER rewrites a table",
+	"CHECKPOINT": "CHECKPOINT is a server operation",
+	"LOAD":       "LOAD loads code or data",
+	"HANDLER":    "HANDLER opens a table cursor",
 }
 
 // queryStarts are the words a query (or a parenthesised part of one) may
-// start with.
+// start with; TABLE t (the whole table) is a query in PostgreSQL.
 var queryStarts = map[string]bool{"SELECT": true, "WITH": true, "VALUES": true}
 
 // Check returns sql as one statement without its trailing semicolons and
@@ -116,10 +133,10 @@ func Check(sql string, d Dialect) (string, error) {
 	if len(toks) == 0 {
 		return "", reject(-1, "the SQL is empty")
 	}
-	if err := checkQuery(toks); err != nil {
+	if err := checkQuery(toks, d); err != nil {
 		return "", err
 	}
-	if err := checkTokens(toks); err != nil {
+	if err := checkTokens(toks, d); err != nil {
 		return "", err
 	}
 	return strings.TrimSpace(sql[:stmtEnd]), nil
@@ -128,7 +145,7 @@ func Check(sql string, d Dialect) (string, error) {
 // checkQuery checks the statement's shape: it must be a query, and every
 // parenthesised sub-part that starts a statement (a CTE body, a subquery)
 // must be a query too. Parentheses must balance.
-func checkQuery(toks []token) error {
+func checkQuery(toks []token, d Dialect) error {
 	depth := 0
 	for _, t := range toks {
 		switch {
@@ -149,7 +166,7 @@ func checkQuery(toks []token) error {
 	for i < len(toks) && toks[i].punct("(") {
 		i++
 	}
-	if i == len(toks) || toks[i].kind != kWord || !queryStarts[toks[i].text] {
+	if i == len(toks) || toks[i].kind != kWord || !(queryStarts[toks[i].text] || (d == Postgres && toks[i].text == "TABLE")) {
 		first := toks[min(i, len(toks)-1)]
 		if first.kind != kWord {
 			return reject(first.pos, "a query starts with SELECT or WITH, not %q", first.text)
@@ -157,14 +174,14 @@ func checkQuery(toks []token) error {
 		return reject(first.pos, "only SELECT queries are allowed, not %s statements", first.text)
 	}
 	if toks[i].is("WITH") {
-		return checkWith(toks[i+1:])
+		return checkWith(toks[i+1:], d)
 	}
 	return nil
 }
 
 // checkWith checks "[RECURSIVE] name [(cols)] AS [[NOT] MATERIALIZED] (query), ...
 // query" (the tokens after WITH).
-func checkWith(toks []token) error {
+func checkWith(toks []token, d Dialect) error {
 	i := 0
 	if i < len(toks) && toks[i].is("RECURSIVE") {
 		i++
@@ -194,7 +211,7 @@ func checkWith(toks []token) error {
 		if close == i+1 {
 			return reject(toks[i].pos, "empty common table expression")
 		}
-		if err := checkQuery(toks[i+1 : close]); err != nil {
+		if err := checkQuery(toks[i+1:close], d); err != nil {
 			return err
 		}
 		i = close + 1
@@ -207,7 +224,7 @@ func checkWith(toks []token) error {
 	if i >= len(toks) {
 		return reject(-1, "WITH must be followed by a query")
 	}
-	return checkQuery(toks[i:])
+	return checkQuery(toks[i:], d)
 }
 
 // matching returns the index of the parenthesis closing toks[open]; the
@@ -236,8 +253,9 @@ func posOf(toks []token, i int) int {
 }
 
 // checkTokens refuses forbidden keywords, row locking, bind parameters and
-// dangerous function calls anywhere in the statement.
-func checkTokens(toks []token) error {
+// variables, dangerous function calls and (SQLite) PRAGMA table functions
+// anywhere in the statement.
+func checkTokens(toks []token, d Dialect) error {
 	for i, t := range toks {
 		next := token{kind: kPunct, pos: -1}
 		if i+1 < len(toks) {
@@ -245,6 +263,9 @@ func checkTokens(toks []token) error {
 		}
 		switch t.kind {
 		case kParam:
+			if d == MySQL && strings.HasPrefix(t.text, "@") {
+				return reject(t.pos, "variables (%s) are not allowed", t.text)
+			}
 			return reject(t.pos, "bind parameters (%s) are not supported; write the value into the query", t.text)
 		case kWord:
 			if t.text == "REPLACE" && next.punct("(") {
@@ -257,9 +278,20 @@ func checkTokens(toks []token) error {
 				return reject(t.pos, "row locking (FOR SHARE/KEY) is not allowed")
 			}
 		}
-		if (t.kind == kWord || t.kind == kQuotedID) && next.punct("(") {
-			if reason := dangerousFunction(strings.ToLower(t.text)); reason != "" {
-				return reject(t.pos, "function %s() is not allowed: %s", strings.ToLower(t.text), reason)
+		if name := t.name(); name != "" && next.punct("(") {
+			if reason := dangerousFunction(name, d); reason != "" {
+				return reject(t.pos, "function %s() is not allowed: %s", name, reason)
+			}
+		}
+		if d == SQLite {
+			// A PRAGMA table function needs no parentheses (FROM
+			// pragma_table_list) and SQLite takes a string as a table name.
+			name := t.name()
+			if t.kind == kString {
+				name = strings.ToLower(t.value)
+			}
+			if reason := pragmaFunction(name); reason != "" {
+				return reject(t.pos, "%s is not allowed: %s", name, reason)
 			}
 		}
 	}

@@ -50,11 +50,13 @@ func TestRejectsWritesAndTricks(t *testing.T) {
 		{"set_config", "SELECT set_config('search_path', 'evil', false)", safety.Postgres, "set_config"},
 		{"query_to_xml", "SELECT query_to_xml('DELETE FROM t', true, true, '')", safety.Postgres, "query_to_xml"},
 		{"dblink_exec", "SELECT dblink_exec('host=x', 'DROP TABLE t')", safety.Postgres, "dblink_exec"},
-		{"pragma function", "SELECT * FROM pragma_table_info('Artist')", safety.SQLite, "pragma_table_info"},
+		{"pragma function", "SELECT * FROM pragma_database_list()", safety.SQLite, "pragma_database_list"},
+		{"pragma function without parentheses", "SELECT * FROM pragma_compile_options", safety.SQLite, "pragma_compile_options"},
 		{"copy", "COPY (SELECT 1) TO '/tmp/x'", safety.Postgres, "only SELECT"},
 		{"unterminated string", "SELECT 'abc", safety.SQLite, "unterminated"},
 		{"unterminated comment", "SELECT 1 /* DROP TABLE t", safety.SQLite, "unterminated"},
-		{"nested comment", "SELECT 1 /* /* */ ; DROP TABLE t; -- */", safety.Postgres, "nested"},
+		{"comment that SQLite ends early", "SELECT 1 /* /* */ ; DROP TABLE t; -- */", safety.SQLite, "one statement"},
+		{"nested comment in MySQL", "SELECT 1 /* /* */ ; DROP TABLE t; -- */", safety.MySQL, "nested"},
 		{"dollar quote hides statement end", "SELECT $x$ ; $x$; DROP TABLE t", safety.Postgres, "one statement"},
 		{"backslash escape string", `SELECT E'\''; DROP TABLE t; --'`, safety.Postgres, "one statement"},
 		{"bind parameter", "SELECT * FROM Artist WHERE ArtistId = ?", safety.SQLite, "bind parameters"},
@@ -105,6 +107,8 @@ func TestAcceptsReadOnlyQueries(t *testing.T) {
 		{"blob literal", "SELECT X'00ff' AS b", safety.SQLite, ""},
 		{"unicode identifiers", "SELECT nombre_artístico FROM artistas", safety.SQLite, ""},
 		{"substring from for", "SELECT substring(name FROM 1 FOR 3) FROM t", safety.Postgres, ""},
+		{"nested comment in PostgreSQL", "SELECT 1 /* /* */ ; DROP TABLE t; -- */", safety.Postgres, ""},
+		{"read-only pragma function", "SELECT name FROM pragma_table_info('Artist')", safety.SQLite, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
