@@ -339,8 +339,8 @@ func replayAll(t *testing.T, in *infra, runID string, afterSeq uint64, want int)
 	var out []*classifierv1.RunEvent
 	errDone := errors.New("done")
 	err = bus.Replay(ctx, events.StreamEvents, runevents.SubjectFilter(testScope.GetTenantId(), runID), afterSeq,
-		func(seq uint64, env *commonv1.Event) error {
-			ev, err := runevents.Decode(seq, env)
+		func(_ uint64, env *commonv1.Event) error {
+			ev, err := runevents.Decode(env)
 			if err != nil {
 				return err
 			}

@@ -40,8 +40,9 @@ func TestHappyPath(t *testing.T) {
 	if got := types(evs); !slices.Equal(got[:4], wantStart) || got[len(got)-1] != runevents.AwaitingFetchApproval {
 		t.Fatalf("start stream %v", got)
 	}
+	// Events are numbered within their run: 1, 2, 3...
 	for i, e := range evs {
-		if e.GetRunId() != runID || e.GetSequence() == 0 || (i > 0 && e.GetSequence() <= evs[i-1].GetSequence()) || e.GetTime() == nil {
+		if e.GetRunId() != runID || e.GetSequence() != uint64(i)+1 || e.GetTime() == nil {
 			t.Fatalf("event %d %s: run %q seq %d time %v", i, e.GetType(), e.GetRunId(), e.GetSequence(), e.GetTime())
 		}
 	}
@@ -120,6 +121,13 @@ func TestHappyPath(t *testing.T) {
 	}
 	if !sawSecondFetch {
 		t.Error("the run never fetched a further page for approval")
+	}
+	// The streams of one run, one after the other, number its events
+	// without a gap or a repeat.
+	for i, e := range all {
+		if e.GetSequence() != uint64(i)+1 {
+			t.Fatalf("event %d (%s) has sequence %d", i, e.GetType(), e.GetSequence())
+		}
 	}
 	done := last(t, all, runevents.RunCompleted)
 	if done.GetLogMessage() != "Classification completed! 6 conversations classified." {

@@ -97,11 +97,15 @@ func decode(id string, raw bson.Raw) (Record, error) {
 		if s, ok := raw.Lookup("state").StringValueOK(); ok {
 			cerr.State = statemachine.State(s)
 		}
+		if n, ok := raw.Lookup("event_count").AsInt64OK(); ok && n > 0 {
+			cerr.EventCount = uint64(n)
+		}
 		return Record{}, cerr
 	}
 	corrupt := func(format string, args ...any) error {
 		return &CorruptError{
 			ID: h.ID, State: statemachine.State(h.State), Version: h.Version, StopReason: h.StopReason,
+			EventCount: uint64(max(h.EventCount, 0)),
 			CreateTime: h.CreateTime, UpdateTime: h.UpdateTime, Cause: fmt.Errorf(format, args...),
 		}
 	}
@@ -142,7 +146,10 @@ func decode(id string, raw bson.Raw) (Record, error) {
 	if err := consistent(run); err != nil {
 		return Record{}, corrupt("%w", err)
 	}
-	rec := Record{Run: run, Version: h.Version, LastEventID: h.LastEventID}
+	if h.EventCount < 0 {
+		return Record{}, corrupt("event_count %d is negative", h.EventCount)
+	}
+	rec := Record{Run: run, Version: h.Version, LastEventID: h.LastEventID, EventCount: uint64(h.EventCount)}
 	if h.Lease != nil {
 		rec.Lease = &Lease{Owner: h.Lease.Owner, ExpiresAt: h.Lease.ExpiresAt}
 	}

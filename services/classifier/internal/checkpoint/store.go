@@ -2,7 +2,8 @@
 // MongoDB document per run, after every transition.
 //
 // The document has a header (id, scope, state, version, schema_version,
-// lease, last event id, times), the run context under "context", and the
+// lease, last event id, event count, times), the run context under
+// "context", and the
 // run's pending events under "outbox" (libs/events per-document outbox).
 // Every write is a single-document update guarded by the version it read
 // (optimistic concurrency, mongox.UpdateVersioned): the new state, the
@@ -11,6 +12,11 @@
 //
 // The lease ({owner, expires_at}) marks the one executor driving the run;
 // it is taken, renewed and released with the same versioned writes.
+//
+// The event count numbers the run's events: the writer of a checkpoint
+// gives its events the sequences after Record.EventCount (see
+// runevents.Event.Envelope), and the write adds them to the count, so the
+// numbers a run's events carry are 1, 2, 3... with no gap or repeat.
 //
 // A finished run whose events are all published is moved to an archive
 // collection (Drained, called by the events relay once a run's
@@ -75,6 +81,8 @@ type CorruptError struct {
 	Version int64
 	// StopReason is the header's stop reason, if any.
 	StopReason string
+	// EventCount is the header's event count (0 if unreadable).
+	EventCount uint64
 	// CreateTime and UpdateTime are the header's times.
 	CreateTime, UpdateTime time.Time
 	// Cause says what could not be decoded.
@@ -113,6 +121,9 @@ type Record struct {
 	Lease *Lease
 	// LastEventID is the id of the last event written for the run.
 	LastEventID string
+	// EventCount is how many events were written for the run: the last
+	// one's per-run sequence.
+	EventCount uint64
 }
 
 // Store reads and writes checkpoints. It is safe for concurrent use.
@@ -200,6 +211,7 @@ type header struct {
 	State         string    `bson:"state"`
 	StopReason    string    `bson:"stop_reason"`
 	LastEventID   string    `bson:"last_event_id"`
+	EventCount    int64     `bson:"event_count"`
 	Lease         *leaseDoc `bson:"lease"`
 	CreateTime    time.Time `bson:"create_time"`
 	UpdateTime    time.Time `bson:"update_time"`
@@ -224,7 +236,8 @@ func lastID(entries []events.OutboxEntry) string {
 	return entries[len(entries)-1].ID
 }
 
-// Create inserts a new run at version 1 with its first events and lease.
+// Create inserts a new run at version 1 with its first events (numbered
+// from 1) and lease.
 func (s *Store) Create(ctx context.Context, run statemachine.Run, lease *Lease, entries []events.OutboxEntry) (Record, error) {
 	now := s.now().UTC()
 	run.CreateTime, run.UpdateTime = now, now
@@ -240,6 +253,7 @@ func (s *Store) Create(ctx context.Context, run statemachine.Run, lease *Lease, 
 		{Key: "state", Value: string(run.State)},
 		{Key: "stop_reason", Value: run.StopReason},
 		{Key: "last_event_id", Value: lastID(entries)},
+		{Key: "event_count", Value: int64(len(entries))},
 		{Key: "lease", Value: toLeaseDoc(lease)},
 		{Key: "create_time", Value: now},
 		{Key: "update_time", Value: now},
@@ -249,12 +263,12 @@ func (s *Store) Create(ctx context.Context, run statemachine.Run, lease *Lease, 
 	if _, err := s.coll.InsertOne(ctx, d); err != nil {
 		return Record{}, fmt.Errorf("checkpoint: create %s: %w", run.ID, mongox.Translate(err))
 	}
-	return Record{Run: run, Version: 1, Lease: lease, LastEventID: lastID(entries)}, nil
+	return Record{Run: run, Version: 1, Lease: lease, LastEventID: lastID(entries), EventCount: uint64(len(entries))}, nil
 }
 
 // Commit writes run as the new checkpoint of the document read at version,
-// with the given lease (nil releases it) and appends entries to its outbox,
-// all in one write. It returns the new record, or ErrConflict when the
+// with the given lease (nil releases it) and appends entries (numbered from
+// rec.EventCount+1) to its outbox, all in one write. It returns the new record, or ErrConflict when the
 // document moved past version, ErrNotFound when it does not exist.
 func (s *Store) Commit(ctx context.Context, rec Record, run statemachine.Run, lease *Lease, entries []events.OutboxEntry) (Record, error) {
 	now := s.now().UTC()
@@ -268,10 +282,11 @@ func (s *Store) Commit(ctx context.Context, rec Record, run statemachine.Run, le
 		"update_time":    now,
 		"lease":          toLeaseDoc(lease),
 	}
-	last := rec.LastEventID
+	last, count := rec.LastEventID, rec.EventCount
 	if len(entries) > 0 {
-		last = lastID(entries)
+		last, count = lastID(entries), count+uint64(len(entries))
 		set["last_event_id"] = last
+		set["event_count"] = int64(count)
 	}
 	update := bson.M{"$set": set}
 	if len(entries) > 0 {
@@ -287,7 +302,7 @@ func (s *Store) Commit(ctx context.Context, rec Record, run statemachine.Run, le
 		}
 		return Record{}, err
 	}
-	return Record{Run: run, Version: rec.Version + 1, Lease: lease, LastEventID: last}, nil
+	return Record{Run: run, Version: rec.Version + 1, Lease: lease, LastEventID: last, EventCount: count}, nil
 }
 
 // RenewLease extends the lease of the record's run, keeping everything else.
@@ -319,21 +334,23 @@ func (s *Store) updateVersioned(ctx context.Context, scope *commonv1.Scope, id s
 
 // MarkCorrupt stops a run whose checkpoint cannot be decoded: it sets the
 // header's state to Stopped with the reason, releases any lease and appends
-// the events, leaving the undecodable context in place for inspection. It
-// is guarded by the header's version when that was readable.
-func (s *Store) MarkCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *CorruptError, reason string, entries []events.OutboxEntry) (string, error) {
+// the events (numbered from cerr.EventCount+1), leaving the undecodable
+// context in place for inspection. It is guarded by the header's version
+// when that was readable. It returns the new event count.
+func (s *Store) MarkCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *CorruptError, reason string, entries []events.OutboxEntry) (uint64, error) {
 	now := s.now().UTC()
+	count := cerr.EventCount + uint64(len(entries))
 	set := bson.M{
 		"state": string(statemachine.Stopped), "stop_reason": reason, "update_time": now,
-		"lease": nil, "last_event_id": lastID(entries),
+		"lease": nil, "last_event_id": lastID(entries), "event_count": int64(count),
 	}
 	update := bson.M{"$set": set, "$push": events.OutboxPush(entries...)}
 	s.finish(cerr.ID)
 	if err := s.markCorrupt(ctx, scope, cerr, set, update); err != nil {
 		s.unfinish(cerr.ID)
-		return "", err
+		return 0, err
 	}
-	return lastID(entries), nil
+	return count, nil
 }
 
 // markCorrupt writes MarkCorrupt's update, guarded by the header's version

@@ -41,11 +41,13 @@ func machine(t testing.TB) statemachine.Machine {
 	return m
 }
 
+// outbox wraps a transition's events, numbered from 1: the store counts
+// them but does not read the numbers.
 func outbox(t testing.TB, tr statemachine.Transition) []events.OutboxEntry {
 	t.Helper()
 	var out []events.OutboxEntry
-	for _, e := range tr.Events {
-		entry, err := e.Envelope(scope, tr.Run.ID)
+	for i, e := range tr.Events {
+		entry, err := e.Envelope(scope, tr.Run.ID, uint64(i)+1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,6 +108,9 @@ func TestRoundTripKeepsTheWholeContext(t *testing.T) {
 	}
 	if got.Version != 2 || got.Lease != nil || got.LastEventID != rec.LastEventID || got.Run.CreateTime.IsZero() {
 		t.Errorf("header: version %d lease %v last %q/%q", got.Version, got.Lease, got.LastEventID, rec.LastEventID)
+	}
+	if want := uint64(len(start.Events) + len(tr.Events)); got.EventCount != want || rec.EventCount != want {
+		t.Errorf("event count: loaded %d, committed %d, want %d", got.EventCount, rec.EventCount, want)
 	}
 	if _, err := s.Load(ctx, &commonv1.Scope{TenantId: "globex", ProjectId: "p"}, "run-1"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("load from another scope: %v", err)
@@ -304,8 +309,12 @@ func TestLoadRefusesDamage(t *testing.T) {
 			}
 			// The run can be stopped from what the header says.
 			stop := m.Corrupt(id, cerr.State, cerr.Cause)
-			if _, err := s.MarkCorrupt(ctx, scope, cerr, stop.Run.StopReason, outbox(t, stop)); err != nil {
+			count, err := s.MarkCorrupt(ctx, scope, cerr, stop.Run.StopReason, outbox(t, stop))
+			if err != nil {
 				t.Fatalf("MarkCorrupt: %v", err)
+			}
+			if count != uint64(len(stop.Events)) {
+				t.Errorf("MarkCorrupt: event count %d after %d events", count, len(stop.Events))
 			}
 			// Afterwards the run reads as Stopped with the reason: either
 			// still undecodable, or decodable now that no state-specific

@@ -3,11 +3,13 @@
 // gRPC status codes, and streams a run's events to the caller.
 //
 // A stream's events are read back from JetStream (the relay publishes them
-// from the run's checkpoint outbox), not handed over in memory: each carries
-// its JetStream sequence, so the gateway can use it as the SSE event id and a
-// client that reconnects replays exactly what it missed. The stream ends once
-// the executor has stopped (the run waits for a human, finished, or failed)
-// and its last recorded event has been sent.
+// from the run's checkpoint outbox), not handed over in memory. Each carries
+// its sequence within its run (1, 2, 3...: numbered when the checkpoint
+// records it, never the JetStream sequence, which all tenants share), so
+// the gateway uses it as the SSE event id and a client that reconnects
+// (ResumeRun's after_sequence) replays exactly what it missed. The stream
+// ends once the executor has stopped (the run waits for a human, finished,
+// or failed) and its last recorded event has been sent.
 package grpcapi
 
 import (
@@ -113,7 +115,7 @@ func (s *Server) StartRun(req *classifierv1.StartRunRequest, stream classifierv1
 	case !utf8.ValidString(instruction):
 		return grpcx.InvalidArgument("instruction", "is not valid UTF-8")
 	}
-	return s.drive(ctx, scope, 0, func() (*runner.Drive, error) { return s.runner.Start(ctx, scope, instruction) }, func(ev *classifierv1.RunEvent) error {
+	return s.drive(ctx, scope, "", 0, func() (*runner.Drive, error) { return s.runner.Start(ctx, scope, instruction) }, func(ev *classifierv1.RunEvent) error {
 		return stream.Send(&classifierv1.StartRunResponse{Event: ev})
 	})
 }
@@ -129,7 +131,7 @@ func (s *Server) ResumeRun(req *classifierv1.ResumeRunRequest, stream classifier
 	if err != nil {
 		return err
 	}
-	return s.drive(ctx, scope, req.GetAfterSequence(), func() (*runner.Drive, error) { return s.runner.Resume(ctx, scope, id) }, func(ev *classifierv1.RunEvent) error {
+	return s.drive(ctx, scope, id, req.GetAfterSequence(), func() (*runner.Drive, error) { return s.runner.Resume(ctx, scope, id) }, func(ev *classifierv1.RunEvent) error {
 		return stream.Send(&classifierv1.ResumeRunResponse{Event: ev})
 	})
 }
@@ -156,7 +158,7 @@ func (s *Server) SendCommand(req *classifierv1.SendCommandRequest, stream classi
 	if feedback != "" && cmd != statemachine.RejectFetch && cmd != statemachine.RejectBatch {
 		return grpcx.InvalidArgument("feedback", "only RejectFetch and RejectBatch take feedback")
 	}
-	return s.drive(ctx, scope, 0, func() (*runner.Drive, error) { return s.runner.Command(ctx, scope, id, cmd, feedback) }, func(ev *classifierv1.RunEvent) error {
+	return s.drive(ctx, scope, id, 0, func() (*runner.Drive, error) { return s.runner.Command(ctx, scope, id, cmd, feedback) }, func(ev *classifierv1.RunEvent) error {
 		return stream.Send(&classifierv1.SendCommandResponse{Event: ev})
 	})
 }
@@ -283,26 +285,30 @@ func (s *Server) ImportConversations(ctx context.Context, req *classifierv1.Impo
 // drive notes where the event stream ends, runs start (which moves the run
 // on and returns once it waits or ends), and forwards the run's events
 // from that point: what every streaming RPC of the service does. With
-// after > 0 (ResumeRun's after_sequence) the run's events stored after that
-// sequence come first: the stream ends only once the executor's last event
-// was sent, and every resume records at least one event, after all those
-// already stored.
-func (s *Server) drive(ctx context.Context, scope *commonv1.Scope, after uint64, start func() (*runner.Drive, error), send func(*classifierv1.RunEvent) error) error {
+// after > 0 (ResumeRun's after_sequence, a per-run sequence of run id) the
+// run's events after that one come first: the stream ends only once the
+// executor's last event was sent, and every resume records at least one
+// event, after all those already stored.
+func (s *Server) drive(ctx context.Context, scope *commonv1.Scope, id string, after uint64, start func() (*runner.Drive, error), send func(*classifierv1.RunEvent) error) error {
 	from, err := s.tail(ctx)
 	if err != nil {
 		return err
 	}
-	if after > from {
-		return grpcx.InvalidArgument("after_sequence", "is past the end of the event stream (%d): use the sequence of an event this run streamed", from)
-	}
 	if after > 0 {
-		from = after
+		// A run that cannot be read is left to start, which reports it.
+		if rec, err := s.checkpoints.Load(ctx, scope, id); err == nil && after > rec.EventCount {
+			return grpcx.InvalidArgument("after_sequence", "run %s has %d events: use the sequence of an event it streamed", id, rec.EventCount)
+		}
+		// The run's events are read from the start of the stream (its
+		// subject filter skips other runs'); forward drops those up to
+		// after.
+		from = 0
 	}
 	d, err := start()
 	if err != nil {
 		return toStatus(err)
 	}
-	return s.forward(ctx, scope, d, from, send)
+	return s.forward(ctx, scope, d, from, after, send)
 }
 
 // tail returns the events stream's last sequence: a request's stream
@@ -319,30 +325,28 @@ func (s *Server) tail(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
-type streamed struct {
-	id string
-	ev *classifierv1.RunEvent
-}
-
-// forward sends the run's events stored after sequence from, as JetStream
-// returns them, until the executor has stopped and its last recorded event
-// was sent. If the client goes away the executor carries on; the run's
-// events stay in JetStream for a replay.
-func (s *Server) forward(ctx context.Context, scope *commonv1.Scope, drive *runner.Drive, from uint64, send func(*classifierv1.RunEvent) error) error {
+// forward sends the run's events stored after JetStream sequence from, as
+// JetStream returns them, skipping any whose run sequence is not past the
+// highest sent so far (starting at after): the events a reconnecting client
+// already has, and an event the relay published twice. It returns once the
+// executor has stopped and its last recorded event was sent. If the client
+// goes away the executor carries on; the run's events stay in JetStream
+// for a replay.
+func (s *Server) forward(ctx context.Context, scope *commonv1.Scope, drive *runner.Drive, from, after uint64, send func(*classifierv1.RunEvent) error) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch := make(chan streamed)
+	ch := make(chan *classifierv1.RunEvent)
 	replayErr := make(chan error, 1)
 	go func() {
 		replayErr <- s.bus.Replay(rctx, events.StreamEvents, runevents.SubjectFilter(scope.GetTenantId(), drive.RunID), from,
-			func(seq uint64, env *commonv1.Event) error {
-				ev, err := runevents.Decode(seq, env)
+			func(_ uint64, env *commonv1.Event) error {
+				ev, err := runevents.Decode(env)
 				if err != nil {
 					s.log.Warn("skipped undecodable run event", slog.String("run_id", drive.RunID), slog.Any("error", err))
 					return nil
 				}
 				select {
-				case ch <- streamed{id: env.GetId(), ev: ev}:
+				case ch <- ev:
 					return nil
 				case <-rctx.Done():
 					return rctx.Err()
@@ -350,27 +354,31 @@ func (s *Server) forward(ctx context.Context, scope *commonv1.Scope, drive *runn
 			})
 	}()
 
-	seen := map[string]bool{}
+	sent := after
 	done := drive.Done()
 	var (
-		last     string
+		last     uint64
 		driveErr error
 		deadline <-chan time.Time
 	)
 	for {
 		select {
-		case it := <-ch:
-			if err := send(it.ev); err != nil {
+		case ev := <-ch:
+			// Sequence 0: an event from before runs numbered theirs.
+			if seq := ev.GetSequence(); seq != 0 && seq <= sent {
+				continue
+			}
+			if err := send(ev); err != nil {
 				return err
 			}
-			seen[it.id] = true
-			if done == nil && it.id == last {
+			sent = max(sent, ev.GetSequence())
+			if done == nil && sent >= last {
 				return driveStatus(drive.RunID, driveErr)
 			}
 		case <-done:
 			done = nil
 			last, driveErr = drive.Result()
-			if last == "" || seen[last] {
+			if sent >= last {
 				return driveStatus(drive.RunID, driveErr)
 			}
 			timer := time.NewTimer(s.flushTimeout)

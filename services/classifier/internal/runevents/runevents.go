@@ -112,7 +112,7 @@ func Value(data any) (*structpb.Value, error) {
 }
 
 // Proto returns e as a RunEvent of run runID (without sequence and time,
-// which the envelope and the stream provide).
+// which Envelope adds).
 func (e Event) Proto(runID string) (*classifierv1.RunEvent, error) {
 	v, err := Value(e.Data)
 	if err != nil {
@@ -123,12 +123,16 @@ func (e Event) Proto(runID string) (*classifierv1.RunEvent, error) {
 
 // Envelope wraps e in the mesh's event envelope with a fresh id, the run id
 // as correlation id and the RunEvent as payload, and returns it with its
-// outbox entry for the run's subject.
-func (e Event) Envelope(scope *commonv1.Scope, runID string) (events.OutboxEntry, error) {
+// outbox entry for the run's subject. seq is the event's position in its
+// run (1 for the run's first event): the id clients see and reconnect
+// with. It is numbered per run, not taken from the JetStream stream that
+// all tenants share, so an id tells nothing about other runs' activity.
+func (e Event) Envelope(scope *commonv1.Scope, runID string, seq uint64) (events.OutboxEntry, error) {
 	re, err := e.Proto(runID)
 	if err != nil {
 		return events.OutboxEntry{}, err
 	}
+	re.Sequence = seq
 	env, err := events.NewEvent(e.Type, Source, scope, runID, re)
 	if err != nil {
 		return events.OutboxEntry{}, err
@@ -140,9 +144,11 @@ func (e Event) Envelope(scope *commonv1.Scope, runID string) (events.OutboxEntry
 	return events.OutboxEntryFor(Subject(scope.GetTenantId(), runID, e.Type), env)
 }
 
-// Decode extracts the RunEvent from an envelope read back from JetStream,
-// stamping it with the stream sequence and the envelope's time.
-func Decode(seq uint64, env *commonv1.Event) (*classifierv1.RunEvent, error) {
+// Decode extracts the RunEvent from an envelope read back from JetStream.
+// Its sequence is the per-run one Envelope recorded (0 for an event
+// written before runs numbered their events); a missing time is taken from
+// the envelope.
+func Decode(env *commonv1.Event) (*classifierv1.RunEvent, error) {
 	re := &classifierv1.RunEvent{}
 	if env.GetPayload() == nil {
 		return nil, fmt.Errorf("runevents: event %s has no payload", env.GetId())
@@ -150,7 +156,6 @@ func Decode(seq uint64, env *commonv1.Event) (*classifierv1.RunEvent, error) {
 	if err := env.GetPayload().UnmarshalTo(re); err != nil {
 		return nil, fmt.Errorf("runevents: event %s: %w", env.GetId(), err)
 	}
-	re.Sequence = seq
 	if re.GetTime() == nil {
 		re.Time = env.GetTime()
 	}

@@ -54,7 +54,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	e := Event{Type: AwaitingFetchApproval, LogMessage: "Waiting", Data: map[string]any{
 		"fetchedData": map[string]any{"conversationIds": []string{"a", "b"}, "conversationCount": 2},
 	}}
-	entry, err := e.Envelope(scope, "run-1")
+	entry, err := e.Envelope(scope, "run-1", 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,12 +68,12 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	if env.GetId() != entry.ID || env.GetType() != AwaitingFetchApproval || env.GetCorrelationId() != "run-1" || env.GetSource() != Source {
 		t.Errorf("envelope %v", env)
 	}
-	re, err := Decode(42, env)
+	re, err := Decode(env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids := re.GetData().GetStructValue().GetFields()["fetchedData"].GetStructValue().GetFields()["conversationIds"].GetListValue().AsSlice()
-	if re.GetSequence() != 42 || re.GetLogMessage() != "Waiting" || re.GetRunId() != "run-1" || len(ids) != 2 || re.GetTime() == nil {
+	if re.GetSequence() != 7 || re.GetLogMessage() != "Waiting" || re.GetRunId() != "run-1" || len(ids) != 2 || re.GetTime() == nil {
 		t.Errorf("decoded %v", re)
 	}
 	delta, err := Event{Type: SummaryDelta, Data: "text"}.Proto("r")

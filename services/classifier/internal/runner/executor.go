@@ -35,9 +35,9 @@ func (e *executor) current() checkpoint.Record {
 	return e.rec
 }
 
-// run steps the run until it waits or finishes. It returns the last event
-// id recorded and, if it stopped early, why.
-func (e *executor) run(ctx context.Context, cancel context.CancelCauseFunc) (string, error) {
+// run steps the run until it waits or finishes. It returns the sequence of
+// the last event recorded and, if it stopped early, why.
+func (e *executor) run(ctx context.Context, cancel context.CancelCauseFunc) (uint64, error) {
 	hbCtx, stopHeartbeat := context.WithCancel(ctx)
 	hbDone := make(chan struct{})
 	go func() {
@@ -52,7 +52,7 @@ func (e *executor) run(ctx context.Context, cancel context.CancelCauseFunc) (str
 	for {
 		rec := e.current()
 		if rec.Run.State.Waiting() || rec.Run.State.Finished() {
-			return rec.LastEventID, nil
+			return rec.EventCount, nil
 		}
 		if ctx.Err() != nil {
 			stop()
@@ -85,7 +85,7 @@ func (e *executor) run(ctx context.Context, cancel context.CancelCauseFunc) (str
 // executor (a Stop, or a takeover after the lease expired) it re-reads the
 // run and lets go quietly if someone finished it. Otherwise it releases the
 // lease, so a resume can continue at once from the last checkpoint.
-func (e *executor) abandon(ctx context.Context, cause error) (string, error) {
+func (e *executor) abandon(ctx context.Context, cause error) (uint64, error) {
 	rec := e.current()
 	if c := context.Cause(ctx); c != nil && (errors.Is(c, errStopped) || errors.Is(c, errLeaseLost)) {
 		cause = c
@@ -96,12 +96,12 @@ func (e *executor) abandon(ctx context.Context, cause error) (string, error) {
 		errors.Is(cause, errStopped) || errors.Is(cause, errLeaseLost) {
 		now, err := e.r.deps.Checkpoints.Load(rctx, scopeOf(rec.Run), rec.Run.ID)
 		if err == nil && now.Run.State.Finished() {
-			return now.LastEventID, nil
+			return now.EventCount, nil
 		}
 		if err == nil {
-			return now.LastEventID, fmt.Errorf("run %s was taken over by another executor: %w", rec.Run.ID, ErrBusy)
+			return now.EventCount, fmt.Errorf("run %s was taken over by another executor: %w", rec.Run.ID, ErrBusy)
 		}
-		return rec.LastEventID, fmt.Errorf("run %s changed under its executor: %w", rec.Run.ID, cause)
+		return rec.EventCount, fmt.Errorf("run %s changed under its executor: %w", rec.Run.ID, cause)
 	}
 	e.mu.Lock()
 	released, err := e.r.deps.Checkpoints.Commit(rctx, e.rec, e.rec.Run, nil, nil)
@@ -112,7 +112,7 @@ func (e *executor) abandon(ctx context.Context, cause error) (string, error) {
 	if err != nil {
 		e.r.log.Warn("could not release run lease; it expires on its own", slog.String("run_id", rec.Run.ID), slog.Any("error", err))
 	}
-	return rec.LastEventID, cause
+	return rec.EventCount, cause
 }
 
 // heartbeat renews the lease during long steps. A renewal that finds the

@@ -154,11 +154,11 @@ type Drive struct {
 	RunID string
 
 	done chan struct{}
-	last string
+	last uint64
 	err  error
 }
 
-func finished(runID, last string, err error) *Drive {
+func finished(runID string, last uint64, err error) *Drive {
 	d := &Drive{RunID: runID, done: make(chan struct{}), last: last, err: err}
 	close(d.done)
 	return d
@@ -167,10 +167,10 @@ func finished(runID, last string, err error) *Drive {
 // Done is closed when the executor has stopped.
 func (d *Drive) Done() <-chan struct{} { return d.done }
 
-// Result returns, once Done is closed, the id of the last event the run's
-// checkpoint recorded (a stream forwards events until it has sent that one)
-// and the error that stopped the executor early, if any.
-func (d *Drive) Result() (lastEventID string, err error) {
+// Result returns, once Done is closed, the per-run sequence of the last
+// event the run's checkpoint recorded (a stream forwards events until it
+// has sent that one) and the error that stopped the executor early, if any.
+func (d *Drive) Result() (lastSeq uint64, err error) {
 	<-d.done
 	return d.last, d.err
 }
@@ -179,11 +179,12 @@ func scopeOf(run statemachine.Run) *commonv1.Scope {
 	return &commonv1.Scope{TenantId: run.TenantID, ProjectId: run.ProjectID}
 }
 
-// entries wraps a transition's events for the outbox.
-func entries(ctx context.Context, scope *commonv1.Scope, runID string, evs []runevents.Event) ([]events.OutboxEntry, error) {
+// entries wraps a transition's events for the outbox, numbering them after
+// the count events already written for the run.
+func entries(ctx context.Context, scope *commonv1.Scope, runID string, count uint64, evs []runevents.Event) ([]events.OutboxEntry, error) {
 	out := make([]events.OutboxEntry, 0, len(evs))
-	for _, e := range evs {
-		entry, err := e.Envelope(scope, runID)
+	for i, e := range evs {
+		entry, err := e.Envelope(scope, runID, count+uint64(i)+1)
 		if err != nil {
 			return nil, err
 		}
@@ -200,7 +201,7 @@ func (r *Runner) newOwner() string { return r.cfg.Instance + "/" + uuid.NewStrin
 
 // commit writes a transition and runs the post-commit duties.
 func (r *Runner) commit(ctx context.Context, rec checkpoint.Record, t statemachine.Transition, lease *checkpoint.Lease) (checkpoint.Record, error) {
-	ents, err := entries(ctx, scopeOf(t.Run), t.Run.ID, t.Events)
+	ents, err := entries(ctx, scopeOf(t.Run), t.Run.ID, rec.EventCount, t.Events)
 	if err != nil {
 		return checkpoint.Record{}, err
 	}
@@ -226,7 +227,7 @@ func (r *Runner) hook(ctx context.Context, rec checkpoint.Record) {
 func (r *Runner) Start(ctx context.Context, scope *commonv1.Scope, instruction string) (*Drive, error) {
 	id := uuid.NewString()
 	t := r.deps.Machine.Start(id, scope.GetTenantId(), scope.GetProjectId(), instruction)
-	ents, err := entries(ctx, scope, id, t.Events)
+	ents, err := entries(ctx, scope, id, 0, t.Events)
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +263,7 @@ func (r *Runner) stopCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *c
 		return nil, fmt.Errorf("%w (%s)", &statemachine.StateError{What: "resume", State: statemachine.Stopped}, cerr.StopReason)
 	}
 	t := r.deps.Machine.Corrupt(cerr.ID, cerr.State, cerr.Cause)
-	ents, err := entries(ctx, scope, cerr.ID, t.Events)
+	ents, err := entries(ctx, scope, cerr.ID, cerr.EventCount, t.Events)
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +310,7 @@ func (r *Runner) Resume(ctx context.Context, scope *commonv1.Scope, id string) (
 			return nil, r.busy(id, err)
 		}
 		r.hook(ctx, next)
-		return finished(id, next.LastEventID, nil), nil
+		return finished(id, next.EventCount, nil), nil
 	}
 	owner := r.newOwner()
 	next, err := r.commit(ctx, rec, t, r.lease(owner))
@@ -377,7 +378,7 @@ func (r *Runner) stop(ctx context.Context, scope *commonv1.Scope, id string) (*D
 		}
 		r.cancelLocal(id)
 		r.hook(ctx, next)
-		return finished(id, next.LastEventID, nil), nil
+		return finished(id, next.EventCount, nil), nil
 	}
 	return nil, &BusyError{RunID: id}
 }
@@ -399,7 +400,7 @@ func (r *Runner) cancelLocal(id string) {
 // the post-commit hook and starts the executor. Registering first lets a
 // Stop that lands meanwhile cancel the executor before it does any work.
 func (r *Runner) claim(ctx context.Context, rec checkpoint.Record, owner string) *Drive {
-	d := &Drive{RunID: rec.Run.ID, done: make(chan struct{}), last: rec.LastEventID}
+	d := &Drive{RunID: rec.Run.ID, done: make(chan struct{}), last: rec.EventCount}
 	ectx, cancel := context.WithCancelCause(r.base)
 	self := &localExec{cancel: cancel}
 	r.mu.Lock()
