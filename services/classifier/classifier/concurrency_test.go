@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
 	"github.com/agentmesh/agentmesh/libs/testkit"
@@ -35,7 +36,9 @@ func batchAnswer(m *meshtest.Models, ids []string, truth map[string]string, dela
 }
 
 // Two resumes of the same run, or two commands, racing: exactly one drives
-// the run; the other is refused with ABORTED (HTTP 409 at the gateway).
+// the run. The other resume waits for it and then re-emits the approval
+// request the run now waits for; the other command is refused with ABORTED
+// (HTTP 409 at the gateway).
 func TestConcurrentResumesAndCommands(t *testing.T) {
 	t.Parallel()
 	in := newInfra(t)
@@ -91,13 +94,21 @@ func TestConcurrentResumesAndCommands(t *testing.T) {
 		return winners, losers
 	}
 
+	batchesBefore := len(in.models.Calls().Batches)
 	winners, losers := race(2, func() ([]*classifierv1.RunEvent, error) { return resume(b.client, testCtx(t), runID) })
-	if len(winners) != 1 || len(losers) != 1 {
-		t.Fatalf("%d resumes proceeded, %d refused (%v); want exactly one each", len(winners), len(losers), losers)
+	if len(winners) != 2 || len(losers) != 0 {
+		t.Fatalf("%d resumes proceeded, %d refused (%v); want both to proceed, one after the other", len(winners), len(losers), losers)
 	}
-	expectCode(t, losers[0], codes.Aborted, "RUN_BUSY")
-	if got := types(winners[0]); got[0] != runevents.RunResumed || got[len(got)-1] != runevents.AwaitingBatchApproval {
-		t.Errorf("winning resume streamed %v", got)
+	for _, evs := range winners {
+		if got := types(evs); !has(evs, runevents.RunResumed) || got[len(got)-1] != runevents.AwaitingBatchApproval {
+			t.Errorf("resume streamed %v", got)
+		}
+	}
+	if n := len(in.models.Calls().Batches) - batchesBefore; n != 1 {
+		t.Errorf("the batch was classified %d times by the two resumes, want once", n)
+	}
+	if r := getRun(t, b.client, runID); r.GetState() != classifierv1.RunState_RUN_STATE_AWAITING_BATCH_APPROVAL || len(r.GetPendingBatch()) != 2 {
+		t.Fatalf("run after the resumes: %v", r)
 	}
 
 	winners, losers = race(2, func() ([]*classifierv1.RunEvent, error) {
@@ -166,7 +177,8 @@ func TestUndecodableCheckpointStopsTheRun(t *testing.T) {
 }
 
 // A step longer than the lease keeps the run: the executor renews its lease
-// meanwhile, so a resume is still refused after the TTL has passed.
+// meanwhile, so a resume that waits one TTL for it is still refused, saying
+// the run is being executed.
 func TestLeaseRenewedDuringLongSteps(t *testing.T) {
 	t.Parallel()
 	in := newInfra(t)
@@ -174,7 +186,7 @@ func TestLeaseRenewedDuringLongSteps(t *testing.T) {
 	ids := importSample(t, s.client)
 	truth := sampleLabels(ids)
 	in.models.ScriptPlans(meshtest.NewPlan(2, nil))
-	slow := batchAnswer(in.models, ids[:2], truth, 2500*time.Millisecond)
+	slow := batchAnswer(in.models, ids[:2], truth, 5*time.Second)
 	runID, _ := startRun(t, s.client, "classify")
 	approved := make(chan []*classifierv1.RunEvent, 1)
 	go func() {
@@ -188,8 +200,13 @@ func TestLeaseRenewedDuringLongSteps(t *testing.T) {
 	started := time.Now()
 	// Once the TTL has passed, the lease must still be held (renewed).
 	testkit.Eventually(t, 5*time.Second, func() bool { return time.Since(started) > 1500*time.Millisecond }, "lease TTL passed")
+	asked := time.Now()
 	_, err := resume(s.client, testCtx(t), runID)
+	waited := time.Since(asked)
 	expectCode(t, err, codes.Aborted, "RUN_BUSY")
+	if !strings.Contains(status.Convert(err).Message(), "being executed") || waited < time.Second || waited > 3*time.Second {
+		t.Errorf("resume answered after %s (lease TTL 1s): %v", waited, err)
+	}
 	evs := <-approved
 	if time.Since(started) < time.Second || slow.Hits() != 1 || !has(evs, runevents.AwaitingBatchApproval) {
 		t.Errorf("the slow step did not finish as the lease holder: %v", types(evs))

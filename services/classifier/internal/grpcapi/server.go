@@ -120,7 +120,8 @@ func (s *Server) StartRun(req *classifierv1.StartRunRequest, stream classifierv1
 	})
 }
 
-// ResumeRun continues a run from its checkpoint.
+// ResumeRun continues a run from its checkpoint. While another executor
+// holds the run it waits, up to one lease TTL, before any event is sent.
 func (s *Server) ResumeRun(req *classifierv1.ResumeRunRequest, stream classifierv1.ClassifierService_ResumeRunServer) error {
 	ctx := stream.Context()
 	scope, err := grpcx.Scope(ctx, req.GetScope())

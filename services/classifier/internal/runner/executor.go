@@ -115,8 +115,10 @@ func (e *executor) abandon(ctx context.Context, cause error) (uint64, error) {
 	return rec.EventCount, cause
 }
 
-// heartbeat renews the lease during long steps. A renewal that finds the
-// run changed cancels the executor: someone stopped or took the run.
+// heartbeat renews the lease every third of its TTL for as long as the
+// executor works, so the lease outlives no executor by more than one TTL
+// however long a step (a model call) takes. A renewal that finds the run
+// changed cancels the executor: someone stopped or took the run.
 func (e *executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) {
 	t := time.NewTicker(max(e.r.cfg.LeaseTTL/3, 10*time.Millisecond))
 	defer t.Stop()

@@ -8,10 +8,16 @@
 //
 // The executor driving a run holds a lease in the run's checkpoint: taken
 // with a versioned write when a run starts, resumes or receives a command;
-// renewed with every checkpoint and by a heartbeat during long steps; and
-// released in the write that makes the run wait or finish. A second resume
-// or command while the lease is held, or one that loses the race for it,
-// fails with ErrBusy (the API answers ABORTED). An executor whose write finds
+// renewed with every checkpoint and by a heartbeat every third of the lease
+// TTL while the executor works (a model call included, whatever its
+// timeout); and released in the write that makes the run wait or finish.
+// So the lease of an executor that died lapses at most one TTL after its
+// last renewal. A command while the lease is held, or one that loses the
+// race for it, fails with ErrBusy (the API answers ABORTED). A resume waits
+// instead, up to one TTL, for the lease to be released or to lapse, and then
+// takes the run over: the resume a client sends after a crash succeeds
+// without retries. Only a holder that is alive and keeps renewing makes it
+// fail with ErrBusy. An executor whose write finds
 // the version moved on has lost the run: it re-reads the checkpoint and
 // stops driving (a Stop command wins that way: it is written regardless of
 // the lease, and the executor finds the run Stopped).
@@ -63,12 +69,19 @@ type BusyError struct {
 	// Until is when the holder's lease expires (zero if the race was lost
 	// on a write).
 	Until time.Time
+	// Waited is how long a resume waited for the lease before giving up
+	// (zero: it did not wait).
+	Waited time.Duration
 }
 
 // Error implements error.
 func (e *BusyError) Error() string {
-	if e.Until.IsZero() {
+	switch {
+	case e.Until.IsZero():
 		return fmt.Sprintf("run %s changed while this request was applied: another resume or command is driving it", e.RunID)
+	case e.Waited > 0:
+		return fmt.Sprintf("run %s is being executed by another executor, which kept renewing its lease while this resume waited %s; follow its events, or resume again once it waits for a command",
+			e.RunID, e.Waited.Round(time.Millisecond))
 	}
 	return fmt.Sprintf("run %s is being driven by another executor (lease until %s); wait for its events or retry after that",
 		e.RunID, e.Until.UTC().Format(time.RFC3339))
@@ -101,10 +114,14 @@ type Deps struct {
 	Logger *slog.Logger
 }
 
+// DefaultLeaseTTL is the lease TTL when Config leaves it zero.
+const DefaultLeaseTTL = 6 * time.Second
+
 // Config tunes a Runner.
 type Config struct {
 	// LeaseTTL is how long a lease lasts without renewal; an executor that
-	// dies holds its runs this long at most.
+	// dies holds its runs this long at most, and a resume waits this long at
+	// most for a run's lease. Executors renew every LeaseTTL/3.
 	LeaseTTL time.Duration
 	// Instance names this process in lease owners.
 	Instance string
@@ -131,7 +148,7 @@ type Runner struct {
 // New returns a Runner whose executors live until ctx is done.
 func New(ctx context.Context, deps Deps, cfg Config) *Runner {
 	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 30 * time.Second
+		cfg.LeaseTTL = DefaultLeaseTTL
 	}
 	if cfg.Instance == "" {
 		cfg.Instance = uuid.NewString()
@@ -283,16 +300,30 @@ func (r *Runner) stopCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *c
 
 // Resume continues a run from its checkpoint. A run waiting for a human
 // gets its approval request re-emitted; a run in Error is stopped; a
-// finished run is a *statemachine.StateError; a run another executor holds
-// is ErrBusy.
+// finished run is a *statemachine.StateError. A run another executor holds
+// is waited for (see awaitLease), and so is one whose takeover another
+// request won meanwhile; ErrBusy if the holder is still at work after one
+// lease TTL.
 func (r *Runner) Resume(ctx context.Context, scope *commonv1.Scope, id string) (*Drive, error) {
-	rec, d, err := r.load(ctx, scope, id)
-	if d != nil || err != nil {
-		return d, err
+	w := r.newLeaseWait()
+	for {
+		rec, d, err := r.awaitLease(ctx, scope, id, w)
+		if d != nil || err != nil {
+			return d, err
+		}
+		d, err = r.resume(ctx, rec)
+		if errors.Is(err, checkpoint.ErrConflict) && r.now().Before(w.deadline) {
+			continue // another request took the run first: wait for it
+		}
+		if err != nil {
+			return nil, r.busy(id, err)
+		}
+		return d, nil
 	}
-	if rec.Lease.Held(r.now()) {
-		return nil, &BusyError{RunID: id, Until: rec.Lease.ExpiresAt}
-	}
+}
+
+// resume applies Resume to rec, whose lease nobody holds.
+func (r *Runner) resume(ctx context.Context, rec checkpoint.Record) (*Drive, error) {
 	t, err := r.deps.Machine.Resumed(rec.Run)
 	if err != nil {
 		return nil, err
@@ -307,15 +338,15 @@ func (r *Runner) Resume(ctx context.Context, scope *commonv1.Scope, id string) (
 	if t.Run.State.Waiting() || t.Run.State.Finished() {
 		next, err := r.commit(ctx, rec, t, nil)
 		if err != nil {
-			return nil, r.busy(id, err)
+			return nil, err
 		}
 		r.hook(ctx, next)
-		return finished(id, next.EventCount, nil), nil
+		return finished(rec.Run.ID, next.EventCount, nil), nil
 	}
 	owner := r.newOwner()
 	next, err := r.commit(ctx, rec, t, r.lease(owner))
 	if err != nil {
-		return nil, r.busy(id, err)
+		return nil, err
 	}
 	return r.claim(ctx, next, owner), nil
 }
@@ -384,7 +415,10 @@ func (r *Runner) stop(ctx context.Context, scope *commonv1.Scope, id string) (*D
 }
 
 // localExec is a registered executor of this process.
-type localExec struct{ cancel context.CancelCauseFunc }
+type localExec struct {
+	cancel context.CancelCauseFunc
+	done   <-chan struct{} // closed when the executor has stopped
+}
 
 // cancelLocal stops this process's executor of run id, if any.
 func (r *Runner) cancelLocal(id string) {
@@ -402,7 +436,7 @@ func (r *Runner) cancelLocal(id string) {
 func (r *Runner) claim(ctx context.Context, rec checkpoint.Record, owner string) *Drive {
 	d := &Drive{RunID: rec.Run.ID, done: make(chan struct{}), last: rec.EventCount}
 	ectx, cancel := context.WithCancelCause(r.base)
-	self := &localExec{cancel: cancel}
+	self := &localExec{cancel: cancel, done: d.done}
 	r.mu.Lock()
 	r.active[rec.Run.ID] = self
 	r.mu.Unlock()
