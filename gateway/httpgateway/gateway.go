@@ -109,6 +109,7 @@ func (g *gateway) apiMux() (*runtime.ServeMux, error) {
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithMetadata(requestMetadata),
 		runtime.WithForwardResponseOption(startStream),
+		runtime.WithForwardResponseRewriter(seedResponses),
 	)
 	wrap := func(name string, cc *grpc.ClientConn) streamConn {
 		return streamConn{ClientConn: cc, name: name, wait: g.cfg.SSEKeepAlive, log: g.log}

@@ -324,7 +324,8 @@ async function afterRunStream() {
   $("runId").textContent = runId || "none yet";
   if (runId) {
     const r = await api("GET", runs + "/" + encodeURIComponent(runId));
-    $("runState").textContent = (r.run.state || "").replace("RUN_STATE_", "");
+    // The original agent's AgentContext: state is e.g. "AwaitingBatchApproval".
+    $("runState").textContent = (r.state || "").replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
   }
   $("approvals").hidden = !awaiting;
 }
