@@ -132,15 +132,27 @@ func (k *keyring) lookup(presented string) (principal, bool) {
 	return found, match == 1
 }
 
-// presentedKey returns the key from "Authorization: Bearer <key>" or
-// "X-API-Key: <key>".
-func presentedKey(r *http.Request) string {
+// presentedKey returns the gateway key a request presents. A request with
+// an X-API-Key header presents that, and its Authorization header is not a
+// gateway credential: clients of the original classification agent send
+// their model provider's key as "Authorization: Bearer <key>", and the
+// gateway key beside it. Only without X-API-Key is the key the bearer token
+// of Authorization. One credential decides, so a valid key in one header
+// never rescues an invalid one in the other. X-API-Key given more than once
+// presents no key (named is still true).
+func presentedKey(r *http.Request) (key string, named bool) {
+	if vals, ok := r.Header[apiKeyHeader]; ok {
+		if len(vals) != 1 {
+			return "", true
+		}
+		return strings.TrimSpace(vals[0]), true
+	}
 	if auth := r.Header.Get("Authorization"); auth != "" {
 		if scheme, token, ok := strings.Cut(auth, " "); ok && strings.EqualFold(scheme, "Bearer") {
-			return strings.TrimSpace(token)
+			return strings.TrimSpace(token), false
 		}
 	}
-	return strings.TrimSpace(r.Header.Get(apiKeyHeader))
+	return "", false
 }
 
 // authenticate resolves the request's principal and stores it in the
@@ -173,12 +185,12 @@ func (g *gateway) authenticate(next http.Handler) http.Handler {
 				}
 			}
 		} else {
-			key := presentedKey(r)
+			key, named := presentedKey(r)
 			found, ok := g.keys.lookup(key)
 			if key == "" || !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="agentmesh"`)
-				msg := "missing API key: send Authorization: Bearer <key> or X-API-Key"
-				if key != "" {
+				msg := "missing API key: send X-API-Key: <key> or Authorization: Bearer <key>"
+				if key != "" || named {
 					msg = "invalid API key"
 				}
 				writeStatus(w, http.StatusUnauthorized, status.New(codes.Unauthenticated, msg))
