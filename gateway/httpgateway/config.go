@@ -46,6 +46,8 @@ type Config struct {
 	HealthTimeout time.Duration `env:"GATEWAY_HEALTH_TIMEOUT" default:"2s" help:"timeout of each service's health check in /healthz"`
 	// MaxBodyBytes is the largest request body accepted.
 	MaxBodyBytes int64 `env:"GATEWAY_MAX_BODY_BYTES" default:"33554432" help:"largest HTTP request body accepted, in bytes"`
+	// BodyTimeout bounds how long a request body may take to arrive.
+	BodyTimeout time.Duration `env:"GATEWAY_BODY_TIMEOUT" default:"60s" help:"longest time a request body may take to arrive; a slower client gets 408 and its connection closed (streamed responses are not limited)"`
 	// ShutdownTimeout bounds how long shutdown waits for in-flight requests
 	// and streams before cancelling them.
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" default:"20s" help:"how long shutdown waits for in-flight requests and streams to finish"`
@@ -64,6 +66,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HealthTimeout <= 0 {
 		c.HealthTimeout = 2 * time.Second
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 60 * time.Second
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 32 << 20

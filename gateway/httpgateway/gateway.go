@@ -50,6 +50,7 @@ type gateway struct {
 	keys     *keyring
 	backends Backends
 	metrics  instruments
+	routes   routeTable
 }
 
 // Handler returns the gateway's whole HTTP surface over already-dialled
@@ -74,13 +75,17 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 	if err != nil {
 		return nil, fmt.Errorf("httpgateway: metrics: %w", err)
 	}
-	g := &gateway{cfg: cfg.withDefaults(), log: log, keys: keys, backends: backends, metrics: inst}
+	routes, err := specRoutes()
+	if err != nil {
+		return nil, err
+	}
+	g := &gateway{cfg: cfg.withDefaults(), log: log, keys: keys, backends: backends, metrics: inst, routes: routes}
 
 	mux, err := g.apiMux()
 	if err != nil {
 		return nil, err
 	}
-	api := g.authenticate(g.limitBody(lastEventID(g.classifierCommands(g.streaming(mux)))))
+	api := g.authenticate(g.readBody(g.checkRequestLine(g.classifierCommands(g.streaming(mux)))))
 
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", g.serveHealth)

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/textproto"
-	"strconv"
 	"strings"
 	"time"
 
@@ -208,47 +207,6 @@ func (g *gateway) cors(next http.Handler) http.Handler {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// limitBody caps request bodies at MaxBodyBytes.
-func (g *gateway) limitBody(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > g.cfg.MaxBodyBytes {
-			writeStatus(w, http.StatusRequestEntityTooLarge, status.Newf(codes.InvalidArgument, "request body is larger than %d bytes", g.cfg.MaxBodyBytes))
-			return
-		}
-		if r.Body != nil {
-			r.Body = http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes)
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// lastEventID maps an EventSource reconnect onto the RPC: the Last-Event-ID
-// header (or a lastEventId query parameter, for clients that cannot set
-// headers) becomes the after_sequence query parameter, unless the request
-// sets that itself. runtime ignores it on routes whose request has no such
-// field; today that field exists on WatchJobRequest.
-func lastEventID(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		id := strings.TrimSpace(q.Get("lastEventId"))
-		if id == "" {
-			id = strings.TrimSpace(r.Header.Get("Last-Event-ID"))
-		}
-		if id == "" || r.Method != http.MethodGet || q.Has("afterSequence") || q.Has("after_sequence") {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if _, err := strconv.ParseUint(id, 10, 64); err != nil {
-			writeStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, "Last-Event-ID: must be the id of an event of this stream (a sequence number)"))
-			return
-		}
-		q.Del("lastEventId")
-		q.Set("afterSequence", id)
-		r.URL.RawQuery = q.Encode()
 		next.ServeHTTP(w, r)
 	})
 }

@@ -151,7 +151,7 @@ func TestErrorsMapToHTTPStatusWithJSONBody(t *testing.T) {
 		{"InvalidArgument names the field", "GET", "/v1/conversations/invalid", "", 400, codes.InvalidArgument, "scope.tenant_id"},
 		{"bad JSON field names the field", "POST", "/v1/conversations", `{"titel":"x"}`, 400, codes.InvalidArgument, "titel"},
 		{"wrong JSON type names the field", "POST", "/v1/sql/sessions", `{"scope":{"tenantId":7}}`, 400, codes.InvalidArgument, "tenantId"},
-		{"body that is not JSON", "POST", "/v1/conversations", `not json`, 400, codes.InvalidArgument, "request body is not valid JSON (at byte 2)"},
+		{"body that is not JSON", "POST", "/v1/conversations", `not json`, 400, codes.InvalidArgument, "request body: not valid JSON: invalid value not (request body, line 1, column 1)"},
 		{"body that is a JSON array", "POST", "/v1/conversations", `["x"]`, 400, codes.InvalidArgument, "request body"},
 		{"NotFound", "GET", "/v1/conversations/missing", "", 404, codes.NotFound, "not found"},
 		{"FailedPrecondition", "GET", "/v1/conversations/busy", "", 400, codes.FailedPrecondition, "already running"},

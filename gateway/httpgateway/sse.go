@@ -3,8 +3,6 @@ package httpgateway
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -263,31 +261,14 @@ func (ndjsonMarshaler) StreamContentType(any) string { return mimeNDJSON }
 
 // NewDecoder decodes request bodies (see bodyDecoder).
 func (m eventStreamMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
-	return bodyDecoder{m.JSONPb.NewDecoder(r)}
+	return newBodyDecoder(m.JSONPb, r)
 }
 
 // NewDecoder decodes request bodies (see bodyDecoder).
 func (m ndjsonMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
-	return bodyDecoder{m.JSONPb.NewDecoder(r)}
+	return newBodyDecoder(m.JSONPb, r)
 }
 
-// bodyDecoder makes a request body's decoding errors say that the body is
-// at fault, and where, instead of a bare "invalid character 'o' in literal
-// null". An empty body (io.EOF) stays as it is: the handlers allow it.
-type bodyDecoder struct{ runtime.Decoder }
-
-func (d bodyDecoder) Decode(v any) error {
-	err := d.Decoder.Decode(v)
-	if err == nil || errors.Is(err, io.EOF) {
-		return err
-	}
-	var syntax *json.SyntaxError
-	if errors.As(err, &syntax) {
-		return fmt.Errorf("request body is not valid JSON (at byte %d): %w", syntax.Offset, err)
-	}
-	var typ *json.UnmarshalTypeError
-	if errors.As(err, &typ) {
-		return fmt.Errorf("request body is not a JSON object: %w", err)
-	}
-	return fmt.Errorf("request body: %w", err)
+func newBodyDecoder(m *runtime.JSONPb, r io.Reader) bodyDecoder {
+	return bodyDecoder{r: r, opts: m.UnmarshalOptions, fallback: m.NewDecoder(r).Decode}
 }

@@ -1,0 +1,282 @@
+package httpgateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/agentmesh/agentmesh/gateway/openapi"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+)
+
+// readBody reads a request's whole body before any handler runs, bounded in
+// size (413 past MaxBodyBytes) and in time (408 past BodyTimeout): a client
+// that declares a body and never sends it gives up its connection and
+// goroutine after BodyTimeout instead of holding them, and shutdown does not
+// wait for it. Streams are not affected: the deadline covers the body only
+// and is lifted before the handler runs, and responses have no write
+// deadline.
+func (g *gateway) readBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.ContentLength > g.cfg.MaxBodyBytes {
+			w.Header().Set("Connection", "close")
+			writeStatus(w, http.StatusRequestEntityTooLarge, status.Newf(codes.InvalidArgument, "request body is larger than %d bytes", g.cfg.MaxBodyBytes))
+			return
+		}
+		rc := http.NewResponseController(w)
+		deadlineSet := rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout)) == nil
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+		if err != nil {
+			// The connection's read side is unusable now: close it. The
+			// deadline stays, so the server's own read of what is left of
+			// the body cannot block either.
+			w.Header().Set("Connection", "close")
+			var tooLarge *http.MaxBytesError
+			var ne net.Error
+			switch {
+			case errors.As(err, &tooLarge):
+				writeStatus(w, http.StatusRequestEntityTooLarge, status.Newf(codes.InvalidArgument, "request body is larger than %d bytes", g.cfg.MaxBodyBytes))
+			case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+				writeStatus(w, http.StatusRequestTimeout, status.Newf(codes.DeadlineExceeded, "request body not received within %s", g.cfg.BodyTimeout))
+			default:
+				writeStatus(w, http.StatusBadRequest, status.Newf(codes.InvalidArgument, "reading the request body: %v", err))
+			}
+			return
+		}
+		if deadlineSet {
+			_ = rc.SetReadDeadline(time.Time{})
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// gatewayQueryParams are query parameters the gateway itself reads on
+// every route: lastEventId stands for the Last-Event-ID header, for
+// EventSource clients that cannot set headers.
+var gatewayQueryParams = map[string]bool{"lastEventId": true}
+
+// checkRequestLine refuses, with 400 naming the parameter, what the
+// services could not take or would silently ignore: a path parameter or
+// query value that is not UTF-8 (gRPC strings must be), and a query
+// parameter the route does not have (a typo is an error, as an unknown body
+// field is). On routes with an afterSequence parameter it maps an
+// EventSource reconnect onto it: the Last-Event-ID header (or lastEventId)
+// becomes afterSequence unless the request sets that itself. Requests that
+// match no route pass through, for the router to answer 404 or 405.
+func (g *gateway) checkRequestLine(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rt, params := g.routes.match(r.Method, r.URL.Path)
+		if rt == nil {
+			if !utf8.ValidString(r.URL.Path) {
+				writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument("path", "is not valid UTF-8")))
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		for _, p := range params {
+			if !utf8.ValidString(p.value) {
+				writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument(p.name, "path parameter is not valid UTF-8")))
+				return
+			}
+		}
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument("query", "%v", err)))
+			return
+		}
+		for _, key := range sortedKeys(q) {
+			name := key
+			if i := strings.IndexByte(key, '['); i > 0 && strings.HasSuffix(key, "]") {
+				name = key[:i] // map entries: field[key]=value
+			}
+			if !utf8.ValidString(key) {
+				writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument("query", "a parameter name is not valid UTF-8")))
+				return
+			}
+			if !gatewayQueryParams[key] && !rt.query[jsonFieldPath(name)] {
+				writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument(key, "unknown query parameter of %s %s%s", rt.method, rt.template, rt.knownQuery())))
+				return
+			}
+			for _, v := range q[key] {
+				if !utf8.ValidString(v) {
+					writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument(key, "query value is not valid UTF-8")))
+					return
+				}
+			}
+		}
+		if rt.query["afterSequence"] {
+			id := strings.TrimSpace(q.Get("lastEventId"))
+			if id == "" {
+				id = strings.TrimSpace(r.Header.Get("Last-Event-ID"))
+			}
+			if id != "" && !q.Has("afterSequence") && !q.Has("after_sequence") {
+				if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+					writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument("Last-Event-ID", "must be the id of an event of this stream (a sequence number)")))
+					return
+				}
+				q.Del("lastEventId")
+				q.Set("afterSequence", id)
+				r.URL.RawQuery = q.Encode()
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func grpcStatus(err error) *status.Status { return status.Convert(err) }
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// jsonFieldPath turns a field path written with proto names (page_size,
+// scope.project_id) into JSON names (pageSize, scope.projectId), as
+// protobuf derives them; a path already in JSON names is unchanged.
+func jsonFieldPath(path string) string {
+	var b strings.Builder
+	upper := false
+	for _, c := range path {
+		switch {
+		case c == '_':
+			upper = true
+			continue
+		case upper && 'a' <= c && c <= 'z':
+			c -= 'a' - 'A'
+		}
+		upper = false
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// route is one operation of the OpenAPI document.
+type route struct {
+	method   string
+	template string
+	segs     []routeSeg
+	// query holds the operation's query parameters by JSON name.
+	query map[string]bool
+}
+
+// routeSeg is one path segment of a template: a literal, or a parameter
+// with an optional literal suffix (a custom verb, "{jobId}:watch").
+type routeSeg struct {
+	literal string // when param is ""
+	param   string
+	suffix  string
+}
+
+// pathParam is a path parameter's name and its decoded value in a request.
+type pathParam struct{ name, value string }
+
+func (rt *route) knownQuery() string {
+	if len(rt.query) == 0 {
+		return " (it takes none)"
+	}
+	return " (known: " + strings.Join(sortedKeys(rt.query), ", ") + ")"
+}
+
+// routeTable is every operation of the gateway's OpenAPI document: the same
+// document clients read, so what it lists is what the gateway accepts.
+type routeTable []*route
+
+// loadRoutes reads the operations of an OpenAPI v2 document.
+func loadRoutes(spec []byte) (routeTable, error) {
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct {
+				Name string `json:"name"`
+				In   string `json:"in"`
+			} `json:"parameters"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(spec, &doc); err != nil {
+		return nil, fmt.Errorf("httpgateway: openapi document: %w", err)
+	}
+	var t routeTable
+	for _, path := range sortedKeys(doc.Paths) {
+		for method, op := range doc.Paths[path] {
+			rt := &route{method: strings.ToUpper(method), template: path, query: map[string]bool{}}
+			for _, s := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
+				seg := routeSeg{literal: s}
+				if rest, ok := strings.CutPrefix(s, "{"); ok {
+					if name, suffix, ok := strings.Cut(rest, "}"); ok {
+						seg = routeSeg{param: name, suffix: suffix}
+					}
+				}
+				rt.segs = append(rt.segs, seg)
+			}
+			for _, p := range op.Parameters {
+				if p.In == "query" {
+					rt.query[p.Name] = true
+				}
+			}
+			t = append(t, rt)
+		}
+	}
+	return t, nil
+}
+
+// match finds the operation serving method and path, preferring the most
+// literal template (a custom verb over a bare parameter), and returns its
+// path parameters.
+func (t routeTable) match(method, path string) (*route, []pathParam) {
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	var best *route
+	var bestParams []pathParam
+	bestScore := -1
+	for _, rt := range t {
+		if rt.method != method || len(rt.segs) != len(parts) {
+			continue
+		}
+		score, params, ok := 0, []pathParam(nil), true
+		for i, s := range rt.segs {
+			switch {
+			case s.param == "":
+				ok = parts[i] == s.literal
+				score += len(s.literal)
+			case strings.HasSuffix(parts[i], s.suffix) && len(parts[i]) > len(s.suffix):
+				params = append(params, pathParam{s.param, strings.TrimSuffix(parts[i], s.suffix)})
+				score += len(s.suffix)
+			default:
+				ok = false
+			}
+			if !ok {
+				break
+			}
+		}
+		if ok && score > bestScore {
+			best, bestParams, bestScore = rt, params, score
+		}
+	}
+	return best, bestParams
+}
+
+// specRoutes is the route table of the embedded OpenAPI document.
+func specRoutes() (routeTable, error) { return loadRoutes(openapi.Spec) }

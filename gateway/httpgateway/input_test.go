@@ -1,0 +1,188 @@
+package httpgateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/agentmesh/agentmesh/gateway/httpgateway"
+	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+)
+
+// TestRequestLineIsChecked: a path parameter or query value that is not
+// UTF-8, and a query parameter the route does not have, are 400 naming the
+// parameter, before any service sees them; known parameters under either
+// their JSON or proto name pass.
+func TestRequestLineIsChecked(t *testing.T) {
+	t.Parallel()
+	m := startMesh(t, httpgateway.Config{}, fakes{conversations: &conversationFake{
+		get: func(_ context.Context, r *orchestratorv1.GetConversationRequest) (*orchestratorv1.GetConversationResponse, error) {
+			return &orchestratorv1.GetConversationResponse{Conversation: &orchestratorv1.Conversation{Id: r.GetConversationId()}}, nil
+		},
+		list: func(context.Context, *orchestratorv1.ListConversationsRequest) (*orchestratorv1.ListConversationsResponse, error) {
+			return &orchestratorv1.ListConversationsResponse{}, nil
+		},
+	}})
+	tests := []struct {
+		name, method, path string
+		wantStatus         int
+		wantMessage        string
+	}{
+		{"path parameter not UTF-8", "GET", "/v1/conversations/%ff%fe", 400, "conversationId: path parameter is not valid UTF-8"},
+		{"verb route parameter not UTF-8", "GET", "/v1/jobs/%c3:watch", 400, "jobId: path parameter is not valid UTF-8"},
+		{"query value not UTF-8", "GET", "/v1/conversations?caller=%ff", 400, "caller: query value is not valid UTF-8"},
+		{"unknown query parameter", "GET", "/v1/conversations?pagesize=5", 400, "pagesize: unknown query parameter of GET /v1/conversations (known: caller, pageSize, pageToken, scope.projectId, scope.tenantId)"},
+		{"query on a body route", "POST", "/v1/conversations?title=x", 400, "title: unknown query parameter of POST /v1/conversations (it takes none)"},
+		{"bad escape in the query", "GET", "/v1/conversations?caller=%zz", 400, "query: invalid URL escape"},
+		{"unmatched path not UTF-8", "GET", "/v1/nowhere/%ff/x", 400, "path: is not valid UTF-8"},
+		{"JSON names", "GET", "/v1/conversations?pageSize=5&scope.projectId=p", 200, ""},
+		{"proto names", "GET", "/v1/conversations?page_size=5&scope.project_id=p", 200, ""},
+		{"path parameter with a colon", "GET", "/v1/conversations/a:b", 200, ""},
+		{"lastEventId is the gateway's own", "GET", "/v1/conversations?lastEventId=3", 200, ""},
+		{"unknown route", "GET", "/v1/nowhere", 404, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			resp, body := do(t, tc.method, m.url+tc.path, "", nil)
+			if resp.StatusCode != tc.wantStatus {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.wantStatus, body)
+			}
+			if tc.wantMessage == "" {
+				return
+			}
+			var got struct{ Message string }
+			if err := json.Unmarshal(body, &got); err != nil || !strings.HasPrefix(got.Message, tc.wantMessage) {
+				t.Fatalf("message %q, want it to start with %q", got.Message, tc.wantMessage)
+			}
+		})
+	}
+}
+
+// TestSlowBodyIsCutOff: a client that declares a body and stalls gets 408
+// and a closed connection after GATEWAY_BODY_TIMEOUT, its handler goroutine
+// ends, the service never sees the request, and shutdown is not held up by
+// it; a stream that outlives the body timeout is not cut.
+func TestSlowBodyIsCutOff(t *testing.T) {
+	t.Parallel()
+	streamed := make(chan struct{})
+	m := startBackends(t, fakes{
+		conversations: &conversationFake{
+			create: func(context.Context, *orchestratorv1.CreateConversationRequest) (*orchestratorv1.CreateConversationResponse, error) {
+				t.Error("a request whose body never came reached the service")
+				return nil, nil
+			},
+		},
+		jobs: &jobFake{watch: func(_ *orchestratorv1.WatchJobRequest, s grpc.ServerStreamingServer[orchestratorv1.WatchJobResponse]) error {
+			// Two events 600 ms apart: longer than the body timeout.
+			for i := range 2 {
+				if err := s.Send(&orchestratorv1.WatchJobResponse{Sequence: uint64(i + 1)}); err != nil {
+					return err
+				}
+				if i == 0 {
+					time.Sleep(600 * time.Millisecond)
+				}
+			}
+			close(streamed)
+			return nil
+		}},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const timeout = 300 * time.Millisecond
+	url, done := runGateway(t, ctx, m, httpgateway.Config{BodyTimeout: timeout, ShutdownTimeout: waitLimit})
+	before := runtime.NumGoroutine()
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	if _, err := io.WriteString(conn, "POST /v1/conversations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"title\""); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(waitLimit))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no response to a stalled body: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	elapsed := time.Since(start)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "not received within 300ms") {
+		t.Fatalf("status %d %s, want 408", resp.StatusCode, body)
+	}
+	if elapsed < timeout || elapsed > timeout+2*time.Second {
+		t.Fatalf("answered after %v, want about %v", elapsed, timeout)
+	}
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection stayed open after 408")
+	}
+	t.Logf("stalled body answered 408 after %v", elapsed.Round(time.Millisecond))
+
+	// A stream runs past the body timeout undisturbed.
+	sresp, err := http.Get(url + "/v1/jobs/j1:watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := io.ReadAll(sresp.Body)
+	sresp.Body.Close()
+	if n := strings.Count(string(all), "\nid: ") + strings.Count(string(all[:min(len(all), 4)]), "id: "); n != 2 {
+		t.Fatalf("stream cut: %q", all)
+	}
+	waitFor(t, streamed, "the stream to finish")
+
+	// Another stalled client, then shutdown: it must not wait for it.
+	stalled, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	_, _ = io.WriteString(stalled, "POST /v1/conversations HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{")
+	time.Sleep(50 * time.Millisecond) // let the server start reading the body
+	stop := time.Now()
+	cancel()
+	if err := waitFor(t, done, "Run to return"); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if d := time.Since(stop); d > timeout+2*time.Second {
+		t.Fatalf("shutdown took %v with a stalled client", d)
+	}
+	deadline := time.Now().Add(waitLimit)
+	for runtime.NumGoroutine() > before+5 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before+5 {
+		t.Fatalf("%d goroutines, %d before the stalled clients", n, before)
+	}
+}
+
+// TestOversizedBodyIs413: a body past GATEWAY_MAX_BODY_BYTES is 413 whether
+// it declares its length or is chunked.
+func TestOversizedBodyIs413(t *testing.T) {
+	t.Parallel()
+	m := startMesh(t, httpgateway.Config{MaxBodyBytes: 64}, fakes{})
+	big := `{"title":"` + strings.Repeat("x", 100) + `"}`
+	if resp, body := do(t, "POST", m.url+"/v1/conversations", big, nil); resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("declared length: %d %s", resp.StatusCode, body)
+	}
+	req, _ := http.NewRequest("POST", m.url+"/v1/conversations", io.MultiReader(strings.NewReader(big)))
+	req.ContentLength = -1 // chunked
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked: %d", resp.StatusCode)
+	}
+}
