@@ -1,7 +1,6 @@
 package httpgateway_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/agentmesh/agentmesh/gateway/httpgateway"
+	"github.com/agentmesh/agentmesh/gateway/httpgateway/httpgatewaytest"
 	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
@@ -274,43 +274,14 @@ type event struct {
 }
 
 // readEvents parses a text/event-stream body the way EventSource does
-// (https://html.spec.whatwg.org/multipage/server-sent-events.html), sending
-// each event, and each comment, as soon as its line arrives. The channel
-// closes at the end of the body.
+// (httpgatewaytest.Events), sending each event, and each comment, as soon
+// as its line arrives. The channel closes at the end of the body.
 func readEvents(body io.Reader) <-chan event {
 	out := make(chan event, 64)
 	go func() {
 		defer close(out)
-		sc := bufio.NewScanner(body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		var cur event
-		var data []string
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if data != nil {
-					cur.data = strings.Join(data, "\n")
-					if cur.name == "" {
-						cur.name = "message"
-					}
-					out <- cur
-				}
-				cur, data = event{id: cur.id}, nil // the last event id persists
-			case strings.HasPrefix(line, ":"):
-				out <- event{comment: strings.TrimSpace(line[1:])}
-			default:
-				field, value, _ := strings.Cut(line, ":")
-				value = strings.TrimPrefix(value, " ")
-				switch field {
-				case "event":
-					cur.name = value
-				case "data":
-					data = append(data, value)
-				case "id":
-					cur.id = value
-				}
-			}
+		for ev := range httpgatewaytest.Events(body) {
+			out <- event{id: ev.ID, name: ev.Name, data: ev.Data, comment: ev.Comment}
 		}
 	}()
 	return out
