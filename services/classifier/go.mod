@@ -3,6 +3,9 @@ module github.com/agentmesh/agentmesh/services/classifier
 go 1.26.0
 
 require (
+	// Tests only: they drive runs through the real REST/SSE gateway, as a
+	// client of the original classification agent would.
+	github.com/agentmesh/agentmesh/gateway v0.0.0
 	github.com/agentmesh/agentmesh/libs v0.0.0
 	// Tests only: they start the real model gateway in-process.
 	github.com/agentmesh/agentmesh/services/modelgateway v0.0.0
@@ -94,6 +97,7 @@ require (
 )
 
 replace (
+	github.com/agentmesh/agentmesh/gateway => ../../gateway
 	github.com/agentmesh/agentmesh/libs => ../../libs
 	github.com/agentmesh/agentmesh/services/modelgateway => ../../services/modelgateway
 )

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -91,6 +92,7 @@ func runChild() int {
 
 // child is one service process.
 type child struct {
+	addr   string // gRPC address
 	cmd    *exec.Cmd
 	out    *bytes.Buffer
 	conn   *grpc.ClientConn
@@ -147,7 +149,7 @@ func startChild(t *testing.T, env map[string]string, crashAfter statemachine.Sta
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.conn = conn
+	c.addr, c.conn = string(addr), conn
 	c.client = classifierv1.NewClassifierServiceClient(conn)
 	return c
 }
@@ -475,4 +477,112 @@ func (e *crashEnv) checkEvents(t *testing.T, o *outcome) {
 // childLogger logs to stderr, which the parent shows when a test fails.
 func childLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// The service process is killed while it processes a command (a batch's
+// classification call is in flight, its executor renewing the lease). A
+// client of the original agent, which never retries, sends one resume to
+// the restarted service: it waits for the dead executor's lease to lapse
+// (within one TTL of its last renewal), takes the run over and redoes the
+// batch; the run then completes.
+func TestResumeAfterCrashMidCommandNeedsNoRetry(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts service processes")
+	}
+	t.Parallel()
+	const ttl = 3 * time.Second
+	e := newCrashEnv(t, testkit.NewMongo(t).URI(), testkit.NewNATS(t).URL())
+	e.env["CLASSIFIER_LEASE_TTL"] = ttl.String()
+	ids := make([]string, 0, 40)
+	for _, c := range sampleConversations(t) {
+		ids = append(ids, c.ID)
+	}
+	slices.Sort(ids)
+	truth := sampleLabels(ids)
+	e.models.ScriptPlans(meshtest.NewPlan(4, nil))
+	hung := batchAnswer(e.models, ids[:2], truth, time.Hour) // answered only after the process is dead
+	e.models.ScriptClassifications(ids, 2, truth)
+	e.models.ScriptSummary("## Summary\n\nFour conversations classified.")
+
+	proc := startChild(t, e.env, "")
+	importSample(t, proc.client)
+	runID, _ := startRun(t, proc.client, "classify four conversations")
+	go func() { _, _ = command(proc.client, testCtx(t), runID, approveFetch, "") }()
+	testkit.Eventually(t, 10*time.Second, func() bool { return hung.Hits() == 1 }, "classification call in flight")
+	// Let the heartbeat renew the lease at least once before the kill.
+	renewedBy := time.Now().Add(ttl / 2)
+	testkit.Eventually(t, ttl, func() bool { return time.Now().After(renewedBy) }, "a lease renewal")
+	if err := proc.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-proc.exited
+	killed := time.Now()
+
+	proc = startChild(t, e.env, "")
+	client := seedClient{t: t, url: startGateway(t, proc.addr, time.Second), key: gatewayKey}
+	if code, got := client.status(runID); code != http.StatusOK || got["state"] != "Classifying" {
+		t.Fatalf("after the crash: HTTP %d %v", code, got)
+	}
+	asked := time.Now()
+	resp := client.request(testCtx(t), "POST", "/agents/classificationAgent/runs/"+runID+"/resume", "", nil)
+	defer resp.Body.Close()
+	var evs []sseEvent
+	var firstEvent time.Time
+	for ev := range sseEvents(resp.Body) {
+		if ev.Comment != "" {
+			continue
+		}
+		if firstEvent.IsZero() {
+			firstEvent = time.Now()
+		}
+		evs = append(evs, ev)
+	}
+	if resp.StatusCode != http.StatusOK || len(evs) == 0 {
+		t.Fatalf("resume: HTTP %d, events %v", resp.StatusCode, evs)
+	}
+	waited := firstEvent.Sub(asked)
+	t.Logf("resume waited %s for the dead executor's lease (lease TTL %s; the process died %s before the resume was sent)",
+		waited.Round(time.Millisecond), ttl, asked.Sub(killed).Round(time.Millisecond))
+	if waited > ttl+time.Second {
+		t.Errorf("resume waited %s, more than the lease TTL %s", waited, ttl)
+	}
+	if evs[0].typ() != runevents.RunResumed || evs[len(evs)-1].typ() != runevents.AwaitingBatchApproval || evs[len(evs)-1].Name == "error" {
+		t.Fatalf("resume streamed %v", sseTypes(evs))
+	}
+
+	for step := 0; ; step++ {
+		if step == 10 {
+			t.Fatalf("run %s did not complete", runID)
+		}
+		code, evs := client.stream("POST", "/agents/classificationAgent/runs/"+runID+"/command", `{"type":"ApproveBatch"}`, nil)
+		if code != http.StatusOK {
+			t.Fatalf("ApproveBatch: HTTP %d %v", code, sseTypes(evs))
+		}
+		if slices.Contains(sseTypes(evs), runevents.RunCompleted) {
+			break
+		}
+	}
+	code, got := client.status(runID)
+	if code != http.StatusOK || got["state"] != "Completed" || got["totalConversationsClassified"] != 4.0 {
+		t.Fatalf("after the run: HTTP %d %v", code, got)
+	}
+	want := map[string]string{}
+	for _, id := range ids[:4] {
+		want[id] = truth[id]
+	}
+	if labels := savedLabels(t, e.db, runID); !mapsEqual(labels, want) {
+		t.Errorf("labels %v, want %v", labels, want)
+	}
+	// The batch in flight at the crash was classified again, nothing else.
+	if got := e.models.Calls().Batches; len(got) != 3 || !slices.Equal(got[0], got[1]) {
+		t.Errorf("classification calls %v", got)
+	}
+}
+
+func sseTypes(evs []sseEvent) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.typ()
+	}
+	return out
 }

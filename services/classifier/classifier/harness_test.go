@@ -83,6 +83,7 @@ func (in *infra) env(over map[string]string) map[string]string {
 // svc is a classifier started in-process with run.
 type svc struct {
 	client classifierv1.ClassifierServiceClient
+	addr   string // gRPC address
 	stop   func()
 }
 
@@ -107,7 +108,7 @@ func startService(t *testing.T, in *infra, over map[string]string, hook runner.H
 		running.Stop()
 	}
 	t.Cleanup(stop)
-	return &svc{client: classifierv1.NewClassifierServiceClient(conn), stop: stop}
+	return &svc{client: classifierv1.NewClassifierServiceClient(conn), addr: running.Addr, stop: stop}
 }
 
 // testLogger writes the service's logs to the test log with -v.

@@ -1,0 +1,423 @@
+package classifier
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/agentmesh/agentmesh/gateway/httpgateway"
+	"github.com/agentmesh/agentmesh/gateway/httpgateway/httpgatewaytest"
+	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/conversations"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/meshtest"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/runevents"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/statemachine"
+)
+
+// The gateway keys of the tests that go through the gateway: one for the
+// scope the tests work in, one for another tenant.
+const (
+	gatewayKey      = "gw-key-acme"
+	otherGatewayKey = "gw-key-globex"
+	gatewayKeys     = gatewayKey + "=acme:support," + otherGatewayKey + "=globex:support"
+	// providerKey is the model provider's key a client of the original
+	// agent sends as "Authorization: Bearer ...".
+	providerKey = "sk-provider-key-of-the-client"
+)
+
+// startGateway serves the real REST/SSE gateway in front of the classifier
+// at addr and returns its base URL.
+func startGateway(t *testing.T, addr string, keepAlive time.Duration) string {
+	t.Helper()
+	cfg := httpgateway.Config{APIKeys: gatewayKeys, SSEKeepAlive: keepAlive}
+	return httpgatewaytest.Start(t, cfg, httpgateway.Backends{Classifier: httpgatewaytest.Dial(t, addr)})
+}
+
+// seedClient is a client of the original classification agent: REST and
+// SSE on /agents/classificationAgent/runs, its provider key as bearer token
+// and the gateway key in X-API-Key.
+type seedClient struct {
+	t   *testing.T
+	url string
+	key string
+}
+
+// request sends a request with the client's headers plus extra.
+func (c seedClient) request(ctx context.Context, method, path, body string, extra map[string]string) *http.Response {
+	c.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.url+path, rd)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+providerKey)
+	req.Header.Set("X-API-Key", c.key)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range extra {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return resp
+}
+
+// status is GET /agents/classificationAgent/runs/{runId}: the HTTP status
+// and the JSON body.
+func (c seedClient) status(runID string) (int, map[string]any) {
+	c.t.Helper()
+	resp := c.request(testCtx(c.t), "GET", "/agents/classificationAgent/runs/"+runID, "", nil)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		c.t.Fatalf("status of %s: %v: %s", runID, err, b)
+	}
+	return resp.StatusCode, m
+}
+
+// stream sends a request whose answer is an event stream and reads it to
+// its end.
+func (c seedClient) stream(method, path, body string, extra map[string]string) (int, []sseEvent) {
+	c.t.Helper()
+	resp := c.request(testCtx(c.t), method, path, body, extra)
+	defer resp.Body.Close()
+	var evs []sseEvent
+	for ev := range sseEvents(resp.Body) {
+		if ev.Comment == "" {
+			evs = append(evs, ev)
+		}
+	}
+	return resp.StatusCode, evs
+}
+
+// sseEvent is one Server-Sent Event, or a comment line.
+type sseEvent httpgatewaytest.Event
+
+// typ is the event's run event type, read from its data as the original
+// agent's clients do.
+func (e sseEvent) typ() string {
+	var d struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal([]byte(e.Data), &d)
+	return d.Type
+}
+
+// sseEvents reads a text/event-stream body as an EventSource does.
+func sseEvents(body io.Reader) <-chan sseEvent {
+	out := make(chan sseEvent, 64)
+	go func() {
+		defer close(out)
+		for ev := range httpgatewaytest.Events(body) {
+			out <- sseEvent(ev)
+		}
+	}()
+	return out
+}
+
+// checkIDs fails unless the events' ids are first, first+1, ...: a run's
+// events numbered without a gap or a repeat.
+func checkIDs(t *testing.T, evs []sseEvent, first int) {
+	t.Helper()
+	for i, e := range evs {
+		if e.ID != strconv.Itoa(first+i) {
+			t.Fatalf("event %d (%s) has id %q, want %d; ids %v", i, e.Name, e.ID, first+i, eventIDs(evs))
+		}
+	}
+}
+
+func eventIDs(evs []sseEvent) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// stepHook holds a run each time it enters one of a set of states, until
+// the test has looked at it: entered says which run entered which state,
+// and the run goes on after next() returns.
+type stepHook struct {
+	states  map[statemachine.State]bool
+	entered chan stepAt
+	release chan struct{}
+}
+
+type stepAt struct {
+	runID string
+	state statemachine.State
+}
+
+func newStepHook(states ...statemachine.State) *stepHook {
+	h := &stepHook{states: map[statemachine.State]bool{}, entered: make(chan stepAt), release: make(chan struct{})}
+	for _, s := range states {
+		h.states[s] = true
+	}
+	return h
+}
+
+func (h *stepHook) hook(_ context.Context, runID string, s statemachine.State) {
+	if h.states[s] {
+		h.entered <- stepAt{runID, s}
+		<-h.release
+	}
+}
+
+// at waits for a run to enter state, calls look while it is held there,
+// then lets it go on. It returns the run id.
+func (h *stepHook) at(t *testing.T, state statemachine.State, look func(runID string)) string {
+	t.Helper()
+	select {
+	case got := <-h.entered:
+		if got.state != state {
+			t.Fatalf("the run entered %s, want %s", got.state, state)
+		}
+		look(got.runID)
+		h.release <- struct{}{}
+		return got.runID
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the run never entered %s", state)
+	}
+	return ""
+}
+
+// The original agent's "Get Run Status" answers with its AgentContext:
+// a client reads runId, state (named as AgentState names it),
+// totalConversationsClassified, targetSampleSize and plansCount in every
+// state a run goes through, through the gateway, authenticated by the
+// gateway key while its bearer token is its provider key. An unknown run
+// and another tenant's run are both 404.
+func TestSeedClientReadsRunStatusInEveryState(t *testing.T) {
+	t.Parallel()
+	in := newInfra(t)
+	steps := newStepHook(statemachine.Planning, statemachine.Fetching, statemachine.Classifying, statemachine.Saving,
+		statemachine.Summarizing, statemachine.Error)
+	s := startService(t, in, map[string]string{"CLASSIFIER_LEASE_TTL": "10s"}, steps.hook)
+	ids := importSample(t, s.client)
+	in.models.ScriptPlans(meshtest.NewPlan(4, nil), meshtest.NewPlan(2, nil))
+	in.models.ScriptClassifications(ids, 2, sampleLabels(ids))
+	in.models.ScriptSummary(summaryText)
+	client := seedClient{t: t, url: startGateway(t, s.addr, time.Minute), key: gatewayKey}
+
+	// expect reads the status and compares the fields a client of the
+	// original reads.
+	expect := func(runID, state string, classified, target, plans int) map[string]any {
+		t.Helper()
+		code, got := client.status(runID)
+		if code != http.StatusOK {
+			t.Fatalf("status of %s in %s: HTTP %d %v", runID, state, code, got)
+		}
+		want := map[string]any{"runId": runID, "state": state, "totalConversationsClassified": float64(classified),
+			"targetSampleSize": float64(target), "plansCount": float64(plans)}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("in %s: %s = %v, want %v (%v)", state, k, got[k], v, got)
+			}
+		}
+		return got
+	}
+	// inBackground sends a request whose stream ends once the run waits
+	// or ends; the test meanwhile steps the run through the held states.
+	inBackground := func(path, body string) <-chan []sseEvent {
+		done := make(chan []sseEvent, 1)
+		go func() {
+			code, evs := client.stream("POST", path, body, nil)
+			if code != http.StatusOK {
+				t.Errorf("POST %s: HTTP %d", path, code)
+			}
+			done <- evs
+		}()
+		return done
+	}
+	command := func(runID, typ string) <-chan []sseEvent {
+		return inBackground("/agents/classificationAgent/runs/"+runID+"/command", `{"type":"`+typ+`"}`)
+	}
+
+	started := inBackground("/agents/classificationAgent/runs", `{"instruction":"Classify four support conversations"}`)
+	runID := steps.at(t, statemachine.Planning, func(id string) { expect(id, "Planning", 0, 0, 0) })
+	steps.at(t, statemachine.Fetching, func(string) { expect(runID, "Fetching", 0, 4, 1) })
+	evs := <-started
+	checkIDs(t, evs, 1)
+	got := expect(runID, "AwaitingFetchApproval", 0, 4, 1)
+	if fetched, _ := got["fetchedConversationIds"].([]any); len(fetched) != 4 || got["instruction"] != "Classify four support conversations" {
+		t.Errorf("AgentContext awaiting fetch approval: %v", got)
+	}
+
+	approved := command(runID, "ApproveFetch")
+	steps.at(t, statemachine.Classifying, func(string) { expect(runID, "Classifying", 0, 4, 1) })
+	checkIDs(t, <-approved, len(evs)+1)
+	got = expect(runID, "AwaitingBatchApproval", 0, 4, 1)
+	if pending, _ := got["pendingClassifications"].([]any); len(pending) != 2 {
+		t.Errorf("AgentContext awaiting batch approval: %v", got)
+	}
+
+	approved = command(runID, "ApproveBatch")
+	steps.at(t, statemachine.Saving, func(string) { expect(runID, "Saving", 0, 4, 1) })
+	steps.at(t, statemachine.Classifying, func(string) { expect(runID, "Classifying", 2, 4, 1) })
+	<-approved
+	expect(runID, "AwaitingBatchApproval", 2, 4, 1)
+
+	approved = command(runID, "ApproveBatch")
+	steps.at(t, statemachine.Saving, func(string) { expect(runID, "Saving", 2, 4, 1) })
+	steps.at(t, statemachine.Summarizing, func(string) { expect(runID, "Summarizing", 4, 4, 1) })
+	<-approved
+	got = expect(runID, "Completed", 4, 4, 1)
+	if got["summary"] != strings.TrimSpace(summaryText) || got["modelCallsCount"] != 4.0 {
+		t.Errorf("AgentContext of the completed run: %v", got)
+	}
+
+	// A second run fails: a conversation of its batch disappears while it
+	// is being classified. It is shown in Error, then Stopped.
+	started = inBackground("/agents/classificationAgent/runs", `{"instruction":"Classify two"}`)
+	second := steps.at(t, statemachine.Planning, func(id string) { expect(id, "Planning", 0, 0, 0) })
+	steps.at(t, statemachine.Fetching, func(string) { expect(second, "Fetching", 0, 2, 1) })
+	<-started
+	approved = command(second, "ApproveFetch")
+	steps.at(t, statemachine.Classifying, func(string) {
+		if _, err := in.db.Collection(conversations.Collection).DeleteOne(testCtx(t), bson.D{{Key: "id", Value: ids[0]}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	steps.at(t, statemachine.Error, func(string) {
+		if got := expect(second, "Error", 0, 2, 1); !strings.Contains(got["stopReason"].(string), ids[0]) {
+			t.Errorf("AgentContext in Error: %v", got)
+		}
+	})
+	if evs := <-approved; evs[len(evs)-1].typ() != runevents.RunStopped {
+		t.Errorf("the failed batch's stream ends with %s", evs[len(evs)-1].typ())
+	}
+	if got := expect(second, "Stopped", 0, 2, 1); !strings.HasPrefix(got["stopReason"].(string), "error: ") {
+		t.Errorf("AgentContext of the stopped run: %v", got)
+	}
+
+	// Unknown runs and other tenants' runs are both not found, in the
+	// gateway's JSON error shape.
+	other := seedClient{t: t, url: client.url, key: otherGatewayKey}
+	for name, c := range map[string]struct {
+		client seedClient
+		runID  string
+	}{"unknown run": {client, "no-such-run"}, "another tenant's run": {other, runID}} {
+		code, body := c.client.status(c.runID)
+		if code != http.StatusNotFound || body["code"] != 5.0 || body["message"] == "" || body["runId"] != nil {
+			t.Errorf("%s: HTTP %d %v", name, code, body)
+		}
+	}
+}
+
+// A client that loses its stream in the middle of a run reconnects as an
+// EventSource does: POST .../resume with the last event id it saw. It gets
+// the run's later events exactly once and in order, then the resume's own.
+// Event ids are the run's own (1, 2, 3...), not a counter that other runs
+// and tenants move. The executor still holds the run when the client
+// reconnects: the resume waits, with keep-alives on the open stream, and
+// takes over once the run waits for approval.
+func TestSeedClientReconnectsWithLastEventID(t *testing.T) {
+	t.Parallel()
+	in := newInfra(t)
+	steps := newStepHook(statemachine.Fetching)
+	s := startService(t, in, map[string]string{"CLASSIFIER_LEASE_TTL": "5s"}, steps.hook)
+	importSample(t, s.client)
+	in.models.ScriptPlans(meshtest.NewPlan(4, nil), meshtest.NewPlan(4, nil))
+	client := seedClient{t: t, url: startGateway(t, s.addr, 100*time.Millisecond), key: gatewayKey}
+
+	// A first run, so that ids shared between runs would show.
+	first := make(chan []sseEvent, 1)
+	go func() {
+		_, evs := client.stream("POST", "/agents/classificationAgent/runs", `{"instruction":"first run"}`, nil)
+		first <- evs
+	}()
+	steps.at(t, statemachine.Fetching, func(string) {})
+	checkIDs(t, <-first, 1)
+
+	ctx, disconnect := context.WithCancel(testCtx(t))
+	resp := client.request(ctx, "POST", "/agents/classificationAgent/runs", `{"instruction":"second run"}`, nil)
+	defer resp.Body.Close()
+	var seen []sseEvent
+	var resumed <-chan sseEvent
+	runID := steps.at(t, statemachine.Fetching, func(string) {
+		// The run is held after its plan: its stream has delivered the
+		// events up to there. The client keeps two and loses the stream.
+		for ev := range sseEvents(resp.Body) {
+			if ev.Comment == "" {
+				seen = append(seen, ev)
+			}
+			if len(seen) == 2 {
+				break
+			}
+		}
+		disconnect()
+		checkIDs(t, seen, 1)
+		// It reconnects while the executor still holds the run.
+		again := client.request(testCtx(t), "POST", "/agents/classificationAgent/runs/"+runIDOf(t, seen[0])+"/resume", "",
+			map[string]string{"Last-Event-ID": seen[1].ID})
+		t.Cleanup(func() { _ = again.Body.Close() })
+		if again.StatusCode != http.StatusOK {
+			t.Fatalf("resume: HTTP %d", again.StatusCode)
+		}
+		resumed = sseEvents(again.Body)
+		if first := <-resumed; first.Comment != "keep-alive" {
+			t.Fatalf("while the run is held the resume sent %+v, want a keep-alive", first)
+		}
+	})
+	var got []sseEvent
+	for ev := range resumed {
+		if ev.Comment == "" {
+			got = append(got, ev)
+		}
+	}
+	if runID != runIDOf(t, seen[0]) {
+		t.Fatalf("held run %s, streamed run %s", runID, runIDOf(t, seen[0]))
+	}
+
+	// What the client has now is the run's whole history, as JetStream
+	// holds it: no event missed, none twice.
+	testkit.Eventually(t, 10*time.Second, func() bool { return pendingOutbox(t, in, runID) == 0 }, "outbox published")
+	stored := replayAll(t, in, runID, 0, countEvents(t, in, runID))
+	all := append(seen, got...)
+	checkIDs(t, all, 1)
+	if len(all) != len(stored) {
+		t.Fatalf("the client has %d events, the run %d: %v", len(all), len(stored), types(stored))
+	}
+	for i, e := range stored {
+		if all[i].typ() != e.GetType() || all[i].Name != e.GetType() {
+			t.Fatalf("event %s is %s, stored %s", all[i].ID, all[i].typ(), e.GetType())
+		}
+	}
+	t.Logf("the client kept events 1-2 of run %s, the resume with Last-Event-ID 2 delivered %s-%s", runID, got[0].ID, got[len(got)-1].ID)
+	tail := []string{all[len(all)-2].typ(), all[len(all)-1].typ()}
+	if tail[0] != runevents.RunResumed || tail[1] != runevents.AwaitingFetchApproval {
+		t.Errorf("the resumed stream ends with %v", tail)
+	}
+}
+
+// runIDOf reads the run id from an event's data as the original agent's
+// clients do: the run's events name it in agent.run.started's data.
+func runIDOf(t *testing.T, e sseEvent) string {
+	t.Helper()
+	var d struct {
+		Data struct {
+			RunID string `json:"runId"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(e.Data), &d); err != nil || d.Data.RunID == "" {
+		t.Fatalf("no run id in %s (%v)", e.Data, err)
+	}
+	return d.Data.RunID
+}
