@@ -34,6 +34,7 @@ tools:
 generate:
 	rm -rf libs/gen/agentmesh gateway/openapi/*.json
 	buf generate
+	go run ./gateway/openapi/cmd/openapirules gateway/openapi/agentmesh.swagger.json
 
 # Fails when the committed generated code differs from what the protos produce.
 generate-check: generate
