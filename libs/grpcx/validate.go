@@ -92,6 +92,19 @@ func violationsStatus(ve *protovalidate.ValidationError) error {
 // ("value must be greater than 0" → "must be greater than 0"), so the field
 // name reads as the subject.
 func describeViolation(v *protovalidate.Violation) string {
+	if fd := v.FieldDescriptor; fd != nil && fd.Enum() != nil && strings.HasPrefix(v.Proto.GetRuleId(), "enum.") {
+		// "must not be in list [0]" says little: name the values it may be.
+		// The contracts exclude only the zero value (not_in: [0]).
+		excludeZero := v.Proto.GetRuleId() == "enum.not_in"
+		var names []string
+		values := fd.Enum().Values()
+		for i := range values.Len() {
+			if values.Get(i).Number() != 0 || !excludeZero {
+				names = append(names, string(values.Get(i).Name()))
+			}
+		}
+		return "must be one of " + strings.Join(names, ", ")
+	}
 	msg := v.Proto.GetMessage()
 	for _, p := range []string{"value ", "Value "} {
 		if rest, ok := strings.CutPrefix(msg, p); ok {
@@ -121,6 +134,14 @@ func checkScopeField(ctx context.Context, m protoreflect.Message) error {
 		return nil
 	}
 	return scopeAgrees(ctx, s)
+}
+
+// RequestChecks returns the server options that check every request as
+// NewServer's servers do (contract constraints and scope agreement), for
+// a plain grpc.Server in tests.
+func RequestChecks() []grpc.ServerOption {
+	g := sharedGuard()
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unaryValidate(g)), grpc.ChainStreamInterceptor(streamValidate(g))}
 }
 
 func unaryValidate(g *requestGuard) grpc.UnaryServerInterceptor {

@@ -96,7 +96,7 @@ func TestRequestsAreValidatedByTheirContract(t *testing.T) {
 		{"unknown effort", chat(func(r *modelv1.ChatRequest) { r.Thinking = &modelv1.ThinkingOptions{Effort: "max"} }), "thinking.effort", ""},
 		{"no model", chat(func(r *modelv1.ChatRequest) { r.Model = "" }), "model", "required"},
 		{"no messages", chat(func(r *modelv1.ChatRequest) { r.Messages = nil }), "messages", ""},
-		{"role unset", chat(func(r *modelv1.ChatRequest) { r.Messages[0].Role = 0 }), "messages[0].role", ""},
+		{"role unset", chat(func(r *modelv1.ChatRequest) { r.Messages[0].Role = 0 }), "messages[0].role", "must be one of ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_TOOL"},
 		{"role out of the enum", chat(func(r *modelv1.ChatRequest) { r.Messages[0].Role = 42 }), "messages[0].role", ""},
 		{"bad tool name", chat(func(r *modelv1.ChatRequest) { r.Tools = []*modelv1.Tool{{Name: "a b"}} }), "tools[0].name", ""},
 		{"unknown response format", chat(func(r *modelv1.ChatRequest) { r.ResponseFormat = &modelv1.ResponseFormat{Type: 9} }), "response_format.type", ""},

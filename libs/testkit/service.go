@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 )
 
 // Listen returns a TCP listener on 127.0.0.1 with a random free port, closed
@@ -22,13 +24,15 @@ func Listen(t testing.TB) net.Listener {
 
 // StartGRPC starts a gRPC server with opts on a random loopback port, lets
 // register add services to it, serves in a goroutine, and returns a client
-// connection to it without transport security. In t.Cleanup the connection
+// connection to it without transport security. Like every server of the
+// mesh (grpcx.NewServer) it checks each request against its contract's
+// constraints before a handler runs. In t.Cleanup the connection
 // is closed and then the server stopped gracefully; a Serve error fails the
 // test.
 func StartGRPC(t testing.TB, register func(s *grpc.Server), opts ...grpc.ServerOption) *grpc.ClientConn {
 	t.Helper()
 	lis := Listen(t)
-	s := grpc.NewServer(opts...)
+	s := grpc.NewServer(append(grpcx.RequestChecks(), opts...)...)
 	register(s)
 
 	served := make(chan error, 1)
