@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"sort"
 	"strings"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/metadata"
 
@@ -60,34 +59,26 @@ func resolve(ctx context.Context, s *commonv1.Scope) (document.Scope, error) {
 	return document.Scope{Tenant: sc.GetTenantId(), Project: sc.GetProjectId()}, nil
 }
 
-func validSourceType(t indexerv1.SourceType) bool {
-	_, ok := indexerv1.SourceType_name[int32(t)]
-	return ok && t != indexerv1.SourceType_SOURCE_TYPE_UNSPECIFIED
-}
-
 // IngestDocument validates and ingests a document.
 func (d *Documents) IngestDocument(ctx context.Context, req *indexerv1.IngestDocumentRequest) (*indexerv1.IngestDocumentResponse, error) {
 	sc, err := resolve(ctx, req.GetScope())
 	if err != nil {
 		return nil, err
 	}
+	// The contract's rules (source_type, raw_content required, title and
+	// URL lengths) ran before this handler; what follows depends on
+	// configuration or content.
 	switch {
-	case !validSourceType(req.GetSourceType()):
-		return nil, grpcx.InvalidArgument("source_type", "is required and must be one of EMAIL, TICKET, WIKI, LOG, REPORT, OTHER")
 	case strings.TrimSpace(req.GetRawContent()) == "":
 		return nil, grpcx.InvalidArgument("raw_content", "is required")
 	case len(req.GetRawContent()) > d.limits.MaxContentBytes:
 		return nil, grpcx.InvalidArgument("raw_content", "is %d bytes; the limit is %d", len(req.GetRawContent()), d.limits.MaxContentBytes)
-	case !utf8.ValidString(req.GetRawContent()):
-		return nil, grpcx.InvalidArgument("raw_content", "must be valid UTF-8")
-	case utf8.RuneCountInString(req.GetTitle()) > 1000:
-		return nil, grpcx.InvalidArgument("title", "must be at most 1000 characters")
 	case len(req.GetAttachments()) > d.limits.MaxAttachments:
 		return nil, grpcx.InvalidArgument("attachments", "at most %d attachments", d.limits.MaxAttachments)
 	}
 	if u := req.GetSourceUrl(); u != "" {
 		parsed, err := url.Parse(u)
-		if err != nil || parsed.Scheme == "" || strings.ContainsAny(u, " \t\n") || len(u) > 4096 {
+		if err != nil || parsed.Scheme == "" || strings.ContainsAny(u, " \t\n") {
 			return nil, grpcx.InvalidArgument("source_url", "must be an absolute URL (scheme://...) of at most 4096 bytes")
 		}
 	}
@@ -117,9 +108,6 @@ func (d *Documents) GetDocument(ctx context.Context, req *indexerv1.GetDocumentR
 	if err != nil {
 		return nil, err
 	}
-	if req.GetDocumentId() == "" {
-		return nil, grpcx.InvalidArgument("document_id", "is required")
-	}
 	doc, err := d.svc.Docs.GetDocument(ctx, sc, req.GetDocumentId())
 	if err != nil {
 		return nil, toStatus(err)
@@ -133,13 +121,7 @@ func (d *Documents) ListDocuments(ctx context.Context, req *indexerv1.ListDocume
 	if err != nil {
 		return nil, err
 	}
-	size, err := pageSize(req.GetPageSize())
-	if err != nil {
-		return nil, err
-	}
-	if t := req.GetSourceType(); t != indexerv1.SourceType_SOURCE_TYPE_UNSPECIFIED && !validSourceType(t) {
-		return nil, grpcx.InvalidArgument("source_type", "is not a known source type")
-	}
+	size := pageSize(req.GetPageSize())
 	hash := filterHash("list", sc.Tenant, sc.Project, req.GetSourceType().String())
 	after, err := decodeToken(req.GetPageToken(), hash)
 	if err != nil {
@@ -167,9 +149,6 @@ func (d *Documents) DeleteDocument(ctx context.Context, req *indexerv1.DeleteDoc
 	if err != nil {
 		return nil, err
 	}
-	if req.GetDocumentId() == "" {
-		return nil, grpcx.InvalidArgument("document_id", "is required")
-	}
 	if err := d.svc.Delete(ctx, sc, req.GetDocumentId()); err != nil {
 		return nil, toStatus(err)
 	}
@@ -196,10 +175,7 @@ func (d *Documents) FindDocumentsByExtract(ctx context.Context, req *indexerv1.F
 		keys = append(keys, k+"="+req.GetFieldEquals()[k])
 	}
 	sort.Strings(keys)
-	size, err := pageSize(req.GetPageSize())
-	if err != nil {
-		return nil, err
-	}
+	size := pageSize(req.GetPageSize())
 	hash := filterHash(append([]string{"extract", sc.Tenant, sc.Project, typ}, keys...)...)
 	after, err := decodeToken(req.GetPageToken(), hash)
 	if err != nil {
@@ -244,9 +220,6 @@ func (d *Documents) GetExtractionJob(ctx context.Context, req *indexerv1.GetExtr
 	sc, err := resolve(ctx, req.GetScope())
 	if err != nil {
 		return nil, err
-	}
-	if req.GetJobId() == "" {
-		return nil, grpcx.InvalidArgument("job_id", "is required")
 	}
 	j, err := d.svc.GetJob(ctx, sc, req.GetJobId())
 	if err != nil {

@@ -57,17 +57,15 @@ const (
 )
 
 // pageSize applies the default and the maximum (larger sizes are
-// coerced down, as AIP-158 asks).
-func pageSize(n int32) (int, error) {
+// coerced down, as AIP-158 asks; the contract refuses negative ones).
+func pageSize(n int32) int {
 	switch {
-	case n < 0:
-		return 0, grpcx.InvalidArgument("page_size", "must not be negative")
-	case n == 0:
-		return defaultPageSize, nil
+	case n <= 0:
+		return defaultPageSize
 	case n > maxPageSize:
-		return maxPageSize, nil
+		return maxPageSize
 	}
-	return int(n), nil
+	return int(n)
 }
 
 // filterHash binds a page token to the request's scope and filter.

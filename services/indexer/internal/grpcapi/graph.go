@@ -6,18 +6,14 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
-	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/graph"
 )
 
-// Graph walk limits.
+// Graph walk defaults; the contract states the maxima.
 const (
 	defaultDepth     = 1
-	maxDepth         = 5
 	defaultNodeLimit = 100
-	maxNodeLimit     = 1000
 	defaultPathDepth = 6
-	maxPathDepth     = 12
 )
 
 // Graph implements GraphService.
@@ -37,9 +33,6 @@ func (g *Graph) GetNode(ctx context.Context, req *indexerv1.GetNodeRequest) (*in
 	if err != nil {
 		return nil, err
 	}
-	if req.GetKey() == "" {
-		return nil, grpcx.InvalidArgument("key", "is required, e.g. \"doc:<id>\" or \"entity:ticker:bhp\"")
-	}
 	n, err := graph.GetNode(ctx, g.r, graph.Scope(sc), req.GetKey())
 	if err != nil {
 		return nil, toStatus(err)
@@ -53,27 +46,15 @@ func (g *Graph) ListNeighbors(ctx context.Context, req *indexerv1.ListNeighborsR
 	if err != nil {
 		return nil, err
 	}
+	// The contract requires the key and bounds depth (0-5), limit (0-1000)
+	// and the edge types before this handler runs.
 	depth, limit := int(req.GetDepth()), int(req.GetLimit())
-	switch {
-	case req.GetKey() == "":
-		return nil, grpcx.InvalidArgument("key", "is required")
-	case depth < 0 || depth > maxDepth:
-		return nil, grpcx.InvalidArgument("depth", "must be between 1 and %d", maxDepth)
-	case limit < 0:
-		return nil, grpcx.InvalidArgument("limit", "must not be negative")
-	}
-	for _, t := range req.GetEdgeTypes() {
-		if t == "" {
-			return nil, grpcx.InvalidArgument("edge_types", "must not contain empty types")
-		}
-	}
 	if depth == 0 {
 		depth = defaultDepth
 	}
 	if limit == 0 {
 		limit = defaultNodeLimit
 	}
-	limit = min(limit, maxNodeLimit)
 	ns, es, err := graph.Neighbors(ctx, g.r, graph.Scope(sc), req.GetKey(), req.GetEdgeTypes(), depth, limit)
 	if err != nil {
 		return nil, toStatus(err)
@@ -88,15 +69,8 @@ func (g *Graph) FindPath(ctx context.Context, req *indexerv1.FindPathRequest) (*
 	if err != nil {
 		return nil, err
 	}
+	// The contract requires both keys and bounds max_depth (0-12).
 	d := int(req.GetMaxDepth())
-	switch {
-	case req.GetFromKey() == "":
-		return nil, grpcx.InvalidArgument("from_key", "is required")
-	case req.GetToKey() == "":
-		return nil, grpcx.InvalidArgument("to_key", "is required")
-	case d < 0 || d > maxPathDepth:
-		return nil, grpcx.InvalidArgument("max_depth", "must be between 1 and %d", maxPathDepth)
-	}
 	if d == 0 {
 		d = defaultPathDepth
 	}

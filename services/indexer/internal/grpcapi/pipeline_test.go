@@ -651,7 +651,7 @@ func TestInvalidArgumentNamesTheField(t *testing.T) {
 		{"search with a bad source type", func() error {
 			_, err := h.search.Search(ctx, &indexerv1.SearchRequest{Scope: sc, Query: "x", SourceTypes: []indexerv1.SourceType{0}})
 			return err
-		}, "source_types"},
+		}, "source_types[0]"},
 		{"neighbours too deep", func() error {
 			_, err := h.graph.ListNeighbors(ctx, &indexerv1.ListNeighborsRequest{Scope: sc, Key: "doc:x", Depth: 9})
 			return err

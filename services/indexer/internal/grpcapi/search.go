@@ -3,7 +3,6 @@ package grpcapi
 import (
 	"context"
 	"strings"
-	"unicode/utf8"
 
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
@@ -35,37 +34,22 @@ func (s *Search) Search(ctx context.Context, req *indexerv1.SearchRequest) (*ind
 	if err != nil {
 		return nil, err
 	}
+	// The contract bounds the query's length, the limit (0 to 100) and the
+	// enums before this handler runs.
 	q := strings.TrimSpace(req.GetQuery())
-	switch {
-	case q == "":
+	if q == "" {
 		return nil, grpcx.InvalidArgument("query", "is required")
-	case utf8.RuneCountInString(q) > 2000:
-		return nil, grpcx.InvalidArgument("query", "must be at most 2000 characters")
-	case req.GetLimit() < 0:
-		return nil, grpcx.InvalidArgument("limit", "must not be negative")
 	}
-	mode, ok := modes[req.GetMode()]
-	if !ok {
-		return nil, grpcx.InvalidArgument("mode", "is not a known search mode")
-	}
+	mode := modes[req.GetMode()]
 	limit := int(req.GetLimit())
 	if limit == 0 {
 		limit = 10
 	}
-	limit = min(limit, 100)
 	var f *hybrid.Filter
 	if len(req.GetSourceTypes())+len(req.GetContentTypes())+len(req.GetDocumentIds()) > 0 {
 		f = &hybrid.Filter{ContentTypes: req.GetContentTypes(), Docs: req.GetDocumentIds()}
 		for _, t := range req.GetSourceTypes() {
-			if !validSourceType(t) {
-				return nil, grpcx.InvalidArgument("source_types", "%v is not a source type", t)
-			}
 			f.SourceTypes = append(f.SourceTypes, int32(t))
-		}
-		for _, id := range req.GetDocumentIds() {
-			if id == "" {
-				return nil, grpcx.InvalidArgument("document_ids", "must not contain empty ids")
-			}
 		}
 	}
 	hits, err := s.svc.Search(ctx, intake.SearchQuery{Scope: sc, Text: q, Limit: limit, Mode: mode, Filter: f})

@@ -2,7 +2,6 @@ package grpcapi
 
 import (
 	"encoding/json"
-	"regexp"
 	"strings"
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
@@ -11,20 +10,11 @@ import (
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/structured"
 )
 
-var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
-
-// chatRequest validates a ChatRequest and converts it. prefix is prepended
-// to field names ("request." inside ChatStreamRequest).
+// chatRequest converts a ChatRequest, checking what its contract cannot
+// state (the contract's own rules ran before the handler: model and
+// messages required, roles, tool names, ranges). prefix is prepended to
+// field names ("request." inside ChatStreamRequest).
 func chatRequest(in *modelv1.ChatRequest, prefix string) (*llm.Request, *structured.Schema, error) {
-	if in == nil {
-		return nil, nil, grpcx.InvalidArgument(strings.TrimSuffix(prefix, "."), "is required")
-	}
-	if strings.TrimSpace(in.GetModel()) == "" {
-		return nil, nil, grpcx.InvalidArgument(prefix+"model", "is required: name a logical model such as \"chat\"")
-	}
-	if len(in.GetMessages()) == 0 {
-		return nil, nil, grpcx.InvalidArgument(prefix+"messages", "needs at least one message")
-	}
 	req := &llm.Request{Messages: make([]llm.Message, 0, len(in.GetMessages()))}
 	for i, m := range in.GetMessages() {
 		field := prefix + "messages[" + itoa(i) + "]"
@@ -44,19 +34,10 @@ func chatRequest(in *modelv1.ChatRequest, prefix string) (*llm.Request, *structu
 		default:
 			return nil, nil, grpcx.InvalidArgument(field+".role", "must be set")
 		}
-		for j, img := range m.GetImages() {
-			if len(img.GetData()) == 0 {
-				return nil, nil, grpcx.InvalidArgument(field+".images["+itoa(j)+"].data", "is empty")
-			}
-			if mt := img.GetMimeType(); mt != "" && !strings.HasPrefix(mt, "image/") {
-				return nil, nil, grpcx.InvalidArgument(field+".images["+itoa(j)+"].mime_type", "%q is not an image type", mt)
-			}
+		for _, img := range m.GetImages() {
 			lm.Images = append(lm.Images, llm.Image{Data: img.GetData(), MIMEType: img.GetMimeType()})
 		}
 		for j, tc := range m.GetToolCalls() {
-			if tc.GetName() == "" {
-				return nil, nil, grpcx.InvalidArgument(field+".tool_calls["+itoa(j)+"].name", "is required")
-			}
 			if a := tc.GetArgumentsJson(); a != "" && !json.Valid([]byte(a)) {
 				return nil, nil, grpcx.InvalidArgument(field+".tool_calls["+itoa(j)+"].arguments_json", "is not valid JSON")
 			}
@@ -67,9 +48,6 @@ func chatRequest(in *modelv1.ChatRequest, prefix string) (*llm.Request, *structu
 	names := map[string]bool{}
 	for i, t := range in.GetTools() {
 		field := prefix + "tools[" + itoa(i) + "]"
-		if !toolName.MatchString(t.GetName()) {
-			return nil, nil, grpcx.InvalidArgument(field+".name", "%q must be 1-64 letters, digits, '_' or '-'", t.GetName())
-		}
 		if names[t.GetName()] {
 			return nil, nil, grpcx.InvalidArgument(field+".name", "%q is offered twice", t.GetName())
 		}
@@ -132,19 +110,11 @@ func chatRequest(in *modelv1.ChatRequest, prefix string) (*llm.Request, *structu
 		req.Options.NumCtx = intPtr(o.NumCtx)
 		req.Options.Seed = o.Seed
 		req.Options.Stop = o.GetStop()
-		if o.MaxTokens != nil && *o.MaxTokens <= 0 {
-			return nil, nil, grpcx.InvalidArgument(prefix+"options.max_tokens", "must be positive")
-		}
 	}
 	if th := in.GetThinking(); th != nil {
 		req.Thinking.Enabled = th.Enabled
 		req.Thinking.BudgetTokens = intPtr(th.BudgetTokens)
-		switch th.GetEffort() {
-		case "", "low", "medium", "high":
-			req.Thinking.Effort = th.GetEffort()
-		default:
-			return nil, nil, grpcx.InvalidArgument(prefix+"thinking.effort", "%q is not one of low, medium, high", th.GetEffort())
-		}
+		req.Thinking.Effort = th.GetEffort()
 	}
 	return req, schema, nil
 }

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
-	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/dispatch"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/llm"
 )
@@ -97,15 +96,7 @@ func (s *Server) ChatStream(in *modelv1.ChatStreamRequest, stream modelv1.ModelS
 
 // Embed turns texts into vectors.
 func (s *Server) Embed(ctx context.Context, in *modelv1.EmbedRequest) (*modelv1.EmbedResponse, error) {
-	if in.GetModel() == "" {
-		return nil, grpcx.InvalidArgument("model", "is required: name a logical model such as \"embed\"")
-	}
-	if len(in.GetInputs()) == 0 {
-		return nil, grpcx.InvalidArgument("inputs", "needs at least one text")
-	}
-	if in.GetDimensions() < 0 {
-		return nil, grpcx.InvalidArgument("dimensions", "must not be negative")
-	}
+	// The contract requires the model and 1-2048 inputs, and bounds dimensions.
 	res, err := s.gw.Embed(ctx, in.GetModel(), &llm.EmbedRequest{Inputs: in.GetInputs(), Dimensions: int(in.GetDimensions())})
 	if err != nil {
 		return nil, toStatus(err)

