@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 
@@ -35,10 +34,8 @@ import (
 	"github.com/agentmesh/agentmesh/services/classifier/internal/statemachine"
 )
 
-// Request limits.
+// Paging limits; the contract states the other request limits.
 const (
-	maxInstruction  = 4000
-	maxFeedback     = 4000
 	defaultPageSize = 50
 	maxPageSize     = 500
 )
@@ -93,7 +90,7 @@ func runID(id string) (string, error) {
 	if id == "" {
 		return "", grpcx.InvalidArgument("run_id", "is required")
 	}
-	if len(id) > 128 || strings.ContainsAny(id, ".*> \t\n") {
+	if strings.ContainsAny(id, ".*> \t\n") { // run ids name NATS subjects
 		return "", grpcx.InvalidArgument("run_id", "is not a run id")
 	}
 	return id, nil
@@ -106,14 +103,10 @@ func (s *Server) StartRun(req *classifierv1.StartRunRequest, stream classifierv1
 	if err != nil {
 		return err
 	}
+	// The contract bounds the instruction to 4000 bytes; blank is none.
 	instruction := strings.TrimSpace(req.GetInstruction())
-	switch {
-	case instruction == "":
+	if instruction == "" {
 		return grpcx.InvalidArgument("instruction", "is required")
-	case len(instruction) > maxInstruction:
-		return grpcx.InvalidArgument("instruction", "longer than %d bytes", maxInstruction)
-	case !utf8.ValidString(instruction):
-		return grpcx.InvalidArgument("instruction", "is not valid UTF-8")
 	}
 	return s.drive(ctx, scope, "", 0, func() (*runner.Drive, error) { return s.runner.Start(ctx, scope, instruction) }, func(ev *classifierv1.RunEvent) error {
 		return stream.Send(&classifierv1.StartRunResponse{Event: ev})
@@ -148,14 +141,8 @@ func (s *Server) SendCommand(req *classifierv1.SendCommandRequest, stream classi
 	if err != nil {
 		return err
 	}
-	cmd, ok := commandFromProto[req.GetType()]
-	if !ok {
-		return grpcx.InvalidArgument("type", "must be one of ApproveFetch, RejectFetch, ApproveBatch, RejectBatch, Stop")
-	}
+	cmd := commandFromProto[req.GetType()] // the contract admits only commands
 	feedback := strings.TrimSpace(req.GetFeedback())
-	if len(feedback) > maxFeedback {
-		return grpcx.InvalidArgument("feedback", "longer than %d bytes", maxFeedback)
-	}
 	if feedback != "" && cmd != statemachine.RejectFetch && cmd != statemachine.RejectBatch {
 		return grpcx.InvalidArgument("feedback", "only RejectFetch and RejectBatch take feedback")
 	}
@@ -191,14 +178,9 @@ func (s *Server) ListRuns(ctx context.Context, req *classifierv1.ListRunsRequest
 	if err != nil {
 		return nil, err
 	}
-	state, ok := stateFromProto(req.GetState())
-	if !ok {
-		return nil, grpcx.InvalidArgument("state", "unknown state %d", req.GetState())
-	}
+	state, _ := stateFromProto(req.GetState()) // the contract admits only states
 	size := int64(req.GetPageSize())
 	switch {
-	case size < 0:
-		return nil, grpcx.InvalidArgument("page_size", "must not be negative")
 	case size == 0:
 		size = defaultPageSize
 	case size > maxPageSize:
