@@ -98,12 +98,14 @@ func (a *applier) apply() error {
 	return nil
 }
 
-// input finds the request message of "Service_Method".
+// input finds the request message of "Service_Method" (an additional
+// binding's operation is "Service_Method2", "3", ...).
 func (a *applier) input(operationID string) protoreflect.MessageDescriptor {
 	svc, method, ok := strings.Cut(operationID, "_")
 	if !ok {
 		return nil
 	}
+	method = strings.TrimRight(method, "0123456789")
 	var found protoreflect.MessageDescriptor
 	a.files.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
 		s := fd.Services().ByName(protoreflect.Name(svc))

@@ -575,7 +575,9 @@ type RunEvent struct {
 	Data *structpb.Value `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
 	// Run id.
 	RunId string `protobuf:"bytes,4,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	// Stream sequence, usable as SSE event id.
+	// Position of the event in its run, from 1, without gaps: the SSE event
+	// id, and what ResumeRunRequest.after_sequence takes. Events written
+	// before runs numbered theirs carry 0.
 	Sequence uint64 `protobuf:"varint,5,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// When it happened.
 	Time          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
@@ -763,7 +765,7 @@ type ResumeRunRequest struct {
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Run id. Required.
 	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	// Replay the run's events stored after this sequence (a RunEvent.sequence,
+	// Replay this run's events after this one (a RunEvent.sequence of the run,
 	// e.g. the last one a broken stream delivered) before the new ones, so a
 	// client that lost its stream misses nothing; 0 = only what happens from now.
 	AfterSequence uint64 `protobuf:"varint,3,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`

@@ -38,7 +38,9 @@ const (
 type ClassifierServiceClient interface {
 	// StartRun starts a run and streams its events until it waits for a human or ends.
 	StartRun(ctx context.Context, in *StartRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StartRunResponse], error)
-	// ResumeRun continues a run from its checkpoint. A run already being driven fails with ABORTED.
+	// ResumeRun continues a run from its checkpoint. While another executor
+	// holds the run it waits, up to the lease TTL, for it to let go or die; a
+	// run still being driven after that fails with ABORTED.
 	ResumeRun(ctx context.Context, in *ResumeRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ResumeRunResponse], error)
 	// SendCommand applies an approval, rejection or stop and streams what follows.
 	SendCommand(ctx context.Context, in *SendCommandRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SendCommandResponse], error)
@@ -156,7 +158,9 @@ func (c *classifierServiceClient) ImportConversations(ctx context.Context, in *I
 type ClassifierServiceServer interface {
 	// StartRun starts a run and streams its events until it waits for a human or ends.
 	StartRun(*StartRunRequest, grpc.ServerStreamingServer[StartRunResponse]) error
-	// ResumeRun continues a run from its checkpoint. A run already being driven fails with ABORTED.
+	// ResumeRun continues a run from its checkpoint. While another executor
+	// holds the run it waits, up to the lease TTL, for it to let go or die; a
+	// run still being driven after that fails with ABORTED.
 	ResumeRun(*ResumeRunRequest, grpc.ServerStreamingServer[ResumeRunResponse]) error
 	// SendCommand applies an approval, rejection or stop and streams what follows.
 	SendCommand(*SendCommandRequest, grpc.ServerStreamingServer[SendCommandResponse]) error

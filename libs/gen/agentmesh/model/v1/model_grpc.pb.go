@@ -39,6 +39,11 @@ type ModelServiceClient interface {
 	// ChatStream runs one completion and streams normalised chunks: content and
 	// reasoning deltas, complete tool calls in index order, then one final chunk
 	// with the finish reason and usage. Cancelling the stream cancels upstream.
+	// A provider answer that breaks off before its end is UNAVAILABLE with
+	// ErrorInfo reason UPSTREAM_STREAM_CUT and metadata provider,
+	// bytes_received and partial_output_sent (after output was sent nothing is
+	// retried); NO_PROVIDER means no provider of the chain is configured or
+	// reachable.
 	ChatStream(ctx context.Context, in *ChatStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChatStreamResponse], error)
 	// Embed turns texts into vectors.
 	Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedResponse, error)
@@ -117,6 +122,11 @@ type ModelServiceServer interface {
 	// ChatStream runs one completion and streams normalised chunks: content and
 	// reasoning deltas, complete tool calls in index order, then one final chunk
 	// with the finish reason and usage. Cancelling the stream cancels upstream.
+	// A provider answer that breaks off before its end is UNAVAILABLE with
+	// ErrorInfo reason UPSTREAM_STREAM_CUT and metadata provider,
+	// bytes_received and partial_output_sent (after output was sent nothing is
+	// retried); NO_PROVIDER means no provider of the chain is configured or
+	// reachable.
 	ChatStream(*ChatStreamRequest, grpc.ServerStreamingServer[ChatStreamResponse]) error
 	// Embed turns texts into vectors.
 	Embed(context.Context, *EmbedRequest) (*EmbedResponse, error)

@@ -346,6 +346,10 @@ type SubmitAnalysisRequest struct {
 	// Registered output schema name, e.g. "stock_analysis"; default "generic_analysis".
 	ResponseType string `protobuf:"bytes,3,opt,name=response_type,json=responseType,proto3" json:"response_type,omitempty"`
 	// Caller-supplied output JSON schema; overrides response_type. At most 256 KiB.
+	// The service adds data_sources and data_gaps (set by code, never by the
+	// model) and, on every object with a "source", supported and
+	// unsupported_reason: whether the source is among the data the tools
+	// returned.
 	OutputJsonSchema string `protobuf:"bytes,4,opt,name=output_json_schema,json=outputJsonSchema,proto3" json:"output_json_schema,omitempty"`
 	// Tools the planner may use; empty = all.
 	AllowedTools  []string `protobuf:"bytes,5,rep,name=allowed_tools,json=allowedTools,proto3" json:"allowed_tools,omitempty"`
