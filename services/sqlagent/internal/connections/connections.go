@@ -3,9 +3,18 @@
 // read-only execution with a row limit and a timeout.
 //
 // Connections come from configuration only (SQLAGENT_CONNECTIONS), so users
-// pick among names and never see or send a DSN. Queries run read-only a
-// second time over: SQLite handles are opened with PRAGMA query_only, and
-// PostgreSQL queries run inside a READ ONLY transaction that is rolled back.
+// pick among names and never see or send a DSN. A query that package
+// safety accepted is checked a second time by the engine itself before it
+// runs (pgguard.go: PostgreSQL's catalog decides on every function the
+// statement calls; sqliteguard.go: SQLite's authorizer), and then runs
+// read-only: SQLite queries on handles the SQLite library opens read-only
+// with PRAGMA query_only, PostgreSQL queries inside a READ ONLY transaction
+// with a statement timeout that is rolled back, on a session that is reset (DISCARD ALL)
+// after every job, so no advisory lock, setting or prepared statement
+// outlives it. A PostgreSQL connection may name a separate read DSN whose
+// role has only the rights reads need (AuditReadRoles warns when it has
+// more). Writing a result to a table (write.go) never sends user SQL to the
+// writable connection.
 package connections
 
 import (
@@ -13,13 +22,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
-	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
 
 // Dialects of connections.
@@ -39,7 +50,24 @@ var (
 	ErrQuery = errors.New("query failed")
 	// ErrUnavailable means the database could not be reached.
 	ErrUnavailable = errors.New("database unavailable")
+	// ErrRefused is matched (errors.Is) by every *RefusedError.
+	ErrRefused = errors.New("query refused")
 )
+
+// RefusedError is the engine-side check refusing a statement before it
+// ran; Reason says why in words a user understands.
+type RefusedError struct {
+	Reason string
+}
+
+func (e *RefusedError) Error() string { return "query refused: " + e.Reason }
+
+// Is makes errors.Is(err, ErrRefused) true.
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+
+func refuse(format string, args ...any) error {
+	return &RefusedError{Reason: fmt.Sprintf(format, args...)}
+}
 
 // Spec is one configured connection.
 type Spec struct {
@@ -48,18 +76,39 @@ type Spec struct {
 	// Dialect is SQLite or Postgres.
 	Dialect string
 	// DSN is the data source name: a file path or file: URI for SQLite, a
-	// URL or key=value string for PostgreSQL. It is a secret.
+	// URL or key=value string for PostgreSQL. Results are written through
+	// it, and reads use it unless ReadDSN is set. It is a secret. Empty
+	// when only a read DSN is configured: the connection then takes no
+	// writes.
 	DSN string
+	// ReadDSN is a PostgreSQL DSN for reads, normally of a role that may
+	// only read (see AuditReadRoles); empty: reads use DSN. It is a secret.
+	ReadDSN string
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+// readDSN is the DSN reads use.
+func (s Spec) readDSN() string {
+	if s.ReadDSN != "" {
+		return s.ReadDSN
+	}
+	return s.DSN
+}
+
+var (
+	nameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+	readTag = "[read]"
+)
 
 // Parse reads a connection list: entries separated by ';' or newlines, each
-// "name=driver:dsn" with driver sqlite, postgres (or postgresql, pgx). Errors
-// name the entry by position and name, never quoting the DSN.
+// "name=driver:dsn" with driver sqlite, postgres (or postgresql, pgx). A
+// PostgreSQL connection may add an entry "name[read]=postgres:dsn" whose
+// DSN is used for reads (a least-privilege role); with only that entry the
+// connection is read-only. Errors name the entry by position and name,
+// never quoting the DSN.
 func Parse(list string) ([]Spec, error) {
 	var out []Spec
-	seen := map[string]bool{}
+	index := map[string]int{}
+	writeSeen, readSeen := map[string]bool{}, map[string]bool{}
 	entries := strings.FieldsFunc(list, func(r rune) bool { return r == ';' || r == '\n' })
 	for i, e := range entries {
 		e = strings.TrimSpace(e)
@@ -68,8 +117,9 @@ func Parse(list string) ([]Spec, error) {
 		}
 		name, rest, ok := strings.Cut(e, "=")
 		name = strings.TrimSpace(name)
+		name, isRead := strings.CutSuffix(name, readTag)
 		if !ok || !nameRE.MatchString(name) {
-			return nil, fmt.Errorf("connection %d: want name=driver:dsn with a name of letters, digits, '_', '-' or '.'", i+1)
+			return nil, fmt.Errorf("connection %d: want name=driver:dsn (or name[read]=driver:dsn) with a name of letters, digits, '_', '-' or '.'", i+1)
 		}
 		driver, dsn, ok := strings.Cut(rest, ":")
 		if !ok || strings.TrimSpace(dsn) == "" {
@@ -84,11 +134,31 @@ func Parse(list string) ([]Spec, error) {
 		default:
 			return nil, fmt.Errorf("connection %q: unknown driver %q (want sqlite or postgres)", name, driver)
 		}
+		seen := writeSeen
+		if isRead {
+			seen = readSeen
+		}
 		if seen[name] {
 			return nil, fmt.Errorf("connection %q: named twice", name)
 		}
 		seen[name] = true
-		out = append(out, Spec{Name: name, Dialect: dialect, DSN: strings.TrimSpace(dsn)})
+		if isRead && dialect != Postgres {
+			return nil, fmt.Errorf("connection %q: a [read] DSN is for PostgreSQL roles; SQLite reads are read-only already", name)
+		}
+		j, ok := index[name]
+		if !ok {
+			j = len(out)
+			index[name] = j
+			out = append(out, Spec{Name: name, Dialect: dialect})
+		}
+		if out[j].Dialect != dialect {
+			return nil, fmt.Errorf("connection %q: its read and write entries name different drivers", name)
+		}
+		if isRead {
+			out[j].ReadDSN = strings.TrimSpace(dsn)
+		} else {
+			out[j].DSN = strings.TrimSpace(dsn)
+		}
 	}
 	return out, nil
 }
@@ -108,66 +178,140 @@ type Registry struct {
 // conn is one open connection.
 type conn struct {
 	spec Spec
-	// read is the pool queries run on (read-only for SQLite).
+	// read is the pool PostgreSQL queries run on, and the pool the
+	// agent's own schema queries use (read-only for SQLite).
 	read *sql.DB
+	// guard runs SQLite queries under the authorizer (nil for PostgreSQL).
+	guard *sqliteGuard
 	// write is the pool for writing results (nil until first needed).
 	writeOnce sync.Once
 	write     *sql.DB
 	writeErr  error
 }
 
-// Open opens a pool per spec. database/sql connects lazily, so a database
-// that is down does not stop the start; its queries fail with
-// ErrUnavailable.
+// Open opens a pool per spec. Pools connect lazily, so a database that is
+// down does not stop the start; its queries fail with ErrUnavailable.
 func Open(specs []Spec, opts Options) (*Registry, error) {
 	if opts.MaxSchemaChars <= 0 {
 		opts.MaxSchemaChars = 24000
 	}
 	r := &Registry{opts: opts, conns: map[string]*conn{}}
 	for _, s := range specs {
-		db, err := openDB(s, true)
+		c := &conn{spec: s}
+		var err error
+		switch s.Dialect {
+		case SQLite:
+			uri := readOnlyURI(s.DSN)
+			c.guard = newSQLiteGuard(uri)
+			c.read, err = openSQLite(uri, true)
+		case Postgres:
+			c.read, err = openPostgres(s.readDSN())
+		default:
+			err = fmt.Errorf("unknown dialect %q", s.Dialect)
+		}
 		if err != nil {
 			r.Close()
 			return nil, fmt.Errorf("connection %q: %w", s.Name, err)
 		}
-		r.conns[s.Name] = &conn{spec: s, read: db}
+		r.conns[s.Name] = c
 	}
 	return r, nil
 }
 
-// openDB opens a pool for s, read-only when readOnly is set and the dialect
-// can enforce it on the handle.
-func openDB(s Spec, readOnly bool) (*sql.DB, error) {
-	switch s.Dialect {
-	case SQLite:
-		dsn := s.DSN
-		sep := "?"
-		if strings.Contains(dsn, "?") {
-			sep = "&"
-		}
-		dsn += sep + "_pragma=busy_timeout(5000)"
-		if readOnly {
-			dsn += "&_pragma=query_only(1)"
-		}
-		db, err := sql.Open("sqlite", dsn)
-		if err != nil {
-			return nil, errors.New("cannot open the SQLite database")
-		}
-		return db, nil
-	case Postgres:
-		db, err := sql.Open("pgx", s.DSN)
-		if err != nil {
-			return nil, errors.New("invalid PostgreSQL DSN")
-		}
-		return db, nil
+// openSQLite opens a pool on a SQLite DSN; readOnly adds PRAGMA
+// query_only to every connection.
+func openSQLite(dsn string, readOnly bool) (*sql.DB, error) {
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
 	}
-	return nil, fmt.Errorf("unknown dialect %q", s.Dialect)
+	dsn += sep + "_pragma=busy_timeout(5000)"
+	if readOnly {
+		dsn += "&_pragma=query_only(1)"
+	}
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, errors.New("cannot open the SQLite database")
+	}
+	return db, nil
+}
+
+// readOnlyURI turns a SQLite DSN (a path or a file: URI, with or without
+// query parameters) into a file: URI that opens the file read-only
+// (mode=ro), so even ATTACH cannot create a file through it.
+func readOnlyURI(dsn string) string {
+	if dsn == ":memory:" || dsn == "" {
+		return dsn
+	}
+	path, query, _ := strings.Cut(dsn, "?")
+	if !strings.HasPrefix(path, "file:") {
+		path = "file:" + escapeURIPath(path)
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		q = url.Values{}
+	}
+	q.Set("mode", "ro")
+	return path + "?" + q.Encode()
+}
+
+// escapeURIPath escapes what SQLite's URI parser would read as syntax.
+func escapeURIPath(p string) string {
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c == '%' || c == '?' || c == '#' || c <= ' ' || c >= 0x7f:
+			fmt.Fprintf(&b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// openPostgres opens a pool on a PostgreSQL DSN. Statements go out with
+// the extended protocol and unnamed prepared statements
+// (QueryExecModeExec): one statement per message, and nothing named is
+// left on a session, so DISCARD ALL after a job cannot leave pgx's
+// statement cache pointing at statements the server dropped.
+func openPostgres(dsn string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, errors.New("invalid PostgreSQL DSN")
+	}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	cfg.StatementCacheCapacity = 0
+	cfg.DescriptionCacheCapacity = 0
+	return stdlib.OpenDB(*cfg), nil
+}
+
+// writePool opens (once) and returns the pool results are written through.
+func (c *conn) writePool() (*sql.DB, error) {
+	c.writeOnce.Do(func() {
+		switch {
+		case c.spec.DSN == "":
+			c.writeErr = fmt.Errorf("%w: connection %s is configured read-only (it has only a [read] DSN)", ErrQuery, c.spec.Name)
+		case c.spec.Dialect == SQLite:
+			c.write, c.writeErr = openSQLite(c.spec.DSN, false)
+		default:
+			c.write, c.writeErr = openPostgres(c.spec.DSN)
+		}
+		if c.writeErr != nil && !errors.Is(c.writeErr, ErrQuery) {
+			c.writeErr = fmt.Errorf("%w: %v", ErrUnavailable, c.writeErr)
+		}
+	})
+	return c.write, c.writeErr
 }
 
 // Close closes every pool.
 func (r *Registry) Close() {
 	for _, c := range r.conns {
-		_ = c.read.Close()
+		if c.read != nil {
+			_ = c.read.Close()
+		}
+		if c.guard != nil {
+			c.guard.Close()
+		}
 		if c.write != nil {
 			_ = c.write.Close()
 		}

@@ -2,8 +2,8 @@ package connections_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,41 +12,6 @@ import (
 
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
 )
-
-// chinook copies the shared Chinook SQLite file into t.TempDir() (the shared
-// file is never opened) and returns the copy's path. It skips the test when
-// the shared data is absent.
-func chinook(t *testing.T) string {
-	t.Helper()
-	dir, _ := os.Getwd()
-	for {
-		src := filepath.Join(dir, "shared", "data", "chinook", "Chinook_Sqlite.sqlite")
-		if _, err := os.Stat(src); err == nil {
-			dst := filepath.Join(t.TempDir(), "chinook.sqlite")
-			in, err := os.Open(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer in.Close()
-			out, err := os.Create(dst)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.Copy(out, in); err != nil {
-				t.Fatal(err)
-			}
-			if err := out.Close(); err != nil {
-				t.Fatal(err)
-			}
-			return dst
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("shared/data/chinook not found above the package directory")
-		}
-		dir = parent
-	}
-}
 
 func TestParse(t *testing.T) {
 	t.Parallel()
@@ -67,7 +32,23 @@ func TestParse(t *testing.T) {
 			t.Errorf("spec %d = %+v, want %+v", i, specs[i], want[i])
 		}
 	}
+	// A PostgreSQL connection may name a read DSN, before or after its own.
+	specs, err = connections.Parse("wh[read]=postgres:postgres://reader@db/wh; wh=postgres:postgres://writer@db/wh; ro[read]=pgx:host=db user=reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRead := []connections.Spec{
+		{Name: "wh", Dialect: "postgres", DSN: "postgres://writer@db/wh", ReadDSN: "postgres://reader@db/wh"},
+		{Name: "ro", Dialect: "postgres", ReadDSN: "host=db user=reader"},
+	}
+	if len(specs) != len(wantRead) || specs[0] != wantRead[0] || specs[1] != wantRead[1] {
+		t.Fatalf("specs with read DSNs = %+v, want %+v", specs, wantRead)
+	}
 	for _, bad := range []struct{ list, want string }{
+		{"music[read]=sqlite:/x.db", "for PostgreSQL"},
+		{"wh=postgres:a; wh[read]=sqlite:/x.db", "for PostgreSQL"},
+		{"wh[read]=postgres:a; wh[read]=postgres:b", "named twice"},
+		{"wh[write]=postgres:a", "connection 1"},
 		{"music", "name=driver:dsn"},
 		{"music=oracle:x", "unknown driver"},
 		{"music=sqlite:", "name=driver:dsn"},
@@ -87,7 +68,7 @@ func TestParse(t *testing.T) {
 
 func TestQueryChinook(t *testing.T) {
 	t.Parallel()
-	reg, err := connections.Open([]connections.Spec{{Name: "music", Dialect: "sqlite", DSN: chinook(t)}}, connections.Options{})
+	reg, err := connections.Open([]connections.Spec{{Name: "music", Dialect: "sqlite", DSN: connections.ChinookCopy(t)}}, connections.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,9 +83,9 @@ func TestQueryChinook(t *testing.T) {
 		t.Fatalf("result = %+v, want 3 rows starting with AC/DC, truncated", res)
 	}
 
-	// The handle itself is read-only: a write that got past the checker still fails.
-	if _, err := reg.Query(ctx, "music", "DELETE FROM Artist", 10, 5*time.Second); !errors.Is(err, connections.ErrQuery) {
-		t.Fatalf("DELETE through the read handle: %v, want ErrQuery", err)
+	// SQLite's authorizer refuses a write that got past the token checker.
+	if _, err := reg.Query(ctx, "music", "DELETE FROM Artist", 10, 5*time.Second); !errors.Is(err, connections.ErrRefused) || !strings.Contains(err.Error(), "DELETE") {
+		t.Fatalf("DELETE through Query: %v, want ErrRefused naming DELETE", err)
 	}
 	res, err = reg.Query(ctx, "music", "SELECT count(*) FROM Artist", 10, 5*time.Second)
 	if err != nil || res.Rows[0][0] != int64(275) {
@@ -180,5 +161,46 @@ func TestCreateSample(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(path); string(b) != "changed by the user" {
 		t.Error("CreateSample overwrote an existing file")
+	}
+}
+
+// TestWriteTableSQLite: WRITE_DATA copies SQLite's stored values exactly
+// (DATETIME text stays text, storage classes stay), with the declared
+// column types, writes the whole result whatever the row limit, and a
+// query the authorizer refuses writes nothing.
+func TestWriteTableSQLite(t *testing.T) {
+	t.Parallel()
+	db := connections.ChinookCopy(t)
+	reg, err := connections.Open([]connections.Spec{{Name: "music", Dialect: "sqlite", DSN: db}}, connections.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	ctx := context.Background()
+	n, err := reg.WriteTable(ctx, "music", "SELECT InvoiceId, InvoiceDate, Total, BillingState, Total * 2 AS doubled FROM Invoice", "inv_copy", connections.WriteCreate, 5*time.Second)
+	if err != nil || n != 412 {
+		t.Fatalf("WriteTable: %d, %v; want 412 rows", n, err)
+	}
+	own, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	var same int
+	if err := own.QueryRowContext(ctx, `SELECT count(*) FROM Invoice i JOIN inv_copy c USING (InvoiceId)
+		WHERE c.InvoiceDate IS i.InvoiceDate AND typeof(c.InvoiceDate) = typeof(i.InvoiceDate) AND c.Total IS i.Total
+			AND typeof(c.Total) = typeof(i.Total) AND c.BillingState IS i.BillingState AND c.doubled = i.Total * 2`).Scan(&same); err != nil || same != 412 {
+		t.Fatalf("%d of 412 rows copied exactly, %v", same, err)
+	}
+	var types string
+	if err := own.QueryRowContext(ctx, `SELECT group_concat(type, ',') FROM pragma_table_info('inv_copy')`).Scan(&types); err != nil || types != "INTEGER,DATETIME,NUMERIC(10,2),NVARCHAR(40)," {
+		t.Fatalf("declared types %q, %v", types, err)
+	}
+	if _, err := reg.WriteTable(ctx, "music", "SELECT * FROM pragma_database_list", "paths", connections.WriteCreate, 5*time.Second); !errors.Is(err, connections.ErrRefused) {
+		t.Fatalf("WriteTable of a refused query: %v, want ErrRefused", err)
+	}
+	var tables int
+	if err := own.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'paths'`).Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("table paths: %d, %v; want never created", tables, err)
 	}
 }

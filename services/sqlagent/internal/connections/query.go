@@ -3,7 +3,9 @@ package connections
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -21,9 +23,11 @@ type Result struct {
 	Truncated bool
 }
 
-// Query runs sql (which the caller has checked with package safety) on the
-// named connection, read-only, reading at most limit rows, and gives up
-// after timeout. Errors are ErrUnknown, ErrUnavailable or ErrQuery.
+// Query runs sqlText (which the caller has checked with package safety) on
+// the named connection, reading at most limit rows, and gives up after
+// timeout. The engine checks the statement first (RefusedError when it
+// refuses it); then it runs read-only. Errors are ErrUnknown,
+// ErrUnavailable, ErrRefused or ErrQuery.
 func (r *Registry) Query(ctx context.Context, name, sqlText string, limit int, timeout time.Duration) (*Result, error) {
 	c, err := r.get(name)
 	if err != nil {
@@ -31,28 +35,83 @@ func (r *Registry) Query(ctx context.Context, name, sqlText string, limit int, t
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var rows *sql.Rows
 	if c.spec.Dialect == Postgres {
-		tx, err := c.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-		if err != nil {
-			return nil, dbError(err)
-		}
-		defer func() { _ = tx.Rollback() }()
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", timeout.Milliseconds())); err != nil {
-			return nil, dbError(err)
-		}
-		rows, err = tx.QueryContext(ctx, sqlText)
-		if err != nil {
-			return nil, dbError(err)
-		}
-	} else {
-		rows, err = c.read.QueryContext(ctx, sqlText)
-		if err != nil {
-			return nil, dbError(err)
-		}
+		var res *Result
+		err := c.readSession(ctx, func(conn *sql.Conn) error {
+			if err := checkPostgres(ctx, conn, sqlText, timeout); err != nil {
+				return err
+			}
+			return readOnlyTx(ctx, conn, timeout, func(tx *sql.Tx) error {
+				rows, err := tx.QueryContext(ctx, sqlText)
+				if err != nil {
+					return dbError(err)
+				}
+				defer rows.Close()
+				res, err = readRows(rows, limit)
+				return err
+			})
+		})
+		return res, err
 	}
-	defer rows.Close()
-	return readRows(rows, limit)
+	res := &Result{Rows: [][]any{}}
+	err = c.guard.stream(ctx, sqlText, func(cols []column) error {
+		for _, col := range cols {
+			res.Columns = append(res.Columns, col.name)
+		}
+		return nil
+	}, func(vals []any) error {
+		if len(res.Rows) == limit {
+			res.Truncated = true
+			return errEnough
+		}
+		for i, v := range vals {
+			vals[i] = jsonValue(v)
+		}
+		res.Rows = append(res.Rows, vals)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return nil, err
+	}
+	return res, nil
+}
+
+// errEnough stops a stream once the row limit is passed.
+var errEnough = errors.New("row limit reached")
+
+// readSession runs fn on a PostgreSQL read connection of its own and then
+// resets the session with DISCARD ALL (which also releases advisory locks,
+// settings, prepared statements, LISTENs and temporary objects), so
+// nothing fn's statements left survives into the next job. A connection
+// that cannot be reset is closed instead of going back to the pool.
+func (c *conn) readSession(ctx context.Context, fn func(*sql.Conn) error) error {
+	conn, err := c.read.Conn(ctx)
+	if err != nil {
+		return dbError(err)
+	}
+	defer conn.Close()
+	ferr := fn(conn)
+	// The job's context may have run out; the reset gets its own.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := conn.ExecContext(rctx, "DISCARD ALL"); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	return ferr
+}
+
+// readOnlyTx runs fn in a READ ONLY transaction with a statement timeout,
+// and rolls it back.
+func readOnlyTx(ctx context.Context, conn *sql.Conn, timeout time.Duration, fn func(*sql.Tx) error) error {
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return dbError(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", timeout.Milliseconds())); err != nil {
+		return dbError(err)
+	}
+	return fn(tx)
 }
 
 // readRows reads up to limit rows and notes whether more were there.

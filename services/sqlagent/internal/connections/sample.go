@@ -44,7 +44,7 @@ func CreateSample(path string) (Spec, error) {
 
 // writeSample creates the sample's tables and rows in a new file at path.
 func writeSample(path string) error {
-	db, err := openDB(Spec{Name: SampleName, Dialect: SQLite, DSN: path}, false)
+	db, err := openSQLite(path, false)
 	if err != nil {
 		return err
 	}

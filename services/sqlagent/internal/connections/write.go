@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // WriteMode says what to do when the target table exists.
@@ -38,10 +41,21 @@ func ValidTableName(name string) error {
 	return nil
 }
 
-// WriteTable runs the read query selectSQL (checked by the caller) and
-// stores its full result in table on the named connection, in one
-// transaction, and returns the number of rows written. This is the only
-// write path of the agent; it uses a separate, writable pool.
+// WriteTable writes the whole result of the read query selectSQL (checked
+// by the caller with package safety) to table on the named connection and
+// returns the number of rows written.
+//
+// The writable connection never executes user SQL: selectSQL runs the way
+// Query runs it (the engine's check, then read-only: a READ ONLY
+// transaction on PostgreSQL, the authorizer-guarded read-only handle on
+// SQLite), without the row limit, and its rows stream into one transaction
+// on the writable connection: CREATE TABLE with the result's column types
+// (PostgreSQL's exact types; SQLite's declared types), then batched
+// INSERTs whose values are parameters (PostgreSQL values travel as text
+// and go through the column type's input function, so every type round
+// trips). Errors are ErrUnknown, ErrUnavailable, ErrRefused or ErrQuery
+// (the table exists and mode is WriteCreate; a bad name; the database's
+// own failure).
 func (r *Registry) WriteTable(ctx context.Context, name, selectSQL, table string, mode WriteMode, timeout time.Duration) (int64, error) {
 	c, err := r.get(name)
 	if err != nil {
@@ -50,46 +64,251 @@ func (r *Registry) WriteTable(ctx context.Context, name, selectSQL, table string
 	if err := ValidTableName(table); err != nil {
 		return 0, fmt.Errorf("%w: %v", ErrQuery, err)
 	}
-	c.writeOnce.Do(func() { c.write, c.writeErr = openDB(c.spec, false) })
-	if c.writeErr != nil {
-		return 0, fmt.Errorf("%w: %v", ErrUnavailable, c.writeErr)
+	wdb, err := c.writePool()
+	if err != nil {
+		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tx, err := c.write.BeginTx(ctx, nil)
+	wconn, err := wdb.Conn(ctx)
+	if err != nil {
+		return 0, dbError(err)
+	}
+	defer wconn.Close()
+	if c.spec.Dialect == SQLite {
+		// The rows are read through another handle on the same file while
+		// this transaction writes; without spilling its cache the writer
+		// needs the exclusive lock only at COMMIT, after the read is done.
+		if _, err := wconn.ExecContext(ctx, "PRAGMA cache_spill = OFF"); err != nil {
+			return 0, dbError(err)
+		}
+	}
+	tx, err := wconn.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, dbError(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	q := `"` + table + `"`
 	exists, err := tableExists(ctx, tx, c.spec.Dialect, table)
 	if err != nil {
 		return 0, dbError(err)
 	}
-	var stmts []string
-	switch {
-	case exists && mode == WriteDrop:
-		stmts = []string{"DROP TABLE " + q, "CREATE TABLE " + q + " AS " + selectSQL}
-	case exists && mode == WriteTruncate:
-		stmts = []string{"DELETE FROM " + q, "INSERT INTO " + q + " " + selectSQL}
-	case exists:
+	if exists && mode != WriteDrop && mode != WriteTruncate {
 		return 0, fmt.Errorf("%w: table %s already exists", ErrQuery, table)
-	default:
-		stmts = []string{"CREATE TABLE " + q + " AS " + selectSQL}
 	}
-	for _, st := range stmts {
-		if _, err := tx.ExecContext(ctx, st); err != nil {
-			return 0, dbError(err)
-		}
+	w := &tableWriter{ctx: ctx, tx: tx, dialect: c.spec.Dialect, table: quoteIdent(table), exists: exists, mode: mode}
+	if c.spec.Dialect == Postgres {
+		err = c.streamPostgres(ctx, selectSQL, timeout, w.columns, w.row)
+	} else {
+		err = c.guard.stream(ctx, selectSQL, w.columns, w.row)
 	}
-	var n int64
-	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM "+q).Scan(&n); err != nil {
-		return 0, dbError(err)
+	if err != nil {
+		return 0, err
+	}
+	if err := w.flush(); err != nil {
+		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, dbError(err)
 	}
-	return n, nil
+	return w.n, nil
+}
+
+// column describes a result column: its name, and its type as the source
+// reports it (PostgreSQL: type OID and modifier; SQLite: declared type).
+type column struct {
+	name   string
+	oid    uint32
+	typmod int32
+	decl   string
+}
+
+// streamPostgres runs query as Query does (check, READ ONLY transaction,
+// statement timeout, session reset) with no row limit, and hands each row
+// to row as text values (nil for NULL), after the columns to cols.
+func (c *conn) streamPostgres(ctx context.Context, query string, timeout time.Duration, cols func([]column) error, row func([]any) error) error {
+	return c.readSession(ctx, func(conn *sql.Conn) error {
+		if err := checkPostgres(ctx, conn, query, timeout); err != nil {
+			return err
+		}
+		return conn.Raw(func(dc any) error {
+			sc, ok := dc.(*stdlib.Conn)
+			if !ok {
+				return fmt.Errorf("%w: unexpected driver connection %T", ErrUnavailable, dc)
+			}
+			pg := sc.Conn().PgConn()
+			begin := fmt.Sprintf("BEGIN READ ONLY; SET LOCAL statement_timeout = %d", timeout.Milliseconds())
+			if _, err := pg.Exec(ctx, begin).ReadAll(); err != nil {
+				return dbError(err)
+			}
+			// A failed rollback leaves the session unusable; readSession's
+			// reset then fails and the connection is dropped.
+			defer func() { _, _ = pg.Exec(context.WithoutCancel(ctx), "ROLLBACK").ReadAll() }()
+			// ExecParams: the extended protocol, one statement only; nil
+			// result formats ask for text.
+			rr := pg.ExecParams(ctx, query, nil, nil, nil, nil)
+			fields := rr.FieldDescriptions()
+			described := make([]column, len(fields))
+			for i, f := range fields {
+				described[i] = column{name: f.Name, oid: f.DataTypeOID, typmod: f.TypeModifier}
+			}
+			if len(fields) > 0 {
+				if err := cols(described); err != nil {
+					_, _ = rr.Close()
+					return err
+				}
+			}
+			for rr.NextRow() {
+				vals := make([]any, len(fields))
+				for i, v := range rr.Values() {
+					if v != nil {
+						vals[i] = string(v)
+					}
+				}
+				if err := row(vals); err != nil {
+					_, _ = rr.Close()
+					return err
+				}
+			}
+			if _, err := rr.Close(); err != nil {
+				return dbError(err)
+			}
+			if len(fields) == 0 {
+				return fmt.Errorf("%w: the query returns no columns", ErrQuery)
+			}
+			return nil
+		})
+	})
+}
+
+// tableWriter creates the target table from the first columns it sees and
+// inserts rows in batches, all in tx.
+type tableWriter struct {
+	ctx     context.Context
+	tx      *sql.Tx
+	dialect string
+	table   string // quoted
+	exists  bool
+	mode    WriteMode
+	// insert is "INSERT INTO t VALUES " and ncols its width, set by columns.
+	insert  string
+	ncols   int
+	batch   []any
+	batched int
+	n       int64
+}
+
+// maxBatchParams bounds the parameters of one INSERT (SQLite allows 32766
+// and PostgreSQL 65535).
+const maxBatchParams = 10000
+
+// columns prepares the table for the result's columns: drops or empties an
+// existing one as mode says, creates it unless it is kept.
+func (w *tableWriter) columns(cols []column) error {
+	if len(cols) == 0 {
+		return fmt.Errorf("%w: the query returns no columns", ErrQuery)
+	}
+	defs := make([]string, len(cols))
+	used := map[string]bool{}
+	for i, col := range cols {
+		name := col.name
+		for k := 2; used[strings.ToLower(name)] || name == ""; k++ {
+			name = fmt.Sprintf("%s_%d", col.name, k)
+		}
+		used[strings.ToLower(name)] = true
+		typ, err := w.columnType(col)
+		if err != nil {
+			return err
+		}
+		defs[i] = strings.TrimSpace(quoteIdent(name) + " " + typ)
+	}
+	var stmts []string
+	switch {
+	case w.exists && w.mode == WriteTruncate:
+		stmts = []string{"DELETE FROM " + w.table}
+	case w.exists:
+		stmts = []string{"DROP TABLE " + w.table, "CREATE TABLE " + w.table + " (" + strings.Join(defs, ", ") + ")"}
+	default:
+		stmts = []string{"CREATE TABLE " + w.table + " (" + strings.Join(defs, ", ") + ")"}
+	}
+	for _, st := range stmts {
+		if _, err := w.tx.ExecContext(w.ctx, st); err != nil {
+			return dbError(err)
+		}
+	}
+	w.insert, w.ncols = "INSERT INTO "+w.table+" VALUES ", len(cols)
+	return nil
+}
+
+// sqliteTypeRE is what a declared SQLite type copied into CREATE TABLE may
+// look like (e.g. NVARCHAR(120), NUMERIC(10,2)).
+var sqliteTypeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_ ]*(\([0-9]+( *, *[0-9]+)?\))?$`)
+
+// columnType is the column's type in CREATE TABLE: format_type of the
+// result's type on PostgreSQL; the declared type on SQLite (none for an
+// expression, which gives the column no affinity).
+func (w *tableWriter) columnType(col column) (string, error) {
+	if w.dialect == SQLite {
+		if sqliteTypeRE.MatchString(col.decl) {
+			return col.decl, nil
+		}
+		return "", nil
+	}
+	var typ string
+	err := w.tx.QueryRowContext(w.ctx, `SELECT format_type($1::text::oid, $2::text::int4)`,
+		strconv.FormatUint(uint64(col.oid), 10), strconv.FormatInt(int64(col.typmod), 10)).Scan(&typ)
+	if err != nil {
+		return "", dbError(err)
+	}
+	return typ, nil
+}
+
+// row adds one row, flushing a full batch.
+func (w *tableWriter) row(vals []any) error {
+	w.batch = append(w.batch, vals...)
+	w.batched++
+	if (w.batched+1)*w.ncols > maxBatchParams || w.batched == 500 {
+		return w.flush()
+	}
+	return nil
+}
+
+// flush inserts the batched rows with one INSERT.
+func (w *tableWriter) flush() error {
+	if w.batched == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString(w.insert)
+	p := 0
+	for r := 0; r < w.batched; r++ {
+		if r > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('(')
+		for col := 0; col < w.ncols; col++ {
+			if col > 0 {
+				b.WriteString(", ")
+			}
+			p++
+			if w.dialect == Postgres {
+				fmt.Fprintf(&b, "$%d", p)
+			} else {
+				b.WriteByte('?')
+			}
+		}
+		b.WriteByte(')')
+	}
+	if _, err := w.tx.ExecContext(w.ctx, b.String(), w.batch...); err != nil {
+		return dbError(err)
+	}
+	w.n += int64(w.batched)
+	w.batch, w.batched = w.batch[:0], 0
+	return nil
+}
+
+// quoteIdent quotes a name as an SQL identifier ("..." in both dialects).
+func quoteIdent(name string) string {
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
 }
 
 func tableExists(ctx context.Context, tx *sql.Tx, dialect, table string) (bool, error) {

@@ -337,7 +337,16 @@ func (a *Agent) execute(ctx context.Context, s *Session) (Reply, error) {
 		return a.askMethod(s, fmt.Sprintf("I can't run the pending SQL: %s.", reason(err))), nil
 	}
 	res, err := a.dbs.Query(ctx, conn, sql, a.opts.RowLimit, a.opts.QueryTimeout)
+	var refused *connections.RefusedError
 	switch {
+	case errors.As(err, &refused):
+		// The database's own check refused it: nothing ran.
+		if s.Stage == StageConfirmGeneratedSQL {
+			s.Stage, s.PendingSQL = StageNeedNaturalLanguage, ""
+			return Reply{Text: fmt.Sprintf("The database won't run the query I wrote: %s. Only a read-only query that changes nothing can run; try rephrasing the question.", refused.Reason)}, nil
+		}
+		s.Stage, s.PendingSQL = StageNeedUserSQL, ""
+		return Reply{Text: fmt.Sprintf("I can't run that: %s. Only a read-only query that changes nothing can run; send another query.", refused.Reason)}, nil
 	case errors.Is(err, connections.ErrQuery):
 		return confirmReply(fmt.Sprintf("The database refused the query: %v. Tell me what to change, or send corrected SQL.",
 			strings.TrimPrefix(err.Error(), connections.ErrQuery.Error()+": ")), sql), nil

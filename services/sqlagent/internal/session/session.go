@@ -128,7 +128,10 @@ type Store interface {
 	Update(ctx context.Context, s *Session) error
 }
 
-// Databases is what the agent needs of the configured connections.
+// Databases is what the agent needs of the configured connections. Query
+// and WriteTable fail with a *connections.RefusedError when the database's
+// own check refuses the SQL (nothing ran), connections.ErrQuery when the
+// database rejects or fails it, and other errors when it is unreachable.
 type Databases interface {
 	List() []connections.Info
 	Dialect(name string) (string, error)

@@ -62,7 +62,11 @@ func (a *Agent) onWrite(ctx context.Context, s *Session, in input) (Reply, error
 		}
 		n, err := a.dbs.WriteTable(ctx, s.Params[paramConnection], sql, s.Params[paramTable],
 			connections.WriteMode(s.Params[paramWriteMode]), a.opts.QueryTimeout)
+		var refused *connections.RefusedError
 		switch {
+		case errors.As(err, &refused):
+			s.JobKind = JobReadSQL
+			return a.askMethod(s, fmt.Sprintf("I can't write that result: %s. Nothing was written.", refused.Reason)), nil
 		case errors.Is(err, connections.ErrQuery):
 			s.Stage = StageNeedTableName
 			return Reply{Text: fmt.Sprintf("Writing failed: %v. Give another table name, or the same one to try again.",

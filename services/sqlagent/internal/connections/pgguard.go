@@ -1,0 +1,381 @@
+package connections
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The PostgreSQL lock: ask the server what the statement calls.
+//
+// A READ ONLY transaction stops writes to tables, but not functions whose
+// effects live outside the transaction: pg_terminate_backend,
+// pg_advisory_lock, dblink_exec, lo_export, adminpack's file writes,
+// replication slots, pg_stat_reset. A list of names cannot keep up with
+// every extension, and PostgreSQL has several ways to spell a name. So the
+// server resolves the statement and its catalog decides:
+//
+//  1. In a transaction that is always rolled back, the statement is stored
+//     as a temporary view: CREATE TEMP VIEW v AS SELECT 1 FROM (<stmt>) q.
+//     This parses and analyses the statement exactly as running it would
+//     (same search_path, same overload and operator resolution, views
+//     referenced but not expanded) and executes nothing: no planning, no
+//     constant folding. It also proves that the text is one SELECT: the
+//     extended protocol takes one statement only, and a subquery can hold
+//     nothing but a query (no DML, no utility command, no EXPLAIN).
+//  2. The view's rule (pg_rewrite.ev_action) is the server's own parse tree
+//     with OIDs: every function call, operator, aggregate, window function,
+//     TABLESAMPLE method, ORDER BY/GROUP BY operator, relation and value
+//     type. nodetree.go reads it.
+//  3. The references are followed through the catalog until nothing new
+//     turns up: operators to their functions (pg_operator.oprcode),
+//     aggregates to their transition, final, combine and (de)serial
+//     functions and sort operator (pg_aggregate), views to their own rules
+//     (pg_rewrite), tables to their row-level security policies
+//     (pg_policy), types to their input and output functions and, for
+//     domains, their CHECK constraints (pg_constraint.conbin).
+//  4. Every function reached must be IMMUTABLE or STABLE in pg_proc, or on
+//     a short allowlist of harmless volatile built-ins; a few stable
+//     built-ins that read tables named at run time or assign transaction
+//     ids are refused by name. A new extension's volatile function is
+//     therefore refused by default. Row locks are refused too.
+//
+// Why a temporary view rather than EXPLAIN: EXPLAIN (VERBOSE) prints
+// expressions deparsed, not resolved; casts and implicit coercions hide
+// their functions, operators print as symbols, and turning names back into
+// OIDs means redoing overload resolution. debug_print_plan would give the
+// tree but writes it to the server log for every query. pg_depend is no
+// help either: it does not record references to built-in objects. The
+// stored rule is the resolved tree itself.
+//
+// What it needs: the read role must hold TEMPORARY on the database (PUBLIC
+// has it by default) and the server must accept a read-write transaction,
+// so a hot standby cannot serve as the read DSN; both fail closed, with the
+// server's message. CREATE VIEW fires event triggers, if the database has
+// any.
+//
+// What it cannot see: a function its owner labelled STABLE that has side
+// effects (the label is trusted, not verified), operator support functions
+// the executor picks from a type's operator classes for hashing and
+// merging, and type input functions for literals, which PostgreSQL runs
+// while parsing (built-in ones only look names up; new base types need a
+// superuser). The least-privilege read role is the lock for those.
+
+// volatileAllowed are the pg_catalog volatile functions a query may call:
+// they read a clock, a random source or a size, or (bernoulli, system)
+// are the built-in TABLESAMPLE methods' handlers; none changes any state.
+var volatileAllowed = map[string]bool{
+	"random": true, "random_normal": true, "gen_random_uuid": true,
+	"clock_timestamp": true, "timeofday": true,
+	"pg_relation_size": true, "pg_table_size": true, "pg_indexes_size": true,
+	"pg_total_relation_size": true, "pg_database_size": true,
+	"bernoulli": true, "system": true,
+}
+
+// stableRefused are pg_catalog functions refused although not volatile
+// (package safety names them too; the locks keep their own lists so that
+// neither changes when the other is edited):
+// the *_to_xml family reads tables named at run time (a view read that
+// way runs functions the check never saw) and the others assign a
+// transaction id.
+var stableRefused = map[string]string{
+	"table_to_xml":                  "it reads a table named at run time",
+	"table_to_xml_and_xmlschema":    "it reads a table named at run time",
+	"schema_to_xml":                 "it reads tables named at run time",
+	"schema_to_xml_and_xmlschema":   "it reads tables named at run time",
+	"database_to_xml":               "it reads tables named at run time",
+	"database_to_xml_and_xmlschema": "it reads tables named at run time",
+	"txid_current":                  "it assigns a transaction id",
+	"pg_current_xact_id":            "it assigns a transaction id",
+}
+
+// maxCatalogRounds bounds how far references are followed (views over
+// views over functions); a deeper chain is refused.
+const maxCatalogRounds = 32
+
+// checkPostgres runs the server-side check of query on conn, in a
+// transaction it rolls back. It returns a *RefusedError when the statement
+// calls something it must not, ErrQuery with the server's message when the
+// server rejects the statement (or cannot run the check), nil otherwise.
+func checkPostgres(ctx context.Context, conn *sql.Conn, query string, timeout time.Duration) error {
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return dbError(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	// An explicit READ WRITE, in case the role's default is read-only: the
+	// view is temporary and the transaction never commits.
+	for _, st := range []string{"SET TRANSACTION READ WRITE", fmt.Sprintf("SET LOCAL statement_timeout = %d", timeout.Milliseconds())} {
+		if _, err := tx.ExecContext(ctx, st); err != nil {
+			return dbError(err)
+		}
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	view := "agentmesh_check_" + hex.EncodeToString(b[:])
+	// QueryContext, not ExecContext: pgx sends an argument-less Exec with
+	// the simple protocol, which would accept several statements.
+	rows, err := tx.QueryContext(ctx, "CREATE TEMP VIEW "+view+" AS SELECT 1 FROM (\n"+query+"\n) AS agentmesh_q")
+	if err != nil {
+		return dbError(err)
+	}
+	if err := rows.Close(); err != nil {
+		return dbError(err)
+	}
+	var tree string
+	if err := tx.QueryRowContext(ctx, `SELECT ev_action::text FROM pg_rewrite WHERE ev_class = to_regclass('pg_temp.' || $1) AND rulename = '_RETURN'`, view).Scan(&tree); err != nil {
+		return dbError(err)
+	}
+	refs := newTreeRefs()
+	refs.scan(tree)
+	return resolve(ctx, tx, refs)
+}
+
+// resolve follows refs through the catalog and decides.
+func resolve(ctx context.Context, tx *sql.Tx, refs *treeRefs) error {
+	seen := newTreeRefs()
+	// via says how a function was reached, for the refusal message.
+	via := map[uint32]string{}
+	for round := 0; ; round++ {
+		if refs.rowLocks {
+			return refuse("row locking (FOR UPDATE/SHARE) is not allowed")
+		}
+		if refs.notSelect {
+			return refuse("only a plain SELECT query can run")
+		}
+		ops, funcs, rels, types := fresh(refs.ops, seen.ops), fresh(refs.funcs, seen.funcs), fresh(refs.rels, seen.rels), fresh(refs.types, seen.types)
+		if len(ops)+len(funcs)+len(rels)+len(types) == 0 {
+			return nil
+		}
+		if round == maxCatalogRounds {
+			return refuse("the query's views and functions nest too deeply to check")
+		}
+		next := newTreeRefs()
+		if err := followOperators(ctx, tx, ops, next, via); err != nil {
+			return err
+		}
+		if err := checkFunctions(ctx, tx, funcs, next, via); err != nil {
+			return err
+		}
+		if err := followRelations(ctx, tx, rels, next); err != nil {
+			return err
+		}
+		if err := followTypes(ctx, tx, types, next, via); err != nil {
+			return err
+		}
+		refs = next
+	}
+}
+
+// fresh returns the OIDs of want not in seen, and marks them seen.
+func fresh(want, seen map[uint32]bool) []uint32 {
+	var out []uint32
+	for oid := range want {
+		if !seen[oid] {
+			seen[oid] = true
+			out = append(out, oid)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// oidList renders OIDs for an IN list (numbers this package parsed).
+func oidList(oids []uint32) string {
+	parts := make([]string, len(oids))
+	for i, o := range oids {
+		parts[i] = strconv.FormatUint(uint64(o), 10)
+	}
+	return "(" + strings.Join(parts, ",") + ")"
+}
+
+// followOperators adds each operator's function.
+func followOperators(ctx context.Context, tx *sql.Tx, ops []uint32, next *treeRefs, via map[uint32]string) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	return eachRow(ctx, tx, `SELECT o.oid::bigint, o.oprcode::oid::bigint, n.nspname || '.' || o.oprname
+		FROM pg_operator o JOIN pg_namespace n ON n.oid = o.oprnamespace WHERE o.oid IN `+oidList(ops), func(s scanner) error {
+		var op, fn int64
+		var name string
+		if err := s.Scan(&op, &fn, &name); err != nil {
+			return err
+		}
+		if fn != 0 {
+			next.funcs[uint32(fn)] = true
+			via[uint32(fn)] = "operator " + name
+		}
+		return nil
+	})
+}
+
+// checkFunctions decides on each function and follows aggregates to their
+// support functions.
+func checkFunctions(ctx context.Context, tx *sql.Tx, funcs []uint32, next *treeRefs, via map[uint32]string) error {
+	if len(funcs) == 0 {
+		return nil
+	}
+	found := map[uint32]bool{}
+	var aggs []uint32
+	err := eachRow(ctx, tx, `SELECT p.oid::bigint, n.nspname, p.proname, p.provolatile::text, p.prokind::text
+		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid IN `+oidList(funcs), func(s scanner) error {
+		var oid int64
+		var schema, name, volatility, kind string
+		if err := s.Scan(&oid, &schema, &name, &volatility, &kind); err != nil {
+			return err
+		}
+		found[uint32(oid)] = true
+		if reason := functionVerdict(schema, name, volatility); reason != "" {
+			how := ""
+			if v := via[uint32(oid)]; v != "" {
+				how = " (called by " + v + ")"
+			}
+			return refuse("function %s.%s()%s is not allowed: %s", schema, name, how, reason)
+		}
+		if kind == "a" {
+			aggs = append(aggs, uint32(oid))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, f := range funcs {
+		if !found[f] {
+			return refuse("the query calls function %d, which the catalog does not know", f)
+		}
+	}
+	if len(aggs) == 0 {
+		return nil
+	}
+	return eachRow(ctx, tx, `SELECT a.aggfnoid::oid::bigint, p.proname, a.aggtransfn::oid::bigint, a.aggfinalfn::oid::bigint, a.aggcombinefn::oid::bigint,
+			a.aggserialfn::oid::bigint, a.aggdeserialfn::oid::bigint, a.aggmtransfn::oid::bigint, a.aggminvtransfn::oid::bigint,
+			a.aggmfinalfn::oid::bigint, a.aggsortop::bigint
+		FROM pg_aggregate a JOIN pg_proc p ON p.oid = a.aggfnoid WHERE a.aggfnoid IN `+oidList(aggs), func(s scanner) error {
+		var agg int64
+		var name string
+		var support [8]int64
+		var sortop int64
+		dest := []any{&agg, &name}
+		for i := range support {
+			dest = append(dest, &support[i])
+		}
+		if err := s.Scan(append(dest, &sortop)...); err != nil {
+			return err
+		}
+		for _, fn := range support {
+			if fn != 0 {
+				next.funcs[uint32(fn)] = true
+				via[uint32(fn)] = "aggregate " + name
+			}
+		}
+		if sortop != 0 {
+			next.ops[uint32(sortop)] = true
+		}
+		return nil
+	})
+}
+
+// functionVerdict returns why a function may not run, or "".
+func functionVerdict(schema, name, volatility string) string {
+	if schema == "pg_catalog" {
+		if reason, ok := stableRefused[name]; ok {
+			return reason
+		}
+		if volatileAllowed[name] {
+			return ""
+		}
+	}
+	if volatility == "v" {
+		return "it is VOLATILE, so it may change state outside the transaction (only IMMUTABLE and STABLE functions may run)"
+	}
+	return ""
+}
+
+// followRelations reads the rules of views and the row-level security
+// policies of tables the query reads: both run as part of the read.
+func followRelations(ctx context.Context, tx *sql.Tx, rels []uint32, next *treeRefs) error {
+	if len(rels) == 0 {
+		return nil
+	}
+	if err := scanTrees(ctx, tx, `SELECT ev_action::text FROM pg_rewrite WHERE ev_class IN `+oidList(rels)+` AND rulename = '_RETURN'`, next); err != nil {
+		return err
+	}
+	return scanTrees(ctx, tx, `SELECT polqual::text FROM pg_policy WHERE polrelid IN `+oidList(rels)+` AND polqual IS NOT NULL`, next)
+}
+
+// scanTrees adds to next what the node trees a catalog query returns (one
+// text column) refer to.
+func scanTrees(ctx context.Context, tx *sql.Tx, q string, next *treeRefs) error {
+	return eachRow(ctx, tx, q, func(s scanner) error {
+		var tree string
+		if err := s.Scan(&tree); err != nil {
+			return err
+		}
+		next.scan(tree)
+		return nil
+	})
+}
+
+// followTypes adds each type's input and output functions, and for
+// domains their base type and CHECK constraints.
+func followTypes(ctx context.Context, tx *sql.Tx, types []uint32, next *treeRefs, via map[uint32]string) error {
+	if len(types) == 0 {
+		return nil
+	}
+	var domains []uint32
+	err := eachRow(ctx, tx, `SELECT t.oid::bigint, format_type(t.oid, NULL), t.typtype::text, t.typinput::oid::bigint, t.typoutput::oid::bigint, t.typbasetype::bigint
+		FROM pg_type t WHERE t.oid IN `+oidList(types), func(s scanner) error {
+		var oid, in, out, base int64
+		var name, typtype string
+		if err := s.Scan(&oid, &name, &typtype, &in, &out, &base); err != nil {
+			return err
+		}
+		for _, fn := range []int64{in, out} {
+			if fn != 0 {
+				next.funcs[uint32(fn)] = true
+				via[uint32(fn)] = "type " + name
+			}
+		}
+		if typtype == "d" {
+			domains = append(domains, uint32(oid))
+			next.types[uint32(base)] = true
+		}
+		return nil
+	})
+	if err != nil || len(domains) == 0 {
+		return err
+	}
+	return scanTrees(ctx, tx, `SELECT conbin::text FROM pg_constraint WHERE contypid IN `+oidList(domains)+` AND conbin IS NOT NULL`, next)
+}
+
+// scanner is the part of *sql.Rows a row callback needs.
+type scanner interface{ Scan(dest ...any) error }
+
+// eachRow runs a catalog query and calls fn for each row. A *RefusedError
+// from fn stops the loop and is returned as is; other errors are database
+// errors.
+func eachRow(ctx context.Context, tx *sql.Tx, q string, fn func(scanner) error) error {
+	rows, err := tx.QueryContext(ctx, q)
+	if err != nil {
+		return dbError(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			var re *RefusedError
+			if errors.As(err, &re) {
+				return err
+			}
+			return dbError(err)
+		}
+	}
+	return dbError(rows.Err())
+}
