@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -85,6 +86,14 @@ func startModel(t *testing.T) (*providersim.Server, string) {
 // model gateway at modelAddr and a fresh Mongo database, and returns a client.
 func startAgent(t *testing.T, modelAddr, conns string, extra map[string]string) sqlagentv1.SqlAgentServiceClient {
 	t.Helper()
+	c, _ := startAgentLogged(t, modelAddr, conns, extra, nil)
+	return c
+}
+
+// startAgentLogged is startAgent with the service's JSON log written to
+// logs (nil: discarded); it also returns the running service, to stop it.
+func startAgentLogged(t *testing.T, modelAddr, conns string, extra map[string]string, logs *testkit.Buffer) (sqlagentv1.SqlAgentServiceClient, *testkit.Running) {
+	t.Helper()
 	uri, dbName := testkit.MongoURI(t)
 	vars := map[string]string{
 		"MONGO_URI":            uri,
@@ -99,13 +108,18 @@ func startAgent(t *testing.T, modelAddr, conns string, extra map[string]string) 
 	if err := config.Load("", &cfg, config.Map(vars)); err != nil {
 		t.Fatal(err)
 	}
-	addr := testkit.RunService(t, "sqlagent", func(ctx context.Context, rt service.Runtime) error { return sqlagent.Run(ctx, &cfg, rt) })
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	running := testkit.StartService(t, "sqlagent", func(ctx context.Context, rt service.Runtime) error {
+		if logs != nil {
+			rt.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+		}
+		return sqlagent.Run(ctx, &cfg, rt)
+	})
+	conn, err := grpc.NewClient(running.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return sqlagentv1.NewSqlAgentServiceClient(conn)
+	return sqlagentv1.NewSqlAgentServiceClient(conn), running
 }
 
 func ctxTimeout(t *testing.T) context.Context {

@@ -22,13 +22,16 @@ func TestPostgresSession(t *testing.T) {
 		`CREATE SCHEMA shop`,
 		`CREATE TABLE shop.orders (order_id serial PRIMARY KEY, customer text NOT NULL, total numeric(10,2) NOT NULL)`,
 		`INSERT INTO shop.orders (customer, total) VALUES ('Acme Corp', 120.50), ('acme labs', 80), ('Globex', 42.25), ('Initech', 300)`,
+		`CREATE FUNCTION shop.bump() RETURNS bigint LANGUAGE sql VOLATILE AS 'SELECT pg_try_advisory_lock(7)::int::bigint'`,
 	)
 	const question = "What did the Acme customers spend?"
 	const acmeSQL = "SELECT customer, total::text AS amount FROM shop.orders WHERE customer ILIKE 'acme%' ORDER BY total DESC"
 	sim, modelAddr := startModel(t)
 	sim.When(providersim.Match{LastUserContains: question}).Text("```sql\n" + acmeSQL + ";\n```")
 	sim.When(providersim.Match{LastUserContains: "password file"}).Text("```sql\nSELECT pg_read_file('/etc/passwd');\n```")
-	c := startAgent(t, modelAddr, "wh=postgres:"+dsn, nil)
+	sim.When(providersim.Match{LastUserContains: "bump the counter"}).Text("```sql\nSELECT shop.bump();\n```")
+	var logs testkit.Buffer
+	c, running := startAgentLogged(t, modelAddr, "wh=postgres:"+dsn, nil, &logs)
 
 	created, err := c.CreateSession(ctxTimeout(t), &sqlagentv1.CreateSessionRequest{Scope: scopeA, Connection: "wh"})
 	if err != nil {
@@ -65,6 +68,25 @@ func TestPostgresSession(t *testing.T) {
 		t.Fatalf("pg_read_file: reply %q, sql_to_confirm %q; want a refusal naming it", r.GetReply(), r.GetSqlToConfirm())
 	}
 
+	// SQL the token checker passes but the server's catalog refuses (the
+	// function is volatile) is refused before it runs.
+	wantStage(t, send(t, c, id, "sel:user_sql"), "NEED_USER_SQL")
+	wantStage(t, send(t, c, id, "SELECT shop.bump()"), "CONFIRM_USER_SQL")
+	r = send(t, c, id, "yes")
+	wantStage(t, r, "NEED_USER_SQL")
+	if r.GetResult() != nil || !strings.Contains(r.GetReply(), "shop.bump()") || !strings.Contains(r.GetReply(), "VOLATILE") {
+		t.Fatalf("volatile function: reply %q, result %v; want a refusal naming it", r.GetReply(), r.GetResult())
+	}
+
+	// The same for SQL the model wrote: back to the question.
+	wantStage(t, send(t, c, id, "sel:generate"), "NEED_NATURAL_LANGUAGE")
+	wantStage(t, send(t, c, id, "bump the counter"), "CONFIRM_GENERATED_SQL")
+	r = send(t, c, id, "yes")
+	wantStage(t, r, "NEED_NATURAL_LANGUAGE")
+	if r.GetResult() != nil || !strings.Contains(r.GetReply(), "shop.bump()") {
+		t.Fatalf("generated volatile call: reply %q, result %v; want a refusal naming it", r.GetReply(), r.GetResult())
+	}
+
 	// Write the result of typed SQL to a new table, after confirmation.
 	wantStage(t, send(t, c, id, "sel:user_sql"), "NEED_USER_SQL")
 	wantStage(t, send(t, c, id, "SELECT customer, total FROM shop.orders WHERE total > 100"), "CONFIRM_USER_SQL")
@@ -81,5 +103,38 @@ func TestPostgresSession(t *testing.T) {
 	var n int
 	if err := own.QueryRow(`SELECT count(*) FROM big_orders`).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("big_orders has %d rows, %v; want 2", n, err)
+	}
+	var locks int
+	if err := own.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`).Scan(&locks); err != nil || locks != 0 {
+		t.Fatalf("%d advisory locks, %v; want none", locks, err)
+	}
+
+	// The read role here is the superuser: the start logged a warning. Run
+	// waits for the audit before it returns, so after Stop the log is whole.
+	running.Stop()
+	if !strings.Contains(logs.String(), "the read role may do more than read") || !strings.Contains(logs.String(), `"rights":"superuser"`) {
+		t.Fatalf("no warning about the superuser read role in the log:\n%s", logs.String())
+	}
+	// With a least-privilege read role there is nothing to warn about.
+	if _, err := own.Exec(`CREATE ROLE reader LOGIN; GRANT USAGE ON SCHEMA shop TO reader; GRANT SELECT ON ALL TABLES IN SCHEMA shop TO reader`); err != nil {
+		t.Fatal(err)
+	}
+	var quiet testkit.Buffer
+	reader := strings.Replace(dsn, "//am@", "//reader@", 1)
+	c, running = startAgentLogged(t, modelAddr, "wh=postgres:"+dsn+"; wh[read]=postgres:"+reader, nil, &quiet)
+	created, err = c.CreateSession(ctxTimeout(t), &sqlagentv1.CreateSessionRequest{Scope: scopeA, Connection: "wh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = created.GetSession().GetId()
+	wantStage(t, send(t, c, id, "sel:user_sql"), "NEED_USER_SQL")
+	wantStage(t, send(t, c, id, "SELECT current_user AS who, count(*) AS orders FROM shop.orders GROUP BY 1"), "CONFIRM_USER_SQL")
+	r = send(t, c, id, "yes")
+	if rows := r.GetResult().GetRows(); len(rows) != 1 || rows[0].GetValues()[0].GetStringValue() != "reader" {
+		t.Fatalf("reads ran as %v, want reader", rows)
+	}
+	running.Stop()
+	if q := quiet.String(); strings.Contains(q, "may do more than read") || strings.Contains(q, "cannot run the server-side check") || strings.Contains(q, "could not audit") {
+		t.Fatalf("a warning for the least-privilege read role:\n%s", quiet.String())
 	}
 }

@@ -6,6 +6,8 @@ package sqlagent
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
@@ -31,7 +33,7 @@ type Config struct {
 	// ModelGatewayAddr is the model gateway gRPC address.
 	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`
 	// Connections lists the databases users may query.
-	Connections string `env:"SQLAGENT_CONNECTIONS" secret:"true" help:"databases, separated by ';' or newlines, each name=driver:dsn with driver sqlite (file path or file: URI) or postgres (URL or key=value DSN)"`
+	Connections string `env:"SQLAGENT_CONNECTIONS" secret:"true" help:"databases, separated by ';' or newlines, each name=driver:dsn with driver sqlite (file path or file: URI) or postgres (URL or key=value DSN); a postgres connection may add name[read]=postgres:dsn for a least-privilege role that runs every read (results are written through name=; with only name[read]= the connection takes no writes). The read role needs TEMPORARY on the database and a primary (not a standby) for the server-side check; a warning is logged at start when it is a superuser or a member of pg_write_server_files, pg_read_server_files, pg_signal_backend or pg_execute_server_program"`
 	// SampleDB is where to keep the sample database; empty: none.
 	SampleDB string `env:"SQLAGENT_SAMPLE_DB" help:"create a small sample SQLite database (a shop: customers, products, orders, order_items) at this path if missing and offer it as connection 'sample' (agentmesh up sets it); empty: none"`
 	// SQLModel is the logical model that writes SQL.
@@ -80,6 +82,17 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		return fmt.Errorf("SQLAGENT_CONNECTIONS: %w", err)
 	}
 	defer registry.Close()
+	// The read roles are audited in the background, so a database that is
+	// down does not hold up the start; Run waits for the audit before it
+	// closes the registry.
+	audited := make(chan struct{})
+	go func() {
+		defer close(audited)
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		logReadRoles(actx, registry, rt.Logger)
+	}()
+	defer func() { <-audited }()
 	modelGateway, err := service.DialPeer(cfg.ModelGatewayAddr)
 	if err != nil {
 		closeListener(rt)
@@ -111,4 +124,22 @@ func hasConnection(specs []connections.Spec, name string) bool {
 		}
 	}
 	return false
+}
+
+// logReadRoles logs a warning for each PostgreSQL read role with rights
+// beyond reading, or on which the server-side check cannot run.
+func logReadRoles(ctx context.Context, registry *connections.Registry, log *slog.Logger) {
+	for _, a := range registry.AuditReadRoles(ctx) {
+		switch {
+		case a.Err != nil:
+			log.WarnContext(ctx, "could not audit the read role", "connection", a.Connection, "error", a.Err)
+			continue
+		case len(a.Excess) > 0:
+			log.WarnContext(ctx, "the read role may do more than read; configure a least-privilege role as name[read]= in SQLAGENT_CONNECTIONS",
+				"connection", a.Connection, "role", a.Role, "rights", strings.Join(a.Excess, ","))
+		}
+		for _, p := range a.Problems {
+			log.WarnContext(ctx, "the read connection cannot run the server-side check", "connection", a.Connection, "role", a.Role, "problem", p)
+		}
+	}
 }
