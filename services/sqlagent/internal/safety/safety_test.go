@@ -67,6 +67,32 @@ func TestRejectsWritesAndTricks(t *testing.T) {
 		{"unbalanced parentheses", "SELECT (1", safety.SQLite, "unbalanced"},
 		{"not sql", "show me the top customers", safety.SQLite, "only SELECT"},
 		{"prose starting with punctuation", "[draft] the top customers", safety.SQLite, "starts with SELECT or WITH"},
+		// Names are decoded before they are judged.
+		{"unicode-escaped function", `SELECT U&"\0070g_sleep"(1)`, safety.Postgres, "pg_sleep"},
+		{"uescape function", `SELECT U&"!0070g_terminate_backend" UESCAPE '!' (1)`, safety.Postgres, "pg_terminate_backend"},
+		{"unicode-escaped dblink", `SELECT U&"dblink\005Fexec"('x', 'DELETE FROM t')`, safety.Postgres, "dblink_exec"},
+		{"bracket-quoted function", "SELECT [load_extension]('x')", safety.SQLite, "load_extension"},
+		{"backtick-quoted function", "SELECT `load_extension`('x')", safety.SQLite, "load_extension"},
+		{"pragma function as a string", "SELECT * FROM 'pragma_database_list'", safety.SQLite, "pragma_database_list"},
+		{"pragma function bracket-quoted", "SELECT * FROM [PRAGMA_DATABASE_LIST]", safety.SQLite, "pragma_database_list"},
+		{"lo_export", "SELECT lo_export(1, '/tmp/x')", safety.Postgres, "lo_export"},
+		{"advisory lock", "SELECT pg_catalog.pg_advisory_lock(1)", safety.Postgres, "pg_advisory_lock"},
+		{"listen", "SELECT 1 FROM t WHERE x IN (SELECT 1) LISTEN", safety.Postgres, "LISTEN"},
+		{"nested comment hides a statement from SQLite only", "SELECT 1 /* /* */ ; DELETE FROM t", safety.SQLite, "one statement"},
+		{"backslash before a quote", `SELECT 'a\'; DELETE FROM t; --'`, safety.Postgres, "ambiguous"},
+		// MySQL.
+		{"mysql executable comment hides a statement", "SELECT 1 /*! ; DROP TABLE t */", safety.MySQL, "one statement"},
+		{"mysql versioned executable comment", "SELECT 1 /*!50000 , SLEEP(5) */", safety.MySQL, "sleep"},
+		{"mysql sleep", "SELECT SLEEP(5)", safety.MySQL, "sleep"},
+		{"mysql benchmark", "SELECT BENCHMARK(1000000, md5('x'))", safety.MySQL, "benchmark"},
+		{"mysql load_file", "SELECT LOAD_FILE('/etc/passwd')", safety.MySQL, "load_file"},
+		{"mysql get_lock", "SELECT GET_LOCK('x', 10)", safety.MySQL, "get_lock"},
+		{"mysql backtick function", "SELECT `sleep`(1)", safety.MySQL, "sleep"},
+		{"mysql into outfile", "SELECT * FROM t INTO OUTFILE '/tmp/x'", safety.MySQL, "INTO"},
+		{"mysql variable assignment", "SELECT @a := 1", safety.MySQL, "variables"},
+		{"mysql system variable", "SELECT @@global.secure_file_priv", safety.MySQL, "variables"},
+		{"mysql statement after hash comment", "SELECT 1 # x\n; DROP TABLE t", safety.MySQL, "one statement"},
+		{"mysql backslash before a quote", `SELECT 'a\'; DROP TABLE t; -- '`, safety.MySQL, "ambiguous"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,6 +135,11 @@ func TestAcceptsReadOnlyQueries(t *testing.T) {
 		{"substring from for", "SELECT substring(name FROM 1 FOR 3) FROM t", safety.Postgres, ""},
 		{"nested comment in PostgreSQL", "SELECT 1 /* /* */ ; DROP TABLE t; -- */", safety.Postgres, ""},
 		{"read-only pragma function", "SELECT name FROM pragma_table_info('Artist')", safety.SQLite, ""},
+		{"table statement", "TABLE genre", safety.Postgres, ""},
+		{"unicode identifier column", `SELECT U&"\0074otal" FROM invoice`, safety.Postgres, ""},
+		{"mysql backticks and comments", "SELECT `order`, 'it''s' -- note\nFROM t # more", safety.MySQL, ""},
+		{"mysql double minus is not a comment", "SELECT 1 --1", safety.MySQL, ""},
+		{"mysql optimizer hint", "SELECT /*+ MAX_EXECUTION_TIME(1000) */ id FROM t", safety.MySQL, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

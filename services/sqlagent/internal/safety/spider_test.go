@@ -69,7 +69,7 @@ func TestAcceptsEverySpiderGoldQuery(t *testing.T) {
 	if len(queries) != 1034 {
 		t.Fatalf("read %d gold queries, want 1034", len(queries))
 	}
-	for _, d := range []safety.Dialect{safety.SQLite, safety.Postgres} {
+	for _, d := range []safety.Dialect{safety.SQLite, safety.Postgres, safety.MySQL} {
 		failed := 0
 		for i, q := range queries {
 			if _, err := safety.Check(q, d); err != nil {
