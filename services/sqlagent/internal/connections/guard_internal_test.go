@@ -28,6 +28,7 @@ func TestTreeRefsScan(t *testing.T) {
 		`:groupClause ({SORTGROUPCLAUSE :tleSortGroupRef 1 :eqop 96 :sortop 521 :hashable true}) ` +
 		`:jointree {FROMEXPR :quals {SCALARARRAYOPEXPR :opno 96 :opfuncid 65 :hashfuncid 0 :negfuncid 0}} ` +
 		`:windowClause ({WINDOWCLAUSE :startInRangeFunc 4131 :endInRangeFunc 0}) :rowMarks <>}}) ` +
+		`:cteList ({COMMONTABLEEXPR :ctename x :cycle_clause {CTECYCLECLAUSE :cycle_mark_type 16 :cycle_mark_neop 85}}) ` +
 		`:jointree {FROMEXPR :quals {ROWCOMPAREEXPR :opnos (o 97 666) :inputcollids (o 0 0)}} ` +
 		`:targetList ({TARGETENTRY :expr {WINDOWFUNC :winfnoid 2803 :wintype 20} :resname count} ` +
 		`{TARGETENTRY :expr {AGGREF :aggfnoid 2147 :aggtype 20}} {TARGETENTRY :expr {COERCETODOMAIN :arg <> :resulttype 16400}}) ` +
@@ -36,9 +37,9 @@ func TestTreeRefsScan(t *testing.T) {
 	r.scan(tree)
 	want := map[string][]uint32{
 		"funcs": {871, 65, 4131, 2803, 2147},
-		"ops":   {96, 521, 97, 666},
+		"ops":   {96, 521, 97, 666, 85},
 		"rels":  {16389},
-		"types": {25, 20, 16400},
+		"types": {25, 20, 16400, 16},
 	}
 	got := map[string]map[uint32]bool{"funcs": r.funcs, "ops": r.ops, "rels": r.rels, "types": r.types}
 	for kind, oids := range want {

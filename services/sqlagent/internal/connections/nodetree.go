@@ -22,20 +22,25 @@ func newTreeRefs() *treeRefs {
 // those of PostgreSQL's outfuncs (13 to 17): function calls, aggregates,
 // window functions, TABLESAMPLE handlers, the hash and negator functions of
 // ScalarArrayOpExpr, RANGE window offsets; operators of expressions, row
-// comparisons and of ORDER BY/GROUP BY/DISTINCT; relations of range table
-// entries; the types of values (for their I/O functions and domain
-// constraints).
+// comparisons, ORDER BY/GROUP BY/DISTINCT and CYCLE marks; relations of
+// range table entries; the types of values, columns and subscripted
+// containers (for their I/O functions and domain constraints). The list
+// was checked against the trees of queries using every construct in the
+// SELECT reference: every field whose values were function, operator or
+// type OIDs is here, the rest held positions, flags and enum values.
 var (
 	funcFields = map[string]bool{
 		"funcid": true, "opfuncid": true, "aggfnoid": true, "winfnoid": true, "tsmhandler": true,
 		"hashfuncid": true, "negfuncid": true, "startInRangeFunc": true, "endInRangeFunc": true,
 	}
-	opFields   = map[string]bool{"opno": true, "opnos": true, "eqop": true, "sortop": true}
+	opFields   = map[string]bool{"opno": true, "opnos": true, "eqop": true, "sortop": true, "cycle_mark_neop": true}
 	relFields  = map[string]bool{"relid": true}
 	typeFields = map[string]bool{
 		"resulttype": true, "consttype": true, "vartype": true, "funcresulttype": true, "opresulttype": true,
 		"aggtype": true, "wintype": true, "paramtype": true, "row_typeid": true, "array_typeid": true,
-		"element_typeid": true, "minmaxtype": true, "coalescetype": true, "casetype": true,
+		"element_typeid": true, "minmaxtype": true, "coalescetype": true, "casetype": true, "typeId": true,
+		"colTypes": true, "coltypes": true, "ctecoltypes": true, "aggargtypes": true, "cycle_mark_type": true,
+		"refcontainertype": true, "refelemtype": true, "refrestype": true,
 	}
 )
 

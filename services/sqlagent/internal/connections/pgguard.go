@@ -36,8 +36,10 @@ import (
 //     type. nodetree.go reads it.
 //  3. The references are followed through the catalog until nothing new
 //     turns up: operators to their functions (pg_operator.oprcode),
-//     aggregates to their transition, final, combine and (de)serial
-//     functions and sort operator (pg_aggregate), views to their own rules
+//     functions to their parameters' default expressions, which the
+//     planner adds to a call later (pg_proc.proargdefaults), aggregates to
+//     their transition, final, combine and (de)serial functions and sort
+//     operator (pg_aggregate), views to their own rules
 //     (pg_rewrite), tables to their row-level security policies
 //     (pg_policy), types to their input and output functions and, for
 //     domains, their CHECK constraints (pg_constraint.conbin).
@@ -224,13 +226,17 @@ func checkFunctions(ctx context.Context, tx *sql.Tx, funcs []uint32, next *treeR
 	}
 	found := map[uint32]bool{}
 	var aggs []uint32
-	err := eachRow(ctx, tx, `SELECT p.oid::bigint, n.nspname, p.proname, p.provolatile::text, p.prokind::text
+	// proargdefaults: the planner, not the parser, fills in a call's
+	// omitted arguments, so their default expressions are not in the tree.
+	err := eachRow(ctx, tx, `SELECT p.oid::bigint, n.nspname, p.proname, p.provolatile::text, p.prokind::text, p.proargdefaults::text
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid IN `+oidList(funcs), func(s scanner) error {
 		var oid int64
 		var schema, name, volatility, kind string
-		if err := s.Scan(&oid, &schema, &name, &volatility, &kind); err != nil {
+		var defaults sql.NullString
+		if err := s.Scan(&oid, &schema, &name, &volatility, &kind, &defaults); err != nil {
 			return err
 		}
+		next.scan(defaults.String)
 		found[uint32(oid)] = true
 		if reason := functionVerdict(schema, name, volatility); reason != "" {
 			how := ""

@@ -43,6 +43,7 @@ var pgLabSetup = []string{
 	`SELECT lo_from_bytea(424242, 'secret')`,
 	// A volatile function of the database owner's, and views over it.
 	`CREATE FUNCTION grab_lock(k int DEFAULT 4242) RETURNS bool LANGUAGE sql VOLATILE AS 'SELECT pg_try_advisory_lock(k)'`,
+	`CREATE FUNCTION with_default(k bool DEFAULT pg_try_advisory_lock(73)) RETURNS bool LANGUAGE sql IMMUTABLE AS 'SELECT k'`,
 	`CREATE VIEW v_sneaky AS SELECT album_id, pg_try_advisory_lock(4243) AS took FROM album`,
 	`CREATE VIEW v_nested AS SELECT album_id FROM v_sneaky`,
 	`CREATE VIEW v_terminate AS SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity WHERE application_name = 'victim'`,

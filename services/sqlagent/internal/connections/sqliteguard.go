@@ -27,8 +27,8 @@ import (
 //     (but no PRAGMA table function outside a read-only list) and calls of
 //     functions other than load_extension and fts3_tokenizer, and denies
 //     everything else. The statement must also be a single one, read-only
-//     by sqlite3_stmt_readonly, and return columns. Compiling executes
-//     nothing. The handles carry none of the functions an application
+//     by sqlite3_stmt_readonly, return columns and take no parameters.
+//     Compiling executes nothing. The handles carry none of the functions an application
 //     registers with the driver, so a call of one fails to compile.
 //   - The handle itself is opened with SQLITE_OPEN_READONLY (and mode=ro),
 //     PRAGMA query_only and a limit of zero attached databases. The last
@@ -366,6 +366,9 @@ func (h *sqliteHandle) prepare(query string) (uintptr, error) {
 	case sqlite3.Xsqlite3_column_count(h.tls, stmt) == 0:
 		sqlite3.Xsqlite3_finalize(h.tls, stmt)
 		return 0, refuse("the statement returns no columns, so it is not a query")
+	case sqlite3.Xsqlite3_bind_parameter_count(h.tls, stmt) > 0:
+		sqlite3.Xsqlite3_finalize(h.tls, stmt)
+		return 0, refuse("bind parameters are not supported; write the value into the query")
 	}
 	return stmt, nil
 }
