@@ -144,6 +144,10 @@ var sqliteAttacks = []attack{
 	{"colon name", "SELECT :a"},
 	{"at name", "SELECT @a"},
 	{"dollar name", "SELECT $a"},
+	// Views the database's owner made over what a query may not reach.
+	{"view over load_extension", "SELECT * FROM v_ext"},
+	{"view over a PRAGMA function", "SELECT * FROM v_paths"},
+	{"view over that view", "SELECT * FROM v_paths2"},
 	// Endless recursion: the row limit ends it.
 	{"endless recursive cte", "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT x FROM r"},
 }
@@ -226,12 +230,26 @@ func TestSQLiteAdversarial(t *testing.T) {
 	t.Parallel()
 	db := connections.ChinookCopy(t)
 	dir := filepath.Dir(db)
+	own, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	ctx := context.Background()
+	for _, q := range []string{
+		"CREATE VIEW v_ext AS SELECT load_extension('x') AS x",
+		"CREATE VIEW v_paths AS SELECT file FROM pragma_database_list",
+		"CREATE VIEW v_paths2 AS SELECT * FROM v_paths",
+	} {
+		if _, err := own.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
 	reg, err := connections.Open([]connections.Spec{{Name: "music", Dialect: connections.SQLite, DSN: db}}, connections.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Close)
-	ctx := context.Background()
 	s := attackSuite{
 		dialect: safety.SQLite,
 		expand:  strings.NewReplacer("{dir}", dir, "{db}", db).Replace,
@@ -253,11 +271,6 @@ func TestSQLiteAdversarial(t *testing.T) {
 	if len(sqliteAttacks) < 100 || len(sqliteLegitimate) < 50 {
 		t.Errorf("%d attacks and %d legitimate queries; the suite promises at least 100 and 50", len(sqliteAttacks), len(sqliteLegitimate))
 	}
-	own, err := sql.Open("sqlite", db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer own.Close()
 	s.calibrate(t, s.state(), func(q string) error { _, err := own.ExecContext(ctx, q); return err }, []string{
 		"DELETE FROM Genre WHERE GenreId = 25",
 		"PRAGMA user_version = 9",

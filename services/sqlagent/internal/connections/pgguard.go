@@ -41,8 +41,11 @@ import (
 //     their transition, final, combine and (de)serial functions and sort
 //     operator (pg_aggregate), views to their own rules
 //     (pg_rewrite), tables to their row-level security policies
-//     (pg_policy), types to their input and output functions and, for
-//     domains, their CHECK constraints (pg_constraint.conbin).
+//     (pg_policy), types to their input, output, send and type modifier
+//     functions and, for domains, their CHECK constraints
+//     (pg_constraint.conbin); operators also to their selectivity
+//     estimators and functions to their planner support functions, which
+//     the planner calls.
 //  4. Every function reached must be IMMUTABLE or STABLE in pg_proc, or on
 //     a short allowlist of harmless volatile built-ins; a few stable
 //     built-ins that read tables named at run time or assign transaction
@@ -57,8 +60,9 @@ import (
 // help either: it does not record references to built-in objects. The
 // stored rule is the resolved tree itself.
 //
-// What it needs: the read role must hold TEMPORARY on the database (PUBLIC
-// has it by default) and the server must accept a read-write transaction,
+// What it needs: PostgreSQL 12 or later; the read role must hold
+// TEMPORARY on the database (PUBLIC has it by default); and the server
+// must accept a read-write transaction,
 // so a hot standby cannot serve as the read DSN; both fail closed, with the
 // server's message. CREATE VIEW fires event triggers, if the database has
 // any.
@@ -198,24 +202,32 @@ func oidList(oids []uint32) string {
 	return "(" + strings.Join(parts, ",") + ")"
 }
 
-// followOperators adds each operator's function.
+// followOperators adds each operator's function and its selectivity
+// estimators, which the planner calls.
 func followOperators(ctx context.Context, tx *sql.Tx, ops []uint32, next *treeRefs, via map[uint32]string) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	return eachRow(ctx, tx, `SELECT o.oid::bigint, o.oprcode::oid::bigint, n.nspname || '.' || o.oprname
+	return eachRow(ctx, tx, `SELECT n.nspname || '.' || o.oprname, o.oprcode::oid::bigint, o.oprrest::oid::bigint, o.oprjoin::oid::bigint
 		FROM pg_operator o JOIN pg_namespace n ON n.oid = o.oprnamespace WHERE o.oid IN `+oidList(ops), func(s scanner) error {
-		var op, fn int64
 		var name string
-		if err := s.Scan(&op, &fn, &name); err != nil {
+		var fns [3]int64
+		if err := s.Scan(&name, &fns[0], &fns[1], &fns[2]); err != nil {
 			return err
 		}
-		if fn != 0 {
-			next.funcs[uint32(fn)] = true
-			via[uint32(fn)] = "operator " + name
-		}
+		addFuncs(next, via, "operator "+name, fns[:]...)
 		return nil
 	})
+}
+
+// addFuncs adds the non-zero function OIDs to next, noting who calls them.
+func addFuncs(next *treeRefs, via map[uint32]string, caller string, fns ...int64) {
+	for _, fn := range fns {
+		if fn != 0 {
+			next.funcs[uint32(fn)] = true
+			via[uint32(fn)] = caller
+		}
+	}
 }
 
 // checkFunctions decides on each function and follows aggregates to their
@@ -228,15 +240,16 @@ func checkFunctions(ctx context.Context, tx *sql.Tx, funcs []uint32, next *treeR
 	var aggs []uint32
 	// proargdefaults: the planner, not the parser, fills in a call's
 	// omitted arguments, so their default expressions are not in the tree.
-	err := eachRow(ctx, tx, `SELECT p.oid::bigint, n.nspname, p.proname, p.provolatile::text, p.prokind::text, p.proargdefaults::text
+	err := eachRow(ctx, tx, `SELECT p.oid::bigint, n.nspname, p.proname, p.provolatile::text, p.prokind::text, p.proargdefaults::text, p.prosupport::oid::bigint
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid IN `+oidList(funcs), func(s scanner) error {
-		var oid int64
+		var oid, support int64
 		var schema, name, volatility, kind string
 		var defaults sql.NullString
-		if err := s.Scan(&oid, &schema, &name, &volatility, &kind, &defaults); err != nil {
+		if err := s.Scan(&oid, &schema, &name, &volatility, &kind, &defaults, &support); err != nil {
 			return err
 		}
 		next.scan(defaults.String)
+		addFuncs(next, via, "function "+schema+"."+name+" (its planner support function)", support)
 		found[uint32(oid)] = true
 		if reason := functionVerdict(schema, name, volatility); reason != "" {
 			how := ""
@@ -276,12 +289,7 @@ func checkFunctions(ctx context.Context, tx *sql.Tx, funcs []uint32, next *treeR
 		if err := s.Scan(append(dest, &sortop)...); err != nil {
 			return err
 		}
-		for _, fn := range support {
-			if fn != 0 {
-				next.funcs[uint32(fn)] = true
-				via[uint32(fn)] = "aggregate " + name
-			}
-		}
+		addFuncs(next, via, "aggregate "+name, support[:]...)
 		if sortop != 0 {
 			next.ops[uint32(sortop)] = true
 		}
@@ -337,19 +345,16 @@ func followTypes(ctx context.Context, tx *sql.Tx, types []uint32, next *treeRefs
 		return nil
 	}
 	var domains []uint32
-	err := eachRow(ctx, tx, `SELECT t.oid::bigint, format_type(t.oid, NULL), t.typtype::text, t.typinput::oid::bigint, t.typoutput::oid::bigint, t.typbasetype::bigint
+	err := eachRow(ctx, tx, `SELECT t.oid::bigint, format_type(t.oid, NULL), t.typtype::text, t.typbasetype::bigint,
+			t.typinput::oid::bigint, t.typoutput::oid::bigint, t.typsend::oid::bigint, t.typmodin::oid::bigint, t.typmodout::oid::bigint
 		FROM pg_type t WHERE t.oid IN `+oidList(types), func(s scanner) error {
-		var oid, in, out, base int64
+		var oid, base int64
 		var name, typtype string
-		if err := s.Scan(&oid, &name, &typtype, &in, &out, &base); err != nil {
+		var io [5]int64
+		if err := s.Scan(&oid, &name, &typtype, &base, &io[0], &io[1], &io[2], &io[3], &io[4]); err != nil {
 			return err
 		}
-		for _, fn := range []int64{in, out} {
-			if fn != 0 {
-				next.funcs[uint32(fn)] = true
-				via[uint32(fn)] = "type " + name
-			}
-		}
+		addFuncs(next, via, "type "+name, io[:]...)
 		if typtype == "d" {
 			domains = append(domains, uint32(oid))
 			next.types[uint32(base)] = true
