@@ -14,10 +14,19 @@ import (
 // dependency's own status is published, e.g. "dependency/mongo".
 const DependencyPrefix = "dependency/"
 
+// LivenessService is the health service name that is SERVING for as long as
+// the server serves, whatever its dependencies say. Kubernetes liveness
+// probes ask for it: a pod whose MongoDB or NATS is down must leave the
+// load balancer (readiness, "") but not be restarted, since a restart
+// cannot bring a dependency back and only adds crash-loop back-off to the
+// recovery.
+const LivenessService = "liveness"
+
 // Health publishes grpc.health.v1 statuses. Every registered gRPC service,
 // and the server as a whole (""), is SERVING only while every dependency is
 // healthy; each dependency also has its own entry "dependency/<name>", so a
-// probe can tell which one is down. Safe for concurrent use.
+// probe can tell which one is down; LivenessService is SERVING until
+// shutdown. Safe for concurrent use.
 type Health struct {
 	hs *health.Server
 
@@ -107,6 +116,7 @@ func (h *Health) refresh() {
 		h.hs.SetServingStatus(DependencyPrefix+name, st)
 	}
 	h.hs.SetServingStatus("", overall)
+	h.hs.SetServingStatus(LivenessService, healthpb.HealthCheckResponse_SERVING)
 	for _, s := range h.services {
 		h.hs.SetServingStatus(s, overall)
 	}

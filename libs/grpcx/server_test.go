@@ -159,6 +159,10 @@ func TestHealthFollowsDependencies(t *testing.T) {
 	if got := check("dependency/mongo"); got != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("mongo = %v", got)
 	}
+	// A dependency being down must not make a liveness probe restart the pod.
+	if got := check(grpcx.LivenessService); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("liveness = %v while nats is down, want SERVING", got)
+	}
 }
 
 func TestScope(t *testing.T) {
