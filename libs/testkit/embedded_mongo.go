@@ -43,6 +43,7 @@ type MongoOptions struct {
 // concurrent use.
 type Mongo struct {
 	uri string
+	ids *idIndexer
 
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when FerretDB's Run has returned
@@ -103,12 +104,19 @@ func StartMongo(ctx context.Context, opts MongoOptions) (*Mongo, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	m := &Mongo{
 		uri:    f.MongoDBURI(),
+		ids:    newIDIndexer(dir),
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
+	indexed := make(chan struct{})
+	go func() {
+		defer close(indexed)
+		m.ids.run(runCtx)
+	}()
 	go func() {
 		defer close(m.done)
 		_ = f.Run(runCtx) // always nil; it returns when runCtx is done
+		<-indexed
 	}()
 
 	if err := m.waitReady(ctx); err != nil {
@@ -160,6 +168,11 @@ func (m *Mongo) waitReady(ctx context.Context) error {
 		}
 	}
 }
+
+// IndexIDs gives every collection that exists now the index FerretDB's
+// lookups by _id need (see idIndexer); the server does it on its own every
+// second for new collections.
+func (m *Mongo) IndexIDs(ctx context.Context) error { return m.ids.indexAll(ctx) }
 
 // URI returns the MongoDB connection string, such as
 // mongodb://127.0.0.1:41234/.
