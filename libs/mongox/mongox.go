@@ -1,16 +1,38 @@
 // Package mongox connects to MongoDB (or the embedded FerretDB, which speaks
 // its wire protocol) and holds the few storage patterns every service uses:
-// ensuring indexes at start, translating driver errors, and optimistic
-// concurrency on a `version` field.
+// ensuring indexes at start, translating driver errors, optimistic
+// concurrency on a `version` field, and reads by _id within a scope.
 //
 // Everything here stays inside the subset FerretDB v1 and MongoDB both serve:
 // single-document writes, unique indexes, upserts, $inc, findOneAndUpdate.
+//
+// # Who writes: many processes, or one
+//
+// By default a database has many writers (replicas of each service on
+// MongoDB): every state change is a conditional single-document update
+// (`{_id, version}`), which MongoDB applies atomically, or a unique insert.
+// Nothing here assumes that a process sees every write.
+//
+// A client connected with Config.SingleWriter (agentmesh up, on its embedded
+// FerretDB) is the only writer of its database. FerretDB v1 on SQLite finds
+// documents by an exact `{_id: x}` filter only (any other filter parses every
+// document of the collection), and applies an update as a read and a write
+// without isolation between clients. So in that mode UpdateVersioned reads
+// the document by _id, checks the filter and the version in Go and writes it
+// by _id, all under this process's lock of the document (LockDocument):
+// correct because no other process writes, and as fast at 10,000 documents
+// as at 10. Stores ask SingleWriter before taking shortcuts of their own
+// (an in-memory mirror, publishing outbox entries from memory); with several
+// processes those shortcuts would lose updates.
 package mongox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -38,6 +60,9 @@ type Config struct {
 	Database string `env:"MONGO_DATABASE" default:"agentmesh" help:"database name"`
 	// ConnectTimeout bounds the first connection.
 	ConnectTimeout time.Duration `env:"MONGO_CONNECT_TIMEOUT" default:"10s" help:"timeout for the first connection"`
+	// SingleWriter declares this process the only one writing the
+	// database (see the package doc). Wrong with replicas.
+	SingleWriter bool `env:"MONGO_SINGLE_WRITER" default:"false" help:"this process is the only one writing the database (agentmesh up sets it for its embedded FerretDB): writes check versions in process and go by _id; never set it for replicas"`
 }
 
 // Connect opens a client, pings it and returns the configured database. The
@@ -69,7 +94,24 @@ func Connect(ctx context.Context, cfg Config) (*mongo.Client, *mongo.Database, e
 		_ = client.Disconnect(context.Background())
 		return nil, nil, fmt.Errorf("mongox: ping: %w", err)
 	}
+	if cfg.SingleWriter {
+		MarkSingleWriter(client)
+	}
 	return client, client.Database(db), nil
+}
+
+// singleWriters holds the clients connected with Config.SingleWriter.
+var singleWriters sync.Map // *mongo.Client → struct{}
+
+// MarkSingleWriter declares client's process the only writer of the
+// databases it reaches (Connect does it for Config.SingleWriter; tests that
+// connect on their own call it).
+func MarkSingleWriter(client *mongo.Client) { singleWriters.Store(client, struct{}{}) }
+
+// SingleWriter reports whether db's client was declared the only writer.
+func SingleWriter(db *mongo.Database) bool {
+	_, ok := singleWriters.Load(db.Client())
+	return ok
 }
 
 // Ping checks the connection; use it as a health check.
@@ -129,27 +171,22 @@ func Translate(err error) error {
 // write. It returns ErrConflict when the document exists with another version
 // (someone else wrote first), ErrNotFound when nothing matches filter at all.
 // update must not touch `version` itself. When filter selects by _id, the
-// write holds LockDocument for that document (see LockDocument for why).
+// write holds LockDocument for that document (see LockDocument for why), and
+// for a single writer it is the read and write by _id the package doc
+// describes (filter's other fields must then be plain values).
 func UpdateVersioned(ctx context.Context, coll *mongo.Collection, filter bson.D, version int64, update bson.M) error {
 	for _, e := range filter {
 		if e.Key == "_id" {
 			defer LockDocument(coll, e.Value)()
+			if SingleWriter(coll.Database()) {
+				return updateVersionedByID(ctx, coll, e.Value, filter, version, withVersionInc(update))
+			}
 			break
 		}
 	}
 	f := append(bson.D{}, filter...)
 	f = append(f, bson.E{Key: "version", Value: version})
-	u := bson.M{}
-	for k, v := range update {
-		u[k] = v
-	}
-	inc, _ := u["$inc"].(bson.M)
-	if inc == nil {
-		inc = bson.M{}
-	}
-	inc["version"] = int64(1)
-	u["$inc"] = inc
-	res, err := coll.UpdateOne(ctx, f, u)
+	res, err := coll.UpdateOne(ctx, f, withVersionInc(update))
 	if err != nil {
 		return Translate(err)
 	}
@@ -164,4 +201,91 @@ func UpdateVersioned(ctx context.Context, coll *mongo.Collection, filter bson.D,
 		return ErrNotFound
 	}
 	return ErrConflict
+}
+
+// withVersionInc returns a copy of update that also increments `version`.
+func withVersionInc(update bson.M) bson.M {
+	u := bson.M{}
+	for k, v := range update {
+		u[k] = v
+	}
+	inc := bson.M{}
+	if old, ok := u["$inc"].(bson.M); ok {
+		for k, v := range old {
+			inc[k] = v
+		}
+	}
+	inc["version"] = int64(1)
+	u["$inc"] = inc
+	return u
+}
+
+// updateVersionedByID is UpdateVersioned for a single writer holding the
+// document's lock: read by _id, check in Go, write by _id.
+func updateVersionedByID(ctx context.Context, coll *mongo.Collection, id any, filter bson.D, version int64, update bson.M) error {
+	raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	if err != nil {
+		return Translate(err)
+	}
+	ok, err := rawMatches(raw, filter)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrNotFound
+	}
+	if v, ok := raw.Lookup("version").AsInt64OK(); !ok || v != version {
+		return ErrConflict
+	}
+	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update); err != nil {
+		return Translate(err)
+	}
+	return nil
+}
+
+// FindByID decodes into out the document with _id id in coll whose fields
+// equal those of scope (plain values, e.g. tenant_id and project_id), and
+// returns ErrNotFound when there is none. It asks the database for the _id
+// alone and checks scope in Go: the one lookup FerretDB v1 finds without
+// parsing the whole collection, and as exact as a compound filter.
+func FindByID(ctx context.Context, coll *mongo.Collection, id any, scope bson.D, out any, opts ...options.Lister[options.FindOneOptions]) error {
+	raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, opts...).Raw()
+	if err != nil {
+		return Translate(err)
+	}
+	ok, err := rawMatches(raw, scope)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrNotFound
+	}
+	return bson.Unmarshal(raw, out)
+}
+
+// rawMatches reports whether doc's top-level fields equal filter's plain
+// values; an operator value (a document starting with '$') is an error.
+func rawMatches(doc bson.Raw, filter bson.D) (bool, error) {
+	for _, e := range filter {
+		if e.Key == "_id" {
+			continue
+		}
+		t, want, err := bson.MarshalValue(e.Value)
+		if err != nil {
+			return false, fmt.Errorf("mongox: filter field %s: %w", e.Key, err)
+		}
+		if t == bson.TypeEmbeddedDocument {
+			if first, err := bson.Raw(want).IndexErr(0); err == nil && strings.HasPrefix(first.Key(), "$") {
+				return false, fmt.Errorf("mongox: filter field %s: operators are not supported here", e.Key)
+			}
+		}
+		got, err := doc.LookupErr(e.Key)
+		if err != nil {
+			return false, nil // absent: no match
+		}
+		if got.Type != t || !bytes.Equal(got.Value, want) {
+			return false, nil
+		}
+	}
+	return true, nil
 }

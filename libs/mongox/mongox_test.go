@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
@@ -58,42 +59,94 @@ func TestConnectFailureDoesNotLeakURI(t *testing.T) {
 
 func TestUpdateVersioned(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	coll := testkit.MongoDB(t).Collection("runs")
-	if _, err := coll.InsertOne(ctx, bson.M{"_id": "r1", "state": "planning", "version": int64(0)}); err != nil {
-		t.Fatal(err)
-	}
-	filter := bson.D{{Key: "_id", Value: "r1"}}
-	if err := mongox.UpdateVersioned(ctx, coll, filter, 0, bson.M{"$set": bson.M{"state": "fetching"}}); err != nil {
-		t.Fatal(err)
-	}
-	// A writer still holding version 0 lost the race.
-	err := mongox.UpdateVersioned(ctx, coll, filter, 0, bson.M{"$set": bson.M{"state": "stale"}})
-	if !errors.Is(err, mongox.ErrConflict) {
-		t.Fatalf("stale write: %v, want ErrConflict", err)
-	}
-	err = mongox.UpdateVersioned(ctx, coll, bson.D{{Key: "_id", Value: "nope"}}, 0, bson.M{"$set": bson.M{"state": "x"}})
-	if !errors.Is(err, mongox.ErrNotFound) {
-		t.Fatalf("missing doc: %v, want ErrNotFound", err)
-	}
-	var got struct {
-		State   string `bson:"state"`
-		Version int64  `bson:"version"`
-	}
-	if err := coll.FindOne(ctx, filter).Decode(&got); err != nil {
-		t.Fatal(err)
-	}
-	if got.State != "fetching" || got.Version != 1 {
-		t.Fatalf("got %+v", got)
-	}
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		coll := db.Collection("runs")
+		if _, err := coll.InsertOne(ctx, bson.M{"_id": "r1", "tenant_id": "a", "state": "planning", "version": int64(0)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := coll.InsertOne(ctx, bson.M{"_id": "r32", "tenant_id": "a", "version": int32(7)}); err != nil {
+			t.Fatal(err)
+		}
+		filter := bson.D{{Key: "_id", Value: "r1"}, {Key: "tenant_id", Value: "a"}}
+		if err := mongox.UpdateVersioned(ctx, coll, filter, 0, bson.M{"$set": bson.M{"state": "fetching"}, "$inc": bson.M{"calls": 1}}); err != nil {
+			t.Fatal(err)
+		}
+		// A writer still holding version 0 lost the race.
+		err := mongox.UpdateVersioned(ctx, coll, filter, 0, bson.M{"$set": bson.M{"state": "stale"}})
+		if !errors.Is(err, mongox.ErrConflict) {
+			t.Fatalf("stale write: %v, want ErrConflict", err)
+		}
+		err = mongox.UpdateVersioned(ctx, coll, bson.D{{Key: "_id", Value: "nope"}}, 0, bson.M{"$set": bson.M{"state": "x"}})
+		if !errors.Is(err, mongox.ErrNotFound) {
+			t.Fatalf("missing doc: %v, want ErrNotFound", err)
+		}
+		// Another tenant's document is not found, whatever the version.
+		err = mongox.UpdateVersioned(ctx, coll, bson.D{{Key: "_id", Value: "r1"}, {Key: "tenant_id", Value: "b"}}, 1, bson.M{"$set": bson.M{"state": "x"}})
+		if !errors.Is(err, mongox.ErrNotFound) {
+			t.Fatalf("other tenant: %v, want ErrNotFound", err)
+		}
+		// A version stored as int32 is read as well.
+		if err := mongox.UpdateVersioned(ctx, coll, bson.D{{Key: "_id", Value: "r32"}}, 7, bson.M{"$set": bson.M{"x": 1}}); err != nil {
+			t.Fatalf("int32 version: %v", err)
+		}
+		var got struct {
+			State   string `bson:"state"`
+			Calls   int    `bson:"calls"`
+			Version int64  `bson:"version"`
+		}
+		if err := coll.FindOne(ctx, filter).Decode(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got.State != "fetching" || got.Calls != 1 || got.Version != 1 {
+			t.Fatalf("got %+v", got)
+		}
+	})
+}
+
+// TestFindByID: the document is found by _id and returned only within its
+// scope.
+func TestFindByID(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		coll := db.Collection("docs")
+		if _, err := coll.InsertOne(ctx, bson.M{"_id": "d1", "tenant_id": "a", "project_id": "", "title": "x"}); err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Title string `bson:"title"`
+		}
+		scope := func(tenant, project string) bson.D {
+			return bson.D{{Key: "tenant_id", Value: tenant}, {Key: "project_id", Value: project}}
+		}
+		if err := mongox.FindByID(ctx, coll, "d1", scope("a", ""), &got); err != nil || got.Title != "x" {
+			t.Fatalf("own scope: %v %+v", err, got)
+		}
+		for _, sc := range []bson.D{scope("b", ""), scope("a", "p"), {{Key: "missing_field", Value: "v"}}} {
+			if err := mongox.FindByID(ctx, coll, "d1", sc, &got); !errors.Is(err, mongox.ErrNotFound) {
+				t.Fatalf("scope %v: %v, want ErrNotFound", sc, err)
+			}
+		}
+		if err := mongox.FindByID(ctx, coll, "nope", scope("a", ""), &got); !errors.Is(err, mongox.ErrNotFound) {
+			t.Fatalf("missing: %v", err)
+		}
+		if err := mongox.FindByID(ctx, coll, "d1", bson.D{{Key: "tenant_id", Value: bson.M{"$ne": "b"}}}, &got); err == nil {
+			t.Fatal("an operator in the scope was accepted")
+		}
+	})
 }
 
 // TestUpdateVersionedRace has many writers race from the same version:
 // exactly one wins.
 func TestUpdateVersionedRace(t *testing.T) {
 	t.Parallel()
+	testkit.EachWriterMode(t, testUpdateVersionedRace)
+}
+
+func testUpdateVersionedRace(t *testing.T, db *mongo.Database) {
 	ctx := context.Background()
-	coll := testkit.MongoDB(t).Collection("runs")
+	coll := db.Collection("runs")
 	if _, err := coll.InsertOne(ctx, bson.M{"_id": "r", "n": 0, "version": int64(5)}); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/agentmesh/agentmesh/libs/mongox"
 )
 
 // cleanupTimeout bounds the database drop and client disconnect that the
@@ -78,6 +80,29 @@ func sharedMongo(t testing.TB) *Mongo {
 func MongoDB(t testing.TB) *mongo.Database {
 	t.Helper()
 	return sharedMongo(t).Database(t)
+}
+
+// EachWriterMode runs body as two parallel subtests, each on a new database
+// of the shared FerretDB: "many writers" (the default of service binaries)
+// and "single writer" (the client declared the database's only writer, as
+// agentmesh up does; see mongox). Stores that take single-writer shortcuts
+// test both paths with one body.
+func EachWriterMode(t *testing.T, body func(t *testing.T, db *mongo.Database)) {
+	t.Helper()
+	for _, single := range []bool{false, true} {
+		name := "many writers"
+		if single {
+			name = "single writer"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := MongoDB(t)
+			if single {
+				mongox.MarkSingleWriter(db.Client())
+			}
+			body(t, db)
+		})
+	}
 }
 
 // MongoURI returns the shared FerretDB server's connection string and a

@@ -89,7 +89,11 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 	infraCtx, stopInfra := context.WithCancel(context.Background())
 	defer stopInfra()
 	mongoURI, natsURL := cfg.MongoURI, cfg.NATSURL
+	singleWriter := "false"
 	if mongoURI == "" {
+		// This process is the embedded database's only client: its
+		// services may take the single-writer paths (see mongox).
+		singleWriter = "true"
 		m, err := testkit.StartMongo(infraCtx, testkit.MongoOptions{
 			Dir: filepath.Join(cfg.DataDir, "mongo"),
 			// FerretDB warns about every command it lacks (endSessions on each
@@ -152,15 +156,16 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 	listeners["gateway"] = gwLis
 
 	computed := config.Map(map[string]string{
-		"MONGO_URI":         mongoURI,
-		"NATS_URL":          natsURL,
-		"MODELGATEWAY_ADDR": addr["modelgateway"],
-		"ORCHESTRATOR_ADDR": addr["orchestrator"],
-		"VISION_ADDR":       addr["vision"],
-		"INDEXER_ADDR":      addr["indexer"],
-		"CLASSIFIER_ADDR":   addr["classifier"],
-		"SQLAGENT_ADDR":     addr["sqlagent"],
-		"HTTP_ADDR":         gwLis.Addr().String(),
+		"MONGO_URI":           mongoURI,
+		"MONGO_SINGLE_WRITER": singleWriter,
+		"NATS_URL":            natsURL,
+		"MODELGATEWAY_ADDR":   addr["modelgateway"],
+		"ORCHESTRATOR_ADDR":   addr["orchestrator"],
+		"VISION_ADDR":         addr["vision"],
+		"INDEXER_ADDR":        addr["indexer"],
+		"CLASSIFIER_ADDR":     addr["classifier"],
+		"SQLAGENT_ADDR":       addr["sqlagent"],
+		"HTTP_ADDR":           gwLis.Addr().String(),
 	})
 	// Defaults that suit one laptop, each overridable from the environment.
 	laptop := config.Map(map[string]string{
