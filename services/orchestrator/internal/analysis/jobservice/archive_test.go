@@ -18,7 +18,11 @@ import (
 // RetryJob.
 func TestFinishedAnalysisIsArchivedAndStaysUsable(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	eachWriterMode(t, testFinishedAnalysisIsArchivedAndStaysUsable)
+}
+
+func testFinishedAnalysisIsArchivedAndStaysUsable(t *testing.T, singleWriter bool) {
+	e := newEnvIn(t, singleWriter)
 	e.scriptBHPPlan()
 	synth := e.scriptSynthesis(stockAnswer)
 	e.market.set(func(m *market) { m.status["/v1/financials"] = 503 })

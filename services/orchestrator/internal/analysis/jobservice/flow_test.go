@@ -30,7 +30,11 @@ const (
 // the tree and the event sequence as expected.
 func TestAnalysisEndToEnd(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	eachWriterMode(t, testAnalysisEndToEnd)
+}
+
+func testAnalysisEndToEnd(t *testing.T, singleWriter bool) {
+	e := newEnvIn(t, singleWriter)
 	e.scriptBHPPlan()
 	e.scriptSynthesis(stockAnswer)
 	e.market.set(func(m *market) { m.barrier = 2 }) // each request waits for the other

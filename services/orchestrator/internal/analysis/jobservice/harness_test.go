@@ -22,6 +22,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 	"github.com/agentmesh/agentmesh/services/modelgateway/modelgatewaytest"
@@ -184,13 +185,37 @@ type env struct {
 // newEnv starts the dependencies; call start to run the service.
 func newEnv(t testing.TB) *env {
 	t.Helper()
+	return newEnvIn(t, false)
+}
+
+// newEnvIn is newEnv with the database's writers chosen: many (the default
+// of the service binary) or this process alone (agentmesh up).
+func newEnvIn(t testing.TB, singleWriter bool) *env {
+	t.Helper()
 	e := &env{t: t, nats: testkit.NewNATS(t), sim: providersim.Start(t, providersim.Options{}), market: newMarket(t),
 		scope: &commonv1.Scope{TenantId: "acme", ProjectId: "research"}}
 	e.db = testkit.MongoDB(t)
+	if singleWriter {
+		mongox.MarkSingleWriter(e.db.Client())
+	}
 	e.bus = connectBus(t, e.nats.URL())
 	e.gwAddr = startGateway(t, e.sim)
 	e.cfg = testConfig(e.market.URL)
 	return e
+}
+
+// eachWriterMode runs body as a parallel subtest for each writer mode.
+func eachWriterMode(t *testing.T, body func(t *testing.T, singleWriter bool)) {
+	for _, single := range []bool{false, true} {
+		name := "many writers"
+		if single {
+			name = "single writer"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			body(t, single)
+		})
+	}
 }
 
 func connectBus(t testing.TB, url string) *events.Bus {

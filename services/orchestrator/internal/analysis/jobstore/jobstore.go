@@ -14,22 +14,19 @@
 // the live set, whose copy then prevails until the tree is archived again.
 //
 // The point is to keep the cost of running an analysis independent of the
-// history. FerretDB v1 (SQLite backend) answers even a {_id: x} filter —
-// reads, updates, deletes, the relay's removals — by parsing every document
-// of the collection: the condition it pushes down,
-// _ferretdb_sjson->'$._id' = ?, does not match the expression of its _id
-// index, _ferretdb_sjson->"_id", so SQLite scans the table. With finished
-// trees archived, that cost follows the analyses in flight, not all those
-// ever run; inserting into the archive checks the unique _id index and
-// stays cheap.
+// history: the live set holds the analyses in flight, not all those ever
+// run, and inserting into the archive checks the unique _id index only.
 //
-// # FerretDB v1
+// # One writer: the embedded FerretDB
 //
-// FerretDB also applies any filter but {_id: x} in Go after decoding every
-// document, applies an update as an unisolated read and write, makes
-// concurrent writers poll with sleeps (SQLite's busy handler), and has
-// secondary indexes that serve no query while costing every write. On
-// FerretDB (detected with buildInfo) the store therefore:
+// FerretDB v1 (SQLite backend) finds documents by an exact {_id: x} filter
+// only (the embedded server indexes that lookup, see testkit), applies any
+// other filter in Go after decoding every document, applies an update as an
+// unisolated read and write, makes concurrent writers poll with sleeps
+// (SQLite's busy handler), and has secondary indexes that serve no query
+// while costing every write. When this process is the database's only
+// writer (mongox.SingleWriter, which agentmesh up sets for its embedded
+// FerretDB) the store therefore:
 //   - keeps a mirror of the live set in memory (loaded when it opens) and
 //     serves reads of live jobs and version checks from it, and remembers
 //     which jobs are archived, with a bounded cache of the recent ones;
@@ -39,13 +36,17 @@
 //     write, and the writes to one document, never interleave;
 //   - hands the outbox entries of each write to the relay in write order
 //     (events.Relay.NotifyEntries), so it need not read them back;
-//   - creates no secondary indexes (and drops those an older version
-//     created).
+//   - creates no secondary indexes (and drops those the other mode made).
 //
-// All of that assumes one process writes the FerretDB database, as the
-// embedded FerretDB is used (`agentmesh up`, tests). On MongoDB every read
-// goes to the server, updates are atomic version-checked writes, the relay
-// reads what it relays, and the queries are indexed.
+// # Many writers: MongoDB, the default
+//
+// With replicas (any process that is not declared the only writer), every
+// read goes to the server, updates are atomic version-checked writes
+// ({_id, version}), inserts are unique, the relay reads what it relays, and
+// the queries are indexed. This assumes what MongoDB guarantees: a
+// single-document update is atomic and a unique index rejects the second
+// insert. FerretDB v1 guarantees only the latter between clients, so a
+// cluster on FerretDB can lose a racing update.
 package jobstore
 
 import (
@@ -83,9 +84,9 @@ const (
 type Store struct {
 	live    *mongo.Collection
 	archive *mongo.Collection
-	// mirror is set on FerretDB v1: see the package comment.
+	// mirror is set for a single writer: see the package comment.
 	mirror *mirror
-	// turn serialises writes on FerretDB (see writing).
+	// turn serialises the writes of a single writer (see writing).
 	turn turn
 	// relay is told about the outbox entries written; set before use.
 	relay Relay
@@ -103,9 +104,9 @@ type Relay interface {
 func (s *Store) SetRelay(relay Relay) { s.relay = relay }
 
 // notify tells the relay about outbox entries just written to document id,
-// with the document's lock held: on FerretDB, where this process is the
-// only writer, the relay is given the entries in the order of the writes
-// and needs not read them back; on MongoDB it reads the document.
+// with the document's lock held: for a single writer the relay is given the
+// entries in the order of the writes and needs not read them back; with
+// many writers it reads the document.
 func (s *Store) notify(id string, outbox []events.OutboxEntry) {
 	switch {
 	case s.relay == nil || len(outbox) == 0:
@@ -118,7 +119,7 @@ func (s *Store) notify(id string, outbox []events.OutboxEntry) {
 
 var _ analysis.Store = (*Store)(nil)
 
-// indexes are the secondary indexes of both collections (MongoDB only).
+// indexes are the secondary indexes of both collections (many writers only).
 var indexes = []mongox.Index{
 	{Name: "list", Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}},
 	{Name: "children", Keys: bson.D{{Key: "parent_id", Value: 1}, {Key: "seq", Value: 1}}},
@@ -126,16 +127,16 @@ var indexes = []mongox.Index{
 }
 
 // New returns a store on db's analysis_jobs and analysis_jobs_archive
-// collections after ensuring their indexes. On FerretDB it drops them
-// instead and loads the mirror of the live set.
+// collections after ensuring their indexes. When this process is the
+// database's only writer (mongox.SingleWriter: agentmesh up on its embedded
+// FerretDB) it drops them instead, since FerretDB uses none of them, and
+// loads the mirror of the live set.
 func New(ctx context.Context, db *mongo.Database) (*Store, error) {
 	s := &Store{live: db.Collection(Collection), archive: db.Collection(ArchiveCollection)}
-	ferret, err := isFerretDB(ctx, db)
-	if err != nil {
-		return nil, err
-	}
+	single := mongox.SingleWriter(db)
 	for _, coll := range []*mongo.Collection{s.live, s.archive} {
-		if ferret {
+		var err error
+		if single {
 			err = dropIndexes(ctx, coll)
 		} else {
 			err = mongox.EnsureIndexes(ctx, coll, indexes...)
@@ -144,7 +145,7 @@ func New(ctx context.Context, db *mongo.Database) (*Store, error) {
 			return nil, err
 		}
 	}
-	if ferret {
+	if single {
 		jobs, err := s.find(ctx, s.live, "load live jobs", bson.D{}, options.Find().SetProjection(noOutbox))
 		if err != nil {
 			return nil, err
@@ -177,19 +178,8 @@ func archivedIDs(ctx context.Context, archive *mongo.Collection) ([]string, erro
 	return ids, nil
 }
 
-// isFerretDB reports whether db is served by FerretDB, which adds
-// ferretdbVersion to buildInfo.
-func isFerretDB(ctx context.Context, db *mongo.Database) (bool, error) {
-	var info bson.M
-	if err := db.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
-		return false, fmt.Errorf("jobstore: buildInfo: %w", err)
-	}
-	_, ok := info["ferretdbVersion"]
-	return ok, nil
-}
-
-// dropIndexes drops the secondary indexes an earlier version created on
-// FerretDB, where they cost every write and serve no query.
+// dropIndexes drops the secondary indexes of the multi-writer mode, which
+// on the embedded FerretDB cost every write and serve no query.
 func dropIndexes(ctx context.Context, coll *mongo.Collection) error {
 	specs, err := coll.Indexes().ListSpecifications(ctx)
 	if err != nil {

@@ -57,8 +57,11 @@ func count(t *testing.T, db *mongo.Database, coll string) int64 {
 // copy prevails — also over a restart.
 func TestArchiveKeepsJobsReadableAndRevives(t *testing.T) {
 	t.Parallel()
+	testkit.EachWriterMode(t, testArchiveKeepsJobsReadableAndRevives)
+}
+
+func testArchiveKeepsJobsReadableAndRevives(t *testing.T, db *mongo.Database) {
 	ctx := context.Background()
-	db := testkit.MongoDB(t)
 	s := openStore(t, db)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 
