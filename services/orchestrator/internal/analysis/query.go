@@ -60,8 +60,8 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 		}
 	}
 	filter := events.EventSubjectPrefix + events.SubjectToken(tenant) + ".job.>"
-	delivered := map[string]orchestratorv1.JobStatus{} // job id → last status sent
-	finishing := false                                 // the analysis's final event was sent
+	delivered := map[string]jobMark{} // job id → last state sent
+	finishing := false                // the analysis's final event was sent
 	err = e.bus.Replay(ctx, events.StreamEvents, filter, start, func(seq uint64, ev *commonv1.Event) error {
 		if ev.GetCorrelationId() != rootID || ev.GetScope().GetProjectId() != project {
 			return nil
@@ -73,7 +73,7 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 		if err := fn(seq, &je); err != nil {
 			return err
 		}
-		delivered[je.GetJob().GetId()] = je.GetJob().GetStatus()
+		delivered[je.GetJob().GetId()] = markOf(je.GetJob())
 		if je.GetJob().GetId() == rootID {
 			finishing = StatusFromProto(je.GetJob().GetStatus()).Terminal()
 		}
@@ -88,13 +88,38 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 	return err
 }
 
+// jobMark is what a watch remembers of the last event it sent for a job:
+// its status and when it ended. A retried job visits a state again, so the
+// status alone cannot tell the final event from an earlier visit's.
+type jobMark struct {
+	status orchestratorv1.JobStatus
+	end    int64 // end time in Unix milliseconds, 0 while running
+}
+
+func markOf(j *orchestratorv1.Job) jobMark {
+	m := jobMark{status: j.GetStatus()}
+	if j.GetEndTime() != nil {
+		m.end = j.GetEndTime().AsTime().UnixMilli()
+	}
+	return m
+}
+
+func (j *Job) mark() jobMark {
+	m := jobMark{status: statusToProto[j.Status]}
+	if j.EndTime != nil {
+		m.end = j.EndTime.UnixMilli()
+	}
+	return m
+}
+
 // treeDelivered reports whether the analysis is finished and the last event
-// delivered for it and for each child carries the job's stored status:
-// nothing more is coming (unless RetryJob reopens it). A resumed watch
-// (resumed) trusts that children it saw nothing of were delivered before.
-func (e *Engine) treeDelivered(ctx context.Context, tenant, project, rootID string, delivered map[string]orchestratorv1.JobStatus, resumed bool) bool {
+// delivered for it and for each child carries the job's stored state (its
+// status and end time): nothing more is coming (unless RetryJob reopens it).
+// A resumed watch (resumed) trusts that children it saw nothing of were
+// delivered before.
+func (e *Engine) treeDelivered(ctx context.Context, tenant, project, rootID string, delivered map[string]jobMark, resumed bool) bool {
 	root, children, err := e.Get(ctx, tenant, project, rootID)
-	if err != nil || !root.Status.Terminal() || delivered[root.ID] != statusToProto[root.Status] {
+	if err != nil || !root.Status.Terminal() || delivered[root.ID] != root.mark() {
 		return false
 	}
 	for _, c := range children {
@@ -105,7 +130,7 @@ func (e *Engine) treeDelivered(ctx context.Context, tenant, project, rootID stri
 		if !seen && resumed {
 			continue
 		}
-		if last != statusToProto[c.Status] {
+		if last != c.mark() {
 			return false
 		}
 	}
