@@ -84,3 +84,24 @@ func TestEmbeddedMongoIndexesIDLookups(t *testing.T) {
 		t.Fatalf("find by _id after indexing: %v %+v", err, got)
 	}
 }
+
+// TestRoundTripsCountsCommands: the counted client sees each command once,
+// by command and collection, and housekeeping is left out.
+func TestRoundTripsCountsCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, rt := testkit.MongoDBCounted(t)
+	c := db.Collection("things")
+	if _, err := c.InsertOne(ctx, bson.M{"_id": "a"}); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.FindOne(ctx, bson.M{"_id": "a"}).Err()
+	_ = c.FindOne(ctx, bson.M{"_id": "b"}).Err()
+	if got := rt.String(); got != "find things=2 insert things=1" || rt.Total() != 3 {
+		t.Fatalf("counted %q (%d)", got, rt.Total())
+	}
+	rt.Reset()
+	if rt.Total() != 0 {
+		t.Fatal("Reset kept counts")
+	}
+}
