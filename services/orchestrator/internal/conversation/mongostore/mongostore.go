@@ -38,6 +38,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
@@ -73,12 +74,17 @@ type Store struct {
 	windows *mongo.Collection
 	recent  int
 
+	// single is set when this process is the database's only writer
+	// (mongox.SingleWriter): it then reads messages by _id only.
+	single bool
+
 	mu sync.Mutex // guards written
 	// written holds the window this process last wrote per conversation,
 	// so the lease holder's next Append need not read it back. An entry is
 	// used only if the new messages directly follow it, which no other
-	// writer's messages can: sequence numbers only grow.
-	written map[string]windowDoc
+	// writer's messages can: sequence numbers only grow. It keeps the most
+	// recently written conversations only.
+	written *windowCache
 }
 
 // New returns a Store on db after ensuring its indexes.
@@ -86,7 +92,8 @@ func New(ctx context.Context, db *mongo.Database, opts ...Options) (*Store, erro
 	s := &Store{
 		convs: db.Collection(ConversationsCollection), msgs: db.Collection(MessagesCollection),
 		leases: db.Collection(LeasesCollection), windows: db.Collection(WindowsCollection),
-		recent: DefaultRecentSize, written: map[string]windowDoc{},
+		recent: DefaultRecentSize, written: newWindowCache(windowCacheSize),
+		single: mongox.SingleWriter(db),
 	}
 	if len(opts) > 0 && opts[0].RecentSize > 0 {
 		s.recent = opts[0].RecentSize
@@ -296,16 +303,40 @@ func (s *Store) List(ctx context.Context, scope conversation.Scope, q conversati
 	return out, conversation.EncodeCursor(conversation.Cursor{CreateTime: last.CreateTime, ID: last.ID, Caller: q.Caller}), nil
 }
 
-// Delete implements conversation.Store. The conversation document goes
-// first; its messages and leases follow. Documents left behind by a crash
-// between the writes are unreachable.
+// deleteLeaseTTL is how long a deletion holds the conversation's lease:
+// long enough for its writes, short enough that a crash mid-delete does
+// not lock the conversation away for long.
+const deleteLeaseTTL = time.Minute
+
+// Delete implements conversation.Store. It takes the conversation's next
+// lease generation (a unique insert, like a turn), so no turn can start,
+// on any replica, while it deletes, and one that holds the lease makes it
+// ErrBusy. Then the conversation document goes, and its window, messages
+// and leases follow. Documents left behind by a crash between the writes
+// are unreachable.
 func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string, now time.Time) error {
-	c, err := s.Get(ctx, scope, id)
+	d, err := s.getDoc(ctx, scope, id)
 	if err != nil {
 		return err
 	}
-	if c.Lease.Held(now) {
-		return &conversation.BusyError{Holder: c.Lease.Holder, Until: c.Lease.Until}
+	latest, err := s.latestLease(ctx, id, d.LeaseGen)
+	if err != nil {
+		return err
+	}
+	if l := latest.lease(); l.Held(now) {
+		return &conversation.BusyError{Holder: l.Holder, Until: l.Until}
+	}
+	gen := d.LeaseGen + 1
+	if latest != nil {
+		gen = latest.Gen + 1
+	}
+	ld := leaseDoc{ID: leaseDocID(id, gen), ConversationID: id, Gen: gen, LeaseID: "delete/" + id, Holder: "delete",
+		Until: conversation.Millis(now.Add(deleteLeaseTTL))}
+	if _, err := s.leases.InsertOne(ctx, ld); err != nil {
+		if err = mongox.Translate(err); errors.Is(err, mongox.ErrDuplicate) {
+			return &conversation.BusyError{Holder: "another turn", Until: now.Add(deleteLeaseTTL)}
+		}
+		return fmt.Errorf("mongostore: delete %s: %w", id, err)
 	}
 	res, err := s.convs.DeleteOne(ctx, byID(id))
 	if err != nil {
@@ -314,15 +345,52 @@ func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string,
 	if res.DeletedCount == 0 {
 		return notFound(id)
 	}
+	var w windowDoc
+	if _, err := findByID(ctx, s.windows, id, &w); err != nil {
+		return err
+	}
 	if _, err := s.windows.DeleteOne(ctx, byID(id)); err != nil {
 		return fmt.Errorf("mongostore: delete window of %s: %w", id, mongox.Translate(err))
 	}
-	for _, coll := range []*mongo.Collection{s.msgs, s.leases} {
-		if _, err := coll.DeleteMany(ctx, bson.D{{Key: "conversation_id", Value: id}}); err != nil {
-			return fmt.Errorf("mongostore: delete %s of %s: %w", coll.Name(), id, mongox.Translate(err))
+	s.mu.Lock()
+	s.written.remove(id)
+	s.mu.Unlock()
+	if !s.single {
+		for _, coll := range []*mongo.Collection{s.msgs, s.leases} {
+			if _, err := coll.DeleteMany(ctx, bson.D{{Key: "conversation_id", Value: id}}); err != nil {
+				return fmt.Errorf("mongostore: delete %s of %s: %w", coll.Name(), id, mongox.Translate(err))
+			}
 		}
+		return nil
 	}
-	return nil
+	// A single writer deletes by _id: a query by conversation would parse
+	// every message of every conversation on FerretDB.
+	msgs, err := s.messagesByID(ctx, id, w.LastSeq, 0)
+	if err != nil {
+		return err
+	}
+	ids := make([]string, 0, len(msgs)+3)
+	for _, m := range msgs {
+		ids = append(ids, messageID(id, m.Seq))
+	}
+	for g := max(1, gen-2); g <= gen; g++ { // releases delete older generations
+		ids = append(ids, leaseDocID(id, g))
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i, docID := range ids {
+		coll := s.msgs
+		if i >= len(msgs) {
+			coll = s.leases
+		}
+		g.Go(func() error {
+			if _, err := coll.DeleteOne(gctx, byID(docID)); err != nil {
+				return fmt.Errorf("mongostore: delete %s: %w", docID, mongox.Translate(err))
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // windowDoc caches a conversation's newest messages. Append writes it
@@ -361,12 +429,19 @@ func (s *Store) Messages(ctx context.Context, scope conversation.Scope, id strin
 		}
 		return out, nil
 	}
-	return s.readMessages(ctx, id, last)
+	return s.readMessages(ctx, id, w.LastSeq, last)
 }
 
-// readMessages reads the last `last` messages (all for last <= 0) from the
-// messages collection, oldest first.
-func (s *Store) readMessages(ctx context.Context, id string, last int) ([]conversation.Message, error) {
+// readMessages reads the last `last` messages (all for last <= 0), oldest
+// first. With many writers it queries the messages collection (indexed on
+// MongoDB). A single writer reads them by _id instead, from the sequence
+// number hint (the window's, which lags only after a holder died) probing
+// forward for later ones: on FerretDB a query by conversation would parse
+// every message of every conversation.
+func (s *Store) readMessages(ctx context.Context, id string, hint int64, last int) ([]conversation.Message, error) {
+	if s.single {
+		return s.messagesByID(ctx, id, hint, last)
+	}
 	opts := options.Find().SetSort(bson.D{{Key: "seq", Value: 1}})
 	if last > 0 {
 		opts = options.Find().SetSort(bson.D{{Key: "seq", Value: -1}}).SetLimit(int64(last))
@@ -386,6 +461,51 @@ func (s *Store) readMessages(ctx context.Context, id string, last int) ([]conver
 			j = len(docs) - 1 - i // newest first on the wire, oldest first out
 		}
 		out[j] = d.message()
+	}
+	return out, nil
+}
+
+// messagesByID is readMessages for a single writer: the last sequence
+// number is found by probing _ids forward from hint, then the messages are
+// read by _id, a few at a time.
+func (s *Store) messagesByID(ctx context.Context, id string, hint int64, last int) ([]conversation.Message, error) {
+	lastSeq := max(hint, 0)
+	for {
+		var d msgDoc
+		found, err := findByID(ctx, s.msgs, messageID(id, lastSeq+1), &d)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			break
+		}
+		lastSeq++
+	}
+	from := int64(1)
+	if last > 0 {
+		from = max(1, lastSeq-int64(last)+1)
+	}
+	if lastSeq < from {
+		return nil, nil
+	}
+	docs := make([]msgDoc, lastSeq-from+1)
+	found := make([]bool, len(docs))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := range docs {
+		g.Go(func() (err error) {
+			found[i], err = findByID(gctx, s.msgs, messageID(id, from+int64(i)), &docs[i])
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	out := make([]conversation.Message, 0, len(docs))
+	for i := range docs {
+		if found[i] { // a gap is a message a crash cut out of an insert
+			out = append(out, docs[i].message())
+		}
 	}
 	return out, nil
 }
@@ -414,20 +534,32 @@ func (s *Store) Append(ctx context.Context, scope conversation.Scope, id string,
 }
 
 // cacheRecent adds docs to the conversation's window. A suspect window,
-// or one the docs do not follow, is rebuilt from the messages collection.
+// or one the docs do not follow, is rebuilt from the messages. The window
+// only moves forward: a holder whose lease was taken over, writing late,
+// cannot put back an older window over its successor's (with many writers
+// the update matches only a window behind docs, atomically on MongoDB; a
+// single writer knows the last window it wrote).
 func (s *Store) cacheRecent(ctx context.Context, id string, docs []msgDoc) error {
+	newLast := docs[len(docs)-1].Seq
+	defer mongox.LockDocument(s.windows, id)()
 	s.mu.Lock()
-	w, ok := s.written[id]
+	w, ok := s.written.get(id)
 	s.mu.Unlock()
+	if ok && s.single && w.LastSeq >= newLast {
+		return nil // a successor wrote a newer window
+	}
 	if !ok || w.LastSeq+1 != docs[0].Seq {
 		w = windowDoc{}
 		if _, err := findByID(ctx, s.windows, id, &w); err != nil {
 			return err
 		}
+		if s.single && w.LastSeq >= newLast && !w.Suspect {
+			return nil
+		}
 	}
 	recent := append(slices.Clip(w.Recent), docs...)
 	if w.Suspect || docs[0].Seq != w.LastSeq+1 {
-		msgs, err := s.readMessages(ctx, id, s.recent)
+		msgs, err := s.readMessages(ctx, id, newLast, s.recent)
 		if err != nil {
 			return err
 		}
@@ -439,18 +571,31 @@ func (s *Store) cacheRecent(ctx context.Context, id string, docs []msgDoc) error
 	if len(recent) > s.recent {
 		recent = recent[len(recent)-s.recent:]
 	}
-	_, err := s.windows.UpdateOne(ctx, byID(id), bson.D{{Key: "$set", Value: bson.D{
+	windowLast := recent[len(recent)-1].Seq // beyond newLast if a rebuild found later messages
+	filter := byID(id)
+	if !s.single {
+		filter = append(filter, bson.E{Key: "last_seq", Value: bson.D{{Key: "$lt", Value: windowLast}}})
+	}
+	_, err := s.windows.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "recent", Value: recent},
-		{Key: "last_seq", Value: recent[len(recent)-1].Seq},
+		{Key: "last_seq", Value: windowLast},
 		{Key: "suspect", Value: false},
 	}}}, options.UpdateOne().SetUpsert(true))
+	err = mongox.Translate(err)
+	if errors.Is(err, mongox.ErrDuplicate) {
+		// The window is at newLast or beyond: a successor's. Leave it.
+		s.mu.Lock()
+		s.written.remove(id)
+		s.mu.Unlock()
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		delete(s.written, id)
-		return fmt.Errorf("mongostore: cache messages of %s: %w", id, mongox.Translate(err))
+		s.written.remove(id)
+		return fmt.Errorf("mongostore: cache messages of %s: %w", id, err)
 	}
-	s.written[id] = windowDoc{ID: id, LastSeq: recent[len(recent)-1].Seq, Recent: recent}
+	s.written.put(id, windowDoc{ID: id, LastSeq: windowLast, Recent: recent})
 	return nil
 }
 
@@ -537,8 +682,10 @@ func (s *Store) AcquireLease(ctx context.Context, scope conversation.Scope, id s
 	}
 	if latest != nil && !latest.Released {
 		// Its holder died mid-turn: the window may lag its last messages.
-		if _, err := s.windows.UpdateOne(ctx, byID(id), bson.D{{Key: "$set", Value: bson.D{{Key: "suspect", Value: true}}}},
-			options.UpdateOne().SetUpsert(true)); err != nil {
+		if _, err := s.windows.UpdateOne(ctx, byID(id), bson.D{
+			{Key: "$set", Value: bson.D{{Key: "suspect", Value: true}}},
+			{Key: "$setOnInsert", Value: bson.D{{Key: "last_seq", Value: int64(0)}}},
+		}, options.UpdateOne().SetUpsert(true)); err != nil {
 			return nil, fmt.Errorf("mongostore: mark window of %s: %w", id, mongox.Translate(err))
 		}
 	}

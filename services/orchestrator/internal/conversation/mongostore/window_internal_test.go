@@ -1,0 +1,73 @@
+package mongostore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/agentmesh/agentmesh/libs/mongox"
+	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
+)
+
+// TestLateWindowWriteDoesNotRegress: a holder A whose lease was taken over,
+// writing its window after its successor B wrote a newer one, leaves the
+// newer one in place, so the next turn reads every message and numbers its
+// own after them. With many writers A and B are two replicas (two Stores);
+// a single writer is one process, so one Store serves both turns.
+func TestLateWindowWriteDoesNotRegress(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		a, err := New(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := a
+		if !mongox.SingleWriter(db) {
+			if b, err = New(ctx, db); err != nil {
+				t.Fatal(err)
+			}
+		}
+		scope := conversation.Scope{TenantID: "acme"}
+		t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		if err := a.Create(ctx, &conversation.Conversation{ID: "c1", Scope: scope, CreateTime: t0, UpdateTime: t0}); err != nil {
+			t.Fatal(err)
+		}
+		msg := func(seq int64) conversation.Message {
+			return conversation.Message{ID: fmt.Sprint("m", seq), Seq: seq, Role: conversation.RoleUser, Content: "x", CreateTime: t0}
+		}
+		for seq := int64(1); seq <= 2; seq++ {
+			if err := a.Append(ctx, scope, "c1", msg(seq)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A inserts its message 3, then stalls before writing its window.
+		late := newMsgDoc(scope, "c1", msg(3))
+		if _, err := a.msgs.InsertOne(ctx, late); err != nil {
+			t.Fatal(err)
+		}
+		// B took the conversation over and appends message 4.
+		if err := b.Append(ctx, scope, "c1", msg(4)); err != nil {
+			t.Fatal(err)
+		}
+		// A wakes up and writes its window for message 3.
+		if err := a.cacheRecent(ctx, "c1", []msgDoc{late}); err != nil {
+			t.Fatalf("late window write: %v", err)
+		}
+		fresh, err := New(ctx, db) // a reader with no cache of its own
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w windowDoc
+		if _, err := findByID(ctx, fresh.windows, "c1", &w); err != nil || w.LastSeq != 4 || len(w.Recent) != 4 {
+			t.Fatalf("window after a late write: last_seq %d with %d messages (%v), want 4 and 4", w.LastSeq, len(w.Recent), err)
+		}
+		if err := b.Append(ctx, scope, "c1", msg(5)); err != nil {
+			t.Fatalf("next append: %v", err)
+		}
+	})
+}
