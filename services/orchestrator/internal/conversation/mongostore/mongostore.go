@@ -78,13 +78,14 @@ type Store struct {
 	// (mongox.SingleWriter): it then reads messages by _id only.
 	single bool
 
-	mu sync.Mutex // guards written
-	// written holds the window this process last wrote per conversation,
-	// so the lease holder's next Append need not read it back. An entry is
-	// used only if the new messages directly follow it, which no other
-	// writer's messages can: sequence numbers only grow. It keeps the most
-	// recently written conversations only.
-	written *windowCache
+	mu sync.Mutex // guards cache
+	// cache holds, per recent conversation, the window this process last
+	// wrote, so the lease holder's next Append need not read it back (an
+	// entry is used only if the new messages directly follow it, which no
+	// other writer's messages can: sequence numbers only grow); and, for a
+	// single writer, the conversation and its newest lease, so a turn reads
+	// nothing it wrote itself.
+	cache *convCache
 }
 
 // New returns a Store on db after ensuring its indexes.
@@ -92,7 +93,7 @@ func New(ctx context.Context, db *mongo.Database, opts ...Options) (*Store, erro
 	s := &Store{
 		convs: db.Collection(ConversationsCollection), msgs: db.Collection(MessagesCollection),
 		leases: db.Collection(LeasesCollection), windows: db.Collection(WindowsCollection),
-		recent: DefaultRecentSize, written: newWindowCache(windowCacheSize),
+		recent: DefaultRecentSize, cache: newConvCache(cacheSize),
 		single: mongox.SingleWriter(db),
 	}
 	if len(opts) > 0 && opts[0].RecentSize > 0 {
@@ -219,15 +220,51 @@ func findByID(ctx context.Context, coll *mongo.Collection, id string, v any) (fo
 // getDoc returns the conversation document, checking the scope in Go (an
 // _id-only filter is the one FerretDB answers without a scan).
 func (s *Store) getDoc(ctx context.Context, scope conversation.Scope, id string) (*convDoc, error) {
-	var d convDoc
-	found, err := findByID(ctx, s.convs, id, &d)
-	if err != nil {
-		return nil, err
+	d := s.cachedConv(id)
+	if d == nil {
+		d = &convDoc{}
+		found, err := findByID(ctx, s.convs, id, d)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, notFound(id)
+		}
+		s.remember(id, func(c *cached) { c.conv = d })
 	}
-	if !found || d.TenantID != scope.TenantID || d.ProjectID != scope.ProjectID {
+	if d.TenantID != scope.TenantID || d.ProjectID != scope.ProjectID {
 		return nil, notFound(id)
 	}
-	return &d, nil
+	return d, nil
+}
+
+// cachedConv returns a single writer's copy of the conversation document,
+// or nil.
+func (s *Store) cachedConv(id string) *convDoc {
+	if !s.single {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cache.get(id).conv
+}
+
+// remember records in the cache what a single writer knows of a
+// conversation; with many writers it does nothing.
+func (s *Store) remember(id string, fn func(*cached)) {
+	if !s.single {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cache.update(id, fn)
+}
+
+// forget drops all the store knows of a conversation.
+func (s *Store) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cache.remove(id)
 }
 
 // Create implements conversation.Store.
@@ -243,11 +280,13 @@ func (s *Store) Create(ctx context.Context, c *conversation.Conversation) error 
 	if err != nil {
 		return fmt.Errorf("mongostore: create %s: %w", c.ID, err)
 	}
+	s.forget(c.ID) // a new conversation under an id this process saw deleted
 	return nil
 }
 
 // Get implements conversation.Store.
 func (s *Store) Get(ctx context.Context, scope conversation.Scope, id string) (*conversation.Conversation, error) {
+	defer s.lockLease(id)()
 	d, err := s.getDoc(ctx, scope, id)
 	if err != nil {
 		return nil, err
@@ -315,6 +354,7 @@ const deleteLeaseTTL = time.Minute
 // and leases follow. Documents left behind by a crash between the writes
 // are unreachable.
 func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string, now time.Time) error {
+	defer s.lockLease(id)()
 	d, err := s.getDoc(ctx, scope, id)
 	if err != nil {
 		return err
@@ -352,9 +392,7 @@ func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string,
 	if _, err := s.windows.DeleteOne(ctx, byID(id)); err != nil {
 		return fmt.Errorf("mongostore: delete window of %s: %w", id, mongox.Translate(err))
 	}
-	s.mu.Lock()
-	s.written.remove(id)
-	s.mu.Unlock()
+	s.forget(id)
 	if !s.single {
 		for _, coll := range []*mongo.Collection{s.msgs, s.leases} {
 			if _, err := coll.DeleteMany(ctx, bson.D{{Key: "conversation_id", Value: id}}); err != nil {
@@ -414,7 +452,9 @@ func (s *Store) Messages(ctx context.Context, scope conversation.Scope, id strin
 		return nil, err
 	}
 	var w windowDoc
-	if _, err := findByID(ctx, s.windows, id, &w); err != nil {
+	if cw := s.cachedWindow(id); cw != nil {
+		w = *cw
+	} else if _, err := findByID(ctx, s.windows, id, &w); err != nil {
 		return nil, err
 	}
 	covered := int64(len(w.Recent)) == w.LastSeq || (last > 0 && last <= len(w.Recent))
@@ -463,6 +503,17 @@ func (s *Store) readMessages(ctx context.Context, id string, hint int64, last in
 		out[j] = d.message()
 	}
 	return out, nil
+}
+
+// cachedWindow returns a single writer's copy of the window it last
+// wrote, or nil: with many writers another replica may have written since.
+func (s *Store) cachedWindow(id string) *windowDoc {
+	if !s.single {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cache.get(id).window
 }
 
 // messagesByID is readMessages for a single writer: the last sequence
@@ -543,8 +594,13 @@ func (s *Store) cacheRecent(ctx context.Context, id string, docs []msgDoc) error
 	newLast := docs[len(docs)-1].Seq
 	defer mongox.LockDocument(s.windows, id)()
 	s.mu.Lock()
-	w, ok := s.written.get(id)
+	cw := s.cache.get(id).window
 	s.mu.Unlock()
+	var w windowDoc
+	ok := cw != nil
+	if ok {
+		w = *cw
+	}
 	if ok && s.single && w.LastSeq >= newLast {
 		return nil // a successor wrote a newer window
 	}
@@ -584,19 +640,22 @@ func (s *Store) cacheRecent(ctx context.Context, id string, docs []msgDoc) error
 	err = mongox.Translate(err)
 	if errors.Is(err, mongox.ErrDuplicate) {
 		// The window is at newLast or beyond: a successor's. Leave it.
-		s.mu.Lock()
-		s.written.remove(id)
-		s.mu.Unlock()
+		s.setWindow(id, nil)
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
-		s.written.remove(id)
+		s.setWindow(id, nil)
 		return fmt.Errorf("mongostore: cache messages of %s: %w", id, err)
 	}
-	s.written.put(id, windowDoc{ID: id, LastSeq: windowLast, Recent: recent})
+	s.setWindow(id, &windowDoc{ID: id, LastSeq: windowLast, Recent: recent})
 	return nil
+}
+
+// setWindow records the window this process last wrote (nil: unknown).
+func (s *Store) setWindow(id string, w *windowDoc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cache.update(id, func(c *cached) { c.window = w })
 }
 
 // leaseDoc is one generation of a conversation's turn lease.
@@ -621,6 +680,24 @@ func (d *leaseDoc) lease() conversation.Lease {
 // if it never had one), starting from the hint gen and probing later
 // generations by _id in case the hint lags.
 func (s *Store) latestLease(ctx context.Context, id string, gen int64) (*leaseDoc, error) {
+	if s.single {
+		s.mu.Lock()
+		c := s.cache.get(id)
+		s.mu.Unlock()
+		if c.leaseKnown {
+			return c.lease, nil
+		}
+	}
+	latest, err := s.probeLease(ctx, id, gen)
+	if err != nil {
+		return nil, err
+	}
+	s.remember(id, func(c *cached) { c.lease, c.leaseKnown = latest, true })
+	return latest, nil
+}
+
+// probeLease reads the newest lease generation from the database.
+func (s *Store) probeLease(ctx context.Context, id string, gen int64) (*leaseDoc, error) {
 	var latest *leaseDoc
 	if gen > 0 {
 		var d leaseDoc
@@ -650,6 +727,7 @@ func (s *Store) latestLease(ctx context.Context, id string, gen int64) (*leaseDo
 // one. Two replicas that both see generation n free both try to insert
 // n+1; the unique _id admits one, and the other gets ErrBusy.
 func (s *Store) AcquireLease(ctx context.Context, scope conversation.Scope, id string, lease conversation.Lease, now time.Time) (*conversation.Conversation, error) {
+	defer s.lockLease(id)()
 	d, err := s.getDoc(ctx, scope, id)
 	if err != nil {
 		return nil, err
@@ -673,6 +751,7 @@ func (s *Store) AcquireLease(ctx context.Context, scope conversation.Scope, id s
 		if err = mongox.Translate(err); !errors.Is(err, mongox.ErrDuplicate) {
 			return nil, fmt.Errorf("mongostore: acquire lease on %s: %w", id, err)
 		}
+		s.remember(id, func(c *cached) { c.lease, c.leaseKnown = nil, false })
 		var winner leaseDoc
 		if _, err := findByID(ctx, s.leases, leaseDocID(id, gen), &winner); err != nil {
 			return nil, err
@@ -680,7 +759,9 @@ func (s *Store) AcquireLease(ctx context.Context, scope conversation.Scope, id s
 		w := winner.lease()
 		return nil, &conversation.BusyError{Holder: w.Holder, Until: w.Until}
 	}
+	s.remember(id, func(c *cached) { c.lease, c.leaseKnown = &ld, true })
 	if latest != nil && !latest.Released {
+		s.setWindow(id, nil) // read it back: the dead holder may have written messages after it
 		// Its holder died mid-turn: the window may lag its last messages.
 		if _, err := s.windows.UpdateOne(ctx, byID(id), bson.D{
 			{Key: "$set", Value: bson.D{{Key: "suspect", Value: true}}},
@@ -697,11 +778,35 @@ func (s *Store) AcquireLease(ctx context.Context, scope conversation.Scope, id s
 	return c, nil
 }
 
+// lockLease serialises, for a single writer, the lease reads and writes of
+// one conversation with the cache updates that follow them, so a read of
+// the database can never put back an older lease over a newer one this
+// process just wrote. With many writers the cache holds no leases and
+// nothing is locked.
+func (s *Store) lockLease(id string) (unlock func()) {
+	if !s.single {
+		return func() {}
+	}
+	return mongox.LockDocument(s.leases, id)
+}
+
 // ownLease checks that lease is still the newest generation and not
-// released, returning its document.
+// released, returning its document. A single writer checks against the
+// newest generation it knows, which is the truth.
 func (s *Store) ownLease(ctx context.Context, id string, lease conversation.Lease) (*leaseDoc, error) {
 	if lease.ID == "" || lease.Gen <= 0 {
 		return nil, fmt.Errorf("%w: %s: not a lease AcquireLease returned", conversation.ErrLeaseLost, id)
+	}
+	if s.single {
+		s.mu.Lock()
+		c := s.cache.get(id)
+		s.mu.Unlock()
+		if c.leaseKnown {
+			if c.lease == nil || c.lease.Gen != lease.Gen || c.lease.LeaseID != lease.ID || c.lease.Released {
+				return nil, fmt.Errorf("%w: %s", conversation.ErrLeaseLost, id)
+			}
+			return c.lease, nil
+		}
 	}
 	var d leaseDoc
 	found, err := findByID(ctx, s.leases, leaseDocID(id, lease.Gen), &d)
@@ -724,6 +829,7 @@ func (s *Store) ownLease(ctx context.Context, id string, lease conversation.Leas
 
 // RenewLease implements conversation.Store.
 func (s *Store) RenewLease(ctx context.Context, scope conversation.Scope, id string, lease conversation.Lease, until time.Time) error {
+	defer s.lockLease(id)()
 	own, err := s.ownLease(ctx, id, lease)
 	if err != nil {
 		return err
@@ -733,6 +839,7 @@ func (s *Store) RenewLease(ctx context.Context, scope conversation.Scope, id str
 
 // ReleaseLease implements conversation.Store.
 func (s *Store) ReleaseLease(ctx context.Context, scope conversation.Scope, id string, lease conversation.Lease, now time.Time) error {
+	defer s.lockLease(id)()
 	own, err := s.ownLease(ctx, id, lease)
 	if err != nil {
 		return err
@@ -746,6 +853,11 @@ func (s *Store) ReleaseLease(ctx context.Context, scope conversation.Scope, id s
 	}}}); err != nil {
 		return fmt.Errorf("mongostore: touch %s: %w", id, mongox.Translate(err))
 	}
+	s.remember(id, func(c *cached) {
+		if c.conv != nil {
+			c.conv.UpdateTime, c.conv.LeaseGen = conversation.Millis(now), own.Gen
+		}
+	})
 	if own.Gen > 1 {
 		_, _ = s.leases.DeleteOne(ctx, byID(leaseDocID(id, own.Gen-1))) // history; best effort
 	}
@@ -757,10 +869,25 @@ func (s *Store) ReleaseLease(ctx context.Context, scope conversation.Scope, id s
 func (s *Store) setLease(ctx context.Context, own *leaseDoc, set bson.D) error {
 	res, err := s.leases.UpdateOne(ctx, byID(own.ID), bson.D{{Key: "$set", Value: set}})
 	if err != nil {
+		s.remember(own.ConversationID, func(c *cached) { c.lease, c.leaseKnown = nil, false })
 		return fmt.Errorf("mongostore: lease on %s: %w", own.ConversationID, mongox.Translate(err))
 	}
 	if res.MatchedCount == 0 {
+		s.remember(own.ConversationID, func(c *cached) { c.lease, c.leaseKnown = nil, false })
 		return fmt.Errorf("%w: %s", conversation.ErrLeaseLost, own.ConversationID)
 	}
+	s.remember(own.ConversationID, func(c *cached) {
+		if c.lease == nil || c.lease.Gen != own.Gen {
+			return
+		}
+		for _, e := range set {
+			switch e.Key {
+			case "until":
+				c.lease.Until = e.Value.(time.Time)
+			case "released":
+				c.lease.Released = e.Value.(bool)
+			}
+		}
+	})
 	return nil
 }

@@ -2,53 +2,92 @@ package mongostore
 
 import "container/list"
 
-// windowCacheSize bounds the windows a store remembers having written: the
-// conversations with turns in flight and recent ones, not every
-// conversation a long-running process ever served.
-const windowCacheSize = 4096
+// cacheSize bounds the conversations a store remembers: those with turns
+// in flight and recent ones, not every conversation a long-running process
+// ever served.
+const cacheSize = 4096
 
-// windowCache is a least-recently-written cache of window documents. It is
-// not safe for concurrent use: the store guards it.
-type windowCache struct {
+// cached is what a store remembers of one conversation. The window is the
+// last one this process wrote (used in both modes, see cacheRecent). The
+// conversation document and its newest lease generation are remembered
+// only by a single writer, for which they are the truth: no other process
+// writes them.
+type cached struct {
+	window *windowDoc // nil: not known
+	conv   *convDoc   // nil: not known
+	// lease is the newest lease generation (nil: none) when leaseKnown.
+	lease      *leaseDoc
+	leaseKnown bool
+}
+
+// convCache is a least-recently-used cache of conversations. It is not
+// safe for concurrent use: the store guards it. Values are copied in and
+// out, so callers never share them.
+type convCache struct {
 	max   int
-	order *list.List               // of string ids, most recent at the front
-	items map[string]*list.Element // id → element whose Value is a *windowEntry
+	order *list.List               // of *cacheEntry, most recent at the front
+	items map[string]*list.Element // id → element
 }
 
-type windowEntry struct {
+type cacheEntry struct {
 	id string
-	w  windowDoc
+	c  cached
 }
 
-func newWindowCache(max int) *windowCache {
-	return &windowCache{max: max, order: list.New(), items: map[string]*list.Element{}}
+func newConvCache(max int) *convCache {
+	return &convCache{max: max, order: list.New(), items: map[string]*list.Element{}}
 }
 
-func (c *windowCache) get(id string) (windowDoc, bool) {
+// get returns a copy of what is known of id.
+func (c *convCache) get(id string) cached {
 	e, ok := c.items[id]
 	if !ok {
-		return windowDoc{}, false
+		return cached{}
 	}
-	return e.Value.(*windowEntry).w, true
+	c.order.MoveToFront(e)
+	return e.Value.(*cacheEntry).c.clone()
 }
 
-func (c *windowCache) put(id string, w windowDoc) {
-	if e, ok := c.items[id]; ok {
-		e.Value.(*windowEntry).w = w
+// update applies fn to id's entry (a new one if none) and keeps a copy.
+func (c *convCache) update(id string, fn func(*cached)) {
+	e, ok := c.items[id]
+	if !ok {
+		e = c.order.PushFront(&cacheEntry{id: id})
+		c.items[id] = e
+	} else {
 		c.order.MoveToFront(e)
-		return
 	}
-	c.items[id] = c.order.PushFront(&windowEntry{id: id, w: w})
+	ent := e.Value.(*cacheEntry)
+	fn(&ent.c)
+	ent.c = ent.c.clone()
 	for c.order.Len() > c.max {
 		oldest := c.order.Back()
 		c.order.Remove(oldest)
-		delete(c.items, oldest.Value.(*windowEntry).id)
+		delete(c.items, oldest.Value.(*cacheEntry).id)
 	}
 }
 
-func (c *windowCache) remove(id string) {
+func (c *convCache) remove(id string) {
 	if e, ok := c.items[id]; ok {
 		c.order.Remove(e)
 		delete(c.items, id)
 	}
+}
+
+func (c cached) clone() cached {
+	out := c
+	if c.window != nil {
+		w := *c.window
+		w.Recent = append([]msgDoc(nil), c.window.Recent...)
+		out.window = &w
+	}
+	if c.conv != nil {
+		d := *c.conv
+		out.conv = &d
+	}
+	if c.lease != nil {
+		l := *c.lease
+		out.lease = &l
+	}
+	return out
 }
