@@ -197,7 +197,8 @@ func (c *checker) networkPolicies() Result {
 	private := outside("a private address", "10.1.2.3")
 	metadata := outside("the cloud metadata address", "169.254.169.254")
 	otherNS := &peer{name: "a pod of namespace other", ns: "other", nsLabels: nsLabels("other"), labels: map[string]string{"app": "x"}}
-	stranger := &peer{name: "an unlabelled pod of the namespace", ns: ns, nsLabels: nsLabels(ns), labels: map[string]string{"app": "x"}, ours: true}
+	stranger := &peer{name: "an unlabelled pod of the namespace", ns: ns, nsLabels: nsLabels(ns), labels: map[string]string{"app": "x"}, ours: true,
+		ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}
 	prometheus := &peer{name: "Prometheus", ns: "monitoring", nsLabels: nsLabels("monitoring"), labels: map[string]string{"app.kubernetes.io/name": "prometheus"}}
 	dns := &peer{name: "kube-dns", ns: "kube-system", nsLabels: nsLabels("kube-system"), labels: map[string]string{"k8s-app": "kube-dns"}}
 	collector := &peer{name: "the OTel collector", ns: "observability", nsLabels: nsLabels("observability"), labels: map[string]string{"app": "otel-collector"},
@@ -295,6 +296,10 @@ func (c *checker) networkPolicies() Result {
 		}
 		want(uses(from, hasEnv("SQLAGENT_CONNECTIONS")), from, internet, 5432, corev1.ProtocolTCP, "the SQL agent's databases")
 	}
+	// A pod no policy was written for (a debug pod, a later addition) is
+	// closed both ways by the default deny.
+	want(false, otherNS, stranger, 8080, corev1.ProtocolTCP, "a pod without its own policy takes no traffic")
+	want(false, stranger, internet, 443, corev1.ProtocolTCP, "a pod without its own policy sends no traffic")
 	for _, s := range byComp("nats") {
 		want(false, stranger, s, 4222, corev1.ProtocolTCP, "NATS takes no client outside the mesh")
 	}
