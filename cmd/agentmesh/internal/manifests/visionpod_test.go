@@ -113,4 +113,3 @@ func loopbackURL(t *testing.T, what, raw string) {
 		t.Fatalf("%s = %q, want a loopback address", what, raw)
 	}
 }
-
