@@ -170,6 +170,7 @@ func testConfig(market string) jobservice.Config {
 type env struct {
 	t       testing.TB
 	db      *mongo.Database
+	rt      *testkit.RoundTrips // counts db's commands (newEnvCounted)
 	nats    *testkit.NATS
 	bus     *events.Bus
 	sim     *providersim.Server
@@ -192,9 +193,25 @@ func newEnv(t testing.TB) *env {
 // of the service binary) or this process alone (agentmesh up).
 func newEnvIn(t testing.TB, singleWriter bool) *env {
 	t.Helper()
+	return newEnvWith(t, singleWriter, false)
+}
+
+// newEnvCounted is newEnvIn with the service's database commands counted
+// in e.rt.
+func newEnvCounted(t testing.TB, singleWriter bool) *env {
+	t.Helper()
+	return newEnvWith(t, singleWriter, true)
+}
+
+func newEnvWith(t testing.TB, singleWriter, counted bool) *env {
+	t.Helper()
 	e := &env{t: t, nats: testkit.NewNATS(t), sim: providersim.Start(t, providersim.Options{}), market: newMarket(t),
 		scope: &commonv1.Scope{TenantId: "acme", ProjectId: "research"}}
-	e.db = testkit.MongoDB(t)
+	if counted {
+		e.db, e.rt = testkit.MongoDBCounted(t)
+	} else {
+		e.db = testkit.MongoDB(t)
+	}
 	if singleWriter {
 		mongox.MarkSingleWriter(e.db.Client())
 	}

@@ -1,0 +1,63 @@
+package jobservice_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/jobstore"
+)
+
+// TestAnalysisRoundTrips holds one analysis (planning, two tool jobs,
+// synthesis, then the move to the archive) to its budget of database round
+// trips, counted from submission until the tree is archived and the relay
+// is done with it (the relay's periodic sweep, once per 5 s, may fall in
+// the window: the budgets allow for it). Only exact-_id operations and inserts: none grows with
+// the analyses stored. The test watches the database through a client of
+// its own, so its polling is not counted.
+func TestAnalysisRoundTrips(t *testing.T) {
+	t.Parallel()
+	budgets := map[bool]int{false: 100, true: 24} // many writers, single writer (measured 96-97 and 22)
+	eachWriterMode(t, func(t *testing.T, single bool) {
+		e := newEnvCounted(t, single)
+		e.scriptBHPPlan()
+		e.scriptSynthesis(stockAnswer)
+		e.cfg.SweepInterval = time.Hour // recovery sweeps are not an analysis's cost
+		e.start(analysis.Hooks{})
+		uri, _ := testkit.MongoURI(t) // the shared server e.db is on
+		observer, err := mongo.Connect(options.Client().ApplyURI(uri))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = observer.Disconnect(context.Background()) })
+		archive := observer.Database(e.db.Name()).Collection(jobstore.ArchiveCollection)
+		live := observer.Database(e.db.Name()).Collection(jobstore.Collection)
+
+		e.rt.Reset()
+		root := e.submit("Analyse BHP for investment", "stock_analysis")
+		testkit.Eventually(t, 20*time.Second, func() bool {
+			n, err := archive.CountDocuments(context.Background(), bson.D{{Key: "_id", Value: root.GetId()}})
+			m, err2 := live.CountDocuments(context.Background(), bson.D{})
+			return err == nil && err2 == nil && n == 1 && m == 0
+		}, "the analysis to be archived")
+		// The relay's removals follow the writes by about a second.
+		last := -1
+		testkit.Eventually(t, 10*time.Second, func() bool {
+			n := e.rt.Total()
+			settled := n == last
+			last = n
+			time.Sleep(600 * time.Millisecond)
+			return settled
+		}, "round trips to settle")
+		t.Logf("one analysis (2 tools) made %d round trips: %s", e.rt.Total(), e.rt)
+		if e.rt.Total() > budgets[single] {
+			t.Errorf("one analysis made %d round trips, budget %d: %s", e.rt.Total(), budgets[single], e.rt)
+		}
+	})
+}
