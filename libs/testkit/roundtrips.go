@@ -3,11 +3,13 @@ package testkit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -15,11 +17,14 @@ import (
 
 // RoundTrips counts the commands a client sends to the database, by
 // command and collection ("update analysis_jobs"), so a test can hold a
-// store's hot path to a budget of round trips without timing anything. Its
-// methods are safe for concurrent use.
+// store's hot path to a budget of round trips without timing anything. It
+// also keeps the filters that are not an exact _id lookup (see NotExact).
+// Its methods are safe for concurrent use.
 type RoundTrips struct {
-	mu     sync.Mutex
-	counts map[string]int // guarded by mu
+	mu       sync.Mutex
+	counts   map[string]int // guarded by mu
+	notExact []string       // guarded by mu: statements whose filter is not {_id: v}
+	unkeyed  []string       // guarded by mu: statements whose filter has no _id equality
 }
 
 // Reset forgets what was counted so far.
@@ -27,6 +32,28 @@ func (r *RoundTrips) Reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.counts = map[string]int{}
+	r.notExact, r.unkeyed = nil, nil
+}
+
+// NotExact lists the statements counted since the last Reset (each
+// statement of a find, count, distinct, update, delete, findAndModify or
+// aggregate) whose filter is not exactly {_id: <string or ObjectID>}, as
+// "find things {\"n\": 1}", in the order sent. FerretDB v1 finds the
+// documents of every such filter by parsing its whole collection.
+func (r *RoundTrips) NotExact() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.notExact)
+}
+
+// Unkeyed lists, as NotExact does, the statements whose filter has no
+// equality on _id at all (an aggregate never has): they read the
+// collection on MongoDB too, unless a secondary index serves them, while a
+// filter like {_id: x, version: n} is a lookup by _id there.
+func (r *RoundTrips) Unkeyed() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.unkeyed)
 }
 
 // Total is the number of commands counted since the last Reset.
@@ -70,12 +97,103 @@ func (r *RoundTrips) started(_ context.Context, e *event.CommandStartedEvent) {
 			coll = s
 		}
 	}
+	name := strings.TrimSpace(e.CommandName + " " + coll)
+	filters := commandFilters(e.CommandName, e.Command)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.counts == nil {
 		r.counts = map[string]int{}
 	}
-	r.counts[strings.TrimSpace(e.CommandName+" "+coll)]++
+	r.counts[name]++
+	for _, f := range filters {
+		exact, keyed := classifyFilter(f)
+		desc := name + " " + f.String()
+		if !exact {
+			r.notExact = append(r.notExact, desc)
+		}
+		if !keyed {
+			r.unkeyed = append(r.unkeyed, desc)
+		}
+	}
+}
+
+// commandFilters returns the filters of a command's statements; nil for
+// commands without one (insert, getMore, ...). An aggregate's filter is its
+// pipeline, which never counts as a lookup by _id.
+func commandFilters(name string, cmd bson.Raw) []bson.Raw {
+	field := func(key string) []bson.Raw {
+		if d, ok := cmd.Lookup(key).DocumentOK(); ok {
+			return []bson.Raw{d}
+		}
+		return []bson.Raw{emptyFilter} // absent: every document
+	}
+	statements := func(key, q string) []bson.Raw {
+		arr, ok := cmd.Lookup(key).ArrayOK()
+		if !ok {
+			return nil
+		}
+		vals, err := arr.Values()
+		if err != nil {
+			return nil
+		}
+		var out []bson.Raw
+		for _, v := range vals {
+			if st, ok := v.DocumentOK(); ok {
+				out = append(out, statementFilter(st, q))
+			}
+		}
+		return out
+	}
+	switch name {
+	case "find":
+		return field("filter")
+	case "count", "distinct", "findAndModify":
+		return field("query")
+	case "update":
+		return statements("updates", "q")
+	case "delete":
+		return statements("deletes", "q")
+	case "aggregate":
+		pipeline, _ := bson.Marshal(bson.D{{Key: "pipeline", Value: cmd.Lookup("pipeline")}})
+		return []bson.Raw{pipeline}
+	}
+	return nil
+}
+
+// statementFilter is the q field of an update or delete statement.
+func statementFilter(st bson.Raw, q string) bson.Raw {
+	if d, ok := st.Lookup(q).DocumentOK(); ok {
+		return d
+	}
+	return emptyFilter
+}
+
+// emptyFilter is {}, the filter of a statement that names none.
+var emptyFilter, _ = bson.Marshal(bson.D{})
+
+// classifyFilter reports whether f is exactly {_id: <string or ObjectID>}
+// (the filter FerretDB v1 pushes down to SQLite), and whether it has an
+// equality on _id at all.
+func classifyFilter(f bson.Raw) (exact, keyed bool) {
+	elems, err := f.Elements()
+	if err != nil {
+		return false, false
+	}
+	for _, e := range elems {
+		if e.Key() != "_id" {
+			continue
+		}
+		switch v := e.Value(); v.Type {
+		case bson.TypeString, bson.TypeObjectID:
+			return len(elems) == 1, true
+		case bson.TypeEmbeddedDocument:
+			first, err := v.Document().IndexErr(0)
+			return false, err != nil || !strings.HasPrefix(first.Key(), "$")
+		default:
+			return false, true
+		}
+	}
+	return false, false
 }
 
 // MongoDBCounted is MongoDB with every command the returned database's
@@ -99,4 +217,3 @@ func MongoDBCounted(t testing.TB) (*mongo.Database, *RoundTrips) {
 	})
 	return db, rt
 }
-
