@@ -45,9 +45,10 @@ const (
 )
 
 // StreamConfigs returns the configuration of the mesh's three streams, as
-// [Bus.EnsureStreams] applies it. All use file storage and one replica.
-func StreamConfigs() []jetstream.StreamConfig {
-	return []jetstream.StreamConfig{
+// [Bus.EnsureStreams] applies it, with replicas copies of each (1 on one
+// server, 3 on a three-node cluster). All use file storage.
+func StreamConfigs(replicas int) []jetstream.StreamConfig {
+	cfgs := []jetstream.StreamConfig{
 		{
 			Name:        StreamEvents,
 			Description: "agentmesh domain events",
@@ -78,16 +79,31 @@ func StreamConfigs() []jetstream.StreamConfig {
 			Discard:     jetstream.DiscardOld,
 		},
 	}
+	for i := range cfgs {
+		cfgs[i].Replicas = max(replicas, 1)
+	}
+	return cfgs
 }
 
-// EnsureStreams creates the AM_EVENTS, AM_WORK and AM_DLQ streams, or
-// updates them to [StreamConfigs] if they exist. It is idempotent and safe to
-// call from every service at start-up. It fails if an existing stream cannot
-// be updated in place (for example, its retention policy differs).
-func (b *Bus) EnsureStreams(ctx context.Context) error {
-	for _, cfg := range StreamConfigs() {
+// EnsureStreams creates the AM_EVENTS, AM_WORK and AM_DLQ streams with one
+// replica, or updates them to [StreamConfigs] if they exist; see
+// EnsureStreamsReplicated.
+func (b *Bus) EnsureStreams(ctx context.Context) error { return b.EnsureStreamsReplicated(ctx, 1) }
+
+// EnsureStreamsReplicated creates the mesh's streams with at least replicas
+// copies each, or updates them to [StreamConfigs] if they exist, never to
+// fewer replicas than they have: services configured for fewer do not
+// shrink what an operator (or another service) scaled up. It is idempotent
+// and safe to call from every service at start-up. It fails if an existing
+// stream cannot be updated in place (for example, its retention policy
+// differs), or if the cluster has fewer servers than replicas.
+func (b *Bus) EnsureStreamsReplicated(ctx context.Context, replicas int) error {
+	for _, cfg := range StreamConfigs(replicas) {
+		if s, err := b.js.Stream(ctx, cfg.Name); err == nil {
+			cfg.Replicas = max(cfg.Replicas, s.CachedInfo().Config.Replicas)
+		}
 		if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("events: ensure stream %s: %w", cfg.Name, err)
+			return fmt.Errorf("events: ensure stream %s with %d replicas: %w", cfg.Name, cfg.Replicas, err)
 		}
 	}
 	return nil

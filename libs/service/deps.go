@@ -32,15 +32,15 @@ func ConnectMongo(ctx context.Context, cfg mongox.Config, health *grpcx.Health) 
 	}, nil
 }
 
-// ConnectNATS connects to NATS, provisions the mesh's streams and keeps the
-// "nats" dependency of health up to date until ctx ends. Close the bus on
-// shutdown (it drains).
-func ConnectNATS(ctx context.Context, url, clientName string, log *slog.Logger, health *grpcx.Health) (*events.Bus, error) {
+// ConnectNATS connects to NATS, provisions the mesh's streams with at
+// least replicas copies each and keeps the "nats" dependency of health up
+// to date until ctx ends. Close the bus on shutdown (it drains).
+func ConnectNATS(ctx context.Context, url, clientName string, replicas int, log *slog.Logger, health *grpcx.Health) (*events.Bus, error) {
 	bus, err := events.Connect(ctx, url, clientName, log)
 	if err != nil {
 		return nil, err
 	}
-	if err := bus.EnsureStreams(ctx); err != nil {
+	if err := bus.EnsureStreamsReplicated(ctx, replicas); err != nil {
 		bus.Close()
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -37,6 +38,13 @@ type NATSOptions struct {
 	// Logger receives the server's notices, warnings and errors (debug and
 	// trace lines are dropped). Nil disables the server's logging.
 	Logger *slog.Logger
+	// Cluster names the JetStream cluster this server joins; empty runs it
+	// alone. A clustered server needs a ServerName.
+	Cluster string
+	// ClusterPort is the port other servers route to; 0 picks one.
+	ClusterPort int
+	// Routes are the cluster URLs (nats://host:port) of the other servers.
+	Routes []string
 }
 
 // NATS is an embedded nats-server with JetStream enabled. Its methods are
@@ -69,6 +77,20 @@ func StartNATS(opts NATSOptions) (*NATS, error) {
 		NoSigs:                 true,
 		DisableJetStreamBanner: true,
 	}
+	if opts.Cluster != "" {
+		cport := opts.ClusterPort
+		if cport == 0 {
+			cport = server.RANDOM_PORT
+		}
+		sopts.Cluster = server.ClusterOpts{Name: opts.Cluster, Host: host, Port: cport}
+		for _, r := range opts.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("testkit: route %q: %w", r, err)
+			}
+			sopts.Routes = append(sopts.Routes, u)
+		}
+	}
 	srv, err := server.NewServer(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("testkit: configure nats-server: %w", err)
@@ -88,6 +110,16 @@ func StartNATS(opts NATSOptions) (*NATS, error) {
 		return nil, errors.New("testkit: nats-server started without JetStream")
 	}
 	return &NATS{srv: srv}, nil
+}
+
+// ClusterURL returns the URL other servers route to, such as
+// nats://127.0.0.1:41235, or "" for a server outside any cluster.
+func (n *NATS) ClusterURL() string {
+	addr := n.srv.ClusterAddr()
+	if addr == nil {
+		return ""
+	}
+	return "nats://" + addr.String()
 }
 
 // URL returns the client URL, such as nats://127.0.0.1:41234.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -31,6 +32,51 @@ func NewNATS(t testing.TB) *NATS {
 	}
 	t.Cleanup(n.Shutdown)
 	return n
+}
+
+// NewNATSCluster starts a JetStream cluster of n servers in this process,
+// each with its own store in t.TempDir(), and shuts them down in t.Cleanup.
+// The servers start together (a clustered JetStream server is ready only
+// once it meets its peers). Join their URLs with commas for events.Connect.
+func NewNATSCluster(t testing.TB, n int) []*NATS {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("testkit.NewNATSCluster: %v", err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	servers := make([]*NATS, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		var routes []string
+		for j, p := range ports {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+			}
+		}
+		opts := NATSOptions{StoreDir: t.TempDir(), ServerName: fmt.Sprintf("n%d", i+1), Cluster: "agentmesh", ClusterPort: ports[i], Routes: routes}
+		wg.Go(func() { servers[i], errs[i] = StartNATS(opts) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			for _, s := range servers {
+				if s != nil {
+					s.Shutdown()
+				}
+			}
+			t.Fatalf("testkit.NewNATSCluster: server %d: %v", i+1, err)
+		}
+	}
+	for _, s := range servers {
+		t.Cleanup(s.Shutdown)
+	}
+	return servers
 }
 
 // NewMongo starts a private FerretDB server on SQLite files in t.TempDir()

@@ -34,6 +34,9 @@ type Config struct {
 	Mongo mongox.Config `env:""`
 	// NATSURL is the NATS server with JetStream.
 	NATSURL string `env:"NATS_URL" required:"true" help:"NATS server URL (JetStream enabled)"`
+	// NATSStreamReplicas is how many copies of each JetStream stream the
+	// service asks for (never fewer than the stream has).
+	NATSStreamReplicas int `env:"NATS_STREAM_REPLICAS" default:"1" help:"copies of each JetStream stream (3 on a three-node NATS cluster); a stream is never scaled down"`
 	// ModelGatewayAddr is the model gateway gRPC address.
 	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`
 	// Runs configures classification runs.
@@ -120,7 +123,7 @@ func run(ctx context.Context, cfg *Config, rt service.Runtime, afterCommit runne
 		return err
 	}
 	defer closeMongo()
-	bus, err := service.ConnectNATS(ctx, cfg.NATSURL, Name, log, srv.Health())
+	bus, err := service.ConnectNATS(ctx, cfg.NATSURL, Name, cfg.NATSStreamReplicas, log, srv.Health())
 	if err != nil {
 		return err
 	}
@@ -134,7 +137,7 @@ func run(ctx context.Context, cfg *Config, rt service.Runtime, afterCommit runne
 	convs := conversations.NewStore(db)
 	checkpoints := checkpoint.NewStore(db)
 	saved := labels.NewStore(db)
-	for _, ensure := range []func(context.Context) error{convs.EnsureIndexes, checkpoints.EnsureIndexes, saved.EnsureIndexes} {
+	for _, ensure := range []func(context.Context) error{convs.Prepare, checkpoints.EnsureIndexes, saved.EnsureIndexes} {
 		if err := ensure(ctx); err != nil {
 			return err
 		}

@@ -47,6 +47,9 @@ type Config struct {
 	Mongo mongox.Config `env:""`
 	// NATSURL is the NATS server with JetStream.
 	NATSURL string `env:"NATS_URL" required:"true" help:"NATS server URL (JetStream enabled)"`
+	// NATSStreamReplicas is how many copies of each JetStream stream the
+	// service asks for (never fewer than the stream has).
+	NATSStreamReplicas int `env:"NATS_STREAM_REPLICAS" default:"1" help:"copies of each JetStream stream (3 on a three-node NATS cluster); a stream is never scaled down"`
 	// ModelGatewayAddr is the model gateway gRPC address.
 	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`
 	// VisionAddr is the vision gRPC address.
@@ -135,7 +138,7 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		return err
 	}
 	defer closeMongo()
-	bus, err := service.ConnectNATS(ctx, cfg.NATSURL, "indexer", log, srv.Health())
+	bus, err := service.ConnectNATS(ctx, cfg.NATSURL, "indexer", cfg.NATSStreamReplicas, log, srv.Health())
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,9 @@ type Config struct {
 	Mongo mongox.Config `env:""`
 	// NATSURL is the NATS server with JetStream.
 	NATSURL string `env:"NATS_URL" required:"true" help:"NATS server URL (JetStream enabled)"`
+	// NATSStreamReplicas is how many copies of each JetStream stream the
+	// service asks for (never fewer than the stream has).
+	NATSStreamReplicas int `env:"NATS_STREAM_REPLICAS" default:"1" help:"copies of each JetStream stream (3 on a three-node NATS cluster); a stream is never scaled down"`
 	// ModelGatewayAddr is the model gateway gRPC address.
 	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`
 	// IndexerAddr is the indexer gRPC address.
@@ -43,7 +46,7 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	}
 	defer closeMongo()
 	_ = db
-	bus, err := service.ConnectNATS(ctx, cfg.NATSURL, "orchestrator", rt.Logger, srv.Health())
+	bus, err := service.ConnectNATS(ctx, cfg.NATSURL, "orchestrator", cfg.NATSStreamReplicas, rt.Logger, srv.Health())
 	if err != nil {
 		return err
 	}
