@@ -1,0 +1,98 @@
+# syntax=docker/dockerfile:1
+#
+# The agentmesh service images, for teams that build with Docker or BuildKit
+# in their own CI. `make images` builds the same images without a container
+# engine (cmd/imagebuild); cmd/imagebuild's tests hold this file to the same
+# binaries, build flags, user, working directory, entrypoints, ports and labels.
+# One target per service:
+#
+#   docker build --target vision -t agentmesh/vision:$VERSION \
+#     --build-arg VERSION=$VERSION --build-arg REVISION=$(git rev-parse HEAD) \
+#     --build-arg CREATED=$(date -u -d @$(git log -1 --format=%ct) +%Y-%m-%dT%H:%M:%SZ) .
+#
+# Every image is a static Go binary (CGO_ENABLED=0) on an empty base with
+# Debian's CA certificates (from the build stage), /etc/passwd naming the
+# nonroot user 65532, its home and /tmp: no shell, no libc.
+
+ARG GO_VERSION=1.26
+
+FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}-bookworm AS build
+WORKDIR /src
+COPY . .
+ARG VERSION=dev
+ARG TARGETARCH
+RUN --mount=type=cache,target=/root/.cache/go-build \
+    --mount=type=cache,target=/go/pkg/mod \
+    CGO_ENABLED=0 GOOS=linux GOARCH=$TARGETARCH \
+    go build -trimpath -buildvcs=false -ldflags "-s -w -X github.com/agentmesh/agentmesh/libs/service.Version=${VERSION}" \
+      -o /out/ ./gateway ./services/modelgateway ./services/orchestrator ./services/vision ./services/indexer ./services/classifier ./services/sqlagent
+# nonroot's home is kept apart, so the COPY that creates it can own it to
+# 65532 (COPY gives what it copies to root unless told otherwise).
+RUN mkdir -p /rootfs/etc/ssl/certs /rootfs/tmp /home-nonroot \
+ && cp /etc/ssl/certs/ca-certificates.crt /rootfs/etc/ssl/certs/ca-certificates.crt \
+ && cp cmd/imagebuild/rootfs/etc/passwd cmd/imagebuild/rootfs/etc/group /rootfs/etc/ \
+ && chmod 1777 /rootfs/tmp && chmod 0700 /home-nonroot
+
+FROM scratch AS base
+COPY --from=build /rootfs/ /
+COPY --from=build --chown=65532:65532 /home-nonroot /home/nonroot
+USER 65532:65532
+WORKDIR /home/nonroot
+ARG VERSION=dev
+ARG REVISION=
+ARG CREATED=1970-01-01T00:00:00Z
+LABEL org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="https://github.com/agentmesh/agentmesh" \
+      org.opencontainers.image.licenses="NOASSERTION" \
+      dev.agentmesh.image.ca-certificates="Debian ca-certificates of the golang build image"
+
+FROM base AS gateway
+COPY --from=build /out/gateway /usr/local/bin/gateway
+EXPOSE 8080/tcp
+LABEL org.opencontainers.image.title="gateway" \
+      org.opencontainers.image.description="agentmesh REST and SSE gateway, OpenAPI and web console"
+ENTRYPOINT ["/usr/local/bin/gateway"]
+
+FROM base AS modelgateway
+COPY --from=build /out/modelgateway /usr/local/bin/modelgateway
+EXPOSE 9090/tcp 9464/tcp
+LABEL org.opencontainers.image.title="modelgateway" \
+      org.opencontainers.image.description="agentmesh model gateway: every LLM and embedding call, routed to providers with retries and fallbacks"
+ENTRYPOINT ["/usr/local/bin/modelgateway"]
+
+FROM base AS orchestrator
+COPY --from=build /out/orchestrator /usr/local/bin/orchestrator
+EXPOSE 9090/tcp 9464/tcp
+LABEL org.opencontainers.image.title="orchestrator" \
+      org.opencontainers.image.description="agentmesh orchestrator: the agentic chat loop and analysis jobs"
+ENTRYPOINT ["/usr/local/bin/orchestrator"]
+
+FROM base AS vision
+COPY --from=build /out/vision /usr/local/bin/vision
+EXPOSE 9090/tcp 9464/tcp
+LABEL org.opencontainers.image.title="vision" \
+      org.opencontainers.image.description="agentmesh vision service: two-stage image analysis"
+ENTRYPOINT ["/usr/local/bin/vision"]
+
+FROM base AS indexer
+COPY --from=build /out/indexer /usr/local/bin/indexer
+EXPOSE 9090/tcp 9464/tcp
+LABEL org.opencontainers.image.title="indexer" \
+      org.opencontainers.image.description="agentmesh indexer: document intake, extracts, hybrid search and the knowledge graph"
+ENTRYPOINT ["/usr/local/bin/indexer"]
+
+FROM base AS classifier
+COPY --from=build /out/classifier /usr/local/bin/classifier
+EXPOSE 9090/tcp 9464/tcp
+LABEL org.opencontainers.image.title="classifier" \
+      org.opencontainers.image.description="agentmesh classifier: classification runs with human approvals and checkpoints"
+ENTRYPOINT ["/usr/local/bin/classifier"]
+
+FROM base AS sqlagent
+COPY --from=build /out/sqlagent /usr/local/bin/sqlagent
+EXPOSE 9090/tcp 9464/tcp
+LABEL org.opencontainers.image.title="sqlagent" \
+      org.opencontainers.image.description="agentmesh SQL agent: plain-English database jobs, confirmed before SQL runs"
+ENTRYPOINT ["/usr/local/bin/sqlagent"]
