@@ -4,6 +4,7 @@
 #   make test      unit and integration tests (what CI runs)
 #   make e2e       the mesh started as a user would, driven over REST/SSE
 #   make bench     benchmarks and load tests, printing the figures
+#   make bench-growth  throughput as stored items grow (part of make bench)
 #   make generate  regenerate code from the protos (needs `make tools`)
 #   make images    one OCI image per service under dist/images, no container engine needed
 
@@ -29,7 +30,7 @@ REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 CA_SOURCE         ?= $(shell dpkg-query -W -f='Debian ca-certificates $${Version} (/etc/ssl/certs/ca-certificates.crt of the build machine)' ca-certificates 2>/dev/null)
 
-.PHONY: docs all tools generate generate-check lint build test test-race run e2e bench eval fmt vet clean images images-test
+.PHONY: docs all tools generate generate-check lint build test test-race run e2e bench bench-growth eval fmt vet clean images images-test
 
 all: build
 
@@ -100,6 +101,15 @@ bench:
 	go test -run '^$$' -bench BenchmarkRunTransitions -benchtime 5x ./services/classifier/classifier/
 	@echo "== indexer: 100,000 chunks, hybrid query latency, vector recall vs exact, ingestion rate, memory"
 	go run ./services/indexer/cmd/bench
+	@echo "== growth (issue 21): chat turns, analyses, classification runs, ingests per second at 0, 1,000, 10,000 stored items"
+	@$(MAKE) --no-print-directory bench-growth
+
+# The embedded default as data grows: every workload through the gateway at
+# each level of stored items (seeding 10,000 of each takes long on a store
+# that scans). GROWTH_FLAGS="-levels 0,1000" stops earlier; see -help.
+GROWTH_FLAGS ?=
+bench-growth:
+	go run ./cmd/agentmesh/bench/growth $(GROWTH_FLAGS)
 
 # Retrieval quality on the labelled corpus: recall@10 and MRR for BM25,
 # vectors and hybrid.

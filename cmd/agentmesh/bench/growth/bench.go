@@ -1,0 +1,362 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// options is what the flags set.
+type options struct {
+	levels      []int
+	workloads   []string
+	concurrency int
+	// count is the operations a row measures, shared evenly between the
+	// clients; ignored when duration is set.
+	count    int
+	duration time.Duration
+	// warmup is the operations each client does before the row's window.
+	warmup          int
+	seedConcurrency int
+	seedTurns       int
+	opTimeout       time.Duration
+	// settle bounds the wait for the mesh to go idle before a row; 0 skips it.
+	settle time.Duration
+	// noisy is the CPU, in cores, that other processes may use during a row
+	// before it is run again, at most retries times.
+	noisy   float64
+	retries int
+	env     map[string]string
+	keep    bool
+}
+
+// bench is one run of the growth bench against one mesh.
+type bench struct {
+	opt    options
+	out    io.Writer
+	mesh   *mesh
+	api    *api
+	stored map[string]int // items stored so far, by workload name
+	rows   []row
+	seeds  []seeding
+}
+
+// seeding is one stretch of storing items up to a level.
+type seeding struct {
+	kind         string
+	count, level int
+	took         time.Duration
+}
+
+// run starts the mesh (self in serve mode) in a fresh data directory and
+// measures every workload at every level, printing each row as it is done
+// and the summary at the end. It returns every row measured, repeats
+// included.
+func run(ctx context.Context, opt options, self string, out io.Writer) ([]row, error) {
+	dir, err := os.MkdirTemp("", "agentmesh-growth-")
+	if err != nil {
+		return nil, err
+	}
+	if opt.keep {
+		fmt.Fprintf(out, "data and mesh log kept in %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	logPath := filepath.Join(dir, "mesh.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+
+	env := meshEnv(filepath.Join(dir, "data"), opt.env)
+	fmt.Fprintf(out, "growth bench: %d cores (GOMAXPROCS %d), load %s; mesh: up.Run in its own process, simulator with zero latency",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), loadAvg())
+	for k, v := range opt.env {
+		fmt.Fprintf(out, ", %s=%s", k, v)
+	}
+	fmt.Fprintln(out)
+	started := time.Now()
+	m, err := startMesh(ctx, self, env, logFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w; the mesh's log ends:\n%s", err, tail(logPath, 20))
+	}
+	fmt.Fprintf(out, "mesh serving after %s\n", time.Since(started).Round(time.Millisecond))
+	b := &bench{opt: opt, out: out, mesh: m, api: newAPI(m.URL, max(opt.concurrency, opt.seedConcurrency)), stored: map[string]int{}}
+	err = b.levels(ctx)
+	if stopErr := m.stop(); err == nil && stopErr != nil {
+		err = fmt.Errorf("stopping the mesh: %w", stopErr)
+	}
+	b.summary()
+	if lines := tail(logPath, 5); lines != "" {
+		fmt.Fprintf(out, "the mesh logged warnings or errors; its log ends:\n%s", lines)
+	}
+	return b.rows, err
+}
+
+// tail returns the last n lines of the file at path ("" if none).
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.SplitAfter(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) == 1 && lines[0] == "" {
+		return ""
+	}
+	return strings.Join(lines[max(len(lines)-n, 0):], "") + "\n"
+}
+
+// levels measures each chosen workload at each level in turn, seeding its
+// kind of item up to the level first. A workload's rows run one after the
+// other, so that between them only its own kind of item grows (and the
+// background work ingests leave, extraction, burdens only the last rows).
+func (b *bench) levels(ctx context.Context) error {
+	var chosen []workload
+	for _, w := range b.api.workloads(b.opt.seedTurns) {
+		if slices.Contains(b.opt.workloads, w.name) {
+			chosen = append(chosen, w)
+		}
+	}
+	if b.opt.duration > 0 {
+		fmt.Fprintf(b.out, "each row: %d clients for %s", b.opt.concurrency, b.opt.duration)
+	} else {
+		fmt.Fprintf(b.out, "each row: %d clients, %d operations", b.opt.concurrency, b.opt.count)
+	}
+	fmt.Fprintf(b.out, " after %d warm-up operation(s) per client", b.opt.warmup)
+	if b.opt.retries > 0 {
+		fmt.Fprintf(b.out, "; a row during which other processes used more than %.2f cores runs again (at most %d times)", b.opt.noisy, b.opt.retries)
+	}
+	fmt.Fprint(b.out, "\n\n")
+	printHeader(b.out)
+	for _, w := range chosen {
+		for _, level := range b.opt.levels {
+			if err := b.seed(ctx, w, level); err != nil {
+				return err
+			}
+			for attempt := 0; ; attempt++ {
+				b.waitIdle(ctx)
+				r, err := b.measure(ctx, w, level)
+				if err != nil {
+					return err
+				}
+				r.attempt = attempt
+				b.rows = append(b.rows, r)
+				r.print(b.out)
+				if r.cpu.others <= b.opt.noisy || attempt >= b.opt.retries {
+					break
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// seed stores items of w's kind through the API until there are level of
+// them, seedConcurrency at a time, and prints how long it took.
+func (b *bench) seed(ctx context.Context, w workload, level int) error {
+	need := level - b.stored[w.name]
+	if need <= 0 {
+		return nil
+	}
+	start := time.Now()
+	var (
+		mu       sync.Mutex
+		done     int
+		failures int
+		firstErr error
+	)
+	next := make(chan struct{})
+	go func() {
+		defer close(next)
+		for range need {
+			select {
+			case next <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	progress := time.NewTicker(15 * time.Second)
+	defer progress.Stop()
+	stopProgress := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-progress.C:
+				mu.Lock()
+				d := done
+				mu.Unlock()
+				fmt.Fprintf(b.out, "   seeding %s: %d/%d after %s (%.1f/s)\n", w.kind, d, need, time.Since(start).Round(time.Second), float64(d)/time.Since(start).Seconds())
+			case <-stopProgress:
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for range b.opt.seedConcurrency {
+		wg.Go(func() {
+			for range next {
+				octx, cancel := context.WithTimeout(ctx, b.opt.opTimeout)
+				err := w.seed(octx)
+				cancel()
+				mu.Lock()
+				if err != nil {
+					failures++
+					if firstErr == nil {
+						firstErr = err
+					}
+				} else {
+					done++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(stopProgress)
+	b.stored[w.name] += done
+	took := time.Since(start)
+	b.seeds = append(b.seeds, seeding{kind: w.kind, count: done, level: level, took: took})
+	fmt.Fprintf(b.out, "   seeded %d %s in %s (%.1f/s, %d failed) → %d stored; load %s\n",
+		done, w.kind, took.Round(time.Millisecond), float64(done)/took.Seconds(), failures, b.stored[w.name], loadAvg())
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if failures > 0 && failures*10 > need {
+		return fmt.Errorf("seeding %s: %d of %d failed; first: %w", w.kind, failures, need, firstErr)
+	}
+	return nil
+}
+
+// waitIdle waits, at most opt.settle, until the mesh uses less than a
+// twentieth of a core over half a second, so that work left from seeding
+// or the last row (document extraction, archiving) does not run inside the
+// next row's window.
+func (b *bench) waitIdle(ctx context.Context) {
+	if b.opt.settle <= 0 {
+		return
+	}
+	start := time.Now()
+	for time.Since(start) < b.opt.settle {
+		m := startCPU(b.mesh.pid())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		if use := m.stop(); use.mesh >= 0 && use.mesh < 0.05 {
+			if waited := time.Since(start); waited > 2*time.Second {
+				fmt.Fprintf(b.out, "   (waited %s for the mesh to go idle)\n", waited.Round(100*time.Millisecond))
+			}
+			return
+		}
+	}
+	fmt.Fprintf(b.out, "   (the mesh was still busy after %s; measuring anyway)\n", b.opt.settle)
+}
+
+// measure runs one row: concurrency clients, each doing its warm-up
+// operations, then all together the row's operations inside one wall-clock
+// window.
+func (b *bench) measure(ctx context.Context, w workload, level int) (row, error) {
+	r := row{workload: w, level: level, storedBefore: b.stored[w.name], loadBefore: loadAvg()}
+	n := b.opt.concurrency
+	ops := make([]op, n)
+	for i := range ops {
+		octx, cancel := context.WithTimeout(ctx, b.opt.opTimeout)
+		o, err := w.newClient(octx)
+		cancel()
+		if err != nil {
+			return r, fmt.Errorf("%s: preparing client %d: %w", w.name, i, err)
+		}
+		ops[i] = o
+	}
+	if w.name == "chat" {
+		b.stored[w.name] += n // each client's conversation
+	}
+	var (
+		mu      sync.Mutex
+		samples []sample
+		stored  int
+	)
+	record := func(s sample, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if w.name != "chat" && err == nil {
+			stored++
+		}
+		if err != nil {
+			r.errors++
+			if len(r.errorText) < 3 && !slices.Contains(r.errorText, err.Error()) {
+				r.errorText = append(r.errorText, err.Error())
+			}
+			return
+		}
+		samples = append(samples, s)
+	}
+	do := func(o op) (sample, error) {
+		octx, cancel := context.WithTimeout(ctx, b.opt.opTimeout)
+		defer cancel()
+		return o(octx)
+	}
+
+	// Warm-up, excluded from the window: connections, the first turn of
+	// each conversation, caches.
+	var wg sync.WaitGroup
+	for _, o := range ops {
+		wg.Go(func() {
+			for range b.opt.warmup {
+				if _, err := do(o); err != nil {
+					record(sample{}, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	warmupErrors := r.errors
+	mu.Lock()
+	b.stored[w.name] += stored
+	stored = 0
+	mu.Unlock()
+
+	quota := func(i int) int { return b.opt.count/n + boolInt(i < b.opt.count%n) }
+	var deadline time.Time
+	cpu := startCPU(b.mesh.pid())
+	start := time.Now()
+	if b.opt.duration > 0 {
+		deadline = start.Add(b.opt.duration)
+	}
+	for i, o := range ops {
+		wg.Go(func() {
+			for k := 0; ; k++ {
+				if deadline.IsZero() && k >= quota(i) || !deadline.IsZero() && !time.Now().Before(deadline) {
+					return
+				}
+				record(do(o))
+			}
+		})
+	}
+	wg.Wait()
+	r.window = time.Since(start)
+	r.cpu = cpu.stop()
+	r.loadAfter = loadAvg()
+	r.errors -= warmupErrors
+	r.warmupErrors = warmupErrors
+	r.samples = samples
+	b.stored[w.name] += stored
+	return r, ctx.Err()
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
