@@ -302,16 +302,24 @@ func field(t *testing.T, v any, path ...string) any {
 	return v
 }
 
-// savedLabels returns the run's stored labels as id → label.
+// savedLabels returns the run's stored labels as id → label, found by
+// run (the service reads them by the ids its checkpoint records).
 func savedLabels(t *testing.T, db *mongo.Database, runID string) map[string]string {
 	t.Helper()
-	ls, err := labels.NewStore(db).List(testCtx(t), testScope, runID)
+	cur, err := db.Collection(labels.Collection).Find(testCtx(t), bson.D{{Key: "tenant_id", Value: testScope.GetTenantId()}, {Key: "project_id", Value: testScope.GetProjectId()}, {Key: "run_id", Value: runID}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var docs []struct {
+		ConversationID string `bson:"conversation_id"`
+		Label          string `bson:"label"`
+	}
+	if err := cur.All(testCtx(t), &docs); err != nil {
+		t.Fatal(err)
+	}
 	out := map[string]string{}
-	for _, l := range ls {
-		out[l.ConversationID] = string(l.Label)
+	for _, d := range docs {
+		out[d.ConversationID] = d.Label
 	}
 	return out
 }

@@ -1,12 +1,24 @@
 // Package labels stores the approved classifications of runs: one document
-// per (run, conversation), so a conversation is labelled at most once per
-// run however often a save is repeated (after a crash, a retry or a resume).
+// per (run, conversation), with _id "run/conversation", so a conversation
+// is labelled at most once per run however often a save is repeated (after
+// a crash, a retry or a resume).
+//
+// Every hot-path access is by exact _id: Save inserts (the unique _id
+// rejects a repeat), and List reads the labels of the conversations the
+// run's checkpoint says it labelled, one lookup by _id each. So a run's end
+// costs the same whatever the number of labels of earlier runs: on the
+// embedded FerretDB v1 any other filter parses every document of the
+// collection, which grows with every run. On MongoDB these lookups use the
+// _id index. The secondary index scope_run_conversation serves no query of
+// the service; it stays for queries by run made outside it (an export, the
+// tests' counts).
 package labels
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -47,8 +59,9 @@ func NewStore(db *mongo.Database) *Store {
 }
 
 // EnsureIndexes creates the store's indexes; call it at start. The unique
-// key is the document id (run id + conversation id); the index serves
-// listing a run's labels and finding a conversation's labels.
+// key is the document id (run id + conversation id); the secondary index
+// serves queries by run or conversation made outside the service (see the
+// package doc).
 func (s *Store) EnsureIndexes(ctx context.Context) error {
 	return mongox.EnsureIndexes(ctx, s.coll,
 		mongox.Index{Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "run_id", Value: 1}, {Key: "conversation_id", Value: 1}}, Unique: true, Name: "scope_run_conversation"},
@@ -114,20 +127,27 @@ func onlyDuplicates(err error) bool {
 	return true
 }
 
-// List returns the labels of run runID in the scope, by conversation id.
-func (s *Store) List(ctx context.Context, scope *commonv1.Scope, runID string) ([]Label, error) {
-	f := bson.D{{Key: "tenant_id", Value: scope.GetTenantId()}, {Key: "project_id", Value: scope.GetProjectId()}, {Key: "run_id", Value: runID}}
-	cur, err := s.coll.Find(ctx, f, options.Find().SetSort(bson.D{{Key: "conversation_id", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("labels: list run %s: %w", runID, mongox.Translate(err))
-	}
-	var docs []doc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("labels: list run %s: %w", runID, mongox.Translate(err))
-	}
-	out := make([]Label, len(docs))
-	for i, d := range docs {
-		out[i] = Label{RunID: d.RunID, ConversationID: d.ConversationID, Label: statemachine.Label(d.Label), Reason: d.Reason, SavedAt: d.SavedAt}
+// List returns the labels run runID stored in the scope for the given
+// conversations (the run's checkpoint records which it labelled), by
+// conversation id. It reads each label by its _id, so its cost follows the
+// run, never the collection; a conversation without a label of the run is
+// left out.
+func (s *Store) List(ctx context.Context, scope *commonv1.Scope, runID string, conversationIDs []string) ([]Label, error) {
+	ids := slices.Clone(conversationIDs)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	within := bson.D{{Key: "tenant_id", Value: scope.GetTenantId()}, {Key: "project_id", Value: scope.GetProjectId()}, {Key: "run_id", Value: runID}}
+	out := make([]Label, 0, len(ids))
+	for _, id := range ids {
+		var d doc
+		err := mongox.FindByID(ctx, s.coll, docID(runID, id), within, &d)
+		if errors.Is(err, mongox.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("labels: list run %s: %w", runID, err)
+		}
+		out = append(out, Label{RunID: d.RunID, ConversationID: d.ConversationID, Label: statemachine.Label(d.Label), Reason: d.Reason, SavedAt: d.SavedAt})
 	}
 	return out, nil
 }

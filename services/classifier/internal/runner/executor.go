@@ -224,7 +224,7 @@ func (e *executor) step(ctx context.Context, run statemachine.Run) (statemachine
 		if t, stop := m.LimitStop(run); stop {
 			return t, nil
 		}
-		saved, err := e.r.deps.Labels.List(ctx, scope, run.ID)
+		saved, err := e.r.deps.Labels.List(ctx, scope, run.ID, run.LabelledIDs)
 		if err != nil {
 			return statemachine.Transition{}, err
 		}
