@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -106,9 +107,13 @@ var (
 
 func TestStoreFindsWithPlanFilters(t *testing.T) {
 	t.Parallel()
+	testkit.EachWriterMode(t, testStoreFindsWithPlanFilters)
+}
+
+func testStoreFindsWithPlanFilters(t *testing.T, db *mongo.Database) {
 	ctx := context.Background()
-	s := NewStore(testkit.MongoDB(t))
-	if err := s.EnsureIndexes(ctx); err != nil {
+	s := NewStore(db)
+	if err := s.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	n, err := s.LoadSample(ctx, acme)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -24,9 +25,33 @@ const importChunk = 500
 // scope.
 var ErrNotFound = errors.New("conversation not found")
 
-// Store keeps conversations in MongoDB, one document per conversation,
-// unique by (tenant, project, id). Every method filters by scope. A Store is
-// safe for concurrent use.
+// Store keeps conversations in MongoDB, one document per conversation
+// whose _id is made of its scope and id (see key), so a run reads the
+// conversations of a batch by exact _id. Every method filters by scope. A
+// Store is safe for concurrent use.
+//
+// # What is read by _id, and what scans
+//
+// Upsert writes by _id, and Get reads by _id, one conversation per round
+// trip: on the embedded FerretDB v1 only an exact {_id: x} filter is found
+// without parsing every document of the collection, and the collection
+// grows with every import. Find runs a plan's filter (the user's query over
+// conversations: channel, times, text, metadata) and Count counts a scope:
+// both read every document of the collection on FerretDB, and on MongoDB
+// use the index scope_id ({tenant_id, project_id, id}) for the scope and
+// the order. Their cost follows the conversations imported, not the runs
+// made: a run fetches once per plan page, not once per batch.
+//
+// # Documents of earlier versions
+//
+// Earlier versions stored conversations under ObjectID _ids, unique by
+// the index scope_id. Prepare, at start, drops that index's uniqueness (the
+// _id now carries it) and moves every such document to its key, first
+// inserting the copy and then deleting the original, so a crash in between
+// leaves both and the next start finishes the move (Find lists an id once
+// meanwhile; Count may count it twice). Get falls back to a query by scope
+// and id for an id it does not find by key, which covers a document a
+// replica of an earlier version writes during a rolling upgrade.
 type Store struct {
 	coll *mongo.Collection
 	now  func() time.Time
@@ -37,16 +62,101 @@ func NewStore(db *mongo.Database) *Store {
 	return &Store{coll: db.Collection(Collection), now: time.Now}
 }
 
-// EnsureIndexes creates the store's indexes; call it at start.
-func (s *Store) EnsureIndexes(ctx context.Context) error {
-	return mongox.EnsureIndexes(ctx, s.coll,
-		mongox.Index{Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "id", Value: 1}}, Unique: true, Name: "scope_id"},
-	)
+// key is the _id of conversation id in scope: the tenant and the project
+// each prefixed with their length, so no two (tenant, project, id) share a
+// key whatever characters they contain, e.g. "4:acme/7:support/conv-1".
+func key(scope *commonv1.Scope, id string) string {
+	t, p := scope.GetTenantId(), scope.GetProjectId()
+	return strconv.Itoa(len(t)) + ":" + t + "/" + strconv.Itoa(len(p)) + ":" + p + "/" + id
+}
+
+// scopeIndex serves Find's scope and order, Count, and Get's fallback.
+var scopeIndex = mongox.Index{Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "id", Value: 1}}, Name: "scope_id"}
+
+// Prepare readies the collection at start: it creates the indexes and moves
+// documents of earlier versions to their keys (see Store). Several
+// processes may run it at once.
+func (s *Store) Prepare(ctx context.Context) error {
+	if err := s.dropUniqueScopeIndex(ctx); err != nil {
+		return err
+	}
+	if err := mongox.EnsureIndexes(ctx, s.coll, scopeIndex); err != nil {
+		return err
+	}
+	_, err := s.migrate(ctx)
+	return err
+}
+
+// dropUniqueScopeIndex drops the unique scope_id index of earlier versions,
+// which would refuse the copy a move inserts next to its original.
+func (s *Store) dropUniqueScopeIndex(ctx context.Context) error {
+	specs, err := s.coll.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		return fmt.Errorf("conversations: list indexes: %w", err)
+	}
+	for _, sp := range specs {
+		if sp.Name != scopeIndex.Name || sp.Unique == nil || !*sp.Unique {
+			continue
+		}
+		err := s.coll.Indexes().DropOne(ctx, sp.Name)
+		var ce mongo.CommandError
+		if err != nil && !(errors.As(err, &ce) && ce.Code == indexNotFound) {
+			return fmt.Errorf("conversations: drop unique index %s: %w", sp.Name, err)
+		}
+	}
+	return nil
+}
+
+// indexNotFound is the server's code for dropping an index that is gone
+// (another process dropped it first).
+const indexNotFound = 27
+
+// migrate moves every document stored under an ObjectID to its key and
+// returns how many it moved.
+func (s *Store) migrate(ctx context.Context) (int, error) {
+	cur, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}})
+	if err != nil {
+		return 0, fmt.Errorf("conversations: find documents to move: %w", mongox.Translate(err))
+	}
+	defer cur.Close(ctx)
+	moved := 0
+	for cur.Next(ctx) {
+		old := append(bson.Raw(nil), cur.Current...)
+		var d doc
+		if err := bson.Unmarshal(old, &d); err != nil {
+			return moved, fmt.Errorf("conversations: move %v: %w", old.Lookup("_id"), err)
+		}
+		scope := &commonv1.Scope{TenantId: d.TenantID, ProjectId: d.ProjectID}
+		moving := bson.D{{Key: "_id", Value: key(scope, d.ID)}}
+		elems, err := old.Elements()
+		if err != nil {
+			return moved, fmt.Errorf("conversations: move %v: %w", old.Lookup("_id"), err)
+		}
+		for _, e := range elems {
+			if e.Key() != "_id" {
+				moving = append(moving, bson.E{Key: e.Key(), Value: e.Value()})
+			}
+		}
+		// A copy already there is newer (written by key) or this move's
+		// own, left by a crash: keep it.
+		if _, err := s.coll.InsertOne(ctx, moving); err != nil && !mongo.IsDuplicateKeyError(err) {
+			return moved, fmt.Errorf("conversations: move %s: %w", d.ID, mongox.Translate(err))
+		}
+		if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: old.Lookup("_id")}}); err != nil {
+			return moved, fmt.Errorf("conversations: move %s: %w", d.ID, mongox.Translate(err))
+		}
+		moved++
+	}
+	if err := cur.Err(); err != nil {
+		return moved, fmt.Errorf("conversations: find documents to move: %w", mongox.Translate(err))
+	}
+	return moved, nil
 }
 
 // doc is the stored form. Derived fields (message_count, started_at,
 // ended_at) exist so plans can query them.
 type doc struct {
+	Key          any            `bson:"_id"` // key(); an ObjectID in documents of earlier versions
 	TenantID     string         `bson:"tenant_id"`
 	ProjectID    string         `bson:"project_id"`
 	ID           string         `bson:"id"`
@@ -68,6 +178,7 @@ type turnDoc struct {
 
 func toDoc(scope *commonv1.Scope, c Conversation, now time.Time) doc {
 	d := doc{
+		Key:      key(scope, c.ID),
 		TenantID: scope.GetTenantId(), ProjectID: scope.GetProjectId(),
 		ID: c.ID, Channel: c.Channel, Customer: c.Customer,
 		MessageCount: len(c.Messages), Metadata: c.Metadata, ImportedAt: now.UTC(),
@@ -114,8 +225,8 @@ func (s *Store) Upsert(ctx context.Context, scope *commonv1.Scope, convs []Conve
 		end := min(start+importChunk, len(convs))
 		models := make([]mongo.WriteModel, 0, end-start)
 		for _, c := range convs[start:end] {
-			f := append(scopeFilter(scope), bson.E{Key: "id", Value: c.ID})
-			models = append(models, mongo.NewReplaceOneModel().SetFilter(f).SetReplacement(toDoc(scope, c, now)).SetUpsert(true))
+			d := toDoc(scope, c, now)
+			models = append(models, mongo.NewReplaceOneModel().SetFilter(bson.D{{Key: "_id", Value: d.Key}}).SetReplacement(d).SetUpsert(true))
 		}
 		res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 		if err != nil {
@@ -163,31 +274,43 @@ func (s *Store) Find(ctx context.Context, scope *commonv1.Scope, filter bson.D, 
 	if err := cur.All(ctx, &rows); err != nil {
 		return nil, fmt.Errorf("conversations: find: %w", mongox.Translate(err))
 	}
-	ids := make([]string, len(rows))
-	for i, r := range rows {
-		ids[i] = r.ID
+	ids := make([]string, 0, len(rows))
+	for _, r := range rows {
+		// A document being moved to its key is there twice (see Store).
+		if n := len(ids); n == 0 || ids[n-1] != r.ID {
+			ids = append(ids, r.ID)
+		}
 	}
 	return ids, nil
 }
 
-// Get returns the conversations with the given ids, in the order asked. A
-// missing id is ErrNotFound naming it.
+// Get returns the conversations with the given ids, in the order asked,
+// reading each by its key. A missing id is ErrNotFound naming it.
 func (s *Store) Get(ctx context.Context, scope *commonv1.Scope, ids []string) ([]Conversation, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	f := append(scopeFilter(scope), bson.E{Key: "id", Value: bson.D{{Key: "$in", Value: ids}}})
-	cur, err := s.coll.Find(ctx, f)
-	if err != nil {
-		return nil, fmt.Errorf("conversations: get: %w", mongox.Translate(err))
+	byID := make(map[string]doc, len(ids))
+	var missing []string
+	for _, id := range ids {
+		if _, ok := byID[id]; ok {
+			continue
+		}
+		var d doc
+		err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: key(scope, id)}}).Decode(&d)
+		switch {
+		case errors.Is(err, mongo.ErrNoDocuments):
+			missing = append(missing, id)
+		case err != nil:
+			return nil, fmt.Errorf("conversations: get: %w", mongox.Translate(err))
+		default:
+			byID[id] = d
+		}
 	}
-	var docs []doc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("conversations: get: %w", mongox.Translate(err))
-	}
-	byID := make(map[string]doc, len(docs))
-	for _, d := range docs {
-		byID[d.ID] = d
+	if len(missing) > 0 {
+		if err := s.getUnmoved(ctx, scope, missing, byID); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]Conversation, 0, len(ids))
 	for _, id := range ids {
@@ -198,4 +321,23 @@ func (s *Store) Get(ctx context.Context, scope *commonv1.Scope, ids []string) ([
 		out = append(out, d.conversation())
 	}
 	return out, nil
+}
+
+// getUnmoved adds to byID the conversations of ids stored under an
+// ObjectID (see Store), by scope and id: a query that scans on FerretDB,
+// made only for ids not found by key.
+func (s *Store) getUnmoved(ctx context.Context, scope *commonv1.Scope, ids []string, byID map[string]doc) error {
+	f := append(scopeFilter(scope), bson.E{Key: "id", Value: bson.D{{Key: "$in", Value: ids}}})
+	cur, err := s.coll.Find(ctx, f)
+	if err != nil {
+		return fmt.Errorf("conversations: get: %w", mongox.Translate(err))
+	}
+	var docs []doc
+	if err := cur.All(ctx, &docs); err != nil {
+		return fmt.Errorf("conversations: get: %w", mongox.Translate(err))
+	}
+	for _, d := range docs {
+		byID[d.ID] = d
+	}
+	return nil
 }
