@@ -20,10 +20,37 @@
 //
 // A finished run whose events are all published is moved to an archive
 // collection (Drained, called by the events relay once a run's
-// outbox is empty, and ArchiveFinished): on the embedded store
-// (FerretDB v1) every update costs time in proportion to the size of its
-// collection, so the collection that is written to holds only runs that can
-// still change. Reads look in both.
+// outbox is empty, and ArchiveFinished), so the collection that is written
+// to holds only runs that can still change. Reads look in both.
+//
+// # Round trips, and what scans
+//
+// On the embedded FerretDB v1 only an exact {_id: x} filter is found
+// without parsing every document of the collection. The hot path uses
+// nothing else: Create inserts; Load reads by _id (live, then archive) and
+// checks the scope in Go; Commit, RenewLease and MarkCorrupt are
+// mongox.UpdateVersioned on {_id, tenant_id, project_id}, which for a
+// declared single writer (mongox.SingleWriter, agentmesh up) reads and
+// writes by _id and checks the rest in Go, and with many writers is
+// MongoDB's atomic conditional update; the relay reads and clears a named
+// run's outbox by _id; archiving reads, copies and deletes by _id (see
+// archiveLocked for the version it names with many writers). What scans,
+// on FerretDB, is off the hot path and bounded by the live set or rare:
+// ArchiveFinished (every ArchiveInterval) and the relay's sweep (every
+// SweepInterval, never on a write) read the live collection, which holds
+// the runs in flight; List reads both collections by scope (index
+// scope_created on MongoDB), as a user's listing does; MarkCorrupt of a
+// run whose header has no readable version updates by scope.
+//
+// # Many writers
+//
+// With replicas on MongoDB, every state change is a conditional update on
+// the version the writer read, or a unique insert; the lease keeps one
+// executor per run. This assumes what MongoDB guarantees: a single-document
+// update or delete is atomic and a unique index refuses a second insert.
+// FerretDB v1 applies updates as a read and a write without isolation
+// between clients, so several processes on one FerretDB can lose a racing
+// write (one process is safe: see Store).
 //
 // Load refuses a document it cannot fully decode (type mismatch, unknown
 // schema version, unknown state, a context that contradicts its state) with
@@ -136,7 +163,8 @@ type Record struct {
 // checkpoint, and two writers guarded by the same version could both
 // succeed. MongoDB updates are atomic; with it the lock only costs
 // concurrency inside one process. Processes sharing one FerretDB are not
-// protected against each other; the embedded store runs one classifier.
+// protected against each other (see the package doc); the embedded store
+// runs one classifier.
 type Store struct {
 	coll    *mongo.Collection // runs that can still change
 	archive *mongo.Collection // finished runs, events published
@@ -415,12 +443,20 @@ const (
 	gone                              // not in the live collection
 	notFinished                       // the run can still change
 	eventsLeft                        // finished, with events not published yet
+	changed                           // written by another process while being archived
 )
 
 // archiveLocked moves run id to the archive if it is finished and its
 // events are all published, and says what it found; s.mu is held. It is
 // idempotent: a crash between copying and deleting leaves a copy in each
 // collection, which the next call resolves.
+//
+// The copy replaces any earlier one, and the live document is deleted only
+// at the version copied (mongox.DeleteIf: with many writers MongoDB's
+// atomic conditional delete, for a single writer a read and a delete by
+// _id), so the archive never keeps an older version than the last: a run
+// another process wrote meanwhile stays live, where reads find it first,
+// until a later call archives it again.
 func (s *Store) archiveLocked(ctx context.Context, id string) (archiveOutcome, error) {
 	raw, err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -438,11 +474,27 @@ func (s *Store) archiveLocked(ctx context.Context, id string) (archiveOutcome, e
 			return eventsLeft, nil
 		}
 	}
-	if _, err := s.archive.InsertOne(ctx, raw); err != nil && !mongo.IsDuplicateKeyError(err) {
+	return s.moveLocked(ctx, id, raw)
+}
+
+// moveLocked copies raw, the live document of run id as read, to the
+// archive and deletes the live document if it is still at raw's version
+// (see archiveLocked); s.mu is held.
+func (s *Store) moveLocked(ctx context.Context, id string, raw bson.Raw) (archiveOutcome, error) {
+	version, ok := raw.Lookup("version").AsInt64OK()
+	if !ok {
+		return notFinished, fmt.Errorf("checkpoint: archive %s: no version", id)
+	}
+	byID := bson.D{{Key: "_id", Value: id}}
+	if _, err := s.archive.ReplaceOne(ctx, byID, raw, options.Replace().SetUpsert(true)); err != nil {
 		return eventsLeft, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
 	}
-	if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
-		return eventsLeft, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
+	deleted, err := mongox.DeleteIf(ctx, s.coll, id, bson.D{{Key: "version", Value: version}})
+	if err != nil {
+		return eventsLeft, fmt.Errorf("checkpoint: archive %s: %w", id, err)
+	}
+	if !deleted {
+		return changed, nil
 	}
 	return archived, nil
 }

@@ -15,7 +15,9 @@ import (
 
 	"github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/services/classifier/internal/dbbudget"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/runevents"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/statemachine"
 )
@@ -25,11 +27,17 @@ var scope = &commonv1.Scope{TenantId: "acme", ProjectId: "p"}
 func newStore(t testing.TB) (*Store, *mongo.Database) {
 	t.Helper()
 	db := testkit.MongoDB(t)
+	return openStore(t, db), db
+}
+
+// openStore returns a store on db with its indexes.
+func openStore(t testing.TB, db *mongo.Database) *Store {
+	t.Helper()
 	s := NewStore(db)
 	if err := s.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return s, db
+	return s
 }
 
 func machine(t testing.TB) statemachine.Machine {
@@ -84,7 +92,11 @@ func richRun(t testing.TB, m statemachine.Machine, id string) statemachine.Trans
 
 func TestRoundTripKeepsTheWholeContext(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	testkit.EachWriterMode(t, testRoundTripKeepsTheWholeContext)
+}
+
+func testRoundTripKeepsTheWholeContext(t *testing.T, db *mongo.Database) {
+	s := openStore(t, db)
 	m := machine(t)
 	ctx := context.Background()
 	start := m.Start("run-1", scope.GetTenantId(), scope.GetProjectId(), "classify refunds")
@@ -121,7 +133,11 @@ func TestRoundTripKeepsTheWholeContext(t *testing.T) {
 // the events of every transition not yet published, in order.
 func TestCommitAppendsEventsInTheSameWrite(t *testing.T) {
 	t.Parallel()
-	s, db := newStore(t)
+	testkit.EachWriterMode(t, testCommitAppendsEventsInTheSameWrite)
+}
+
+func testCommitAppendsEventsInTheSameWrite(t *testing.T, db *mongo.Database) {
+	s := openStore(t, db)
 	m := machine(t)
 	ctx := context.Background()
 	start := m.Start("run-2", scope.GetTenantId(), scope.GetProjectId(), "i")
@@ -159,7 +175,11 @@ func TestCommitAppendsEventsInTheSameWrite(t *testing.T) {
 
 func TestStaleVersionConflicts(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	testkit.EachWriterMode(t, testStaleVersionConflicts)
+}
+
+func testStaleVersionConflicts(t *testing.T, db *mongo.Database) {
+	s := openStore(t, db)
 	m := machine(t)
 	ctx := context.Background()
 	start := m.Start("run-3", scope.GetTenantId(), scope.GetProjectId(), "i")
@@ -187,7 +207,11 @@ func TestStaleVersionConflicts(t *testing.T) {
 // this holds only because the store serialises its writes (see Store).
 func TestConcurrentCommitsExactlyOneWins(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	testkit.EachWriterMode(t, testConcurrentCommitsExactlyOneWins)
+}
+
+func testConcurrentCommitsExactlyOneWins(t *testing.T, db *mongo.Database) {
+	s := openStore(t, db)
 	m := machine(t)
 	ctx := context.Background()
 	start := m.Start("run-4", scope.GetTenantId(), scope.GetProjectId(), "i")
@@ -236,7 +260,11 @@ func TestConcurrentCommitsExactlyOneWins(t *testing.T) {
 // and no event (on FerretDB, an unserialised relay could undo a commit).
 func TestPublishingNeverUndoesACheckpoint(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	testkit.EachWriterMode(t, testPublishingNeverUndoesACheckpoint)
+}
+
+func testPublishingNeverUndoesACheckpoint(t *testing.T, db *mongo.Database) {
+	s := openStore(t, db)
 	m := machine(t)
 	ctx := context.Background()
 	bus := testBus(t)
@@ -275,7 +303,11 @@ func TestPublishingNeverUndoesACheckpoint(t *testing.T) {
 
 func TestLoadRefusesDamage(t *testing.T) {
 	t.Parallel()
-	s, db := newStore(t)
+	testkit.EachWriterMode(t, testLoadRefusesDamage)
+}
+
+func testLoadRefusesDamage(t *testing.T, db *mongo.Database) {
+	s := openStore(t, db)
 	m := machine(t)
 	ctx := context.Background()
 	damages := map[string]bson.M{
@@ -335,7 +367,11 @@ func TestLoadRefusesDamage(t *testing.T) {
 
 func TestListNewestFirstWithCorruptEntries(t *testing.T) {
 	t.Parallel()
-	s, db := newStore(t)
+	testkit.EachWriterMode(t, testListNewestFirstWithCorruptEntries)
+}
+
+func testListNewestFirstWithCorruptEntries(t *testing.T, db *mongo.Database) {
+	s := openStore(t, db)
 	// Creation order is listing order: runs created within one millisecond
 	// (BSON dates' resolution) would list by id instead.
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -368,7 +404,11 @@ func TestListNewestFirstWithCorruptEntries(t *testing.T) {
 // as before, and an unfinished run or one with events pending stays live.
 func TestArchiveFinishedRuns(t *testing.T) {
 	t.Parallel()
-	s, db := newStore(t)
+	testkit.EachWriterMode(t, testArchiveFinishedRuns)
+}
+
+func testArchiveFinishedRuns(t *testing.T, db *mongo.Database) {
+	s := openStore(t, db)
 	clock := time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC)
 	s.now = func() time.Time { clock = clock.Add(time.Second); return clock } // creation order is listing order
 	m := machine(t)
@@ -474,7 +514,11 @@ func testBus(tb testing.TB) *events.Bus {
 // relay has published them. Runs that can still change stay.
 func TestRelayArchivesFinishedRuns(t *testing.T) {
 	t.Parallel()
-	s, db := newStore(t)
+	testkit.EachWriterMode(t, testRelayArchivesFinishedRuns)
+}
+
+func testRelayArchivesFinishedRuns(t *testing.T, db *mongo.Database) {
+	s := openStore(t, db)
 	other := NewStore(db) // a process that stopped before archiving
 	m := machine(t)
 	ctx := context.Background()
@@ -546,7 +590,11 @@ func TestRelayArchivesFinishedRuns(t *testing.T) {
 // drops its note.
 func TestDrainedWhileTheFinishingWriteIsOnItsWay(t *testing.T) {
 	t.Parallel()
-	s, db := newStore(t)
+	testkit.EachWriterMode(t, testDrainedWhileTheFinishingWriteIsOnItsWay)
+}
+
+func testDrainedWhileTheFinishingWriteIsOnItsWay(t *testing.T, db *mongo.Database) {
+	s := openStore(t, db)
 	m := machine(t)
 	ctx := context.Background()
 	tr := m.Start("r", scope.GetTenantId(), scope.GetProjectId(), "i")
@@ -599,4 +647,108 @@ func archive(ctx context.Context, s *Store, id string) (bool, error) {
 	defer s.mu.Unlock()
 	out, err := s.archiveLocked(ctx, id)
 	return out == archived, err
+}
+
+// finishedRun creates run id and stops it, with no events left to publish:
+// ready to archive. It returns the record of the stopping write.
+func finishedRun(t *testing.T, s *Store, m statemachine.Machine, id, reason string) Record {
+	t.Helper()
+	ctx := context.Background()
+	tr := m.Start(id, scope.GetTenantId(), scope.GetProjectId(), "i")
+	rec, err := s.Create(ctx, tr.Run, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err = s.Commit(ctx, rec, m.Stop(tr.Run, reason).Run, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// Archiving a run reads, copies and deletes it by _id, whatever the
+// collections hold: with many writers the deletion names the version it
+// copied (one conditional delete), a single writer reads the version by
+// _id before it deletes by _id.
+func TestArchiveRoundTrips(t *testing.T) {
+	t.Parallel()
+	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
+		s := openStore(t, db)
+		m := machine(t)
+		ctx := context.Background()
+		for i := range 5 {
+			finishedRun(t, s, m, fmt.Sprintf("old-%d", i), "done")
+			if ok, err := archive(ctx, s, fmt.Sprintf("old-%d", i)); err != nil || !ok {
+				t.Fatalf("archive old-%d: %v %v", i, ok, err)
+			}
+		}
+		rec := finishedRun(t, s, m, "r", "done")
+		rt.Reset()
+		if ok, err := archive(ctx, s, "r"); err != nil || !ok {
+			t.Fatalf("archive: %v %v", ok, err)
+		}
+		single := mongox.SingleWriter(db)
+		reads := 1
+		if single {
+			reads = 2
+		}
+		want := fmt.Sprintf("delete %s=1 find %s=%d update %s=1", Collection, Collection, reads, ArchiveCollection)
+		if rt.String() != want {
+			t.Errorf("round trips %q, want %q", rt.String(), want)
+		}
+		notExact := rt.NotExact()
+		if single {
+			if len(notExact) > 0 {
+				t.Errorf("a single writer selected by more than _id: %v", notExact)
+			}
+			return
+		}
+		wantDelete := fmt.Sprintf(`delete %s {"_id": "r","version": {"$numberLong":"%d"}}`, Collection, rec.Version)
+		if len(notExact) != 1 || notExact[0] != wantDelete {
+			t.Errorf("many writers: selectors %q, want only %q", notExact, wantDelete)
+		}
+	})
+}
+
+// A run written by another process between the archiving's read and its
+// deletion stays live, and the next archiving replaces the copy it left:
+// the archive never keeps an older version than the last.
+func TestArchiveKeepsTheLastVersion(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, testArchiveKeepsTheLastVersion)
+}
+
+func testArchiveKeepsTheLastVersion(t *testing.T, db *mongo.Database) {
+	s := openStore(t, db)
+	m := machine(t)
+	ctx := context.Background()
+	rec := finishedRun(t, s, m, "r", "first")
+	raw, err := db.Collection(Collection).FindOne(ctx, bson.D{{Key: "_id", Value: "r"}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another writer writes the run after the archiving read it.
+	run := rec.Run
+	run.StopReason = "second"
+	if _, err := NewStore(db).Commit(ctx, rec, run, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	out, err := s.moveLocked(ctx, "r", raw)
+	s.mu.Unlock()
+	if err != nil || out != changed {
+		t.Fatalf("move of a run written meanwhile: %v %v, want changed", out, err)
+	}
+	if got, err := s.Load(ctx, scope, "r"); err != nil || got.Run.StopReason != "second" {
+		t.Fatalf("after the overtaken move the run reads %q (%v), want the live second", got.Run.StopReason, err)
+	}
+	if ok, err := archive(ctx, s, "r"); err != nil || !ok {
+		t.Fatalf("archiving again: %v %v", ok, err)
+	}
+	if got, err := s.Load(ctx, scope, "r"); err != nil || got.Run.StopReason != "second" || got.Version != rec.Version+1 {
+		t.Errorf("archived run reads %q at version %d (%v), want second at %d", got.Run.StopReason, got.Version, err, rec.Version+1)
+	}
+	if n, _ := db.Collection(Collection).CountDocuments(ctx, bson.D{}); n != 0 {
+		t.Errorf("%d runs left live", n)
+	}
 }
