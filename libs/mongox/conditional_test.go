@@ -2,9 +2,11 @@ package mongox_test
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -123,4 +125,46 @@ func TestDeleteIf(t *testing.T) {
 			t.Fatalf("%d documents left, %v; want the shared one", n, err)
 		}
 	})
+}
+
+// TestLockDocumentsNeverDeadlock: goroutines locking overlapping sets,
+// named in opposite orders, all get through, and each set is exclusive.
+func TestLockDocumentsNeverDeadlock(t *testing.T) {
+	t.Parallel()
+	coll := testkit.MongoDB(t).Collection("nodes")
+	sets := [][]any{{"a", "b", "c"}, {"c", "b", "a"}, {"b", "d", "b"}, {"d", "a"}}
+	holders := map[string]*atomic.Int32{"a": {}, "b": {}, "c": {}, "d": {}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for i := range 200 {
+			ids := sets[i%len(sets)]
+			wg.Go(func() {
+				unlock := mongox.LockDocuments(coll, ids...)
+				defer unlock()
+				seen := map[any]bool{}
+				for _, id := range ids {
+					if !seen[id] {
+						seen[id] = true
+						if n := holders[id.(string)].Add(1); n != 1 {
+							t.Errorf("%d holders of %v", n, id)
+						}
+					}
+				}
+				for range 50 {
+					runtime.Gosched() // hold the locks a while, so lockers queue up
+				}
+				for id := range seen {
+					holders[id.(string)].Add(-1)
+				}
+			})
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("deadlock: lockers still waiting after 20s")
+	}
 }

@@ -2,6 +2,7 @@ package mongox
 
 import (
 	"fmt"
+	"sort"
 	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -49,5 +50,33 @@ func LockDocument(coll *mongo.Collection, id any) (unlock func()) {
 			delete(docLocks.m, key)
 		}
 		docLocks.mu.Unlock()
+	}
+}
+
+// LockDocuments locks the documents with these _ids in coll (LockDocument
+// for each, duplicates once) in one order, by their string form, so that
+// callers locking overlapping sets never deadlock each other; the returned
+// func unlocks them all. The locks are not reentrant: while holding them,
+// take no lock of one of these documents again (LockDocument, UpdateIf,
+// UpdateVersioned).
+func LockDocuments(coll *mongo.Collection, ids ...any) (unlock func()) {
+	keys := make([]string, 0, len(ids))
+	byKey := make(map[string]any, len(ids))
+	for _, id := range ids {
+		k := fmt.Sprint(id)
+		if _, dup := byKey[k]; !dup {
+			byKey[k] = id
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	unlocks := make([]func(), len(keys))
+	for i, k := range keys {
+		unlocks[i] = LockDocument(coll, byKey[k])
+	}
+	return func() {
+		for i := len(unlocks) - 1; i >= 0; i-- {
+			unlocks[i]()
+		}
 	}
 }
