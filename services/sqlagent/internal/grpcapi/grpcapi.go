@@ -128,6 +128,8 @@ func toStatus(err error) error {
 		return grpcx.Errorf(codes.NotFound, "SESSION_NOT_FOUND", "session not found")
 	case errors.Is(err, session.ErrFinished):
 		return grpcx.Errorf(codes.FailedPrecondition, "SESSION_FINISHED", "the session is finished; create a new one")
+	case errors.Is(err, session.ErrExecuting):
+		return grpcx.Errorf(codes.FailedPrecondition, "SQL_RUNNING", "the confirmed SQL of this session is running; reload the session for its result")
 	case errors.Is(err, session.ErrConflict):
 		return grpcx.Errorf(codes.Aborted, "SESSION_CONFLICT", "the session changed while this input was handled; reload it and retry")
 	case errors.Is(err, session.ErrUnavailable):

@@ -16,7 +16,8 @@ import (
 
 // Agent runs sessions. It is safe for concurrent use; two inputs to one
 // session at once are serialised by the store's version check (the later
-// one fails with ErrConflict and changes nothing).
+// one fails with ErrConflict and changes nothing), and a confirmed SQL runs
+// once however many confirmations race (see the package doc).
 type Agent struct {
 	store Store
 	dbs   Databases
@@ -79,9 +80,12 @@ func (a *Agent) Get(ctx context.Context, scope Scope, id string) (*Session, erro
 }
 
 // Send advances session id with free text or a selection (one of the values
-// offered by the previous reply). Errors: InputError for empty or invalid
-// input, ErrNotFound, ErrFinished, ErrConflict, ErrUnavailable when the
-// model gateway or the database is down (the session is then unchanged).
+// offered by the previous reply). A confirmation runs the pending SQL once
+// (see the package doc). Errors: InputError for empty or invalid input,
+// ErrNotFound, ErrFinished, ErrConflict, ErrExecuting while a confirmed SQL
+// of the session runs, ErrUnavailable when the model gateway or the
+// database is down (the session is then unchanged, or, when the database
+// failed a confirmed SQL, back at the confirmation with a reply saying so).
 func (a *Agent) Send(ctx context.Context, scope Scope, id, text, selection string) (*Session, Reply, error) {
 	text, selection = strings.TrimSpace(text), strings.TrimSpace(selection)
 	if text == "" && selection == "" {
@@ -91,19 +95,34 @@ func (a *Agent) Send(ctx context.Context, scope Scope, id, text, selection strin
 	if err != nil {
 		return nil, Reply{}, err
 	}
-	if s.Stage == StageDone {
-		return nil, Reply{}, ErrFinished
-	}
 	said := text
 	if said == "" {
 		said = selection
 	}
 	now := a.opts.Now().UTC()
+	switch {
+	case s.Stage == StageDone:
+		return nil, Reply{}, ErrFinished
+	case s.Stage == StageExecuting && s.Execution != nil && now.Before(s.Execution.Deadline):
+		return nil, Reply{}, ErrExecuting
+	}
 	s.Turns = append(s.Turns, Turn{Role: roleUser, Text: said, Time: now})
+	if s.Stage == StageExecuting {
+		// Past its deadline: the input is recorded, not acted on.
+		return a.record(ctx, s, a.interrupted(s), now)
+	}
 	r, err := a.step(ctx, s, input{text: text, selection: selection})
 	if err != nil {
 		return nil, Reply{}, err
 	}
+	if s.Stage == StageExecuting {
+		return a.execute(ctx, s)
+	}
+	return a.record(ctx, s, r, now)
+}
+
+// record appends r to s as the agent's turn and writes s.
+func (a *Agent) record(ctx context.Context, s *Session, r Reply, now time.Time) (*Session, Reply, error) {
 	turn := r.Text
 	if r.SQLToConfirm != "" {
 		turn += "\n\n```sql\n" + r.SQLToConfirm + "\n```"
@@ -152,7 +171,7 @@ func (a *Agent) step(ctx context.Context, s *Session, in input) (Reply, error) {
 	case StageConfirmGeneratedSQL, StageConfirmUserSQL:
 		return a.onConfirm(ctx, s, in)
 	case StageNeedTableName, StageAskWriteMode, StageConfirmWrite:
-		return a.onWrite(ctx, s, in)
+		return a.onWrite(s, in)
 	}
 	return Reply{}, fmt.Errorf("session %s: unknown stage %q", s.ID, s.Stage)
 }
@@ -315,7 +334,12 @@ func (a *Agent) onConfirm(ctx context.Context, s *Session, in input) (Reply, err
 	w := in.word()
 	switch {
 	case confirmWords[w]:
-		return a.execute(ctx, s)
+		// Checked again: the pending SQL came out of the store, and the
+		// check is cheap.
+		if _, err := safety.Check(s.PendingSQL, safety.Dialect(s.Params[paramDialect])); err != nil {
+			return a.askMethod(s, fmt.Sprintf("I can't run the pending SQL: %s.", reason(err))), nil
+		}
+		return a.beginExecution(s), nil
 	case cancelWords[w]:
 		return a.askMethod(s, "Cancelled; nothing ran."), nil
 	case in.selection != "":
@@ -329,13 +353,10 @@ func (a *Agent) onConfirm(ctx context.Context, s *Session, in input) (Reply, err
 	}
 }
 
-// execute runs the confirmed SQL. It re-checks it first: the pending SQL
-// came out of the store, and the check is cheap.
-func (a *Agent) execute(ctx context.Context, s *Session) (Reply, error) {
+// runQuery runs the confirmed read SQL of s, in its confirmation stage, and
+// moves s on with the result.
+func (a *Agent) runQuery(ctx context.Context, s *Session) (Reply, error) {
 	sql, conn := s.PendingSQL, s.Params[paramConnection]
-	if _, err := safety.Check(sql, safety.Dialect(s.Params[paramDialect])); err != nil {
-		return a.askMethod(s, fmt.Sprintf("I can't run the pending SQL: %s.", reason(err))), nil
-	}
 	res, err := a.dbs.Query(ctx, conn, sql, a.opts.RowLimit, a.opts.QueryTimeout)
 	var refused *connections.RefusedError
 	switch {

@@ -2,6 +2,37 @@
 // asks for what it needs (connection, how to get the SQL, the question or
 // the SQL), shows SQL for confirmation, and only then runs it. Sessions are
 // stored one document each, written with optimistic concurrency.
+//
+// # A confirmed SQL runs once
+//
+// Two confirmations of the same pending SQL can arrive together: two
+// replicas behind the gateway, or a client that retries after a gateway
+// failover. Both read the session at the same version; before this package
+// ran anything, both would have run the SQL and only one recorded it. A
+// confirmation now claims the execution before running it:
+//
+//  1. the session moves to EXECUTING with an Execution (id "<session
+//     id>/<version it is written at>", the stage it came from, a
+//     deadline), a versioned write: the loser of that race gets ErrConflict,
+//     or ErrExecuting if the winner is already executing;
+//  2. the execution is claimed by a unique insert of its id
+//     (Store.ClaimExecution): a second claim gets ErrExecuting;
+//  3. the SQL runs, detached from the caller's cancellation (a client that
+//     goes away does not cut a write in half), within the query timeout;
+//  4. the result is recorded with a versioned write from the EXECUTING
+//     version, which clears the Execution.
+//
+// Step 1 decides on MongoDB, whose single-document conditional update is
+// atomic; step 2 decides on FerretDB v1, which applies updates without
+// isolation between clients but refuses a second insert of one _id. Any
+// input to an EXECUTING session before the deadline gets ErrExecuting. An
+// execution whose process died leaves the session EXECUTING: the first
+// input after the deadline (the query timeout plus executionGrace) records
+// the input, does not act on it, and returns the session to the
+// confirmation it came from with a reply saying the run was interrupted and
+// may have happened; the user confirms again to run it, under a new claim.
+// An executor that was only slow then finds its result write refused
+// (ErrConflict): the session says what the user sees, never a silent rerun.
 package session
 
 import (
@@ -38,6 +69,7 @@ const (
 	StageAskWriteMode               Stage = "ASK_WRITE_MODE"
 	StageConfirmWrite               Stage = "CONFIRM_WRITE"
 	StageDone                       Stage = "DONE"
+	StageExecuting                  Stage = "EXECUTING" // a confirmed SQL runs: see the package doc
 	defaultRowLimit                       = 200
 	defaultQueryTimeout                   = 30 * time.Second
 	roleUser, roleAgent                   = "user", "agent"
@@ -74,10 +106,28 @@ type Session struct {
 	// PendingSQL is the SQL waiting for confirmation.
 	PendingSQL string
 	Turns      []Turn
+	// Execution is the confirmed SQL being run; set only in
+	// StageExecuting.
+	Execution *Execution
 	// Version counts writes; the store updates only the version it read.
 	Version int64
 	Created time.Time
 	Updated time.Time
+}
+
+// Execution is a confirmed SQL being run (see the package doc).
+type Execution struct {
+	// ID is "<session id>/<session version of the EXECUTING write>": the
+	// key of the execution's claim.
+	ID string
+	// From is the confirmation stage the session returns to when the
+	// execution was interrupted.
+	From Stage
+	// Started is when the execution was claimed.
+	Started time.Time
+	// Deadline is when an execution still recorded as running is taken
+	// for interrupted.
+	Deadline time.Time
 }
 
 // Option is a choice offered to the user.
@@ -102,6 +152,10 @@ var (
 	ErrConflict = errors.New("session changed concurrently")
 	// ErrFinished means the session is done and takes no more input.
 	ErrFinished = errors.New("session is finished")
+	// ErrExecuting means a confirmed SQL of the session is being run (by
+	// this request's twin, another replica, or a process that died: see
+	// the package doc); the session takes no input until it is recorded.
+	ErrExecuting = errors.New("the confirmed SQL is being run")
 	// ErrUnavailable means the model gateway or a database is down.
 	ErrUnavailable = errors.New("dependency unavailable")
 )
@@ -121,11 +175,14 @@ func inputErr(field, format string, args ...any) error {
 // Store keeps sessions. Get and Update only see sessions of the given
 // scope. Update writes s if its stored version is still s.Version and then
 // increments s.Version; it returns ErrConflict otherwise, ErrNotFound when
-// the session does not exist.
+// the session does not exist. ClaimExecution records that s.Execution is
+// about to run; a second claim of the same Execution.ID fails with
+// ErrExecuting, also between processes (a unique insert).
 type Store interface {
 	Create(ctx context.Context, s *Session) error
 	Get(ctx context.Context, scope Scope, id string) (*Session, error)
 	Update(ctx context.Context, s *Session) error
+	ClaimExecution(ctx context.Context, s *Session) error
 }
 
 // Databases is what the agent needs of the configured connections. Query

@@ -23,7 +23,7 @@ var writeModeOptions = []Option{
 }
 
 // onWrite walks NEED_TABLE_NAME → ASK_WRITE_MODE → CONFIRM_WRITE → write.
-func (a *Agent) onWrite(ctx context.Context, s *Session, in input) (Reply, error) {
+func (a *Agent) onWrite(s *Session, in input) (Reply, error) {
 	switch s.Stage {
 	case StageNeedTableName:
 		name := strings.TrimSpace(in.text)
@@ -56,26 +56,31 @@ func (a *Agent) onWrite(ctx context.Context, s *Session, in input) (Reply, error
 		case !confirmWords[w]:
 			return Reply{Text: "Reply yes to write the table, or cancel.", Options: confirmOptions, SQLToConfirm: s.Params[paramExecutedSQL]}, nil
 		}
-		sql := s.Params[paramExecutedSQL]
-		if _, err := safety.Check(sql, safety.Dialect(s.Params[paramDialect])); err != nil {
+		if _, err := safety.Check(s.Params[paramExecutedSQL], safety.Dialect(s.Params[paramDialect])); err != nil {
 			return a.askMethod(s, fmt.Sprintf("I can't use that query: %s.", reason(err))), nil
 		}
-		n, err := a.dbs.WriteTable(ctx, s.Params[paramConnection], sql, s.Params[paramTable],
-			connections.WriteMode(s.Params[paramWriteMode]), a.opts.QueryTimeout)
-		var refused *connections.RefusedError
-		switch {
-		case errors.As(err, &refused):
-			s.JobKind = JobReadSQL
-			return a.askMethod(s, fmt.Sprintf("I can't write that result: %s. Nothing was written.", refused.Reason)), nil
-		case errors.Is(err, connections.ErrQuery):
-			s.Stage = StageNeedTableName
-			return Reply{Text: fmt.Sprintf("Writing failed: %v. Give another table name, or the same one to try again.",
-				strings.TrimPrefix(err.Error(), connections.ErrQuery.Error()+": "))}, nil
-		case err != nil:
-			return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		s.Params[paramRowCount] = fmt.Sprint(n)
-		s.Stage = StageDone
-		return Reply{Text: fmt.Sprintf("Wrote %d rows to %s.", n, s.Params[paramTable])}, nil
+		return a.beginExecution(s), nil
 	}
+}
+
+// runWrite writes the result of the confirmed query of s to its table, in
+// CONFIRM_WRITE, and moves s on.
+func (a *Agent) runWrite(ctx context.Context, s *Session) (Reply, error) {
+	n, err := a.dbs.WriteTable(ctx, s.Params[paramConnection], s.Params[paramExecutedSQL], s.Params[paramTable],
+		connections.WriteMode(s.Params[paramWriteMode]), a.opts.QueryTimeout)
+	var refused *connections.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		s.JobKind = JobReadSQL
+		return a.askMethod(s, fmt.Sprintf("I can't write that result: %s. Nothing was written.", refused.Reason)), nil
+	case errors.Is(err, connections.ErrQuery):
+		s.Stage = StageNeedTableName
+		return Reply{Text: fmt.Sprintf("Writing failed: %v. Give another table name, or the same one to try again.",
+			strings.TrimPrefix(err.Error(), connections.ErrQuery.Error()+": "))}, nil
+	case err != nil:
+		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	s.Params[paramRowCount] = fmt.Sprint(n)
+	s.Stage = StageDone
+	return Reply{Text: fmt.Sprintf("Wrote %d rows to %s.", n, s.Params[paramTable])}, nil
 }

@@ -1,6 +1,31 @@
 // Package mongostore keeps SQL agent sessions in MongoDB: one document per
 // session in collection "sql_sessions", filtered by tenant and project on
-// every read and write, updated with optimistic concurrency on `version`.
+// every read and write, updated with optimistic concurrency on `version`,
+// and one document per claimed execution in "sql_executions".
+//
+// # Round trips
+//
+// Every read and write selects one document by _id: on the embedded
+// FerretDB v1 any other filter parses every document of the collection, and
+// both collections grow with every session. Get reads by _id and checks
+// the scope in Go (mongox.FindByID); Update is mongox.UpdateVersioned on
+// {_id, tenant_id, project_id}: for a declared single writer (agentmesh
+// up) a read and a write by _id with the rest checked in Go, with many
+// writers one conditional update; ClaimExecution is an insert. A confirmed
+// SQL job (confirm → run → SHOW_RESULTS) thus costs a read, two updates and
+// an insert with many writers, and two more reads by _id for a single
+// writer. The index scope_updated serves listings by scope, which no RPC
+// makes yet.
+//
+// # What is assumed of MongoDB
+//
+// With several replicas, a version-guarded update is atomic (MongoDB
+// applies a single-document update atomically), so of two writers of one
+// version exactly one wins; and the unique _id index refuses a second
+// insert of one execution id, so of two claims exactly one wins. FerretDB
+// v1 guarantees only the latter between processes: on it two racing
+// updates of one session can both succeed, and the execution claim is what
+// keeps a confirmed SQL from running twice (see package session).
 package mongostore
 
 import (
@@ -19,12 +44,17 @@ import (
 // Collection is the collection sessions live in.
 const Collection = "sql_sessions"
 
+// ExecutionsCollection holds one document per claimed execution, _id the
+// execution id: a record of every confirmed SQL started, never updated.
+const ExecutionsCollection = "sql_executions"
+
 // schemaVersion is the document layout version.
 const schemaVersion = 1
 
 // Store implements session.Store on MongoDB.
 type Store struct {
-	coll *mongo.Collection
+	coll       *mongo.Collection
+	executions *mongo.Collection
 }
 
 var _ session.Store = (*Store)(nil)
@@ -38,13 +68,20 @@ func New(ctx context.Context, db *mongo.Database) (*Store, error) {
 	}); err != nil {
 		return nil, err
 	}
-	return &Store{coll: coll}, nil
+	return &Store{coll: coll, executions: db.Collection(ExecutionsCollection)}, nil
 }
 
 type turnDoc struct {
 	Role string    `bson:"role"`
 	Text string    `bson:"text"`
 	Time time.Time `bson:"time"`
+}
+
+type executionDoc struct {
+	ID       string    `bson:"id"`
+	From     string    `bson:"from"`
+	Started  time.Time `bson:"started"`
+	Deadline time.Time `bson:"deadline"`
 }
 
 type doc struct {
@@ -57,6 +94,7 @@ type doc struct {
 	Stage         string            `bson:"stage"`
 	Params        map[string]string `bson:"params"`
 	PendingSQL    string            `bson:"pending_sql"`
+	Execution     *executionDoc     `bson:"execution"`
 	Turns         []turnDoc         `bson:"turns"`
 	Created       time.Time         `bson:"created"`
 	Updated       time.Time         `bson:"updated"`
@@ -71,6 +109,9 @@ func toDoc(s *session.Session) doc {
 	for _, t := range s.Turns {
 		d.Turns = append(d.Turns, turnDoc{Role: t.Role, Text: t.Text, Time: t.Time})
 	}
+	if e := s.Execution; e != nil {
+		d.Execution = &executionDoc{ID: e.ID, From: string(e.From), Started: e.Started.UTC(), Deadline: e.Deadline.UTC()}
+	}
 	return d
 }
 
@@ -82,6 +123,9 @@ func fromDoc(d doc) *session.Session {
 	}
 	if s.Params == nil {
 		s.Params = map[string]string{}
+	}
+	if e := d.Execution; e != nil {
+		s.Execution = &session.Execution{ID: e.ID, From: session.Stage(e.From), Started: e.Started.UTC(), Deadline: e.Deadline.UTC()}
 	}
 	for _, t := range d.Turns {
 		s.Turns = append(s.Turns, session.Turn{Role: t.Role, Text: t.Text, Time: t.Time.UTC()})
@@ -105,7 +149,7 @@ func (st *Store) Create(ctx context.Context, s *session.Session) error {
 // Get returns the session id of scope, or session.ErrNotFound.
 func (st *Store) Get(ctx context.Context, scope session.Scope, id string) (*session.Session, error) {
 	var d doc
-	err := mongox.Translate(st.coll.FindOne(ctx, scopeFilter(scope, id)).Decode(&d))
+	err := mongox.FindByID(ctx, st.coll, id, bson.D{{Key: "tenant_id", Value: scope.TenantID}, {Key: "project_id", Value: scope.ProjectID}}, &d)
 	switch {
 	case errors.Is(err, mongox.ErrNotFound):
 		return nil, session.ErrNotFound
@@ -122,7 +166,7 @@ func (st *Store) Update(ctx context.Context, s *session.Session) error {
 	d := toDoc(s)
 	err := mongox.UpdateVersioned(ctx, st.coll, scopeFilter(s.Scope, s.ID), s.Version, bson.M{"$set": bson.M{
 		"job_kind": d.JobKind, "stage": d.Stage, "params": d.Params, "pending_sql": d.PendingSQL,
-		"turns": d.Turns, "updated": d.Updated, "schema_version": schemaVersion,
+		"execution": d.Execution, "turns": d.Turns, "updated": d.Updated, "schema_version": schemaVersion,
 	}})
 	switch {
 	case errors.Is(err, mongox.ErrConflict):
@@ -133,5 +177,38 @@ func (st *Store) Update(ctx context.Context, s *session.Session) error {
 		return fmt.Errorf("mongostore: update session: %w", err)
 	}
 	s.Version++
+	return nil
+}
+
+// ClaimExecution inserts the claim of s.Execution, keyed by its id, with
+// what runs; session.ErrExecuting when the id was claimed before.
+func (st *Store) ClaimExecution(ctx context.Context, s *session.Session) error {
+	e := s.Execution
+	if e == nil {
+		return errors.New("mongostore: claim execution: the session has none")
+	}
+	sql := s.PendingSQL
+	if e.From == session.StageConfirmWrite {
+		sql = s.Params["executed_sql"]
+	}
+	_, err := st.executions.InsertOne(ctx, bson.D{
+		{Key: "_id", Value: e.ID},
+		{Key: "tenant_id", Value: s.Scope.TenantID},
+		{Key: "project_id", Value: s.Scope.ProjectID},
+		{Key: "session_id", Value: s.ID},
+		{Key: "connection", Value: s.Params["connection"]},
+		{Key: "from", Value: string(e.From)},
+		{Key: "sql", Value: sql},
+		{Key: "table", Value: s.Params["table_name"]},
+		{Key: "started", Value: e.Started.UTC()},
+		{Key: "deadline", Value: e.Deadline.UTC()},
+	})
+	err = mongox.Translate(err)
+	switch {
+	case errors.Is(err, mongox.ErrDuplicate):
+		return session.ErrExecuting
+	case err != nil:
+		return fmt.Errorf("mongostore: claim execution %s: %w", e.ID, err)
+	}
 	return nil
 }

@@ -1,0 +1,41 @@
+package grpcapi
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session"
+)
+
+// Clients branch on code and reason: a confirmation that lost to another
+// is told the SQL is running (wait and reload) or that the session moved
+// on (reload), never an internal error.
+func TestToStatus(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		err    error
+		code   codes.Code
+		reason string
+	}{
+		{fmt.Errorf("send: %w", session.ErrExecuting), codes.FailedPrecondition, "SQL_RUNNING"},
+		{session.ErrConflict, codes.Aborted, "SESSION_CONFLICT"},
+		{session.ErrFinished, codes.FailedPrecondition, "SESSION_FINISHED"},
+		{session.ErrNotFound, codes.NotFound, "SESSION_NOT_FOUND"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.reason, func(t *testing.T) {
+			err := toStatus(tc.err)
+			if status.Code(err) != tc.code || grpcx.Reason(err) != tc.reason {
+				t.Errorf("toStatus(%v) = %v (%s), want %s %s", tc.err, err, grpcx.Reason(err), tc.code, tc.reason)
+			}
+		})
+	}
+	if err := toStatus(errors.New("x")); status.Code(err) != codes.Unknown {
+		t.Errorf("an unknown error is passed on for the interceptor to mask: %v", err)
+	}
+}

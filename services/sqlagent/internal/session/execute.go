@@ -1,0 +1,126 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// executionGrace is how long past the query timeout an execution still
+// recorded as running is waited for before it is taken for interrupted:
+// time for the executor to record its result after the database answered.
+const executionGrace = 30 * time.Second
+
+// recordTimeout bounds the write of an execution's result, which runs
+// detached from the caller's cancellation.
+const recordTimeout = 10 * time.Second
+
+// beginExecution moves s, in a confirmation stage, to EXECUTING (see the
+// package doc); Send then runs it.
+func (a *Agent) beginExecution(s *Session) Reply {
+	now := a.opts.Now().UTC()
+	s.Execution = &Execution{
+		ID:       fmt.Sprintf("%s/%d", s.ID, s.Version+1),
+		From:     s.Stage,
+		Started:  now,
+		Deadline: now.Add(a.opts.QueryTimeout + executionGrace),
+	}
+	s.Stage = StageExecuting
+	return Reply{}
+}
+
+// execute runs the execution s was just moved to: it writes EXECUTING,
+// claims the execution, runs the SQL and records the result (see the
+// package doc).
+func (a *Agent) execute(ctx context.Context, s *Session) (*Session, Reply, error) {
+	s.Updated = s.Execution.Started
+	if err := a.store.Update(ctx, s); err != nil {
+		return nil, Reply{}, a.lostToAnother(ctx, s, err)
+	}
+	err := a.store.ClaimExecution(ctx, s)
+	if errors.Is(err, ErrExecuting) {
+		// Another request wrote EXECUTING at the same version (FerretDB
+		// does not isolate the two writes) and claimed it first.
+		return nil, Reply{}, err
+	}
+	ex := s.Execution
+	s.Stage, s.Execution = ex.From, nil
+	// From here on the SQL may run: a caller that goes away must not cut
+	// it short, nor keep its result from being recorded.
+	run := context.WithoutCancel(ctx)
+	var r Reply
+	switch {
+	case err != nil:
+		err = fmt.Errorf("claim the execution: %w", err)
+	case ex.From == StageConfirmWrite:
+		r, err = a.runWrite(run, s)
+	default:
+		r, err = a.runQuery(run, s)
+	}
+	if err != nil {
+		s.Stage = ex.From
+		r = a.notRun(s, ex, err)
+	}
+	wctx, cancel := context.WithTimeout(run, recordTimeout)
+	defer cancel()
+	done, reply, rerr := a.record(wctx, s, r, a.opts.Now().UTC())
+	switch {
+	case rerr != nil:
+		return nil, Reply{}, rerr
+	case err != nil:
+		return nil, Reply{}, err
+	}
+	return done, reply, nil
+}
+
+// lostToAnother explains an EXECUTING write that failed: when another
+// request changed the session first and it is now executing, ErrExecuting.
+func (a *Agent) lostToAnother(ctx context.Context, s *Session, err error) error {
+	if !errors.Is(err, ErrConflict) {
+		return err
+	}
+	now, gerr := a.store.Get(ctx, s.Scope, s.ID)
+	if gerr == nil && now.Stage == StageExecuting {
+		return ErrExecuting
+	}
+	return err
+}
+
+// notRun is the reply when the confirmed SQL of ex could not be run or its
+// run failed for want of a dependency: s stays at the confirmation.
+func (a *Agent) notRun(s *Session, ex *Execution, err error) Reply {
+	what := "run the query"
+	if ex.From == StageConfirmWrite {
+		what = fmt.Sprintf("write %s", s.Params[paramTable])
+	}
+	return a.confirmAgain(s, fmt.Sprintf("I could not %s: %v. Reply yes to try again, or cancel.", what, err))
+}
+
+// interrupted returns s, recorded as EXECUTING past its deadline (the
+// process that ran it died, or never recorded the result), to the
+// confirmation it came from: the SQL may have run, so it is not run again
+// before the user confirms it again.
+func (a *Agent) interrupted(s *Session) Reply {
+	ex := s.Execution
+	s.Execution = nil
+	if ex == nil || (ex.From != StageConfirmGeneratedSQL && ex.From != StageConfirmUserSQL && ex.From != StageConfirmWrite) {
+		s.JobKind = JobReadSQL
+		return a.askMethod(s, "The last confirmed SQL was interrupted and its result was not recorded.")
+	}
+	s.Stage = ex.From
+	at := ex.Started.UTC().Format(time.RFC3339)
+	if ex.From == StageConfirmWrite {
+		return a.confirmAgain(s, fmt.Sprintf("Writing to %s, confirmed at %s, was interrupted before it was recorded: the table may or may not have been written. Reply yes to write it again, or cancel.",
+			s.Params[paramTable], at))
+	}
+	return a.confirmAgain(s, fmt.Sprintf("The query confirmed at %s was interrupted before its result was recorded; it may have run. Reply yes to run it again, or cancel.", at))
+}
+
+// confirmAgain asks for the confirmation of s's stage once more.
+func (a *Agent) confirmAgain(s *Session, text string) Reply {
+	if s.Stage == StageConfirmWrite {
+		return Reply{Text: text, Options: confirmOptions, SQLToConfirm: s.Params[paramExecutedSQL]}
+	}
+	return confirmReply(text, s.PendingSQL)
+}

@@ -1,0 +1,94 @@
+package mongostore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session/mongostore"
+)
+
+// A session reads back as written, only in its scope; a write at a stale
+// version or of a missing session changes nothing; an execution is kept
+// while set and cleared with the next write, and can be claimed once.
+func TestStore(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, testStore)
+}
+
+func testStore(t *testing.T, db *mongo.Database) {
+	ctx := context.Background()
+	st, err := mongostore.New(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	scope := session.Scope{TenantID: "acme", ProjectID: "music"}
+	s := &session.Session{
+		ID: "s1", Scope: scope, JobKind: session.JobWriteData, Stage: session.StageConfirmWrite,
+		Params: map[string]string{"connection": "shop", "executed_sql": "SELECT 1", "table_name": "t"},
+		Turns:  []session.Turn{{Role: "agent", Text: "hi", Time: now}}, Created: now, Updated: now,
+	}
+	if err := st.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Get(ctx, scope, "s1")
+	if err != nil || got.Stage != session.StageConfirmWrite || got.Params["table_name"] != "t" || len(got.Turns) != 1 || got.Version != 0 || got.Execution != nil {
+		t.Fatalf("Get: %+v (%v)", got, err)
+	}
+	for _, other := range []session.Scope{{TenantID: "globex", ProjectID: "music"}, {TenantID: "acme"}} {
+		if _, err := st.Get(ctx, other, "s1"); !errors.Is(err, session.ErrNotFound) {
+			t.Errorf("Get from %+v: %v, want ErrNotFound", other, err)
+		}
+	}
+
+	stale := *got
+	got.Stage = session.StageExecuting
+	got.Execution = &session.Execution{ID: "s1/1", From: session.StageConfirmWrite, Started: now, Deadline: now.Add(time.Minute)}
+	if err := st.Update(ctx, got); err != nil || got.Version != 1 {
+		t.Fatalf("Update: %v (version %d)", err, got.Version)
+	}
+	if err := st.Update(ctx, &stale); !errors.Is(err, session.ErrConflict) {
+		t.Errorf("Update at a stale version: %v, want ErrConflict", err)
+	}
+	wrongScope := *got
+	wrongScope.Scope = session.Scope{TenantID: "globex", ProjectID: "music"}
+	if err := st.Update(ctx, &wrongScope); !errors.Is(err, session.ErrNotFound) {
+		t.Errorf("Update in another scope: %v, want ErrNotFound", err)
+	}
+	ghost := *got
+	ghost.ID = "nope"
+	if err := st.Update(ctx, &ghost); !errors.Is(err, session.ErrNotFound) {
+		t.Errorf("Update of a missing session: %v, want ErrNotFound", err)
+	}
+	executing, err := st.Get(ctx, scope, "s1")
+	if err != nil || executing.Stage != session.StageExecuting || executing.Execution == nil ||
+		*executing.Execution != *got.Execution || executing.Version != 1 {
+		t.Fatalf("executing session: %+v (%v)", executing, err)
+	}
+
+	if err := st.ClaimExecution(ctx, executing); err != nil {
+		t.Fatalf("first claim: %v", err)
+	}
+	if err := st.ClaimExecution(ctx, executing); !errors.Is(err, session.ErrExecuting) {
+		t.Errorf("second claim of one execution: %v, want ErrExecuting", err)
+	}
+	next := *executing
+	next.Execution = &session.Execution{ID: "s1/3", From: session.StageConfirmWrite, Started: now, Deadline: now}
+	if err := st.ClaimExecution(ctx, &next); err != nil {
+		t.Errorf("claim of a later execution: %v", err)
+	}
+
+	executing.Stage, executing.Execution = session.StageDone, nil
+	if err := st.Update(ctx, executing); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := st.Get(ctx, scope, "s1"); err != nil || done.Stage != session.StageDone || done.Execution != nil || done.Version != 2 {
+		t.Errorf("after the result: %+v (%v)", done, err)
+	}
+}
