@@ -190,7 +190,7 @@ func (b *bench) summary() {
 		fmt.Fprintf(b.out, "%-34s %10.1f %10.1f %8s %11s   %s\n", label, low.opsPerSecond(), high.opsPerSecond(), drop, first, strings.Join(checks, ", "))
 	}
 	for _, s := range b.seeds {
-		fmt.Fprintf(b.out, "seeding to %d %s: %d stored in %s (%.1f/s)\n", s.level, s.kind, s.count, s.took.Round(time.Second), float64(s.count)/s.took.Seconds())
+		fmt.Fprintf(b.out, "seeding to %d %s: %d stored in %s (%.1f/s), %d failed\n", s.level, s.kind, s.count, s.took.Round(time.Second), float64(s.count)/s.took.Seconds(), s.failures)
 	}
 	var errs int
 	for _, r := range b.rows {
