@@ -11,8 +11,9 @@
 #     --build-arg CREATED=$(date -u -d @$(git log -1 --format=%ct) +%Y-%m-%dT%H:%M:%SZ) .
 #
 # Every image is a static Go binary (CGO_ENABLED=0) on an empty base with
-# Debian's CA certificates (from the build stage), /etc/passwd naming the
-# nonroot user 65532, its home and /tmp: no shell, no libc.
+# Debian's CA certificates (the build stage's ca-certificates package),
+# /etc/passwd naming the nonroot user 65532, its home and /tmp: no shell, no
+# libc.
 
 ARG GO_VERSION=1.26
 
@@ -26,12 +27,14 @@ RUN --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=linux GOARCH=$TARGETARCH \
     go build -trimpath -buildvcs=false -ldflags "-s -w -X github.com/agentmesh/agentmesh/libs/service.Version=${VERSION}" \
       -o /out/ ./gateway ./services/modelgateway ./services/orchestrator ./services/vision ./services/indexer ./services/classifier ./services/sqlagent
+# The CA bundle is the ca-certificates package's own certificates, as
+# imagebuild takes them: never certificates a CI machine added locally.
 # nonroot's home is kept apart, so the COPY that creates it can own it to
 # 65532 (COPY gives what it copies to root unless told otherwise).
-RUN mkdir -p /rootfs/etc/ssl/certs /rootfs/tmp /home-nonroot \
- && cp /etc/ssl/certs/ca-certificates.crt /rootfs/etc/ssl/certs/ca-certificates.crt \
+RUN mkdir -p /rootfs/etc/ssl/certs /rootfs/home /rootfs/tmp /home-nonroot \
+ && dpkg-query -L ca-certificates | grep -E '^/usr/share/ca-certificates/.+\.crt$' | LC_ALL=C sort | xargs cat > /rootfs/etc/ssl/certs/ca-certificates.crt \
  && cp cmd/imagebuild/rootfs/etc/passwd cmd/imagebuild/rootfs/etc/group /rootfs/etc/ \
- && chmod 1777 /rootfs/tmp && chmod 0700 /home-nonroot
+ && chmod 1777 /rootfs/tmp
 
 FROM scratch AS base
 COPY --from=build /rootfs/ /
@@ -46,7 +49,7 @@ LABEL org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.source="https://github.com/agentmesh/agentmesh" \
       org.opencontainers.image.licenses="NOASSERTION" \
-      dev.agentmesh.image.ca-certificates="Debian ca-certificates of the golang build image"
+      dev.agentmesh.image.ca-certificates="Debian ca-certificates of the golang build image, the package's certificate files"
 
 FROM base AS gateway
 COPY --from=build /out/gateway /usr/local/bin/gateway

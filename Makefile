@@ -28,7 +28,6 @@ TEST_FLAGS ?= -count=1 -timeout 12m
 VERSION           ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
-CA_SOURCE         ?= $(shell dpkg-query -W -f='Debian ca-certificates $${Version} (/etc/ssl/certs/ca-certificates.crt of the build machine)' ca-certificates 2>/dev/null)
 
 .PHONY: docs all tools generate generate-check lint build test test-race run e2e bench bench-growth eval fmt vet clean images images-test
 
@@ -71,7 +70,7 @@ test-race:
 # (cmd/imagebuild): dist/images/<name>/ is an OCI layout, dist/images/<name>.tar
 # a `docker load` tarball tagged agentmesh/<name>:$(VERSION). Prints sizes.
 images:
-	go run ./cmd/imagebuild -out dist/images -version '$(VERSION)' -revision '$(REVISION)' -created '$(SOURCE_DATE_EPOCH)' -ca-source '$(CA_SOURCE)'
+	go run ./cmd/imagebuild -out dist/images -version '$(VERSION)' -revision '$(REVISION)' -created '$(SOURCE_DATE_EPOCH)'
 
 # Builds every image and runs each one's entrypoint chrooted into its
 # unpacked root filesystem until it serves health (needs root; about a

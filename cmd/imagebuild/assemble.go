@@ -57,7 +57,7 @@ func baseEntries(ca []byte) ([]entry, error) {
 		{name: "etc/ssl/certs/", mode: 0o755},
 		{name: strings.TrimPrefix(caFile, "/"), mode: 0o644, data: ca},
 		{name: "home/", mode: 0o755},
-		{name: strings.TrimPrefix(home, "/") + "/", mode: 0o700, uid: uid, gid: gid},
+		{name: strings.TrimPrefix(home, "/") + "/", mode: 0o755, uid: uid, gid: gid},
 		{name: "tmp/", mode: 0o1777},
 	}, nil
 }
@@ -177,14 +177,44 @@ func write(img v1.Image, im Image, m Meta, arch, out string) error {
 	return nil
 }
 
-// readCA returns the PEM bundle at path and how many certificates it
-// holds; a bundle without one is an error, since TLS to every provider
-// would fail.
-func readCA(path string) ([]byte, int, error) {
+// loadCA returns the CA bundle -ca names (caDebian: built from the
+// machine's ca-certificates package; else a PEM file), a description of
+// where it came from, and how many certificates it holds.
+func loadCA(ca, dpkgRoot string) ([]byte, string, int, error) {
+	var data []byte
+	var source string
+	if ca == caDebian {
+		var err error
+		if data, source, err = debianCA(dpkgRoot); err != nil {
+			return nil, "", 0, err
+		}
+	} else {
+		var err error
+		if data, err = os.ReadFile(ca); err != nil {
+			return nil, "", 0, fmt.Errorf("CA certificates: %w", err)
+		}
+		source = ca + " of the build machine"
+	}
+	n, err := countCerts(data)
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("CA certificates from %s: %w", source, err)
+	}
+	return data, source, n, nil
+}
+
+// readCA returns how many certificates the PEM bundle at path holds.
+func readCA(path string) (int, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, 0, fmt.Errorf("CA certificates: %w", err)
+		return 0, fmt.Errorf("CA certificates: %w", err)
 	}
+	return countCerts(data)
+}
+
+// countCerts returns how many certificates a PEM bundle holds; a bundle
+// without one, or with one that does not parse, is an error, since TLS to
+// every provider would fail.
+func countCerts(data []byte) (int, error) {
 	n := 0
 	for rest := data; ; {
 		var b *pem.Block
@@ -196,12 +226,12 @@ func readCA(path string) ([]byte, int, error) {
 			continue
 		}
 		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
-			return nil, 0, fmt.Errorf("CA certificates %s: certificate %d: %w", path, n+1, err)
+			return 0, fmt.Errorf("certificate %d: %w", n+1, err)
 		}
 		n++
 	}
 	if n == 0 {
-		return nil, 0, errors.New("CA certificates " + path + ": no PEM certificate in it")
+		return 0, errors.New("no PEM certificate in it")
 	}
-	return data, n, nil
+	return n, nil
 }

@@ -120,7 +120,8 @@ func dockerConfig(t *testing.T, stages map[string]stage, target string) (v1.Conf
 		chain = append([]stage{st}, chain...)
 		n = st.from
 	}
-	cfg := v1.Config{ExposedPorts: map[string]struct{}{}, Labels: map[string]string{}}
+	// BuildKit and buildah give an image FROM scratch a default PATH.
+	cfg := v1.Config{Env: []string{pathEnv}, ExposedPorts: map[string]struct{}{}, Labels: map[string]string{}}
 	var copies []string
 	for _, st := range chain {
 		for _, in := range st.body {
@@ -263,14 +264,20 @@ func TestDockerfileBaseFilesMatch(t *testing.T) {
 		mode["/"+strings.TrimSuffix(e.name, "/")] = e.mode
 	}
 	for _, want := range []string{
-		"cp " + caFile + " /rootfs" + caFile,
+		// debianCA's selection: the package's .crt files under
+		// /usr/share/ca-certificates, in byte order, concatenated.
+		"dpkg-query -L ca-certificates | grep -E '^/usr/share/ca-certificates/.+\\.crt$' | LC_ALL=C sort | xargs cat > /rootfs" + caFile,
 		"cp cmd/imagebuild/rootfs/etc/passwd cmd/imagebuild/rootfs/etc/group /rootfs/etc/",
 		fmt.Sprintf("chmod %o /rootfs/tmp", mode["/tmp"]),
-		fmt.Sprintf("chmod %04o /home-nonroot", mode[home]),
+		"mkdir -p /rootfs/etc/ssl/certs /rootfs/home /rootfs/tmp /home-nonroot",
 	} {
 		if !strings.Contains(run, want) {
 			t.Errorf("the build stage's RUN lacks %q:\n%s", want, run)
 		}
+	}
+	// COPY creates nonroot's home 0755; imagebuild must agree.
+	if mode[home] != 0o755 || mode["/home"] != 0o755 {
+		t.Errorf("imagebuild makes /home %o and %s %o; COPY makes both 755", mode["/home"], home, mode[home])
 	}
 	_, copies := dockerConfig(t, stages, "base")
 	wantCopies := []string{"--from=build /rootfs/ /", "--from=build --chown=" + user() + " /home-nonroot " + home}

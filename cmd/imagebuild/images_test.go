@@ -62,7 +62,10 @@ func TestImagesRunFromTheirRootFilesystem(t *testing.T) {
 	const version = "v0.0.0-imagetest"
 	o := options{
 		repo: repo, out: out, version: version, revision: "imagetest", created: 1_700_000_000,
-		source: defaultSource, licenses: defaultLicenses, ca: caFile, arch: runtime.GOARCH,
+		source: defaultSource, licenses: defaultLicenses, ca: caDebian, arch: runtime.GOARCH,
+	}
+	if _, err := os.Stat("/var/lib/dpkg/info/ca-certificates.md5sums"); err != nil {
+		o.ca = caFile // not Debian: the machine's bundle, as -ca FILE would
 	}
 	var stdout, log bytes.Buffer
 	started := time.Now()
@@ -239,7 +242,7 @@ func inspectRootfs(t *testing.T, im Image, root string, cfg v1.Config) {
 	if err := checkStatic(filepath.Join(root, binDir, im.Name)); err != nil {
 		t.Errorf("%s: %v", im.Name, err)
 	}
-	if _, n, err := readCA(filepath.Join(root, caFile)); err != nil || n < 50 {
+	if n, err := readCA(filepath.Join(root, caFile)); err != nil || n < 50 {
 		t.Errorf("%s: CA bundle: %d certificates, %v", im.Name, n, err)
 	}
 	if cfg.User != user() {

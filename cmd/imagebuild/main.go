@@ -2,8 +2,9 @@
 // container engine: it compiles each binary static (CGO_ENABLED=0), refuses
 // any that needs a libc or links the embedded infrastructure, and assembles
 // it with go-containerregistry onto an empty base with the files a static Go
-// service needs (the build machine's CA bundle, /etc/passwd naming the
-// nonroot user 65532, a home and /tmp). No shell, no package manager.
+// service needs (the CA certificates of the build machine's Debian
+// ca-certificates package, /etc/passwd naming the nonroot user 65532, a
+// home and /tmp). No shell, no package manager.
 //
 //	go run ./cmd/imagebuild -version v1.2.3 -revision $(git rev-parse HEAD) [image...]
 //
@@ -58,8 +59,8 @@ func main() {
 	flag.Int64Var(&o.created, "created", epochFromEnv(), "image creation time in Unix seconds (default $SOURCE_DATE_EPOCH, else 0, so equal inputs give equal digests)")
 	flag.StringVar(&o.source, "source", defaultSource, "source repository URL")
 	flag.StringVar(&o.licenses, "licenses", defaultLicenses, "SPDX license expression")
-	flag.StringVar(&o.ca, "ca", caFile, "PEM bundle of CA certificates to put in the images")
-	flag.StringVar(&o.caSource, "ca-source", "", "where the CA bundle comes from, for the "+labelCA+" label (default: the -ca path on the build machine)")
+	flag.StringVar(&o.ca, "ca", caDebian, `CA certificates to put in the images: "debian" (the certificates of this machine's ca-certificates package, without local additions) or a PEM file`)
+	flag.StringVar(&o.caSource, "ca-source", "", "where the CA bundle comes from, for the "+labelCA+" label (default: the package version, or the -ca file)")
 	flag.StringVar(&o.arch, "arch", runtime.GOARCH, "GOARCH of the images (linux only)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: imagebuild [flags] [image...]\n\nimages: %s (default all)\n\n", strings.Join(names(images), " "))
@@ -108,7 +109,7 @@ func run(ctx context.Context, o options, stdout, log io.Writer) error {
 	if len(unknown) > 0 {
 		return fmt.Errorf("unknown images %v; known: %s", unknown, strings.Join(names(images), " "))
 	}
-	ca, ncerts, err := readCA(o.ca)
+	ca, caSource, ncerts, err := loadCA(o.ca, "/")
 	if err != nil {
 		return err
 	}
@@ -121,7 +122,7 @@ func run(ctx context.Context, o options, stdout, log io.Writer) error {
 		CASource: o.caSource,
 	}
 	if m.CASource == "" {
-		m.CASource = o.ca + " of the build machine"
+		m.CASource = caSource
 	}
 	for _, im := range imgs {
 		if _, err := im.tag(m.Version); err != nil {

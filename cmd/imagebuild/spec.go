@@ -62,6 +62,9 @@ const (
 	caFile = "/etc/ssl/certs/ca-certificates.crt"
 	// versionVar is set to the image version with -ldflags -X.
 	versionVar = "github.com/agentmesh/agentmesh/libs/service.Version"
+	// pathEnv is the PATH Docker's BuildKit and buildah give an image built
+	// FROM scratch; imagebuild sets the same, so the two recipes agree.
+	pathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	// labelCA records where the CA certificates came from.
 	labelCA = "dev.agentmesh.image.ca-certificates"
 )
@@ -113,6 +116,7 @@ func (im Image) config(m Meta) v1.Config {
 	}
 	return v1.Config{
 		User:         user(),
+		Env:          []string{pathEnv},
 		Entrypoint:   im.entrypoint(),
 		WorkingDir:   home,
 		ExposedPorts: ports,
