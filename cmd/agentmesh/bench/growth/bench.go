@@ -38,12 +38,11 @@ type options struct {
 	keep    bool
 }
 
-// bench is one run of the growth bench against one mesh.
+// bench is one run of the growth bench.
 type bench struct {
 	opt    options
 	out    io.Writer
-	mesh   *mesh
-	api    *api
+	mesh   *mesh          // the mesh of the workload being measured
 	stored map[string]int // items stored so far, by workload name
 	rows   []row
 	seeds  []seeding
@@ -56,50 +55,114 @@ type seeding struct {
 	took                   time.Duration
 }
 
-// run starts the mesh (self in serve mode) in a fresh data directory and
-// measures every workload at every level, printing each row as it is done
-// and the summary at the end. It returns every row measured, repeats
-// included.
+// run measures every workload at every level, each workload on a mesh of
+// its own (self in serve mode) in a fresh data directory, printing each row
+// as it is done and the summary at the end. It returns every row measured,
+// repeats included.
+//
+// A fresh mesh per workload keeps the workloads apart: between a
+// workload's rows only its own kind of item grows, and what one workload
+// leaves behind (a backlog of document extraction, JetStream consumers,
+// a failure) does not weigh on the next one's figures.
 func run(ctx context.Context, opt options, self string, out io.Writer) ([]row, error) {
 	dir, err := os.MkdirTemp("", "agentmesh-growth-")
 	if err != nil {
 		return nil, err
 	}
 	if opt.keep {
-		fmt.Fprintf(out, "data and mesh log kept in %s\n", dir)
+		fmt.Fprintf(out, "data and mesh logs kept in %s\n", dir)
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	logPath := filepath.Join(dir, "mesh.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logFile.Close()
-
-	env := meshEnv(filepath.Join(dir, "data"), opt.env)
-	fmt.Fprintf(out, "growth bench: %d cores (GOMAXPROCS %d), load %s; mesh: up.Run in its own process, simulator with zero latency",
+	fmt.Fprintf(out, "growth bench: %d cores (GOMAXPROCS %d), load %s; each workload on a fresh mesh: up.Run in its own process, simulator with zero latency",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), loadAvg())
 	for k, v := range opt.env {
 		fmt.Fprintf(out, ", %s=%s", k, v)
 	}
 	fmt.Fprintln(out)
-	started := time.Now()
-	m, err := startMesh(ctx, self, env, logFile)
-	if err != nil {
-		return nil, fmt.Errorf("%w; the mesh's log ends:\n%s", err, tail(logPath, 20))
+	if opt.duration > 0 {
+		fmt.Fprintf(out, "each row: %d clients for %s", opt.concurrency, opt.duration)
+	} else {
+		fmt.Fprintf(out, "each row: %d clients, %d operations", opt.concurrency, opt.count)
 	}
-	fmt.Fprintf(out, "mesh serving after %s\n", time.Since(started).Round(time.Millisecond))
-	b := &bench{opt: opt, out: out, mesh: m, api: newAPI(m.URL, max(opt.concurrency, opt.seedConcurrency)), stored: map[string]int{}}
-	err = b.levels(ctx)
+	fmt.Fprintf(out, " after %d warm-up operation(s) per client", opt.warmup)
+	if opt.retries > 0 {
+		fmt.Fprintf(out, "; a row during which other processes used more than %.2f cores runs again (at most %d times)", opt.noisy, opt.retries)
+	}
+	fmt.Fprint(out, "\n\n")
+	printHeader(out)
+
+	b := &bench{opt: opt, out: out, stored: map[string]int{}}
+	var errs []error
+	for _, name := range opt.workloads {
+		if err := b.workload(ctx, self, filepath.Join(dir, name), name); err != nil {
+			if ctx.Err() != nil {
+				return b.rows, err
+			}
+			fmt.Fprintf(out, "   %s: %v\n", name, err)
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	b.summary()
+	return b.rows, errors.Join(errs...)
+}
+
+// workload starts a mesh with its data under dir and measures workload
+// name at each level in turn, seeding its kind of item up to the level
+// first. A level it cannot seed ends the workload.
+func (b *bench) workload(ctx context.Context, self, dir, name string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	logPath := filepath.Join(dir, "mesh.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	m, err := startMesh(ctx, self, meshEnv(filepath.Join(dir, "data"), b.opt.env), logFile)
+	if err != nil {
+		return fmt.Errorf("%w; the mesh's log ends:\n%s", err, tail(logPath, 20))
+	}
+	b.mesh = m
+	a := newAPI(m.URL, max(b.opt.concurrency, b.opt.seedConcurrency))
+	var w workload
+	for _, c := range a.workloads(b.opt.seedTurns) {
+		if c.name == name {
+			w = c
+		}
+	}
+	err = b.levels(ctx, w)
 	if stopErr := m.stop(); err == nil && stopErr != nil {
 		err = fmt.Errorf("stopping the mesh: %w", stopErr)
 	}
-	b.summary()
-	if lines := tail(logPath, 5); lines != "" {
-		fmt.Fprintf(out, "the mesh logged warnings or errors; its log ends:\n%s", lines)
+	if lines := tail(logPath, 3); lines != "" {
+		fmt.Fprintf(b.out, "   (%s: the mesh logged warnings or errors; the last:)\n%s", name, indent(lines))
 	}
-	return b.rows, err
+	return err
+}
+
+// levels measures w at each level, seeding first.
+func (b *bench) levels(ctx context.Context, w workload) error {
+	for _, level := range b.opt.levels {
+		if err := b.seed(ctx, w, level); err != nil {
+			return fmt.Errorf("not measured at %d stored or more: %w", level, err)
+		}
+		for attempt := 0; ; attempt++ {
+			b.waitIdle(ctx)
+			r, err := b.measure(ctx, w, level)
+			if err != nil {
+				return err
+			}
+			r.attempt = attempt
+			b.rows = append(b.rows, r)
+			r.print(b.out)
+			if r.cpu.others <= b.opt.noisy || attempt >= b.opt.retries {
+				break
+			}
+		}
+	}
+	return nil
 }
 
 // tail returns the last n lines of the file at path ("" if none).
@@ -115,55 +178,8 @@ func tail(path string, n int) string {
 	return strings.Join(lines[max(len(lines)-n, 0):], "") + "\n"
 }
 
-// levels measures each chosen workload at each level in turn, seeding its
-// kind of item up to the level first. A workload's rows run one after the
-// other, so that between them only its own kind of item grows (and the
-// background work ingests leave, extraction, burdens only the last rows).
-func (b *bench) levels(ctx context.Context) error {
-	var chosen []workload
-	for _, w := range b.api.workloads(b.opt.seedTurns) {
-		if slices.Contains(b.opt.workloads, w.name) {
-			chosen = append(chosen, w)
-		}
-	}
-	if b.opt.duration > 0 {
-		fmt.Fprintf(b.out, "each row: %d clients for %s", b.opt.concurrency, b.opt.duration)
-	} else {
-		fmt.Fprintf(b.out, "each row: %d clients, %d operations", b.opt.concurrency, b.opt.count)
-	}
-	fmt.Fprintf(b.out, " after %d warm-up operation(s) per client", b.opt.warmup)
-	if b.opt.retries > 0 {
-		fmt.Fprintf(b.out, "; a row during which other processes used more than %.2f cores runs again (at most %d times)", b.opt.noisy, b.opt.retries)
-	}
-	fmt.Fprint(b.out, "\n\n")
-	printHeader(b.out)
-	var skipped []error
-	for _, w := range chosen {
-		for _, level := range b.opt.levels {
-			if err := b.seed(ctx, w, level); err != nil {
-				if ctx.Err() != nil {
-					return err
-				}
-				fmt.Fprintf(b.out, "   %s: not measured at %d stored or more: %v\n", w.name, level, err)
-				skipped = append(skipped, fmt.Errorf("%s: %w", w.name, err))
-				break
-			}
-			for attempt := 0; ; attempt++ {
-				b.waitIdle(ctx)
-				r, err := b.measure(ctx, w, level)
-				if err != nil {
-					return err
-				}
-				r.attempt = attempt
-				b.rows = append(b.rows, r)
-				r.print(b.out)
-				if r.cpu.others <= b.opt.noisy || attempt >= b.opt.retries {
-					break
-				}
-			}
-		}
-	}
-	return errors.Join(skipped...)
+func indent(lines string) string {
+	return "     " + strings.ReplaceAll(strings.TrimSuffix(lines, "\n"), "\n", "\n     ") + "\n"
 }
 
 // seed stores items of w's kind through the API until there are level of
