@@ -21,7 +21,8 @@
 // the document by _id, checks the filter and the version in Go and writes it
 // by _id, all under this process's lock of the document (LockDocument):
 // correct because no other process writes, and as fast at 10,000 documents
-// as at 10. Stores ask SingleWriter before taking shortcuts of their own
+// as at 10. Its write commands also take turns (one at a time per server),
+// which spares SQLite's busy handler and its sleeps. Stores ask SingleWriter before taking shortcuts of their own
 // (an in-memory mirror, publishing outbox entries from memory); with several
 // processes those shortcuts would lose updates.
 package mongox
@@ -83,6 +84,10 @@ func Connect(ctx context.Context, cfg Config) (*mongo.Client, *mongo.Database, e
 		SetServerSelectionTimeout(timeout).
 		SetConnectTimeout(timeout).
 		SetAppName("agentmesh")
+	if cfg.SingleWriter {
+		// The only writer's writes take turns (see writeGate).
+		opts.SetMonitor(gateFor(cfg.URI).monitor())
+	}
 	client, err := mongo.Connect(opts)
 	if err != nil {
 		// The driver quotes the URI in some errors; never pass it on.

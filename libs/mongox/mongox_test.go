@@ -3,6 +3,7 @@ package mongox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
@@ -170,5 +172,38 @@ func testUpdateVersionedRace(t *testing.T, db *mongo.Database) {
 	wg.Wait()
 	if wins.Load() != 1 || conflicts.Load() != 7 {
 		t.Fatalf("wins=%d conflicts=%d, want 1 and 7", wins.Load(), conflicts.Load())
+	}
+}
+
+// TestSingleWriterConcurrentWrites: a client connected as the single writer
+// (its writes take turns) serves many concurrent writers and readers.
+func TestSingleWriterConcurrentWrites(t *testing.T) {
+	t.Parallel()
+	uri, dbName := testkit.MongoURI(t)
+	ctx := context.Background()
+	client, db, err := mongox.Connect(ctx, mongox.Config{URI: uri, Database: dbName, SingleWriter: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(ctx)
+	if !mongox.SingleWriter(db) {
+		t.Fatal("Connect did not record the single writer")
+	}
+	coll := db.Collection("things")
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Go(func() {
+			id := fmt.Sprint(i % 10)
+			_, err := coll.UpdateOne(ctx, bson.M{"_id": id}, bson.M{"$inc": bson.M{"n": 1}}, options.UpdateOne().SetUpsert(true))
+			if err != nil && !errors.Is(mongox.Translate(err), mongox.ErrDuplicate) {
+				t.Error(err)
+			}
+			_ = coll.FindOne(ctx, bson.M{"_id": id}).Err()
+		})
+	}
+	wg.Wait()
+	n, err := coll.CountDocuments(ctx, bson.M{})
+	if err != nil || n != 10 {
+		t.Fatalf("%d documents (%v), want 10", n, err)
 	}
 }
