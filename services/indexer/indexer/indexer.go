@@ -79,6 +79,9 @@ type Config struct {
 	ExtractorTimeout time.Duration `env:"INDEXER_EXTRACTOR_TIMEOUT" default:"2m" help:"time limit of one extractor on one document"`
 	// ExtractionWorkers is how many extraction jobs run at once.
 	ExtractionWorkers int `env:"INDEXER_EXTRACTION_WORKERS" default:"2" help:"extraction jobs run concurrently by this instance"`
+	// JobLeaseTTL is how long an extraction job's claim outlives the last
+	// renewal of the worker running it.
+	JobLeaseTTL time.Duration `env:"INDEXER_JOB_LEASE_TTL" default:"6s" help:"claim of the worker running an extraction job, renewed every third of it: a job whose worker died is taken over at most this long after its last renewal, and a second delivery never runs it meanwhile"`
 	// HNSWM, HNSWEfConstruction and HNSWEfSearch tune the vector index.
 	HNSWM              int `env:"INDEXER_HNSW_M" default:"16" help:"HNSW links per node (level 0 keeps twice as many)"`
 	HNSWEfConstruction int `env:"INDEXER_HNSW_EF_CONSTRUCTION" default:"160" help:"HNSW candidate list size while inserting"`
@@ -111,6 +114,9 @@ func (c *Config) validate() error {
 	}
 	if c.ExtractionWorkers <= 0 {
 		errs = append(errs, errors.New("INDEXER_EXTRACTION_WORKERS must be positive"))
+	}
+	if c.JobLeaseTTL < time.Second {
+		errs = append(errs, fmt.Errorf("INDEXER_JOB_LEASE_TTL=%s: must be at least 1s", c.JobLeaseTTL))
 	}
 	return errors.Join(errs...)
 }
@@ -209,8 +215,9 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		Chunk:            chunk.Options{Size: cfg.ChunkSize, Overlap: cfg.ChunkOverlap},
 		ExtractorTimeout: cfg.ExtractorTimeout,
 		MaxDeliver:       events.DefaultMaxDeliver,
+		JobLeaseTTL:      cfg.JobLeaseTTL,
 	}, intake.Deps{
-		Docs: docs, Graph: graphs, Indexes: indexes, Embedder: emb, Extractors: extractors, Bus: bus,
+		Docs: docs, Graph: graphs, Indexes: indexes, Embedder: emb, Extractors: extractors,
 		Vision: visionv1.NewVisionServiceClient(vision), Logger: log,
 	})
 	if err != nil {

@@ -20,7 +20,21 @@ var (
 	ErrNotFound = errors.New("document: not found")
 	// ErrConflict means the record changed since it was read.
 	ErrConflict = errors.New("document: changed concurrently")
+	// ErrClaimLost means a claim's holder no longer holds it: another
+	// took it over after it lapsed, or it was released.
+	ErrClaimLost = errors.New("document: claim lost")
 )
+
+// BusyError means another holder has the claim until Until (unless it
+// renews it or lets it go first).
+type BusyError struct {
+	Holder string
+	Until  time.Time
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("document: claimed by %s until %s", e.Holder, e.Until.Format(time.RFC3339Nano))
+}
 
 // Scope is a tenant's project; every record belongs to one.
 type Scope struct {
@@ -71,6 +85,17 @@ type Document struct {
 	// PipelineErrors are non-fatal problems of the last ingest (vision
 	// unavailable, ...).
 	PipelineErrors []string
+	// StaleChunks are the chunk sets of earlier content (or an earlier
+	// chunking) that may still be in the store, the indexes and the graph:
+	// the ingest that replaced them removes them, by id, and then forgets
+	// them (MarkIndexed). Recorded in the write that replaces the content,
+	// so a crash in between leaks nothing.
+	StaleChunks []ChunkSet
+	// GraphMentions are the entity keys the document may MENTION in the
+	// graph (a superset: keys are added before the graph is written, and
+	// narrowed to the extracts' entities after), so a content change or a
+	// delete removes its mentions by id.
+	GraphMentions []string
 	// CreateTime and UpdateTime are set by the store.
 	CreateTime, UpdateTime time.Time
 	// Version increments on every write (optimistic concurrency).
@@ -107,6 +132,26 @@ type Chunk struct {
 	Vector   []float32
 	Embedder string
 }
+
+// ChunkSet names the chunks of one version of a document: chunk ids are
+// derived from the document, the content hash and the sequence number (see
+// ChunkID), so the hash and the count name every chunk.
+type ChunkSet struct {
+	Hash  string
+	Count int
+}
+
+// ChunkIDs returns the ids of the chunks of set.
+func ChunkIDs(docID string, set ChunkSet) []string {
+	ids := make([]string, set.Count)
+	for seq := range ids {
+		ids[seq] = ChunkID(docID, set.Hash, seq)
+	}
+	return ids
+}
+
+// Chunks returns the document's current chunk set.
+func (d *Document) Chunks() ChunkSet { return ChunkSet{Hash: d.ContentHash, Count: d.ChunkCount} }
 
 // Job is an extraction job.
 type Job struct {

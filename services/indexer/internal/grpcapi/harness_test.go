@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
@@ -32,33 +33,85 @@ import (
 // index directory.
 type infra struct {
 	nats *testkit.NATS
-	db   *mongo.Database
-	dir  string
+	// db is the database, shared by the indexers started on it; or, when
+	// it is nil, uri and name say where each indexer connects on its own.
+	db        *mongo.Database
+	uri, name string
+	dir       string
 }
 
+// newInfra returns infrastructure on which each indexer has a database
+// connection of its own, as replicas of the service binary have (many
+// writers).
 func newInfra(t *testing.T) *infra {
 	t.Helper()
-	return &infra{nats: testkit.NewNATS(t), db: testkit.MongoDB(t), dir: t.TempDir()}
+	uri, name := testkit.MongoURI(t)
+	return &infra{nats: testkit.NewNATS(t), uri: uri, name: name, dir: t.TempDir()}
+}
+
+// eachMode runs body in both writer modes (testkit.EachWriterMode): for
+// replicas, and for the one process of agentmesh up.
+func eachMode(t *testing.T, body func(t *testing.T, in *infra)) {
+	t.Helper()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		body(t, &infra{nats: testkit.NewNATS(t), db: db, dir: t.TempDir()})
+	})
+}
+
+// connect returns the database for one indexer.
+func (in *infra) connect(t *testing.T) *mongo.Database {
+	t.Helper()
+	if in.db != nil {
+		return in.db
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(in.uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	return client.Database(in.name)
 }
 
 // harness is one running indexer: the real pipeline behind the real gRPC
 // servers, the extraction consumer on JetStream and the outbox relays.
 type harness struct {
 	*infra
-	svc     *intake.Service
-	docs    indexerv1.DocumentServiceClient
-	search  indexerv1.SearchServiceClient
-	graph   indexerv1.GraphServiceClient
-	store   *docstore.Store
-	graphs  *graphstore.Store
-	indexes *hybrid.Manager
-	stop    func()
+	db           *mongo.Database // this indexer's connection
+	bus          *events.Bus
+	instanceName string
+	svc          *intake.Service
+	docs         indexerv1.DocumentServiceClient
+	search       indexerv1.SearchServiceClient
+	graph        indexerv1.GraphServiceClient
+	store        *docstore.Store
+	graphs       *graphstore.Store
+	indexes      *hybrid.Manager
+	stop         func()
+}
+
+// startOptions tune an indexer the harness starts.
+type startOptions struct {
+	// extractors run in extraction jobs; nil means the three rule-based ones.
+	extractors []extract.Extractor
+	// leaseTTL is the jobs' claim TTL; 0 means the service's default.
+	leaseTTL time.Duration
+	// instance names the indexer in claims.
+	instance string
+	// ownDir gives the indexer search indexes of its own, as a replica
+	// has, rather than in.dir.
+	ownDir bool
 }
 
 // start runs an indexer on in with the given extractors (nil: the three
 // rule-based ones). The returned harness is stopped in t.Cleanup, or
 // earlier with stop.
 func start(t *testing.T, in *infra, extractors []extract.Extractor) *harness {
+	t.Helper()
+	return startWith(t, in, startOptions{extractors: extractors})
+}
+
+// startWith runs an indexer on in, with its own database connection.
+func startWith(t *testing.T, in *infra, o startOptions) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	bus, err := events.Connect(ctx, in.nats.URL(), t.Name(), nil)
@@ -68,8 +121,9 @@ func start(t *testing.T, in *infra, extractors []extract.Extractor) *harness {
 	if err := bus.EnsureStreams(ctx); err != nil {
 		t.Fatal(err)
 	}
-	store := docstore.New(in.db)
-	graphs := graphstore.New(in.db)
+	db := in.connect(t)
+	store := docstore.New(db)
+	graphs := graphstore.New(db)
 	if err := store.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -77,17 +131,22 @@ func start(t *testing.T, in *infra, extractors []extract.Extractor) *harness {
 		t.Fatal(err)
 	}
 	emb := embed.LocalHash{}
-	indexes, err := hybrid.NewManager(hybrid.ManagerOptions{Dir: in.dir, Embedder: emb.Name(), Dimensions: emb.Dimensions()})
+	dir := in.dir
+	if o.ownDir {
+		dir = t.TempDir()
+	}
+	indexes, err := hybrid.NewManager(hybrid.ManagerOptions{Dir: dir, Embedder: emb.Name(), Dimensions: emb.Dimensions()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	extractors := o.extractors
 	if extractors == nil {
 		extractors = []extract.Extractor{extract.Financial{}, extract.MeetingNotes{}, extract.APIDoc{}}
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { store.RunOutbox(ctx, bus, nil) })
-	svc, err := intake.New(intake.Config{Chunk: chunk.Options{Size: 400, Overlap: 80}, ExtractorTimeout: 10 * time.Second, MaxDeliver: 3},
-		intake.Deps{Docs: store, Graph: graphs, Indexes: indexes, Embedder: emb, Extractors: extractors, Bus: bus})
+	svc, err := intake.New(intake.Config{Chunk: chunk.Options{Size: 400, Overlap: 80}, ExtractorTimeout: 10 * time.Second, MaxDeliver: 3, JobLeaseTTL: o.leaseTTL},
+		intake.Deps{Docs: store, Graph: graphs, Indexes: indexes, Embedder: emb, Extractors: extractors, Instance: o.instance})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +175,7 @@ func start(t *testing.T, in *infra, extractors []extract.Extractor) *harness {
 		})
 	}
 	t.Cleanup(stop)
-	return &harness{infra: in, svc: svc, docs: indexerv1.NewDocumentServiceClient(conn), search: indexerv1.NewSearchServiceClient(conn),
+	return &harness{infra: in, db: db, bus: bus, instanceName: o.instance, svc: svc, docs: indexerv1.NewDocumentServiceClient(conn), search: indexerv1.NewSearchServiceClient(conn),
 		graph: indexerv1.NewGraphServiceClient(conn), store: store, graphs: graphs, indexes: indexes, stop: stop}
 }
 

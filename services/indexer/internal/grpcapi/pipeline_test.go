@@ -62,8 +62,12 @@ Aluminium margins improved while iron ore shipments held steady.
 // the store, both indexes and the graph, and the extracts.
 func TestReingestIsNoOpAndChangeReplaces(t *testing.T) {
 	t.Parallel()
+	eachMode(t, testReingestIsNoOpAndChangeReplaces)
+}
+
+func testReingestIsNoOpAndChangeReplaces(t *testing.T, in *infra) {
 	ctx := context.Background()
-	h := start(t, newInfra(t), nil)
+	h := start(t, in, nil)
 	sc := scope("acme", "")
 	first := h.ingest(t, sc, report, "https://wiki.example.com/bhp", "BHP FY24", bhpReport)
 	if first.GetUnchanged() || first.GetExtractionJobId() == "" {
@@ -132,8 +136,11 @@ func TestReingestIsNoOpAndChangeReplaces(t *testing.T) {
 // financial extract, found by ticker; events announce the indexing.
 func TestFinancialTableBecomesExtractAndIsFound(t *testing.T) {
 	t.Parallel()
+	eachMode(t, testFinancialTableBecomesExtractAndIsFound)
+}
+
+func testFinancialTableBecomesExtractAndIsFound(t *testing.T, in *infra) {
 	ctx := context.Background()
-	in := newInfra(t)
 	evs := watchEvents(t, in, "am.evt.acme.>")
 	h := start(t, in, nil)
 	sc := scope("acme", "research")
@@ -214,8 +221,12 @@ func lastTokens(subjects []string) []string {
 // chunk, graph node or edge of the document remains.
 func TestDeleteLeavesNothingBehind(t *testing.T) {
 	t.Parallel()
+	eachMode(t, testDeleteLeavesNothingBehind)
+}
+
+func testDeleteLeavesNothingBehind(t *testing.T, in *infra) {
 	ctx := context.Background()
-	h := start(t, newInfra(t), nil)
+	h := start(t, in, nil)
 	sc := scope("acme", "")
 	ds := document.Scope{Tenant: "acme"}
 	id := h.ingest(t, sc, report, "https://wiki.example.com/bhp", "BHP FY24", bhpReport).GetDocument().GetId()
@@ -331,8 +342,12 @@ func TestScopeIsolation(t *testing.T) {
 // TestGraphNeighborsAndPath walks the graph built at ingestion.
 func TestGraphNeighborsAndPath(t *testing.T) {
 	t.Parallel()
+	eachMode(t, testGraphNeighborsAndPath)
+}
+
+func testGraphNeighborsAndPath(t *testing.T, in *infra) {
 	ctx := context.Background()
-	h := start(t, newInfra(t), nil)
+	h := start(t, in, nil)
 	sc := scope("acme", "")
 	bhp := h.ingest(t, sc, report, "https://x/bhp", "BHP FY24", bhpReport).GetDocument().GetId()
 	notes := h.ingest(t, sc, wiki, "https://x/sync", "Investor sync", "Attendees: Ana, Bo\n\n## Decisions\n- Buy more BHP\n\n## Action items\n- Ana to model BHP (ASX: BHP) dividends by 2024-09-01\n\n| Metric | FY2024 |\n|---|---|\n| Revenue | 55658 |\n| EPS | 1.55 |\n").GetDocument().GetId()
@@ -404,8 +419,11 @@ var corpus = []struct{ url, title, text string }{
 // built at ingestion.
 func TestRebuildGivesSameResults(t *testing.T) {
 	t.Parallel()
+	eachMode(t, testRebuildGivesSameResults)
+}
+
+func testRebuildGivesSameResults(t *testing.T, in *infra) {
 	ctx := context.Background()
-	in := newInfra(t)
 	h := start(t, in, nil)
 	sc := scope("acme", "")
 	for _, d := range corpus {
@@ -535,8 +553,11 @@ func (e versioned) SchemaVersion() int { return e.v }
 // schema re-extracts the documents that extractor handled, and only those.
 func TestSchemaVersionBumpReextracts(t *testing.T) {
 	t.Parallel()
+	eachMode(t, testSchemaVersionBumpReextracts)
+}
+
+func testSchemaVersionBumpReextracts(t *testing.T, in *infra) {
 	ctx := context.Background()
-	in := newInfra(t)
 	h := start(t, in, []extract.Extractor{versioned{v: 1}, extract.MeetingNotes{}})
 	sc := scope("acme", "")
 	fin := h.ingest(t, sc, report, "https://x/bhp", "BHP", bhpReport).GetDocument().GetId()

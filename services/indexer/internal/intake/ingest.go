@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -67,7 +68,7 @@ func (s *Service) Ingest(ctx context.Context, in IngestInput) (IngestResult, err
 			return IngestResult{Document: existing, Unchanged: true}, nil
 		}
 		res, err := s.ingestVersion(ctx, in, id, hash, existing, "")
-		if errors.Is(err, document.ErrConflict) && attempt < 3 {
+		if errors.Is(err, document.ErrConflict) && !errors.Is(err, errSuperseded) && attempt < 3 {
 			continue
 		}
 		return res, err
@@ -109,32 +110,87 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 		return IngestResult{}, err
 	}
 	doc.ChunkCount = len(chunks)
+	if existing != nil {
+		doc.StaleChunks = staleChunks(existing, doc.Chunks())
+		doc.GraphMentions = existing.GraphMentions
+	}
 	job := &document.Job{ID: document.JobID(id, now), Scope: in.Scope, DocumentID: id, ContentHash: hash, Reason: reason,
 		Status: indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED, CreateTime: now}
 	doc.ExtractionJobID = job.ID
 
 	// The document first: from here on a crash leaves it not indexed, and
-	// reconciliation redoes the rest.
+	// reconciliation redoes the rest — after IngestGrace, which bounds the
+	// rest, so that it never redoes an ingest still under way.
 	if err := s.Docs.SaveContent(ctx, doc, now); err != nil {
 		return IngestResult{}, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.IngestGrace)
+	defer cancel()
 	if err := s.index(ctx, doc, chunks, existing != nil && existing.ContentHash != hash); err != nil {
 		return IngestResult{}, err
 	}
+	// The job before the indexed flag: a crash between them leaves the
+	// document to reconciliation, whose new job supersedes this one.
 	if err := s.queueJob(ctx, job); err != nil {
 		return IngestResult{}, err
 	}
+	ok, err := s.Docs.MarkIndexed(ctx, doc.Scope, doc.ID, hash, doc.StaleChunks)
+	if err != nil {
+		return IngestResult{}, fmt.Errorf("intake: mark indexed: %w", err)
+	}
+	if !ok {
+		cur, err := s.undoIngest(ctx, doc)
+		switch {
+		case err != nil:
+			return IngestResult{}, err
+		case cur == nil || cur.Deleting:
+			return IngestResult{}, ErrDeleting
+		}
+		return IngestResult{}, fmt.Errorf("intake: ingest of %s: %w", id, errSuperseded)
+	}
 	doc.Indexed = true
+	doc.StaleChunks = nil
 	doc.RawContent = ""
 	log.Info("document indexed", slog.String("content_type", ct.Type), slog.Int("chunks", len(chunks)), slog.String("job_id", job.ID))
 	return IngestResult{Document: doc, JobID: job.ID}, nil
 }
 
+// staleChunks returns the chunk sets a new version of existing, with chunk
+// set cur, leaves to remove: those existing had left, and its own.
+func staleChunks(existing *document.Document, cur document.ChunkSet) []document.ChunkSet {
+	var out []document.ChunkSet
+	for _, cs := range append(slices.Clone(existing.StaleChunks), existing.Chunks()) {
+		if cs.Count > 0 && cs != cur && !slices.Contains(out, cs) {
+			out = append(out, cs)
+		}
+	}
+	return out
+}
+
+// idsOf returns the ids of the chunks of sets, but those of except.
+func idsOf(docID string, sets []document.ChunkSet, except []document.Chunk) []string {
+	keep := make(map[string]bool, len(except))
+	for _, c := range except {
+		keep[c.ID] = true
+	}
+	var out []string
+	for _, cs := range sets {
+		for _, id := range document.ChunkIDs(docID, cs) {
+			if !keep[id] {
+				keep[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
 // index writes the chunks to the store, the search shard and the graph,
-// then flags the document indexed. contentChanged drops the entity links
-// of the old content.
+// removing the document's stale chunks from each. contentChanged drops
+// the entity links of the old content.
 func (s *Service) index(ctx context.Context, doc *document.Document, chunks []document.Chunk, contentChanged bool) error {
-	if err := s.Docs.ReplaceChunks(ctx, doc.Scope, doc.ID, chunks); err != nil {
+	stale := idsOf(doc.ID, doc.StaleChunks, chunks)
+	if err := s.Docs.ReplaceChunks(ctx, chunks, stale); err != nil {
 		return fmt.Errorf("intake: store chunks: %w", err)
 	}
 	hc := toHybrid(chunks)
@@ -150,21 +206,66 @@ func (s *Service) index(ctx context.Context, doc *document.Document, chunks []do
 	gs := graph.Scope(doc.Scope)
 	chunkNodes := make([]graph.Node, len(chunks))
 	for i, c := range chunks {
-		chunkNodes[i] = graph.Node{Key: "chunk:" + c.ID, Kind: graph.KindChunk, Label: label(c.Text),
+		chunkNodes[i] = graph.Node{Key: chunkKey(c.ID), Kind: graph.KindChunk, Label: label(c.Text),
 			Props: map[string]any{"document_id": doc.ID, "seq": float64(c.Seq), "kind": c.Kind, "span_start": float64(c.Start), "span_end": float64(c.End)}}
 	}
-	if err := s.Graph.ReplaceDocument(ctx, gs, doc.ID, docNode(doc), chunkNodes); err != nil {
+	if err := s.Graph.ReplaceDocument(ctx, gs, doc.ID, docNode(doc), chunkNodes, chunkKeys(stale)); err != nil {
 		return fmt.Errorf("intake: graph: %w", err)
 	}
-	if contentChanged {
-		if err := s.Graph.ReplaceMentions(ctx, gs, doc.ID, docKey(doc.ID), nil); err != nil {
+	if contentChanged && len(doc.GraphMentions) > 0 {
+		if err := s.Graph.ReplaceMentions(ctx, gs, doc.ID, docKey(doc.ID), nil, doc.GraphMentions); err != nil {
 			return fmt.Errorf("intake: graph: %w", err)
 		}
 	}
-	if err := s.Docs.MarkIndexed(ctx, doc.Scope, doc.ID, doc.ContentHash); err != nil {
-		return fmt.Errorf("intake: mark indexed: %w", err)
-	}
 	return nil
+}
+
+// errSuperseded means another ingest of the document replaced its content
+// before this one could mark it indexed. Retrying would undo that ingest.
+var errSuperseded = fmt.Errorf("a newer ingest of the document came first: %w", document.ErrConflict)
+
+// undoIngest removes what an ingest of doc wrote once its content was
+// replaced, or the document deleted, before it could mark it indexed: the
+// newer version, or the delete, may have cleaned up before these writes
+// landed. Nothing is removed if doc's content is current (again). It
+// returns the document as it is now, nil if gone.
+func (s *Service) undoIngest(ctx context.Context, doc *document.Document) (*document.Document, error) {
+	cur, err := s.Docs.LoadDocument(ctx, doc.Scope, doc.ID)
+	switch {
+	case errors.Is(err, document.ErrNotFound):
+		cur = nil
+	case err != nil:
+		return nil, err
+	case !cur.Deleting && cur.ContentHash == doc.ContentHash:
+		return cur, nil
+	}
+	ids := document.ChunkIDs(doc.ID, doc.Chunks())
+	if err := s.Indexes.Write(hscope(doc.Scope), func(tx hybrid.Tx) error { return tx.Delete(ids) }); err != nil {
+		return nil, fmt.Errorf("intake: search indexes: %w", err)
+	}
+	gs, keys := graph.Scope(doc.Scope), chunkKeys(ids)
+	if cur == nil || cur.Deleting {
+		err = s.Graph.DeleteDocument(ctx, gs, doc.ID, docKey(doc.ID), keys, nil)
+	} else {
+		// The current version's node, and none of its chunks, which this
+		// ingest did not write.
+		err = s.Graph.ReplaceDocument(ctx, gs, doc.ID, docNode(cur), nil, keys)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("intake: graph: %w", err)
+	}
+	return cur, s.Docs.DeleteChunks(ctx, ids)
+}
+
+func chunkKey(id string) string { return "chunk:" + id }
+
+// chunkKeys returns the graph keys of chunks with these ids.
+func chunkKeys(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = chunkKey(id)
+	}
+	return out
 }
 
 func docKey(id string) string { return "doc:" + id }

@@ -5,6 +5,24 @@
 // they name in the graph, and decides routing (DONE or LIFT_UP). It also
 // deletes documents from every index, searches, rebuilds indexes from the
 // document store, and reconciles after a crash.
+//
+// # Several replicas
+//
+// Every step works with other indexer processes on the same database:
+//   - an extraction job runs under a claim (see claim.go): a redelivered
+//     or requeued job waits while another worker holds it, and takes over
+//     within a lease TTL of that worker's death;
+//   - a job's work item rides in the job record's outbox, written with the
+//     job, so a crash cannot leave a queued job with nothing to run it;
+//   - an ingest finishes its writes within IngestGrace of its first, and
+//     reconciliation leaves documents written more recently than that to
+//     the ingest under way (in this process or another);
+//   - an ingest, or an extraction, that finds its document changed or
+//     deleted when it comes to record its work removes what it wrote, which
+//     the newer version or the delete may have missed.
+//
+// Each replica's search indexes hold what it ingested itself (see the
+// README); the database holds everything.
 package intake
 
 import (
@@ -12,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"google.golang.org/grpc"
@@ -48,7 +67,23 @@ type Config struct {
 	// MaxDeliver is how often an extraction job message is delivered
 	// before the job is marked failed; it must match the consumer's.
 	MaxDeliver int
+	// JobLeaseTTL is how long a job's claim outlives its worker's last
+	// renewal (every JobLeaseTTL/3 while it runs); 0 means
+	// DefaultJobLeaseTTL.
+	JobLeaseTTL time.Duration
+	// IngestGrace bounds an ingest's writes after its first; 0 means
+	// DefaultIngestGrace.
+	IngestGrace time.Duration
 }
+
+// Defaults of Config.
+const (
+	// DefaultJobLeaseTTL keeps a dead worker's job at most a few seconds.
+	DefaultJobLeaseTTL = 6 * time.Second
+	// DefaultIngestGrace leaves an ingest ample time for a few writes by
+	// _id and the local indexes.
+	DefaultIngestGrace = time.Minute
+)
 
 // Deps are the pipeline's collaborators.
 type Deps struct {
@@ -62,11 +97,13 @@ type Deps struct {
 	Embedder embed.Embedder
 	// Extractors run in extraction jobs, in order.
 	Extractors []extract.Extractor
-	// Bus publishes extraction work; events go through the outboxes.
-	Bus *events.Bus
-	// Vision analyses image attachments; nil skips vision. (The outboxes
-	// of documents and jobs are published by Docs.RunOutbox.)
+	// Vision analyses image attachments; nil skips vision. (Events and
+	// work items go through the outboxes of documents and jobs, which
+	// Docs.RunOutbox publishes.)
 	Vision VisionClient
+	// Instance names this process in job claims (for logs and errors);
+	// empty means host name and process id.
+	Instance string
 	// Logger receives the pipeline's logs.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -84,7 +121,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if err := cfg.Chunk.Validate(); err != nil {
 		return nil, err
 	}
-	if d.Docs == nil || d.Graph == nil || d.Indexes == nil || d.Embedder == nil || d.Bus == nil {
+	if d.Docs == nil || d.Graph == nil || d.Indexes == nil || d.Embedder == nil {
 		return nil, errors.New("intake: missing dependency")
 	}
 	if d.Embedder.Dimensions() != d.Indexes.Dimensions() {
@@ -102,6 +139,16 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	if cfg.MaxDeliver <= 0 {
 		cfg.MaxDeliver = events.DefaultMaxDeliver
+	}
+	if cfg.JobLeaseTTL <= 0 {
+		cfg.JobLeaseTTL = DefaultJobLeaseTTL
+	}
+	if cfg.IngestGrace <= 0 {
+		cfg.IngestGrace = DefaultIngestGrace
+	}
+	if d.Instance == "" {
+		host, _ := os.Hostname()
+		d.Instance = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -61,82 +62,127 @@ func jobEvent(ctx context.Context, j *document.Job) (events.OutboxEntry, error) 
 		&indexerv1.ExtractionJobEvent{Job: j.Proto()})
 }
 
-// queueJob stores a queued job (with its "queued" event) and puts its work
-// message on the queue. The message id is the job id, so queueing a job
-// again (reconciliation) inside the duplicate window stores one message.
+// queueJob stores a queued job with its "queued" event and its work item
+// in its outbox: one write, so the job and the message that runs it exist
+// together or not at all.
 func (s *Service) queueJob(ctx context.Context, j *document.Job) error {
 	ev, err := jobEvent(ctx, j)
 	if err != nil {
 		return err
 	}
-	if err := s.Docs.CreateJob(ctx, j, ev); err != nil {
-		return fmt.Errorf("intake: create job: %w", err)
-	}
-	return s.publishJob(ctx, j)
-}
-
-func (s *Service) publishJob(ctx context.Context, j *document.Job) error {
-	work, err := events.NewEvent(eventJobRequested, Source, j.Scope.Proto(), j.DocumentID,
-		&indexerv1.ExtractionJob{Id: j.ID, Scope: j.Scope.Proto(), DocumentId: j.DocumentID, ContentHash: j.ContentHash})
+	work, err := workEntry(ctx, j)
 	if err != nil {
 		return err
 	}
-	work.Id = j.ID
-	if _, err := s.Bus.Publish(ctx, events.WorkSubject(ExtractionQueue), work); err != nil {
-		return fmt.Errorf("intake: queue extraction job: %w", err)
+	if err := s.Docs.CreateJob(ctx, j, ev, work); err != nil {
+		return fmt.Errorf("intake: create job: %w", err)
 	}
 	return nil
 }
 
-// HandleJob is the extraction work queue's handler. It is idempotent: a
-// redelivered job that already ended is acknowledged; one whose document
-// changed or went away is superseded; otherwise the extractors run again
-// and their results replace the document's.
+// workEntry is the outbox entry of a job's work item. Its id is the job
+// id, so the same job queued again inside the duplicate window is stored
+// once.
+func workEntry(ctx context.Context, j *document.Job) (events.OutboxEntry, error) {
+	work, err := events.NewEvent(eventJobRequested, Source, j.Scope.Proto(), j.DocumentID,
+		&indexerv1.ExtractionJob{Id: j.ID, Scope: j.Scope.Proto(), DocumentId: j.DocumentID, ContentHash: j.ContentHash})
+	if err != nil {
+		return events.OutboxEntry{}, err
+	}
+	work.Id = j.ID
+	e, err := events.OutboxEntryFor(events.WorkSubject(ExtractionQueue), work)
+	if err != nil {
+		return events.OutboxEntry{}, err
+	}
+	return e.WithTraceContext(ctx), nil
+}
+
+// errJobMoved means another worker moved the job on (ended it) while this
+// one was writing it.
+var errJobMoved = errors.New("intake: the job was moved on by another worker")
+
+// HandleJob is the extraction work queue's handler. It runs the job under
+// its claim (see claim.go), so it is idempotent and exclusive: a delivery
+// of a job that already ended is acknowledged; one of a job another worker
+// is running waits for it to end (or die); a job whose document changed or
+// went away is superseded; otherwise the extractors run again and their
+// results replace the document's.
 func (s *Service) HandleJob(ctx context.Context, d *events.Delivery) error {
 	var msg indexerv1.ExtractionJob
 	if err := d.Event.GetPayload().UnmarshalTo(&msg); err != nil {
 		return events.Permanent(fmt.Errorf("intake: job message: %w", err))
 	}
 	sc := document.Scope{Tenant: msg.GetScope().GetTenantId(), Project: msg.GetScope().GetProjectId()}
-	j, err := s.Docs.GetJob(ctx, sc, msg.GetId())
+	c, err := s.claimJob(ctx, sc, msg.GetId())
 	if errors.Is(err, document.ErrNotFound) {
 		return events.Permanent(fmt.Errorf("intake: job %s does not exist", msg.GetId()))
 	}
-	if err != nil {
+	if err != nil || c == nil {
 		return err
 	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := s.keepClaim(runCtx, c, cancel)
+	ended, err := s.handleClaimed(runCtx, d, sc, msg.GetId())
+	stop()
+	if cause := context.Cause(runCtx); errors.Is(cause, errClaimLost) {
+		return cause // another worker has the job now
+	}
+	s.letGo(ctx, c, ended)
+	return err
+}
+
+// handleClaimed runs one attempt of job id, whose claim this worker
+// holds, and reports whether the job has ended.
+func (s *Service) handleClaimed(ctx context.Context, d *events.Delivery, sc document.Scope, id string) (ended bool, err error) {
+	j, err := s.Docs.GetJob(ctx, sc, id)
+	if errors.Is(err, document.ErrNotFound) {
+		return true, events.Permanent(fmt.Errorf("intake: job %s does not exist", id))
+	}
+	if err != nil {
+		return false, err
+	}
 	if document.Terminal(j.Status) {
-		return nil
+		return true, nil
 	}
 	j.Attempts = int(d.NumDelivered)
 	err = s.runJob(ctx, j)
-	if err != nil && int(d.NumDelivered) >= s.cfg.MaxDeliver && ctx.Err() == nil {
-		j.Status, j.Error, j.EndTime = indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_FAILED, err.Error(), s.now()
-		if werr := s.finishJob(ctx, j); werr != nil {
-			err = errors.Join(err, werr)
-		}
-		_ = s.Docs.SetExtractionStatus(ctx, j.Scope, j.DocumentID, j.ID, j.Status)
+	switch {
+	case err == nil, errors.Is(err, errJobMoved):
+		return true, nil
+	case int(d.NumDelivered) < s.cfg.MaxDeliver || ctx.Err() != nil:
+		return false, err
 	}
-	return err
+	// The last delivery failed: the job fails, and the message is
+	// dead-lettered.
+	from := j.Status
+	j.Status, j.Error, j.EndTime = indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_FAILED, err.Error(), s.now()
+	if werr := s.writeJob(ctx, j, from); werr != nil && !errors.Is(werr, errJobMoved) {
+		return false, errors.Join(err, werr)
+	}
+	_ = s.Docs.SetExtractionStatus(ctx, j.Scope, j.DocumentID, j.ID, j.Status)
+	return true, err
 }
 
 // runJob runs one attempt of a job.
 func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 	log := s.Logger.With(slog.String("job_id", j.ID), slog.String("document_id", j.DocumentID), slog.String("tenant", j.Scope.Tenant))
+	from := j.Status
 	doc, err := s.Docs.GetDocument(ctx, j.Scope, j.DocumentID)
 	if errors.Is(err, document.ErrNotFound) {
-		return s.supersede(ctx, j, "the document was deleted")
+		return s.supersede(ctx, j, from, "the document was deleted")
 	}
 	if err != nil {
 		return err
 	}
 	if doc.ContentHash != j.ContentHash || doc.ExtractionJobID != j.ID {
-		return s.supersede(ctx, j, "the document changed; a newer job extracts it")
+		return s.supersede(ctx, j, from, "the document changed; a newer job extracts it")
 	}
 	j.Status, j.StartTime, j.Error = indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING, s.now(), ""
-	if err := s.writeJob(ctx, j); err != nil {
+	if err := s.writeJob(ctx, j, from); err != nil {
 		return err
 	}
+	from = j.Status
 	if err := s.Docs.SetExtractionStatus(ctx, j.Scope, j.DocumentID, j.ID, j.Status); err != nil {
 		return err
 	}
@@ -145,7 +191,7 @@ func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 		ContentType: doc.ContentType, Text: doc.RawContent, VisionSummary: doc.VisionSummary}
 	outcomes := extract.Run(ctx, in, s.Extractors, s.cfg.ExtractorTimeout)
 	if ctx.Err() != nil {
-		return ctx.Err() // shutting down: let another delivery run it
+		return context.Cause(ctx) // shutting down, or the claim is lost: let another delivery run it
 	}
 	var (
 		exs      []extract.Extract
@@ -167,10 +213,26 @@ func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 		exs = append(exs, o.Extracts...)
 	}
 
-	// Entities into the graph, and the base chunk with the extract digest.
-	if err := s.Graph.ReplaceMentions(ctx, graph.Scope(j.Scope), doc.ID, docKey(doc.ID), entityNodes(exs)); err != nil {
+	// Entities into the graph: first named on the document (so a delete
+	// or a content change finds them), then written.
+	ents := entityNodes(exs)
+	mentions := make([]string, len(ents))
+	for i, e := range ents {
+		mentions[i] = e.Key
+	}
+	if !subset(mentions, doc.GraphMentions) {
+		ok, err := s.Docs.AddMentions(ctx, j.Scope, doc.ID, doc.ContentHash, j.ID, mentions)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return s.supersede(ctx, j, from, "the document changed while extracting")
+		}
+	}
+	if err := s.Graph.ReplaceMentions(ctx, graph.Scope(j.Scope), doc.ID, docKey(doc.ID), ents, doc.GraphMentions); err != nil {
 		return fmt.Errorf("intake: graph mentions: %w", err)
 	}
+	// The base chunk with the extract digest.
 	doc.Extracts = exs
 	base := s.chunkDocument(doc, digest(exs))[:1]
 	if err := s.embedChunks(ctx, base); err != nil {
@@ -197,17 +259,61 @@ func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 	}
 	ok, err := s.Docs.CompleteExtraction(ctx, j.Scope, doc.ID, doc.ContentHash, docstore.ExtractionResult{
 		Extracts: exs, ExtractorVersions: versions, Routing: dec.Routing, RoutingReason: dec.Reason, Status: j.Status, JobID: j.ID,
+		Mentions: mentions,
 	}, doc.UpdateTime, entries...)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return s.supersede(ctx, j, "the document changed while extracting")
+		if err := s.undoExtraction(ctx, j, mentions); err != nil {
+			return err
+		}
+		return s.supersede(ctx, j, from, "the document changed while extracting")
 	}
 	j.EndTime = s.now()
 	log.Info("extraction finished", slog.String("status", jobEventNames[j.Status]), slog.Int("extracts", len(exs)),
 		slog.String("routing", dec.Routing.String()))
-	return s.finishJob(ctx, j)
+	return s.writeJob(ctx, j, from)
+}
+
+// undoExtraction removes what an extraction wrote for a document that
+// changed or went away before the extraction could record its results:
+// the newer version, or the delete, may have cleaned up before these
+// writes landed. The base chunk of the job's content is obsolete unless
+// that content is current; the mentions matter only once the document is
+// gone (a newer extraction drops them otherwise: they are on the
+// document's graph_mentions).
+func (s *Service) undoExtraction(ctx context.Context, j *document.Job, mentions []string) error {
+	cur, err := s.Docs.LoadDocument(ctx, j.Scope, j.DocumentID)
+	gone := errors.Is(err, document.ErrNotFound) || (err == nil && cur.Deleting)
+	if err != nil && !gone {
+		return err
+	}
+	if gone || cur.ContentHash != j.ContentHash {
+		base := []string{document.ChunkID(j.DocumentID, j.ContentHash, 0)}
+		if err := s.Indexes.Write(hscope(j.Scope), func(tx hybrid.Tx) error { return tx.Delete(base) }); err != nil {
+			return fmt.Errorf("intake: search indexes: %w", err)
+		}
+		if err := s.Docs.DeleteChunks(ctx, base); err != nil {
+			return err
+		}
+	}
+	if gone {
+		if err := s.Graph.ReplaceMentions(ctx, graph.Scope(j.Scope), j.DocumentID, docKey(j.DocumentID), nil, mentions); err != nil {
+			return fmt.Errorf("intake: graph mentions: %w", err)
+		}
+	}
+	return nil
+}
+
+// subset reports whether every key of a is in b.
+func subset(a, b []string) bool {
+	for _, k := range a {
+		if !slices.Contains(b, k) {
+			return false
+		}
+	}
+	return true
 }
 
 // documentEvents are the document's "indexed" event, and "lifted_up" when
@@ -231,27 +337,27 @@ func (s *Service) documentEvents(ctx context.Context, doc *document.Document, j 
 	return out, nil
 }
 
-func (s *Service) supersede(ctx context.Context, j *document.Job, why string) error {
+func (s *Service) supersede(ctx context.Context, j *document.Job, from indexerv1.ExtractionJobStatus, why string) error {
 	j.Status, j.Error, j.EndTime = indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_SUPERSEDED, why, s.now()
-	return s.finishJob(ctx, j)
+	return s.writeJob(ctx, j, from)
 }
 
-// writeJob stores a running job's state with its event.
-func (s *Service) writeJob(ctx context.Context, j *document.Job) error {
+// writeJob stores a job's state with its event, if its stored status is
+// still from; otherwise (another worker moved it on, to its end in
+// particular) it returns errJobMoved and leaves it as it is.
+func (s *Service) writeJob(ctx context.Context, j *document.Job, from indexerv1.ExtractionJobStatus) error {
 	ev, err := jobEvent(ctx, j)
 	if err != nil {
 		return err
 	}
-	if _, err := s.Docs.UpdateJob(ctx, j, ev); err != nil {
+	ok, err := s.Docs.UpdateJob(ctx, j, from, ev)
+	if err != nil {
 		return err
 	}
+	if !ok {
+		return errJobMoved
+	}
 	return nil
-}
-
-// finishJob stores a job's final state with its event; a job that already
-// ended (a concurrent delivery) is left as it is.
-func (s *Service) finishJob(ctx context.Context, j *document.Job) error {
-	return s.writeJob(ctx, j)
 }
 
 // entityNodes turns extracts into entity nodes, without duplicates.

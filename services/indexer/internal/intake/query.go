@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
@@ -15,28 +16,28 @@ import (
 
 // Delete removes a document from the search indexes, the graph and the
 // store. The document is hidden first, so a crash half way leaves it
-// invisible, and reconciliation finishes the removal.
+// invisible, and reconciliation finishes the removal. Everything is
+// removed by id: the record names its chunks and entity mentions.
 func (s *Service) Delete(ctx context.Context, sc document.Scope, id string) error {
-	doc, err := s.Docs.LoadDocument(ctx, sc, id)
+	doc, err := s.Docs.MarkDeleting(ctx, sc, id)
 	if err != nil {
 		return err
 	}
-	if !doc.Deleting {
-		if err := s.Docs.MarkDeleting(ctx, sc, id); err != nil {
-			return err
-		}
-	}
-	return s.finishDelete(ctx, sc, id)
+	return s.finishDelete(ctx, doc)
 }
 
-func (s *Service) finishDelete(ctx context.Context, sc document.Scope, id string) error {
+// finishDelete removes a document marked deleting, as its record (read
+// after the marking) names its parts.
+func (s *Service) finishDelete(ctx context.Context, doc *document.Document) error {
+	sc, id := doc.Scope, doc.ID
 	if err := s.Indexes.Write(hscope(sc), func(tx hybrid.Tx) error { return tx.DeleteDocument(ctx, id) }); err != nil {
 		return fmt.Errorf("intake: delete from search indexes: %w", err)
 	}
-	if err := s.Graph.DeleteDocument(ctx, graph.Scope(sc), id); err != nil {
+	ids := idsOf(id, append(slices.Clone(doc.StaleChunks), doc.Chunks()), nil)
+	if err := s.Graph.DeleteDocument(ctx, graph.Scope(sc), id, docKey(id), chunkKeys(ids), doc.GraphMentions); err != nil {
 		return fmt.Errorf("intake: delete from graph: %w", err)
 	}
-	if err := s.Docs.DeleteChunks(ctx, sc, id); err != nil {
+	if err := s.Docs.DeleteChunks(ctx, ids); err != nil {
 		return fmt.Errorf("intake: delete chunks: %w", err)
 	}
 	if err := s.Docs.DeleteDocument(ctx, sc, id); err != nil {
@@ -199,11 +200,15 @@ func (s *Service) Rebuild(ctx context.Context, sc *document.Scope) (RebuildStats
 // jobs whose message may be lost, re-extracts documents handled by an
 // extractor whose schema version has since risen, and rebuilds shards
 // that disagree with the document store (missing, wiped for another
-// embedder, or short of chunks). Each step logs and continues on error;
-// the joined errors are returned.
+// embedder, or short of chunks). A document written less than
+// IngestGrace ago may be being ingested by another replica (or a request
+// of this one): it is finished last, once that much time has passed, if
+// it is still unfinished then. Each step logs and continues on error; the
+// joined errors are returned.
 func (s *Service) Reconcile(ctx context.Context) error {
 	var errs []error
-	if err := s.finishUnfinished(ctx); err != nil {
+	recent, err := s.finishUnfinished(ctx)
+	if err != nil {
 		errs = append(errs, err)
 	}
 	if err := s.requeueJobs(ctx); err != nil {
@@ -215,26 +220,70 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	if err := s.checkShards(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	if err := s.finishRecent(ctx, recent); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
-func (s *Service) finishUnfinished(ctx context.Context) error {
+func (s *Service) finishUnfinished(ctx context.Context) (recent []*document.Document, err error) {
 	docs, err := s.Docs.Unfinished(ctx, 1000)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var errs []error
 	for _, d := range docs {
-		if d.Deleting {
-			errs = append(errs, s.finishDelete(ctx, d.Scope, d.ID))
+		if !d.Deleting && s.now().Sub(d.UpdateTime) < s.cfg.IngestGrace {
+			recent = append(recent, d) // an ingest may be under way
 			continue
 		}
-		in := IngestInput{Scope: d.Scope, SourceType: d.SourceType, SourceURL: d.SourceURL, Title: d.Title, RawContent: d.RawContent}
-		_, err := s.ingestVersion(ctx, in, d.ID, d.ContentHash, d, d.VisionSummary)
-		if err == nil {
-			s.Logger.Info("finished an interrupted ingest", slog.String("document_id", d.ID))
+		errs = append(errs, s.finishOne(ctx, d))
+	}
+	return recent, errors.Join(errs...)
+}
+
+// finishOne finishes the interrupted delete or ingest of d.
+func (s *Service) finishOne(ctx context.Context, d *document.Document) error {
+	if d.Deleting {
+		return s.finishDelete(ctx, d)
+	}
+	in := IngestInput{Scope: d.Scope, SourceType: d.SourceType, SourceURL: d.SourceURL, Title: d.Title, RawContent: d.RawContent}
+	_, err := s.ingestVersion(ctx, in, d.ID, d.ContentHash, d, d.VisionSummary)
+	if err == nil {
+		s.Logger.Info("finished an interrupted ingest", slog.String("document_id", d.ID))
+	}
+	return err
+}
+
+// finishRecent waits until IngestGrace has passed since each document's
+// last write, and finishes those still unfinished then, as they are then:
+// the ingest that wrote them is over, done or dead.
+func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) error {
+	var errs []error
+	for len(docs) > 0 {
+		d := docs[0]
+		if wait := s.cfg.IngestGrace - s.now().Sub(d.UpdateTime); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return errors.Join(append(errs, ctx.Err())...)
+			case <-t.C:
+			}
 		}
-		errs = append(errs, err)
+		cur, err := s.Docs.GetDocument(ctx, d.Scope, d.ID)
+		switch {
+		case errors.Is(err, document.ErrNotFound), err == nil && cur.Indexed:
+			docs = docs[1:] // finished, or deleted (a delete finishes itself)
+		case err != nil:
+			errs = append(errs, err)
+			docs = docs[1:]
+		case s.now().Sub(cur.UpdateTime) < s.cfg.IngestGrace:
+			docs[0] = cur // written again meanwhile: wait for that write
+		default:
+			errs = append(errs, s.finishOne(ctx, cur))
+			docs = docs[1:]
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -243,6 +292,9 @@ func (s *Service) finishUnfinished(ctx context.Context) error {
 // reconciliation assumes its message is lost.
 const requeueAfter = 10 * time.Minute
 
+// requeueJobs puts the work item of every job pending since before
+// requeueAfter in its outbox again. A job another worker is running meanwhile
+// is safe: its claim makes the new delivery wait.
 func (s *Service) requeueJobs(ctx context.Context) error {
 	cutoff := s.now().Add(-requeueAfter)
 	jobs, err := s.Docs.PendingJobs(ctx, cutoff, 1000)
@@ -251,7 +303,11 @@ func (s *Service) requeueJobs(ctx context.Context) error {
 	}
 	var errs []error
 	for _, j := range jobs {
-		errs = append(errs, s.publishJob(ctx, j))
+		work, err := workEntry(ctx, j)
+		if err == nil {
+			_, err = s.Docs.RequeueJob(ctx, j, work)
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

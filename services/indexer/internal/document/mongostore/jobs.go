@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/libs/events"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
 )
 
@@ -60,31 +61,36 @@ func (r *jobRecord) toJob() *document.Job {
 	return j
 }
 
-// CreateJob stores a new job with its events.
+// CreateJob stores a new job with its outbox entries (its "queued" event
+// and its work item: the job and the message that runs it are one write).
 func (s *Store) CreateJob(ctx context.Context, j *document.Job, outbox ...events.OutboxEntry) error {
-	defer s.lock()()
-	defer s.notify()
 	r := jobRecord{ID: j.ID, Tenant: j.Scope.Tenant, Project: j.Scope.Project, DocumentID: j.DocumentID, ContentHash: j.ContentHash,
 		Reason: j.Reason, Status: int32(j.Status), Runs: toRunRecords(j.Runs), Attempts: j.Attempts, Error: j.Error,
 		CreateTime: j.CreateTime, StartTime: j.StartTime, EndTime: j.EndTime, Outbox: outbox}
-	_, err := s.jobs.InsertOne(ctx, r)
-	return translate(err)
+	// The lock orders this write's entries before those of the job's next
+	// write, which may follow at once on another goroutine.
+	defer mongox.LockDocument(s.jobs, j.ID)()
+	if _, err := s.jobs.InsertOne(ctx, r); err != nil {
+		return translate(err)
+	}
+	s.out.wrote(s.jobs, j.ID, outbox)
+	return nil
 }
 
 // GetJob returns a job of the scope.
 func (s *Store) GetJob(ctx context.Context, sc document.Scope, id string) (*document.Job, error) {
 	var r jobRecord
-	if err := s.jobs.FindOne(ctx, scopeFilter(sc, bson.E{Key: "_id", Value: id}), options.FindOne().SetProjection(bson.D{{Key: "outbox", Value: 0}})).Decode(&r); err != nil {
+	if err := mongox.FindByID(ctx, s.jobs, id, scopeFilter(sc), &r, options.FindOne().SetProjection(bson.D{{Key: "outbox", Value: 0}})); err != nil {
 		return nil, translate(err)
 	}
 	return r.toJob(), nil
 }
 
-// UpdateJob writes a job's state with its events. Terminal jobs are never
-// written again: it returns false if the stored job had already ended.
-func (s *Store) UpdateJob(ctx context.Context, j *document.Job, outbox ...events.OutboxEntry) (bool, error) {
-	defer s.lock()()
-	defer s.notify()
+// UpdateJob writes a job's state with its events if its stored status is
+// still from, the status its writer read: a job that another worker moved
+// on meanwhile, to its end in particular, is not written. It reports
+// whether it wrote.
+func (s *Store) UpdateJob(ctx context.Context, j *document.Job, from indexerv1.ExtractionJobStatus, outbox ...events.OutboxEntry) (bool, error) {
 	update := bson.M{"$set": bson.M{
 		"status": int32(j.Status), "runs": toRunRecords(j.Runs), "attempts": j.Attempts, "error": j.Error,
 		"start_time": j.StartTime, "end_time": j.EndTime,
@@ -92,22 +98,24 @@ func (s *Store) UpdateJob(ctx context.Context, j *document.Job, outbox ...events
 	if len(outbox) > 0 {
 		update["$push"] = events.OutboxPush(outbox...)
 	}
-	terminal := bson.A{}
-	for _, st := range []indexerv1.ExtractionJobStatus{
-		indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_SUCCEEDED, indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_PARTIALLY_FAILED,
-		indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_FAILED, indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_SUPERSEDED,
-	} {
-		terminal = append(terminal, int32(st))
-	}
-	res, err := s.jobs.UpdateOne(ctx, scopeFilter(j.Scope, bson.E{Key: "_id", Value: j.ID}, bson.E{Key: "status", Value: bson.M{"$nin": terminal}}), update)
-	if err != nil {
-		return false, translate(err)
-	}
-	return res.MatchedCount == 1, nil
+	return s.updateJob(ctx, j, from, update, outbox)
+}
+
+// RequeueJob appends outbox entries (a work item again) to a job whose
+// status is still j.Status, and reports whether it did.
+func (s *Store) RequeueJob(ctx context.Context, j *document.Job, outbox ...events.OutboxEntry) (bool, error) {
+	return s.updateJob(ctx, j, j.Status, bson.M{"$push": events.OutboxPush(outbox...)}, outbox)
+}
+
+func (s *Store) updateJob(ctx context.Context, j *document.Job, from indexerv1.ExtractionJobStatus, update bson.M, outbox []events.OutboxEntry) (bool, error) {
+	cond := scopeFilter(j.Scope, bson.E{Key: "status", Value: int32(from)})
+	ok, err := mongox.UpdateIf(ctx, s.jobs, j.ID, cond, update, func() { s.out.wrote(s.jobs, j.ID, outbox) })
+	return ok, translate(err)
 }
 
 // PendingJobs returns jobs queued or running since before cutoff: their
 // work message may have been lost, so reconciliation queues them again.
+// It scans.
 func (s *Store) PendingJobs(ctx context.Context, cutoff time.Time, limit int) ([]*document.Job, error) {
 	f := bson.D{
 		{Key: "status", Value: bson.M{"$in": bson.A{int32(indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED), int32(indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING)}}},

@@ -1,26 +1,70 @@
-// Package mongostore keeps documents, chunks and extraction jobs in
-// MongoDB (or FerretDB). Every state change is a single-document write;
-// events that go with a change ride in the same write, in the record's
-// outbox (see libs/events), so state and events never diverge.
+// Package mongostore keeps documents, chunks, extraction jobs and their
+// claims in MongoDB (or FerretDB). Every state change is a single-document
+// write; events that go with a change ride in the same write, in the
+// record's outbox (see libs/events), so state and events never diverge.
 //
-// FerretDB v1 does not isolate concurrent updates of one document: two
-// updates racing on a record can lose one of them (measured: 400
-// concurrent $inc/$push updates of one document kept 229). So a Store
-// serialises its writes, and relays its outboxes itself (RunOutbox) under
-// the same lock, since an outbox sweep's $pullAll is a write too. That is
-// enough for one indexer process per database, which is how the indexer
-// runs (its search indexes are local to the process anyway).
+// # Lookups by _id
+//
+// FerretDB v1 (SQLite) finds documents by an exact {_id: x} filter only
+// (the embedded server indexes that lookup); any other filter makes it
+// parse every document of the collection, and documents hold their raw
+// content. So everything ingest, extraction, retrieval and delete do is a
+// read, write or delete by _id:
+//   - documents, jobs and claims are read by _id with the scope checked in
+//     Go (mongox.FindByID), and updated with mongox.UpdateVersioned or
+//     mongox.UpdateIf, which check their conditions in Go for a single
+//     writer and in the filter otherwise;
+//   - chunk ids derive from the document, its content hash and a sequence
+//     number (document.ChunkID), so the document record, which keeps its
+//     current chunk set and the sets earlier content left to remove
+//     (stale_chunks), names every chunk to write, read or delete; a search
+//     reads its hits' chunks one FindOne each, concurrently;
+//   - the record also keeps the entity keys the document may mention in the
+//     graph (graph_mentions), so the graph store removes mentions by _id.
+//
+// Still scanning, on purpose: ListDocuments, FindByTerms (paged listings),
+// Unfinished, PendingJobs, HandledBelow and Scopes (start-up
+// reconciliation), EachChunk and CountChunks (index rebuilds and their
+// check), DocumentChunks (tests and tooling), and the outbox relays' sweeps
+// at start and every SweepInterval (a safety net: each write names its
+// document to the relay).
+//
+// # Writers
+//
+// With many writers (replicas on MongoDB, the default) every conditional
+// write is one single-document update with its conditions in the filter,
+// which MongoDB applies atomically, the relay reads what it relays
+// (NotifyDocument), and claims rest on unique inserts. For a single writer
+// (mongox.SingleWriter: agentmesh up on its embedded FerretDB) conditions
+// are checked in Go under the document's lock (mongox.LockDocument), and
+// the relay is handed the entries each write appended, in write order,
+// under that lock (NotifyEntries). Writes of many records at once (a
+// document's chunks) hold each record's lock (mongox.LockDocuments):
+// FerretDB applies an update as an unisolated read and write, so two
+// writers of one record in one process could otherwise lose one.
+//
+// What is assumed of MongoDB: a single-document update or delete is atomic
+// with its filter, an upsert by _id that races another is retried by the
+// server, and a unique _id rejects the second insert. FerretDB v1 gives
+// only the last between clients, so replicas sharing one FerretDB (the
+// cluster suite may run so) can lose a racing conditional update; claims,
+// which are unique inserts, stay exclusive there too.
+//
+// # Indexes (MongoDB)
+//
+// EnsureIndexes creates the indexes the scanning queries above use:
+// documents by (tenant, project, _id), (tenant, project, source_type, _id),
+// (tenant, project, extract_terms), indexed, deleting; chunks by (tenant,
+// project, doc_id, seq) and (tenant, project, _id); jobs by (tenant,
+// project, document_id) and (status, create_time). Lookups by _id need
+// none.
 package mongostore
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"math"
-	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -39,80 +83,28 @@ const (
 	DocumentsCollection = "indexer_documents"
 	ChunksCollection    = "indexer_chunks"
 	JobsCollection      = "indexer_extraction_jobs"
+	ClaimsCollection    = "indexer_claims"
 )
 
 // Store is the document store. It is safe for concurrent use.
 type Store struct {
-	docs, chunks, jobs *mongo.Collection
-
-	mu   sync.Mutex    // serialises writes and outbox sweeps (see the package comment)
-	wake chan struct{} // capacity 1: an outbox has entries to relay
+	docs, chunks, jobs, claims *mongo.Collection
+	// single is mongox.SingleWriter of the database: see the package doc.
+	single bool
+	// out hands written outbox entries to the relays (see outbox.go).
+	out outbox
 }
 
 // New returns a store on db.
 func New(db *mongo.Database) *Store {
-	return &Store{docs: db.Collection(DocumentsCollection), chunks: db.Collection(ChunksCollection), jobs: db.Collection(JobsCollection),
-		wake: make(chan struct{}, 1)}
+	s := &Store{docs: db.Collection(DocumentsCollection), chunks: db.Collection(ChunksCollection),
+		jobs: db.Collection(JobsCollection), claims: db.Collection(ClaimsCollection), single: mongox.SingleWriter(db)}
+	s.out.init(s)
+	return s
 }
 
-// lock takes the write lock; the returned func releases it.
-func (s *Store) lock() func() {
-	s.mu.Lock()
-	return s.mu.Unlock
-}
-
-// notify asks RunOutbox to sweep soon.
-func (s *Store) notify() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-// RunOutbox publishes the outbox entries of documents and jobs on bus
-// until ctx is done: at once (whatever an earlier process left), whenever
-// a write adds entries, and every events.RelayPollInterval. Sweeps hold
-// the write lock. Errors are logged and retried on the next sweep.
-func (s *Store) RunOutbox(ctx context.Context, bus *events.Bus, log *slog.Logger) {
-	relays := []*events.Relay{events.NewRelay(bus, s.docs, log), events.NewRelay(bus, s.jobs, log)}
-	t := time.NewTicker(events.RelayPollInterval)
-	defer t.Stop()
-	for {
-		if err := s.sweep(ctx, relays); err != nil && ctx.Err() == nil && log != nil {
-			log.Warn("outbox sweep incomplete; will retry", slog.Any("error", err))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.wake:
-		case <-t.C:
-		}
-	}
-}
-
-// FlushOutbox publishes every pending outbox entry now (at shutdown).
-func (s *Store) FlushOutbox(ctx context.Context, bus *events.Bus) error {
-	return s.sweep(ctx, []*events.Relay{events.NewRelay(bus, s.docs, nil), events.NewRelay(bus, s.jobs, nil)})
-}
-
-func (s *Store) sweep(ctx context.Context, relays []*events.Relay) error {
-	defer s.lock()()
-	var errs []error
-	for _, r := range relays {
-		if _, err := r.Sweep(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Documents returns the documents collection, whose outbox a relay serves.
-func (s *Store) Documents() *mongo.Collection { return s.docs }
-
-// Jobs returns the jobs collection, whose outbox a relay serves.
-func (s *Store) Jobs() *mongo.Collection { return s.jobs }
-
-// EnsureIndexes creates the indexes the queries below use.
+// EnsureIndexes creates the indexes the scanning queries use (see the
+// package doc).
 func (s *Store) EnsureIndexes(ctx context.Context) error {
 	scope := func(more ...bson.E) bson.D {
 		return append(bson.D{{Key: "tenant", Value: 1}, {Key: "project", Value: 1}}, more...)
@@ -141,6 +133,9 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 func scopeFilter(sc document.Scope, more ...bson.E) bson.D {
 	return append(bson.D{{Key: "tenant", Value: sc.Tenant}, {Key: "project", Value: sc.Project}}, more...)
 }
+
+// byID is the filter of one record.
+func byID(id string) bson.D { return bson.D{{Key: "_id", Value: id}} }
 
 // translate maps driver errors to the domain's.
 func translate(err error) error {
@@ -171,6 +166,8 @@ type docRecord struct {
 	ExtractTerms      []string             `bson:"extract_terms"`
 	ExtractorVersions map[string]int       `bson:"extractor_versions"`
 	ChunkCount        int                  `bson:"chunk_count"`
+	StaleChunks       []chunkSetRecord     `bson:"stale_chunks,omitempty"`
+	GraphMentions     []string             `bson:"graph_mentions,omitempty"`
 	Routing           int32                `bson:"routing"`
 	RoutingReason     string               `bson:"routing_reason"`
 	ExtractionJobID   string               `bson:"extraction_job_id"`
@@ -182,6 +179,21 @@ type docRecord struct {
 	UpdateTime        time.Time            `bson:"update_time"`
 	Version           int64                `bson:"version"`
 	Outbox            []events.OutboxEntry `bson:"outbox,omitempty"`
+}
+
+// chunkSetRecord is a document.ChunkSet as stored. MarkIndexed removes
+// entries by exact value, so the encoding must not vary: always this type.
+type chunkSetRecord struct {
+	Hash  string `bson:"hash"`
+	Count int64  `bson:"count"`
+}
+
+func toChunkSetRecords(sets []document.ChunkSet) []chunkSetRecord {
+	out := make([]chunkSetRecord, len(sets))
+	for i, cs := range sets {
+		out[i] = chunkSetRecord{Hash: cs.Hash, Count: int64(cs.Count)}
+	}
+	return out
 }
 
 // extractRecord keeps the data as JSON text: it round-trips exactly
@@ -228,58 +240,71 @@ func (r *docRecord) toDocument() (*document.Document, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &document.Document{
+	d := &document.Document{
 		ID: r.ID, Scope: document.Scope{Tenant: r.Tenant, Project: r.Project},
 		SourceType: indexerv1.SourceType(r.SourceType), SourceURL: r.SourceURL, Title: r.Title,
 		RawContent: r.RawContent, ContentHash: r.ContentHash, ContentType: r.ContentType, ContentTypeReason: r.ContentTypeReason,
 		VisionSummary: r.VisionSummary, Extracts: exs, ExtractorVersions: r.ExtractorVersions, ChunkCount: r.ChunkCount,
 		Routing: indexerv1.Routing(r.Routing), RoutingReason: r.RoutingReason,
 		ExtractionJobID: r.ExtractionJobID, ExtractionStatus: indexerv1.ExtractionJobStatus(r.ExtractionStatus),
-		Indexed: r.Indexed, Deleting: r.Deleting, PipelineErrors: r.PipelineErrors,
+		Indexed: r.Indexed, Deleting: r.Deleting, PipelineErrors: r.PipelineErrors, GraphMentions: r.GraphMentions,
 		CreateTime: r.CreateTime, UpdateTime: r.UpdateTime, Version: r.Version,
-	}, nil
+	}
+	for _, cs := range r.StaleChunks {
+		d.StaleChunks = append(d.StaleChunks, document.ChunkSet{Hash: cs.Hash, Count: int(cs.Count)})
+	}
+	return d, nil
 }
 
-// withoutRaw is the projection of listings.
-var withoutRaw = bson.D{{Key: "raw_content", Value: 0}, {Key: "outbox", Value: 0}}
+// Projections of document reads.
+var (
+	withoutOutbox = options.FindOne().SetProjection(bson.D{{Key: "outbox", Value: 0}})
+	withoutRaw    = bson.D{{Key: "raw_content", Value: 0}, {Key: "outbox", Value: 0}}
+)
 
 // GetDocument returns a document of the scope, raw content included;
 // deleting documents are not found.
 func (s *Store) GetDocument(ctx context.Context, sc document.Scope, id string) (*document.Document, error) {
-	var r docRecord
-	err := s.docs.FindOne(ctx, scopeFilter(sc, bson.E{Key: "_id", Value: id}), options.FindOne().SetProjection(bson.D{{Key: "outbox", Value: 0}})).Decode(&r)
+	d, err := s.readDocument(ctx, sc, id, withoutOutbox)
 	if err != nil {
-		return nil, translate(err)
+		return nil, err
 	}
-	if r.Deleting {
+	if d.Deleting {
 		return nil, document.ErrNotFound
 	}
-	return r.toDocument()
+	return d, nil
 }
 
-// LoadDocument returns a document even if it is being deleted.
+// LoadDocument returns a document of the scope without its raw content,
+// even if it is being deleted.
 func (s *Store) LoadDocument(ctx context.Context, sc document.Scope, id string) (*document.Document, error) {
+	return s.readDocument(ctx, sc, id, options.FindOne().SetProjection(withoutRaw))
+}
+
+func (s *Store) readDocument(ctx context.Context, sc document.Scope, id string, opts *options.FindOneOptionsBuilder) (*document.Document, error) {
 	var r docRecord
-	if err := s.docs.FindOne(ctx, scopeFilter(sc, bson.E{Key: "_id", Value: id}), options.FindOne().SetProjection(bson.D{{Key: "outbox", Value: 0}})).Decode(&r); err != nil {
+	if err := mongox.FindByID(ctx, s.docs, id, scopeFilter(sc), &r, opts); err != nil {
 		return nil, translate(err)
 	}
 	return r.toDocument()
 }
 
 // SaveContent writes a new version of a document's content: raw content,
-// hash, titles and types, chunk count, the queued extraction job; it
-// clears the extracts, routing and the indexed flag, since they belong to
-// the old content. d.Version must be the version read (0 for a new
-// document); it returns document.ErrConflict if the record moved on, and
-// sets d.Version to the new version.
+// hash, titles and types, chunk count, the chunk sets left to remove
+// (d.StaleChunks), the queued extraction job; it clears the extracts,
+// routing and the indexed flag, since they belong to the old content, and
+// keeps graph_mentions (the new content's extraction narrows them).
+// d.Version must be the version read (0 for a new document); it returns
+// document.ErrConflict if the record moved on, and sets d.Version to the
+// new version.
 func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.Time) error {
-	defer s.lock()()
 	set := bson.M{
 		"source_type": int32(d.SourceType), "source_url": d.SourceURL, "title": d.Title,
 		"raw_content": d.RawContent, "content_hash": d.ContentHash,
 		"content_type": d.ContentType, "content_type_reason": d.ContentTypeReason, "vision_summary": d.VisionSummary,
 		"extracts": bson.A{}, "extract_terms": bson.A{}, "extractor_versions": bson.M{},
-		"chunk_count": d.ChunkCount, "routing": int32(indexerv1.Routing_ROUTING_UNSPECIFIED), "routing_reason": "",
+		"chunk_count": d.ChunkCount, "stale_chunks": toChunkSetRecords(d.StaleChunks),
+		"routing": int32(indexerv1.Routing_ROUTING_UNSPECIFIED), "routing_reason": "",
 		"extraction_job_id": d.ExtractionJobID, "extraction_status": int32(d.ExtractionStatus),
 		"indexed": false, "deleting": false, "pipeline_errors": d.PipelineErrors, "update_time": now,
 	}
@@ -303,13 +328,23 @@ func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.
 	return nil
 }
 
+// current is the condition that a document still has content hash and is
+// not being deleted.
+func current(sc document.Scope, hash string, more ...bson.E) bson.D {
+	return append(scopeFilter(sc, bson.E{Key: "content_hash", Value: hash}, bson.E{Key: "deleting", Value: false}), more...)
+}
+
 // MarkIndexed records that the chunks of content hash are in the indexes
-// and the graph. It does nothing if the content changed meanwhile.
-func (s *Store) MarkIndexed(ctx context.Context, sc document.Scope, id, hash string) error {
-	defer s.lock()()
-	_, err := s.docs.UpdateOne(ctx, scopeFilter(sc, bson.E{Key: "_id", Value: id}, bson.E{Key: "content_hash", Value: hash}),
-		bson.M{"$set": bson.M{"indexed": true}, "$inc": bson.M{"version": int64(1)}})
-	return translate(err)
+// and the graph, and forgets the chunk sets whose removal the ingest
+// finished. It reports false, writing nothing, if the content changed
+// meanwhile or the document is being deleted or gone.
+func (s *Store) MarkIndexed(ctx context.Context, sc document.Scope, id, hash string, removed []document.ChunkSet) (bool, error) {
+	update := bson.M{"$set": bson.M{"indexed": true}, "$inc": bson.M{"version": int64(1)}}
+	if len(removed) > 0 {
+		update["$pullAll"] = bson.M{"stale_chunks": toChunkSetRecords(removed)}
+	}
+	ok, err := mongox.UpdateIf(ctx, s.docs, id, current(sc, hash), update, nil)
+	return ok, translate(err)
 }
 
 // ExtractionResult is what an extraction job writes to its document.
@@ -320,14 +355,26 @@ type ExtractionResult struct {
 	RoutingReason     string
 	Status            indexerv1.ExtractionJobStatus
 	JobID             string
+	// Mentions are the entity keys the graph now has the document
+	// mention: they become its graph_mentions.
+	Mentions []string
 }
 
-// CompleteExtraction stores a job's extracts, routing and status on the
-// document, with the events in its outbox, if the document still has
-// content hash and is not being deleted (and the job is still its latest).
-// It reports whether it did.
+// AddMentions adds entity keys to the document's graph_mentions before
+// they are written to the graph, if the document still has content hash,
+// is not being deleted and jobID is still its job. It reports whether it
+// did.
+func (s *Store) AddMentions(ctx context.Context, sc document.Scope, id, hash, jobID string, keys []string) (bool, error) {
+	update := bson.M{"$addToSet": bson.M{"graph_mentions": bson.M{"$each": keys}}, "$inc": bson.M{"version": int64(1)}}
+	ok, err := mongox.UpdateIf(ctx, s.docs, id, current(sc, hash, bson.E{Key: "extraction_job_id", Value: jobID}), update, nil)
+	return ok, translate(err)
+}
+
+// CompleteExtraction stores a job's extracts, routing, status and graph
+// mentions on the document, with the events in its outbox, if the
+// document still has content hash and is not being deleted (and the job
+// is still its latest). It reports whether it did.
 func (s *Store) CompleteExtraction(ctx context.Context, sc document.Scope, id, hash string, r ExtractionResult, now time.Time, outbox ...events.OutboxEntry) (bool, error) {
-	defer s.lock()()
 	recs, err := toExtractRecords(r.Extracts)
 	if err != nil {
 		return false, err
@@ -336,70 +383,88 @@ func (s *Store) CompleteExtraction(ctx context.Context, sc document.Scope, id, h
 	if versions == nil {
 		versions = map[string]int{}
 	}
+	mentions := r.Mentions
+	if mentions == nil {
+		mentions = []string{}
+	}
 	update := bson.M{
 		"$set": bson.M{
 			"extracts": recs, "extract_terms": document.ExtractTerms(r.Extracts), "extractor_versions": versions,
-			"routing": int32(r.Routing), "routing_reason": r.RoutingReason, "extraction_status": int32(r.Status), "update_time": now,
+			"routing": int32(r.Routing), "routing_reason": r.RoutingReason, "extraction_status": int32(r.Status),
+			"graph_mentions": mentions, "update_time": now,
 		},
 		"$inc": bson.M{"version": int64(1)},
 	}
 	if len(outbox) > 0 {
 		update["$push"] = events.OutboxPush(outbox...)
 	}
-	res, err := s.docs.UpdateOne(ctx, scopeFilter(sc, bson.E{Key: "_id", Value: id}, bson.E{Key: "content_hash", Value: hash},
-		bson.E{Key: "deleting", Value: false}, bson.E{Key: "extraction_job_id", Value: r.JobID}), update)
-	if err != nil {
-		return false, translate(err)
-	}
-	if len(outbox) > 0 {
-		s.notify()
-	}
-	return res.MatchedCount == 1, nil
+	ok, err := mongox.UpdateIf(ctx, s.docs, id, current(sc, hash, bson.E{Key: "extraction_job_id", Value: r.JobID}), update,
+		func() { s.out.wrote(s.docs, id, outbox) })
+	return ok, translate(err)
 }
 
 // QueueExtraction points the document at a new extraction job, if its
-// content is still hash.
+// content is still hash and it is not being deleted. It reports whether
+// it did.
 func (s *Store) QueueExtraction(ctx context.Context, sc document.Scope, id, hash, jobID string) (bool, error) {
-	defer s.lock()()
-	res, err := s.docs.UpdateOne(ctx, scopeFilter(sc, bson.E{Key: "_id", Value: id}, bson.E{Key: "content_hash", Value: hash}, bson.E{Key: "deleting", Value: false}),
-		bson.M{"$set": bson.M{"extraction_job_id": jobID, "extraction_status": int32(indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED)}, "$inc": bson.M{"version": int64(1)}})
-	if err != nil {
-		return false, translate(err)
-	}
-	return res.MatchedCount == 1, nil
+	ok, err := mongox.UpdateIf(ctx, s.docs, id, current(sc, hash), bson.M{
+		"$set": bson.M{"extraction_job_id": jobID, "extraction_status": int32(indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED)},
+		"$inc": bson.M{"version": int64(1)},
+	}, nil)
+	return ok, translate(err)
 }
 
-// SetExtractionStatus records a job's progress on its document.
+// SetExtractionStatus records a job's progress on its document, if the
+// job is still the document's.
 func (s *Store) SetExtractionStatus(ctx context.Context, sc document.Scope, id, jobID string, st indexerv1.ExtractionJobStatus) error {
-	defer s.lock()()
-	_, err := s.docs.UpdateOne(ctx, scopeFilter(sc, bson.E{Key: "_id", Value: id}, bson.E{Key: "extraction_job_id", Value: jobID}),
-		bson.M{"$set": bson.M{"extraction_status": int32(st)}})
+	_, err := mongox.UpdateIf(ctx, s.docs, id, scopeFilter(sc, bson.E{Key: "extraction_job_id", Value: jobID}),
+		bson.M{"$set": bson.M{"extraction_status": int32(st)}}, nil)
 	return translate(err)
 }
 
-// MarkDeleting hides a document and flags it for removal from the indexes.
-func (s *Store) MarkDeleting(ctx context.Context, sc document.Scope, id string) error {
-	defer s.lock()()
-	res, err := s.docs.UpdateOne(ctx, scopeFilter(sc, bson.E{Key: "_id", Value: id}),
-		bson.M{"$set": bson.M{"deleting": true}, "$inc": bson.M{"version": int64(1)}})
+// MarkDeleting hides a document and flags it for removal from the indexes,
+// and returns it as it is then (without raw content), whether or not it
+// was being deleted already.
+func (s *Store) MarkDeleting(ctx context.Context, sc document.Scope, id string) (*document.Document, error) {
+	defer mongox.LockDocument(s.docs, id)()
+	update := bson.M{"$set": bson.M{"deleting": true}, "$inc": bson.M{"version": int64(1)}}
+	proj := options.FindOne().SetProjection(withoutRaw)
+	var r docRecord
+	if s.single {
+		// Under the lock, the record read is the record updated.
+		if err := mongox.FindByID(ctx, s.docs, id, scopeFilter(sc), &r, proj); err != nil {
+			return nil, translate(err)
+		}
+		if _, err := s.docs.UpdateOne(ctx, byID(id), update); err != nil {
+			return nil, translate(err)
+		}
+		r.Deleting = true
+		r.Version++
+		return r.toDocument()
+	}
+	// Read after the marking: what it returns names every part written
+	// before (writes that name parts, AddMentions, check deleting).
+	// (FerretDB's findAndModify takes no projection.)
+	res, err := s.docs.UpdateOne(ctx, scopeFilter(sc, bson.E{Key: "_id", Value: id}), update)
 	if err != nil {
-		return translate(err)
+		return nil, translate(err)
 	}
 	if res.MatchedCount == 0 {
-		return document.ErrNotFound
+		return nil, document.ErrNotFound
 	}
-	return nil
+	return s.readDocument(ctx, sc, id, proj)
 }
 
-// DeleteDocument removes the document record.
+// DeleteDocument removes the document record; a record already gone is no
+// error.
 func (s *Store) DeleteDocument(ctx context.Context, sc document.Scope, id string) error {
-	defer s.lock()()
-	_, err := s.docs.DeleteOne(ctx, scopeFilter(sc, bson.E{Key: "_id", Value: id}))
+	_, err := mongox.DeleteIf(ctx, s.docs, id, scopeFilter(sc))
 	return translate(err)
 }
 
 // ListDocuments returns up to limit documents of the scope after id
-// afterID, in id order, without raw content; sourceType 0 means any.
+// afterID, in id order, without raw content; sourceType 0 means any. It
+// scans (see the package doc).
 func (s *Store) ListDocuments(ctx context.Context, sc document.Scope, sourceType indexerv1.SourceType, afterID string, limit int) ([]*document.Document, error) {
 	f := scopeFilter(sc)
 	if sourceType != indexerv1.SourceType_SOURCE_TYPE_UNSPECIFIED {
@@ -410,7 +475,7 @@ func (s *Store) ListDocuments(ctx context.Context, sc document.Scope, sourceType
 }
 
 // FindByTerms returns up to limit documents of the scope carrying every
-// term, after afterID, in id order, without raw content.
+// term, after afterID, in id order, without raw content. It scans.
 func (s *Store) FindByTerms(ctx context.Context, sc document.Scope, terms []string, afterID string, limit int) ([]*document.Document, error) {
 	f := scopeFilter(sc, bson.E{Key: "extract_terms", Value: bson.M{"$all": terms}}, bson.E{Key: "deleting", Value: false})
 	return s.findDocs(ctx, f, afterID, limit)
@@ -445,21 +510,21 @@ func (s *Store) find(ctx context.Context, f bson.D, opts *options.FindOptionsBui
 }
 
 // Unfinished returns documents whose last write did not complete: being
-// deleted, or content not (yet) indexed. Startup reconciliation finishes
-// them.
+// deleted, or content not (yet) indexed. Start-up reconciliation finishes
+// them. It scans.
 func (s *Store) Unfinished(ctx context.Context, limit int) ([]*document.Document, error) {
 	f := bson.D{{Key: "$or", Value: bson.A{bson.M{"deleting": true}, bson.M{"indexed": false}}}}
 	return s.find(ctx, f, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "outbox", Value: 0}}))
 }
 
 // HandledBelow returns up to limit documents (id order, after afterID)
-// that extractor handled at a schema version below version.
+// that extractor handled at a schema version below version. It scans.
 func (s *Store) HandledBelow(ctx context.Context, extractor string, version int, afterID string, limit int) ([]*document.Document, error) {
 	f := bson.D{{Key: "extractor_versions." + extractor, Value: bson.M{"$lt": version}}, {Key: "deleting", Value: false}}
 	return s.findDocs(ctx, f, afterID, limit)
 }
 
-// Scopes lists every scope that has documents.
+// Scopes lists every scope that has documents. It scans.
 func (s *Store) Scopes(ctx context.Context) ([]document.Scope, error) {
 	cur, err := s.docs.Aggregate(ctx, mongo.Pipeline{
 		{{Key: "$group", Value: bson.M{"_id": bson.M{"tenant": "$tenant", "project": "$project"}}}},
@@ -479,169 +544,6 @@ func (s *Store) Scopes(ctx context.Context) ([]document.Scope, error) {
 	out := make([]document.Scope, len(rows))
 	for i, r := range rows {
 		out[i] = document.Scope{Tenant: r.ID.Tenant, Project: r.ID.Project}
-	}
-	return out, nil
-}
-
-// chunkRecord is a chunk as stored; the vector is little-endian float32s.
-type chunkRecord struct {
-	ID          string `bson:"_id"`
-	Tenant      string `bson:"tenant"`
-	Project     string `bson:"project"`
-	DocID       string `bson:"doc_id"`
-	Seq         int    `bson:"seq"`
-	Kind        string `bson:"kind"`
-	Text        string `bson:"text"`
-	Start       int    `bson:"start"`
-	End         int    `bson:"end"`
-	ContentHash string `bson:"content_hash"`
-	Title       string `bson:"title"`
-	SourceURL   string `bson:"source_url"`
-	SourceType  int32  `bson:"source_type"`
-	ContentType string `bson:"content_type"`
-	Vector      []byte `bson:"vector,omitempty"`
-	Embedder    string `bson:"embedder"`
-}
-
-func toChunkRecord(c document.Chunk) chunkRecord {
-	v := make([]byte, 4*len(c.Vector))
-	for i, f := range c.Vector {
-		binary.LittleEndian.PutUint32(v[4*i:], math.Float32bits(f))
-	}
-	return chunkRecord{ID: c.ID, Tenant: c.Scope.Tenant, Project: c.Scope.Project, DocID: c.DocID, Seq: c.Seq, Kind: c.Kind,
-		Text: c.Text, Start: c.Start, End: c.End, ContentHash: c.ContentHash, Title: c.Title, SourceURL: c.SourceURL,
-		SourceType: int32(c.SourceType), ContentType: c.ContentType, Vector: v, Embedder: c.Embedder}
-}
-
-func (r chunkRecord) toChunk() document.Chunk {
-	var v []float32
-	if len(r.Vector) > 0 {
-		v = make([]float32, len(r.Vector)/4)
-		for i := range v {
-			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(r.Vector[4*i:]))
-		}
-	}
-	return document.Chunk{ID: r.ID, Scope: document.Scope{Tenant: r.Tenant, Project: r.Project}, DocID: r.DocID, Seq: r.Seq, Kind: r.Kind,
-		Text: r.Text, Start: r.Start, End: r.End, ContentHash: r.ContentHash, Title: r.Title, SourceURL: r.SourceURL,
-		SourceType: indexerv1.SourceType(r.SourceType), ContentType: r.ContentType, Vector: v, Embedder: r.Embedder}
-}
-
-// ReplaceChunks makes chunks the document's only chunks: chunks of the
-// document not among them are deleted, the others written (replacing any
-// with the same id, so a retried ingest converges).
-func (s *Store) ReplaceChunks(ctx context.Context, sc document.Scope, docID string, chunks []document.Chunk) error {
-	defer s.lock()()
-	ids := make(bson.A, len(chunks))
-	for i, c := range chunks {
-		ids[i] = c.ID
-	}
-	if _, err := s.chunks.DeleteMany(ctx, scopeFilter(sc, bson.E{Key: "doc_id", Value: docID}, bson.E{Key: "_id", Value: bson.M{"$nin": ids}})); err != nil {
-		return translate(err)
-	}
-	return s.putChunks(ctx, chunks)
-}
-
-// PutChunks writes chunks, replacing chunks with the same ids.
-func (s *Store) PutChunks(ctx context.Context, chunks []document.Chunk) error {
-	defer s.lock()()
-	return s.putChunks(ctx, chunks)
-}
-
-func (s *Store) putChunks(ctx context.Context, chunks []document.Chunk) error {
-	if len(chunks) == 0 {
-		return nil
-	}
-	models := make([]mongo.WriteModel, len(chunks))
-	for i, c := range chunks {
-		r := toChunkRecord(c)
-		models[i] = mongo.NewReplaceOneModel().SetFilter(bson.D{{Key: "_id", Value: r.ID}}).SetReplacement(r).SetUpsert(true)
-	}
-	if _, err := s.chunks.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
-		return translate(err)
-	}
-	return nil
-}
-
-// DocumentChunks returns a document's chunks in order.
-func (s *Store) DocumentChunks(ctx context.Context, sc document.Scope, docID string) ([]document.Chunk, error) {
-	cur, err := s.chunks.Find(ctx, scopeFilter(sc, bson.E{Key: "doc_id", Value: docID}), options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}))
-	if err != nil {
-		return nil, translate(err)
-	}
-	return decodeChunks(ctx, cur)
-}
-
-// GetChunks returns the scope's chunks with these ids, without vectors,
-// keyed by id; ids of other scopes or unknown ids are absent.
-func (s *Store) GetChunks(ctx context.Context, sc document.Scope, ids []string) (map[string]document.Chunk, error) {
-	if len(ids) == 0 {
-		return map[string]document.Chunk{}, nil
-	}
-	cur, err := s.chunks.Find(ctx, scopeFilter(sc, bson.E{Key: "_id", Value: bson.M{"$in": ids}}),
-		options.Find().SetProjection(bson.D{{Key: "vector", Value: 0}}))
-	if err != nil {
-		return nil, translate(err)
-	}
-	cs, err := decodeChunks(ctx, cur)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]document.Chunk, len(cs))
-	for _, c := range cs {
-		out[c.ID] = c
-	}
-	return out, nil
-}
-
-// EachChunk calls fn with the scope's chunks in id order, batch at a time.
-func (s *Store) EachChunk(ctx context.Context, sc document.Scope, batch int, fn func([]document.Chunk) error) error {
-	after := ""
-	for {
-		f := scopeFilter(sc)
-		if after != "" {
-			f = append(f, bson.E{Key: "_id", Value: bson.M{"$gt": after}})
-		}
-		cur, err := s.chunks.Find(ctx, f, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(batch)))
-		if err != nil {
-			return translate(err)
-		}
-		cs, err := decodeChunks(ctx, cur)
-		if err != nil {
-			return err
-		}
-		if len(cs) > 0 {
-			if err := fn(cs); err != nil {
-				return err
-			}
-			after = cs[len(cs)-1].ID
-		}
-		if len(cs) < batch {
-			return nil
-		}
-	}
-}
-
-// CountChunks counts the scope's chunks.
-func (s *Store) CountChunks(ctx context.Context, sc document.Scope) (int64, error) {
-	n, err := s.chunks.CountDocuments(ctx, scopeFilter(sc))
-	return n, translate(err)
-}
-
-// DeleteChunks removes every chunk of a document.
-func (s *Store) DeleteChunks(ctx context.Context, sc document.Scope, docID string) error {
-	defer s.lock()()
-	_, err := s.chunks.DeleteMany(ctx, scopeFilter(sc, bson.E{Key: "doc_id", Value: docID}))
-	return translate(err)
-}
-
-func decodeChunks(ctx context.Context, cur *mongo.Cursor) ([]document.Chunk, error) {
-	var recs []chunkRecord
-	if err := cur.All(ctx, &recs); err != nil {
-		return nil, translate(err)
-	}
-	out := make([]document.Chunk, len(recs))
-	for i, r := range recs {
-		out[i] = r.toChunk()
 	}
 	return out, nil
 }

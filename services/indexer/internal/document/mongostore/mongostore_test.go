@@ -4,25 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/extract"
 )
 
-func newStore(t *testing.T) *Store {
+func newStore(t *testing.T, db *mongo.Database) *Store {
 	t.Helper()
-	s := New(testkit.MongoDB(t))
+	s := New(db)
 	if err := s.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -31,8 +37,12 @@ func newStore(t *testing.T) *Store {
 
 func TestDocumentLifecycleAndQueries(t *testing.T) {
 	t.Parallel()
+	testkit.EachWriterMode(t, testDocumentLifecycleAndQueries)
+}
+
+func testDocumentLifecycleAndQueries(t *testing.T, db *mongo.Database) {
 	ctx := context.Background()
-	s := newStore(t)
+	s := newStore(t, db)
 	acme, other := document.Scope{Tenant: "acme"}, document.Scope{Tenant: "other"}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	d := &document.Document{ID: "doc_1", Scope: acme, SourceType: indexerv1.SourceType_SOURCE_TYPE_REPORT, Title: "BHP",
@@ -107,8 +117,14 @@ func TestDocumentLifecycleAndQueries(t *testing.T) {
 	if err != nil || len(un) != 1 {
 		t.Fatalf("Unfinished before MarkIndexed = %v, %v", un, err)
 	}
-	if err := s.MarkIndexed(ctx, acme, "doc_1", d.ContentHash); err != nil {
-		t.Fatal(err)
+	if ok, err := s.MarkIndexed(ctx, acme, "doc_1", document.Hash("old"), nil); ok || err != nil {
+		t.Fatalf("MarkIndexed of other content = %v, %v", ok, err)
+	}
+	if ok, err := s.MarkIndexed(ctx, other, "doc_1", d.ContentHash, nil); ok || err != nil {
+		t.Fatalf("MarkIndexed from another scope = %v, %v", ok, err)
+	}
+	if ok, err := s.MarkIndexed(ctx, acme, "doc_1", d.ContentHash, nil); !ok || err != nil {
+		t.Fatalf("MarkIndexed = %v, %v", ok, err)
 	}
 	if un, _ := s.Unfinished(ctx, 10); len(un) != 0 {
 		t.Fatalf("Unfinished after MarkIndexed = %v", un)
@@ -117,10 +133,10 @@ func TestDocumentLifecycleAndQueries(t *testing.T) {
 	c := func(seq int) document.Chunk {
 		return document.Chunk{ID: document.ChunkID("doc_1", d.ContentHash, seq), Scope: acme, DocID: "doc_1", Seq: seq, Text: "t", Vector: []float32{0.5, -1.25}, Embedder: "e"}
 	}
-	if err := s.ReplaceChunks(ctx, acme, "doc_1", []document.Chunk{c(0), c(1), c(2)}); err != nil {
+	if err := s.ReplaceChunks(ctx, []document.Chunk{c(0), c(1), c(2)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReplaceChunks(ctx, acme, "doc_1", []document.Chunk{c(0), c(1)}); err != nil {
+	if err := s.ReplaceChunks(ctx, []document.Chunk{c(0), c(1)}, []string{c(2).ID, "never-written"}); err != nil {
 		t.Fatal(err)
 	}
 	cs, err := s.DocumentChunks(ctx, acme, "doc_1")
@@ -130,12 +146,20 @@ func TestDocumentLifecycleAndQueries(t *testing.T) {
 	if m, _ := s.GetChunks(ctx, other, []string{c(0).ID}); len(m) != 0 {
 		t.Fatal("another scope reads chunks")
 	}
+	got2, err := s.GetChunks(ctx, acme, []string{c(1).ID, c(0).ID, c(2).ID, c(1).ID})
+	if err != nil || len(got2) != 2 || got2[c(1).ID].Seq != 1 || got2[c(0).ID].Vector != nil {
+		t.Fatalf("GetChunks = %+v, %v; want chunks 0 and 1 without vectors", got2, err)
+	}
 	var n int
 	if err := s.EachChunk(ctx, acme, 1, func(b []document.Chunk) error { n += len(b); return nil }); err != nil || n != 2 {
 		t.Fatalf("EachChunk saw %d, %v", n, err)
 	}
-	if err := s.MarkDeleting(ctx, acme, "doc_1"); err != nil {
-		t.Fatal(err)
+	if _, err := s.MarkDeleting(ctx, other, "doc_1"); !errors.Is(err, document.ErrNotFound) {
+		t.Fatalf("another scope marks the document deleting: %v", err)
+	}
+	marked, err := s.MarkDeleting(ctx, acme, "doc_1")
+	if err != nil || !marked.Deleting || marked.RawContent != "" || len(marked.Extracts) != 2 {
+		t.Fatalf("MarkDeleting = %+v, %v", marked, err)
 	}
 	if _, err := s.GetDocument(ctx, acme, "doc_1"); !errors.Is(err, document.ErrNotFound) {
 		t.Fatalf("a deleting document is visible: %v", err)
@@ -143,14 +167,191 @@ func TestDocumentLifecycleAndQueries(t *testing.T) {
 	if ds, _ := s.ListDocuments(ctx, acme, 0, "", 10); len(ds) != 0 {
 		t.Fatal("a deleting document is listed")
 	}
+	if ok, err := s.MarkIndexed(ctx, acme, "doc_1", d.ContentHash, nil); ok || err != nil {
+		t.Fatalf("MarkIndexed of a deleting document = %v, %v", ok, err)
+	}
+	if err := s.DeleteChunks(ctx, []string{c(0).ID, c(1).ID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteDocument(ctx, other, "doc_1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LoadDocument(ctx, acme, "doc_1"); err != nil {
+		t.Fatalf("another scope deleted the document: %v", err)
+	}
+	if err := s.DeleteDocument(ctx, acme, "doc_1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LoadDocument(ctx, acme, "doc_1"); !errors.Is(err, document.ErrNotFound) {
+		t.Fatalf("after DeleteDocument: %v", err)
+	}
+	if n, _ := s.CountChunks(ctx, acme); n != 0 {
+		t.Fatalf("%d chunks left", n)
+	}
+}
+
+// TestContentVersionsAndMentions: a new version records the chunk sets
+// left to remove until MarkIndexed forgets them; mentions are added while
+// the content and job are current, and narrowed by the extraction.
+func TestContentVersionsAndMentions(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		s := newStore(t, db)
+		sc := document.Scope{Tenant: "acme", Project: "p"}
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		h1, h2 := document.Hash("one"), document.Hash("two")
+		d := &document.Document{ID: "doc_1", Scope: sc, RawContent: "one", ContentHash: h1, ChunkCount: 3, ExtractionJobID: "j1"}
+		if err := s.SaveContent(ctx, d, now); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name, hash, job string
+			want            bool
+		}{{"other content", h2, "j1", false}, {"other job", h1, "j0", false}, {"current", h1, "j1", true}} {
+			if ok, err := s.AddMentions(ctx, sc, "doc_1", tc.hash, tc.job, []string{"entity:ticker:bhp"}); ok != tc.want || err != nil {
+				t.Errorf("AddMentions (%s) = %v, %v; want %v", tc.name, ok, err, tc.want)
+			}
+		}
+		if ok, err := s.AddMentions(ctx, sc, "doc_1", h1, "j1", []string{"entity:ticker:bhp", "entity:person:ana"}); !ok || err != nil {
+			t.Fatalf("AddMentions = %v, %v", ok, err)
+		}
+		got, err := s.LoadDocument(ctx, sc, "doc_1")
+		if err != nil || !slices.Equal(got.GraphMentions, []string{"entity:ticker:bhp", "entity:person:ana"}) {
+			t.Fatalf("mentions = %v, %v", got.GraphMentions, err)
+		}
+		ok, err := s.CompleteExtraction(ctx, sc, "doc_1", h1, ExtractionResult{JobID: "j1", Mentions: []string{"entity:ticker:bhp"},
+			Status: indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_SUCCEEDED}, now)
+		if !ok || err != nil {
+			t.Fatalf("CompleteExtraction = %v, %v", ok, err)
+		}
+		// A new version: the old chunk set is left to remove, the mentions
+		// stay until the new content's extraction narrows them.
+		v2 := &document.Document{ID: "doc_1", Scope: sc, RawContent: "two", ContentHash: h2, ChunkCount: 2, ExtractionJobID: "j2",
+			StaleChunks: []document.ChunkSet{{Hash: h1, Count: 3}}, Version: got.Version + 1}
+		if err := s.SaveContent(ctx, v2, now); err != nil {
+			t.Fatal(err)
+		}
+		got, err = s.LoadDocument(ctx, sc, "doc_1")
+		if err != nil || got.Indexed || got.ContentHash != h2 || len(got.StaleChunks) != 1 || got.StaleChunks[0] != (document.ChunkSet{Hash: h1, Count: 3}) ||
+			!slices.Equal(got.GraphMentions, []string{"entity:ticker:bhp"}) || len(got.Extracts) != 0 {
+			t.Fatalf("after the new version: %+v, %v", got, err)
+		}
+		stale := *v2
+		stale.Version = 1
+		if err := s.SaveContent(ctx, &stale, now); !errors.Is(err, document.ErrConflict) {
+			t.Fatalf("SaveContent from a stale read: %v, want ErrConflict", err)
+		}
+		if ok, err := s.MarkIndexed(ctx, sc, "doc_1", h2, got.StaleChunks); !ok || err != nil {
+			t.Fatalf("MarkIndexed = %v, %v", ok, err)
+		}
+		got, err = s.LoadDocument(ctx, sc, "doc_1")
+		if err != nil || !got.Indexed || len(got.StaleChunks) != 0 {
+			t.Fatalf("after MarkIndexed: indexed %v, stale %v, %v", got.Indexed, got.StaleChunks, err)
+		}
+	})
+}
+
+// TestClaims: one holder at a time; a lapsed or released claim is taken
+// over by inserting the next generation; the old holder learns it lost
+// it; a dropped claim can be taken again from the start.
+func TestClaims(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		s := newStore(t, db)
+		now := time.Now()
+		const ttl = time.Second
+		a, err := s.TakeClaim(ctx, "job/j1", "a", now, ttl)
+		if err != nil || a.Gen != 1 {
+			t.Fatalf("first claim = %+v, %v", a, err)
+		}
+		var busy *document.BusyError
+		if _, err := s.TakeClaim(ctx, "job/j1", "b", now.Add(ttl/2), ttl); !errors.As(err, &busy) || busy.Holder != "a" {
+			t.Fatalf("claim while held = %v, want busy by a", err)
+		}
+		if err := s.RenewClaim(ctx, a, now.Add(ttl/2), ttl); err != nil {
+			t.Fatal(err)
+		}
+		// Held past the first expiry thanks to the renewal.
+		if _, err := s.TakeClaim(ctx, "job/j1", "b", now.Add(ttl+ttl/4), ttl); !errors.As(err, &busy) {
+			t.Fatalf("claim after a renewal = %v, want busy", err)
+		}
+		// Lapsed: b takes it over, and a learns it lost it.
+		late := now.Add(3 * ttl)
+		b, err := s.TakeClaim(ctx, "job/j1", "b", late, ttl)
+		if err != nil || b.Gen != 2 {
+			t.Fatalf("takeover = %+v, %v", b, err)
+		}
+		if err := s.RenewClaim(ctx, a, late, ttl); !errors.Is(err, document.ErrClaimLost) {
+			t.Fatalf("renewal by the old holder = %v, want ErrClaimLost", err)
+		}
+		// Released: taken at once.
+		if err := s.ReleaseClaim(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RenewClaim(ctx, b, late, ttl); !errors.Is(err, document.ErrClaimLost) {
+			t.Fatalf("renewal of a released claim = %v, want ErrClaimLost", err)
+		}
+		c, err := s.TakeClaim(ctx, "job/j1", "c", late, ttl)
+		if err != nil || c.Gen != 3 {
+			t.Fatalf("claim after a release = %+v, %v", c, err)
+		}
+		if err := s.DropClaim(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := db.Collection(ClaimsCollection).CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
+			t.Fatalf("%d claim records after the drop, %v", n, err)
+		}
+		if d, err := s.TakeClaim(ctx, "job/j1", "d", late, ttl); err != nil || d.Gen != 1 {
+			t.Fatalf("claim after the drop = %+v, %v", d, err)
+		}
+	})
+}
+
+// TestClaimRace: workers racing for one claim: exactly one gets it.
+func TestClaimRace(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		s := newStore(t, db)
+		now := time.Now()
+		// A lapsed first generation, so that the racers take it over.
+		if _, err := s.TakeClaim(ctx, "job/j", "dead", now.Add(-time.Minute), time.Second); err != nil {
+			t.Fatal(err)
+		}
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				_, err := s.TakeClaim(ctx, "job/j", fmt.Sprint(i), now, time.Minute)
+				var busy *document.BusyError
+				switch {
+				case err == nil:
+					wins.Add(1)
+				case !errors.As(err, &busy):
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Fatalf("%d workers hold the claim, want 1", wins.Load())
+		}
+	})
 }
 
 func TestJobsNeverLeaveTerminalState(t *testing.T) {
 	t.Parallel()
+	testkit.EachWriterMode(t, testJobsNeverLeaveTerminalState)
+}
+
+func testJobsNeverLeaveTerminalState(t *testing.T, db *mongo.Database) {
 	ctx := context.Background()
-	s := newStore(t)
+	s := newStore(t, db)
 	sc := document.Scope{Tenant: "acme", Project: "p"}
-	j := &document.Job{ID: "j1", Scope: sc, DocumentID: "d", Status: indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED, CreateTime: time.Now().Add(-time.Hour)}
+	queued := indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED
+	j := &document.Job{ID: "j1", Scope: sc, DocumentID: "d", Status: queued, CreateTime: time.Now().Add(-time.Hour)}
 	if err := s.CreateJob(ctx, j); err != nil {
 		t.Fatal(err)
 	}
@@ -159,12 +360,15 @@ func TestJobsNeverLeaveTerminalState(t *testing.T) {
 	}
 	j.Status = indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_SUCCEEDED
 	j.Runs = []document.Run{{Extractor: "x", Status: indexerv1.ExtractorRunStatus_EXTRACTOR_RUN_STATUS_FAILED, Error: "boom", Duration: 1500 * time.Millisecond}}
-	if ok, err := s.UpdateJob(ctx, j); !ok || err != nil {
+	if ok, err := s.UpdateJob(ctx, j, queued); !ok || err != nil {
 		t.Fatalf("UpdateJob = %v, %v", ok, err)
 	}
 	j.Status = indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING
-	if ok, err := s.UpdateJob(ctx, j); ok || err != nil {
+	if ok, err := s.UpdateJob(ctx, j, queued); ok || err != nil {
 		t.Fatalf("UpdateJob after the end = %v, %v", ok, err)
+	}
+	if ok, err := s.RequeueJob(ctx, j); ok || err != nil {
+		t.Fatalf("RequeueJob of an ended job = %v, %v", ok, err)
 	}
 	got, err := s.GetJob(ctx, sc, "j1")
 	if err != nil || got.Status != indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_SUCCEEDED || got.Runs[0].Error != "boom" || got.Runs[0].Duration != 1500*time.Millisecond {
@@ -180,9 +384,13 @@ func TestJobsNeverLeaveTerminalState(t *testing.T) {
 // the store serialises them) keep every event and the last state.
 func TestConcurrentWritesLoseNothing(t *testing.T) {
 	t.Parallel()
+	testkit.EachWriterMode(t, testConcurrentWritesLoseNothing)
+}
+
+func testConcurrentWritesLoseNothing(t *testing.T, db *mongo.Database) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := newStore(t)
+	s := newStore(t, db)
 	n := testkit.NewNATS(t)
 	bus, err := events.Connect(ctx, n.URL(), "test", nil)
 	if err != nil {
@@ -210,7 +418,8 @@ func TestConcurrentWritesLoseNothing(t *testing.T) {
 	go s.RunOutbox(ctx, bus, nil)
 
 	sc := document.Scope{Tenant: "acme"}
-	if err := s.CreateJob(ctx, &document.Job{ID: "j", Scope: sc, Status: indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING}); err != nil {
+	running := indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING
+	if err := s.CreateJob(ctx, &document.Job{ID: "j", Scope: sc, Status: running}); err != nil {
 		t.Fatal(err)
 	}
 	const writers, each = 4, 25
@@ -221,8 +430,8 @@ func TestConcurrentWritesLoseNothing(t *testing.T) {
 				ev, _ := events.NewEvent("extraction_job.test", "indexer", sc.Proto(), "", nil)
 				ev.Id = fmt.Sprintf("e-%d-%d", w, i)
 				e, _ := events.OutboxEntryFor(events.EventSubject("acme", "extraction_job", "j", "test"), ev)
-				j := &document.Job{ID: "j", Scope: sc, Status: indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING, Attempts: w*each + i}
-				if _, err := s.UpdateJob(ctx, j, e); err != nil {
+				j := &document.Job{ID: "j", Scope: sc, Status: running, Attempts: w*each + i}
+				if _, err := s.UpdateJob(ctx, j, running, e); err != nil {
 					t.Error(err)
 				}
 			}
@@ -234,4 +443,90 @@ func TestConcurrentWritesLoseNothing(t *testing.T) {
 		defer mu.Unlock()
 		return len(seen) == writers*each
 	}, "all %d events relayed", writers*each)
+}
+
+// TestOutboxRelaysWithoutScanning: after the sweeps at start, the relays
+// publish what each write names, reading nothing but by _id (a single
+// writer's entries not even that), however many writes there are.
+func TestOutboxRelaysWithoutScanning(t *testing.T) {
+	t.Parallel()
+	for _, single := range []bool{false, true} {
+		t.Run(map[bool]string{false: "many writers", true: "single writer"}[single], func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			db, rt := testkit.MongoDBCounted(t)
+			if single {
+				mongox.MarkSingleWriter(db.Client())
+			}
+			s := New(db)
+			bus, err := events.Connect(ctx, testkit.NewNATS(t).URL(), "test", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bus.Close()
+			if err := bus.EnsureStreams(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			seen := map[string]bool{}
+			sub, err := bus.Conn().Subscribe("am.evt.acme.>", func(m *nats.Msg) {
+				var ev commonv1.Event
+				if proto.Unmarshal(m.Data, &ev) == nil {
+					mu.Lock()
+					seen[ev.GetId()] = true
+					mu.Unlock()
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			go s.RunOutbox(ctx, bus, nil)
+			testkit.Eventually(t, 10*time.Second, func() bool { return len(rt.Unkeyed()) == 2 }, "the sweeps at start")
+			rt.Reset()
+
+			sc := document.Scope{Tenant: "acme"}
+			entry := func(id string) events.OutboxEntry {
+				ev, _ := events.NewEvent("extraction_job.test", "indexer", sc.Proto(), "", nil)
+				ev.Id = id
+				e, _ := events.OutboxEntryFor(events.EventSubject("acme", "extraction_job", "j", "test"), ev)
+				return e
+			}
+			queued, running := indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED, indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING
+			const writes = 10
+			for i := range writes {
+				id := fmt.Sprintf("j%d", i)
+				if err := s.CreateJob(ctx, &document.Job{ID: id, Scope: sc, Status: queued}, entry(id+":queued")); err != nil {
+					t.Fatal(err)
+				}
+				if ok, err := s.UpdateJob(ctx, &document.Job{ID: id, Scope: sc, Status: running}, queued, entry(id+":started")); !ok || err != nil {
+					t.Fatalf("UpdateJob = %v, %v", ok, err)
+				}
+			}
+			testkit.Eventually(t, 10*time.Second, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(seen) == 2*writes
+			}, "every event published")
+			testkit.Eventually(t, 10*time.Second, func() bool {
+				for i := range writes {
+					var j struct {
+						Outbox []bson.Raw `bson:"outbox"`
+					}
+					if err := db.Collection(JobsCollection).FindOne(ctx, byID(fmt.Sprintf("j%d", i))).Decode(&j); err != nil || len(j.Outbox) > 0 {
+						return false
+					}
+				}
+				return true
+			}, "every published entry removed")
+			bad := rt.Unkeyed()
+			if single {
+				bad = rt.NotExact()
+			}
+			if len(bad) > 0 {
+				t.Fatalf("the write path scanned:\n%s", strings.Join(bad, "\n"))
+			}
+		})
+	}
 }

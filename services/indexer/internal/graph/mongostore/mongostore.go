@@ -1,23 +1,37 @@
 // Package mongostore keeps the knowledge graph in MongoDB (or FerretDB):
-// one collection of nodes and one of edges, each record tagged with the
-// document that put it there, so replacing or deleting a document's part
-// of the graph is a few indexed deletes. Entity nodes are shared between
-// documents and list the documents that mention them; the last document to
-// stop mentioning one deletes it.
+// one collection of nodes and one of edges. A node's _id is its scope and
+// key, an edge's its scope, ends and type, so every write names its
+// records by _id: the callers say which chunks and entity mentions a
+// document has (the document store records them), and replacing or
+// deleting a document's part of the graph deletes those by _id. Entity
+// nodes are shared between documents and list the documents that mention
+// them (doc_ids); the last document to stop mentioning one deletes it.
 //
-// Writes are serialised in the process: FerretDB v1 can lose one of two
-// concurrent updates of the same document, and entity nodes are updated
-// by every document that mentions them.
+// Lookups by _id are what FerretDB v1 answers without parsing the whole
+// collection. Still scanning: Edges (a walk's breadth-first level, by
+// from/to; indexed on MongoDB), Nodes for more than maxNodeLookups keys,
+// and CountDocument (tests).
+//
+// Writes hold the locks of the records they write (mongox.LockDocuments):
+// FerretDB applies an update as an unisolated read and write, and entity
+// nodes are written by every document that mentions them. For a single
+// writer (mongox.SingleWriter) that is enough, and a document's entities
+// are read by _id to decide which to delete. With many writers each write
+// is a single-document update MongoDB applies atomically: an entity is
+// updated with $addToSet/$pullAll and deleted with the condition that its
+// list is empty, so one a concurrent ingest just added itself to stays.
 package mongostore
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/graph"
@@ -29,21 +43,29 @@ const (
 	EdgesCollection = "indexer_graph_edges"
 )
 
+// Reads by _id.
+const (
+	// maxNodeLookups is the most nodes Nodes reads one by one, by _id;
+	// a larger set (a wide walk) is one query.
+	maxNodeLookups = 64
+	// nodeReads is how many of those reads run at once.
+	nodeReads = 8
+)
+
 // Store is the graph store; safe for concurrent use.
 type Store struct {
 	nodes, edges *mongo.Collection
-	mu           sync.Mutex // serialises writes
+	single       bool // mongox.SingleWriter of the database
 }
 
 var _ graph.Reader = (*Store)(nil)
 
 // New returns a store on db.
 func New(db *mongo.Database) *Store {
-	return &Store{nodes: db.Collection(NodesCollection), edges: db.Collection(EdgesCollection)}
+	return &Store{nodes: db.Collection(NodesCollection), edges: db.Collection(EdgesCollection), single: mongox.SingleWriter(db)}
 }
 
-// EnsureIndexes creates the indexes of the walks and of the per-document
-// cleanup.
+// EnsureIndexes creates the indexes of the walks (MongoDB).
 func (s *Store) EnsureIndexes(ctx context.Context) error {
 	sc := func(more ...bson.E) bson.D {
 		return append(bson.D{{Key: "tenant", Value: 1}, {Key: "project", Value: 1}}, more...)
@@ -94,41 +116,84 @@ func scopeFilter(s graph.Scope, more ...bson.E) bson.D {
 	return append(bson.D{{Key: "tenant", Value: s.Tenant}, {Key: "project", Value: s.Project}}, more...)
 }
 
-// ReplaceDocument makes docNode, chunks and their PART_OF edges the
-// document's structural part of the graph, replacing what an earlier
-// version of the document put there. Entity links are left alone
-// (see ReplaceMentions).
-func (s *Store) ReplaceDocument(ctx context.Context, sc graph.Scope, docID string, docNode graph.Node, chunks []graph.Node) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, err := s.edges.DeleteMany(ctx, scopeFilter(sc, bson.E{Key: "doc_id", Value: docID}, bson.E{Key: "type", Value: graph.PartOf})); err != nil {
-		return fmt.Errorf("graph: %w", err)
+func byID(id string) bson.D { return bson.D{{Key: "_id", Value: id}} }
+
+// writes is a set of writes to the nodes and edges, applied in the order
+// nodes updated, nodes deleted, edges deleted, edges updated: one command
+// each, every statement by _id (or by _id and a condition).
+type writes struct {
+	nodeUpdates, nodeDeletes, edgeDeletes, edgeUpdates []mongo.WriteModel
+	nodeIDs, edgeIDs                                   []any // the records written, to lock
+}
+
+func (w *writes) upsertNode(id string, rec nodeRecord) {
+	w.nodeIDs = append(w.nodeIDs, id)
+	w.nodeUpdates = append(w.nodeUpdates, mongo.NewReplaceOneModel().SetFilter(byID(id)).SetReplacement(rec).SetUpsert(true))
+}
+
+func (w *writes) deleteNode(id string) {
+	w.nodeIDs = append(w.nodeIDs, id)
+	w.nodeDeletes = append(w.nodeDeletes, mongo.NewDeleteOneModel().SetFilter(byID(id)))
+}
+
+func (w *writes) upsertEdge(sc graph.Scope, e graph.Edge, docID string) {
+	id := edgeID(sc, e)
+	w.edgeIDs = append(w.edgeIDs, id)
+	w.edgeUpdates = append(w.edgeUpdates, mongo.NewReplaceOneModel().SetFilter(byID(id)).
+		SetReplacement(edgeRecord{ID: id, Tenant: sc.Tenant, Project: sc.Project, From: e.From, To: e.To, Type: e.Type, DocID: docID}).SetUpsert(true))
+}
+
+func (w *writes) deleteEdge(sc graph.Scope, e graph.Edge) {
+	id := edgeID(sc, e)
+	w.edgeIDs = append(w.edgeIDs, id)
+	w.edgeDeletes = append(w.edgeDeletes, mongo.NewDeleteOneModel().SetFilter(byID(id)))
+}
+
+// apply runs the writes holding the locks of their records; forget, if
+// not nil, adds the writes that take a document off entity nodes, decided
+// under those locks.
+func (s *Store) apply(ctx context.Context, w *writes, forget func(w *writes) error) error {
+	defer mongox.LockDocuments(s.nodes, w.nodeIDs...)()
+	defer mongox.LockDocuments(s.edges, w.edgeIDs...)()
+	if forget != nil {
+		if err := forget(w); err != nil {
+			return err
+		}
 	}
-	if _, err := s.nodes.DeleteMany(ctx, scopeFilter(sc, bson.E{Key: "doc_id", Value: docID}, bson.E{Key: "kind", Value: graph.KindChunk})); err != nil {
-		return fmt.Errorf("graph: %w", err)
-	}
-	models := []mongo.WriteModel{mongo.NewReplaceOneModel().SetFilter(bson.D{{Key: "_id", Value: nodeID(sc, docNode.Key)}}).
-		SetReplacement(s.record(sc, docID, docNode)).SetUpsert(true)}
-	for _, c := range chunks {
-		models = append(models, mongo.NewReplaceOneModel().SetFilter(bson.D{{Key: "_id", Value: nodeID(sc, c.Key)}}).
-			SetReplacement(s.record(sc, docID, c)).SetUpsert(true))
-	}
-	if _, err := s.nodes.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
-		return fmt.Errorf("graph: write nodes: %w", err)
-	}
-	if len(chunks) == 0 {
-		return nil
-	}
-	edges := make([]mongo.WriteModel, len(chunks))
-	for i, c := range chunks {
-		e := graph.Edge{From: c.Key, To: docNode.Key, Type: graph.PartOf}
-		edges[i] = mongo.NewReplaceOneModel().SetFilter(bson.D{{Key: "_id", Value: edgeID(sc, e)}}).
-			SetReplacement(edgeRecord{ID: edgeID(sc, e), Tenant: sc.Tenant, Project: sc.Project, From: e.From, To: e.To, Type: e.Type, DocID: docID}).SetUpsert(true)
-	}
-	if _, err := s.edges.BulkWrite(ctx, edges, options.BulkWrite().SetOrdered(false)); err != nil {
-		return fmt.Errorf("graph: write edges: %w", err)
+	for _, step := range []struct {
+		coll   *mongo.Collection
+		models []mongo.WriteModel
+	}{{s.nodes, w.nodeUpdates}, {s.nodes, w.nodeDeletes}, {s.edges, w.edgeDeletes}, {s.edges, w.edgeUpdates}} {
+		if len(step.models) == 0 {
+			continue
+		}
+		if _, err := step.coll.BulkWrite(ctx, step.models, options.BulkWrite().SetOrdered(false)); err != nil {
+			return fmt.Errorf("graph: write %s: %w", step.coll.Name(), mongox.Translate(err))
+		}
 	}
 	return nil
+}
+
+// ReplaceDocument makes docNode, chunks and their PART_OF edges the
+// document's structural part of the graph; the chunk nodes with keys in
+// stale (an earlier version's, absent ones are fine) go, with their
+// edges. Entity links are left alone (see ReplaceMentions).
+func (s *Store) ReplaceDocument(ctx context.Context, sc graph.Scope, docID string, docNode graph.Node, chunks []graph.Node, stale []string) error {
+	w := &writes{}
+	keep := map[string]bool{}
+	w.upsertNode(nodeID(sc, docNode.Key), s.record(sc, docID, docNode))
+	for _, c := range chunks {
+		keep[c.Key] = true
+		w.upsertNode(nodeID(sc, c.Key), s.record(sc, docID, c))
+		w.upsertEdge(sc, graph.Edge{From: c.Key, To: docNode.Key, Type: graph.PartOf}, docID)
+	}
+	for _, k := range stale {
+		if !keep[k] {
+			w.deleteNode(nodeID(sc, k))
+			w.deleteEdge(sc, graph.Edge{From: k, To: docNode.Key, Type: graph.PartOf})
+		}
+	}
+	return s.apply(ctx, w, nil)
 }
 
 func (s *Store) record(sc graph.Scope, docID string, n graph.Node) nodeRecord {
@@ -136,76 +201,129 @@ func (s *Store) record(sc graph.Scope, docID string, n graph.Node) nodeRecord {
 }
 
 // ReplaceMentions makes entities the ones the document (node docKey)
-// MENTIONS: its old MENTIONS edges go, entity nodes are created or gain
-// the document, and entities no document mentions any more are deleted.
-func (s *Store) ReplaceMentions(ctx context.Context, sc graph.Scope, docID, docKey string, entities []graph.Node) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.dropMentions(ctx, sc, docID, entities); err != nil {
-		return err
-	}
-	if len(entities) == 0 {
-		return nil
-	}
-	nodes := make([]mongo.WriteModel, len(entities))
-	edges := make([]mongo.WriteModel, len(entities))
-	for i, e := range entities {
-		nodes[i] = mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: nodeID(sc, e.Key)}}).SetUpsert(true).SetUpdate(bson.M{
+// MENTIONS: its mentions of the keys in previous that are not among them
+// go (previous may name more than the graph has), entity nodes are
+// created or gain the document, and entities no document mentions any
+// more are deleted.
+func (s *Store) ReplaceMentions(ctx context.Context, sc graph.Scope, docID, docKey string, entities []graph.Node, previous []string) error {
+	w := &writes{}
+	keep := map[string]bool{}
+	for _, e := range entities {
+		keep[e.Key] = true
+		id := nodeID(sc, e.Key)
+		w.nodeIDs = append(w.nodeIDs, id)
+		w.nodeUpdates = append(w.nodeUpdates, mongo.NewUpdateOneModel().SetFilter(byID(id)).SetUpsert(true).SetUpdate(bson.M{
 			"$set":      bson.M{"tenant": sc.Tenant, "project": sc.Project, "key": e.Key, "kind": graph.KindEntity, "label": e.Label, "props": e.Props},
 			"$addToSet": bson.M{"doc_ids": docID},
-		})
-		ed := graph.Edge{From: docKey, To: e.Key, Type: graph.Mentions}
-		edges[i] = mongo.NewReplaceOneModel().SetFilter(bson.D{{Key: "_id", Value: edgeID(sc, ed)}}).
-			SetReplacement(edgeRecord{ID: edgeID(sc, ed), Tenant: sc.Tenant, Project: sc.Project, From: ed.From, To: ed.To, Type: ed.Type, DocID: docID}).SetUpsert(true)
+		}))
+		w.upsertEdge(sc, graph.Edge{From: docKey, To: e.Key, Type: graph.Mentions}, docID)
 	}
-	if _, err := s.nodes.BulkWrite(ctx, nodes, options.BulkWrite().SetOrdered(false)); err != nil {
-		return fmt.Errorf("graph: write entities: %w", err)
+	var drop []string
+	for _, k := range previous {
+		if !keep[k] {
+			drop = append(drop, k)
+		}
 	}
-	if _, err := s.edges.BulkWrite(ctx, edges, options.BulkWrite().SetOrdered(false)); err != nil {
-		return fmt.Errorf("graph: write mentions: %w", err)
-	}
-	return nil
+	drop = slices.Compact(slices.Sorted(slices.Values(drop)))
+	forget := s.dropMentions(ctx, sc, docID, docKey, drop, w)
+	return s.apply(ctx, w, forget)
 }
 
-// dropMentions removes the document's MENTIONS edges and its name from
-// entities it no longer mentions (keep), then deletes orphaned entities.
-func (s *Store) dropMentions(ctx context.Context, sc graph.Scope, docID string, keep []graph.Node) error {
-	keepKeys := bson.A{}
-	for _, e := range keep {
-		keepKeys = append(keepKeys, e.Key)
+// dropMentions adds to w the removal of the document's mentions of the
+// entities keys, and returns the function that, under the locks, decides
+// what becomes of the entity nodes (see forget).
+func (s *Store) dropMentions(ctx context.Context, sc graph.Scope, docID, docKey string, keys []string, w *writes) func(*writes) error {
+	for _, k := range keys {
+		w.nodeIDs = append(w.nodeIDs, nodeID(sc, k))
+		w.deleteEdge(sc, graph.Edge{From: docKey, To: k, Type: graph.Mentions})
 	}
-	if _, err := s.edges.DeleteMany(ctx, scopeFilter(sc, bson.E{Key: "doc_id", Value: docID}, bson.E{Key: "type", Value: graph.Mentions},
-		bson.E{Key: "to", Value: bson.M{"$nin": keepKeys}})); err != nil {
-		return fmt.Errorf("graph: %w", err)
-	}
-	// $pullAll by value: FerretDB v1 ignores $pull with a condition.
-	if _, err := s.nodes.UpdateMany(ctx, scopeFilter(sc, bson.E{Key: "kind", Value: graph.KindEntity}, bson.E{Key: "doc_ids", Value: docID},
-		bson.E{Key: "key", Value: bson.M{"$nin": keepKeys}}), bson.M{"$pullAll": bson.M{"doc_ids": bson.A{docID}}}); err != nil {
-		return fmt.Errorf("graph: %w", err)
-	}
-	// An entity whose list emptied is gone; one a concurrent ingest just
-	// added itself to is not, since its list is not empty.
-	if _, err := s.nodes.DeleteMany(ctx, scopeFilter(sc, bson.E{Key: "kind", Value: graph.KindEntity},
-		bson.E{Key: "doc_ids.0", Value: bson.M{"$exists": false}})); err != nil {
-		return fmt.Errorf("graph: %w", err)
-	}
-	return nil
+	return func(w *writes) error { return s.forget(ctx, sc, docID, keys, w) }
 }
 
-// DeleteDocument removes everything the document put in the graph.
-func (s *Store) DeleteDocument(ctx context.Context, sc graph.Scope, docID string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.dropMentions(ctx, sc, docID, nil); err != nil {
+// forget adds to w the writes that take docID off the entity nodes keys,
+// deleting those no document mentions then. The caller holds their locks.
+// With many writers every entity loses docID ($pullAll by value: FerretDB
+// v1 ignores $pull with a condition) and is then deleted if its list is
+// empty, each write atomic on MongoDB. A single writer reads the entities
+// by _id and deletes or updates each as its list says.
+func (s *Store) forget(ctx context.Context, sc graph.Scope, docID string, keys []string, w *writes) error {
+	pull := func(id string) mongo.WriteModel {
+		return mongo.NewUpdateOneModel().SetFilter(byID(id)).SetUpdate(bson.M{"$pullAll": bson.M{"doc_ids": bson.A{docID}}})
+	}
+	if !s.single {
+		for _, k := range keys {
+			id := nodeID(sc, k)
+			w.nodeUpdates = append(w.nodeUpdates, pull(id))
+			w.nodeDeletes = append(w.nodeDeletes, mongo.NewDeleteOneModel().SetFilter(bson.D{
+				{Key: "_id", Value: id}, {Key: "kind", Value: graph.KindEntity}, {Key: "doc_ids", Value: bson.M{"$size": 0}},
+			}))
+		}
+		return nil
+	}
+	recs, err := s.readNodes(ctx, sc, keys, options.FindOne().SetProjection(bson.D{{Key: "kind", Value: 1}, {Key: "doc_ids", Value: 1}}))
+	if err != nil {
 		return err
 	}
-	if _, err := s.edges.DeleteMany(ctx, scopeFilter(sc, bson.E{Key: "doc_id", Value: docID})); err != nil {
-		return fmt.Errorf("graph: %w", err)
-	}
-	if _, err := s.nodes.DeleteMany(ctx, scopeFilter(sc, bson.E{Key: "doc_id", Value: docID})); err != nil {
-		return fmt.Errorf("graph: %w", err)
+	for _, r := range recs {
+		if r.Kind != graph.KindEntity {
+			continue
+		}
+		others := slices.DeleteFunc(slices.Clone(r.DocIDs), func(d string) bool { return d == docID })
+		switch {
+		case len(others) == 0:
+			w.nodeDeletes = append(w.nodeDeletes, mongo.NewDeleteOneModel().SetFilter(byID(r.ID)))
+		case len(others) < len(r.DocIDs):
+			w.nodeUpdates = append(w.nodeUpdates, pull(r.ID))
+		}
 	}
 	return nil
+}
+
+// readNodes reads the nodes of keys that exist, each by _id (which holds
+// the scope), nodeReads at a time.
+func (s *Store) readNodes(ctx context.Context, sc graph.Scope, keys []string, opts ...options.Lister[options.FindOneOptions]) ([]nodeRecord, error) {
+	found := make([]*nodeRecord, len(keys))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(nodeReads)
+	for i, k := range keys {
+		g.Go(func() error {
+			var r nodeRecord
+			err := s.nodes.FindOne(gctx, byID(nodeID(sc, k)), opts...).Decode(&r)
+			if errors.Is(err, mongo.ErrNoDocuments) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("graph: read node: %w", mongox.Translate(err))
+			}
+			found[i] = &r
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	out := make([]nodeRecord, 0, len(keys))
+	for _, r := range found {
+		if r != nil {
+			out = append(out, *r)
+		}
+	}
+	return out, nil
+}
+
+// DeleteDocument removes everything the document put in the graph: its
+// node (docKey), its chunks' nodes (chunkKeys) with their PART_OF edges,
+// and its mentions of the entities mentions (entities no document
+// mentions any more go too). Keys that are not in the graph are fine.
+func (s *Store) DeleteDocument(ctx context.Context, sc graph.Scope, docID, docKey string, chunkKeys, mentions []string) error {
+	w := &writes{}
+	w.deleteNode(nodeID(sc, docKey))
+	for _, k := range chunkKeys {
+		w.deleteNode(nodeID(sc, k))
+		w.deleteEdge(sc, graph.Edge{From: k, To: docKey, Type: graph.PartOf})
+	}
+	forget := s.dropMentions(ctx, sc, docID, docKey, slices.Compact(slices.Sorted(slices.Values(mentions))), w)
+	return s.apply(ctx, w, forget)
 }
 
 // CountDocument counts the nodes and edges the document put in the graph
@@ -223,19 +341,27 @@ func (s *Store) CountDocument(ctx context.Context, sc graph.Scope, docID string)
 	return n1 + n2, e, err
 }
 
-// Nodes implements graph.Reader.
+// Nodes implements graph.Reader: up to maxNodeLookups keys are read by
+// _id, more in one query (a scan on FerretDB).
 func (s *Store) Nodes(ctx context.Context, sc graph.Scope, keys []string) ([]graph.Node, error) {
-	ks := make(bson.A, len(keys))
-	for i, k := range keys {
-		ks[i] = k
-	}
-	cur, err := s.nodes.Find(ctx, scopeFilter(sc, bson.E{Key: "key", Value: bson.M{"$in": ks}}))
-	if err != nil {
-		return nil, fmt.Errorf("graph: nodes: %w", err)
-	}
 	var recs []nodeRecord
-	if err := cur.All(ctx, &recs); err != nil {
-		return nil, fmt.Errorf("graph: nodes: %w", err)
+	if len(keys) <= maxNodeLookups {
+		var err error
+		if recs, err = s.readNodes(ctx, sc, slices.Compact(slices.Sorted(slices.Values(keys)))); err != nil {
+			return nil, err
+		}
+	} else {
+		ks := make(bson.A, len(keys))
+		for i, k := range keys {
+			ks[i] = k
+		}
+		cur, err := s.nodes.Find(ctx, scopeFilter(sc, bson.E{Key: "key", Value: bson.M{"$in": ks}}))
+		if err != nil {
+			return nil, fmt.Errorf("graph: nodes: %w", err)
+		}
+		if err := cur.All(ctx, &recs); err != nil {
+			return nil, fmt.Errorf("graph: nodes: %w", err)
+		}
 	}
 	out := make([]graph.Node, len(recs))
 	for i, r := range recs {
@@ -244,7 +370,8 @@ func (s *Store) Nodes(ctx context.Context, sc graph.Scope, keys []string) ([]gra
 	return out, nil
 }
 
-// Edges implements graph.Reader.
+// Edges implements graph.Reader. It queries by from and to (a scan on
+// FerretDB, indexed on MongoDB).
 func (s *Store) Edges(ctx context.Context, sc graph.Scope, keys, types []string, limit int) ([]graph.Edge, error) {
 	ks := make(bson.A, len(keys))
 	for i, k := range keys {
