@@ -391,31 +391,7 @@ func testConcurrentWritesLoseNothing(t *testing.T, db *mongo.Database) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := newStore(t, db)
-	n := testkit.NewNATS(t)
-	bus, err := events.Connect(ctx, n.URL(), "test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	if err := bus.EnsureStreams(ctx); err != nil {
-		t.Fatal(err)
-	}
-	nc := bus.Conn()
-	var mu sync.Mutex
-	seen := map[string]bool{}
-	sub, err := nc.Subscribe("am.evt.acme.>", func(m *nats.Msg) {
-		var ev commonv1.Event
-		if proto.Unmarshal(m.Data, &ev) == nil {
-			mu.Lock()
-			seen[ev.GetId()] = true
-			mu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	go s.RunOutbox(ctx, bus, nil)
+	published := relaying(ctx, t, s)
 
 	sc := document.Scope{Tenant: "acme"}
 	running := indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING
@@ -427,9 +403,7 @@ func testConcurrentWritesLoseNothing(t *testing.T, db *mongo.Database) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := range each {
-				ev, _ := events.NewEvent("extraction_job.test", "indexer", sc.Proto(), "", nil)
-				ev.Id = fmt.Sprintf("e-%d-%d", w, i)
-				e, _ := events.OutboxEntryFor(events.EventSubject("acme", "extraction_job", "j", "test"), ev)
+				e := testEntry(sc, fmt.Sprintf("e-%d-%d", w, i))
 				j := &document.Job{ID: "j", Scope: sc, Status: running, Attempts: w*each + i}
 				if _, err := s.UpdateJob(ctx, j, running, e); err != nil {
 					t.Error(err)
@@ -438,11 +412,7 @@ func testConcurrentWritesLoseNothing(t *testing.T, db *mongo.Database) {
 		})
 	}
 	wg.Wait()
-	testkit.Eventually(t, 20*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen) == writers*each
-	}, "all %d events relayed", writers*each)
+	testkit.Eventually(t, 20*time.Second, func() bool { return published() == writers*each }, "all %d events relayed", writers*each)
 }
 
 // TestOutboxRelaysWithoutScanning: after the sweeps at start, the relays
@@ -460,39 +430,12 @@ func TestOutboxRelaysWithoutScanning(t *testing.T) {
 				mongox.MarkSingleWriter(db.Client())
 			}
 			s := New(db)
-			bus, err := events.Connect(ctx, testkit.NewNATS(t).URL(), "test", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer bus.Close()
-			if err := bus.EnsureStreams(ctx); err != nil {
-				t.Fatal(err)
-			}
-			var mu sync.Mutex
-			seen := map[string]bool{}
-			sub, err := bus.Conn().Subscribe("am.evt.acme.>", func(m *nats.Msg) {
-				var ev commonv1.Event
-				if proto.Unmarshal(m.Data, &ev) == nil {
-					mu.Lock()
-					seen[ev.GetId()] = true
-					mu.Unlock()
-				}
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sub.Unsubscribe()
-			go s.RunOutbox(ctx, bus, nil)
+			published := relaying(ctx, t, s)
 			testkit.Eventually(t, 10*time.Second, func() bool { return len(rt.Unkeyed()) == 2 }, "the sweeps at start")
 			rt.Reset()
 
 			sc := document.Scope{Tenant: "acme"}
-			entry := func(id string) events.OutboxEntry {
-				ev, _ := events.NewEvent("extraction_job.test", "indexer", sc.Proto(), "", nil)
-				ev.Id = id
-				e, _ := events.OutboxEntryFor(events.EventSubject("acme", "extraction_job", "j", "test"), ev)
-				return e
-			}
+			entry := func(id string) events.OutboxEntry { return testEntry(sc, id) }
 			queued, running := indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED, indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING
 			const writes = 10
 			for i := range writes {
@@ -504,11 +447,7 @@ func TestOutboxRelaysWithoutScanning(t *testing.T) {
 					t.Fatalf("UpdateJob = %v, %v", ok, err)
 				}
 			}
-			testkit.Eventually(t, 10*time.Second, func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return len(seen) == 2*writes
-			}, "every event published")
+			testkit.Eventually(t, 10*time.Second, func() bool { return published() == 2*writes }, "every event published")
 			testkit.Eventually(t, 10*time.Second, func() bool {
 				for i := range writes {
 					var j struct {
@@ -529,4 +468,45 @@ func TestOutboxRelaysWithoutScanning(t *testing.T) {
 			}
 		})
 	}
+}
+
+// relaying runs the store's relays until ctx ends, on a NATS server of the
+// test's own, and returns how many distinct events they have published on
+// acme's subjects so far.
+func relaying(ctx context.Context, t *testing.T, s *Store) (published func() int) {
+	t.Helper()
+	bus, err := events.Connect(ctx, testkit.NewNATS(t).URL(), "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	if err := bus.EnsureStreams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	if _, err := bus.Conn().Subscribe("am.evt.acme.>", func(m *nats.Msg) {
+		var ev commonv1.Event
+		if proto.Unmarshal(m.Data, &ev) == nil {
+			mu.Lock()
+			seen[ev.GetId()] = true
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go s.RunOutbox(ctx, bus, nil)
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen)
+	}
+}
+
+// testEntry is an outbox entry of a job event with id.
+func testEntry(sc document.Scope, id string) events.OutboxEntry {
+	ev, _ := events.NewEvent("extraction_job.test", "indexer", sc.Proto(), "", nil)
+	ev.Id = id
+	e, _ := events.OutboxEntryFor(events.EventSubject(sc.Tenant, "extraction_job", "j", "test"), ev)
+	return e
 }
