@@ -228,7 +228,13 @@ func withVersionInc(update bson.M) bson.M {
 // updateVersionedByID is UpdateVersioned for a single writer holding the
 // document's lock: read by _id, check in Go, write by _id.
 func updateVersionedByID(ctx context.Context, coll *mongo.Collection, id any, filter bson.D, version int64, update bson.M) error {
-	raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	proj := bson.D{{Key: "version", Value: 1}} // not the whole document: it may hold a large body
+	for _, e := range filter {
+		if e.Key != "_id" && e.Key != "version" {
+			proj = append(proj, bson.E{Key: e.Key, Value: 1})
+		}
+	}
+	raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(proj)).Raw()
 	if err != nil {
 		return Translate(err)
 	}
