@@ -1,0 +1,109 @@
+//go:build e2ecluster
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+)
+
+// logEntry is one message of the events stream.
+type logEntry struct {
+	seq     uint64
+	subject string
+	event   *commonv1.Event
+}
+
+// eventLog reads every message of the events stream on subjects matching
+// filter, straight from the NATS cluster: the suite's independent view of
+// what the services published. It tries again while the cluster cannot
+// answer (a node was just killed), until ctx ends.
+func (c *cluster) eventLog(ctx context.Context, filter string) ([]logEntry, error) {
+	for {
+		out, err := c.readEventLog(ctx, filter)
+		if err == nil {
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (gave up: %v)", err, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (c *cluster) readEventLog(ctx context.Context, filter string) ([]logEntry, error) {
+	js, closeNATS, err := c.jetStream()
+	if err != nil {
+		return nil, err
+	}
+	defer closeNATS()
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []logEntry
+	for {
+		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			var ev commonv1.Event
+			if err := proto.Unmarshal(m.Data(), &ev); err != nil {
+				return nil, fmt.Errorf("message %d on %s: %w", md.Sequence.Stream, m.Subject(), err)
+			}
+			out = append(out, logEntry{seq: md.Sequence.Stream, subject: m.Subject(), event: &ev})
+			if md.NumPending == 0 {
+				return out, batch.Error()
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return out, nil
+		}
+	}
+}
+
+// runLog returns the run's events from the stream, by their sequence
+// within the run; the second result counts sequences found more than once
+// with different contents (an event published twice as two events).
+func (c *cluster) runLog(ctx context.Context, runID string) (map[uint64]string, int, error) {
+	entries, err := c.eventLog(ctx, events.EventSubjectPrefix+"default.classifier."+events.SubjectToken(runID)+".*")
+	if err != nil {
+		return nil, 0, err
+	}
+	bySeq := map[uint64]string{}
+	ids := map[uint64]string{}
+	dup := 0
+	for _, e := range entries {
+		var re classifierv1.RunEvent
+		if err := e.event.GetPayload().UnmarshalTo(&re); err != nil {
+			return nil, 0, fmt.Errorf("run event %d: %w", e.seq, err)
+		}
+		if id, ok := ids[re.GetSequence()]; ok && id != e.event.GetId() {
+			dup++
+		}
+		ids[re.GetSequence()] = e.event.GetId()
+		bySeq[re.GetSequence()] = re.GetType()
+	}
+	return bySeq, dup, nil
+}

@@ -1,0 +1,174 @@
+//go:build e2ecluster
+
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is one OS process of the cluster, started again with the same
+// command, environment and log file after it is killed (as Kubernetes
+// restarts a container, or an operator a database).
+type proc struct {
+	name string
+	path string
+	args []string
+	env  []string // the whole environment: nothing is inherited
+	log  string   // stdout and stderr, appended across restarts
+
+	mu     sync.Mutex // guards the fields below
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when the current process has exited
+	starts int
+}
+
+// start starts the process; it is an error to start a running one.
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && !isClosed(p.done) {
+		return fmt.Errorf("%s is already running", p.name)
+	}
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "==== %s start %d at %s\n", p.name, p.starts+1, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(p.path, p.args...)
+	cmd.Env = p.env
+	cmd.Stdout, cmd.Stderr = f, f
+	// Its own process group, so a kill of the test's terminal does not
+	// reach it before the test's cleanup does, and cleanup can kill it whole.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(done)
+	}()
+	p.cmd, p.done = cmd, done
+	p.starts++
+	return nil
+}
+
+// kill sends SIGKILL and waits until the process is gone.
+func (p *proc) kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil || isClosed(done) {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-done
+}
+
+// stop asks the process to shut down (SIGTERM) and kills it after grace.
+func (p *proc) stop(grace time.Duration) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil || isClosed(done) {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		p.kill()
+	}
+}
+
+// pid is the running process's id, 0 when it is not running.
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || isClosed(p.done) {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// exited reports whether the process was started and has exited.
+func (p *proc) exited() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil && isClosed(p.done)
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// tail returns the last n bytes of the process's log, for failure messages.
+func (p *proc) tail(n int64) string {
+	f, err := os.Open(p.log)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err.Error()
+	}
+	off := max(st.Size()-n, 0)
+	b := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return err.Error()
+	}
+	return string(b)
+}
+
+// newProc describes a process logging to logDir/name.log.
+func newProc(logDir, name, path string, env []string, args ...string) *proc {
+	return &proc{name: name, path: path, args: args, env: env, log: filepath.Join(logDir, name+".log")}
+}
+
+// freePort returns a TCP port free on every one of ips now. Services bind
+// it themselves later, so another program could take it in between; on a
+// test machine that does not happen in practice, and a bind failure shows
+// in the service's log.
+func freePort(ips ...string) (int, error) {
+	for range 50 {
+		first, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
+		if err != nil {
+			return 0, err
+		}
+		port := first.Addr().(*net.TCPAddr).Port
+		ok := true
+		var held []net.Listener
+		for _, ip := range ips[1:] {
+			l, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(port)))
+			if err != nil {
+				ok = false
+				break
+			}
+			held = append(held, l)
+		}
+		first.Close()
+		for _, l := range held {
+			l.Close()
+		}
+		if ok {
+			return port, nil
+		}
+	}
+	return 0, errors.New("no port free on every address")
+}
