@@ -181,16 +181,16 @@ func TestPeerPIDFindsTheClientProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer server.Close()
-	remote := server.RemoteAddr().String()
-	if got := peerPID(remote, []int{1, os.Getpid()}); got != os.Getpid() {
+	remote, local := server.RemoteAddr().String(), server.LocalAddr().String()
+	if got := peerPID(remote, local, []int{1, os.Getpid()}); got != os.Getpid() {
 		t.Errorf("peerPID(%s) = %d, want this process %d", remote, got, os.Getpid())
 	}
-	if got := peerPID(remote, []int{1}); got != 0 {
+	if got := peerPID(remote, local, []int{1}); got != 0 {
 		t.Errorf("peerPID among processes that do not hold it = %d, want 0", got)
 	}
 	client.Close()
 	server.Close()
-	if got := peerPID(remote, []int{os.Getpid()}); got != 0 {
+	if got := peerPID(remote, local, []int{os.Getpid()}); got != 0 {
 		t.Errorf("peerPID of a closed connection = %d, want 0", got)
 	}
 }

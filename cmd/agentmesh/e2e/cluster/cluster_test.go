@@ -511,7 +511,7 @@ func lastError(log string) string {
 
 // ownerOf names the service process holding the client end of a
 // connection to one of the test's servers.
-func (c *cluster) ownerOf(remote string) string {
+func (c *cluster) ownerOf(client, server string) string {
 	var pids []int
 	names := map[int]string{}
 	for _, rs := range c.replicas {
@@ -522,7 +522,7 @@ func (c *cluster) ownerOf(remote string) string {
 			}
 		}
 	}
-	return names[peerPID(remote, pids)]
+	return names[peerPID(client, server, pids)]
 }
 
 // replica returns the replica named name (e.g. "orchestrator-b").

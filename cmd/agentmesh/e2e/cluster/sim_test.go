@@ -47,8 +47,9 @@ type recorder struct {
 	mu      sync.Mutex // guards the fields below
 	all     []*execution
 	waiters []waiter
-	// owner names the process with a pid, for execution.by.
-	owner func(remoteAddr string) string
+	// owner names the process holding the client end of a connection to
+	// one of the test's servers, for execution.by.
+	owner func(client, server string) string
 }
 
 type waiter struct {
@@ -56,12 +57,12 @@ type waiter struct {
 	ch   chan *execution
 }
 
-// begin records the start of an execution and hands it to a waiter for
-// its kind, if any.
-func (r *recorder) begin(kind, key, remote string) *execution {
+// begin records the start of an execution, made by the request req, and
+// hands it to a waiter for its kind, if any.
+func (r *recorder) begin(kind, key string, req *http.Request) *execution {
 	e := &execution{kind: kind, key: key, start: time.Now(), done: make(chan struct{})}
-	if r.owner != nil {
-		e.by = r.owner(remote)
+	if local, ok := req.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && r.owner != nil {
+		e.by = r.owner(req.RemoteAddr, local.String())
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -141,7 +142,7 @@ func startSim(rec *recorder) (*simServer, error) {
 			h.ServeHTTP(w, req)
 			return
 		}
-		e := rec.begin(kind, key, req.RemoteAddr)
+		e := rec.begin(kind, key, req)
 		if strings.Contains(key, slowMarker) {
 			select {
 			case <-time.After(slowDelay):
@@ -246,7 +247,7 @@ func startMarketData(rec *recorder) (*marketData, error) {
 	mux := http.NewServeMux()
 	serve := func(w http.ResponseWriter, r *http.Request) {
 		ticker := r.URL.Query().Get("ticker")
-		e := rec.begin(kindToolJob, r.URL.Path+"?ticker="+ticker, r.RemoteAddr)
+		e := rec.begin(kindToolJob, r.URL.Path+"?ticker="+ticker, r)
 		completed := false
 		defer func() { rec.finish(e, completed) }()
 		if strings.Contains(ticker, slowMarker) {
