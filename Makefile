@@ -3,6 +3,7 @@
 #   make run       the whole mesh on embedded infrastructure, gateway on :8080
 #   make test      unit and integration tests (what CI runs)
 #   make e2e       the mesh started as a user would, driven over REST/SSE
+#   make e2e-cluster  every service its own process, replicated, on a NATS cluster, under faults
 #   make bench     benchmarks and load tests, printing the figures
 #   make bench-growth  throughput as stored items grow (part of make bench)
 #   make generate  regenerate code from the protos (needs `make tools`)
@@ -29,7 +30,7 @@ VERSION           ?= $(shell git describe --tags --always --dirty 2>/dev/null ||
 REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: docs all tools generate generate-check lint build test test-race run e2e bench bench-growth eval fmt vet clean images images-test
+.PHONY: docs all tools generate generate-check lint build test test-race run e2e e2e-cluster bench bench-growth eval fmt vet clean images images-test
 
 all: build
 
@@ -55,6 +56,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^libs/gen/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^libs/gen/'); echo "gofmt needed"; exit 1; }
 	go vet $(PKGS)
 	go vet -tags images ./cmd/imagebuild/
+	go vet -tags e2ecluster ./cmd/agentmesh/e2e/cluster/
 
 build:
 	mkdir -p bin
@@ -83,6 +85,16 @@ run:
 
 e2e:
 	go test -count=1 -tags e2e -timeout 20m ./cmd/agentmesh/e2e/...
+
+# The production topology on loopback (cmd/agentmesh/e2e/cluster): every
+# service from its own binary in bin/, two replicas where the design allows,
+# a three-node NATS JetStream cluster and a ferretdb process (both built at
+# the pinned versions, cached in the temp directory), driven through the
+# gateways while a replica of each service, a NATS node and the database are
+# killed. Prints flows, faults, recovery times and duplicate counts; 3 to 6
+# minutes. Not in .ci/run: see the README.
+e2e-cluster: build
+	E2ECLUSTER_BIN_DIR=$(CURDIR)/bin go test -count=1 -tags e2ecluster -timeout 25m -v -run . ./cmd/agentmesh/e2e/cluster/
 
 # Benchmarks and load tests: every figure the issues ask for, each against a
 # baseline measured in the same run. Takes several minutes.
