@@ -147,9 +147,18 @@ func (s *Store) DocumentChunks(ctx context.Context, sc document.Scope, docID str
 // keyed by id; ids of other scopes or unknown ids are absent. It reads
 // each by _id, chunkReads at a time.
 func (s *Store) GetChunks(ctx context.Context, sc document.Scope, ids []string) (map[string]document.Chunk, error) {
+	return s.readChunks(ctx, sc, ids, options.FindOne().SetProjection(bson.D{{Key: "vector", Value: 0}}))
+}
+
+// ReadChunks is GetChunks with the chunks' vectors, for a search index
+// that follows the store.
+func (s *Store) ReadChunks(ctx context.Context, sc document.Scope, ids []string) (map[string]document.Chunk, error) {
+	return s.readChunks(ctx, sc, ids, options.FindOne())
+}
+
+func (s *Store) readChunks(ctx context.Context, sc document.Scope, ids []string, opts *options.FindOneOptionsBuilder) (map[string]document.Chunk, error) {
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	found := make([]*document.Chunk, len(ids))
-	opts := options.FindOne().SetProjection(bson.D{{Key: "vector", Value: 0}})
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(chunkReads)
 	for i, id := range ids {

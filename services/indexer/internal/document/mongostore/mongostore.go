@@ -20,7 +20,11 @@
 //     (stale_chunks), names every chunk to write, read or delete; a search
 //     reads its hits' chunks one FindOne each, concurrently;
 //   - the record also keeps the entity keys the document may mention in the
-//     graph (graph_mentions), so the graph store removes mentions by _id.
+//     graph (graph_mentions), so the graph store removes mentions by _id;
+//   - a replica's search shard follows the record (see package intake):
+//     IndexState reads the few fields that say what the shard must hold
+//     (base_job names the extraction whose digest the base chunk carries),
+//     ReadChunks the chunks with their vectors, each by _id.
 //
 // Still scanning, on purpose: ListDocuments, FindByTerms (paged listings),
 // Unfinished, PendingJobs, HandledBelow and Scopes (start-up
@@ -42,6 +46,11 @@
 // document's chunks) hold each record's lock (mongox.LockDocuments):
 // FerretDB applies an update as an unisolated read and write, so two
 // writers of one record in one process could otherwise lose one.
+//
+// A record's outbox is published before the record is removed
+// (DeleteDocument calls FlushDocument): with many writers a relay reads
+// what it publishes, and the chunk change a delete carries must reach
+// the other replicas.
 //
 // What is assumed of MongoDB: a single-document update or delete is atomic
 // with its filter, an upsert by _id that races another is retried by the
@@ -172,6 +181,7 @@ type docRecord struct {
 	RoutingReason     string               `bson:"routing_reason"`
 	ExtractionJobID   string               `bson:"extraction_job_id"`
 	ExtractionStatus  int32                `bson:"extraction_status"`
+	BaseJob           string               `bson:"base_job,omitempty"`
 	Indexed           bool                 `bson:"indexed"`
 	Deleting          bool                 `bson:"deleting"`
 	PipelineErrors    []string             `bson:"pipeline_errors,omitempty"`
@@ -306,7 +316,7 @@ func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.
 		"chunk_count": d.ChunkCount, "stale_chunks": toChunkSetRecords(d.StaleChunks),
 		"routing": int32(indexerv1.Routing_ROUTING_UNSPECIFIED), "routing_reason": "",
 		"extraction_job_id": d.ExtractionJobID, "extraction_status": int32(d.ExtractionStatus),
-		"indexed": false, "deleting": false, "pipeline_errors": d.PipelineErrors, "update_time": now,
+		"indexed": false, "deleting": false, "pipeline_errors": d.PipelineErrors, "update_time": now, "base_job": "",
 	}
 	if d.Version == 0 {
 		rec := bson.M{"_id": d.ID, "tenant": d.Scope.Tenant, "project": d.Scope.Project, "create_time": now, "version": int64(1)}
@@ -334,16 +344,21 @@ func current(sc document.Scope, hash string, more ...bson.E) bson.D {
 	return append(scopeFilter(sc, bson.E{Key: "content_hash", Value: hash}, bson.E{Key: "deleting", Value: false}), more...)
 }
 
-// MarkIndexed records that the chunks of content hash are in the indexes
+// MarkIndexed records that the chunks of content hash are in the store
 // and the graph, and forgets the chunk sets whose removal the ingest
-// finished. It reports false, writing nothing, if the content changed
-// meanwhile or the document is being deleted or gone.
-func (s *Store) MarkIndexed(ctx context.Context, sc document.Scope, id, hash string, removed []document.ChunkSet) (bool, error) {
+// finished, with the outbox entries (the change other replicas' search
+// indexes follow) in the same write. It reports false, writing nothing,
+// if the content changed meanwhile or the document is being deleted or
+// gone.
+func (s *Store) MarkIndexed(ctx context.Context, sc document.Scope, id, hash string, removed []document.ChunkSet, outbox ...events.OutboxEntry) (bool, error) {
 	update := bson.M{"$set": bson.M{"indexed": true}, "$inc": bson.M{"version": int64(1)}}
 	if len(removed) > 0 {
 		update["$pullAll"] = bson.M{"stale_chunks": toChunkSetRecords(removed)}
 	}
-	ok, err := mongox.UpdateIf(ctx, s.docs, id, current(sc, hash), update, nil)
+	if len(outbox) > 0 {
+		update["$push"] = events.OutboxPush(outbox...)
+	}
+	ok, err := mongox.UpdateIf(ctx, s.docs, id, current(sc, hash), update, func() { s.out.wrote(s.docs, id, outbox) })
 	return ok, translate(err)
 }
 
@@ -371,7 +386,8 @@ func (s *Store) AddMentions(ctx context.Context, sc document.Scope, id, hash, jo
 }
 
 // CompleteExtraction stores a job's extracts, routing, status and graph
-// mentions on the document, with the events in its outbox, if the
+// mentions on the document, and the job as the one whose digest the base
+// chunk carries (base_job), with the events in its outbox, if the
 // document still has content hash and is not being deleted (and the job
 // is still its latest). It reports whether it did.
 func (s *Store) CompleteExtraction(ctx context.Context, sc document.Scope, id, hash string, r ExtractionResult, now time.Time, outbox ...events.OutboxEntry) (bool, error) {
@@ -391,7 +407,7 @@ func (s *Store) CompleteExtraction(ctx context.Context, sc document.Scope, id, h
 		"$set": bson.M{
 			"extracts": recs, "extract_terms": document.ExtractTerms(r.Extracts), "extractor_versions": versions,
 			"routing": int32(r.Routing), "routing_reason": r.RoutingReason, "extraction_status": int32(r.Status),
-			"graph_mentions": mentions, "update_time": now,
+			"graph_mentions": mentions, "update_time": now, "base_job": r.JobID,
 		},
 		"$inc": bson.M{"version": int64(1)},
 	}
@@ -423,11 +439,14 @@ func (s *Store) SetExtractionStatus(ctx context.Context, sc document.Scope, id, 
 }
 
 // MarkDeleting hides a document and flags it for removal from the indexes,
-// and returns it as it is then (without raw content), whether or not it
-// was being deleted already.
-func (s *Store) MarkDeleting(ctx context.Context, sc document.Scope, id string) (*document.Document, error) {
+// with the outbox entries in the same write, and returns it as it is then
+// (without raw content), whether or not it was being deleted already.
+func (s *Store) MarkDeleting(ctx context.Context, sc document.Scope, id string, outbox ...events.OutboxEntry) (*document.Document, error) {
 	defer mongox.LockDocument(s.docs, id)()
 	update := bson.M{"$set": bson.M{"deleting": true}, "$inc": bson.M{"version": int64(1)}}
+	if len(outbox) > 0 {
+		update["$push"] = events.OutboxPush(outbox...)
+	}
 	proj := options.FindOne().SetProjection(withoutRaw)
 	var r docRecord
 	if s.single {
@@ -438,6 +457,7 @@ func (s *Store) MarkDeleting(ctx context.Context, sc document.Scope, id string) 
 		if _, err := s.docs.UpdateOne(ctx, byID(id), update); err != nil {
 			return nil, translate(err)
 		}
+		s.out.wrote(s.docs, id, outbox)
 		r.Deleting = true
 		r.Version++
 		return r.toDocument()
@@ -452,15 +472,51 @@ func (s *Store) MarkDeleting(ctx context.Context, sc document.Scope, id string) 
 	if res.MatchedCount == 0 {
 		return nil, document.ErrNotFound
 	}
+	s.out.wrote(s.docs, id, outbox)
 	return s.readDocument(ctx, sc, id, proj)
 }
 
 // DeleteDocument removes the document record; a record already gone is no
-// error.
+// error. The entries of its outbox are published first, while the relay
+// runs (see FlushDocument): the record takes its pending events with it.
 func (s *Store) DeleteDocument(ctx context.Context, sc document.Scope, id string) error {
+	if err := s.FlushDocument(ctx, id); err != nil {
+		return fmt.Errorf("mongostore: publish the events of %s before removing it: %w", id, err)
+	}
 	_, err := mongox.DeleteIf(ctx, s.docs, id, scopeFilter(sc))
 	return translate(err)
 }
+
+// IndexState reads what the document's record says the search indexes
+// must hold of it (one read by _id of a few fields). A record of another
+// scope, or none, is document.Absent.
+func (s *Store) IndexState(ctx context.Context, sc document.Scope, id string) (document.IndexState, error) {
+	var r struct {
+		ContentHash string `bson:"content_hash"`
+		ChunkCount  int    `bson:"chunk_count"`
+		Indexed     bool   `bson:"indexed"`
+		Deleting    bool   `bson:"deleting"`
+		BaseJob     string `bson:"base_job"`
+		Version     int64  `bson:"version"`
+	}
+	// The scope's fields too: FindByID checks them in what it reads.
+	opts := options.FindOne().SetProjection(bson.D{{Key: "tenant", Value: 1}, {Key: "project", Value: 1},
+		{Key: "content_hash", Value: 1}, {Key: "chunk_count", Value: 1},
+		{Key: "indexed", Value: 1}, {Key: "deleting", Value: 1}, {Key: "base_job", Value: 1}, {Key: "version", Value: 1}})
+	err := mongox.FindByID(ctx, s.docs, id, scopeFilter(sc), &r, opts)
+	if errors.Is(err, mongox.ErrNotFound) {
+		return document.Absent, nil
+	}
+	if err != nil {
+		return document.IndexState{}, translate(err)
+	}
+	return document.IndexState{Found: true, Indexed: r.Indexed, Deleting: r.Deleting,
+		Chunks: document.ChunkSet{Hash: r.ContentHash, Count: r.ChunkCount}, BaseJob: r.BaseJob, Version: r.Version}, nil
+}
+
+// SingleWriter reports whether this process is the database's only
+// writer (mongox.SingleWriter).
+func (s *Store) SingleWriter() bool { return s.single }
 
 // ListDocuments returns up to limit documents of the scope after id
 // afterID, in id order, without raw content; sourceType 0 means any. It

@@ -81,6 +81,13 @@ func (o *outbox) wrote(coll *mongo.Collection, id string, entries []events.Outbo
 	}
 }
 
+// relay returns the relay of coll, nil before RunOutbox set it.
+func (o *outbox) relay(coll *mongo.Collection) *events.Relay {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.relays[coll.Name()]
+}
+
 // drained forgets record id of coll: its relay published its outbox.
 func (o *outbox) drained(coll *mongo.Collection, id any) {
 	if sid, ok := id.(string); ok {
@@ -142,4 +149,20 @@ func (s *Store) FlushOutbox(ctx context.Context, bus *events.Bus) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// FlushDocument publishes, and removes, the pending outbox entries of the
+// document with _id id, reading it by _id, before the caller removes the
+// record: with many writers the relay reads what it publishes, and would
+// find nothing once the record is gone. For a single writer the relay was
+// handed the entries themselves and publishes them whether or not the
+// record is still there, and before RunOutbox there is no relay to
+// publish with: it does nothing then.
+func (s *Store) FlushDocument(ctx context.Context, id string) error {
+	r := s.out.relay(s.docs)
+	if s.single || r == nil {
+		return nil
+	}
+	_, err := r.SweepDocuments(ctx, id)
+	return err
 }
