@@ -2,7 +2,9 @@
 // HNSW vector index of the same chunks, searched together and fused with
 // reciprocal rank fusion. A [Manager] keeps one [Shard] per scope on disk,
 // so a scope's searches never touch another scope's data, and rebuilds a
-// shard from the document store when asked.
+// shard from the document store when asked. A shard also keeps, in memory,
+// a token per document that a follower of the document store records with
+// what it wrote ([Tx.SetApplied]), so that it can skip a change it holds.
 package hybrid
 
 import (

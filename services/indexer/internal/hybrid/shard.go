@@ -83,6 +83,11 @@ type Shard struct {
 	writeMu sync.Mutex   // serialises writes; a rebuild holds it throughout
 	life    sync.RWMutex // searches and writes hold it shared; Close exclusively
 	closed  bool         // guarded by life
+
+	// applied holds, per document, the token a follower of the document
+	// store recorded with what it wrote (Tx.SetApplied). Guarded by
+	// writeMu. In memory only: a shard opened or rebuilt starts without.
+	applied map[string]string
 }
 
 // openShard opens the shard in dir for the given embedder. A directory
@@ -119,7 +124,7 @@ func openShard(dir string, m manifest, vopts vector.StoreOptions, vectorWeight f
 		bm.Close()
 		return nil, false, err
 	}
-	return &Shard{dir: dir, bm: bm, vec: vec, vectorWeight: vectorWeight}, stale, nil
+	return &Shard{dir: dir, bm: bm, vec: vec, vectorWeight: vectorWeight, applied: map[string]string{}}, stale, nil
 }
 
 // Tx writes to a shard. It is valid only inside the function given to
@@ -172,6 +177,51 @@ func (t Tx) DeleteDocument(ctx context.Context, doc string) error {
 		return err
 	})
 }
+
+// ReplaceDocument makes chunks all of doc's chunks: it removes doc's
+// other chunks from both indexes and adds (or replaces) these, and returns
+// how many it removed. With no chunks it removes the document, and writes
+// nothing if neither index holds any of it.
+func (t Tx) ReplaceDocument(ctx context.Context, doc string, chunks []Chunk) (removed int, err error) {
+	keyword, vectors, err := t.s.DocKeys(ctx, doc)
+	if err != nil {
+		return 0, err
+	}
+	keep := make(map[string]bool, len(chunks))
+	for _, c := range chunks {
+		keep[c.Key] = true
+	}
+	var stale []string
+	for _, k := range append(keyword, vectors...) {
+		if !keep[k] {
+			keep[k] = true // once
+			stale = append(stale, k)
+		}
+	}
+	if len(stale) > 0 {
+		if err := t.Delete(stale); err != nil {
+			return 0, err
+		}
+	}
+	return len(stale), t.Add(chunks)
+}
+
+// Applied returns the token recorded for doc with SetApplied, and whether
+// there is one.
+func (t Tx) Applied(doc string) (token string, ok bool) {
+	token, ok = t.s.applied[doc]
+	return token, ok
+}
+
+// SetApplied records token for doc: a follower of the document store
+// names with it the state of the document it wrote, so that it can tell
+// a change it has already applied from one it has not. Tokens live as
+// long as the open shard: a shard reopened or rebuilt has none, and its
+// follower then writes each document again once.
+func (t Tx) SetApplied(doc, token string) { t.s.applied[doc] = token }
+
+// ForgetApplied drops doc's token.
+func (t Tx) ForgetApplied(doc string) { delete(t.s.applied, doc) }
 
 // DocKeys returns the chunk keys of doc in each index.
 func (s *Shard) DocKeys(ctx context.Context, doc string) (keyword, vectors []string, err error) {
