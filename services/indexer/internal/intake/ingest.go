@@ -134,11 +134,18 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 	if err := s.queueJob(ctx, job); err != nil {
 		return IngestResult{}, err
 	}
-	ok, err := s.Docs.MarkIndexed(ctx, doc.Scope, doc.ID, hash, doc.StaleChunks)
+	change, err := s.changeEntries(ctx, doc.Scope, doc.ID, doc.Chunks())
+	if err != nil {
+		return IngestResult{}, err
+	}
+	unlock := s.lockOwnChange(doc.ID)
+	defer unlock()
+	ok, err := s.Docs.MarkIndexed(ctx, doc.Scope, doc.ID, hash, doc.StaleChunks, change...)
 	if err != nil {
 		return IngestResult{}, fmt.Errorf("intake: mark indexed: %w", err)
 	}
 	if !ok {
+		unlock()
 		cur, err := s.undoIngest(ctx, doc)
 		switch {
 		case err != nil:
@@ -151,6 +158,15 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 	doc.Indexed = true
 	doc.StaleChunks = nil
 	doc.RawContent = ""
+	if !s.local {
+		// This replica's shard now, from the chunks at hand; the others
+		// follow the change in the outbox. Should this fail, this
+		// replica follows its own change too.
+		if err := s.convergeLocked(ctx, doc.Scope, doc.ID, nil, &held{chunks: chunks}); err != nil {
+			log.Warn("search index not updated; it follows the change from the stream", slog.Any("error", err))
+		}
+	}
+	unlock()
 	log.Info("document indexed", slog.String("content_type", ct.Type), slog.Int("chunks", len(chunks)), slog.String("job_id", job.ID))
 	return IngestResult{Document: doc, JobID: job.ID}, nil
 }
@@ -185,23 +201,27 @@ func idsOf(docID string, sets []document.ChunkSet, except []document.Chunk) []st
 	return out
 }
 
-// index writes the chunks to the store, the search shard and the graph,
-// removing the document's stale chunks from each. contentChanged drops
-// the entity links of the old content.
+// index writes the chunks to the store, the graph and, for a single
+// writer, the search shard, removing the document's stale chunks from
+// each. (With replicas the shards follow the write that marks the
+// document indexed.) contentChanged drops the entity links of the old
+// content.
 func (s *Service) index(ctx context.Context, doc *document.Document, chunks []document.Chunk, contentChanged bool) error {
 	stale := idsOf(doc.ID, doc.StaleChunks, chunks)
 	if err := s.Docs.ReplaceChunks(ctx, chunks, stale); err != nil {
 		return fmt.Errorf("intake: store chunks: %w", err)
 	}
-	hc := toHybrid(chunks)
-	err := s.Indexes.Write(hscope(doc.Scope), func(tx hybrid.Tx) error {
-		if err := tx.DeleteDocument(ctx, doc.ID); err != nil {
-			return err
+	if s.local {
+		hc := toHybrid(chunks)
+		err := s.Indexes.Write(hscope(doc.Scope), func(tx hybrid.Tx) error {
+			if err := tx.DeleteDocument(ctx, doc.ID); err != nil {
+				return err
+			}
+			return tx.Add(hc)
+		})
+		if err != nil {
+			return fmt.Errorf("intake: search indexes: %w", err)
 		}
-		return tx.Add(hc)
-	})
-	if err != nil {
-		return fmt.Errorf("intake: search indexes: %w", err)
 	}
 	gs := graph.Scope(doc.Scope)
 	chunkNodes := make([]graph.Node, len(chunks))
@@ -240,8 +260,10 @@ func (s *Service) undoIngest(ctx context.Context, doc *document.Document) (*docu
 		return cur, nil
 	}
 	ids := document.ChunkIDs(doc.ID, doc.Chunks())
-	if err := s.Indexes.Write(hscope(doc.Scope), func(tx hybrid.Tx) error { return tx.Delete(ids) }); err != nil {
-		return nil, fmt.Errorf("intake: search indexes: %w", err)
+	if s.local { // with replicas, no shard got them: shards hold only what a record says
+		if err := s.Indexes.Write(hscope(doc.Scope), func(tx hybrid.Tx) error { return tx.Delete(ids) }); err != nil {
+			return nil, fmt.Errorf("intake: search indexes: %w", err)
+		}
 	}
 	gs, keys := graph.Scope(doc.Scope), chunkKeys(ids)
 	if cur == nil || cur.Deleting {

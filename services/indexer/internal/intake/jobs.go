@@ -241,7 +241,14 @@ func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 	if err := s.Docs.PutChunks(ctx, base); err != nil {
 		return err
 	}
-	if err := s.Indexes.Write(hscope(j.Scope), func(tx hybrid.Tx) error { return tx.Add(toHybrid(base)) }); err != nil {
+	unlock := s.lockOwnChange(doc.ID)
+	defer unlock()
+	if s.local {
+		err = s.Indexes.Write(hscope(j.Scope), func(tx hybrid.Tx) error { return tx.Add(toHybrid(base)) })
+	} else {
+		err = s.writeBaseAhead(ctx, j.Scope, doc.ID, doc.Chunks(), j.ID, base[0])
+	}
+	if err != nil {
 		return fmt.Errorf("intake: index base chunk: %w", err)
 	}
 
@@ -257,6 +264,11 @@ func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 	if err != nil {
 		return err
 	}
+	change, err := s.changeEntries(ctx, j.Scope, doc.ID, doc.Chunks())
+	if err != nil {
+		return err
+	}
+	entries = append(entries, change...)
 	ok, err := s.Docs.CompleteExtraction(ctx, j.Scope, doc.ID, doc.ContentHash, docstore.ExtractionResult{
 		Extracts: exs, ExtractorVersions: versions, Routing: dec.Routing, RoutingReason: dec.Reason, Status: j.Status, JobID: j.ID,
 		Mentions: mentions,
@@ -265,11 +277,18 @@ func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 		return err
 	}
 	if !ok {
+		unlock()
 		if err := s.undoExtraction(ctx, j, mentions); err != nil {
 			return err
 		}
 		return s.supersede(ctx, j, from, "the document changed while extracting")
 	}
+	if !s.local {
+		if err := s.convergeLocked(ctx, j.Scope, doc.ID, nil, &held{chunks: base, baseJob: j.ID}); err != nil {
+			log.Warn("search index not updated; it follows the change from the stream", slog.Any("error", err))
+		}
+	}
+	unlock()
 	j.EndTime = s.now()
 	log.Info("extraction finished", slog.String("status", jobEventNames[j.Status]), slog.Int("extracts", len(exs)),
 		slog.String("routing", dec.Routing.String()))
@@ -291,8 +310,10 @@ func (s *Service) undoExtraction(ctx context.Context, j *document.Job, mentions 
 	}
 	if gone || cur.ContentHash != j.ContentHash {
 		base := []string{document.ChunkID(j.DocumentID, j.ContentHash, 0)}
-		if err := s.Indexes.Write(hscope(j.Scope), func(tx hybrid.Tx) error { return tx.Delete(base) }); err != nil {
-			return fmt.Errorf("intake: search indexes: %w", err)
+		if s.local { // with replicas, no shard got it
+			if err := s.Indexes.Write(hscope(j.Scope), func(tx hybrid.Tx) error { return tx.Delete(base) }); err != nil {
+				return fmt.Errorf("intake: search indexes: %w", err)
+			}
 		}
 		if err := s.Docs.DeleteChunks(ctx, base); err != nil {
 			return err
@@ -302,6 +323,11 @@ func (s *Service) undoExtraction(ctx context.Context, j *document.Job, mentions 
 		if err := s.Graph.ReplaceMentions(ctx, graph.Scope(j.Scope), j.DocumentID, docKey(j.DocumentID), nil, mentions); err != nil {
 			return fmt.Errorf("intake: graph mentions: %w", err)
 		}
+	}
+	if !s.local {
+		// The base chunk written ahead (writeBaseAhead) gives way to what
+		// the record says.
+		return s.converge(ctx, j.Scope, j.DocumentID, nil, nil)
 	}
 	return nil
 }

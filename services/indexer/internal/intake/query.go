@@ -19,7 +19,11 @@ import (
 // invisible, and reconciliation finishes the removal. Everything is
 // removed by id: the record names its chunks and entity mentions.
 func (s *Service) Delete(ctx context.Context, sc document.Scope, id string) error {
-	doc, err := s.Docs.MarkDeleting(ctx, sc, id)
+	change, err := s.changeEntries(ctx, sc, id, document.ChunkSet{})
+	if err != nil {
+		return err
+	}
+	doc, err := s.Docs.MarkDeleting(ctx, sc, id, change...)
 	if err != nil {
 		return err
 	}
@@ -27,10 +31,18 @@ func (s *Service) Delete(ctx context.Context, sc document.Scope, id string) erro
 }
 
 // finishDelete removes a document marked deleting, as its record (read
-// after the marking) names its parts.
+// after the marking) names its parts. Other replicas' shards follow the
+// change the marking carries; the record goes last, once its outbox is
+// published.
 func (s *Service) finishDelete(ctx context.Context, doc *document.Document) error {
 	sc, id := doc.Scope, doc.ID
-	if err := s.Indexes.Write(hscope(sc), func(tx hybrid.Tx) error { return tx.DeleteDocument(ctx, id) }); err != nil {
+	var err error
+	if s.local {
+		err = s.Indexes.Write(hscope(sc), func(tx hybrid.Tx) error { return tx.DeleteDocument(ctx, id) })
+	} else {
+		err = s.converge(ctx, sc, id, &document.Absent, nil)
+	}
+	if err != nil {
 		return fmt.Errorf("intake: delete from search indexes: %w", err)
 	}
 	ids := idsOf(id, append(slices.Clone(doc.StaleChunks), doc.Chunks()), nil)
