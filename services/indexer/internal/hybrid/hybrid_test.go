@@ -143,3 +143,87 @@ func TestManagerIsolatesScopesAndRebuilds(t *testing.T) {
 		t.Fatal("a shard of another embedder is not reported stale")
 	}
 }
+
+// TestReplaceDocumentAndTokens: ReplaceDocument leaves exactly the given
+// chunks of a document in both indexes, and says how many others it
+// removed (none, writing nothing, for a document neither holds); tokens
+// are per document, and a rebuilt shard has none.
+func TestReplaceDocumentAndTokens(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, err := NewManager(ManagerOptions{Dir: t.TempDir(), Embedder: embed.LocalHashName, Dimensions: embed.LocalHashDimensions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	sc := Scope{Tenant: "acme"}
+	v1 := chunks(map[string]string{"d_v1_0": "ledger runbook", "d_v1_1": "restart the ledger workers", "d_v1_2": "page the on-call"}, "d")
+	v2 := chunks(map[string]string{"d_v1_0": "ledger runbook, revised", "d_v2_1": "drain the payments queue"}, "d")
+	holds := func() (kw, vec []string) {
+		t.Helper()
+		if err := m.Read(sc, func(sh *Shard) error {
+			var err error
+			kw, vec, err = sh.DocKeys(ctx, "d")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(kw)
+		slices.Sort(vec)
+		return kw, vec
+	}
+	for _, tc := range []struct {
+		name        string
+		chunks      []Chunk
+		wantRemoved int
+		want        []string
+	}{
+		{"absent, nothing to remove", nil, 0, nil},
+		{"first content", v1, 0, []string{"d_v1_0", "d_v1_1", "d_v1_2"}},
+		{"same content again", v1, 0, []string{"d_v1_0", "d_v1_1", "d_v1_2"}},
+		{"new content", v2, 2, []string{"d_v1_0", "d_v2_1"}},
+		{"removed", nil, 2, nil},
+	} {
+		var removed int
+		err := m.Write(sc, func(tx Tx) error {
+			var err error
+			removed, err = tx.ReplaceDocument(ctx, "d", tc.chunks)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		kw, vec := holds()
+		if removed != tc.wantRemoved || !slices.Equal(kw, tc.want) || !slices.Equal(vec, tc.want) {
+			t.Errorf("%s: removed %d, holds %v / %v; want %d, %v", tc.name, removed, kw, vec, tc.wantRemoved, tc.want)
+		}
+	}
+	if got := search(t, m, sc, "ledger runbook", ModeKeyword); len(got) != 0 {
+		t.Errorf("a removed document is found: %v", got)
+	}
+
+	token := func(doc string) (string, bool) {
+		var tok string
+		var ok bool
+		_ = m.Write(sc, func(tx Tx) error { tok, ok = tx.Applied(doc); return nil })
+		return tok, ok
+	}
+	_ = m.Write(sc, func(tx Tx) error {
+		tx.SetApplied("d", "h/3/")
+		tx.SetApplied("e", "h/1/j")
+		tx.ForgetApplied("e")
+		return nil
+	})
+	if tok, ok := token("d"); !ok || tok != "h/3/" {
+		t.Errorf("token of d: %q, %v", tok, ok)
+	}
+	if _, ok := token("e"); ok {
+		t.Error("a forgotten token is still there")
+	}
+	if err := m.Rebuild(sc, func(add func([]Chunk) error) error { return add(v1) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := token("d"); ok {
+		t.Error("a rebuilt shard kept a token")
+	}
+}

@@ -213,12 +213,25 @@ func (t Tx) Applied(doc string) (token string, ok bool) {
 	return token, ok
 }
 
+// maxApplied bounds the tokens a shard keeps (a few hundred bytes each):
+// past it, an arbitrary one is dropped for each new one, which costs its
+// document one write more when it next changes.
+const maxApplied = 100_000
+
 // SetApplied records token for doc: a follower of the document store
 // names with it the state of the document it wrote, so that it can tell
 // a change it has already applied from one it has not. Tokens live as
 // long as the open shard: a shard reopened or rebuilt has none, and its
 // follower then writes each document again once.
-func (t Tx) SetApplied(doc, token string) { t.s.applied[doc] = token }
+func (t Tx) SetApplied(doc, token string) {
+	if _, ok := t.s.applied[doc]; !ok && len(t.s.applied) >= maxApplied {
+		for other := range t.s.applied { // map order: an arbitrary one
+			delete(t.s.applied, other)
+			break
+		}
+	}
+	t.s.applied[doc] = token
+}
 
 // ForgetApplied drops doc's token.
 func (t Tx) ForgetApplied(doc string) { delete(t.s.applied, doc) }
