@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/embed"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/extract"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/follow"
 	graphstore "github.com/agentmesh/agentmesh/services/indexer/internal/graph/mongostore"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/grpcapi"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/hybrid"
@@ -228,6 +231,23 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		return err
 	}
 	defer consumer.Stop()
+	// With replicas, this replica's search shards follow every replica's
+	// chunk changes; until they hold what the stream held at the start,
+	// the replica is not ready. A single writer's pipeline writes its
+	// shards itself, and nobody else writes: nothing to follow.
+	var caughtUp <-chan struct{}
+	if docs.SingleWriter() {
+		done := make(chan struct{})
+		close(done)
+		caughtUp = done
+	} else {
+		follower, err := newFollower(cfg, bus, svc, srv.Health(), log)
+		if err != nil {
+			return err
+		}
+		caughtUp = follower.CaughtUp()
+		wg.Go(func() { _ = follower.Run(bg) })
+	}
 
 	indexerv1.RegisterDocumentServiceServer(srv.GRPC(), grpcapi.NewDocuments(svc, grpcapi.Limits{MaxContentBytes: cfg.MaxContentBytes}))
 	indexerv1.RegisterSearchServiceServer(srv.GRPC(), grpcapi.NewSearch(svc))
@@ -235,6 +255,13 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	log.Info("indexer ready", slog.String("embedder", emb.Name()), slog.String("data_dir", cfg.DataDir), slog.Int("extractors", len(extractors)))
 	if cfg.ReconcileOnStart {
 		wg.Go(func() {
+			// After the catch-up, whose rebuild (if any) makes the
+			// shards agree with the store.
+			select {
+			case <-caughtUp:
+			case <-bg.Done():
+				return
+			}
 			if err := svc.Reconcile(bg); err != nil && bg.Err() == nil {
 				log.Warn("start-up reconciliation incomplete", slog.Any("error", err))
 			}
@@ -249,6 +276,34 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	// jobs finish), background work stops, indexes are snapshotted, peers
 	// closed, NATS drained, MongoDB disconnected.
 	return err
+}
+
+// SearchIndexDependency is the health dependency a replica's search
+// shards are: NOT_SERVING until they have caught up with every replica's
+// chunk changes (and while they are rebuilt), SERVING after.
+const SearchIndexDependency = "search_index"
+
+// FollowPositionFile is the file, in INDEXER_DATA_DIR, that records how far
+// the search shards have followed the chunk changes.
+const FollowPositionFile = "follow-position.json"
+
+// newFollower returns the follower of every replica's chunk changes for
+// this replica's search shards (see package follow and intake's package
+// doc). It is named after the host, which is the pod's name on
+// Kubernetes.
+func newFollower(cfg *Config, bus *events.Bus, svc *intake.Service, health *grpcx.Health, log *slog.Logger) (*follow.Follower, error) {
+	host, _ := os.Hostname()
+	return follow.New(bus, follow.Config{
+		Stream: events.StreamEvents, Subject: intake.ChunksChangedFilter,
+		Position: filepath.Join(cfg.DataDir, FollowPositionFile), Name: host,
+		Apply: svc.HandleChunkChange,
+		Rebuild: func(ctx context.Context) error {
+			_, err := svc.Rebuild(ctx, nil)
+			return err
+		},
+		Health: func(err error) { health.Set(SearchIndexDependency, err) },
+		Logger: log,
+	})
 }
 
 // ExtractionConsumer is the durable consumer of the extraction work queue.

@@ -2,6 +2,7 @@ package indexer_test
 
 import (
 	"context"
+	"maps"
 	"os"
 	"regexp"
 	"strings"
@@ -9,11 +10,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/agentmesh/agentmesh/libs/config"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/indexer/indexer"
@@ -28,6 +33,34 @@ func load(t *testing.T, env map[string]string) *indexer.Config {
 	return &cfg
 }
 
+// testEnv is the environment of an indexer on uri/db and natsURL, with a
+// data directory of its own and no model or vision server.
+func testEnv(t *testing.T, uri, db, natsURL string) map[string]string {
+	return map[string]string{
+		"MONGO_URI": uri, "MONGO_DATABASE": db, "NATS_URL": natsURL, "INDEXER_DATA_DIR": t.TempDir(),
+		"INDEXER_LLM_EXTRACTION": "false", "MODELGATEWAY_ADDR": "127.0.0.1:1", "VISION_ADDR": "127.0.0.1:1",
+	}
+}
+
+// startRun runs the indexer as the binary does, configured by env, and
+// returns a connection to it and what stops it (also in t.Cleanup).
+func startRun(t *testing.T, env map[string]string) (*grpc.ClientConn, func()) {
+	t.Helper()
+	cfg := load(t, env)
+	svc := testkit.StartService(t, "indexer", func(ctx context.Context, rt service.Runtime) error {
+		return indexer.Run(ctx, cfg, rt)
+	})
+	conn, err := grpc.NewClient(svc.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn, func() {
+		_ = conn.Close()
+		svc.Stop()
+	}
+}
+
 // TestRunServesThePipeline starts the service as the binary and
 // `agentmesh up` do, and drives it over gRPC: ingest, extraction job,
 // search, graph; then a restart finds the index on disk.
@@ -35,23 +68,10 @@ func TestRunServesThePipeline(t *testing.T) {
 	t.Parallel()
 	uri, db := testkit.MongoURI(t)
 	nats := testkit.NewNATS(t)
-	env := map[string]string{
-		"MONGO_URI": uri, "MONGO_DATABASE": db, "NATS_URL": nats.URL(), "INDEXER_DATA_DIR": t.TempDir(),
-		"INDEXER_LLM_EXTRACTION": "false", "MODELGATEWAY_ADDR": "127.0.0.1:1", "VISION_ADDR": "127.0.0.1:1",
-	}
+	env := testEnv(t, uri, db, nats.URL())
 	run := func() (indexerv1.DocumentServiceClient, indexerv1.SearchServiceClient, func()) {
-		cfg := load(t, env)
-		svc := testkit.StartService(t, "indexer", func(ctx context.Context, rt service.Runtime) error {
-			return indexer.Run(ctx, cfg, rt)
-		})
-		conn, err := grpc.NewClient(svc.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return indexerv1.NewDocumentServiceClient(conn), indexerv1.NewSearchServiceClient(conn), func() {
-			_ = conn.Close()
-			svc.Stop()
-		}
+		conn, stop := startRun(t, env)
+		return indexerv1.NewDocumentServiceClient(conn), indexerv1.NewSearchServiceClient(conn), stop
 	}
 	docs, search, stop := run()
 	ctx := context.Background()
@@ -83,6 +103,72 @@ func TestRunServesThePipeline(t *testing.T) {
 	hits, err = search.Search(ctx, &indexerv1.SearchRequest{Scope: sc, Query: "ledger timeout card payments", Mode: indexerv1.SearchMode_SEARCH_MODE_VECTOR})
 	if err != nil || len(hits.GetHits()) == 0 {
 		t.Fatalf("search after restart: %v, %v", hits, err)
+	}
+}
+
+// TestRunReplicasSearchEachOthersDocuments starts two replicas as the
+// service binary does (one database, one NATS, a data directory each):
+// each is ready (its search_index dependency SERVING) once it has caught
+// up; a document ingested on A is found on B, and once A deletes it, B no
+// longer finds it. A single writer (agentmesh up) follows nothing and has
+// no such dependency.
+func TestRunReplicasSearchEachOthersDocuments(t *testing.T) {
+	t.Parallel()
+	uri, db := testkit.MongoURI(t)
+	nats := testkit.NewNATS(t)
+	ctx := context.Background()
+	type replica struct {
+		docs   indexerv1.DocumentServiceClient
+		search indexerv1.SearchServiceClient
+		health healthpb.HealthClient
+	}
+	run := func(more map[string]string) replica {
+		env := testEnv(t, uri, db, nats.URL())
+		maps.Copy(env, more)
+		conn, _ := startRun(t, env)
+		return replica{indexerv1.NewDocumentServiceClient(conn), indexerv1.NewSearchServiceClient(conn), healthpb.NewHealthClient(conn)}
+	}
+	serving := func(r replica, service string) healthpb.HealthCheckResponse_ServingStatus {
+		resp, err := r.health.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			return healthpb.HealthCheckResponse_UNKNOWN
+		}
+		return resp.GetStatus()
+	}
+	a, b := run(nil), run(nil)
+	for _, r := range []replica{a, b} {
+		testkit.Eventually(t, 20*time.Second, func() bool {
+			return serving(r, grpcx.DependencyPrefix+indexer.SearchIndexDependency) == healthpb.HealthCheckResponse_SERVING &&
+				serving(r, "") == healthpb.HealthCheckResponse_SERVING
+		}, "replica caught up and ready")
+	}
+	sc := &commonv1.Scope{TenantId: "acme"}
+	res, err := a.docs.IngestDocument(ctx, &indexerv1.IngestDocumentRequest{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI,
+		SourceUrl: "https://wiki.example.com/ledger", Title: "Ledger runbook", RawContent: "Restart the ledger workers when card payments time out."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.GetDocument().GetId()
+	finds := func(r replica) bool {
+		hits, err := r.search.Search(ctx, &indexerv1.SearchRequest{Scope: sc, Query: "ledger workers card payments"})
+		return err == nil && len(hits.GetHits()) > 0 && hits.GetHits()[0].GetDocumentId() == id
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return finds(b) }, "B finds A's document")
+	if _, err := a.docs.DeleteDocument(ctx, &indexerv1.DeleteDocumentRequest{Scope: sc, DocumentId: id}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		hits, err := b.search.Search(ctx, &indexerv1.SearchRequest{Scope: sc, Query: "ledger workers card payments"})
+		return err == nil && len(hits.GetHits()) == 0
+	}, "B stops finding A's deleted document")
+
+	// A single writer, on a database of its own: ready at once, with no
+	// search_index dependency.
+	uri2, db2 := testkit.MongoURI(t)
+	single := run(map[string]string{"MONGO_URI": uri2, "MONGO_DATABASE": db2, "MONGO_SINGLE_WRITER": "true"})
+	testkit.Eventually(t, 10*time.Second, func() bool { return serving(single, "") == healthpb.HealthCheckResponse_SERVING }, "single writer ready")
+	if _, err := single.health.Check(ctx, &healthpb.HealthCheckRequest{Service: grpcx.DependencyPrefix + indexer.SearchIndexDependency}); status.Code(err) != codes.NotFound {
+		t.Errorf("a single writer's search_index dependency: %v, want NotFound", err)
 	}
 }
 

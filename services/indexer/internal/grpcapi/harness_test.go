@@ -2,6 +2,7 @@ package grpcapi_test
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/embed"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/extract"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/follow"
 	graphstore "github.com/agentmesh/agentmesh/services/indexer/internal/graph/mongostore"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/grpcapi"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/hybrid"
@@ -86,7 +88,14 @@ type harness struct {
 	store        *docstore.Store
 	graphs       *graphstore.Store
 	indexes      *hybrid.Manager
-	stop         func()
+	// follower follows every replica's chunk changes into indexes: nil
+	// for a single writer, which has none to follow.
+	follower *follow.Follower
+	// health records the follower's reports (see healthLog).
+	health *healthLog
+	// applies times the follower's applies.
+	applies *timings
+	stop    func()
 }
 
 // startOptions tune an indexer the harness starts.
@@ -100,6 +109,12 @@ type startOptions struct {
 	// ownDir gives the indexer search indexes of its own, as a replica
 	// has, rather than in.dir.
 	ownDir bool
+	// dir, when set, is the indexer's index directory (a replica
+	// restarted on its volume).
+	dir string
+	// noExtraction starts no extraction consumer: the other replicas run
+	// every job.
+	noExtraction bool
 }
 
 // start runs an indexer on in with the given extractors (nil: the three
@@ -132,7 +147,10 @@ func startWith(t *testing.T, in *infra, o startOptions) *harness {
 	}
 	emb := embed.LocalHash{}
 	dir := in.dir
-	if o.ownDir {
+	switch {
+	case o.dir != "":
+		dir = o.dir
+	case o.ownDir:
 		dir = t.TempDir()
 	}
 	indexes, err := hybrid.NewManager(hybrid.ManagerOptions{Dir: dir, Embedder: emb.Name(), Dimensions: emb.Dimensions()})
@@ -150,12 +168,37 @@ func startWith(t *testing.T, in *infra, o startOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	consumer, err := bus.Consume(ctx, events.ConsumerSpec{
-		Stream: events.StreamWork, Durable: "indexer-extraction", FilterSubject: events.WorkSubject(intake.ExtractionQueue),
-		Concurrency: 2, MaxDeliver: 3, Backoff: []time.Duration{50 * time.Millisecond},
-	}, svc.HandleJob)
-	if err != nil {
-		t.Fatal(err)
+	var consumer *events.Consumer
+	if !o.noExtraction {
+		consumer, err = bus.Consume(ctx, events.ConsumerSpec{
+			Stream: events.StreamWork, Durable: "indexer-extraction", FilterSubject: events.WorkSubject(intake.ExtractionQueue),
+			Concurrency: 2, MaxDeliver: 3, Backoff: []time.Duration{50 * time.Millisecond},
+		}, svc.HandleJob)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	health, applies := &healthLog{}, &timings{}
+	var follower *follow.Follower
+	if !store.SingleWriter() {
+		// As indexer.Run does.
+		follower, err = follow.New(bus, follow.Config{
+			Stream: events.StreamEvents, Subject: intake.ChunksChangedFilter, Position: filepath.Join(dir, "follow-position.json"),
+			Name: o.instance, Health: health.set, SaveInterval: 50 * time.Millisecond,
+			Apply: func(ctx context.Context, ev *commonv1.Event) error {
+				began := time.Now()
+				defer applies.add(began)
+				return svc.HandleChunkChange(ctx, ev)
+			},
+			Rebuild: func(ctx context.Context) error {
+				_, err := svc.Rebuild(ctx, nil)
+				return err
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = follower.Run(ctx) })
 	}
 	conn := testkit.StartGRPC(t, func(s *grpc.Server) {
 		indexerv1.RegisterDocumentServiceServer(s, grpcapi.NewDocuments(svc, grpcapi.Limits{MaxContentBytes: 1 << 20, MaxAttachments: 2}))
@@ -165,7 +208,9 @@ func startWith(t *testing.T, in *infra, o startOptions) *harness {
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
-			consumer.Stop()
+			if consumer != nil {
+				consumer.Stop()
+			}
 			cancel()
 			wg.Wait()
 			if err := indexes.Close(); err != nil {
@@ -176,7 +221,77 @@ func startWith(t *testing.T, in *infra, o startOptions) *harness {
 	}
 	t.Cleanup(stop)
 	return &harness{infra: in, db: db, bus: bus, instanceName: o.instance, svc: svc, docs: indexerv1.NewDocumentServiceClient(conn), search: indexerv1.NewSearchServiceClient(conn),
-		graph: indexerv1.NewGraphServiceClient(conn), store: store, graphs: graphs, indexes: indexes, stop: stop}
+		graph: indexerv1.NewGraphServiceClient(conn), store: store, graphs: graphs, indexes: indexes, follower: follower, health: health, applies: applies, stop: stop}
+}
+
+// caughtUp waits until the indexer's follower, if it has one, has caught
+// up with the chunk changes the stream held when it started.
+func (h *harness) caughtUp(t *testing.T) {
+	t.Helper()
+	if h.follower == nil {
+		return
+	}
+	select {
+	case <-h.follower.CaughtUp():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the follower did not catch up")
+	}
+}
+
+// timings records how long calls took.
+type timings struct {
+	mu sync.Mutex
+	ds []time.Duration
+}
+
+func (tm *timings) add(began time.Time) {
+	d := time.Since(began)
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	tm.ds = append(tm.ds, d)
+}
+
+// reset forgets the calls so far.
+func (tm *timings) reset() {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	tm.ds = nil
+}
+
+// mean returns the calls' mean duration and their number.
+func (tm *timings) mean() (time.Duration, int) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if len(tm.ds) == 0 {
+		return 0, 0
+	}
+	var sum time.Duration
+	for _, d := range tm.ds {
+		sum += d
+	}
+	return sum / time.Duration(len(tm.ds)), len(tm.ds)
+}
+
+// healthLog records what a follower reports to its health function.
+type healthLog struct {
+	mu      sync.Mutex
+	reports []error
+}
+
+func (l *healthLog) set(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reports = append(l.reports, err)
+}
+
+// last returns the last report and how many there were.
+func (l *healthLog) last() (error, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.reports) == 0 {
+		return nil, 0
+	}
+	return l.reports[len(l.reports)-1], len(l.reports)
 }
 
 func scope(tenant, project string) *commonv1.Scope {
@@ -225,15 +340,21 @@ func (h *harness) job(t *testing.T, sc *commonv1.Scope, id string) *indexerv1.Ex
 	return j
 }
 
-// query searches and returns the hits' chunk ids.
-func (h *harness) query(t *testing.T, sc *commonv1.Scope, q string, mode indexerv1.SearchMode, limit int32) []string {
+// hits searches and fails the test on error.
+func (h *harness) hits(t *testing.T, sc *commonv1.Scope, q string, mode indexerv1.SearchMode, limit int32) []*indexerv1.SearchHit {
 	t.Helper()
 	resp, err := h.search.Search(context.Background(), &indexerv1.SearchRequest{Scope: sc, Query: q, Mode: mode, Limit: limit})
 	if err != nil {
 		t.Fatalf("search %q: %v", q, err)
 	}
+	return resp.GetHits()
+}
+
+// query searches and returns the hits' chunk ids.
+func (h *harness) query(t *testing.T, sc *commonv1.Scope, q string, mode indexerv1.SearchMode, limit int32) []string {
+	t.Helper()
 	var ids []string
-	for _, hit := range resp.GetHits() {
+	for _, hit := range h.hits(t, sc, q, mode, limit) {
 		ids = append(ids, hit.GetChunkId())
 	}
 	return ids
