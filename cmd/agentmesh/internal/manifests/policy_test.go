@@ -166,10 +166,10 @@ func TestPolicyCatchesViolations(t *testing.T) {
 		}, "PodDisruptionBudget", "Deployment/sqlagent has no PodDisruptionBudget"},
 		{"budget that blocks every drain", "production", func(t *testing.T, o []Object) []Object {
 			p := find[*policyv1.PodDisruptionBudget](t, o, "PodDisruptionBudget", "indexer")
-			one := intstr.FromInt32(1)
-			p.Spec.MaxUnavailable, p.Spec.MinAvailable = nil, &one
+			two := intstr.FromInt32(2)
+			p.Spec.MaxUnavailable, p.Spec.MinAvailable = nil, &two
 			return o
-		}, "PodDisruptionBudget", "minAvailable 1 allows no eviction of 1 replicas"},
+		}, "PodDisruptionBudget", "minAvailable 2 allows no eviction of 2 replicas"},
 		{"two budgets on one pod", "production", func(t *testing.T, o []Object) []Object {
 			p := find[*policyv1.PodDisruptionBudget](t, o, "PodDisruptionBudget", "gateway").DeepCopy()
 			p.Name = "gateway-2"
