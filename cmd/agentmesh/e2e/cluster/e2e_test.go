@@ -111,6 +111,11 @@ func TestCluster(t *testing.T) {
 	if u := s.unclean(); len(u) > 0 {
 		t.Errorf("%d flows neither completed nor failed with a reason", len(u))
 	}
+	for _, r := range s.results {
+		if r.unchecked != "" {
+			t.Errorf("%s %s could not be checked: %s", r.kind, r.id, r.unchecked)
+		}
+	}
 	if in := s.internal(); len(in) > 0 {
 		t.Errorf("%d flows failed with an internal error instead of a reason", len(in))
 	}

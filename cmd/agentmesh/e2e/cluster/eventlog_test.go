@@ -25,20 +25,30 @@ type logEntry struct {
 // eventLog reads every message of the events stream on subjects matching
 // filter, straight from the NATS cluster: the suite's independent view of
 // what the services published. It tries again while the cluster cannot
-// answer (a node was just killed), until ctx ends.
+// answer (a node was just killed), for up to a minute; failing that, the
+// error is a *checkError: the suite could not look, which says nothing of
+// the mesh.
 func (c *cluster) eventLog(ctx context.Context, filter string) ([]logEntry, error) {
-	for {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
 		out, err := c.readEventLog(ctx, filter)
 		if err == nil {
 			return out, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (gave up: %v)", err, ctx.Err())
+			return nil, &checkError{fmt.Errorf("reading %s from the events stream, %d attempts: %w", filter, attempt, err)}
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
+
+// checkError is a check of the suite that could not run.
+type checkError struct{ err error }
+
+func (e *checkError) Error() string { return e.err.Error() }
+func (e *checkError) Unwrap() error { return e.err }
 
 func (c *cluster) readEventLog(ctx context.Context, filter string) ([]logEntry, error) {
 	js, closeNATS, err := c.jetStream()
@@ -50,34 +60,36 @@ func (c *cluster) readEventLog(ctx context.Context, filter string) ([]logEntry, 
 		FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ordered consumer: %w", err)
 	}
 	var out []logEntry
+	seen := map[uint64]bool{} // an ordered consumer that resets delivers again
 	for {
 		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("fetch: %w", err)
 		}
-		n := 0
+		fresh := 0
 		for m := range batch.Messages() {
-			n++
 			md, err := m.Metadata()
 			if err != nil {
 				return nil, err
 			}
+			if seen[md.Sequence.Stream] {
+				continue
+			}
+			seen[md.Sequence.Stream] = true
+			fresh++
 			var ev commonv1.Event
 			if err := proto.Unmarshal(m.Data(), &ev); err != nil {
 				return nil, fmt.Errorf("message %d on %s: %w", md.Sequence.Stream, m.Subject(), err)
 			}
 			out = append(out, logEntry{seq: md.Sequence.Stream, subject: m.Subject(), event: &ev})
-			if md.NumPending == 0 {
-				return out, batch.Error()
-			}
 		}
 		if err := batch.Error(); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("fetch: %w", err)
 		}
-		if n == 0 {
+		if fresh == 0 {
 			return out, nil
 		}
 	}

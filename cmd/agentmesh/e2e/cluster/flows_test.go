@@ -59,6 +59,8 @@ type result struct {
 	// phantom counts events a client received that the flow's event log
 	// does not hold (an event streamed, then lost from the log).
 	phantom int
+	// unchecked says why the suite could not check the flow.
+	unchecked string
 	// notes says what the client had to do: reconnects, retries.
 	notes []string
 }
@@ -131,9 +133,12 @@ func (d *driver) run(kind string, slow bool) *result {
 		err = d.sqlJob(ctx, n, slow, r)
 	}
 	r.took = time.Since(r.start)
+	var ce *checkError
 	switch {
 	case err == nil:
 		r.completed = true
+	case errors.As(err, &ce):
+		r.unchecked = ce.Error()
 	case ctx.Err() != nil:
 		r.reason = "" // hung: no answer within the flow's time
 		r.note("no end within %v: %v", flowTimeout, err)
