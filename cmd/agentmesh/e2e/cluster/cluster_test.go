@@ -30,14 +30,13 @@ import (
 )
 
 // replicaCounts is the topology: two replicas of every service whose
-// design allows it. The indexer runs one, because its BM25 and vector
-// shards live in the process that ingested (a second replica would answer
-// searches without the documents the first one ingested); the SQL agent
-// and vision run one each, as the issue asks only the others to be
-// replicated, which makes their kill a kill of the whole service.
+// design allows it, the indexer included since every replica's search
+// follows every replica's chunk changes. The SQL agent and vision run one
+// each, as the issue asks only the others to be replicated, which makes
+// their kill a kill of the whole service.
 var replicaCounts = map[string]int{
-	"modelgateway": 2, "orchestrator": 2, "classifier": 2, "gateway": 2,
-	"indexer": 1, "sqlagent": 1, "vision": 1,
+	"modelgateway": 2, "orchestrator": 2, "classifier": 2, "gateway": 2, "indexer": 2,
+	"sqlagent": 1, "vision": 1,
 }
 
 // usesMongo lists the services with a MongoDB dependency in their health.

@@ -232,11 +232,12 @@ func (c *cluster) injectFaults(d *driver) map[string]mongoOutage {
 	e = slowExecution(kindBatch)
 	c.killReplica(c.replica("classifier-a"), "classification batch "+e.key+" and others under way")
 
-	// indexer: the only replica, while an extraction job of an ingest
-	// waits for its model call.
+	// indexer: while an extraction job of an ingest waits for its model
+	// call. Either replica may run it (a shared work queue), and which one
+	// does cannot be seen from the model gateway's call: one is killed.
 	spawn(flowIngest)
 	e = slowExecution(kindExtraction)
-	c.killReplica(c.replica("indexer-a"), "extraction job of "+e.key)
+	c.killReplica(c.replica("indexer-a"), "extraction job of "+e.key+" under way")
 
 	// sqlagent: the only replica, while it writes a slow query's result
 	// to a table (step 6 of the session: the confirmed write).

@@ -544,8 +544,30 @@ func (d *driver) ingest(ctx context.Context, n int, slow bool, r *result) error 
 			Text       string `json:"text"`
 		} `json:"hits"`
 	}
-	if err := d.api.call(ctx, http.MethodPost, "/v1/search", map[string]any{"query": token, "limit": 20}, &found); err != nil {
-		return err
+	// The replica that answers may not be the one that indexed: its
+	// search follows the other's changes, a little later.
+	searched := time.Now()
+	for attempt := 1; ; attempt++ {
+		found.Hits = nil
+		if err := d.api.call(ctx, http.MethodPost, "/v1/search", map[string]any{"query": token, "limit": 20}, &found); err != nil {
+			return err
+		}
+		hit := false
+		for _, h := range found.Hits {
+			hit = hit || h.DocumentID == r.id
+		}
+		if hit {
+			if attempt > 1 {
+				r.note("found by search %v after the extraction ended (%d searches)", time.Since(searched).Round(time.Millisecond), attempt)
+			}
+			break
+		}
+		if time.Since(searched) > 20*time.Second {
+			break
+		}
+		if err := pause(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
 	}
 	seen := map[string]bool{}
 	ours := 0
