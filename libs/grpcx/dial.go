@@ -20,7 +20,7 @@ import (
 // calls are not retried here either: the model gateway retries upstream
 // itself, and a second layer would multiply its attempts.
 var retriedMethods = map[string][]string{
-	"agentmesh.model.v1.ModelService":              {"ListModels", "Embed"},
+	"agentmesh.model.v1.ModelService":               {"ListModels", "Embed"},
 	"agentmesh.orchestrator.v1.ConversationService": {"GetConversation", "ListConversations"},
 	"agentmesh.orchestrator.v1.JobService":          {"GetJob", "ListJobs", "WatchJob"},
 	"agentmesh.orchestrator.v1.ToolService":         {"ListTools"},
