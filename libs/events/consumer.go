@@ -37,6 +37,15 @@ var defaultBackoff = []time.Duration{time.Second, 5 * time.Second, 30 * time.Sec
 // even while the consumer's context is being cancelled.
 const ackTimeout = 10 * time.Second
 
+// Pulling. A worker asks for one message when it is free and waits for it
+// up to pullWait; after a failed pull it waits pullRetryMin, doubling up to
+// pullRetryMax, before the next.
+const (
+	pullWait     = 30 * time.Second
+	pullRetryMin = 100 * time.Millisecond
+	pullRetryMax = 5 * time.Second
+)
+
 // ConsumerSpec configures a durable consumer started by [Bus.Consume].
 type ConsumerSpec struct {
 	// Stream is the stream to consume, e.g. [StreamEvents]. Required.
@@ -52,8 +61,12 @@ type ConsumerSpec struct {
 	MaxDeliver int
 	// AckWait is how long the server waits for an ack before redelivering.
 	// While a handler runs, the consumer extends it every AckWait/2, so a
-	// slow handler is not redelivered concurrently. Zero means
-	// [DefaultAckWait].
+	// slow handler is not redelivered concurrently; and a consumer takes a
+	// message only when a handler is free for it, so no message waits in a
+	// client's buffer with its ack wait running. AckWait therefore need not
+	// cover the handler's work: it is how soon the message of a handler
+	// that died (its process killed) is delivered again, and can be a few
+	// seconds. Zero means [DefaultAckWait].
 	AckWait time.Duration
 	// Backoff is the delay before redelivering after the n-th failed
 	// delivery (Backoff[n-1]; the last value repeats). Empty means 1s, 5s,
@@ -163,11 +176,12 @@ type Consumer struct {
 	handler Handler
 	logger  *slog.Logger
 	ctx     context.Context // base context of handler calls
-	iter    jetstream.MessagesContext
+	cons    jetstream.Consumer
 
-	stopOnce sync.Once
-	stopping chan struct{} // closed when fetching stops
-	done     chan struct{} // closed when the fetch loop and all handlers returned
+	stopOnce  sync.Once
+	pulling   context.Context    // cancelled when fetching stops: ends pending pulls
+	stopPulls context.CancelFunc // cancels pulling
+	done      chan struct{}      // closed when every worker has returned
 
 	mu  sync.Mutex
 	err error // guarded by mu: the error that ended fetching, if any
@@ -213,77 +227,106 @@ func (b *Bus) Consume(ctx context.Context, spec ConsumerSpec, handler Handler) (
 	if err != nil {
 		return nil, fmt.Errorf("events: consume %s/%s: %w", spec.Stream, spec.Durable, err)
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(2 * spec.Concurrency))
-	if err != nil {
-		return nil, fmt.Errorf("events: consume %s/%s: %w", spec.Stream, spec.Durable, err)
-	}
+	pulling, stopPulls := context.WithCancel(context.WithoutCancel(ctx))
 	c := &Consumer{
-		bus:      b,
-		spec:     spec,
-		handler:  handler,
-		logger:   b.logger.With(slog.String("stream", spec.Stream), slog.String("consumer", spec.Durable)),
-		ctx:      ctx,
-		iter:     iter,
-		stopping: make(chan struct{}),
-		done:     make(chan struct{}),
+		bus:       b,
+		spec:      spec,
+		handler:   handler,
+		logger:    b.logger.With(slog.String("stream", spec.Stream), slog.String("consumer", spec.Durable)),
+		ctx:       ctx,
+		cons:      cons,
+		pulling:   pulling,
+		stopPulls: stopPulls,
+		done:      make(chan struct{}),
 	}
 	stopOnCancel := context.AfterFunc(ctx, c.stopFetching)
-	work := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
 	for range spec.Concurrency {
-		wg.Go(func() {
-			for msg := range work {
-				c.handle(msg)
-			}
-		})
+		wg.Go(c.work)
 	}
 	go func() {
 		defer close(c.done)
 		defer stopOnCancel()
-		c.fetch(work)
-		close(work)
 		wg.Wait()
 	}()
 	return c, nil
 }
 
-// fetch hands messages to the workers until the iterator closes.
-func (c *Consumer) fetch(work chan<- jetstream.Msg) {
+// work is one worker: it pulls a message only when it is free to handle
+// it, handles it, and pulls the next, until fetching stops. Pulling one
+// message per free worker, rather than a batch kept in a buffer, means no
+// message sits fetched but unhandled while its ack wait runs out — with a
+// short AckWait it would be redelivered again and again behind a long
+// handler, and dead-lettered once its deliveries ran out.
+func (c *Consumer) work() {
+	retry := time.Duration(0)
 	for {
-		msg, err := c.iter.Next()
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return
+		msg, err := c.next()
+		if c.pulling.Err() != nil {
+			if msg != nil {
+				// Stopped while it arrived: release it so another
+				// instance takes it now.
+				_ = msg.Nak()
 			}
-			// Terminal errors (consumer deleted) stop the iterator; the
-			// next call then reports it closed.
-			c.logger.Error("consumer fetch failed", slog.Any("error", err))
-			c.mu.Lock()
-			c.err = err
-			c.mu.Unlock()
-			continue
+			return
 		}
+		switch {
+		case err == nil:
+			retry = 0
+			c.handle(msg)
+			continue
+		case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+			continue // no message within pullWait: ask again
+		}
+		c.mu.Lock()
+		c.err = err
+		c.mu.Unlock()
+		if c.deleted(err) {
+			c.logger.Error("consumer deleted on the server; stopping", slog.Any("error", err))
+			c.stopFetching()
+			return
+		}
+		retry = min(max(2*retry, pullRetryMin), pullRetryMax)
+		c.logger.Warn("consumer fetch failed; retrying", slog.Duration("delay", retry), slog.Any("error", err))
+		t := time.NewTimer(retry)
 		select {
-		case work <- msg:
-		case <-c.stopping:
-			// Release the message so another instance can take it now.
-			_ = msg.Nak()
+		case <-c.pulling.Done():
+			t.Stop()
+			return
+		case <-t.C:
 		}
 	}
 }
 
+// next pulls one message, waiting up to pullWait for it.
+func (c *Consumer) next() (jetstream.Msg, error) {
+	ctx, cancel := context.WithTimeout(c.pulling, pullWait)
+	defer cancel()
+	return c.cons.Next(jetstream.FetchContext(ctx))
+}
+
+// deleted reports whether err, a failed pull, means the consumer no longer
+// exists on the server.
+func (c *Consumer) deleted(err error) bool {
+	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(c.pulling, ackTimeout)
+	defer cancel()
+	_, ierr := c.cons.Info(ctx)
+	return errors.Is(ierr, jetstream.ErrConsumerNotFound)
+}
+
 // stopFetching stops pulling new messages; it does not wait.
 func (c *Consumer) stopFetching() {
-	c.stopOnce.Do(func() {
-		close(c.stopping)
-		c.iter.Stop()
-	})
+	c.stopOnce.Do(c.stopPulls)
 }
 
 // Stop stops fetching messages and waits until in-flight handler calls have
 // returned. Handlers are not cancelled by Stop; cancel the ctx given to
-// [Bus.Consume] for that. Messages fetched but not yet handled are released
-// for redelivery. Stop is safe to call more than once and concurrently.
+// [Bus.Consume] for that. A message that arrives as fetching stops is
+// released for redelivery. Stop is safe to call more than once and
+// concurrently.
 func (c *Consumer) Stop() {
 	c.stopFetching()
 	<-c.done

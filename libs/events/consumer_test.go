@@ -3,8 +3,10 @@ package events
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -363,6 +365,98 @@ func TestConsumerStopWaitsForHandlers(t *testing.T) {
 	}
 	c.Stop() // idempotent
 	waitFor(t, 5*time.Second, "ack of the in-flight message", func() bool { return consumerSettled(t, b, StreamEvents, "slow") })
+}
+
+// A consumer takes a message only when a handler is free for it: while
+// its one handler is busy, the next message goes to another instance at
+// once, on its first delivery, instead of waiting in the busy one's buffer
+// until its ack wait runs out.
+func TestConsumeTakesOnlyWhatAFreeHandlerCanHandle(t *testing.T) {
+	t.Parallel()
+	b := newBusWithStreams(t)
+	ctx := testContext(t)
+	subject := EventSubject("acme", "job", "busy", "x")
+	spec := fastSpec("busy", subject)
+	spec.AckWait = 30 * time.Second // far beyond the test: a buffered message would not come back in time
+	release := make(chan struct{})
+	defer close(release)
+	first := make(chan string, 2)
+	consume(t, b, spec, func(_ context.Context, d *Delivery) error {
+		first <- d.Event.GetId()
+		<-release
+		return nil
+	})
+	if _, err := b.Publish(ctx, subject, testEvent(t, "one")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first:
+	case <-ctx.Done():
+		t.Fatal("no delivery to the first instance")
+	}
+	second := make(chan *Delivery, 2)
+	consume(t, b, spec, func(_ context.Context, d *Delivery) error {
+		second <- d
+		return nil
+	})
+	ev := testEvent(t, "two")
+	if _, err := b.Publish(ctx, subject, ev); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-second:
+		if d.Event.GetId() != ev.GetId() || d.NumDelivered != 1 {
+			t.Errorf("second instance got %s on delivery %d, want %s on delivery 1", d.Event.GetId(), d.NumDelivered, ev.GetId())
+		}
+	case id := <-first:
+		t.Fatalf("the busy instance took %s while its handler was busy", id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the free instance did not get the message while the other was busy")
+	}
+}
+
+// A handler that runs for several ack waits keeps its message (the
+// consumer extends the ack wait while it runs), and the message queued
+// behind it is not redelivered meanwhile: each is handled once.
+func TestConsumeShortAckWaitLongHandler(t *testing.T) {
+	t.Parallel()
+	b := newBusWithStreams(t)
+	ctx := testContext(t)
+	subject := EventSubject("acme", "job", "long", "x")
+	spec := fastSpec("long", subject)
+	spec.AckWait = 500 * time.Millisecond
+	var mu sync.Mutex
+	var got []string // "<payload id>/<delivery>"
+	consume(t, b, spec, func(_ context.Context, d *Delivery) error {
+		mu.Lock()
+		got = append(got, fmt.Sprintf("%s/%d", d.Event.GetId(), d.NumDelivered))
+		n := len(got)
+		mu.Unlock()
+		if n == 1 {
+			<-time.After(4 * spec.AckWait) // the work under test: longer than the ack wait
+		}
+		return nil
+	})
+	var want []string
+	for _, text := range []string{"one", "two"} {
+		ev := testEvent(t, text)
+		if _, err := b.Publish(ctx, subject, ev); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, ev.GetId()+"/1")
+	}
+	waitFor(t, 10*time.Second, "both handled and acknowledged", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) >= 2 && consumerSettled(t, b, StreamEvents, "long")
+	})
+	// Anything redelivered would arrive within an ack wait or two.
+	<-time.After(3 * spec.AckWait)
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("deliveries (-want +got):\n%s", diff)
+	}
 }
 
 func TestConsumeStopsWhenContextEnds(t *testing.T) {
