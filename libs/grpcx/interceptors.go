@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/agentmesh/agentmesh/libs/outage"
 )
 
 // unaryRecover turns a panic in a handler into codes.Internal, logging the
@@ -53,6 +55,10 @@ func unaryDeadline(d time.Duration) grpc.UnaryServerInterceptor {
 
 // unaryLog logs each failed RPC once, and masks unexpected errors: an error
 // that is not a gRPC status reaches the client as Internal without its text.
+// A dependency outage anywhere in the error's chain (an *outage.Error, or a
+// MongoDB or NATS driver error that a store passed on untranslated) reaches
+// it as Unavailable with outage's reason, whatever wraps it: the client
+// sees the dependency named, never the driver's text.
 func unaryLog(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
@@ -72,6 +78,10 @@ func streamLog(log *slog.Logger) grpc.StreamServerInterceptor {
 func logResult(ctx context.Context, log *slog.Logger, method string, start time.Time, err error) error {
 	if err == nil {
 		return nil
+	}
+	if o := outage.Find(err); o != nil {
+		log.WarnContext(ctx, "rpc failed", "method", method, "code", codes.Unavailable.String(), "dependency", o.Dependency, "error", err.Error(), "duration", time.Since(start))
+		return o.GRPCStatus().Err()
 	}
 	st, ok := status.FromError(err)
 	if !ok {

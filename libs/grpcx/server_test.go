@@ -2,6 +2,7 @@ package grpcx_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/description"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 	"golang.org/x/net/http2"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -24,6 +29,7 @@ import (
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/libs/outage"
 )
 
 // testModels is a stand-in service whose ListModels behaves as each test needs.
@@ -393,5 +399,41 @@ func TestPageTokens(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), "page_token") {
 			t.Errorf("%s: err = %v, want InvalidArgument naming page_token", name, err)
 		}
+	}
+}
+
+// TestDependencyOutageIsUnavailable: a handler whose error holds a database
+// or bus outage, marked by a store or still the driver's own, answers
+// Unavailable with the outage reason and the dependency's name, whatever
+// wraps it, and without the driver's text.
+func TestDependencyOutageIsUnavailable(t *testing.T) {
+	t.Parallel()
+	const driverText = "dial tcp 10.1.2.3:27017: connect: connection refused"
+	selection := topology.ServerSelectionError{Wrapped: context.DeadlineExceeded, Desc: description.Topology{}}
+	for _, tc := range []struct {
+		name       string
+		err        error
+		dependency string
+	}{
+		{"marked by a store", fmt.Errorf("load run: %w", &outage.Error{Dependency: outage.Mongo, Err: errors.New(driverText)}), outage.Mongo},
+		{"the driver's own error", fmt.Errorf("load run: %w", selection), outage.Mongo},
+		{"the bus's own error", fmt.Errorf("publish: %w", nats.ErrConnectionClosed), outage.NATS},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			impl := &testModels{listModels: func(context.Context) (*modelv1.ListModelsResponse, error) { return nil, tc.err }}
+			_, cc, _, _ := start(t, impl, grpcx.ServerConfig{})
+			_, err := modelv1.NewModelServiceClient(cc).ListModels(context.Background(), &modelv1.ListModelsRequest{})
+			st := status.Convert(err)
+			if st.Code() != codes.Unavailable || strings.Contains(st.Message(), "10.1.2.3") || strings.Contains(st.Message(), "load run") {
+				t.Fatalf("status %s %q, want Unavailable without the driver's text", st.Code(), st.Message())
+			}
+			if r := grpcx.Reason(err); r != outage.Reason {
+				t.Fatalf("reason %q, want %s", r, outage.Reason)
+			}
+			if got := st.Details()[0].(*errdetails.ErrorInfo).GetMetadata()["dependency"]; got != tc.dependency {
+				t.Fatalf("dependency %q, want %s", got, tc.dependency)
+			}
+		})
 	}
 }

@@ -40,6 +40,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
+
+	"github.com/agentmesh/agentmesh/libs/outage"
 )
 
 // Errors returned by helpers in this package and by stores that translate
@@ -158,8 +160,12 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection, indexes ...Index
 }
 
 // Translate maps driver errors to this package's sentinels (wrapped, so the
-// original stays visible to errors.As), leaving other errors as they are.
+// original stays visible to errors.As), and a database that cannot be
+// reached (no server selectable, connection refused or reset, client
+// disconnected) to an *outage.Error, which carries gRPC's Unavailable
+// through any wrapping. Other errors are left as they are.
 func Translate(err error) error {
+	err = outage.Mark(err)
 	switch {
 	case err == nil:
 		return nil

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/libs/outage"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/checkpoint"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/runner"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/statemachine"
@@ -31,6 +32,11 @@ const (
 func toStatus(err error) error {
 	if err == nil {
 		return nil
+	}
+	if o := outage.Find(err); o != nil {
+		// Before the context cases: the driver reports a database that
+		// never answered as a deadline too.
+		return o.GRPCStatus().Err()
 	}
 	if _, ok := status.FromError(err); ok {
 		return err

@@ -24,6 +24,7 @@ import (
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/outage"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/strategy"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/tools"
@@ -222,6 +223,9 @@ func (e *TurnError) GRPCStatus() *status.Status { return turnStatus(e.Err) }
 // orchestrator built, so they become FailedPrecondition. Anything else is
 // Internal.
 func turnStatus(err error) *status.Status {
+	if o := outage.Find(err); o != nil {
+		return o.GRPCStatus()
+	}
 	var se interface{ GRPCStatus() *status.Status }
 	if !errors.As(err, &se) {
 		return status.New(codes.Internal, "internal error") // the detail is logged, never sent

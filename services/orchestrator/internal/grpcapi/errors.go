@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/libs/outage"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/chat"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
 )
@@ -23,6 +24,11 @@ const (
 // know pass through unchanged: the server's interceptor masks those that
 // are not statuses as Internal and logs them.
 func toStatus(err error) error {
+	if o := outage.Find(err); o != nil {
+		// Before the context cases: the driver reports a database that
+		// never answered as a deadline too.
+		return o.GRPCStatus().Err()
+	}
 	var (
 		busy *conversation.BusyError
 		te   *chat.TurnError

@@ -17,6 +17,7 @@ import (
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/libs/outage"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
 )
 
@@ -167,6 +168,9 @@ func (s *Server) RetryJob(ctx context.Context, req *orchestratorv1.RetryJobReque
 func toStatus(err error) error {
 	if err == nil {
 		return nil
+	}
+	if o := outage.Find(err); o != nil {
+		return o.GRPCStatus().Err()
 	}
 	if _, ok := status.FromError(err); ok {
 		return err
