@@ -18,13 +18,17 @@ import (
 // RoundTrips counts the commands a client sends to the database, by
 // command and collection ("update analysis_jobs"), so a test can hold a
 // store's hot path to a budget of round trips without timing anything. It
-// also keeps the filters that are not an exact _id lookup (see NotExact).
-// Its methods are safe for concurrent use.
+// also keeps the filters that are not an exact _id lookup (see NotExact),
+// and the shape of every statement's filter and sort (see Shapes), so a
+// test can check that an index serves each (AssertIndexed). Its methods
+// are safe for concurrent use.
 type RoundTrips struct {
 	mu       sync.Mutex
-	counts   map[string]int // guarded by mu
-	notExact []string       // guarded by mu: statements whose filter is not {_id: v}
-	unkeyed  []string       // guarded by mu: statements whose filter has no _id equality
+	counts   map[string]int  // guarded by mu
+	notExact []string        // guarded by mu: statements whose filter is not {_id: v}
+	unkeyed  []string        // guarded by mu: statements whose filter has no _id equality
+	shapes   []QueryShape    // guarded by mu: distinct shapes, in the order first sent
+	seen     map[string]bool // guarded by mu: the String of each of shapes
 }
 
 // Reset forgets what was counted so far.
@@ -33,6 +37,7 @@ func (r *RoundTrips) Reset() {
 	defer r.mu.Unlock()
 	r.counts = map[string]int{}
 	r.notExact, r.unkeyed = nil, nil
+	r.shapes, r.seen = nil, nil
 }
 
 // NotExact lists the statements counted since the last Reset (each
@@ -54,6 +59,15 @@ func (r *RoundTrips) Unkeyed() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.unkeyed)
+}
+
+// Shapes lists the distinct shapes (QueryShape) of the statements sent
+// since the last Reset, in the order first sent: two statements that
+// differ only in their values share one.
+func (r *RoundTrips) Shapes() []QueryShape {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.shapes)
 }
 
 // Total is the number of commands counted since the last Reset.
@@ -99,6 +113,7 @@ func (r *RoundTrips) started(_ context.Context, e *event.CommandStartedEvent) {
 	}
 	name := strings.TrimSpace(e.CommandName + " " + coll)
 	filters := commandFilters(e.CommandName, e.Command)
+	shapes := commandShapes(e.CommandName, coll, e.Command)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.counts == nil {
@@ -113,6 +128,15 @@ func (r *RoundTrips) started(_ context.Context, e *event.CommandStartedEvent) {
 		}
 		if !keyed {
 			r.unkeyed = append(r.unkeyed, desc)
+		}
+	}
+	for _, sh := range shapes {
+		if key := sh.String(); !r.seen[key] {
+			if r.seen == nil {
+				r.seen = map[string]bool{}
+			}
+			r.seen[key] = true
+			r.shapes = append(r.shapes, sh)
 		}
 	}
 }
