@@ -22,6 +22,17 @@ import (
 // OutboxField is the document field holding pending outbox entries.
 const OutboxField = "outbox"
 
+// OutboxIndex is the index that serves a [Relay]'s sweep of a collection
+// on MongoDB: its filter is {"outbox.0": {$exists: true}} (paged by _id),
+// and a sparse index on "outbox.0" holds only the documents whose outbox
+// is not empty, so a sweep reads those and sorts them, never the
+// collection. (An index that is not sparse holds every document, a missing
+// field as null, and {$exists: true} then scans all of it; a partial index
+// would do too, but FerretDB v1 refuses partialFilterExpression, while it
+// accepts and ignores sparse.) Every store whose collection a Relay serves
+// creates it at start in the many-writer mode.
+var OutboxIndex = mongox.Index{Name: "outbox_pending", Keys: bson.D{{Key: OutboxField + ".0", Value: 1}}, Sparse: true}
+
 // Relay tuning.
 const (
 	// RelayPollInterval is how often a [Relay] scans its whole collection

@@ -132,6 +132,11 @@ type Index struct {
 	Keys bson.D
 	// Unique makes the index reject duplicates.
 	Unique bool
+	// Sparse leaves out of the index the documents that lack its fields,
+	// so {field: {$exists: true}} reads only those (MongoDB; FerretDB v1
+	// accepts the option and ignores it, as it ignores every index for
+	// reads).
+	Sparse bool
 	// Name overrides the generated name.
 	Name string
 }
@@ -149,6 +154,9 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection, indexes ...Index
 		if ix.Unique {
 			o.SetUnique(true)
 		}
+		if ix.Sparse {
+			o.SetSparse(true)
+		}
 		if ix.Name != "" {
 			o.SetName(ix.Name)
 		}
@@ -158,6 +166,28 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection, indexes ...Index
 	}
 	return nil
 }
+
+// DropIndexes drops the named indexes of coll that exist, e.g. those an
+// index with more keys superseded; a name that is not there (never made,
+// or dropped by another process first) is no error. Call it at start,
+// after EnsureIndexes made the indexes that replace them.
+func DropIndexes(ctx context.Context, coll *mongo.Collection, names ...string) error {
+	for _, name := range names {
+		err := coll.Indexes().DropOne(ctx, name)
+		var ce mongo.CommandError
+		if err != nil && !(errors.As(err, &ce) && (ce.Code == indexNotFound || ce.Code == namespaceNotFound)) {
+			return fmt.Errorf("mongox: drop index %s of %s: %w", name, coll.Name(), err)
+		}
+	}
+	return nil
+}
+
+// Server codes for dropping an index that is not there, or an index of a
+// collection that is not there.
+const (
+	indexNotFound     = 27
+	namespaceNotFound = 26
+)
 
 // Translate maps driver errors to this package's sentinels (wrapped, so the
 // original stays visible to errors.As), and a database that cannot be
