@@ -38,9 +38,33 @@
 // on FerretDB, is off the hot path and bounded by the live set or rare:
 // ArchiveFinished (every ArchiveInterval) and the relay's sweep (every
 // SweepInterval, never on a write) read the live collection, which holds
-// the runs in flight; List reads both collections by scope (index
-// scope_created on MongoDB), as a user's listing does; MarkCorrupt of a
-// run whose header has no readable version updates by scope.
+// the runs in flight; List reads both collections by scope, as a user's
+// listing does; MarkCorrupt of a run whose header has no readable version
+// updates by scope.
+//
+// # Queries and indexes (MongoDB)
+//
+// Every query the store (and the relay of its live collection) makes, and
+// the index that serves it with many writers; a test records each query's
+// shape and checks it against the indexes (TestEveryQueryIsIndexed):
+//
+//	query                                          collections    index
+//	Load, Commit, RenewLease, MarkCorrupt,         both           _id_
+//	  archiving: {_id, ...}
+//	List: {tenant_id, project_id}                  both           scope_created_id
+//	  sort {create_time: -1, _id: 1}                                {tenant_id, project_id, create_time: -1, _id: 1}
+//	List with a state: {..., state} same sort      both           scope_state_created_id
+//	                                                                {tenant_id, project_id, state, create_time: -1, _id: 1}
+//	ArchiveFinished: {state: {$in: [finished]}}    live           state {state}
+//	relay sweep: {"outbox.0": {$exists: true}}     live           outbox_pending (sparse, events.OutboxIndex)
+//	  paged by _id
+//
+// For a single writer EnsureIndexes makes scope_created_id only, as it did
+// its predecessor scope_created (which it drops): FerretDB reads by no
+// index. What is assumed of MongoDB: the planner picks these indexes
+// (ESR: equalities, then the sort, then ranges), $in over two states is
+// served as equalities, and a sparse index serves {$exists: true}, so the
+// sweep reads only the runs with pending events and sorts those few.
 //
 // # Many writers
 //
@@ -211,13 +235,36 @@ func (s *Store) unfinish(id string) {
 	s.fmu.Unlock()
 }
 
-// EnsureIndexes creates the store's indexes; call it at start.
+// Indexes of both collections (see "Queries and indexes" in the package
+// doc). listIndex is made in both writer modes, as its predecessor was;
+// the others with many writers only: FerretDB, a single writer's store,
+// reads by no index and would only pay for them on every write.
+var (
+	listIndex      = mongox.Index{Name: "scope_created_id", Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "create_time", Value: -1}, {Key: "_id", Value: 1}}}
+	listStateIndex = mongox.Index{Name: "scope_state_created_id", Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "state", Value: 1}, {Key: "create_time", Value: -1}, {Key: "_id", Value: 1}}}
+	// finishedIndex serves ArchiveFinished, on the live runs only.
+	finishedIndex = mongox.Index{Name: "state", Keys: bson.D{{Key: "state", Value: 1}}}
+	// supersededIndexes are dropped at start: listIndex replaces
+	// scope_created, which lacked the _id that breaks List's ties.
+	supersededIndexes = []string{"scope_created"}
+)
+
+// EnsureIndexes creates the store's indexes and drops those they
+// superseded; call it at start.
 func (s *Store) EnsureIndexes(ctx context.Context) error {
+	many := !mongox.SingleWriter(s.coll.Database())
 	for _, c := range []*mongo.Collection{s.coll, s.archive} {
-		err := mongox.EnsureIndexes(ctx, c,
-			mongox.Index{Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "create_time", Value: -1}}, Name: "scope_created"},
-		)
-		if err != nil {
+		ixs := []mongox.Index{listIndex}
+		if many {
+			ixs = append(ixs, listStateIndex)
+		}
+		if many && c == s.coll {
+			ixs = append(ixs, finishedIndex, events.OutboxIndex)
+		}
+		if err := mongox.EnsureIndexes(ctx, c, ixs...); err != nil {
+			return err
+		}
+		if err := mongox.DropIndexes(ctx, c, supersededIndexes...); err != nil {
 			return err
 		}
 	}

@@ -42,6 +42,26 @@ var ErrNotFound = errors.New("conversation not found")
 // the order. Their cost follows the conversations imported, not the runs
 // made: a run fetches once per plan page, not once per batch.
 //
+// # Queries and indexes (MongoDB)
+//
+// Every query of the store, and its index (checked by
+// TestEveryQueryIsIndexed against the shapes the store sends):
+//
+//	query                                                  index
+//	Upsert, Get, Prepare's moves: {_id}                    _id_
+//	Prepare's search: {_id: {$type: "objectId"}}           _id_
+//	Get's fallback: {tenant_id, project_id, id: {$in}}     scope_id {tenant_id, project_id, id}
+//	Count: {tenant_id, project_id}                         scope_id
+//	Find: {tenant_id, project_id} + the plan's filter,     scope_id
+//	  id $nin the excluded, sort {id: 1}, limit
+//
+// Find's plan filter is the user's: what it adds beside the scope is
+// applied to the documents scope_id walks in id order, so a plan that
+// matches few of a large scope reads much of it; the limit stops the walk
+// at a page. What is assumed of MongoDB: the planner serves an equality
+// prefix and then the sort from one index (ESR), also when other
+// conditions ride along.
+//
 // # Documents of earlier versions
 //
 // Earlier versions stored conversations under ObjectID _ids, unique by

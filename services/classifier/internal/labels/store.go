@@ -12,6 +12,15 @@
 // _id index. The secondary index scope_run_conversation serves no query of
 // the service; it stays for queries by run made outside it (an export, the
 // tests' counts).
+//
+// # Queries and indexes (MongoDB)
+//
+//	query                           index
+//	Save: insert (unique _id)       _id_
+//	List: {_id} one per label       _id_
+//
+// TestEveryQueryIsIndexed checks the shapes the store sends against the
+// indexes; it assumes only MongoDB's unique _id index.
 package labels
 
 import (
