@@ -14,8 +14,20 @@
 // writers one conditional update; ClaimExecution is an insert. A confirmed
 // SQL job (confirm → run → SHOW_RESULTS) thus costs a read, two updates and
 // an insert with many writers, and two more reads by _id for a single
-// writer. The index scope_updated serves listings by scope, which no RPC
-// makes yet.
+// writer.
+//
+// # Queries and indexes (MongoDB)
+//
+//	query                                               collection       index
+//	Get: {_id} (scope checked in Go)                    sql_sessions     _id_
+//	Update: {_id, tenant_id, project_id, version}       sql_sessions     _id_
+//	Create, ClaimExecution: inserts (unique _id)        both             _id_
+//
+// So the store needs no secondary index (TestEveryQueryIsIndexed checks
+// the shapes it sends). New drops scope_updated, which earlier versions
+// made for listings by scope that no RPC makes: it served no query, and
+// since "updated" changes with every write, every write paid for it. A
+// listing, when one comes, brings its index along.
 //
 // # What is assumed of MongoDB
 //
@@ -59,13 +71,11 @@ type Store struct {
 
 var _ session.Store = (*Store)(nil)
 
-// New returns a Store on db and ensures its indexes.
+// New returns a Store on db, after dropping the index earlier versions
+// made and no query uses (see the package doc).
 func New(ctx context.Context, db *mongo.Database) (*Store, error) {
 	coll := db.Collection(Collection)
-	if err := mongox.EnsureIndexes(ctx, coll, mongox.Index{
-		Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "updated", Value: -1}},
-		Name: "scope_updated",
-	}); err != nil {
+	if err := mongox.DropIndexes(ctx, coll, "scope_updated"); err != nil {
 		return nil, err
 	}
 	return &Store{coll: coll, executions: db.Collection(ExecutionsCollection)}, nil

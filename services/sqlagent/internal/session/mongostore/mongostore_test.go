@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session"
@@ -90,5 +92,33 @@ func testStore(t *testing.T, db *mongo.Database) {
 	}
 	if done, err := st.Get(ctx, scope, "s1"); err != nil || done.Stage != session.StageDone || done.Execution != nil || done.Version != 2 {
 		t.Errorf("after the result: %+v (%v)", done, err)
+	}
+}
+
+// TestEveryQueryIsIndexed runs the store's operations with many writers
+// (MongoDB) on a database whose commands are recorded: an index serves
+// every query (testkit.AssertIndexed), and the index of earlier versions
+// that served none is gone.
+func TestEveryQueryIsIndexed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, rt := testkit.MongoDBCounted(t)
+	coll := db.Collection(mongostore.Collection)
+	if _, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{
+		Keys:    bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "updated", Value: -1}},
+		Options: options.Index().SetName("scope_updated"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testStore(t, db)
+	testkit.AssertIndexed(t, db, rt)
+	specs, err := coll.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		if s.Name != "_id_" {
+			t.Errorf("index %s left on %s", s.Name, mongostore.Collection)
+		}
 	}
 }
