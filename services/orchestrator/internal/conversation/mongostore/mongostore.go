@@ -25,6 +25,28 @@
 //     holder whose lease was taken over cannot interleave its writes with
 //     the new holder's. Every other document has one writer at a time: the
 //     lease holder.
+//
+// # Queries and indexes (MongoDB)
+//
+// Every query of the store and the index New makes for it, in both writer
+// modes (TestEveryQueryIsIndexed runs the store suite and checks the
+// shapes it sends against the indexes):
+//
+//	query                                               collection              index
+//	turns: reads and writes by _id                      all four                _id_
+//	List: {tenant_id, project_id}, the page token as    conversations           scope_created
+//	  $or [{create_time $lt}, {create_time, _id $lt}],                            {tenant_id, project_id, create_time: -1, _id: -1}
+//	  sort {create_time: -1, _id: -1}, limit
+//	List by caller: {..., caller}, same                 conversations           scope_caller_created
+//	                                                                              {tenant_id, project_id, caller, create_time: -1, _id: -1}
+//	Messages past the window: {conversation_id}         conversation_messages   conversation_seq {conversation_id, seq}
+//	  sort {seq: 1} or {seq: -1} with a limit
+//	Delete: {conversation_id}                           conversation_messages   conversation_seq
+//	Delete: {conversation_id}                           conversation_leases     conversation {conversation_id}
+//
+// What is assumed of MongoDB: the planner serves the equalities and then
+// the sort from one index (ESR), and bounds the page token's $or on the
+// index keys it walks in order, stopping at the limit.
 package mongostore
 
 import (

@@ -58,3 +58,25 @@ func TestStore(t *testing.T) {
 		})
 	}
 }
+
+// TestEveryQueryIsIndexed runs the store suite with many writers (MongoDB
+// in production) on databases whose commands are recorded, and checks that
+// an index the store creates serves every query it sent
+// (testkit.AssertIndexed): the listings by scope, with and without a
+// caller and a page token, the reads of a long conversation's messages
+// (a window of 2 makes most conversations of the suite long), and the
+// deletes by conversation.
+func TestEveryQueryIsIndexed(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) func() conversation.Store {
+		db, rt := testkit.MongoDBCounted(t)
+		t.Cleanup(func() { testkit.AssertIndexed(t, db, rt) })
+		return func() conversation.Store {
+			s, err := mongostore.New(context.Background(), db, mongostore.Options{RecentSize: 2})
+			if err != nil {
+				t.Fatalf("mongostore.New: %v", err)
+			}
+			return s
+		}
+	})
+}

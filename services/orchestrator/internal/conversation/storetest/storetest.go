@@ -137,6 +137,14 @@ func testList(t *testing.T, open func() conversation.Store) {
 	if len(all) != 10 || next != "" || all[0].ID != "b1" {
 		t.Errorf("List(all callers) = %d conversations, first %q, next %q; want 10, b1, none", len(all), all[0].ID, next)
 	}
+	first, next, err := s.List(ctx, scopeA, conversation.ListQuery{PageSize: 9})
+	if err != nil || len(first) != 9 || next == "" {
+		t.Fatalf("List(all callers, page size 9) = %d conversations, next %q, %v; want 9 and a token", len(first), next, err)
+	}
+	last, next, err := s.List(ctx, scopeA, conversation.ListQuery{PageSize: 9, PageToken: next})
+	if err != nil || len(last) != 1 || last[0].ID != "c0" || next != "" {
+		t.Errorf("List(all callers, second page) = %d conversations, next %q, %v; want c0 alone", len(last), next, err)
+	}
 
 	_, tok, err := s.List(ctx, scopeA, conversation.ListQuery{Caller: "alice", PageSize: 1})
 	if err != nil || tok == "" {
