@@ -2,12 +2,17 @@ package events
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh/agentmesh/libs/outage"
 )
 
 // Stream names provisioned by [Bus.EnsureStreams].
@@ -94,19 +99,84 @@ func (b *Bus) EnsureStreams(ctx context.Context) error { return b.EnsureStreamsR
 // copies each, or updates them to [StreamConfigs] if they exist, never to
 // fewer replicas than they have: services configured for fewer do not
 // shrink what an operator (or another service) scaled up. It is idempotent
-// and safe to call from every service at start-up. It fails if an existing
-// stream cannot be updated in place (for example, its retention policy
-// differs), or if the cluster has fewer servers than replicas.
+// and safe to call from every service at start-up.
+//
+// A cluster that cannot place the streams yet is waited for: on a fresh
+// cluster the JetStream meta leader is still being elected (a JetStream API
+// request then goes unanswered until its context ends) and peers are still
+// joining. So each attempt's requests get [EnsureAttemptTimeout], and a
+// failed attempt that says the cluster is not ready (no answer, no
+// responders, JetStream unavailable or without a leader, no suitable peers
+// for placement) is logged and retried with backoff until ctx ends; then the
+// last attempt's error is returned. A cluster with fewer servers than
+// replicas therefore keeps the caller waiting, logging why. Any other
+// failure is returned at once, for example an existing stream that cannot
+// be updated in place (its retention policy differs).
 func (b *Bus) EnsureStreamsReplicated(ctx context.Context, replicas int) error {
+	wait := ensureBackoffMin
+	for attempt := 1; ; attempt++ {
+		err := b.ensureStreams(ctx, replicas)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !clusterNotReady(err) {
+			return err
+		}
+		b.logger.Warn("jetstream not ready for the streams; retrying",
+			slog.Int("attempt", attempt), slog.Duration("wait", wait), slog.Any("error", err))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait + rand.N(wait/2)):
+		}
+		wait = min(2*wait, ensureBackoffMax)
+	}
+}
+
+// Retry tuning of EnsureStreamsReplicated.
+const (
+	// EnsureAttemptTimeout bounds each JetStream API request of an
+	// attempt: long enough for a replicated stream to be created on a
+	// loaded cluster, short enough to ask again soon after a leader is
+	// elected. A create that completes after its request timed out is
+	// found by the next attempt, which then updates nothing.
+	EnsureAttemptTimeout = 5 * time.Second
+	ensureBackoffMin     = 100 * time.Millisecond
+	ensureBackoffMax     = 2 * time.Second
+)
+
+// ensureStreams is one attempt of EnsureStreamsReplicated.
+func (b *Bus) ensureStreams(ctx context.Context, replicas int) error {
 	for _, cfg := range StreamConfigs(replicas) {
-		if s, err := b.js.Stream(ctx, cfg.Name); err == nil {
+		actx, cancel := context.WithTimeout(ctx, EnsureAttemptTimeout)
+		if s, err := b.js.Stream(actx, cfg.Name); err == nil {
 			cfg.Replicas = max(cfg.Replicas, s.CachedInfo().Config.Replicas)
 		}
-		if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		_, err := b.js.CreateOrUpdateStream(actx, cfg)
+		cancel()
+		if err != nil {
 			return fmt.Errorf("events: ensure stream %s with %d replicas: %w", cfg.Name, cfg.Replicas, err)
 		}
 	}
 	return nil
+}
+
+// JetStream API error codes that a cluster still forming answers (see
+// nats-server's errors.json): no suitable peers for placement (peers not
+// yet joined), and a request that reached no leader.
+const (
+	jsClusterNoPeers   = 10005
+	jsClusterNotLeader = 10009
+)
+
+// clusterNotReady reports whether err, from an attempt whose own context
+// ended or was answered, says the cluster may yet accept the streams.
+func clusterNotReady(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || outage.Find(err) != nil {
+		return true
+	}
+	ae, ok := errors.AsType[*jetstream.APIError](err)
+	return ok && (ae.ErrorCode == jsClusterNoPeers || ae.ErrorCode == jsClusterNotLeader)
 }
 
 // EventSubject returns the subject of a domain event,

@@ -34,7 +34,10 @@ func ConnectMongo(ctx context.Context, cfg mongox.Config, health *grpcx.Health) 
 
 // ConnectNATS connects to NATS, provisions the mesh's streams with at
 // least replicas copies each and keeps the "nats" dependency of health up
-// to date until ctx ends. Close the bus on shutdown (it drains).
+// to date until ctx ends. Close the bus on shutdown (it drains). Both steps
+// wait, until ctx ends, for a cluster that is still starting: no server
+// accepting connections yet, no JetStream leader elected yet (see
+// events.Bus.EnsureStreamsReplicated).
 func ConnectNATS(ctx context.Context, url, clientName string, replicas int, log *slog.Logger, health *grpcx.Health) (*events.Bus, error) {
 	bus, err := events.Connect(ctx, url, clientName, log)
 	if err != nil {

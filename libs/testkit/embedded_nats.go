@@ -13,7 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -45,6 +47,16 @@ type NATSOptions struct {
 	ClusterPort int
 	// Routes are the cluster URLs (nats://host:port) of the other servers.
 	Routes []string
+}
+
+// URL returns the client URL a server started with o will listen on, for
+// options with a fixed Port (see NATSClusterOptions).
+func (o NATSOptions) URL() string {
+	host := o.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return "nats://" + net.JoinHostPort(host, strconv.Itoa(o.Port))
 }
 
 // NATS is an embedded nats-server with JetStream enabled. Its methods are

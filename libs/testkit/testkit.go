@@ -40,27 +40,47 @@ func NewNATS(t testing.TB) *NATS {
 // once it meets its peers). Join their URLs with commas for events.Connect.
 func NewNATSCluster(t testing.TB, n int) []*NATS {
 	t.Helper()
-	ports := make([]int, n)
+	return StartNATSCluster(t, NATSClusterOptions(t, n))
+}
+
+// NATSClusterOptions plans a JetStream cluster of n servers on loopback:
+// each server's client and cluster ports (free a moment ago), its store in
+// t.TempDir() and its routes to the others. A test that must start clients
+// before the servers reads the client URLs from it ([NATSOptions.URL]) and
+// starts the servers with StartNATSCluster.
+func NATSClusterOptions(t testing.TB, n int) []NATSOptions {
+	t.Helper()
+	ports := make([]int, 2*n) // client ports, then cluster ports
 	for i := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("testkit.NewNATSCluster: %v", err)
+			t.Fatalf("testkit.NATSClusterOptions: %v", err)
 		}
 		ports[i] = l.Addr().(*net.TCPAddr).Port
 		l.Close()
 	}
-	servers := make([]*NATS, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
+	opts := make([]NATSOptions, n)
 	for i := range n {
 		var routes []string
-		for j, p := range ports {
+		for j := range n {
 			if j != i {
-				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+j]))
 			}
 		}
-		opts := NATSOptions{StoreDir: t.TempDir(), ServerName: fmt.Sprintf("n%d", i+1), Cluster: "agentmesh", ClusterPort: ports[i], Routes: routes}
-		wg.Go(func() { servers[i], errs[i] = StartNATS(opts) })
+		opts[i] = NATSOptions{StoreDir: t.TempDir(), Port: ports[i], ServerName: fmt.Sprintf("n%d", i+1), Cluster: "agentmesh", ClusterPort: ports[n+i], Routes: routes}
+	}
+	return opts
+}
+
+// StartNATSCluster starts one server for each of opts, all together, and
+// shuts them down in t.Cleanup. It fails the test if any does not start.
+func StartNATSCluster(t testing.TB, opts []NATSOptions) []*NATS {
+	t.Helper()
+	servers := make([]*NATS, len(opts))
+	errs := make([]error, len(opts))
+	var wg sync.WaitGroup
+	for i, o := range opts {
+		wg.Go(func() { servers[i], errs[i] = StartNATS(o) })
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -70,7 +90,7 @@ func NewNATSCluster(t testing.TB, n int) []*NATS {
 					s.Shutdown()
 				}
 			}
-			t.Fatalf("testkit.NewNATSCluster: server %d: %v", i+1, err)
+			t.Fatalf("testkit: NATS cluster server %d: %v", i+1, err)
 		}
 	}
 	for _, s := range servers {
