@@ -59,14 +59,41 @@
 // cluster suite may run so) can lose a racing conditional update; claims,
 // which are unique inserts, stay exclusive there too.
 //
-// # Indexes (MongoDB)
+// # Queries and indexes (MongoDB)
 //
-// EnsureIndexes creates the indexes the scanning queries above use:
-// documents by (tenant, project, _id), (tenant, project, source_type, _id),
-// (tenant, project, extract_terms), indexed, deleting; chunks by (tenant,
-// project, doc_id, seq) and (tenant, project, _id); jobs by (tenant,
-// project, document_id) and (status, create_time). Lookups by _id need
-// none.
+// Every query of the store and of its relays, and the index EnsureIndexes
+// makes for it (TestEveryQueryIsIndexed checks the shapes the store sends
+// against the indexes); lookups and conditional writes by _id (with the
+// scope and conditions beside it) need only _id_:
+//
+//	query                                                 collection   index
+//	ListDocuments: {tenant, project, deleting: false,     documents    {tenant, project, deleting, _id}
+//	  _id $gt the cursor}, sort {_id: 1}, limit
+//	  with a source type: {..., source_type}              documents    {tenant, project, source_type, deleting, _id}
+//	FindByTerms: {tenant, project, extract_terms $all,    documents    {tenant, project, extract_terms, deleting, _id}
+//	  deleting: false, _id $gt}, sort {_id: 1}, limit
+//	Unfinished: $or [{deleting: true}, {indexed: false}]  documents    {deleting} and {indexed}
+//	HandledBelow: {extractor_versions.<x> $lt,            documents    none: a scan (below)
+//	  deleting: false, _id $gt}, sort {_id: 1}
+//	Scopes: $group by tenant and project                  documents    none: a scan (below)
+//	DocumentChunks: {tenant, project, doc_id} by seq      chunks       {tenant, project, doc_id, seq}
+//	EachChunk, CountChunks: {tenant, project, _id $gt}    chunks       {tenant, project, _id}
+//	PendingJobs: {status $in, create_time $lt}            jobs         {status, create_time}
+//	  sort {create_time: 1}, limit
+//	relay sweeps: {"outbox.0": {$exists: true}}           documents,   outbox_pending (sparse,
+//	  paged by _id                                        jobs           events.OutboxIndex; many writers)
+//
+// HandledBelow and Scopes read every document on purpose, off the request
+// path: HandledBelow pages once through the documents after an
+// extractor's schema changed (its range is on a field per extractor), and
+// Scopes groups them once at start. EnsureIndexes drops the indexes these
+// superseded ({tenant, project, _id}, {tenant, project, source_type, _id},
+// {tenant, project, extract_terms}: without "deleting" they left every
+// listing to fetch documents to test it) and jobs' {tenant, project,
+// document_id}, which no query used. What is assumed of MongoDB: the
+// planner serves equalities, then the sort, then ranges from one index
+// (ESR), $all by one of its values in a multikey index, an $or by one
+// index per branch, and {$exists: true} from a sparse index.
 package mongostore
 
 import (
@@ -118,25 +145,40 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	scope := func(more ...bson.E) bson.D {
 		return append(bson.D{{Key: "tenant", Value: 1}, {Key: "project", Value: 1}}, more...)
 	}
-	if err := mongox.EnsureIndexes(ctx, s.docs,
-		mongox.Index{Keys: scope(bson.E{Key: "_id", Value: 1})},
-		mongox.Index{Keys: scope(bson.E{Key: "source_type", Value: 1}, bson.E{Key: "_id", Value: 1})},
-		mongox.Index{Keys: scope(bson.E{Key: "extract_terms", Value: 1})},
-		mongox.Index{Keys: bson.D{{Key: "indexed", Value: 1}}},
-		mongox.Index{Keys: bson.D{{Key: "deleting", Value: 1}}},
-	); err != nil {
+	deleting, id := bson.E{Key: "deleting", Value: 1}, bson.E{Key: "_id", Value: 1}
+	docs := []mongox.Index{
+		{Keys: scope(deleting, id)},
+		{Keys: scope(bson.E{Key: "source_type", Value: 1}, deleting, id)},
+		{Keys: scope(bson.E{Key: "extract_terms", Value: 1}, deleting, id)},
+		{Keys: bson.D{{Key: "indexed", Value: 1}}},
+		{Keys: bson.D{{Key: "deleting", Value: 1}}},
+	}
+	jobs := []mongox.Index{{Keys: bson.D{{Key: "status", Value: 1}, {Key: "create_time", Value: 1}}}}
+	// The relays' sweeps: with many writers only, as FerretDB, a single
+	// writer's store, reads by no index.
+	if !s.single {
+		docs = append(docs, events.OutboxIndex)
+		jobs = append(jobs, events.OutboxIndex)
+	}
+	if err := mongox.EnsureIndexes(ctx, s.docs, docs...); err != nil {
 		return err
 	}
 	if err := mongox.EnsureIndexes(ctx, s.chunks,
 		mongox.Index{Keys: scope(bson.E{Key: "doc_id", Value: 1}, bson.E{Key: "seq", Value: 1})},
-		mongox.Index{Keys: scope(bson.E{Key: "_id", Value: 1})},
+		mongox.Index{Keys: scope(id)},
 	); err != nil {
 		return err
 	}
-	return mongox.EnsureIndexes(ctx, s.jobs,
-		mongox.Index{Keys: scope(bson.E{Key: "document_id", Value: 1})},
-		mongox.Index{Keys: bson.D{{Key: "status", Value: 1}, {Key: "create_time", Value: 1}}},
-	)
+	if err := mongox.EnsureIndexes(ctx, s.jobs, jobs...); err != nil {
+		return err
+	}
+	// Those the indexes above superseded (they lacked "deleting", which
+	// every listing filters on), and one no query uses.
+	if err := mongox.DropIndexes(ctx, s.docs,
+		"tenant_1_project_1__id_1", "tenant_1_project_1_source_type_1__id_1", "tenant_1_project_1_extract_terms_1"); err != nil {
+		return err
+	}
+	return mongox.DropIndexes(ctx, s.jobs, "tenant_1_project_1_document_id_1")
 }
 
 func scopeFilter(sc document.Scope, more ...bson.E) bson.D {

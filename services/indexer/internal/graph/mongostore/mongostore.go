@@ -20,6 +20,24 @@
 // is a single-document update MongoDB applies atomically: an entity is
 // updated with $addToSet/$pullAll and deleted with the condition that its
 // list is empty, so one a concurrent ingest just added itself to stays.
+//
+// # Queries and indexes (MongoDB)
+//
+// EnsureIndexes makes an index for every query (TestEveryQueryIsIndexed
+// checks the shapes the store sends against them); writes and the reads
+// of a few nodes go by _id:
+//
+//	query                                              collection  index
+//	Nodes, more than maxNodeLookups: {tenant,          nodes       {tenant, project, key} (unique)
+//	  project, key $in}
+//	Edges: {tenant, project, from $in[, type $in]}     edges       {tenant, project, from, type}
+//	Edges: {tenant, project, to $in[, type $in]}       edges       {tenant, project, to, type}
+//	CountDocument: {tenant, project, doc_id}           nodes,      {tenant, project, doc_id}
+//	                                                   edges
+//	CountDocument: {tenant, project, doc_ids}          nodes       {tenant, project, doc_ids}
+//
+// What is assumed of MongoDB: $in is served as a set of equalities, and
+// the unique index on key holds one node per key in a scope.
 package mongostore
 
 import (
