@@ -219,7 +219,12 @@ func Open(specs []Spec, opts Options) (*Registry, error) {
 }
 
 // openSQLite opens a pool on a SQLite DSN; readOnly adds PRAGMA
-// query_only to every connection.
+// query_only to every connection. The writable pool begins its
+// transactions IMMEDIATE, taking the write lock at BEGIN: two deferred
+// transactions that both read and then want to write deadlock, and SQLite
+// answers the second SQLITE_BUSY at once, without its busy handler; an
+// immediate one waits at BEGIN, on the busy timeout, for the writer before
+// it to commit.
 func openSQLite(dsn string, readOnly bool) (*sql.DB, error) {
 	sep := "?"
 	if strings.Contains(dsn, "?") {
@@ -228,6 +233,8 @@ func openSQLite(dsn string, readOnly bool) (*sql.DB, error) {
 	dsn += sep + "_pragma=busy_timeout(5000)"
 	if readOnly {
 		dsn += "&_pragma=query_only(1)"
+	} else {
+		dsn += "&_txlock=immediate"
 	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {

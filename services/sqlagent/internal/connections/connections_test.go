@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -202,5 +204,45 @@ func TestWriteTableSQLite(t *testing.T) {
 	var tables int
 	if err := own.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'paths'`).Scan(&tables); err != nil || tables != 0 {
 		t.Fatalf("table paths: %d, %v; want never created", tables, err)
+	}
+}
+
+// TestConcurrentWritesToOneSQLiteFile: WRITE_DATA jobs that write to the
+// same SQLite file at the same time take turns and all succeed. (SQLite
+// fails at once, without calling the busy handler, when two deferred
+// transactions that both read want to write: each would wait for the other.)
+func TestConcurrentWritesToOneSQLiteFile(t *testing.T) {
+	t.Parallel()
+	db := connections.ChinookCopy(t)
+	reg, err := connections.Open([]connections.Spec{{Name: "music", Dialect: "sqlite", DSN: db}}, connections.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	ctx := context.Background()
+	const jobs = 4
+	errs := make([]error, jobs)
+	counts := make([]int64, jobs)
+	var wg sync.WaitGroup
+	for i := range jobs {
+		wg.Go(func() {
+			counts[i], errs[i] = reg.WriteTable(ctx, "music", "SELECT InvoiceId, Total FROM Invoice", fmt.Sprintf("copy_%d", i), connections.WriteCreate, 30*time.Second)
+		})
+	}
+	wg.Wait()
+	own, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	for i := range jobs {
+		if errs[i] != nil || counts[i] != 412 {
+			t.Errorf("job %d: %d rows, %v; want 412", i, counts[i], errs[i])
+			continue
+		}
+		var n int
+		if err := own.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM copy_%d", i)).Scan(&n); err != nil || n != 412 {
+			t.Errorf("copy_%d holds %d rows, %v; want 412", i, n, err)
+		}
 	}
 }

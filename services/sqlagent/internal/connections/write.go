@@ -82,6 +82,12 @@ func (r *Registry) WriteTable(ctx context.Context, name, selectSQL, table string
 		if _, err := wconn.ExecContext(ctx, "PRAGMA cache_spill = OFF"); err != nil {
 			return 0, dbError(err)
 		}
+		// Another job writing the file holds its lock until it commits:
+		// wait for it as long as this job may run (the transaction begins
+		// IMMEDIATE, so that wait happens at BEGIN; see openSQLite).
+		if _, err := wconn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", timeout.Milliseconds())); err != nil {
+			return 0, dbError(err)
+		}
 	}
 	tx, err := wconn.BeginTx(ctx, nil)
 	if err != nil {
