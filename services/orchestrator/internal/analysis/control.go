@@ -112,7 +112,16 @@ func (e *Engine) Retry(ctx context.Context, tenant, project, id string) (*Job, e
 
 // sweepLoop runs the periodic sweep until ctx is done.
 func (e *Engine) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(e.cfg.SweepInterval)
+	every(ctx, e.cfg.SweepInterval, func() {
+		if err := e.sweep(ctx, false); err != nil && ctx.Err() == nil {
+			e.log.Warn("sweep incomplete", slog.Any("error", err))
+		}
+	})
+}
+
+// every calls fn every interval until ctx is done.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -120,26 +129,25 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := e.sweep(ctx, false); err != nil && ctx.Err() == nil {
-			e.log.Warn("sweep incomplete", slog.Any("error", err))
-		}
+		fn()
 	}
 }
 
 // sweep recovers unfinished jobs and archives finished analyses left in
 // the live set. At start-up it re-queues every pending job and advances
 // every unfinished analysis; periodically it does so only for those
-// untouched for StaleAfter. Both times it re-queues running jobs whose lease
-// expired (their worker is gone) and cancels leftover children of cancelled
-// analyses. Periodically it also archives the finished analyses the
-// archiver did not (it gave up, or a process stopped first); start-up
+// untouched for StaleAfter. Both times it re-queues running jobs whose
+// claim lapsed (their worker is gone; claimLoop finds those sooner) and
+// cancels leftover children of cancelled analyses. Periodically it also
+// archives the finished analyses the archiver did not (it gave up, or a
+// process stopped first); start-up
 // leaves that to the first periodic sweep, so a long history left live by
 // an earlier version does not hold up the start.
 func (e *Engine) sweep(ctx context.Context, startup bool) error {
 	now := e.now()
-	// A running job was last written when it was claimed, and its lease
-	// lasts at least LeaseGrace, so younger jobs need nothing yet.
-	before := now.Add(-min(e.cfg.StaleAfter, e.cfg.LeaseGrace))
+	// A running job was last written when its claim was taken or renewed,
+	// which lasts ClaimTTL from then, so younger jobs need nothing yet.
+	before := now.Add(-min(e.cfg.StaleAfter, e.cfg.ClaimTTL))
 	if startup {
 		before = now.Add(time.Millisecond)
 	}
@@ -201,13 +209,25 @@ func (e *Engine) recoverJob(ctx context.Context, j *Job, stale bool) error {
 	if root.Status == StatusCancelled {
 		return e.cancelJob(ctx, j)
 	}
+	requeued := false
 	_, err = e.mutate(ctx, j.Tenant, j.Project, j.ID, func(cur *Job) (effect, error) {
-		if cur.Status != StatusPending && !(cur.Status == StatusRunning && !cur.leaseLive(now)) {
-			return unchanged, nil
+		switch {
+		case cur.Status == StatusRunning && !cur.leaseLive(now):
+			// Its worker is gone: the job waits for a worker again,
+			// which its watchers see, and leaves the set of lapsed
+			// claims, so it is re-queued once.
+			cur.Status = StatusPending
+			cur.LeaseOwner, cur.LeaseUntil = "", nil
+			requeued = true
+			return announced | queued, nil
+		case cur.Status == StatusPending && stale:
+			requeued = true
+			return stored | queued, nil
 		}
-		return stored | queued, nil
+		requeued = false // claimed, re-queued or finished meanwhile
+		return unchanged, nil
 	})
-	if err == nil {
+	if err == nil && requeued {
 		e.log.Info("re-queued job", slog.String("job_id", j.ID), slog.String("status", string(j.Status)))
 	}
 	return err

@@ -63,17 +63,24 @@ type Config struct {
 	// ModelTimeout bounds a planning or synthesis call, feedback round
 	// included (default 2m).
 	ModelTimeout time.Duration
-	// LeaseGrace is added to a job's timeout to form its lease: after that
-	// a job whose worker vanished may be claimed again (default 10s).
-	LeaseGrace time.Duration
-	// SweepInterval is how often unfinished jobs are checked (default 15s).
+	// ClaimTTL is how long a worker's claim on a job lasts without renewal
+	// (default 6s). The worker renews it every ClaimTTL/3 while the job runs,
+	// however long its timeout, and every ClaimTTL/3 each engine re-queues
+	// the jobs whose claim lapsed: a job whose worker died runs again about
+	// ClaimTTL after the worker's last renewal.
+	ClaimTTL time.Duration
+	// SweepInterval is how often unfinished jobs are checked for stale
+	// pending work and unfinished analyses (default 15s).
 	SweepInterval time.Duration
 	// StaleAfter is how long a pending job or an unfinished analysis must
 	// have been untouched before the periodic sweep re-queues or re-advances
 	// it (default 1m). Start-up recovery looks at every unfinished job.
 	StaleAfter time.Duration
 	// AckWait is how long JetStream waits for a work item's ack before
-	// redelivering it (default 30s; workers extend it while they run).
+	// redelivering it (default 6s). Workers extend it while they run, and
+	// take a work item only when they are free to run it, so it bounds how
+	// soon the item of a worker that died before claiming its job comes
+	// back, not how long a job may take.
 	AckWait time.Duration
 	// PlannerModel and SynthesisModel are logical model names (default
 	// "planner" and "chat").
@@ -94,10 +101,10 @@ func (c Config) withDefaults() Config {
 	}
 	def(&c.ToolTimeout, 30*time.Second)
 	def(&c.ModelTimeout, 2*time.Minute)
-	def(&c.LeaseGrace, 10*time.Second)
+	def(&c.ClaimTTL, 6*time.Second)
 	def(&c.SweepInterval, 15*time.Second)
 	def(&c.StaleAfter, time.Minute)
-	def(&c.AckWait, 30*time.Second)
+	def(&c.AckWait, 6*time.Second)
 	if c.PlannerModel == "" {
 		c.PlannerModel = "planner"
 	}
@@ -213,7 +220,8 @@ func (e *Engine) now() time.Time { return e.clock().UTC().Truncate(time.Millisec
 // Start recovers unfinished work (re-queues pending and abandoned jobs,
 // re-advances every unfinished analysis, archives finished ones), then
 // starts the work queue consumers, the cancellation listener, the periodic
-// sweep and the archiver. Work runs until ctx is done or Stop is called.
+// sweep, the check for lapsed claims and the archiver. Work runs until ctx
+// is done or Stop is called.
 func (e *Engine) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	e.cancel = cancel
@@ -252,6 +260,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.consumers = append(e.consumers, c)
 	}
 	e.loops.Go(func() { e.sweepLoop(ctx) })
+	e.loops.Go(func() { e.claimLoop(ctx) })
 	e.loops.Go(func() { e.archiveLoop(ctx) })
 	return nil
 }

@@ -31,15 +31,18 @@
 // # Executing
 //
 // A worker claims a job with a conditional write (pending, or running with
-// an expired lease → running under its own lease), runs it, records the
-// result with a write that only succeeds while it still holds the lease, and
-// only then acknowledges the work item. A job that is complete, failed or
-// cancelled is never claimed again, so a completed tool is never executed
-// twice, whatever is redelivered after a crash. A periodic sweep re-queues
-// jobs whose lease expired (their worker died) and pending jobs whose work
-// item was lost, and archives finished analyses the archiver missed; it
-// looks only at the live set, so it costs the same however long the
-// history.
+// a lapsed claim → running under its own claim), renews the claim every
+// ClaimTTL/3 while it runs (a claim lasts seconds, a model call may take
+// minutes; see claim.go), records the result with a write that only
+// succeeds while it still holds the claim, and only then acknowledges the
+// work item. A job that is complete, failed or cancelled is never claimed
+// again, so a completed tool is never executed twice, whatever is
+// redelivered after a crash. Every ClaimTTL/3 each engine puts the jobs
+// whose claim lapsed (their worker died) back to pending with a new work
+// item, so a killed worker's job runs again within seconds. A periodic
+// sweep re-queues pending jobs whose work item was lost, and archives
+// finished analyses the archiver missed; it looks only at the live set, so
+// it costs the same however long the history.
 package analysis
 
 import (
@@ -124,7 +127,8 @@ type Job struct {
 	UpdateTime time.Time `bson:"update_time"`
 	// Version increments on every write (optimistic concurrency).
 	Version int64 `bson:"version"`
-	// LeaseOwner and LeaseUntil say which worker runs the job, until when.
+	// LeaseOwner and LeaseUntil are the claim: which execution runs the
+	// job, and until when unless it is renewed.
 	LeaseOwner string     `bson:"lease_owner"`
 	LeaseUntil *time.Time `bson:"lease_until"`
 	// Dispatches counts work items published for the job; the next one's

@@ -66,6 +66,11 @@ type Store interface {
 	// afterID, in id order; the sweep and start-up recovery page through
 	// them.
 	Live(ctx context.Context, updatedBefore time.Time, afterID string, limit int) ([]*Job, error)
+	// Lapsed returns up to limit running jobs of any tenant whose claim
+	// (LeaseUntil) ended before now, earliest first. Every engine asks every
+	// ClaimTTL/3, so it must cost little whatever the number of jobs: an
+	// indexed query, or a look at memory.
+	Lapsed(ctx context.Context, now time.Time, limit int) ([]*Job, error)
 	// Archive moves jobs, the jobs of a finished analysis as last read,
 	// out of the live set into the archive, where Get and List still find
 	// them (a later Update brings a job back). A job that was written since

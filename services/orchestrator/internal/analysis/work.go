@@ -78,7 +78,7 @@ func (e *Engine) run(ctx context.Context, tenant, project, id string, typ Type) 
 		j.Status = StatusRunning
 		j.Attempts++
 		j.LeaseOwner = token
-		j.LeaseUntil = timePtr(now.Add(e.timeout(j) + e.cfg.LeaseGrace))
+		j.LeaseUntil = timePtr(now.Add(e.cfg.ClaimTTL))
 		if j.StartTime == nil {
 			j.StartTime = timePtr(now)
 		}
@@ -97,11 +97,16 @@ func (e *Engine) run(ctx context.Context, tenant, project, id string, typ Type) 
 	if root.Status == StatusCancelled {
 		return e.cancelJob(ctx, j)
 	}
+	// The claim is renewed until the result is recorded (see claim.go).
+	runCtx, lose := context.WithCancelCause(ctx)
+	defer lose(nil)
+	stopHolding := e.holdClaim(runCtx, j, token, lose)
+	defer stopHolding()
 	if e.hooks.BeforeExecute != nil {
 		e.hooks.BeforeExecute(j)
 	}
 
-	execCtx, cancel := context.WithTimeout(ctx, e.timeout(j))
+	execCtx, cancel := context.WithTimeout(runCtx, e.timeout(j))
 	untrack := e.track(j.ID, cancel)
 	var out outcome
 	switch typ {
@@ -114,27 +119,19 @@ func (e *Engine) run(ctx context.Context, tenant, project, id string, typ Type) 
 	}
 	untrack()
 	cancel()
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		// Shutting down: hand the job back instead of recording an
 		// interruption as its result.
+		stopHolding()
 		return e.release(ctx, j, ctx.Err())
+	case errors.Is(context.Cause(runCtx), errClaimLost):
+		log.Info("execution stopped: the job was cancelled or another worker took it over")
+		return nil
 	}
 
-	settled := false
-	stored, err := e.mutate(context.WithoutCancel(ctx), tenant, project, id, func(cur *Job) (effect, error) {
-		settled = false
-		if cur.Status != StatusRunning || cur.LeaseOwner != token {
-			return unchanged, nil // cancelled meanwhile, or the lease was lost
-		}
-		cur.Status, cur.OutputJSON, cur.Error = out.status, out.output, out.err
-		if out.plan != nil {
-			cur.Plan = out.plan
-		}
-		cur.EndTime = timePtr(e.now())
-		cur.LeaseOwner, cur.LeaseUntil = "", nil
-		settled = true
-		return announced, nil
-	})
+	stored, settled, err := e.settle(ctx, j, token, out)
+	stopHolding()
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/libs/events"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
@@ -30,6 +31,8 @@ const (
 	childNATS      = "AM_ANALYSIS_NATS_URL"
 	childGateway   = "AM_ANALYSIS_GATEWAY"
 	childMarketURL = "AM_ANALYSIS_MARKET_URL"
+	// childSingleWriter makes the child the database's only writer.
+	childSingleWriter = "AM_ANALYSIS_SINGLE_WRITER"
 )
 
 // TestCrashChild is the orchestrator process that TestKillDuringToolPhase
@@ -40,23 +43,33 @@ func TestCrashChild(t *testing.T) {
 	if os.Getenv(childEnv) == "" {
 		t.Skip("runs only as the child process of TestKillDuringToolPhase")
 	}
+	cfg := testConfig(os.Getenv(childMarketURL))
+	cfg.ToolParallelism = 1
+	serveChild(t, cfg, analysis.Hooks{AfterSettle: func(j *analysis.Job) {
+		if j.Type == analysis.TypeTool {
+			fmt.Printf("SETTLED %s\n", j.ID)
+			select {} // frozen between "result stored" and "work item acknowledged"
+		}
+	}})
+}
+
+// serveChild runs, in a child process, the analysis service with cfg and
+// hooks on the database, NATS and model gateway its environment names,
+// prints "ADDR <address>" of its gRPC server and blocks until the process
+// is killed. With childSingleWriter set, it is the database's only writer.
+func serveChild(t *testing.T, cfg jobservice.Config, hooks analysis.Hooks) {
 	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv(childMongoURI)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := testConfig(os.Getenv(childMarketURL))
-	cfg.ToolParallelism = 1
+	if os.Getenv(childSingleWriter) != "" {
+		mongox.MarkSingleWriter(client)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	svc, err := jobservice.Start(ctx, cfg, jobservice.Deps{
 		DB: client.Database(os.Getenv(childMongoDB)), Bus: connectBus(t, os.Getenv(childNATS)),
-		ModelGateway: dial(t, os.Getenv(childGateway)), Logger: testLogger(),
-		Hooks: analysis.Hooks{AfterSettle: func(j *analysis.Job) {
-			if j.Type == analysis.TypeTool {
-				fmt.Printf("SETTLED %s\n", j.ID)
-				select {} // frozen between "result stored" and "work item acknowledged"
-			}
-		}},
+		ModelGateway: dial(t, os.Getenv(childGateway)), Logger: testLogger(), Hooks: hooks,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +80,81 @@ func TestCrashChild(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	fmt.Printf("ADDR %s\n", lis.Addr())
 	select {} // until killed
+}
+
+// child is an orchestrator process started from this test binary (one of
+// the *Child tests), which the parent test kills with SIGKILL.
+type child struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	lines  chan string
+	exited chan error
+}
+
+// startChild runs test (a *Child test of this binary) as a process with env
+// added to this one's; it is killed, if still running, when t ends.
+func startChild(t *testing.T, test string, env ...string) *child {
+	t.Helper()
+	c := &child{t: t, lines: make(chan string, 64), exited: make(chan error, 1)}
+	c.cmd = exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	c.cmd.Env = append(os.Environ(), env...)
+	c.cmd.Stderr = os.Stderr
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+		c.exited <- c.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if c.cmd.ProcessState == nil {
+			_ = c.cmd.Process.Kill()
+			for range c.lines {
+			}
+			<-c.exited
+		}
+	})
+	return c
+}
+
+// next returns the rest of the next line the child prints that starts
+// with prefix.
+func (c *child) next(prefix string) string {
+	c.t.Helper()
+	deadline := time.After(60 * time.Second)
+	for {
+		select {
+		case l, ok := <-c.lines:
+			if !ok {
+				c.t.Fatalf("child exited before printing %q", prefix)
+			}
+			if v, found := strings.CutPrefix(l, prefix); found {
+				return v
+			}
+		case <-deadline:
+			c.t.Fatalf("child did not print %q within 60s", prefix)
+		}
+	}
+}
+
+// kill kills the child with SIGKILL (no cleanup, no acks, no releases) and
+// waits until it is gone.
+func (c *child) kill() {
+	c.t.Helper()
+	if err := c.cmd.Process.Kill(); err != nil {
+		c.t.Fatal(err)
+	}
+	for range c.lines {
+	}
+	<-c.exited
 }
 
 // kill -9 of the orchestrator during the tool phase, then a restart: the
@@ -83,49 +171,9 @@ func TestKillDuringToolPhase(t *testing.T) {
 	e.scriptSynthesis(stockAnswer)
 
 	// 1. The child process takes the analysis into the tool phase.
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"=1", childMongoURI+"="+uri, childMongoDB+"="+dbName,
+	c := startChild(t, "TestCrashChild", childEnv+"=1", childMongoURI+"="+uri, childMongoDB+"="+dbName,
 		childNATS+"="+nats.URL(), childGateway+"="+gwAddr, childMarketURL+"="+mkt.URL)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		exited <- cmd.Wait()
-	}()
-	next := func(prefix string) string {
-		t.Helper()
-		deadline := time.After(60 * time.Second)
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("child exited before printing %q", prefix)
-				}
-				if v, found := strings.CutPrefix(l, prefix); found {
-					return v
-				}
-			case <-deadline:
-				t.Fatalf("child did not print %q within 60s", prefix)
-			}
-		}
-	}
-	addr := next("ADDR ")
+	addr := c.next("ADDR ")
 	scope := e.scopeOrDefault()
 	resp, err := orchestratorv1.NewJobServiceClient(dial(t, addr)).SubmitAnalysis(e.ctx(20*time.Second),
 		&orchestratorv1.SubmitAnalysisRequest{Scope: scope, Query: "Analyse BHP for investment", ResponseType: "stock_analysis"})
@@ -133,16 +181,8 @@ func TestKillDuringToolPhase(t *testing.T) {
 		t.Fatalf("SubmitAnalysis: %v", err)
 	}
 	rootID := resp.GetJob().GetId()
-	settledID := next("SETTLED ")
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no cleanup, no acks
-		t.Fatal(err)
-	}
-	line := <-lines // drain so Wait can return
-	_ = line
-	for range lines {
-	}
-	<-exited
-	exited <- nil // for the cleanup
+	settledID := c.next("SETTLED ")
+	c.kill()
 	atCrash := mkt.snapshot()
 	if total := sum(atCrash); total != 1 {
 		t.Fatalf("tool executions at the crash: %v, want exactly one", atCrash)

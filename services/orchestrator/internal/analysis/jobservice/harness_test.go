@@ -159,7 +159,7 @@ func testConfig(market string) jobservice.Config {
 	return jobservice.Config{
 		ToolParallelism: 4, ModelParallelism: 2,
 		ToolTimeout: 3 * time.Second, ModelTimeout: 20 * time.Second,
-		LeaseGrace: time.Second, SweepInterval: 200 * time.Millisecond, StaleAfter: 3 * time.Second,
+		ClaimTTL: 3 * time.Second, SweepInterval: 200 * time.Millisecond, StaleAfter: 3 * time.Second,
 		AckWait: time.Second, PlannerModel: "planner", SynthesisModel: "chat",
 		MarketDataURL: market,
 	}

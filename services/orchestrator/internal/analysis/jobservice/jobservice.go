@@ -43,15 +43,16 @@ type Config struct {
 	ToolTimeouts []string `env:"ANALYSIS_TOOL_TIMEOUTS" help:"per-tool timeouts, e.g. get_financials=10s,search_documents=5s"`
 	// ModelTimeout bounds a planning or synthesis call.
 	ModelTimeout time.Duration `env:"ANALYSIS_MODEL_TIMEOUT" default:"2m" help:"timeout of a planning or synthesis job"`
-	// LeaseGrace is added to a job's timeout to form its lease.
-	LeaseGrace time.Duration `env:"ANALYSIS_LEASE_GRACE" default:"10s" help:"grace after a job's timeout before a vanished worker's job is run again"`
+	// ClaimTTL is how long a worker's claim on a running job outlives its
+	// last renewal.
+	ClaimTTL time.Duration `env:"ANALYSIS_CLAIM_TTL" default:"6s" help:"claim of the worker running a planning, tool or synthesis job, renewed every third of it whatever the job's timeout: a job whose worker died runs again about this long after the last renewal"`
 	// SweepInterval is how often unfinished jobs are checked.
-	SweepInterval time.Duration `env:"ANALYSIS_SWEEP_INTERVAL" default:"15s" help:"how often unfinished jobs are checked for recovery"`
+	SweepInterval time.Duration `env:"ANALYSIS_SWEEP_INTERVAL" default:"15s" help:"how often pending jobs and unfinished analyses are checked for recovery (lapsed claims are checked every third of ANALYSIS_CLAIM_TTL)"`
 	// StaleAfter is how long a pending job may sit untouched before it is
 	// queued again.
 	StaleAfter time.Duration `env:"ANALYSIS_STALE_AFTER" default:"1m" help:"age after which an untouched pending job is queued again"`
 	// AckWait is the work queue redelivery timeout.
-	AckWait time.Duration `env:"ANALYSIS_WORK_ACK_WAIT" default:"30s" help:"work item redelivery timeout (workers extend it while running)"`
+	AckWait time.Duration `env:"ANALYSIS_WORK_ACK_WAIT" default:"6s" help:"work item redelivery timeout: how soon the item of a worker that died before claiming its job is delivered again (workers extend it while running)"`
 	// PlannerModel and SynthesisModel are logical model names.
 	PlannerModel   string `env:"ANALYSIS_PLANNER_MODEL" default:"planner" help:"logical model of planning calls"`
 	SynthesisModel string `env:"ANALYSIS_SYNTHESIS_MODEL" default:"chat" help:"logical model of synthesis calls"`
@@ -77,10 +78,15 @@ func (c Config) engineConfig() (analysis.Config, error) {
 	if c.ToolParallelism < 1 {
 		return analysis.Config{}, fmt.Errorf("ANALYSIS_TOOL_PARALLELISM must be at least 1, not %d", c.ToolParallelism)
 	}
+	if c.ClaimTTL != 0 && c.ClaimTTL < time.Second {
+		// Renewed every third of it: shorter leaves no room for a
+		// renewal's round trip.
+		return analysis.Config{}, fmt.Errorf("ANALYSIS_CLAIM_TTL must be at least 1s, not %s", c.ClaimTTL)
+	}
 	return analysis.Config{
 		ToolParallelism: c.ToolParallelism, ModelParallelism: c.ModelParallelism,
 		ToolTimeout: c.ToolTimeout, ToolTimeouts: timeouts, ModelTimeout: c.ModelTimeout,
-		LeaseGrace: c.LeaseGrace, SweepInterval: c.SweepInterval, StaleAfter: c.StaleAfter,
+		ClaimTTL: c.ClaimTTL, SweepInterval: c.SweepInterval, StaleAfter: c.StaleAfter,
 		AckWait: c.AckWait, PlannerModel: c.PlannerModel, SynthesisModel: c.SynthesisModel,
 	}, nil
 }

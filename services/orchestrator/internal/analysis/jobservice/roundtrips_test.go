@@ -28,7 +28,10 @@ func TestAnalysisRoundTrips(t *testing.T) {
 		e := newEnvCounted(t, single)
 		e.scriptBHPPlan()
 		e.scriptSynthesis(stockAnswer)
-		e.cfg.SweepInterval = time.Hour // recovery sweeps are not an analysis's cost
+		// Recovery sweeps and checks for lapsed claims are not an
+		// analysis's cost (and no job of it runs long enough to renew
+		// its claim at the default ANALYSIS_CLAIM_TTL).
+		e.cfg.SweepInterval, e.cfg.ClaimTTL = time.Hour, time.Hour
 		e.start(analysis.Hooks{})
 		uri, _ := testkit.MongoURI(t) // the shared server e.db is on
 		observer, err := mongo.Connect(options.Client().ApplyURI(uri))

@@ -126,6 +126,11 @@ var indexes = []mongox.Index{
 	{Name: "unfinished", Keys: bson.D{{Key: "status", Value: 1}, {Key: "_id", Value: 1}}},
 }
 
+// lapsedIndex serves Lapsed in the live set (many writers only): status
+// equality, then the range and order on lease_until, so the query reads
+// the lapsed running jobs and nothing else.
+var lapsedIndex = mongox.Index{Name: "lapsed", Keys: bson.D{{Key: "status", Value: 1}, {Key: "lease_until", Value: 1}}}
+
 // New returns a store on db's analysis_jobs and analysis_jobs_archive
 // collections after ensuring their indexes. When this process is the
 // database's only writer (mongox.SingleWriter: agentmesh up on its embedded
@@ -136,9 +141,12 @@ func New(ctx context.Context, db *mongo.Database) (*Store, error) {
 	single := mongox.SingleWriter(db)
 	for _, coll := range []*mongo.Collection{s.live, s.archive} {
 		var err error
-		if single {
+		switch {
+		case single:
 			err = dropIndexes(ctx, coll)
-		} else {
+		case coll == s.live:
+			err = mongox.EnsureIndexes(ctx, coll, append(slices.Clip(indexes), lapsedIndex)...)
+		default:
 			err = mongox.EnsureIndexes(ctx, coll, indexes...)
 		}
 		if err != nil {
@@ -186,7 +194,7 @@ func dropIndexes(ctx context.Context, coll *mongo.Collection) error {
 		return fmt.Errorf("jobstore: list indexes of %s: %w", coll.Name(), err)
 	}
 	for _, spec := range specs {
-		if slices.ContainsFunc(indexes, func(ix mongox.Index) bool { return ix.Name == spec.Name }) {
+		if spec.Name == lapsedIndex.Name || slices.ContainsFunc(indexes, func(ix mongox.Index) bool { return ix.Name == spec.Name }) {
 			if err := coll.Indexes().DropOne(ctx, spec.Name); err != nil {
 				return fmt.Errorf("jobstore: drop index %s of %s: %w", spec.Name, coll.Name(), err)
 			}
@@ -617,6 +625,38 @@ func (s *Store) liveMirrored(ctx context.Context, updatedBefore time.Time, after
 		jobs = jobs[:limit]
 	}
 	return jobs, nil
+}
+
+// Lapsed implements analysis.Store: on MongoDB one query served by the
+// live set's "lapsed" index {status, lease_until}; for a single writer a
+// look at the mirror (jobs in an unknown state are read).
+func (s *Store) Lapsed(ctx context.Context, now time.Time, limit int) ([]*analysis.Job, error) {
+	limit = max(limit, 1)
+	if s.mirror == nil {
+		filter := bson.D{{Key: "status", Value: analysis.StatusRunning}, {Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}}}
+		opts := options.Find().SetSort(bson.D{{Key: "lease_until", Value: 1}}).SetLimit(int64(limit)).SetProjection(noOutbox)
+		return s.find(ctx, s.live, "lapsed jobs", filter, opts)
+	}
+	jobs, unknown := s.mirror.lapsed(now)
+	for _, id := range unknown {
+		j, err := s.liveJob(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if lapsed(j, now) {
+			jobs = append(jobs, j)
+		}
+	}
+	slices.SortFunc(jobs, func(a, b *analysis.Job) int { return a.LeaseUntil.Compare(*b.LeaseUntil) })
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+	}
+	return jobs, nil
+}
+
+// lapsed reports whether j runs under a claim that ended before now.
+func lapsed(j *analysis.Job, now time.Time) bool {
+	return j != nil && j.Status == analysis.StatusRunning && j.LeaseUntil != nil && j.LeaseUntil.Before(now)
 }
 
 // Archive implements analysis.Store. The jobs are copied to the archive,

@@ -3,6 +3,7 @@ package jobstore_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/agentmesh/agentmesh/libs/events"
+	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/jobstore"
@@ -152,4 +154,88 @@ func testArchiveKeepsJobsReadableAndRevives(t *testing.T, db *mongo.Database) {
 	if _, err := reopened.Get(ctx, "acme", "research", uuid.NewString()); !errors.Is(err, analysis.ErrNotFound) {
 		t.Fatalf("Get of an unknown job = %v", err)
 	}
+}
+
+// Lapsed finds the running jobs whose claim ended, earliest first, and
+// nothing else — from the store's writes (the single writer's mirror) and
+// after a reopen; with many writers the live set has the index that
+// serves the query.
+func TestLapsedFindsRunningJobsWhoseClaimEnded(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, testLapsedFindsRunningJobsWhoseClaimEnded)
+}
+
+func testLapsedFindsRunningJobsWhoseClaimEnded(t *testing.T, db *mongo.Database) {
+	ctx := context.Background()
+	s := openStore(t, db)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	root := newJob(uuid.NewString(), "", analysis.StatusWaiting, now)
+	job := func(status analysis.Status, lease time.Duration) *analysis.Job {
+		j := newJob(root.ID, root.ID, status, now)
+		if lease != 0 {
+			j.LeaseOwner, j.LeaseUntil = "worker", new(now.Add(lease))
+		}
+		return j
+	}
+	lapsedLong := job(analysis.StatusRunning, -time.Minute)
+	lapsedJust := job(analysis.StatusRunning, -time.Millisecond)
+	for _, j := range []*analysis.Job{
+		root, lapsedJust, lapsedLong,
+		job(analysis.StatusRunning, time.Second),      // held
+		job(analysis.StatusRunning, 0),                // no claim: not lapsed (never happens)
+		job(analysis.StatusPending, 0),                // waiting for a worker
+		job(analysis.StatusComplete, -time.Minute),    // finished (a claim is cleared then; it counts for nothing anyway)
+		job(analysis.StatusCancelled, -time.Second*2), // cancelled while claimed
+	} {
+		if err := s.Insert(ctx, j); err != nil {
+			t.Fatalf("Insert: %v", err)
+		}
+	}
+	want := []string{lapsedLong.ID, lapsedJust.ID}
+	for name, st := range map[string]*jobstore.Store{"same store": s, "reopened": openStore(t, db)} {
+		got, err := st.Lapsed(ctx, now, 10)
+		if err != nil {
+			t.Fatalf("%s: Lapsed: %v", name, err)
+		}
+		var ids []string
+		for _, j := range got {
+			ids = append(ids, j.ID)
+		}
+		if !slices.Equal(ids, want) {
+			t.Errorf("%s: Lapsed = %v, want %v (longest lapsed first)", name, ids, want)
+		}
+		if got, err := st.Lapsed(ctx, now, 1); err != nil || len(got) != 1 || got[0].ID != lapsedLong.ID {
+			t.Errorf("%s: Lapsed with limit 1 = %v, %v", name, got, err)
+		}
+	}
+
+	// Renewed, a claim is no longer lapsed.
+	renewed := *lapsedJust
+	renewed.LeaseUntil = new(now.Add(time.Second))
+	if err := s.Update(ctx, &renewed, lapsedJust.Version); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Lapsed(ctx, now, 10); err != nil || len(got) != 1 || got[0].ID != lapsedLong.ID {
+		t.Errorf("Lapsed after a renewal = %v, %v; want only %s", got, err, lapsedLong.ID)
+	}
+
+	specs, err := db.Collection(jobstore.Collection).Indexes().ListSpecifications(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexed := slices.ContainsFunc(specs, func(s mongo.IndexSpecification) bool {
+		return s.Name == "lapsed" && string(s.KeysDocument) == string(mustBSON(t, bson.D{{Key: "status", Value: 1}, {Key: "lease_until", Value: 1}}))
+	})
+	if single := mongox.SingleWriter(db); indexed == single {
+		t.Errorf("index lapsed {status: 1, lease_until: 1} present: %v, with a single writer: %v; want it with many writers only", indexed, single)
+	}
+}
+
+func mustBSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := bson.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -231,6 +231,22 @@ func (m *mirror) liveBefore(updatedBefore time.Time, afterID string, limit int) 
 	return jobs, unknown
 }
 
+// lapsed returns the live jobs running under a claim that ended before
+// now, and the ids of jobs in an unknown state, which the caller must read.
+func (m *mirror) lapsed(now time.Time) (jobs []*analysis.Job, unknown []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, j := range m.jobs {
+		switch {
+		case j == nil:
+			unknown = append(unknown, id)
+		case lapsed(j, now):
+			jobs = append(jobs, copyJob(j))
+		}
+	}
+	return jobs, unknown
+}
+
 // copyJob returns a copy of j that shares nothing mutable with it.
 func copyJob(j *analysis.Job) *analysis.Job {
 	c := *j
