@@ -70,11 +70,7 @@ func TestParse(t *testing.T) {
 
 func TestQueryChinook(t *testing.T) {
 	t.Parallel()
-	reg, err := connections.Open([]connections.Spec{{Name: "music", Dialect: "sqlite", DSN: connections.ChinookCopy(t)}}, connections.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg, _ := openMusic(t)
 	ctx := context.Background()
 
 	res, err := reg.Query(ctx, "music", "SELECT ArtistId, Name FROM Artist ORDER BY ArtistId", 3, 5*time.Second)
@@ -172,12 +168,7 @@ func TestCreateSample(t *testing.T) {
 // query the authorizer refuses writes nothing.
 func TestWriteTableSQLite(t *testing.T) {
 	t.Parallel()
-	db := connections.ChinookCopy(t)
-	reg, err := connections.Open([]connections.Spec{{Name: "music", Dialect: "sqlite", DSN: db}}, connections.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg, db := openMusic(t)
 	ctx := context.Background()
 	n, err := reg.WriteTable(ctx, "music", "SELECT InvoiceId, InvoiceDate, Total, BillingState, Total * 2 AS doubled FROM Invoice", "inv_copy", connections.WriteCreate, 5*time.Second)
 	if err != nil || n != 412 {
@@ -213,12 +204,7 @@ func TestWriteTableSQLite(t *testing.T) {
 // transactions that both read want to write: each would wait for the other.)
 func TestConcurrentWritesToOneSQLiteFile(t *testing.T) {
 	t.Parallel()
-	db := connections.ChinookCopy(t)
-	reg, err := connections.Open([]connections.Spec{{Name: "music", Dialect: "sqlite", DSN: db}}, connections.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg, db := openMusic(t)
 	ctx := context.Background()
 	const jobs = 4
 	errs := make([]error, jobs)
@@ -245,4 +231,17 @@ func TestConcurrentWritesToOneSQLiteFile(t *testing.T) {
 			t.Errorf("copy_%d holds %d rows, %v; want 412", i, n, err)
 		}
 	}
+}
+
+// openMusic opens a registry whose one connection, "music", is a copy of
+// the Chinook SQLite database, and returns it with the copy's path.
+func openMusic(t *testing.T) (*connections.Registry, string) {
+	t.Helper()
+	db := connections.ChinookCopy(t)
+	reg, err := connections.Open([]connections.Spec{{Name: "music", Dialect: "sqlite", DSN: db}}, connections.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	return reg, db
 }
