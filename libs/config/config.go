@@ -11,7 +11,11 @@
 //
 // Load fills it from the environment (through a lookup function, so tests and
 // `agentmesh up` pass their own), applies defaults, and reports every missing
-// required variable and every unparsable value by name in one error. Nested
+// required variable and every unparsable value by name in one error. A
+// variable set to the empty string counts as unset (the default applies),
+// unless its field is tagged `allowempty:"true"`: then empty is a value of
+// its own, the field's zero value (METRICS_ADDR="" turns the metrics
+// endpoint off). Nested
 // structs are walked; a nested struct's `env` tag is a prefix for its fields.
 // Secrets are masked by Redacted, so the effective configuration can be
 // logged safely. Only main (and `agentmesh up`) call Load: no other package
@@ -120,6 +124,10 @@ func load(prefix string, v reflect.Value, lookup Lookup, cerr *Error) {
 		}
 		full := prefix + name
 		raw, set := lookup(full)
+		if set && raw == "" && f.Tag.Get("allowempty") == "true" {
+			fv.SetZero()
+			continue
+		}
 		if !set || raw == "" {
 			if f.Tag.Get("required") == "true" {
 				cerr.Missing = append(cerr.Missing, full)

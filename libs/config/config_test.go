@@ -21,6 +21,7 @@ type sample struct {
 	Workers  int           `env:"WORKERS" default:"4"`
 	Debug    bool          `env:"DEBUG"`
 	Models   []string      `env:"MODELS" default:"chat, embed"`
+	Metrics  string        `env:"METRICS" default:":9464" allowempty:"true"`
 	NATS     nested        `env:"NATS_"`
 	ignored  string
 }
@@ -42,6 +43,24 @@ func TestLoad(t *testing.T) {
 				}
 				if len(c.Models) != 2 || c.Models[1] != "embed" {
 					t.Fatalf("models = %q", c.Models)
+				}
+			},
+		},
+		{
+			name: "empty is unset, unless the field allows empty",
+			env:  map[string]string{"X_MONGO_URI": "m", "X_ADDR": "", "X_METRICS": ""},
+			want: func(t *testing.T, c sample) {
+				if c.Addr != ":9090" || c.Metrics != "" {
+					t.Fatalf("addr %q, metrics %q; want the default and empty", c.Addr, c.Metrics)
+				}
+			},
+		},
+		{
+			name: "unset takes the default, also where empty is allowed",
+			env:  map[string]string{"X_MONGO_URI": "m"},
+			want: func(t *testing.T, c sample) {
+				if c.Metrics != ":9464" {
+					t.Fatalf("metrics %q, want the default", c.Metrics)
 				}
 			},
 		},
@@ -101,7 +120,7 @@ func TestVarsListsEveryVariable(t *testing.T) {
 	for _, v := range config.Vars("X_", sample{}) {
 		names = append(names, v.Name)
 	}
-	want := "X_ADDR X_API_KEY X_DEBUG X_MODELS X_MONGO_URI X_NATS_URL X_TIMEOUT X_WORKERS"
+	want := "X_ADDR X_API_KEY X_DEBUG X_METRICS X_MODELS X_MONGO_URI X_NATS_URL X_TIMEOUT X_WORKERS"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("vars = %s, want %s", got, want)
 	}

@@ -32,8 +32,9 @@ var Version = "dev"
 type Common struct {
 	// GRPCAddr is the gRPC listen address.
 	GRPCAddr string `env:"GRPC_ADDR" default:":9090" help:"gRPC listen address"`
-	// MetricsAddr serves /metrics; empty disables it.
-	MetricsAddr string `env:"METRICS_ADDR" default:":9464" help:"Prometheus /metrics listen address; empty disables"`
+	// MetricsAddr serves /metrics; set to empty, it disables it (unset,
+	// it is the default).
+	MetricsAddr string `env:"METRICS_ADDR" default:":9464" allowempty:"true" help:"Prometheus /metrics listen address; set but empty (METRICS_ADDR=) disables it"`
 	// Server tunes the gRPC server.
 	Server grpcx.ServerConfig `env:""`
 	// Log configures logging.
@@ -96,15 +97,7 @@ func serve[C HasCommon](name string, cfg C, common *Common, log *slog.Logger, ru
 	}()
 
 	if common.MetricsAddr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", tel.MetricsHandler())
-		ms := &http.Server{Addr: common.MetricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := ms.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server failed", "error", err)
-			}
-		}()
-		defer ms.Close()
+		defer serveMetrics(common.MetricsAddr, tel.MetricsHandler(), log)()
 	}
 
 	lis, err := net.Listen("tcp", common.GRPCAddr)
@@ -113,4 +106,25 @@ func serve[C HasCommon](name string, cfg C, common *Common, log *slog.Logger, ru
 	}
 	log.Info("serving gRPC", "addr", lis.Addr().String())
 	return run(ctx, cfg, Runtime{Logger: log, Listener: lis, Server: common.Server})
+}
+
+// serveMetrics serves h at /metrics on addr until the returned func is
+// called. An address it cannot listen on is logged, and the service runs
+// on without metrics.
+func serveMetrics(addr string, h http.Handler, log *slog.Logger) (stop func()) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Error("metrics server failed", "error", err)
+		return func() {}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", h)
+	ms := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	log.Info("serving metrics", "addr", lis.Addr().String())
+	go func() {
+		if err := ms.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server failed", "error", err)
+		}
+	}()
+	return func() { _ = ms.Close() }
 }
