@@ -47,6 +47,35 @@
 // single-document update is atomic and a unique index rejects the second
 // insert. FerretDB v1 guarantees only the latter between clients, so a
 // cluster on FerretDB can lose a racing update.
+//
+// # Queries and indexes (MongoDB)
+//
+// Every query of the store and of the relay of its live set, and the index
+// New makes for it with many writers (TestEveryQueryIsIndexed checks the
+// shapes the store sends against the indexes):
+//
+//	query                                               collections  index
+//	Get, Update, Archive, the relay's reads: {_id, ...}  both         _id_
+//	ListJobs: {tenant_id, project_id[, create_time       both         list {tenant_id, project_id,
+//	  range]}, the page key as $or [{create_time $lt},                  create_time: -1, _id: -1}
+//	  {create_time, _id $lt}], sort {create_time: -1,
+//	  _id: -1}, limit
+//	  with a status, a type, a parent: {..., field}     both         list_status, list_type, list_parent
+//	                                                                   {tenant_id, project_id, field,
+//	                                                                   create_time: -1, _id: -1}
+//	Live (recovery sweep): {update_time $lt, _id $gt}   live         stale {_id, update_time}
+//	  sort {_id: 1}, limit
+//	Lapsed: {status: running, lease_until $lt}          live         lapsed {status, lease_until}
+//	  sort {lease_until: 1}, limit
+//	relay sweep: {"outbox.0": {$exists: true}} by _id   live         outbox_pending (sparse,
+//	                                                                   events.OutboxIndex)
+//
+// A listing with two filters at once uses the index of one and tests the
+// other on the jobs it walks. New drops children and unfinished, which
+// earlier versions made for queries the store no longer makes. What is
+// assumed of MongoDB: the planner serves equalities, then the sort, then
+// ranges from one index (ESR), bounds the page key's $or on the keys it
+// walks, and serves {$exists: true} from a sparse index.
 package jobstore
 
 import (
@@ -119,17 +148,42 @@ func (s *Store) notify(id string, outbox []events.OutboxEntry) {
 
 var _ analysis.Store = (*Store)(nil)
 
-// indexes are the secondary indexes of both collections (many writers only).
-var indexes = []mongox.Index{
-	{Name: "list", Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}},
-	{Name: "children", Keys: bson.D{{Key: "parent_id", Value: 1}, {Key: "seq", Value: 1}}},
-	{Name: "unfinished", Keys: bson.D{{Key: "status", Value: 1}, {Key: "_id", Value: 1}}},
+// listIndex is the index of ListJobs with the equality filter field, if
+// any: the scope, the filter, then the listing's order.
+func listIndex(name string, field ...string) mongox.Index {
+	keys := bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}}
+	for _, f := range field {
+		keys = append(keys, bson.E{Key: f, Value: 1})
+	}
+	return mongox.Index{Name: name, Keys: append(keys, bson.E{Key: "create_time", Value: -1}, bson.E{Key: "_id", Value: -1})}
 }
 
-// lapsedIndex serves Lapsed in the live set (many writers only): status
-// equality, then the range and order on lease_until, so the query reads
-// the lapsed running jobs and nothing else.
-var lapsedIndex = mongox.Index{Name: "lapsed", Keys: bson.D{{Key: "status", Value: 1}, {Key: "lease_until", Value: 1}}}
+// indexes are the secondary indexes of both collections (many writers
+// only): ListJobs, unfiltered and by each of its filters (see the package
+// doc).
+var indexes = []mongox.Index{
+	listIndex("list"),
+	listIndex("list_status", "status"),
+	listIndex("list_type", "type"),
+	listIndex("list_parent", "parent_id"),
+}
+
+// liveIndexes are the live set's own (many writers only).
+var liveIndexes = []mongox.Index{
+	// lapsed serves Lapsed: status equality, then the range and order on
+	// lease_until, so the query reads the lapsed running jobs and nothing
+	// else.
+	{Name: "lapsed", Keys: bson.D{{Key: "status", Value: 1}, {Key: "lease_until", Value: 1}}},
+	// stale serves Live: the walk in _id order, with update_time tested
+	// on the index's keys, so only the jobs it returns are read.
+	{Name: "stale", Keys: bson.D{{Key: "_id", Value: 1}, {Key: "update_time", Value: 1}}},
+	// The relay's sweep of the live set.
+	events.OutboxIndex,
+}
+
+// retiredIndexes were made by earlier versions for queries the store no
+// longer makes; they are dropped at start.
+var retiredIndexes = []string{"children", "unfinished"}
 
 // New returns a store on db's analysis_jobs and analysis_jobs_archive
 // collections after ensuring their indexes. When this process is the
@@ -140,16 +194,18 @@ func New(ctx context.Context, db *mongo.Database) (*Store, error) {
 	s := &Store{live: db.Collection(Collection), archive: db.Collection(ArchiveCollection)}
 	single := mongox.SingleWriter(db)
 	for _, coll := range []*mongo.Collection{s.live, s.archive} {
-		var err error
+		var keep []mongox.Index
 		switch {
 		case single:
-			err = dropIndexes(ctx, coll)
 		case coll == s.live:
-			err = mongox.EnsureIndexes(ctx, coll, append(slices.Clip(indexes), lapsedIndex)...)
+			keep = slices.Concat(indexes, liveIndexes)
 		default:
-			err = mongox.EnsureIndexes(ctx, coll, indexes...)
+			keep = indexes
 		}
-		if err != nil {
+		if err := mongox.EnsureIndexes(ctx, coll, keep...); err != nil {
+			return nil, err
+		}
+		if err := mongox.DropIndexes(ctx, coll, unwanted(keep)...); err != nil {
 			return nil, err
 		}
 	}
@@ -165,6 +221,19 @@ func New(ctx context.Context, db *mongo.Database) (*Store, error) {
 		s.mirror = newMirror(jobs, archived)
 	}
 	return s, nil
+}
+
+// unwanted names the store's indexes, current or retired, that are not
+// among keep: those the other writer mode or an earlier version made. On
+// the embedded FerretDB they cost every write and serve no query.
+func unwanted(keep []mongox.Index) []string {
+	names := slices.Clone(retiredIndexes)
+	for _, ix := range slices.Concat(indexes, liveIndexes) {
+		if !slices.ContainsFunc(keep, func(k mongox.Index) bool { return k.Name == ix.Name }) {
+			names = append(names, ix.Name)
+		}
+	}
+	return names
 }
 
 // archivedIDs returns the ids of the jobs in the archive.
@@ -184,23 +253,6 @@ func archivedIDs(ctx context.Context, archive *mongo.Collection) ([]string, erro
 		ids[i] = d.ID
 	}
 	return ids, nil
-}
-
-// dropIndexes drops the secondary indexes of the multi-writer mode, which
-// on the embedded FerretDB cost every write and serve no query.
-func dropIndexes(ctx context.Context, coll *mongo.Collection) error {
-	specs, err := coll.Indexes().ListSpecifications(ctx)
-	if err != nil {
-		return fmt.Errorf("jobstore: list indexes of %s: %w", coll.Name(), err)
-	}
-	for _, spec := range specs {
-		if spec.Name == lapsedIndex.Name || slices.ContainsFunc(indexes, func(ix mongox.Index) bool { return ix.Name == spec.Name }) {
-			if err := coll.Indexes().DropOne(ctx, spec.Name); err != nil {
-				return fmt.Errorf("jobstore: drop index %s of %s: %w", spec.Name, coll.Name(), err)
-			}
-		}
-	}
-	return nil
 }
 
 // Collection returns the live collection, for the outbox relay.
