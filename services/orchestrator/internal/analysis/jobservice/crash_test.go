@@ -1,12 +1,9 @@
 package jobservice_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -82,81 +79,6 @@ func serveChild(t *testing.T, cfg jobservice.Config, hooks analysis.Hooks) {
 	select {} // until killed
 }
 
-// child is an orchestrator process started from this test binary (one of
-// the *Child tests), which the parent test kills with SIGKILL.
-type child struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	lines  chan string
-	exited chan error
-}
-
-// startChild runs test (a *Child test of this binary) as a process with env
-// added to this one's; it is killed, if still running, when t ends.
-func startChild(t *testing.T, test string, env ...string) *child {
-	t.Helper()
-	c := &child{t: t, lines: make(chan string, 64), exited: make(chan error, 1)}
-	c.cmd = exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
-	c.cmd.Env = append(os.Environ(), env...)
-	c.cmd.Stderr = os.Stderr
-	out, err := c.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-		c.exited <- c.cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		if c.cmd.ProcessState == nil {
-			_ = c.cmd.Process.Kill()
-			for range c.lines {
-			}
-			<-c.exited
-		}
-	})
-	return c
-}
-
-// next returns the rest of the next line the child prints that starts
-// with prefix.
-func (c *child) next(prefix string) string {
-	c.t.Helper()
-	deadline := time.After(60 * time.Second)
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				c.t.Fatalf("child exited before printing %q", prefix)
-			}
-			if v, found := strings.CutPrefix(l, prefix); found {
-				return v
-			}
-		case <-deadline:
-			c.t.Fatalf("child did not print %q within 60s", prefix)
-		}
-	}
-}
-
-// kill kills the child with SIGKILL (no cleanup, no acks, no releases) and
-// waits until it is gone.
-func (c *child) kill() {
-	c.t.Helper()
-	if err := c.cmd.Process.Kill(); err != nil {
-		c.t.Fatal(err)
-	}
-	for range c.lines {
-	}
-	<-c.exited
-}
-
 // kill -9 of the orchestrator during the tool phase, then a restart: the
 // analysis completes and no tool executor ran twice for the same key.
 func TestKillDuringToolPhase(t *testing.T) {
@@ -171,9 +93,9 @@ func TestKillDuringToolPhase(t *testing.T) {
 	e.scriptSynthesis(stockAnswer)
 
 	// 1. The child process takes the analysis into the tool phase.
-	c := startChild(t, "TestCrashChild", childEnv+"=1", childMongoURI+"="+uri, childMongoDB+"="+dbName,
+	c := testkit.StartChild(t, "TestCrashChild", childEnv+"=1", childMongoURI+"="+uri, childMongoDB+"="+dbName,
 		childNATS+"="+nats.URL(), childGateway+"="+gwAddr, childMarketURL+"="+mkt.URL)
-	addr := c.next("ADDR ")
+	addr := c.Next("ADDR ")
 	scope := e.scopeOrDefault()
 	resp, err := orchestratorv1.NewJobServiceClient(dial(t, addr)).SubmitAnalysis(e.ctx(20*time.Second),
 		&orchestratorv1.SubmitAnalysisRequest{Scope: scope, Query: "Analyse BHP for investment", ResponseType: "stock_analysis"})
@@ -181,8 +103,8 @@ func TestKillDuringToolPhase(t *testing.T) {
 		t.Fatalf("SubmitAnalysis: %v", err)
 	}
 	rootID := resp.GetJob().GetId()
-	settledID := c.next("SETTLED ")
-	c.kill()
+	settledID := c.Next("SETTLED ")
+	c.Kill()
 	atCrash := mkt.snapshot()
 	if total := sum(atCrash); total != 1 {
 		t.Fatalf("tool executions at the crash: %v, want exactly one", atCrash)

@@ -88,8 +88,8 @@ func TestKilledWorkersJobResumesWithinSeconds(t *testing.T) {
 			if tc.single {
 				env = append(env, childSingleWriter+"=1")
 			}
-			c := startChild(t, "TestResumeChild", env...)
-			addr := c.next("ADDR ")
+			c := testkit.StartChild(t, "TestResumeChild", env...)
+			addr := c.Next("ADDR ")
 			resp, err := orchestratorv1.NewJobServiceClient(dial(t, addr)).SubmitAnalysis(e.ctx(20*time.Second),
 				&orchestratorv1.SubmitAnalysisRequest{Scope: e.scope, Query: "Analyse BHP for investment", ResponseType: "stock_analysis"})
 			if err != nil {
@@ -99,7 +99,7 @@ func TestKilledWorkersJobResumesWithinSeconds(t *testing.T) {
 			want := map[analysis.Type]int{analysis.TypePlanning: 1, analysis.TypeTool: 2}[tc.typ]
 			var ids []string
 			for len(ids) < want {
-				id, typ, _ := strings.Cut(c.next("CLAIMED "), " ")
+				id, typ, _ := strings.Cut(c.Next("CLAIMED "), " ")
 				if analysis.Type(typ) == tc.typ {
 					ids = append(ids, id)
 				}
@@ -130,7 +130,7 @@ func TestKilledWorkersJobResumesWithinSeconds(t *testing.T) {
 			if !tc.single {
 				e.start(analysis.Hooks{}) // a replica, up before the crash
 			}
-			c.kill()
+			c.Kill()
 			killed := time.Now()
 			var left time.Duration // the longest a claim had to run at the kill
 			for _, id := range ids {
