@@ -51,7 +51,7 @@ type ChatConfig struct {
 	// SystemPrompt opens every model request.
 	SystemPrompt string `env:"ORCHESTRATOR_SYSTEM_PROMPT" help:"system prompt opening every chat request; empty sends none"`
 	// LeaseTTL is the turn lease's lifetime without renewal.
-	LeaseTTL time.Duration `env:"ORCHESTRATOR_TURN_LEASE_TTL" default:"30s" help:"how long a replica's claim on a conversation outlives the replica if it crashes mid-turn"`
+	LeaseTTL time.Duration `env:"ORCHESTRATOR_TURN_LEASE_TTL" default:"6s" help:"how long a replica's claim on a conversation outlives the replica if it crashes mid-turn; the turn renews it every third of it, however long its model calls"`
 }
 
 // validate checks the values Load cannot, naming the variable at fault.

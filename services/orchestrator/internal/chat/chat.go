@@ -53,7 +53,8 @@ type Config struct {
 	// RetrievalLimit is the number of hits of the initial search.
 	RetrievalLimit int
 	// LeaseTTL is how long a turn's lease lasts without renewal; the turn
-	// renews it every third of that.
+	// renews it every third of that (default 6s: a crashed replica's
+	// conversation takes new messages again within seconds).
 	LeaseTTL time.Duration
 	// Holder names this process in busy errors, e.g. the pod name.
 	Holder string
@@ -80,7 +81,7 @@ func (c Config) withDefaults() Config {
 		c.ToolParallelism = 4
 	}
 	if c.LeaseTTL <= 0 {
-		c.LeaseTTL = 30 * time.Second
+		c.LeaseTTL = 6 * time.Second
 	}
 	if c.Holder == "" {
 		c.Holder = "orchestrator"
