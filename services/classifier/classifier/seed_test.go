@@ -98,13 +98,36 @@ func (c seedClient) stream(method, path, body string, extra map[string]string) (
 	c.t.Helper()
 	resp := c.request(testCtx(c.t), method, path, body, extra)
 	defer resp.Body.Close()
-	var evs []sseEvent
-	for ev := range sseEvents(resp.Body) {
+	return resp.StatusCode, eventsOf(sseEvents(resp.Body))
+}
+
+// resumeWhileHeld reconnects to run runID, held by its executor, with the
+// last event id the client saw, and returns the resumed stream's events
+// once it has sent its first keep-alive: the resume is waiting for the run.
+func (c seedClient) resumeWhileHeld(runID, lastID string) <-chan sseEvent {
+	c.t.Helper()
+	resp := c.request(testCtx(c.t), "POST", "/agents/classificationAgent/runs/"+runID+"/resume", "", map[string]string{"Last-Event-ID": lastID})
+	c.t.Cleanup(func() { _ = resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK {
+		c.t.Fatalf("resume: HTTP %d", resp.StatusCode)
+	}
+	evs := sseEvents(resp.Body)
+	if first := <-evs; first.Comment != "keep-alive" {
+		c.t.Fatalf("while the run is held the resume sent %+v, want a keep-alive", first)
+	}
+	return evs
+}
+
+// eventsOf reads a stream to its end and returns its events, without the
+// comments.
+func eventsOf(evs <-chan sseEvent) []sseEvent {
+	var out []sseEvent
+	for ev := range evs {
 		if ev.Comment == "" {
-			evs = append(evs, ev)
+			out = append(out, ev)
 		}
 	}
-	return resp.StatusCode, evs
+	return out
 }
 
 // sseEvent is one Server-Sent Event, or a comment line.
@@ -365,23 +388,9 @@ func TestSeedClientReconnectsWithLastEventID(t *testing.T) {
 		disconnect()
 		checkIDs(t, seen, 1)
 		// It reconnects while the executor still holds the run.
-		again := client.request(testCtx(t), "POST", "/agents/classificationAgent/runs/"+runIDOf(t, seen[0])+"/resume", "",
-			map[string]string{"Last-Event-ID": seen[1].ID})
-		t.Cleanup(func() { _ = again.Body.Close() })
-		if again.StatusCode != http.StatusOK {
-			t.Fatalf("resume: HTTP %d", again.StatusCode)
-		}
-		resumed = sseEvents(again.Body)
-		if first := <-resumed; first.Comment != "keep-alive" {
-			t.Fatalf("while the run is held the resume sent %+v, want a keep-alive", first)
-		}
+		resumed = client.resumeWhileHeld(runIDOf(t, seen[0]), seen[1].ID)
 	})
-	var got []sseEvent
-	for ev := range resumed {
-		if ev.Comment == "" {
-			got = append(got, ev)
-		}
-	}
+	got := eventsOf(resumed)
 	if runID != runIDOf(t, seen[0]) {
 		t.Fatalf("held run %s, streamed run %s", runID, runIDOf(t, seen[0]))
 	}
@@ -420,4 +429,94 @@ func runIDOf(t *testing.T, e sseEvent) string {
 		t.Fatalf("no run id in %s (%v)", e.Data, err)
 	}
 	return d.Data.RunID
+}
+
+// A seed client whose stream is cut just before the run completes
+// reconnects as an EventSource does, with the last event id it saw, while
+// the executor still finishes the run: the resume waits, then sends the
+// events the client missed, up to agent.run.completed and final_data, and
+// ends; nothing runs again. Reconnecting later from any event of the
+// finished run replays the rest; from its last event the answer is 204
+// (nothing to reconnect for); a resume with no event id is refused, the
+// run being finished.
+func TestSeedClientReconnectsToARunThatFinished(t *testing.T) {
+	t.Parallel()
+	in := newInfra(t)
+	steps := newStepHook(statemachine.Summarizing)
+	s := startService(t, in, map[string]string{"CLASSIFIER_LEASE_TTL": "5s"}, steps.hook)
+	ids := importSample(t, s.client)
+	in.models.ScriptPlans(meshtest.NewPlan(2, nil))
+	in.models.ScriptClassifications(ids, 2, sampleLabels(ids))
+	in.models.ScriptSummary(summaryText)
+	client := seedClient{t: t, url: startGateway(t, s.addr, 100*time.Millisecond), key: gatewayKey}
+
+	_, seen := client.stream("POST", "/agents/classificationAgent/runs", `{"instruction":"classify"}`, nil)
+	runID := runIDOf(t, seen[0])
+	command := "/agents/classificationAgent/runs/" + runID + "/command"
+	_, evs := client.stream("POST", command, `{"type":"ApproveFetch"}`, nil)
+	seen = append(seen, evs...)
+	if seen[len(seen)-1].typ() != runevents.AwaitingBatchApproval {
+		t.Fatalf("the run waits with %s, want batch approval", seen[len(seen)-1].typ())
+	}
+
+	ctx, disconnect := context.WithCancel(testCtx(t))
+	resp := client.request(ctx, "POST", command, `{"type":"ApproveBatch"}`, nil)
+	defer resp.Body.Close()
+	var resumed <-chan sseEvent
+	steps.at(t, statemachine.Summarizing, func(string) {
+		// The run is about to summarise and complete; the client has the
+		// first event of the approval's stream and loses it.
+		for ev := range sseEvents(resp.Body) {
+			if ev.Comment == "" {
+				seen = append(seen, ev)
+				break
+			}
+		}
+		disconnect()
+		resumed = client.resumeWhileHeld(runID, seen[len(seen)-1].ID)
+	})
+	got := eventsOf(resumed)
+	all := append(seen, got...)
+	checkIDs(t, all, 1)
+	testkit.Eventually(t, 10*time.Second, func() bool { return pendingOutbox(t, in, runID) == 0 }, "outbox published")
+	stored := replayAll(t, in, runID, 0, countEvents(t, in, runID))
+	if len(all) != len(stored) {
+		t.Fatalf("the client has %d events, the run %d: %v", len(all), len(stored), types(stored))
+	}
+	for i, e := range stored {
+		if all[i].typ() != e.GetType() {
+			t.Fatalf("event %s is %s, stored %s", all[i].ID, all[i].typ(), e.GetType())
+		}
+		if e.GetType() == runevents.RunResumed {
+			t.Fatalf("the reconnect resumed the finished run: %v", types(stored))
+		}
+	}
+	var sawCompleted, sawFinal bool
+	for _, e := range got {
+		sawCompleted = sawCompleted || e.typ() == runevents.RunCompleted
+		sawFinal = sawFinal || e.typ() == runevents.FinalData
+	}
+	if !sawCompleted || !sawFinal {
+		t.Fatalf("the resumed stream lacks the run's end: %v", eventIDs(got))
+	}
+	t.Logf("the client lost the stream at event %s; the resume delivered %s-%s and ended", seen[len(seen)-1].ID, got[0].ID, got[len(got)-1].ID)
+
+	resume := "/agents/classificationAgent/runs/" + runID + "/resume"
+	code, again := client.stream("POST", resume, "", map[string]string{"Last-Event-ID": "2"})
+	if code != http.StatusOK || len(again) != len(all)-2 {
+		t.Fatalf("reconnect from event 2 of the finished run: HTTP %d, %d events, want %d", code, len(again), len(all)-2)
+	}
+	checkIDs(t, again, 3)
+	if code, evs := client.stream("POST", resume, "", map[string]string{"Last-Event-ID": all[len(all)-1].ID}); code != http.StatusNoContent || len(evs) != 0 {
+		t.Fatalf("reconnect from the last event: HTTP %d, %d events; want 204", code, len(evs))
+	}
+	r := client.request(testCtx(t), "POST", resume, "", nil)
+	defer r.Body.Close()
+	body, _ := io.ReadAll(r.Body)
+	if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "RUN_FINISHED") {
+		t.Fatalf("resume without an event id: HTTP %d %s, want 400 RUN_FINISHED", r.StatusCode, body)
+	}
+	if n := countEvents(t, in, runID); n != len(all) {
+		t.Fatalf("the run has %d events after the reconnects, had %d: a reconnect ran it", n, len(all))
+	}
 }

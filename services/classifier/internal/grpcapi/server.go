@@ -115,6 +115,13 @@ func (s *Server) StartRun(req *classifierv1.StartRunRequest, stream classifierv1
 
 // ResumeRun continues a run from its checkpoint. While another executor
 // holds the run it waits, up to one lease TTL, before any event is sent.
+//
+// A finished run (Completed, Stopped) has nothing to continue. With
+// after_sequence the caller is a client whose stream was cut, maybe just
+// before the end: it gets the run's events after that one, and the stream
+// ends (nothing runs; after the last event, the stream is empty). Without
+// it the answer stays FailedPrecondition RUN_FINISHED: a client with no
+// position asks to continue, and GetRun shows the final state.
 func (s *Server) ResumeRun(req *classifierv1.ResumeRunRequest, stream classifierv1.ClassifierService_ResumeRunServer) error {
 	ctx := stream.Context()
 	scope, err := grpcx.Scope(ctx, req.GetScope())
@@ -125,7 +132,17 @@ func (s *Server) ResumeRun(req *classifierv1.ResumeRunRequest, stream classifier
 	if err != nil {
 		return err
 	}
-	return s.drive(ctx, scope, id, req.GetAfterSequence(), func() (*runner.Drive, error) { return s.runner.Resume(ctx, scope, id) }, func(ev *classifierv1.RunEvent) error {
+	after := req.GetAfterSequence()
+	resume := func() (*runner.Drive, error) {
+		d, err := s.runner.Resume(ctx, scope, id)
+		if after > 0 && errors.Is(err, statemachine.ErrFinished) {
+			// Also when the run finished while this request waited for
+			// its executor to let go.
+			return s.runner.Recorded(ctx, scope, id)
+		}
+		return d, err
+	}
+	return s.drive(ctx, scope, id, after, resume, func(ev *classifierv1.RunEvent) error {
 		return stream.Send(&classifierv1.ResumeRunResponse{Event: ev})
 	})
 }

@@ -351,6 +351,19 @@ func (r *Runner) resume(ctx context.Context, rec checkpoint.Record) (*Drive, err
 	return r.claim(ctx, next, owner), nil
 }
 
+// Recorded returns a Drive of run id that runs nothing: its executor has
+// already stopped, at the last event the run's checkpoint recorded. A
+// stream on it forwards the run's recorded events and ends; it is what a
+// client reconnecting to a finished run gets (see grpcapi's ResumeRun). It
+// takes no lease and writes nothing.
+func (r *Runner) Recorded(ctx context.Context, scope *commonv1.Scope, id string) (*Drive, error) {
+	rec, d, err := r.load(ctx, scope, id)
+	if d != nil || err != nil {
+		return d, err
+	}
+	return finished(id, rec.EventCount, nil), nil
+}
+
 // busy turns a lost write race into ErrBusy.
 func (r *Runner) busy(id string, err error) error {
 	if errors.Is(err, checkpoint.ErrConflict) {
