@@ -84,7 +84,7 @@ type Config struct {
 	ExtractionWorkers int `env:"INDEXER_EXTRACTION_WORKERS" default:"2" help:"extraction jobs run concurrently by this instance"`
 	// JobLeaseTTL is how long an extraction job's claim outlives the last
 	// renewal of the worker running it.
-	JobLeaseTTL time.Duration `env:"INDEXER_JOB_LEASE_TTL" default:"6s" help:"claim of the worker running an extraction job, renewed every third of it: a job whose worker died is taken over at most this long after its last renewal, and a second delivery never runs it meanwhile"`
+	JobLeaseTTL time.Duration `env:"INDEXER_JOB_LEASE_TTL" default:"6s" help:"claim of the worker running an extraction job, renewed every third of it, and the extraction queue's ack wait: a job whose worker died is delivered again and taken over about this long after its last renewal, and a second delivery never runs it meanwhile"`
 	// HNSWM, HNSWEfConstruction and HNSWEfSearch tune the vector index.
 	HNSWM              int `env:"INDEXER_HNSW_M" default:"16" help:"HNSW links per node (level 0 keeps twice as many)"`
 	HNSWEfConstruction int `env:"INDEXER_HNSW_EF_CONSTRUCTION" default:"160" help:"HNSW candidate list size while inserting"`
@@ -226,7 +226,7 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	if err != nil {
 		return err
 	}
-	consumer, err := bus.Consume(bg, ExtractionConsumer(cfg.ExtractionWorkers, cfg.ExtractorTimeout), svc.HandleJob)
+	consumer, err := bus.Consume(bg, ExtractionConsumer(cfg.ExtractionWorkers, cfg.JobLeaseTTL), svc.HandleJob)
 	if err != nil {
 		return err
 	}
@@ -307,15 +307,20 @@ func newFollower(cfg *Config, bus *events.Bus, svc *intake.Service, health *grpc
 }
 
 // ExtractionConsumer is the durable consumer of the extraction work queue.
-// The ack wait covers a job of several extractors; the consumer extends it
-// while a job runs.
-func ExtractionConsumer(workers int, extractorTimeout time.Duration) events.ConsumerSpec {
+// Its ack wait is the job claim's TTL, however long the extractors may
+// take: the consumer extends it while a job runs, and a worker takes a
+// message only when it is free to run it, so the ack wait only says how
+// soon the job of a worker that died is delivered again. That delivery
+// then waits for the dead worker's claim to lapse (one TTL after its last
+// renewal at most) and runs the job: a job interrupted by a crash resumes
+// within seconds, not after an extractor timeout.
+func ExtractionConsumer(workers int, jobLeaseTTL time.Duration) events.ConsumerSpec {
 	return events.ConsumerSpec{
 		Stream:        events.StreamWork,
 		Durable:       "indexer-extraction",
 		FilterSubject: events.WorkSubject(intake.ExtractionQueue),
 		Concurrency:   workers,
-		AckWait:       max(30*time.Second, extractorTimeout),
+		AckWait:       jobLeaseTTL,
 		MaxDeliver:    events.DefaultMaxDeliver,
 	}
 }
