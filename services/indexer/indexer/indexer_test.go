@@ -3,8 +3,6 @@ package indexer_test
 import (
 	"context"
 	"maps"
-	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -183,27 +181,6 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		err := indexer.Run(context.Background(), load(t, env), service.Runtime{Listener: testkit.Listen(t)})
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: Run = %v", name, err)
-		}
-	}
-}
-
-// TestDeployVariablesExist: every variable deploy/k8s sets for the
-// indexer is one Config reads.
-func TestDeployVariablesExist(t *testing.T) {
-	t.Parallel()
-	b, err := os.ReadFile("../../../deploy/k8s/base/indexer.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The Go runtime reads these itself (the manifests size them to the
-	// container); Config need not.
-	known := map[string]bool{"GOGC": true, "GOMEMLIMIT": true, "GOMAXPROCS": true}
-	for _, v := range config.Vars("", &indexer.Config{}) {
-		known[v.Name] = true
-	}
-	for _, m := range regexp.MustCompile(`(?m)-\s+name:\s+([A-Z][A-Z0-9_]+)`).FindAllStringSubmatch(string(b), -1) {
-		if !known[m[1]] {
-			t.Errorf("deploy/k8s sets %s, which indexer.Config does not read", m[1])
 		}
 	}
 }
