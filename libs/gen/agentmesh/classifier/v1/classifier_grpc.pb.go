@@ -40,7 +40,10 @@ type ClassifierServiceClient interface {
 	StartRun(ctx context.Context, in *StartRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StartRunResponse], error)
 	// ResumeRun continues a run from its checkpoint. While another executor
 	// holds the run it waits, up to the lease TTL, for it to let go or die; a
-	// run still being driven after that fails with ABORTED.
+	// run still being driven after that fails with ABORTED. A finished run
+	// (completed or stopped) with after_sequence replays its events after that
+	// one and ends; without after_sequence it is FAILED_PRECONDITION
+	// (RUN_FINISHED).
 	ResumeRun(ctx context.Context, in *ResumeRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ResumeRunResponse], error)
 	// SendCommand applies an approval, rejection or stop and streams what follows.
 	SendCommand(ctx context.Context, in *SendCommandRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SendCommandResponse], error)
@@ -160,7 +163,10 @@ type ClassifierServiceServer interface {
 	StartRun(*StartRunRequest, grpc.ServerStreamingServer[StartRunResponse]) error
 	// ResumeRun continues a run from its checkpoint. While another executor
 	// holds the run it waits, up to the lease TTL, for it to let go or die; a
-	// run still being driven after that fails with ABORTED.
+	// run still being driven after that fails with ABORTED. A finished run
+	// (completed or stopped) with after_sequence replays its events after that
+	// one and ends; without after_sequence it is FAILED_PRECONDITION
+	// (RUN_FINISHED).
 	ResumeRun(*ResumeRunRequest, grpc.ServerStreamingServer[ResumeRunResponse]) error
 	// SendCommand applies an approval, rejection or stop and streams what follows.
 	SendCommand(*SendCommandRequest, grpc.ServerStreamingServer[SendCommandResponse]) error
