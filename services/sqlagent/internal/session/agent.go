@@ -34,6 +34,9 @@ func NewAgent(store Store, dbs Databases, gen SQLWriter, opts Options) *Agent {
 	if opts.QueryTimeout <= 0 {
 		opts.QueryTimeout = defaultQueryTimeout
 	}
+	if opts.ExecutionLeaseTTL <= 0 {
+		opts.ExecutionLeaseTTL = defaultExecutionLeaseTTL
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -104,11 +107,18 @@ func (a *Agent) Send(ctx context.Context, scope Scope, id, text, selection strin
 	case s.Stage == StageDone:
 		return nil, Reply{}, ErrFinished
 	case s.Stage == StageExecuting && s.Execution != nil && now.Before(s.Execution.Deadline):
-		return nil, Reply{}, ErrExecuting
+		lapsed, err := a.claimLapsed(ctx, s.Execution, now)
+		if err != nil {
+			return nil, Reply{}, err
+		}
+		if !lapsed {
+			return nil, Reply{}, ErrExecuting
+		}
 	}
 	s.Turns = append(s.Turns, Turn{Role: roleUser, Text: said, Time: now})
 	if s.Stage == StageExecuting {
-		// Past its deadline: the input is recorded, not acted on.
+		// Past its deadline, or its claim lapsed: the input is recorded,
+		// not acted on.
 		return a.record(ctx, s, a.interrupted(s), now)
 	}
 	r, err := a.step(ctx, s, input{text: text, selection: selection})

@@ -327,6 +327,90 @@ func testInterruptedExecutionIsNeverRerunSilently(t *testing.T, db *mongo.Databa
 	}
 }
 
+// heldDBs holds the queries of the databases it wraps until release is
+// closed: a confirmed SQL that runs as long as the test needs.
+type heldDBs struct {
+	session.Databases
+	release chan struct{}
+}
+
+func (h heldDBs) Query(ctx context.Context, name, sql string, limit int, timeout time.Duration) (*connections.Result, error) {
+	<-h.release
+	return h.Databases.Query(ctx, name, sql, limit, timeout)
+}
+
+// An execution's claim, not its deadline (the query timeout and a grace,
+// a minute here), says whether it still runs: while its executor renews
+// the claim, the session takes no input however long the SQL runs; once
+// the executor is gone (the claim was not renewed), the next input after
+// the claim's TTL finds the execution interrupted.
+func TestExecutionClaimOutlivesNoExecutor(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, testExecutionClaimOutlivesNoExecutor)
+}
+
+func testExecutionClaimOutlivesNoExecutor(t *testing.T, db *mongo.Database) {
+	ctx := context.Background()
+	sh := newShop(t)
+	store := newStore(t, db)
+	const ttl = 300 * time.Millisecond
+
+	// A live executor, its SQL held for many TTLs.
+	dbs := heldDBs{Databases: sh.dbs, release: make(chan struct{})}
+	a := session.NewAgent(store, dbs, nil, session.Options{QueryTimeout: 30 * time.Second, ExecutionLeaseTTL: ttl})
+	id := toConfirmSQL(t, a)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := a.Send(ctx, scope, id, "yes", "")
+		done <- err
+	}()
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		s, err := store.Get(ctx, scope, id)
+		return err == nil && s.Stage == session.StageExecuting
+	}, "the execution to start")
+	executing := time.Now()
+	testkit.Eventually(t, 10*time.Second, func() bool { return time.Since(executing) > 4*ttl }, "four claim TTLs to pass")
+	if _, _, err := a.Send(ctx, scope, id, "hello", ""); !errors.Is(err, session.ErrExecuting) {
+		t.Errorf("input while the executor runs, after 4 claim TTLs: %v, want ErrExecuting", err)
+	}
+	close(dbs.release)
+	if err := <-done; err != nil {
+		t.Fatalf("the held execution: %v", err)
+	}
+	if s, err := store.Get(ctx, scope, id); err != nil || s.Stage != session.StageShowResults {
+		t.Fatalf("after the held execution: %+v (%v)", s, err)
+	}
+
+	// A dead executor: claimed, EXECUTING, never renewed or recorded.
+	c := newClock()
+	opts := c.opts()
+	opts.ExecutionLeaseTTL = 6 * time.Second
+	b := session.NewAgent(store, sh.dbs, nil, opts)
+	id = toConfirmSQL(t, b)
+	s, err := store.Get(ctx, scope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stage = session.StageExecuting
+	s.Execution = &session.Execution{ID: fmt.Sprintf("%s/%d", s.ID, s.Version+1), From: session.StageConfirmUserSQL,
+		Started: c.Now(), Deadline: c.Now().Add(time.Minute), Until: c.Now().Add(opts.ExecutionLeaseTTL)}
+	if err := store.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.ClaimExecution(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(5 * time.Second)
+	if _, _, err := b.Send(ctx, scope, id, "yes", ""); !errors.Is(err, session.ErrExecuting) {
+		t.Fatalf("input before the claim lapsed: %v, want ErrExecuting", err)
+	}
+	c.Advance(2 * time.Second) // past the claim, 53 s before the deadline
+	r := send(t, b, id, "yes", session.StageConfirmUserSQL)
+	if !strings.Contains(r.Text, "interrupted") || r.SQLToConfirm != userSQL {
+		t.Errorf("input after the claim lapsed: %+v, want the interrupted query to confirm again", r)
+	}
+}
+
 // One SQL job (confirm → run → SHOW_RESULTS) costs a fixed number of
 // database round trips, each by _id: a read of the session, the EXECUTING
 // write, the claim, the result's write; for a single writer each write is

@@ -25,6 +25,7 @@ func (a *Agent) beginExecution(s *Session) Reply {
 		From:     s.Stage,
 		Started:  now,
 		Deadline: now.Add(a.opts.QueryTimeout + executionGrace),
+		Until:    now.Add(a.opts.ExecutionLeaseTTL),
 	}
 	s.Stage = StageExecuting
 	return Reply{}
@@ -49,6 +50,9 @@ func (a *Agent) execute(ctx context.Context, s *Session) (*Session, Reply, error
 	// From here on the SQL may run: a caller that goes away must not cut
 	// it short, nor keep its result from being recorded.
 	run := context.WithoutCancel(ctx)
+	if err == nil {
+		defer a.holdClaim(run, ex.ID)()
+	}
 	var r Reply
 	switch {
 	case err != nil:
@@ -72,6 +76,49 @@ func (a *Agent) execute(ctx context.Context, s *Session) (*Session, Reply, error
 		return nil, Reply{}, err
 	}
 	return done, reply, nil
+}
+
+// holdClaim renews the claim of execution id every ExecutionLeaseTTL/3
+// until the returned function is called, which waits for the renewals to
+// end. A renewal that fails is tried again at the next tick; should the
+// claim lapse meanwhile, the session may be taken for interrupted and the
+// result write is then refused (see the package doc).
+func (a *Agent) holdClaim(ctx context.Context, id string) (stop func()) {
+	ttl := a.opts.ExecutionLeaseTTL
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			rctx, cancel := context.WithTimeout(ctx, ttl/3)
+			_ = a.store.RenewExecution(rctx, id, a.opts.Now().UTC().Add(ttl))
+			cancel()
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
+}
+
+// claimLapsed reports whether the claim of ex, an execution still recorded
+// as running before its deadline, lapsed at now: its executor stopped
+// renewing it. A claim not found (the executor died between the EXECUTING
+// write and the claim) or without an expiry (written by an earlier
+// version) counts as held: the deadline decides.
+func (a *Agent) claimLapsed(ctx context.Context, ex *Execution, now time.Time) (bool, error) {
+	until, found, err := a.store.ExecutionUntil(ctx, ex.ID)
+	if err != nil {
+		return false, err
+	}
+	return found && !until.IsZero() && !now.Before(until), nil
 }
 
 // lostToAnother explains an EXECUTING write that failed: when another

@@ -25,14 +25,18 @@
 // Step 1 decides on MongoDB, whose single-document conditional update is
 // atomic; step 2 decides on FerretDB v1, which applies updates without
 // isolation between clients but refuses a second insert of one _id. Any
-// input to an EXECUTING session before the deadline gets ErrExecuting. An
-// execution whose process died leaves the session EXECUTING: the first
-// input after the deadline (the query timeout plus executionGrace) records
-// the input, does not act on it, and returns the session to the
-// confirmation it came from with a reply saying the run was interrupted and
-// may have happened; the user confirms again to run it, under a new claim.
-// An executor that was only slow then finds its result write refused
-// (ErrConflict): the session says what the user sees, never a silent rerun.
+// input to an EXECUTING session before the deadline gets ErrExecuting while
+// the execution's claim holds: its executor renews the claim every
+// ExecutionLeaseTTL/3 until the result is recorded. An execution whose
+// process died leaves the session EXECUTING: the first input after its
+// claim lapsed (ExecutionLeaseTTL after the last renewal), or in any case
+// after the deadline (the query timeout plus executionGrace), records the
+// input, does not act on it, and returns the session to the confirmation it
+// came from with a reply saying the run was interrupted and may have
+// happened; the user confirms again to run it, under a new claim. An
+// executor that was only slow (or could not renew) then finds its result
+// write refused (ErrConflict): the session says what the user sees, never
+// a silent rerun.
 package session
 
 import (
@@ -72,6 +76,7 @@ const (
 	StageExecuting                  Stage = "EXECUTING" // a confirmed SQL runs: see the package doc
 	defaultRowLimit                       = 200
 	defaultQueryTimeout                   = 30 * time.Second
+	defaultExecutionLeaseTTL              = 6 * time.Second
 	roleUser, roleAgent                   = "user", "agent"
 	paramConnection, paramDialect         = "connection", "dialect"
 	paramMethod, paramQuestion            = "sql_method", "question"
@@ -126,8 +131,15 @@ type Execution struct {
 	// Started is when the execution was claimed.
 	Started time.Time
 	// Deadline is when an execution still recorded as running is taken
-	// for interrupted.
+	// for interrupted, whatever its claim says.
 	Deadline time.Time
+	// Until is when the execution's claim lapses unless its executor
+	// renews it, which it does every ExecutionLeaseTTL/3 while the SQL
+	// runs and its result is recorded: an execution whose claim lapsed is
+	// taken for interrupted before its Deadline. It is kept in the claim
+	// (Store.ClaimExecution, RenewExecution), not with the session; zero
+	// means unknown, and only the Deadline counts.
+	Until time.Time
 }
 
 // Option is a choice offered to the user.
@@ -176,13 +188,18 @@ func inputErr(field, format string, args ...any) error {
 // scope. Update writes s if its stored version is still s.Version and then
 // increments s.Version; it returns ErrConflict otherwise, ErrNotFound when
 // the session does not exist. ClaimExecution records that s.Execution is
-// about to run; a second claim of the same Execution.ID fails with
-// ErrExecuting, also between processes (a unique insert).
+// about to run, claimed until s.Execution.Until; a second claim of the
+// same Execution.ID fails with ErrExecuting, also between processes (a
+// unique insert). RenewExecution moves the claim of execution id to until
+// (only its executor calls it); ExecutionUntil returns it (zero, and found
+// false, if there is no claim).
 type Store interface {
 	Create(ctx context.Context, s *Session) error
 	Get(ctx context.Context, scope Scope, id string) (*Session, error)
 	Update(ctx context.Context, s *Session) error
 	ClaimExecution(ctx context.Context, s *Session) error
+	RenewExecution(ctx context.Context, id string, until time.Time) error
+	ExecutionUntil(ctx context.Context, id string) (until time.Time, found bool, err error)
 }
 
 // Databases is what the agent needs of the configured connections. Query
@@ -208,6 +225,11 @@ type Options struct {
 	RowLimit int
 	// QueryTimeout bounds one query (default 30s).
 	QueryTimeout time.Duration
+	// ExecutionLeaseTTL is how long an execution's claim outlives its
+	// executor's last renewal (default 6s): a process that died while a
+	// confirmed SQL ran blocks its session this long, not the whole
+	// Deadline.
+	ExecutionLeaseTTL time.Duration
 	// Now and NewID replace the clock and id source in tests.
 	Now   func() time.Time
 	NewID func() string

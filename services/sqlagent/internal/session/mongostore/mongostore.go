@@ -1,7 +1,8 @@
 // Package mongostore keeps SQL agent sessions in MongoDB: one document per
 // session in collection "sql_sessions", filtered by tenant and project on
 // every read and write, updated with optimistic concurrency on `version`,
-// and one document per claimed execution in "sql_executions".
+// and one document per claimed execution in "sql_executions", whose
+// expiry its executor renews while the SQL runs.
 //
 // # Round trips
 //
@@ -22,6 +23,7 @@
 //	Get: {_id} (scope checked in Go)                    sql_sessions     _id_
 //	Update: {_id, tenant_id, project_id, version}       sql_sessions     _id_
 //	Create, ClaimExecution: inserts (unique _id)        both             _id_
+//	RenewExecution, ExecutionUntil: {_id}               sql_executions   _id_
 //
 // So the store needs no secondary index (TestEveryQueryIsIndexed checks
 // the shapes it sends). New drops scope_updated, which earlier versions
@@ -48,6 +50,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session"
@@ -57,7 +60,8 @@ import (
 const Collection = "sql_sessions"
 
 // ExecutionsCollection holds one document per claimed execution, _id the
-// execution id: a record of every confirmed SQL started, never updated.
+// execution id: a record of every confirmed SQL started. Only its
+// executor updates it, to renew its claim ("until").
 const ExecutionsCollection = "sql_executions"
 
 // schemaVersion is the document layout version.
@@ -201,7 +205,7 @@ func (st *Store) ClaimExecution(ctx context.Context, s *session.Session) error {
 	if e.From == session.StageConfirmWrite {
 		sql = s.Params["executed_sql"]
 	}
-	_, err := st.executions.InsertOne(ctx, bson.D{
+	rec := bson.D{
 		{Key: "_id", Value: e.ID},
 		{Key: "tenant_id", Value: s.Scope.TenantID},
 		{Key: "project_id", Value: s.Scope.ProjectID},
@@ -212,7 +216,11 @@ func (st *Store) ClaimExecution(ctx context.Context, s *session.Session) error {
 		{Key: "table", Value: s.Params["table_name"]},
 		{Key: "started", Value: e.Started.UTC()},
 		{Key: "deadline", Value: e.Deadline.UTC()},
-	})
+	}
+	if !e.Until.IsZero() {
+		rec = append(rec, bson.E{Key: "until", Value: e.Until.UTC()})
+	}
+	_, err := st.executions.InsertOne(ctx, rec)
 	err = mongox.Translate(err)
 	switch {
 	case errors.Is(err, mongox.ErrDuplicate):
@@ -221,4 +229,31 @@ func (st *Store) ClaimExecution(ctx context.Context, s *session.Session) error {
 		return fmt.Errorf("mongostore: claim execution %s: %w", e.ID, err)
 	}
 	return nil
+}
+
+// RenewExecution implements session.Store: one update by _id, which only
+// the execution's executor makes.
+func (st *Store) RenewExecution(ctx context.Context, id string, until time.Time) error {
+	_, err := st.executions.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "until", Value: until.UTC()}}}})
+	if err != nil {
+		return fmt.Errorf("mongostore: renew execution %s: %w", id, mongox.Translate(err))
+	}
+	return nil
+}
+
+// ExecutionUntil implements session.Store: one read by _id.
+func (st *Store) ExecutionUntil(ctx context.Context, id string) (time.Time, bool, error) {
+	var rec struct {
+		Until time.Time `bson:"until"`
+	}
+	err := st.executions.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
+		options.FindOne().SetProjection(bson.D{{Key: "until", Value: 1}})).Decode(&rec)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return time.Time{}, false, nil
+	case err != nil:
+		return time.Time{}, false, fmt.Errorf("mongostore: read execution %s: %w", id, mongox.Translate(err))
+	}
+	return rec.Until.UTC(), true, nil
 }

@@ -81,9 +81,32 @@ func testStore(t *testing.T, db *mongo.Database) {
 		t.Errorf("second claim of one execution: %v, want ErrExecuting", err)
 	}
 	next := *executing
-	next.Execution = &session.Execution{ID: "s1/3", From: session.StageConfirmWrite, Started: now, Deadline: now}
+	next.Execution = &session.Execution{ID: "s1/3", From: session.StageConfirmWrite, Started: now, Deadline: now, Until: now.Add(6 * time.Second)}
 	if err := st.ClaimExecution(ctx, &next); err != nil {
 		t.Errorf("claim of a later execution: %v", err)
+	}
+	// The claim's expiry: as claimed, as renewed; none recorded, or no
+	// claim at all.
+	for _, step := range []struct {
+		renew     time.Time
+		id        string
+		wantUntil time.Time
+		wantFound bool
+	}{
+		{id: "s1/3", wantUntil: now.Add(6 * time.Second), wantFound: true},
+		{renew: now.Add(8 * time.Second), id: "s1/3", wantUntil: now.Add(8 * time.Second), wantFound: true},
+		{id: "s1/1", wantFound: true},
+		{id: "s1/2"},
+	} {
+		if !step.renew.IsZero() {
+			if err := st.RenewExecution(ctx, step.id, step.renew); err != nil {
+				t.Fatalf("RenewExecution %s: %v", step.id, err)
+			}
+		}
+		until, found, err := st.ExecutionUntil(ctx, step.id)
+		if err != nil || found != step.wantFound || !until.Equal(step.wantUntil) {
+			t.Errorf("ExecutionUntil %s = %v, %v, %v; want %v, %v", step.id, until, found, err, step.wantUntil, step.wantFound)
+		}
 	}
 
 	executing.Stage, executing.Execution = session.StageDone, nil
