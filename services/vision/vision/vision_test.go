@@ -3,8 +3,6 @@ package vision_test
 import (
 	"encoding/base64"
 	"log/slog"
-	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -468,26 +466,5 @@ func TestBadConfigurationStopsTheStartNamingIt(t *testing.T) {
 				t.Errorf("Run = %v, want an error naming %s", err, name)
 			}
 		})
-	}
-}
-
-func TestDeploymentVariablesExistInConfig(t *testing.T) {
-	t.Parallel()
-	b, err := os.ReadFile("../../../deploy/k8s/base/vision.yaml")
-	if err != nil {
-		t.Skipf("manifest not found: %v", err)
-	}
-	known := map[string]bool{}
-	for _, v := range config.Vars("", &vision.Config{}) {
-		known[v.Name] = true
-	}
-	names := regexp.MustCompile(`-\s+(?:\{\s*)?name:\s+([A-Z][A-Z0-9_]+)`).FindAllStringSubmatch(string(b), -1)
-	if len(names) == 0 {
-		t.Fatal("no env names found in the manifest")
-	}
-	for _, m := range names {
-		if !known[m[1]] {
-			t.Errorf("deploy/k8s sets %s, which vision.Config does not read", m[1])
-		}
 	}
 }
