@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,15 +22,24 @@ import (
 // is the message's stream sequence, which the gateway uses as the SSE event
 // id. Messages that are not decodable events are logged and skipped.
 //
-// Replay uses an ephemeral ordered consumer: it holds no server state once it
-// returns, and recovers transparently from gaps and reconnects.
+// Replay uses an ephemeral ordered consumer, which recovers transparently
+// from gaps and reconnects, and deletes it when it returns: the server keeps
+// at most 1,000 consumers per stream by default, and an ordered consumer left
+// to expire stays for replayInactive, so watches and resumed streams would
+// otherwise use up the stream's consumers at a few per second. A process that
+// dies without deleting its consumer leaves it for replayInactive.
+// replayInactive is how long the server keeps a replay's consumer that no
+// one pulls from: long enough to ride out a client's reconnect, short enough
+// that consumers of crashed processes do not pile up.
+const replayInactive = 30 * time.Second
+
 func (b *Bus) Replay(ctx context.Context, stream, subjectFilter string, afterSeq uint64,
 	fn func(seq uint64, ev *commonv1.Event) error,
 ) error {
 	if fn == nil {
 		return errors.New("events: replay: nil fn")
 	}
-	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: replayInactive}
 	if subjectFilter != "" {
 		cfg.FilterSubjects = []string{subjectFilter}
 	}
@@ -41,6 +51,7 @@ func (b *Bus) Replay(ctx context.Context, stream, subjectFilter string, afterSeq
 	if err != nil {
 		return fmt.Errorf("events: replay %s: %w", stream, err)
 	}
+	defer b.deleteReplayConsumer(stream, cons)
 	iter, err := cons.Messages()
 	if err != nil {
 		return fmt.Errorf("events: replay %s: %w", stream, err)
@@ -68,5 +79,21 @@ func (b *Bus) Replay(ctx context.Context, stream, subjectFilter string, afterSeq
 		if err := fn(meta.Sequence.Stream, ev); err != nil {
 			return err
 		}
+	}
+}
+
+// deleteReplayConsumer removes the server's consumer of a finished replay.
+// It runs after the replay's context may have ended, so it has its own
+// short deadline; a failure only leaves the consumer to expire.
+func (b *Bus) deleteReplayConsumer(stream string, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil || info.Name == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := b.js.DeleteConsumer(ctx, stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		b.logger.Debug("replay consumer left to expire", slog.String("stream", stream),
+			slog.String("consumer", info.Name), slog.Any("error", err))
 	}
 }

@@ -113,3 +113,37 @@ func TestReplayReturnsWhenContextEnds(t *testing.T) {
 		t.Fatal("Replay did not return after its context ended")
 	}
 }
+
+// TestReplaysLeaveNoConsumers runs more replays than the server keeps
+// consumers per stream by default (1,000): each must remove its consumer
+// when it returns, or a busy gateway's watches fail with "maximum consumers
+// limit reached" minutes into a run.
+func TestReplaysLeaveNoConsumers(t *testing.T) {
+	t.Parallel()
+	b := newBusWithStreams(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	subject := EventSubject("acme", "run", "r1", "progress")
+	if _, err := b.Publish(ctx, subject, testEvent(t, "one")); err != nil {
+		t.Fatal(err)
+	}
+	errStop := errors.New("stop")
+	const replays = 1050
+	for i := range replays {
+		err := b.Replay(ctx, StreamEvents, subject, 0, func(uint64, *commonv1.Event) error { return errStop })
+		if !errors.Is(err, errStop) {
+			t.Fatalf("replay %d: %v, want the callback's error", i+1, err)
+		}
+	}
+	stream, err := b.js.Stream(ctx, StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Consumers; n != 0 {
+		t.Errorf("%d consumers left on %s after %d finished replays, want 0", n, StreamEvents, replays)
+	}
+}
