@@ -1,0 +1,44 @@
+package grpcx
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ConnectionLost reports whether err is a call that lost its server: gRPC's
+// Unavailable with no ErrorInfo reason, which is what a client sees when
+// the replica serving it dies or the connection breaks mid-call. Every
+// Unavailable the mesh's own services answer carries a reason (a provider
+// failed, a dependency is down), and those are not connection losses.
+func ConnectionLost(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Unavailable && Reason(err) == ""
+}
+
+// RetryConnectionLoss runs call up to attempts times while it fails with a
+// lost connection (ConnectionLost), waiting 100 ms, then 200 ms, ...
+// between attempts, and returns its last error. It is for calls that are
+// safe to run again because nothing was kept of a cut one, such as a model
+// call whose answer the caller stores: the balancer sends the next attempt
+// to another replica once the dead one's connection is gone. gRPC's own
+// retry policy (see retriedMethods) does not cover these calls, since for
+// most writes a cut call may have been applied.
+func RetryConnectionLoss(ctx context.Context, attempts int, call func(context.Context) error) error {
+	wait := 100 * time.Millisecond
+	var err error
+	for i := range max(attempts, 1) {
+		if err = call(ctx); err == nil || !ConnectionLost(err) || i == attempts-1 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+	return err
+}
