@@ -54,6 +54,9 @@ var deniedFunctions = map[string]string{
 	"master_pos_wait":            "it waits on replication",
 	"source_pos_wait":            "it waits on replication",
 	"wait_for_executed_gtid_set": "it waits on replication",
+	"master_gtid_wait":           "it waits on replication",
+	"wsrep_sync_wait_upto_gtid":  "it waits on replication",
+	"binlog_gtid_pos":            "it reads the server's binary log files",
 	"sys_exec":                   "it runs a program on the server",
 	"sys_eval":                   "it runs a program on the server",
 }

@@ -99,6 +99,7 @@ var forbiddenWords = map[string]string{
 	"CHECKPOINT": "CHECKPOINT is a server operation",
 	"LOAD":       "LOAD loads code or data",
 	"HANDLER":    "HANDLER opens a table cursor",
+	"PROCEDURE":  "SELECT ... PROCEDURE runs a procedure over the result",
 }
 
 // queryStarts are the words a query (or a parenthesised part of one) may
@@ -109,10 +110,25 @@ var queryStarts = map[string]bool{"SELECT": true, "WITH": true, "VALUES": true}
 // comments when it is a single read-only query in dialect d, and an *Error
 // (matching ErrRejected) naming the first reason otherwise.
 func Check(sql string, d Dialect) (string, error) {
-	toks, err := tokenize(sql, d)
+	readings, err := tokenizeReadings(sql, d)
 	if err != nil {
 		return "", reject(-1, "cannot read the SQL: %v", err)
 	}
+	var out string
+	for i, toks := range readings {
+		checked, err := checkReading(sql, toks, d)
+		if err != nil {
+			return "", err
+		}
+		if i == 0 {
+			out = checked
+		}
+	}
+	return out, nil
+}
+
+// checkReading checks one reading of sql (see tokenizeReadings).
+func checkReading(sql string, toks []token, d Dialect) (string, error) {
 	if len(toks) == 0 {
 		return "", reject(-1, "the SQL is empty")
 	}
@@ -276,6 +292,9 @@ func checkTokens(toks []token, d Dialect) error {
 			}
 			if t.text == "FOR" && (next.is("SHARE") || next.is("NO") || next.is("KEY")) {
 				return reject(t.pos, "row locking (FOR SHARE/KEY) is not allowed")
+			}
+			if (t.text == "NEXT" || t.text == "PREVIOUS") && next.is("VALUE") {
+				return reject(t.pos, "%s VALUE FOR changes or reads a sequence's session state", t.text)
 			}
 		}
 		if name := t.name(); name != "" && next.punct("(") {

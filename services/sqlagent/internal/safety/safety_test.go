@@ -81,7 +81,7 @@ func TestRejectsWritesAndTricks(t *testing.T) {
 		{"nested comment hides a statement from SQLite only", "SELECT 1 /* /* */ ; DELETE FROM t", safety.SQLite, "one statement"},
 		{"backslash before a quote", `SELECT 'a\'; DELETE FROM t; --'`, safety.Postgres, "ambiguous"},
 		// MySQL.
-		{"mysql executable comment hides a statement", "SELECT 1 /*! ; DROP TABLE t */", safety.MySQL, "one statement"},
+		{"mysql executable comment hides a statement", "SELECT 1 /*! ; DROP TABLE t */", safety.MySQL, "semicolon"},
 		{"mysql versioned executable comment", "SELECT 1 /*!50000 , SLEEP(5) */", safety.MySQL, "sleep"},
 		{"mysql sleep", "SELECT SLEEP(5)", safety.MySQL, "sleep"},
 		{"mysql benchmark", "SELECT BENCHMARK(1000000, md5('x'))", safety.MySQL, "benchmark"},
@@ -93,6 +93,14 @@ func TestRejectsWritesAndTricks(t *testing.T) {
 		{"mysql system variable", "SELECT @@global.secure_file_priv", safety.MySQL, "variables"},
 		{"mysql statement after hash comment", "SELECT 1 # x\n; DROP TABLE t", safety.MySQL, "one statement"},
 		{"mysql backslash before a quote", `SELECT 'a\'; DROP TABLE t; -- '`, safety.MySQL, "ambiguous"},
+		// A version-gated executable comment is read both ways: as code
+		// (a newer server) and as a comment (an older one).
+		{"mysql version gate hiding a call's parenthesis", "SELECT GET_LOCK /*!99999 x */ ('a', 0)", safety.MySQL, "get_lock"},
+		{"mysql version gate hiding a comma", "SELECT 1 /*!99999 , 2 */ SLEEP(1)", safety.MySQL, "sleep"},
+		{"mysql next value for", "SELECT NEXT VALUE FOR s", safety.MySQL, "NEXT VALUE"},
+		{"mysql previous value for", "SELECT PREVIOUS VALUE FOR s", safety.MySQL, "PREVIOUS VALUE"},
+		{"mysql procedure analyse", "SELECT * FROM t PROCEDURE ANALYSE()", safety.MySQL, "PROCEDURE"},
+		{"mysql master_gtid_wait", "SELECT MASTER_GTID_WAIT('0-1-1', 1)", safety.MySQL, "master_gtid_wait"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,8 +23,9 @@ const (
 	// MySQL: `ident` quotes identifiers, '..' and ".." are strings with
 	// backslash escapes (".." is an identifier under ANSI_QUOTES), # and
 	// "-- " start line comments, /*! .. */ holds code, @var and @@var are
-	// variables and ? a parameter. The checker has no MySQL connection; the
-	// dialect exists so a guard for it starts from a correct tokenizer.
+	// variables and ? a parameter. MariaDB and MySQL connections use it;
+	// their engine-side check (package connections) reads the names a
+	// statement mentions through Refs.
 	MySQL Dialect = "mysql"
 )
 
@@ -86,6 +87,19 @@ const pgMaxIdent = 63
 // MySQL string), nested comments where the dialect does not nest them,
 // invalid UTF-8 and control characters.
 func tokenize(sql string, d Dialect) ([]token, error) {
+	readings, err := tokenizeReadings(sql, d)
+	if err != nil {
+		return nil, err
+	}
+	return readings[0], nil
+}
+
+// tokenizeReadings is tokenize returning every way the server may read
+// sql. There is one reading, except for MySQL text with a versioned
+// executable comment (/*!50700 ...*/): a server older than the version
+// reads it as a comment, a newer one as code, so both readings are
+// returned and a check must pass on each.
+func tokenizeReadings(sql string, d Dialect) ([][]token, error) {
 	switch d {
 	case SQLite, Postgres, MySQL:
 	default:
@@ -94,19 +108,48 @@ func tokenize(sql string, d Dialect) ([]token, error) {
 	if !utf8.ValidString(sql) {
 		return nil, fmt.Errorf("the SQL is not valid UTF-8")
 	}
-	lx := &lexer{src: sql, d: d}
+	lx, err := lex(sql, d, false)
+	if err != nil {
+		return nil, err
+	}
+	if d == Postgres {
+		toks, err := applyUEscape(lx.out)
+		if err != nil {
+			return nil, err
+		}
+		return [][]token{toks}, nil
+	}
+	readings := [][]token{lx.out}
+	if lx.sawGated {
+		old, err := lex(sql, d, true)
+		if err != nil {
+			return nil, err
+		}
+		readings = append(readings, old.out)
+	}
+	return readings, nil
+}
+
+// lex runs the lexer over sql; gatedAsComment reads versioned MySQL
+// executable comments as comments.
+func lex(sql string, d Dialect, gatedAsComment bool) (*lexer, error) {
+	lx := &lexer{src: sql, d: d, gatedAsComment: gatedAsComment}
 	for lx.i < len(lx.src) {
 		if err := lx.next(); err != nil {
 			return nil, err
+		}
+		if lx.inExec && lx.i > lx.execEnd {
+			// A string, quoted name or comment inside the executable
+			// comment ran past its first */: a server that reads the
+			// comment as a comment (its version gate, or a plain /*)
+			// ends it there and reads what follows as code.
+			return nil, fmt.Errorf("the /*! comment at offset %d ends inside a string, name or comment; its reading depends on the server", lx.execPos)
 		}
 	}
 	if lx.inExec {
 		return nil, fmt.Errorf("unterminated /*! comment at offset %d", lx.execPos)
 	}
-	if d == Postgres {
-		return applyUEscape(lx.out)
-	}
-	return lx.out, nil
+	return lx, nil
 }
 
 // lexer holds the state of one tokenize call.
@@ -115,9 +158,14 @@ type lexer struct {
 	d   Dialect
 	i   int
 	out []token
-	// inExec is set inside a MySQL /*! ... */ comment, whose content is code.
+	// inExec is set inside a MySQL /*! ... */ comment, whose content is
+	// code; execEnd is the offset of its first */, where it must end.
 	inExec  bool
 	execPos int
+	execEnd int
+	// gatedAsComment reads /*!NNNNN ... */ (a version gate) as a comment;
+	// sawGated records that the text has one.
+	gatedAsComment, sawGated bool
 }
 
 func (lx *lexer) peek(k int) byte {
@@ -144,6 +192,8 @@ func (lx *lexer) next() error {
 	case c == '*' && lx.peek(1) == '/' && lx.inExec:
 		lx.inExec = false
 		lx.i += 2
+	case c == ';' && lx.inExec:
+		return fmt.Errorf("a semicolon inside the /*! comment at offset %d", lx.execPos)
 	case c == '\'':
 		return lx.plainString(start, lx.i)
 	case c == '"':
@@ -204,24 +254,51 @@ func (lx *lexer) lineComment() {
 
 // blockComment skips a /* comment: nested in PostgreSQL, ended by the first
 // */ in SQLite and MySQL (a nested opening is refused in MySQL, whose rule
-// for it changed between versions). A MySQL /*! or /*M! comment holds code: its optional version
-// number is skipped and what follows is tokenized until the closing */.
+// for it changed between versions). A MySQL /*! or /*M! comment holds
+// code: its optional version number is skipped and what follows is
+// tokenized until the closing */, which must be its first */ (see lex);
+// with a version number the comment is read both ways (see
+// tokenizeReadings).
 func (lx *lexer) blockComment() error {
 	start := lx.i
 	if lx.d == MySQL && (lx.peek(2) == '!' || (lx.peek(2) == 'M' && lx.peek(3) == '!')) {
 		if lx.inExec {
 			return fmt.Errorf("nested /*! comment at offset %d", start)
 		}
+		end := strings.Index(lx.src[start+2:], "*/")
+		if end < 0 {
+			return fmt.Errorf("unterminated /*! comment at offset %d", start)
+		}
 		lx.i += 3
 		if lx.src[start+2] == 'M' {
 			lx.i++
 		}
+		digits := lx.i
 		for lx.i < len(lx.src) && isDigit(lx.src[lx.i]) {
 			lx.i++
 		}
-		lx.inExec, lx.execPos = true, start
+		// MySQL reads a five-digit version, MariaDB five or six; with
+		// any other count the two disagree on where the code starts.
+		switch n := lx.i - digits; {
+		case n == 0:
+		case n == 5 || n == 6:
+			lx.sawGated = true
+			if lx.gatedAsComment {
+				lx.i = start
+				return lx.plainComment(start)
+			}
+		default:
+			return fmt.Errorf("the /*! comment at offset %d has a %d-digit version number; MySQL reads 5 digits, MariaDB 5 or 6", start, n)
+		}
+		lx.inExec, lx.execPos, lx.execEnd = true, start, start+2+end
 		return nil
 	}
+	return lx.plainComment(start)
+}
+
+// plainComment skips the /* comment at start: nested in PostgreSQL,
+// ended by the first */ elsewhere.
+func (lx *lexer) plainComment(start int) error {
 	if lx.d == Postgres {
 		depth := 0
 		for j := start; j+1 < len(lx.src); j++ {

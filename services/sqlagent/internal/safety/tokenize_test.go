@@ -139,6 +139,14 @@ func TestTokenizeRefusesWhatItCannotRead(t *testing.T) {
 		{"mysql backslash before double quote", `SELECT "a\"b"`, MySQL, "ambiguous"},
 		{"mysql unterminated executable comment", "SELECT 1 /*! , 2", MySQL, "unterminated /*!"},
 		{"mysql nested comment", "SELECT 1 /* a /* b */ c */", MySQL, "nested"},
+		// MariaDB "Comment Syntax": a version gate is 5 or 6 digits, and an
+		// executable comment ends at its first */ when read as a comment.
+		{"mysql seven-digit version", "SELECT 1 /*!1000000 , 2 */", MySQL, "7-digit version"},
+		{"mysql four-digit version", "SELECT 1 /*!5000 , 2 */", MySQL, "4-digit version"},
+		{"mysql string across the end of an executable comment", "SELECT 1 /*!50000 'x */, SLEEP(1), '*/", MySQL, "ends inside"},
+		{"mysql line comment across the end of an executable comment", "SELECT 1 /*! # */ , SLEEP(1)\n */", MySQL, "ends inside"},
+		{"mysql comment inside an executable comment", "SELECT 1 /*! 1 /* x */ + 1 */", MySQL, "ends inside"},
+		{"mysql semicolon in an executable comment", "SELECT 1 /*! ; */", MySQL, "semicolon"},
 		{"vertical tab", "SELECT\v1", SQLite, "control character"},
 		{"nul byte", "SELECT 1\x00", Postgres, "control character"},
 		{"invalid utf-8", "SELECT '\xff'", SQLite, "UTF-8"},
