@@ -4,6 +4,9 @@ go 1.26.0
 
 require (
 	github.com/agentmesh/agentmesh/libs v0.0.0
+	// Tests only: the OpenAI-compatible API's tests start the real model
+	// gateway in-process.
+	github.com/agentmesh/agentmesh/services/modelgateway v0.0.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
@@ -54,3 +57,5 @@ require (
 )
 
 replace github.com/agentmesh/agentmesh/libs => ../libs
+
+replace github.com/agentmesh/agentmesh/services/modelgateway => ../services/modelgateway

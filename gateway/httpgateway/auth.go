@@ -155,11 +155,21 @@ func presentedKey(r *http.Request) (key string, named bool) {
 	return "", false
 }
 
+// statusWriter answers a request with an HTTP status and a gRPC status:
+// writeStatus in the gateway's {code, message, details} shape, or another
+// API's error shape on its routes.
+type statusWriter func(w http.ResponseWriter, httpStatus int, st *status.Status)
+
 // authenticate resolves the request's principal and stores it in the
 // request context; without one it answers 401. The credentials are removed
 // from the request so they never travel on to the services (grpc-gateway
 // would forward Authorization as metadata) nor reach a log.
 func (g *gateway) authenticate(next http.Handler) http.Handler {
+	return g.authenticateAs(writeStatus, next)
+}
+
+// authenticateAs is authenticate answering failures with fail.
+func (g *gateway) authenticateAs(fail statusWriter, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var p principal
 		if g.keys.open() {
@@ -169,18 +179,18 @@ func (g *gateway) authenticate(next http.Handler) http.Handler {
 				p.tenant = defaultTenant
 			}
 			if err := grpcx.ValidScopeID(p.tenant); err != nil {
-				writeStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, tenantHeader+" "+err.Error()))
+				fail(w, http.StatusBadRequest, status.New(codes.InvalidArgument, tenantHeader+" "+err.Error()))
 				return
 			}
 			if p.project != "" {
 				if err := grpcx.ValidScopeID(p.project); err != nil {
-					writeStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, projectHeader+" "+err.Error()))
+					fail(w, http.StatusBadRequest, status.New(codes.InvalidArgument, projectHeader+" "+err.Error()))
 					return
 				}
 			}
 			if p.caller != "" {
 				if err := validCaller(p.caller); err != nil {
-					writeStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, callerHeader+" "+err.Error()))
+					fail(w, http.StatusBadRequest, status.New(codes.InvalidArgument, callerHeader+" "+err.Error()))
 					return
 				}
 			}
@@ -193,7 +203,7 @@ func (g *gateway) authenticate(next http.Handler) http.Handler {
 				if key != "" || named {
 					msg = "invalid API key"
 				}
-				writeStatus(w, http.StatusUnauthorized, status.New(codes.Unauthenticated, msg))
+				fail(w, http.StatusUnauthorized, status.New(codes.Unauthenticated, msg))
 				return
 			}
 			p = found

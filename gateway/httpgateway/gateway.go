@@ -33,6 +33,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 
+	"github.com/agentmesh/agentmesh/gateway/openaiapi"
 	"github.com/agentmesh/agentmesh/gateway/openapi"
 	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
@@ -100,6 +101,11 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 		root.Handle("GET /metrics", g.authenticate(metrics))
 	}
 	root.Handle("/", api)
+	openai, err := g.openAIHandler()
+	if err != nil {
+		return nil, err
+	}
+	root.Handle(openaiapi.Prefix+"/", openai)
 	return g.observe(g.recoverPanics(g.cors(root))), nil
 }
 

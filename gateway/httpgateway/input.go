@@ -31,6 +31,11 @@ import (
 // and is lifted before the handler runs, and responses have no write
 // deadline.
 func (g *gateway) readBody(next http.Handler) http.Handler {
+	return g.readBodyAs(writeStatus, next)
+}
+
+// readBodyAs is readBody answering failures with fail.
+func (g *gateway) readBodyAs(fail statusWriter, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
@@ -38,7 +43,7 @@ func (g *gateway) readBody(next http.Handler) http.Handler {
 		}
 		if r.ContentLength > g.cfg.MaxBodyBytes {
 			w.Header().Set("Connection", "close")
-			writeStatus(w, http.StatusRequestEntityTooLarge, status.Newf(codes.InvalidArgument, "request body is larger than %d bytes", g.cfg.MaxBodyBytes))
+			fail(w, http.StatusRequestEntityTooLarge, status.Newf(codes.InvalidArgument, "request body is larger than %d bytes", g.cfg.MaxBodyBytes))
 			return
 		}
 		rc := http.NewResponseController(w)
@@ -53,11 +58,11 @@ func (g *gateway) readBody(next http.Handler) http.Handler {
 			var ne net.Error
 			switch {
 			case errors.As(err, &tooLarge):
-				writeStatus(w, http.StatusRequestEntityTooLarge, status.Newf(codes.InvalidArgument, "request body is larger than %d bytes", g.cfg.MaxBodyBytes))
+				fail(w, http.StatusRequestEntityTooLarge, status.Newf(codes.InvalidArgument, "request body is larger than %d bytes", g.cfg.MaxBodyBytes))
 			case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-				writeStatus(w, http.StatusRequestTimeout, status.Newf(codes.DeadlineExceeded, "request body not received within %s", g.cfg.BodyTimeout))
+				fail(w, http.StatusRequestTimeout, status.Newf(codes.DeadlineExceeded, "request body not received within %s", g.cfg.BodyTimeout))
 			default:
-				writeStatus(w, http.StatusBadRequest, status.Newf(codes.InvalidArgument, "reading the request body: %v", err))
+				fail(w, http.StatusBadRequest, status.Newf(codes.InvalidArgument, "reading the request body: %v", err))
 			}
 			return
 		}

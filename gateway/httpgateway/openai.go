@@ -1,0 +1,32 @@
+package httpgateway
+
+import (
+	"fmt"
+	"net/http"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/agentmesh/agentmesh/gateway/openaiapi"
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+)
+
+// openAIHandler serves the OpenAI-compatible API under openaiapi.Prefix,
+// behind the same API keys and body limits as the rest of the gateway but
+// answering their failures as OpenAI error objects, which OpenAI's SDKs
+// parse. The SDKs send their key as Authorization: Bearer, which
+// authentication takes (X-API-Key, when present, still wins).
+func (g *gateway) openAIHandler() (http.Handler, error) {
+	h, err := openaiapi.New(openaiapi.Options{
+		Client: modelv1.NewModelServiceClient(g.backends.Model),
+		Caller: func(r *http.Request) (openaiapi.Caller, bool) {
+			p, ok := principalFrom(r.Context())
+			return openaiapi.Caller{Tenant: p.tenant, Key: p.caller}, ok
+		},
+		Metadata: func(r *http.Request) metadata.MD { return requestMetadata(r.Context(), r) },
+		Log:      g.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("httpgateway: %w", err)
+	}
+	return g.authenticateAs(openaiapi.WriteStatus, g.readBodyAs(openaiapi.WriteStatus, h)), nil
+}

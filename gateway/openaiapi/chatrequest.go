@@ -1,0 +1,518 @@
+package openaiapi
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+)
+
+// chatRequest is a decoded POST /chat/completions body.
+type chatRequest struct {
+	req          *modelv1.ChatRequest
+	stream       bool
+	includeUsage bool
+}
+
+// decodeChat turns an OpenAI chat completion request into a ChatRequest.
+// What ModelService's contract checks (ranges, counts, tool names) is left
+// to it, and its errors are renamed to these parameters (openAIParam); here
+// are the checks only this format needs: types, the shapes OpenAI allows,
+// and what the mesh cannot do (n > 1, logprobs, remote image URLs, audio
+// and file parts), refused rather than silently dropped.
+func decodeChat(body []byte) (*chatRequest, error) {
+	o, err := parseObject(body, "")
+	if err != nil {
+		return nil, err
+	}
+	out := &chatRequest{req: &modelv1.ChatRequest{}}
+	r := out.req
+	model, ok, err := o.str("model")
+	if err != nil {
+		return nil, err
+	}
+	if !ok || model == "" {
+		return nil, badParam("model", "is required")
+	}
+	r.Model = model
+
+	msgs, ok, err := o.array("messages")
+	if err != nil {
+		return nil, err
+	}
+	if !ok || len(msgs) == 0 {
+		return nil, badParam("messages", "is required and must hold at least one message")
+	}
+	for i, raw := range msgs {
+		m, err := decodeMessage(raw, o.index("messages", i))
+		if err != nil {
+			return nil, err
+		}
+		r.Messages = append(r.Messages, m)
+	}
+
+	if err := decodeTools(o, r); err != nil {
+		return nil, err
+	}
+	if r.ResponseFormat, err = decodeResponseFormat(o); err != nil {
+		return nil, err
+	}
+	if r.Options, err = decodeOptions(o); err != nil {
+		return nil, err
+	}
+	if r.Thinking, err = decodeReasoningEffort(o); err != nil {
+		return nil, err
+	}
+	if n, err := o.integer("n"); err != nil {
+		return nil, err
+	} else if n != nil && *n != 1 {
+		return nil, badParam("n", "only 1 choice per request is supported")
+	}
+	for _, legacy := range []string{"functions", "function_call"} {
+		if o.has(legacy) {
+			// Dropping them would leave a caller's functions unseen.
+			return nil, badParam(legacy, "the deprecated %s parameter is not supported: use tools and tool_choice", legacy)
+		}
+	}
+	if lp, _, err := o.boolean("logprobs"); err != nil {
+		return nil, err
+	} else if lp {
+		return nil, badParam("logprobs", "log probabilities are not supported")
+	}
+	if _, _, err := o.str("user"); err != nil {
+		return nil, err
+	}
+	if _, _, err := o.boolean("parallel_tool_calls"); err != nil {
+		return nil, err
+	}
+	if out.stream, _, err = o.boolean("stream"); err != nil {
+		return nil, err
+	}
+	so, ok, err := o.object("stream_options")
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		if out.includeUsage, _, err = so.boolean("include_usage"); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// decodeMessage reads one message at param.
+func decodeMessage(raw json.RawMessage, param string) (*modelv1.Message, error) {
+	o, err := parseObject(raw, param)
+	if err != nil {
+		return nil, err
+	}
+	role, ok, err := o.str("role")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, badParam(o.path("role"), "is required")
+	}
+	m := &modelv1.Message{}
+	switch role {
+	case "system", "developer":
+		// developer is what OpenAI's reasoning models call the system role.
+		m.Role = modelv1.Role_ROLE_SYSTEM
+	case "user":
+		m.Role = modelv1.Role_ROLE_USER
+	case "assistant":
+		m.Role = modelv1.Role_ROLE_ASSISTANT
+	case "tool":
+		m.Role = modelv1.Role_ROLE_TOOL
+	default:
+		return nil, badParam(o.path("role"), "must be one of system, developer, user, assistant, tool, got %q", role)
+	}
+	if err := decodeContent(o, m); err != nil {
+		return nil, err
+	}
+	switch m.Role {
+	case modelv1.Role_ROLE_ASSISTANT:
+		// DeepSeek's thinking models need a turn's chain of thought sent
+		// back after its tool calls; clients of its OpenAI-style API do so
+		// in reasoning_content.
+		if m.Reasoning, _, err = o.str("reasoning_content"); err != nil {
+			return nil, err
+		}
+		calls, _, err := o.array("tool_calls")
+		if err != nil {
+			return nil, err
+		}
+		for j, c := range calls {
+			tc, err := decodeToolCall(c, o.index("tool_calls", j))
+			if err != nil {
+				return nil, err
+			}
+			m.ToolCalls = append(m.ToolCalls, tc)
+		}
+	case modelv1.Role_ROLE_TOOL:
+		id, ok, err := o.str("tool_call_id")
+		if err != nil {
+			return nil, err
+		}
+		if !ok || id == "" {
+			return nil, badParam(o.path("tool_call_id"), "is required for a tool message")
+		}
+		m.ToolCallId = id
+	}
+	return m, nil
+}
+
+// decodeContent reads content: a string, or an array of parts. User
+// messages may carry text and image_url parts; the others text only.
+func decodeContent(o object, m *modelv1.Message) error {
+	raw, ok := o.raw("content")
+	if !ok {
+		if m.Role == modelv1.Role_ROLE_ASSISTANT {
+			return nil // an assistant turn that only called tools
+		}
+		return badParam(o.path("content"), "is required")
+	}
+	switch jsonKind(raw) {
+	case "string":
+		s, _, err := o.str("content")
+		m.Content = s
+		return err
+	case "array":
+	default:
+		return badParam(o.path("content"), "want a string or an array of content parts, got %s", jsonKind(raw))
+	}
+	parts, _, err := o.array("content")
+	if err != nil {
+		return err
+	}
+	var text []string
+	for j, raw := range parts {
+		p, err := parseObject(raw, o.index("content", j))
+		if err != nil {
+			return err
+		}
+		typ, _, err := p.str("type")
+		if err != nil {
+			return err
+		}
+		switch typ {
+		case "text":
+			t, ok, err := p.str("text")
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return badParam(p.path("text"), "is required for a text part")
+			}
+			text = append(text, t)
+		case "image_url":
+			if m.Role != modelv1.Role_ROLE_USER {
+				return badParam(p.path("type"), "image parts are allowed in user messages only")
+			}
+			img, err := decodeImage(p)
+			if err != nil {
+				return err
+			}
+			m.Images = append(m.Images, img)
+		case "refusal":
+			// An assistant turn's refusal, sent back as history: its text.
+			t, _, err := p.str("refusal")
+			if err != nil {
+				return err
+			}
+			text = append(text, t)
+		case "":
+			return badParam(p.path("type"), "is required")
+		default:
+			return badParam(p.path("type"), "content parts of type %q are not supported (text and image_url are)", typ)
+		}
+	}
+	// Parts join as the providers' OpenAI-style APIs join them for models
+	// that take one text per message.
+	m.Content = strings.Join(text, "\n")
+	return nil
+}
+
+// decodeImage reads an image_url part. Only data URLs are taken: the
+// gateway does not fetch URLs on a caller's behalf (that would let any
+// key make it reach any address it can).
+func decodeImage(p object) (*modelv1.ImagePart, error) {
+	iu, ok, err := p.object("image_url")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, badParam(p.path("image_url"), "is required for an image_url part")
+	}
+	url, ok, err := iu.str("url")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, badParam(iu.path("url"), "is required")
+	}
+	if _, _, err := iu.str("detail"); err != nil {
+		return nil, err
+	}
+	rest, isData := strings.CutPrefix(url, "data:")
+	meta, data, hasComma := strings.Cut(rest, ",")
+	mime, isBase64 := strings.CutSuffix(meta, ";base64")
+	if !isData || !hasComma || !isBase64 {
+		return nil, badParam(iu.path("url"), "must be a base64 data URL (data:image/png;base64,...): the gateway does not fetch remote images")
+	}
+	if !strings.HasPrefix(mime, "image/") {
+		return nil, badParam(iu.path("url"), "data URL media type %q is not an image/ type", mime)
+	}
+	b, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		return nil, badParam(iu.path("url"), "data URL is not valid base64: %v", err)
+	}
+	if len(b) == 0 {
+		return nil, badParam(iu.path("url"), "data URL holds no image")
+	}
+	return &modelv1.ImagePart{Data: b, MimeType: mime}, nil
+}
+
+// decodeToolCall reads an assistant turn's tool call, sent back as history.
+func decodeToolCall(raw json.RawMessage, param string) (*modelv1.ToolCall, error) {
+	o, err := parseObject(raw, param)
+	if err != nil {
+		return nil, err
+	}
+	if typ, ok, err := o.str("type"); err != nil {
+		return nil, err
+	} else if ok && typ != "function" {
+		return nil, badParam(o.path("type"), "only function tool calls are supported, got %q", typ)
+	}
+	id, _, err := o.str("id")
+	if err != nil {
+		return nil, err
+	}
+	fn, ok, err := o.object("function")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, badParam(o.path("function"), "is required")
+	}
+	name, ok, err := fn.str("name")
+	if err != nil {
+		return nil, err
+	}
+	if !ok || name == "" {
+		return nil, badParam(fn.path("name"), "is required")
+	}
+	args, _, err := fn.str("arguments")
+	if err != nil {
+		return nil, err
+	}
+	return &modelv1.ToolCall{Id: id, Name: name, ArgumentsJson: args}, nil
+}
+
+// decodeTools reads tools and tool_choice.
+func decodeTools(o object, r *modelv1.ChatRequest) error {
+	tools, _, err := o.array("tools")
+	if err != nil {
+		return err
+	}
+	for i, raw := range tools {
+		t, err := parseObject(raw, o.index("tools", i))
+		if err != nil {
+			return err
+		}
+		if typ, _, err := t.str("type"); err != nil {
+			return err
+		} else if typ != "function" {
+			return badParam(t.path("type"), "only function tools are supported, got %q", typ)
+		}
+		fn, ok, err := t.object("function")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return badParam(t.path("function"), "is required")
+		}
+		name, ok, err := fn.str("name")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return badParam(fn.path("name"), "is required")
+		}
+		desc, _, err := fn.str("description")
+		if err != nil {
+			return err
+		}
+		if _, _, err := fn.boolean("strict"); err != nil {
+			return err
+		}
+		tool := &modelv1.Tool{Name: name, Description: desc}
+		if params, ok := fn.raw("parameters"); ok {
+			if jsonKind(params) != "object" {
+				return badParam(fn.path("parameters"), "want a JSON schema object, got %s", jsonKind(params))
+			}
+			tool.ParametersJsonSchema = string(params)
+		}
+		r.Tools = append(r.Tools, tool)
+	}
+
+	raw, ok := o.raw("tool_choice")
+	if !ok {
+		return nil
+	}
+	tc := &modelv1.ToolChoice{}
+	switch jsonKind(raw) {
+	case "string":
+		s, _, _ := o.str("tool_choice")
+		switch s {
+		case "auto":
+			tc.Mode = modelv1.ToolChoiceMode_TOOL_CHOICE_MODE_AUTO
+		case "none":
+			tc.Mode = modelv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE
+		case "required":
+			tc.Mode = modelv1.ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED
+		default:
+			return badParam("tool_choice", "must be auto, none, required or {\"type\": \"function\", \"function\": {\"name\": ...}}, got %q", s)
+		}
+	case "object":
+		c, _, err := o.object("tool_choice")
+		if err != nil {
+			return err
+		}
+		if typ, _, err := c.str("type"); err != nil {
+			return err
+		} else if typ != "function" {
+			return badParam(c.path("type"), "only function tool choices are supported, got %q", typ)
+		}
+		fn, ok, err := c.object("function")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return badParam(c.path("function"), "is required")
+		}
+		name, ok, err := fn.str("name")
+		if err != nil {
+			return err
+		}
+		if !ok || name == "" {
+			return badParam(fn.path("name"), "is required")
+		}
+		tc.Mode, tc.Name = modelv1.ToolChoiceMode_TOOL_CHOICE_MODE_NAMED, name
+	default:
+		return badParam("tool_choice", "want a string or an object, got %s", jsonKind(raw))
+	}
+	r.ToolChoice = tc
+	return nil
+}
+
+// decodeResponseFormat reads response_format. The model gateway validates
+// a json_schema answer against the schema for every provider, whether or
+// not the provider enforces it natively ("strict" asks for no more).
+func decodeResponseFormat(o object) (*modelv1.ResponseFormat, error) {
+	rf, ok, err := o.object("response_format")
+	if err != nil || !ok {
+		return nil, err
+	}
+	typ, _, err := rf.str("type")
+	if err != nil {
+		return nil, err
+	}
+	switch typ {
+	case "text":
+		return &modelv1.ResponseFormat{Type: modelv1.ResponseFormatType_RESPONSE_FORMAT_TYPE_TEXT}, nil
+	case "json_object":
+		return &modelv1.ResponseFormat{Type: modelv1.ResponseFormatType_RESPONSE_FORMAT_TYPE_JSON_OBJECT}, nil
+	case "json_schema":
+	default:
+		return nil, badParam(rf.path("type"), "must be text, json_object or json_schema, got %q", typ)
+	}
+	js, ok, err := rf.object("json_schema")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, badParam(rf.path("json_schema"), "is required for type json_schema")
+	}
+	name, ok, err := js.str("name")
+	if err != nil {
+		return nil, err
+	}
+	if !ok || name == "" {
+		return nil, badParam(js.path("name"), "is required")
+	}
+	if _, _, err := js.str("description"); err != nil {
+		return nil, err
+	}
+	if _, _, err := js.boolean("strict"); err != nil {
+		return nil, err
+	}
+	schema, ok := js.raw("schema")
+	if !ok {
+		return nil, badParam(js.path("schema"), "is required")
+	}
+	if jsonKind(schema) != "object" {
+		return nil, badParam(js.path("schema"), "want a JSON schema object, got %s", jsonKind(schema))
+	}
+	return &modelv1.ResponseFormat{Type: modelv1.ResponseFormatType_RESPONSE_FORMAT_TYPE_JSON_SCHEMA,
+		JsonSchema: string(schema), SchemaName: name}, nil
+}
+
+// decodeOptions reads the sampling parameters. Their ranges are
+// ModelService's to check.
+func decodeOptions(o object) (*modelv1.GenerationOptions, error) {
+	opts := &modelv1.GenerationOptions{}
+	var err error
+	if opts.Temperature, err = o.number("temperature"); err != nil {
+		return nil, err
+	}
+	if opts.TopP, err = o.number("top_p"); err != nil {
+		return nil, err
+	}
+	// max_completion_tokens replaced max_tokens in OpenAI's API; a client
+	// may send either, and the newer one wins when both are set.
+	for _, name := range []string{"max_tokens", "max_completion_tokens"} {
+		n, err := o.integer(name)
+		if err != nil {
+			return nil, err
+		}
+		if n != nil {
+			if *n < 1 || *n > 1<<20 {
+				return nil, badParam(name, "must be between 1 and 1048576, got %d", *n)
+			}
+			v := int32(*n)
+			opts.MaxTokens = &v
+		}
+	}
+	if opts.Seed, err = o.integer("seed"); err != nil {
+		return nil, err
+	}
+	if opts.Stop, _, err = o.strings("stop", ""); err != nil {
+		return nil, err
+	}
+	if opts.Temperature == nil && opts.TopP == nil && opts.MaxTokens == nil && opts.Seed == nil && len(opts.Stop) == 0 {
+		return nil, nil
+	}
+	return opts, nil
+}
+
+// decodeReasoningEffort reads reasoning_effort: none turns thinking off,
+// the others turn it on at that effort (minimal as low: the mesh's
+// providers know three levels).
+func decodeReasoningEffort(o object) (*modelv1.ThinkingOptions, error) {
+	effort, ok, err := o.str("reasoning_effort")
+	if err != nil || !ok {
+		return nil, err
+	}
+	on, off := true, false
+	switch effort {
+	case "none":
+		return &modelv1.ThinkingOptions{Enabled: &off}, nil
+	case "minimal":
+		return &modelv1.ThinkingOptions{Enabled: &on, Effort: "low"}, nil
+	case "low", "medium", "high":
+		return &modelv1.ThinkingOptions{Enabled: &on, Effort: effort}, nil
+	}
+	return nil, badParam("reasoning_effort", "must be none, minimal, low, medium or high, got %q", effort)
+}

@@ -1,0 +1,165 @@
+// Package openaiapi serves OpenAI's HTTP API for chat completions,
+// embeddings and models in front of ModelService, so that OpenAI's SDKs
+// and the tools built on them (LangChain, LlamaIndex, agent frameworks)
+// reach the mesh's logical models with only their base URL and API key
+// changed:
+//
+//	POST /openai/v1/chat/completions   unary, or stream: true as SSE chunks ending in data: [DONE]
+//	POST /openai/v1/embeddings         float or base64 vectors
+//	GET  /openai/v1/models             the logical models, as model ids
+//	GET  /openai/v1/models/{model}
+//	GET  /openai/v1/usage              this replica's token usage of the caller's tenant, by key and model
+//
+// Requests are read field by field: unknown fields are ignored (OpenAI
+// clients send many), a known field of the wrong type is a 400 naming it,
+// and what the mesh cannot do (several choices, log probabilities, remote
+// image URLs) is refused rather than dropped. The README's conformance
+// table lists every field. Failures are OpenAI error objects with the
+// matching HTTP status, and Retry-After when the provider gave one.
+//
+// The gateway authenticates requests before they reach this handler (an
+// OpenAI SDK sends its key as Authorization: Bearer); Options.Caller tells
+// the handler who asked, for usage metering.
+package openaiapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+)
+
+// Prefix is the path under which the API is served. It sits beside the
+// gateway's own routes without colliding with any, and OpenAI clients take
+// it as their base URL: http://host:8080/openai/v1.
+const Prefix = "/openai/v1"
+
+// Caller is who made a request, as the gateway authenticated it.
+type Caller struct {
+	// Tenant is the API key's tenant.
+	Tenant string
+	// Key names the key: its configured caller name, or "key-" and 8 hex
+	// digits of its SHA-256; empty in the gateway's open development mode
+	// when the request names no caller.
+	Key string
+}
+
+// Options configure a Handler.
+type Options struct {
+	// Client reaches ModelService. Required.
+	Client modelv1.ModelServiceClient
+	// Caller returns the authenticated caller of a request. Required.
+	Caller func(*http.Request) (Caller, bool)
+	// Metadata, if set, returns the gRPC metadata a request forwards to
+	// ModelService (scope, request id).
+	Metadata func(*http.Request) metadata.MD
+	// MeterProvider receives the usage counters; nil uses the global one.
+	MeterProvider metric.MeterProvider
+	// Log receives failures on the server's side; nil discards them.
+	Log *slog.Logger
+}
+
+// Handler serves the API. It is safe for concurrent use.
+type Handler struct {
+	opts    Options
+	mux     *http.ServeMux
+	usage   *ledger
+	started time.Time
+}
+
+// New returns a Handler serving the routes under Prefix. It fails when a
+// required option is missing or the counters cannot be created.
+func New(opts Options) (*Handler, error) {
+	if opts.Client == nil || opts.Caller == nil {
+		return nil, errors.New("openaiapi: Client and Caller are required")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.MeterProvider == nil {
+		opts.MeterProvider = otel.GetMeterProvider()
+	}
+	usage, err := newLedger(opts.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{opts: opts, usage: usage, started: time.Now()}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+Prefix+"/chat/completions", h.chat)
+	mux.HandleFunc("POST "+Prefix+"/embeddings", h.embeddings)
+	mux.HandleFunc("GET "+Prefix+"/models", h.models)
+	mux.HandleFunc("GET "+Prefix+"/models/{model}", h.model)
+	mux.HandleFunc("GET "+Prefix+"/usage", h.usageReport)
+	mux.HandleFunc("/", h.notFound)
+	h.mux = mux
+	return h, nil
+}
+
+// ServeHTTP serves one request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mux.ServeHTTP(w, r)
+}
+
+// notFound answers paths and methods the API does not have, in its error
+// shape (a ServeMux would answer in plain text).
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotFound, failure{body: apiError{
+		Message: "unknown route " + r.Method + " " + r.URL.Path + " (this gateway serves chat/completions, embeddings, models and usage under " + Prefix + ")",
+		Type:    "invalid_request_error", Code: strPtr("unknown_url"),
+	}})
+}
+
+// outgoing returns the context of the ModelService call: the request's,
+// with the gateway's metadata.
+func (h *Handler) outgoing(r *http.Request) context.Context {
+	if h.opts.Metadata == nil {
+		return r.Context()
+	}
+	return metadata.NewOutgoingContext(r.Context(), h.opts.Metadata(r))
+}
+
+// caller returns the request's caller; the gateway authenticated it, so
+// its absence is a wiring error.
+func (h *Handler) caller(r *http.Request) Caller {
+	c, ok := h.opts.Caller(r)
+	if !ok {
+		return Caller{Tenant: "unknown"}
+	}
+	return c
+}
+
+// fail answers err (a paramError or a ModelService status) and logs what
+// went wrong on the server's side.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	f := failureOf(err)
+	if f.status >= 500 {
+		h.opts.Log.WarnContext(r.Context(), "openai api request failed", "path", r.URL.Path, "http_status", f.status,
+			"code", status.Code(err).String(), "error", err.Error())
+	}
+	writeError(w, f.status, f)
+}
+
+// readBody returns the request body; the gateway has already read it
+// whole within its size and time limits.
+func readBody(r *http.Request) ([]byte, error) {
+	if r.Body == nil {
+		return nil, badParam("body", "a JSON object is required")
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, badParam("body", "reading it: %v", err)
+	}
+	if len(b) == 0 {
+		return nil, badParam("body", "a JSON object is required")
+	}
+	return b, nil
+}

@@ -1,0 +1,182 @@
+package openaiapi
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+)
+
+// chunk is a chat.completion.chunk object. Usage is absent unless the
+// request set stream_options.include_usage; then it is null on every
+// chunk but the last, which carries it with no choices.
+type chunk struct {
+	ID                string        `json:"id"`
+	Object            string        `json:"object"`
+	Created           int64         `json:"created"`
+	Model             string        `json:"model"`
+	SystemFingerprint *string       `json:"system_fingerprint"`
+	Choices           []chunkChoice `json:"choices"`
+	Usage             any           `json:"usage,omitempty"`
+}
+
+type chunkChoice struct {
+	Index        int       `json:"index"`
+	Delta        delta     `json:"delta"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+type delta struct {
+	Role             string     `json:"role,omitempty"`
+	Content          *string    `json:"content,omitempty"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
+}
+
+// nullUsage is the usage of every chunk but the last when usage is asked for.
+var nullUsage = json.RawMessage("null")
+
+// chunkWriter writes one stream's events.
+type chunkWriter struct {
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	base  chunk
+	buf   []byte
+	role  bool // the role has been sent (in the first delta)
+	calls int  // tool calls sent, the next one's index
+	// caller is who asked, for the usage ledger.
+	caller Caller
+}
+
+// write sends c as one event and flushes it.
+func (cw *chunkWriter) write(c *chunk) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return cw.event(b)
+}
+
+// event sends data as one event and flushes it.
+func (cw *chunkWriter) event(data []byte) error {
+	cw.buf = append(append(append(cw.buf[:0], "data: "...), data...), "\n\n"...)
+	if _, err := cw.w.Write(cw.buf); err != nil {
+		return err
+	}
+	return cw.rc.Flush()
+}
+
+// delta sends one delta; the first carries the role, as OpenAI's first
+// chunk does.
+func (cw *chunkWriter) delta(d delta, finish *string) error {
+	if !cw.role {
+		d.Role, cw.role = "assistant", true
+	}
+	c := cw.base
+	c.Choices = []chunkChoice{{Index: 0, Delta: d, FinishReason: finish}}
+	return cw.write(&c)
+}
+
+// chatStream serves a chat completion with stream: true. It waits for the
+// first chunk before answering, so that a request that fails at once
+// (unknown model, no provider, rate limited) gets its HTTP status and
+// Retry-After like a unary one; after that, a failure is an event holding
+// an error object, which OpenAI's SDKs raise, and no [DONE].
+func (h *Handler) chatStream(w http.ResponseWriter, r *http.Request, cr *chatRequest) {
+	st, err := h.opts.Client.ChatStream(h.outgoing(r), &modelv1.ChatStreamRequest{Request: cr.req})
+	var first *modelv1.ChatStreamResponse
+	if err == nil {
+		first, err = st.Recv()
+		if errors.Is(err, io.EOF) {
+			err = status.Error(codes.Internal, "the model stream ended before its first chunk")
+		}
+	}
+	if err != nil {
+		h.count(r, "chat_stream", err)
+		h.fail(w, r, err)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("X-Accel-Buffering", "no") // proxies must not hold chunks back
+	w.WriteHeader(http.StatusOK)
+
+	cw := &chunkWriter{w: w, rc: http.NewResponseController(w), buf: make([]byte, 0, 512), caller: h.caller(r),
+		base: chunk{ID: completionID(), Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: cr.req.GetModel()}}
+	if cr.includeUsage {
+		cw.base.Usage = nullUsage
+	}
+	err = h.relay(cw, st, first, cr)
+	h.count(r, "chat_stream", err)
+	if err == nil || r.Context().Err() != nil {
+		return // done, or the client left: nobody reads an error
+	}
+	f := failureOf(err)
+	if f.status >= 500 {
+		h.opts.Log.WarnContext(r.Context(), "openai api stream failed", "path", r.URL.Path, "code", status.Code(err).String(), "error", err.Error())
+	}
+	b, _ := json.Marshal(errorBody{Error: f.body})
+	_ = cw.event(b)
+}
+
+// relay turns ModelService chunks into OpenAI chunks until the stream's
+// end, then sends usage (when asked for) and [DONE].
+func (h *Handler) relay(cw *chunkWriter, st interface {
+	Recv() (*modelv1.ChatStreamResponse, error)
+}, m *modelv1.ChatStreamResponse, cr *chatRequest) error {
+	for {
+		var err error
+		switch c := m.GetChunk().(type) {
+		case *modelv1.ChatStreamResponse_ContentDelta:
+			err = cw.delta(delta{Content: &c.ContentDelta}, nil)
+		case *modelv1.ChatStreamResponse_ReasoningDelta:
+			err = cw.delta(delta{ReasoningContent: &c.ReasoningDelta}, nil)
+		case *modelv1.ChatStreamResponse_ToolCall:
+			// ModelService assembles each call from the provider's
+			// fragments; it goes out whole, as one delta with its index.
+			i := cw.calls
+			cw.calls++
+			tc := c.ToolCall
+			err = cw.delta(delta{ToolCalls: []toolCall{{Index: &i, ID: tc.GetId(), Type: "function",
+				Function: functionCall{Name: tc.GetName(), Arguments: tc.GetArgumentsJson()}}}}, nil)
+		case *modelv1.ChatStreamResponse_End:
+			return h.finish(cw, c.End, cr)
+		}
+		if err != nil {
+			return err
+		}
+		if m, err = st.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = status.Error(codes.Unavailable, "the model stream ended without its last chunk")
+			}
+			return err
+		}
+	}
+}
+
+// finish sends the chunk with the finish reason, the usage chunk when the
+// request asked for it, and [DONE].
+func (h *Handler) finish(cw *chunkWriter, end *modelv1.StreamEnd, cr *chatRequest) error {
+	h.usage.add(cw.caller, cr.req.GetModel(), end.GetUsage())
+	reason := finishReason(end.GetFinishReason())
+	if err := cw.delta(delta{}, &reason); err != nil {
+		return err
+	}
+	if cr.includeUsage {
+		c := cw.base
+		c.Choices = []chunkChoice{}
+		c.Usage = usageOf(end.GetUsage())
+		if err := cw.write(&c); err != nil {
+			return err
+		}
+	}
+	return cw.event([]byte("[DONE]"))
+}

@@ -1,0 +1,135 @@
+package openaiapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/agentmesh/agentmesh/gateway/httpgateway/httpgatewaytest"
+	"github.com/agentmesh/agentmesh/gateway/openaiapi"
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
+)
+
+type usageRow struct {
+	Key              string `json:"key"`
+	Model            string `json:"model"`
+	Requests         int64  `json:"requests"`
+	PromptTokens     int64  `json:"prompt_tokens"`
+	CompletionTokens int64  `json:"completion_tokens"`
+	ReasoningTokens  int64  `json:"reasoning_tokens"`
+	TotalTokens      int64  `json:"total_tokens"`
+}
+
+// Usage is metered per API key and tenant: GET /usage shows a tenant its
+// own keys' rows, streamed calls included, and nobody else's.
+func TestUsageByKeyAndTenant(t *testing.T) {
+	t.Parallel()
+	m := startMesh(t)
+	m.sim.When(providersim.Match{LastUserContains: "usage marker"}).Text("counted").
+		Usage(providersim.Usage{PromptTokens: 10, CompletionTokens: 4, ReasoningTokens: 1})
+	chat := `{"model": "chat", "messages": [{"role": "user", "content": "usage marker"}]}`
+	stream := `{"model": "chat", "stream": true, "messages": [{"role": "user", "content": "usage marker"}]}`
+	for _, call := range []struct{ key, body string }{
+		{aliceKey, chat}, {aliceKey, stream}, {bobKey, chat}, {carolKey, chat},
+		{aliceKey, `{"model": "gpt-9", "messages": [{"role": "user", "content": "usage marker"}]}`}, // fails: not counted
+	} {
+		resp, body := post(t, m.base+"/chat/completions", call.key, call.body)
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+	}
+	report := func(key string) (string, []usageRow) {
+		t.Helper()
+		resp, body := send(t, http.MethodGet, m.base+"/usage", key, "")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		var r struct {
+			Object string     `json:"object"`
+			Tenant string     `json:"tenant"`
+			Data   []usageRow `json:"data"`
+		}
+		if err := json.Unmarshal(body, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Tenant, r.Data
+	}
+	tenant, rows := report(bobKey)
+	want := []usageRow{
+		{Key: "alice", Model: "chat", Requests: 2, PromptTokens: 20, CompletionTokens: 8, ReasoningTokens: 2, TotalTokens: 28},
+		{Key: "bob", Model: "chat", Requests: 1, PromptTokens: 10, CompletionTokens: 4, ReasoningTokens: 1, TotalTokens: 14},
+	}
+	if tenant != "acme" || len(rows) != len(want) || rows[0] != want[0] || rows[1] != want[1] {
+		t.Errorf("acme's usage: %s %+v, want %+v", tenant, rows, want)
+	}
+	tenant, rows = report(carolKey)
+	if tenant != "globex" || len(rows) != 1 || rows[0].Key != "carol" || rows[0].Requests != 1 {
+		t.Errorf("globex's usage: %s %+v", tenant, rows)
+	}
+}
+
+// The Prometheus counters carry tenant, key, model and kind, and count
+// requests by endpoint and HTTP status.
+func TestUsageCounters(t *testing.T) {
+	t.Parallel()
+	m := startMesh(t)
+	m.sim.When(providersim.Match{LastUserContains: "metered marker"}).Text("counted").
+		Usage(providersim.Usage{PromptTokens: 12, CompletionTokens: 3})
+	reader := sdkmetric.NewManualReader()
+	h, err := openaiapi.New(openaiapi.Options{
+		Client: modelv1.NewModelServiceClient(httpgatewaytest.Dial(t, m.modelAddr)),
+		Caller: func(r *http.Request) (openaiapi.Caller, bool) {
+			return openaiapi.Caller{Tenant: "acme", Key: "alice"}, true
+		},
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	base := srv.URL + openaiapi.Prefix
+	post(t, base+"/chat/completions", "", `{"model": "chat", "messages": [{"role": "user", "content": "metered marker"}]}`)
+	post(t, base+"/chat/completions", "", `{"model": "chat", "temperature": "hot", "messages": [{"role": "user", "content": "x"}]}`)
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]metricdata.Sum[int64]{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			if s, ok := mt.Data.(metricdata.Sum[int64]); ok {
+				sums[mt.Name] = s
+			}
+		}
+	}
+	value := func(name string, kv ...attribute.KeyValue) int64 {
+		want := attribute.NewSet(kv...)
+		for _, dp := range sums[name].DataPoints {
+			if dp.Attributes.Equals(&want) {
+				return dp.Value
+			}
+		}
+		return -1
+	}
+	who := []attribute.KeyValue{attribute.String("tenant", "acme"), attribute.String("key", "alice")}
+	if v := value("agentmesh.gateway.openai.tokens", append(who, attribute.String("model", "chat"), attribute.String("kind", "prompt"))...); v != 12 {
+		t.Errorf("prompt tokens %d, want 12 (%+v)", v, sums["agentmesh.gateway.openai.tokens"])
+	}
+	if v := value("agentmesh.gateway.openai.tokens", append(who, attribute.String("model", "chat"), attribute.String("kind", "completion"))...); v != 3 {
+		t.Errorf("completion tokens %d, want 3", v)
+	}
+	for status, want := range map[int]int64{200: 1, 400: 1} {
+		if v := value("agentmesh.gateway.openai.requests", append(who, attribute.String("endpoint", "chat"), attribute.Int("http_status", status))...); v != want {
+			t.Errorf("requests with status %d: %d, want %d (%+v)", status, v, want, sums["agentmesh.gateway.openai.requests"])
+		}
+	}
+}
