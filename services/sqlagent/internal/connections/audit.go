@@ -6,7 +6,7 @@ import (
 )
 
 // RoleAudit is what AuditReadRoles found about one PostgreSQL connection's
-// read role.
+// read role, or one MySQL connection's read user.
 type RoleAudit struct {
 	// Connection is the connection name.
 	Connection string
@@ -14,7 +14,9 @@ type RoleAudit struct {
 	Role string
 	// Excess lists rights beyond reading: "superuser", or the predefined
 	// roles pg_write_server_files, pg_read_server_files, pg_signal_backend
-	// and pg_execute_server_program that the role is a member of.
+	// and pg_execute_server_program that the role is a member of; for
+	// MySQL the privileges beyond SELECT (FILE, SUPER, INSERT, ..., with
+	// where they are granted: " on a database", " on a table").
 	Excess []string
 	// Problems lists what stops the server-side check from running: no
 	// TEMPORARY privilege on the database, or a server in recovery (a
@@ -29,14 +31,18 @@ type RoleAudit struct {
 // beyond reading: the server's files, other sessions, programs.
 var predefinedRoles = []string{"pg_write_server_files", "pg_read_server_files", "pg_signal_backend", "pg_execute_server_program"}
 
-// AuditReadRoles logs in through each PostgreSQL connection's read DSN and
-// reports what its role may do beyond reading, and whether the server-side
-// check can run there. The guards hold either way; a least-privilege role
+// AuditReadRoles logs in through each PostgreSQL and MySQL connection's
+// read DSN and reports what its role (user) may do beyond reading, and
+// whether the server-side check can run there. The guards hold either way; a least-privilege role
 // is the second lock for what they cannot see (see pgguard.go). Results are
 // sorted by connection name.
 func (r *Registry) AuditReadRoles(ctx context.Context) []RoleAudit {
 	var out []RoleAudit
 	for _, c := range r.conns {
+		if c.spec.Dialect == MySQL {
+			out = append(out, c.auditMySQL(ctx))
+			continue
+		}
 		if c.spec.Dialect != Postgres {
 			continue
 		}

@@ -6,14 +6,17 @@
 // pick among names and never see or send a DSN. A query that package
 // safety accepted is checked a second time by the engine itself before it
 // runs (pgguard.go: PostgreSQL's catalog decides on every function the
-// statement calls; sqliteguard.go: SQLite's authorizer), and then runs
-// read-only: SQLite queries on handles the SQLite library opens read-only
-// with PRAGMA query_only, PostgreSQL queries inside a READ ONLY transaction
-// with a statement timeout that is rolled back, on a session that is reset (DISCARD ALL)
-// after every job, so no advisory lock, setting or prepared statement
-// outlives it. A PostgreSQL connection may name a separate read DSN whose
-// role has only the rights reads need (AuditReadRoles warns when it has
-// more). Writing a result to a table (write.go) never sends user SQL to the
+// statement calls; sqliteguard.go: SQLite's authorizer; mysqlguard.go:
+// MariaDB's parser, function registry and the definitions of the views
+// and stored functions a statement names), and then runs read-only:
+// SQLite queries on handles the SQLite library opens read-only with
+// PRAGMA query_only, PostgreSQL and MySQL queries inside a READ ONLY
+// transaction with a statement timeout that is rolled back, on a session
+// that is reset (PostgreSQL: DISCARD ALL) or closed (MySQL) after every
+// job, so no lock, setting, variable or prepared statement outlives it. A
+// PostgreSQL or MySQL connection may name a separate read DSN whose role
+// or user has only the rights reads need (AuditReadRoles warns when it
+// has more). Writing a result to a table (write.go) never sends user SQL to the
 // writable connection.
 package connections
 
@@ -39,6 +42,8 @@ const (
 	SQLite = "sqlite"
 	// Postgres is a PostgreSQL server (pgx).
 	Postgres = "postgres"
+	// MySQL is a MariaDB or MySQL server (go-sql-driver/mysql).
+	MySQL = "mysql"
 )
 
 // Errors returned by the registry.
@@ -73,16 +78,18 @@ func refuse(format string, args ...any) error {
 type Spec struct {
 	// Name is what users pick.
 	Name string
-	// Dialect is SQLite or Postgres.
+	// Dialect is SQLite, Postgres or MySQL.
 	Dialect string
 	// DSN is the data source name: a file path or file: URI for SQLite, a
-	// URL or key=value string for PostgreSQL. Results are written through
+	// URL or key=value string for PostgreSQL, a go-sql-driver DSN
+	// (user:password@tcp(host:port)/database) for MySQL. Results are written through
 	// it, and reads use it unless ReadDSN is set. It is a secret. Empty
 	// when only a read DSN is configured: the connection then takes no
 	// writes.
 	DSN string
-	// ReadDSN is a PostgreSQL DSN for reads, normally of a role that may
-	// only read (see AuditReadRoles); empty: reads use DSN. It is a secret.
+	// ReadDSN is a PostgreSQL or MySQL DSN for reads, normally of a role
+	// or user that may only read (see AuditReadRoles); empty: reads use
+	// DSN. It is a secret.
 	ReadDSN string
 }
 
@@ -100,10 +107,10 @@ var (
 )
 
 // Parse reads a connection list: entries separated by ';' or newlines, each
-// "name=driver:dsn" with driver sqlite, postgres (or postgresql, pgx). A
-// PostgreSQL connection may add an entry "name[read]=postgres:dsn" whose
-// DSN is used for reads (a least-privilege role); with only that entry the
-// connection is read-only. Errors name the entry by position and name,
+// "name=driver:dsn" with driver sqlite, postgres (or postgresql, pgx) or
+// mysql (or mariadb). A PostgreSQL or MySQL connection may add an entry
+// "name[read]=driver:dsn" whose DSN is used for reads (a least-privilege
+// role or user); with only that entry the connection is read-only. Errors name the entry by position and name,
 // never quoting the DSN.
 func Parse(list string) ([]Spec, error) {
 	var out []Spec
@@ -131,8 +138,10 @@ func Parse(list string) ([]Spec, error) {
 			dialect = SQLite
 		case "postgres", "postgresql", "pgx":
 			dialect = Postgres
+		case "mysql", "mariadb":
+			dialect = MySQL
 		default:
-			return nil, fmt.Errorf("connection %q: unknown driver %q (want sqlite or postgres)", name, driver)
+			return nil, fmt.Errorf("connection %q: unknown driver %q (want sqlite, postgres or mysql)", name, driver)
 		}
 		seen := writeSeen
 		if isRead {
@@ -142,8 +151,8 @@ func Parse(list string) ([]Spec, error) {
 			return nil, fmt.Errorf("connection %q: named twice", name)
 		}
 		seen[name] = true
-		if isRead && dialect != Postgres {
-			return nil, fmt.Errorf("connection %q: a [read] DSN is for PostgreSQL roles; SQLite reads are read-only already", name)
+		if isRead && dialect == SQLite {
+			return nil, fmt.Errorf("connection %q: a [read] DSN is for PostgreSQL roles and MySQL users; SQLite reads are read-only already", name)
 		}
 		j, ok := index[name]
 		if !ok {
@@ -181,8 +190,12 @@ type conn struct {
 	// read is the pool PostgreSQL queries run on, and the pool the
 	// agent's own schema queries use (read-only for SQLite).
 	read *sql.DB
-	// guard runs SQLite queries under the authorizer (nil for PostgreSQL).
+	// guard runs SQLite queries under the authorizer (nil otherwise).
 	guard *sqliteGuard
+	// mu guards builtins, what a MySQL server lists as built-in (nil
+	// until first loaded).
+	mu       sync.Mutex
+	builtins *mysqlBuiltins
 	// write is the pool for writing results (nil until first needed).
 	writeOnce sync.Once
 	write     *sql.DB
@@ -206,6 +219,8 @@ func Open(specs []Spec, opts Options) (*Registry, error) {
 			c.read, err = openSQLite(uri, true)
 		case Postgres:
 			c.read, err = openPostgres(s.readDSN())
+		case MySQL:
+			c.read, err = openMySQL(s.readDSN())
 		default:
 			err = fmt.Errorf("unknown dialect %q", s.Dialect)
 		}
@@ -300,6 +315,8 @@ func (c *conn) writePool() (*sql.DB, error) {
 			c.writeErr = fmt.Errorf("%w: connection %s is configured read-only (it has only a [read] DSN)", ErrQuery, c.spec.Name)
 		case c.spec.Dialect == SQLite:
 			c.write, c.writeErr = openSQLite(c.spec.DSN, false)
+		case c.spec.Dialect == MySQL:
+			c.write, c.writeErr = openMySQL(c.spec.DSN)
 		default:
 			c.write, c.writeErr = openPostgres(c.spec.DSN)
 		}
@@ -329,7 +346,7 @@ func (r *Registry) Close() {
 type Info struct {
 	// Name is the connection name.
 	Name string
-	// Dialect is SQLite or Postgres.
+	// Dialect is SQLite, Postgres or MySQL.
 	Dialect string
 }
 
@@ -368,10 +385,15 @@ func (r *Registry) Schemas(ctx context.Context, name string) ([]string, error) {
 		return nil, err
 	}
 	q := `SELECT name FROM pragma_database_list ORDER BY seq`
-	if c.spec.Dialect == Postgres {
+	switch c.spec.Dialect {
+	case Postgres:
 		q = `SELECT schema_name FROM information_schema.schemata
 			WHERE schema_name NOT IN ('pg_catalog', 'information_schema') AND schema_name NOT LIKE 'pg\_%'
 			ORDER BY schema_name`
+	case MySQL:
+		q = `SELECT SCHEMA_NAME FROM information_schema.SCHEMATA
+			WHERE SCHEMA_NAME NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')
+			ORDER BY SCHEMA_NAME`
 	}
 	rows, err := c.read.QueryContext(ctx, q)
 	if err != nil {
@@ -414,4 +436,49 @@ var passwordRE = regexp.MustCompile(`(?i)(password=|://[^:/@\s]+:)[^@\s]*`)
 // redactDSN masks passwords a driver might echo in an error.
 func redactDSN(msg string) string {
 	return passwordRE.ReplaceAllString(msg, "${1}***")
+}
+
+// CurrentSchema returns the schema unqualified table names resolve to on
+// the named connection, where WriteTable creates its tables: "main" on
+// SQLite, current_schema() on PostgreSQL, DATABASE() on MySQL.
+func (r *Registry) CurrentSchema(ctx context.Context, name string) (string, error) {
+	c, err := r.get(name)
+	if err != nil {
+		return "", err
+	}
+	db := c.read
+	if c.spec.DSN != "" && c.spec.Dialect != SQLite {
+		// The write DSN's schema: the read user's may differ.
+		if db, err = c.writePool(); err != nil {
+			return "", err
+		}
+	}
+	var q string
+	switch c.spec.Dialect {
+	case SQLite:
+		return "main", nil
+	case Postgres:
+		q = `SELECT current_schema()`
+	default:
+		q = `SELECT DATABASE()`
+	}
+	var schema sql.NullString
+	if err := db.QueryRowContext(ctx, q).Scan(&schema); err != nil {
+		return "", dbError(err)
+	}
+	if !schema.Valid || schema.String == "" {
+		return "", fmt.Errorf("%w: connection %s has no current schema", ErrQuery, name)
+	}
+	return schema.String, nil
+}
+
+// Writable reports whether results may be written to the named
+// connection: only one configured with a write DSN (name=, not only
+// name[read]=) takes writes.
+func (r *Registry) Writable(name string) (bool, error) {
+	c, err := r.get(name)
+	if err != nil {
+		return false, err
+	}
+	return c.spec.DSN != "", nil
 }

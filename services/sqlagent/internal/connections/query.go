@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -35,6 +37,9 @@ func (r *Registry) Query(ctx context.Context, name, sqlText string, limit int, t
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if c.spec.Dialect == MySQL {
+		return c.queryMySQL(ctx, sqlText, limit, timeout)
+	}
 	if c.spec.Dialect == Postgres {
 		var res *Result
 		err := c.readSession(ctx, func(conn *sql.Conn) error {
@@ -152,6 +157,12 @@ func jsonValue(v any) any {
 		return x
 	case int:
 		return int64(x)
+	case uint64:
+		// MySQL's unsigned BIGINT (COUNT, RANK): a number while it fits.
+		if x <= math.MaxInt64 {
+			return int64(x)
+		}
+		return strconv.FormatUint(x, 10)
 	case int32:
 		return int64(x)
 	case float32:
@@ -180,12 +191,21 @@ func (r *Registry) SchemaText(ctx context.Context, name string) (string, error) 
 		FROM sqlite_master m JOIN pragma_table_info(m.name) p
 		WHERE m.type IN ('table', 'view') AND m.name NOT LIKE 'sqlite\_%' ESCAPE '\'
 		ORDER BY m.name, p.cid`
-	if c.spec.Dialect == Postgres {
+	switch c.spec.Dialect {
+	case Postgres:
 		q = `SELECT CASE WHEN table_schema = 'public' THEN table_name ELSE table_schema || '.' || table_name END,
 			column_name, data_type
 		FROM information_schema.columns
 		WHERE table_schema NOT IN ('pg_catalog', 'information_schema') AND table_schema NOT LIKE 'pg\_%'
 		ORDER BY table_schema, table_name, ordinal_position`
+	case MySQL:
+		// Tables of the connection's database unqualified, others
+		// qualified; the system schemas left out.
+		q = `SELECT CASE WHEN TABLE_SCHEMA = DATABASE() THEN TABLE_NAME ELSE CONCAT(TABLE_SCHEMA, '.', TABLE_NAME) END,
+			COLUMN_NAME, COLUMN_TYPE
+		FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')
+		ORDER BY TABLE_SCHEMA = DATABASE() DESC, TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION`
 	}
 	rows, err := c.read.QueryContext(ctx, q)
 	if err != nil {

@@ -53,7 +53,9 @@ func ValidTableName(name string) error {
 // (PostgreSQL's exact types; SQLite's declared types), then batched
 // INSERTs whose values are parameters (PostgreSQL values travel as text
 // and go through the column type's input function, so every type round
-// trips). Errors are ErrUnknown, ErrUnavailable, ErrRefused or ErrQuery
+// trips). On MySQL, whose DDL commits any transaction, the rows go to a
+// staging table that replaces or refills the target in one step
+// (writeMySQL). Errors are ErrUnknown, ErrUnavailable, ErrRefused or ErrQuery
 // (the table exists and mode is WriteCreate; a bad name; the database's
 // own failure).
 func (r *Registry) WriteTable(ctx context.Context, name, selectSQL, table string, mode WriteMode, timeout time.Duration) (int64, error) {
@@ -70,6 +72,9 @@ func (r *Registry) WriteTable(ctx context.Context, name, selectSQL, table string
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if c.spec.Dialect == MySQL {
+		return c.writeMySQL(ctx, wdb, selectSQL, table, mode, timeout)
+	}
 	wconn, err := wdb.Conn(ctx)
 	if err != nil {
 		return 0, dbError(err)
@@ -101,7 +106,7 @@ func (r *Registry) WriteTable(ctx context.Context, name, selectSQL, table string
 	if exists && mode != WriteDrop && mode != WriteTruncate {
 		return 0, fmt.Errorf("%w: table %s already exists", ErrQuery, table)
 	}
-	w := &tableWriter{ctx: ctx, tx: tx, dialect: c.spec.Dialect, table: quoteIdent(table), exists: exists, mode: mode}
+	w := &tableWriter{ctx: ctx, tx: tx, dialect: c.spec.Dialect, table: QuoteIdent(c.spec.Dialect, table), exists: exists, mode: mode}
 	if c.spec.Dialect == Postgres {
 		err = c.streamPostgres(ctx, selectSQL, timeout, w.columns, w.row)
 	} else {
@@ -186,11 +191,18 @@ func (c *conn) streamPostgres(ctx context.Context, query string, timeout time.Du
 	})
 }
 
+// execer is what tableWriter writes through: a transaction, or (MySQL,
+// whose DDL commits any transaction) a connection.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
 // tableWriter creates the target table from the first columns it sees and
-// inserts rows in batches, all in tx.
+// inserts rows in batches, all through tx.
 type tableWriter struct {
 	ctx     context.Context
-	tx      *sql.Tx
+	tx      execer
 	dialect string
 	table   string // quoted
 	exists  bool
@@ -225,7 +237,7 @@ func (w *tableWriter) columns(cols []column) error {
 		if err != nil {
 			return err
 		}
-		defs[i] = strings.TrimSpace(quoteIdent(name) + " " + typ)
+		defs[i] = strings.TrimSpace(QuoteIdent(w.dialect, name) + " " + typ)
 	}
 	var stmts []string
 	switch {
@@ -251,8 +263,12 @@ var sqliteTypeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_ ]*(\([0-9]+( *, *[0-
 
 // columnType is the column's type in CREATE TABLE: format_type of the
 // result's type on PostgreSQL; the declared type on SQLite (none for an
-// expression, which gives the column no affinity).
+// expression, which gives the column no affinity); on MySQL the one
+// mysqlColumnType chose.
 func (w *tableWriter) columnType(col column) (string, error) {
+	if w.dialect == MySQL {
+		return col.decl, nil
+	}
 	if w.dialect == SQLite {
 		if sqliteTypeRE.MatchString(col.decl) {
 			return col.decl, nil
@@ -312,16 +328,23 @@ func (w *tableWriter) flush() error {
 	return nil
 }
 
-// quoteIdent quotes a name as an SQL identifier ("..." in both dialects).
-func quoteIdent(name string) string {
+// QuoteIdent quotes a name as an SQL identifier of dialect ("..." in
+// SQLite and PostgreSQL, `...` in MySQL, whose "..." is a string).
+func QuoteIdent(dialect, name string) string {
+	if dialect == MySQL {
+		return "`" + strings.ReplaceAll(name, "`", "``") + "`"
+	}
 	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
 }
 
-func tableExists(ctx context.Context, tx *sql.Tx, dialect, table string) (bool, error) {
+func tableExists(ctx context.Context, tx execer, dialect, table string) (bool, error) {
 	var n int
 	q := `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`
-	if dialect == Postgres {
+	switch dialect {
+	case Postgres:
 		q = `SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1`
+	case MySQL:
+		q = `SELECT count(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`
 	}
 	err := tx.QueryRowContext(ctx, q, table).Scan(&n)
 	return n > 0, err

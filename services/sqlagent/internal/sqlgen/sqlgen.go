@@ -25,7 +25,7 @@ var (
 
 // Request is what the model is asked.
 type Request struct {
-	// Dialect is "sqlite" or "postgres".
+	// Dialect is "sqlite", "postgres" or "mysql".
 	Dialect string
 	// Schema is the connection's tables and columns, one line per table.
 	Schema string
@@ -82,8 +82,11 @@ func (g *Generator) Generate(ctx context.Context, req Request) (string, error) {
 // message, the question (and any correction) as the user message.
 func Messages(req Request) []*modelv1.Message {
 	dialect := "SQLite"
-	if req.Dialect == "postgres" {
+	switch req.Dialect {
+	case "postgres":
 		dialect = "PostgreSQL"
+	case "mysql":
+		dialect = "MariaDB/MySQL (backticks quote names)"
 	}
 	sys := fmt.Sprintf(`You write one read-only %s query that answers the user's question.
 Rules:

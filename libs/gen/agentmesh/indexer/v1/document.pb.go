@@ -148,6 +148,131 @@ func (Routing) EnumDescriptor() ([]byte, []int) {
 	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{1}
 }
 
+// IntakeContentType is the qualifier's content type, which chooses the
+// type-specific extraction. The finer Document.content_type (e.g.
+// "financial_report") drives the ingestion-time extracts and always agrees
+// with it.
+type IntakeContentType int32
+
+const (
+	// Not decided.
+	IntakeContentType_INTAKE_CONTENT_TYPE_UNSPECIFIED IntakeContentType = 0
+	// An e-mail.
+	IntakeContentType_INTAKE_CONTENT_TYPE_EMAIL IntakeContentType = 1
+	// An issue tracker ticket (Jira-like).
+	IntakeContentType_INTAKE_CONTENT_TYPE_JIRA IntakeContentType = 2
+	// A wiki page (Confluence-like).
+	IntakeContentType_INTAKE_CONTENT_TYPE_CONFLUENCE IntakeContentType = 3
+	// Log output.
+	IntakeContentType_INTAKE_CONTENT_TYPE_LOG IntakeContentType = 4
+	// Anything else.
+	IntakeContentType_INTAKE_CONTENT_TYPE_GENERIC IntakeContentType = 5
+)
+
+// Enum value maps for IntakeContentType.
+var (
+	IntakeContentType_name = map[int32]string{
+		0: "INTAKE_CONTENT_TYPE_UNSPECIFIED",
+		1: "INTAKE_CONTENT_TYPE_EMAIL",
+		2: "INTAKE_CONTENT_TYPE_JIRA",
+		3: "INTAKE_CONTENT_TYPE_CONFLUENCE",
+		4: "INTAKE_CONTENT_TYPE_LOG",
+		5: "INTAKE_CONTENT_TYPE_GENERIC",
+	}
+	IntakeContentType_value = map[string]int32{
+		"INTAKE_CONTENT_TYPE_UNSPECIFIED": 0,
+		"INTAKE_CONTENT_TYPE_EMAIL":       1,
+		"INTAKE_CONTENT_TYPE_JIRA":        2,
+		"INTAKE_CONTENT_TYPE_CONFLUENCE":  3,
+		"INTAKE_CONTENT_TYPE_LOG":         4,
+		"INTAKE_CONTENT_TYPE_GENERIC":     5,
+	}
+)
+
+func (x IntakeContentType) Enum() *IntakeContentType {
+	p := new(IntakeContentType)
+	*p = x
+	return p
+}
+
+func (x IntakeContentType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IntakeContentType) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_indexer_v1_document_proto_enumTypes[2].Descriptor()
+}
+
+func (IntakeContentType) Type() protoreflect.EnumType {
+	return &file_agentmesh_indexer_v1_document_proto_enumTypes[2]
+}
+
+func (x IntakeContentType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IntakeContentType.Descriptor instead.
+func (IntakeContentType) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{2}
+}
+
+// DecidedBy says what made a pipeline decision.
+type DecidedBy int32
+
+const (
+	// Not decided.
+	DecidedBy_DECIDED_BY_UNSPECIFIED DecidedBy = 0
+	// Rules, confident enough to need no model.
+	DecidedBy_DECIDED_BY_RULES DecidedBy = 1
+	// A model call through the model gateway.
+	DecidedBy_DECIDED_BY_MODEL DecidedBy = 2
+	// The fallback after the model failed or gave no answer (see the errors).
+	DecidedBy_DECIDED_BY_FALLBACK DecidedBy = 3
+)
+
+// Enum value maps for DecidedBy.
+var (
+	DecidedBy_name = map[int32]string{
+		0: "DECIDED_BY_UNSPECIFIED",
+		1: "DECIDED_BY_RULES",
+		2: "DECIDED_BY_MODEL",
+		3: "DECIDED_BY_FALLBACK",
+	}
+	DecidedBy_value = map[string]int32{
+		"DECIDED_BY_UNSPECIFIED": 0,
+		"DECIDED_BY_RULES":       1,
+		"DECIDED_BY_MODEL":       2,
+		"DECIDED_BY_FALLBACK":    3,
+	}
+)
+
+func (x DecidedBy) Enum() *DecidedBy {
+	p := new(DecidedBy)
+	*p = x
+	return p
+}
+
+func (x DecidedBy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DecidedBy) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_indexer_v1_document_proto_enumTypes[3].Descriptor()
+}
+
+func (DecidedBy) Type() protoreflect.EnumType {
+	return &file_agentmesh_indexer_v1_document_proto_enumTypes[3]
+}
+
+func (x DecidedBy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DecidedBy.Descriptor instead.
+func (DecidedBy) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{3}
+}
+
 // ExtractionJobStatus is where an extraction job is in its life.
 type ExtractionJobStatus int32
 
@@ -201,11 +326,11 @@ func (x ExtractionJobStatus) String() string {
 }
 
 func (ExtractionJobStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_indexer_v1_document_proto_enumTypes[2].Descriptor()
+	return file_agentmesh_indexer_v1_document_proto_enumTypes[4].Descriptor()
 }
 
 func (ExtractionJobStatus) Type() protoreflect.EnumType {
-	return &file_agentmesh_indexer_v1_document_proto_enumTypes[2]
+	return &file_agentmesh_indexer_v1_document_proto_enumTypes[4]
 }
 
 func (x ExtractionJobStatus) Number() protoreflect.EnumNumber {
@@ -214,7 +339,7 @@ func (x ExtractionJobStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExtractionJobStatus.Descriptor instead.
 func (ExtractionJobStatus) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{2}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{4}
 }
 
 // ExtractorRunStatus is the outcome of one extractor in a job.
@@ -258,11 +383,11 @@ func (x ExtractorRunStatus) String() string {
 }
 
 func (ExtractorRunStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_indexer_v1_document_proto_enumTypes[3].Descriptor()
+	return file_agentmesh_indexer_v1_document_proto_enumTypes[5].Descriptor()
 }
 
 func (ExtractorRunStatus) Type() protoreflect.EnumType {
-	return &file_agentmesh_indexer_v1_document_proto_enumTypes[3]
+	return &file_agentmesh_indexer_v1_document_proto_enumTypes[5]
 }
 
 func (x ExtractorRunStatus) Number() protoreflect.EnumNumber {
@@ -271,7 +396,7 @@ func (x ExtractorRunStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExtractorRunStatus.Descriptor instead.
 func (ExtractorRunStatus) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{3}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{5}
 }
 
 // Attachment is a file that came with a document.
@@ -475,6 +600,13 @@ type Document struct {
 	ExtractionStatus ExtractionJobStatus `protobuf:"varint,16,opt,name=extraction_status,json=extractionStatus,proto3,enum=agentmesh.indexer.v1.ExtractionJobStatus" json:"extraction_status,omitempty"`
 	// Vision summary of the image attachments, when there were any and vision answered.
 	VisionSummary string `protobuf:"bytes,17,opt,name=vision_summary,json=visionSummary,proto3" json:"vision_summary,omitempty"`
+	// The qualifier pipeline's state of the current content, phase by phase
+	// (GetDocument only).
+	Pipeline *IntakePipeline `protobuf:"bytes,18,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	// The analysis job (orchestrator) a LIFT_UP routing hands the document
+	// to; the orchestrator starts it with this id on the lifted_up event, so
+	// it names one job however often the event is delivered.
+	LiftedJobId   string `protobuf:"bytes,19,opt,name=lifted_job_id,json=liftedJobId,proto3" json:"lifted_job_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -628,6 +760,1348 @@ func (x *Document) GetVisionSummary() string {
 	return ""
 }
 
+func (x *Document) GetPipeline() *IntakePipeline {
+	if x != nil {
+		return x.Pipeline
+	}
+	return nil
+}
+
+func (x *Document) GetLiftedJobId() string {
+	if x != nil {
+		return x.LiftedJobId
+	}
+	return ""
+}
+
+// IntakePipeline is the qualifier's state of one intake: every phase adds
+// to it and none removes what an earlier phase found.
+type IntakePipeline struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Correlation id of this intake (the extraction job's id).
+	CorrelationId string `protobuf:"bytes,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	// Scope.
+	Scope *v1.Scope `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Where the content came from: the source URL, else
+	// "urn:agentmesh:indexer:document:<id>".
+	SourceUrn string `protobuf:"bytes,3,opt,name=source_urn,json=sourceUrn,proto3" json:"source_urn,omitempty"`
+	// The text as ingested (Document.raw_content).
+	OriginalText string `protobuf:"bytes,4,opt,name=original_text,json=originalText,proto3" json:"original_text,omitempty"`
+	// Attachments, those carried in an .eml included.
+	Attachments []*IntakeAttachment `protobuf:"bytes,5,rep,name=attachments,proto3" json:"attachments,omitempty"`
+	// Vision: set once stage 1 ran, never cleared.
+	Vision *IntakeVision `protobuf:"bytes,6,opt,name=vision,proto3" json:"vision,omitempty"`
+	// Content type decision.
+	ContentType *IntakeContentTypeDecision `protobuf:"bytes,7,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// Type-specific extraction.
+	Extraction *IntakeExtraction `protobuf:"bytes,8,opt,name=extraction,proto3" json:"extraction,omitempty"`
+	// Unified indexing.
+	Indexing *IntakeIndexing `protobuf:"bytes,9,opt,name=indexing,proto3" json:"indexing,omitempty"`
+	// Routing decision; set when the extraction job ends.
+	Routing *IntakeRouting `protobuf:"bytes,10,opt,name=routing,proto3" json:"routing,omitempty"`
+	// Time, tokens and errors per phase, in the order the phases ran.
+	Phases []*IntakePhase `protobuf:"bytes,11,rep,name=phases,proto3" json:"phases,omitempty"`
+	// True once routing is recorded: the pipeline reached its end.
+	Finished      bool `protobuf:"varint,12,opt,name=finished,proto3" json:"finished,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntakePipeline) Reset() {
+	*x = IntakePipeline{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntakePipeline) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntakePipeline) ProtoMessage() {}
+
+func (x *IntakePipeline) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntakePipeline.ProtoReflect.Descriptor instead.
+func (*IntakePipeline) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *IntakePipeline) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+func (x *IntakePipeline) GetScope() *v1.Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+func (x *IntakePipeline) GetSourceUrn() string {
+	if x != nil {
+		return x.SourceUrn
+	}
+	return ""
+}
+
+func (x *IntakePipeline) GetOriginalText() string {
+	if x != nil {
+		return x.OriginalText
+	}
+	return ""
+}
+
+func (x *IntakePipeline) GetAttachments() []*IntakeAttachment {
+	if x != nil {
+		return x.Attachments
+	}
+	return nil
+}
+
+func (x *IntakePipeline) GetVision() *IntakeVision {
+	if x != nil {
+		return x.Vision
+	}
+	return nil
+}
+
+func (x *IntakePipeline) GetContentType() *IntakeContentTypeDecision {
+	if x != nil {
+		return x.ContentType
+	}
+	return nil
+}
+
+func (x *IntakePipeline) GetExtraction() *IntakeExtraction {
+	if x != nil {
+		return x.Extraction
+	}
+	return nil
+}
+
+func (x *IntakePipeline) GetIndexing() *IntakeIndexing {
+	if x != nil {
+		return x.Indexing
+	}
+	return nil
+}
+
+func (x *IntakePipeline) GetRouting() *IntakeRouting {
+	if x != nil {
+		return x.Routing
+	}
+	return nil
+}
+
+func (x *IntakePipeline) GetPhases() []*IntakePhase {
+	if x != nil {
+		return x.Phases
+	}
+	return nil
+}
+
+func (x *IntakePipeline) GetFinished() bool {
+	if x != nil {
+		return x.Finished
+	}
+	return false
+}
+
+// IntakeAttachment describes one attachment.
+type IntakeAttachment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// File name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// MIME type sniffed from the bytes.
+	MimeType string `protobuf:"bytes,2,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// MIME type the caller (or the e-mail part) declared.
+	DeclaredMimeType string `protobuf:"bytes,3,opt,name=declared_mime_type,json=declaredMimeType,proto3" json:"declared_mime_type,omitempty"`
+	// Size in bytes.
+	SizeBytes int64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// True when it went to vision.
+	Visual bool `protobuf:"varint,5,opt,name=visual,proto3" json:"visual,omitempty"`
+	// Why it did not go to vision, when it did not.
+	Note string `protobuf:"bytes,6,opt,name=note,proto3" json:"note,omitempty"`
+	// Vision's description of it, when vision ran.
+	VisionAnalysis string `protobuf:"bytes,7,opt,name=vision_analysis,json=visionAnalysis,proto3" json:"vision_analysis,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *IntakeAttachment) Reset() {
+	*x = IntakeAttachment{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntakeAttachment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntakeAttachment) ProtoMessage() {}
+
+func (x *IntakeAttachment) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntakeAttachment.ProtoReflect.Descriptor instead.
+func (*IntakeAttachment) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *IntakeAttachment) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *IntakeAttachment) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *IntakeAttachment) GetDeclaredMimeType() string {
+	if x != nil {
+		return x.DeclaredMimeType
+	}
+	return ""
+}
+
+func (x *IntakeAttachment) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *IntakeAttachment) GetVisual() bool {
+	if x != nil {
+		return x.Visual
+	}
+	return false
+}
+
+func (x *IntakeAttachment) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *IntakeAttachment) GetVisionAnalysis() string {
+	if x != nil {
+		return x.VisionAnalysis
+	}
+	return ""
+}
+
+// IntakeVision is what vision found in the image attachments.
+type IntakeVision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stage 1: what the images show.
+	GeneralSummary string `protobuf:"bytes,1,opt,name=general_summary,json=generalSummary,proto3" json:"general_summary,omitempty"`
+	// Stage 2: the details the content type cares about.
+	TypeSpecificDetails string `protobuf:"bytes,2,opt,name=type_specific_details,json=typeSpecificDetails,proto3" json:"type_specific_details,omitempty"`
+	// Logical vision model used.
+	Model         string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntakeVision) Reset() {
+	*x = IntakeVision{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntakeVision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntakeVision) ProtoMessage() {}
+
+func (x *IntakeVision) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntakeVision.ProtoReflect.Descriptor instead.
+func (*IntakeVision) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *IntakeVision) GetGeneralSummary() string {
+	if x != nil {
+		return x.GeneralSummary
+	}
+	return ""
+}
+
+func (x *IntakeVision) GetTypeSpecificDetails() string {
+	if x != nil {
+		return x.TypeSpecificDetails
+	}
+	return ""
+}
+
+func (x *IntakeVision) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+// IntakeContentTypeDecision is the content type with why and who decided.
+type IntakeContentTypeDecision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The qualifier's type.
+	Type IntakeContentType `protobuf:"varint,1,opt,name=type,proto3,enum=agentmesh.indexer.v1.IntakeContentType" json:"type,omitempty"`
+	// Why.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Rules, model or fallback.
+	DecidedBy DecidedBy `protobuf:"varint,3,opt,name=decided_by,json=decidedBy,proto3,enum=agentmesh.indexer.v1.DecidedBy" json:"decided_by,omitempty"`
+	// The rules' finer type (Document.content_type).
+	FineType      string `protobuf:"bytes,4,opt,name=fine_type,json=fineType,proto3" json:"fine_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntakeContentTypeDecision) Reset() {
+	*x = IntakeContentTypeDecision{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntakeContentTypeDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntakeContentTypeDecision) ProtoMessage() {}
+
+func (x *IntakeContentTypeDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntakeContentTypeDecision.ProtoReflect.Descriptor instead.
+func (*IntakeContentTypeDecision) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *IntakeContentTypeDecision) GetType() IntakeContentType {
+	if x != nil {
+		return x.Type
+	}
+	return IntakeContentType_INTAKE_CONTENT_TYPE_UNSPECIFIED
+}
+
+func (x *IntakeContentTypeDecision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *IntakeContentTypeDecision) GetDecidedBy() DecidedBy {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return DecidedBy_DECIDED_BY_UNSPECIFIED
+}
+
+func (x *IntakeContentTypeDecision) GetFineType() string {
+	if x != nil {
+		return x.FineType
+	}
+	return ""
+}
+
+// IntakeExtraction is the type-specific extraction: one of five shapes.
+type IntakeExtraction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shape, by content type.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*IntakeExtraction_Email
+	//	*IntakeExtraction_Jira
+	//	*IntakeExtraction_Confluence
+	//	*IntakeExtraction_Log
+	//	*IntakeExtraction_Generic
+	Result        isIntakeExtraction_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntakeExtraction) Reset() {
+	*x = IntakeExtraction{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntakeExtraction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntakeExtraction) ProtoMessage() {}
+
+func (x *IntakeExtraction) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntakeExtraction.ProtoReflect.Descriptor instead.
+func (*IntakeExtraction) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *IntakeExtraction) GetResult() isIntakeExtraction_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *IntakeExtraction) GetEmail() *EmailExtraction {
+	if x != nil {
+		if x, ok := x.Result.(*IntakeExtraction_Email); ok {
+			return x.Email
+		}
+	}
+	return nil
+}
+
+func (x *IntakeExtraction) GetJira() *JiraExtraction {
+	if x != nil {
+		if x, ok := x.Result.(*IntakeExtraction_Jira); ok {
+			return x.Jira
+		}
+	}
+	return nil
+}
+
+func (x *IntakeExtraction) GetConfluence() *ConfluenceExtraction {
+	if x != nil {
+		if x, ok := x.Result.(*IntakeExtraction_Confluence); ok {
+			return x.Confluence
+		}
+	}
+	return nil
+}
+
+func (x *IntakeExtraction) GetLog() *LogExtraction {
+	if x != nil {
+		if x, ok := x.Result.(*IntakeExtraction_Log); ok {
+			return x.Log
+		}
+	}
+	return nil
+}
+
+func (x *IntakeExtraction) GetGeneric() *GenericExtraction {
+	if x != nil {
+		if x, ok := x.Result.(*IntakeExtraction_Generic); ok {
+			return x.Generic
+		}
+	}
+	return nil
+}
+
+type isIntakeExtraction_Result interface {
+	isIntakeExtraction_Result()
+}
+
+type IntakeExtraction_Email struct {
+	// E-mail.
+	Email *EmailExtraction `protobuf:"bytes,1,opt,name=email,proto3,oneof"`
+}
+
+type IntakeExtraction_Jira struct {
+	// Ticket.
+	Jira *JiraExtraction `protobuf:"bytes,2,opt,name=jira,proto3,oneof"`
+}
+
+type IntakeExtraction_Confluence struct {
+	// Wiki page.
+	Confluence *ConfluenceExtraction `protobuf:"bytes,3,opt,name=confluence,proto3,oneof"`
+}
+
+type IntakeExtraction_Log struct {
+	// Log.
+	Log *LogExtraction `protobuf:"bytes,4,opt,name=log,proto3,oneof"`
+}
+
+type IntakeExtraction_Generic struct {
+	// Anything else.
+	Generic *GenericExtraction `protobuf:"bytes,5,opt,name=generic,proto3,oneof"`
+}
+
+func (*IntakeExtraction_Email) isIntakeExtraction_Result() {}
+
+func (*IntakeExtraction_Jira) isIntakeExtraction_Result() {}
+
+func (*IntakeExtraction_Confluence) isIntakeExtraction_Result() {}
+
+func (*IntakeExtraction_Log) isIntakeExtraction_Result() {}
+
+func (*IntakeExtraction_Generic) isIntakeExtraction_Result() {}
+
+// EmailExtraction is an e-mail's headers and body.
+type EmailExtraction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sender (From).
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// Recipients (To).
+	To []string `protobuf:"bytes,2,rep,name=to,proto3" json:"to,omitempty"`
+	// Copies (Cc).
+	Cc []string `protobuf:"bytes,3,rep,name=cc,proto3" json:"cc,omitempty"`
+	// Subject.
+	Subject string `protobuf:"bytes,4,opt,name=subject,proto3" json:"subject,omitempty"`
+	// Date header.
+	Date *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=date,proto3" json:"date,omitempty"`
+	// Message-ID.
+	MessageId string `protobuf:"bytes,6,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// Thread: the subject without Re:/Fwd: prefixes.
+	Thread string `protobuf:"bytes,7,opt,name=thread,proto3" json:"thread,omitempty"`
+	// In-Reply-To and References, oldest first.
+	References []string `protobuf:"bytes,8,rep,name=references,proto3" json:"references,omitempty"`
+	// Body text without quoted replies and signature.
+	Body          string `protobuf:"bytes,9,opt,name=body,proto3" json:"body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmailExtraction) Reset() {
+	*x = EmailExtraction{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmailExtraction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmailExtraction) ProtoMessage() {}
+
+func (x *EmailExtraction) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmailExtraction.ProtoReflect.Descriptor instead.
+func (*EmailExtraction) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *EmailExtraction) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *EmailExtraction) GetTo() []string {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *EmailExtraction) GetCc() []string {
+	if x != nil {
+		return x.Cc
+	}
+	return nil
+}
+
+func (x *EmailExtraction) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *EmailExtraction) GetDate() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Date
+	}
+	return nil
+}
+
+func (x *EmailExtraction) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *EmailExtraction) GetThread() string {
+	if x != nil {
+		return x.Thread
+	}
+	return ""
+}
+
+func (x *EmailExtraction) GetReferences() []string {
+	if x != nil {
+		return x.References
+	}
+	return nil
+}
+
+func (x *EmailExtraction) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
+// JiraExtraction is a ticket's fields.
+type JiraExtraction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Issue key, e.g. PAY-123.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Summary (title).
+	Summary string `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Status.
+	Status string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	// Issue type.
+	Type string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
+	// Assignee.
+	Assignee string `protobuf:"bytes,5,opt,name=assignee,proto3" json:"assignee,omitempty"`
+	// Reporter.
+	Reporter string `protobuf:"bytes,6,opt,name=reporter,proto3" json:"reporter,omitempty"`
+	// Epic.
+	Epic string `protobuf:"bytes,7,opt,name=epic,proto3" json:"epic,omitempty"`
+	// Sprint.
+	Sprint string `protobuf:"bytes,8,opt,name=sprint,proto3" json:"sprint,omitempty"`
+	// Priority.
+	Priority string `protobuf:"bytes,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	// What the ticket asks to change (its description).
+	ChangeDescription string `protobuf:"bytes,10,opt,name=change_description,json=changeDescription,proto3" json:"change_description,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *JiraExtraction) Reset() {
+	*x = JiraExtraction{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JiraExtraction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JiraExtraction) ProtoMessage() {}
+
+func (x *JiraExtraction) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JiraExtraction.ProtoReflect.Descriptor instead.
+func (*JiraExtraction) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *JiraExtraction) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *JiraExtraction) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *JiraExtraction) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *JiraExtraction) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *JiraExtraction) GetAssignee() string {
+	if x != nil {
+		return x.Assignee
+	}
+	return ""
+}
+
+func (x *JiraExtraction) GetReporter() string {
+	if x != nil {
+		return x.Reporter
+	}
+	return ""
+}
+
+func (x *JiraExtraction) GetEpic() string {
+	if x != nil {
+		return x.Epic
+	}
+	return ""
+}
+
+func (x *JiraExtraction) GetSprint() string {
+	if x != nil {
+		return x.Sprint
+	}
+	return ""
+}
+
+func (x *JiraExtraction) GetPriority() string {
+	if x != nil {
+		return x.Priority
+	}
+	return ""
+}
+
+func (x *JiraExtraction) GetChangeDescription() string {
+	if x != nil {
+		return x.ChangeDescription
+	}
+	return ""
+}
+
+// ConfluenceExtraction is a wiki page's metadata and outline.
+type ConfluenceExtraction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Author.
+	Author string `protobuf:"bytes,1,opt,name=author,proto3" json:"author,omitempty"`
+	// Title.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// Topic: the space, or the first sentence of the page.
+	Topic string `protobuf:"bytes,3,opt,name=topic,proto3" json:"topic,omitempty"`
+	// Headings in page order.
+	Headings      []string `protobuf:"bytes,4,rep,name=headings,proto3" json:"headings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfluenceExtraction) Reset() {
+	*x = ConfluenceExtraction{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfluenceExtraction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfluenceExtraction) ProtoMessage() {}
+
+func (x *ConfluenceExtraction) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfluenceExtraction.ProtoReflect.Descriptor instead.
+func (*ConfluenceExtraction) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ConfluenceExtraction) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *ConfluenceExtraction) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *ConfluenceExtraction) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ConfluenceExtraction) GetHeadings() []string {
+	if x != nil {
+		return x.Headings
+	}
+	return nil
+}
+
+// LogExtraction is a log's semantic summary and parsed facts.
+type LogExtraction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the log shows.
+	Summary string `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Key events in time order.
+	KeyEvents []string `protobuf:"bytes,2,rep,name=key_events,json=keyEvents,proto3" json:"key_events,omitempty"`
+	// Critical details: errors, codes, causes.
+	CriticalDetails []string `protobuf:"bytes,3,rep,name=critical_details,json=criticalDetails,proto3" json:"critical_details,omitempty"`
+	// Lines read.
+	LineCount int32 `protobuf:"varint,4,opt,name=line_count,json=lineCount,proto3" json:"line_count,omitempty"`
+	// First and last timestamps found.
+	FirstTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=first_time,json=firstTime,proto3" json:"first_time,omitempty"`
+	// Last timestamp found.
+	LastTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_time,json=lastTime,proto3" json:"last_time,omitempty"`
+	// Lines per level (ERROR, WARN, ...).
+	LevelCounts map[string]int32 `protobuf:"bytes,7,rep,name=level_counts,json=levelCounts,proto3" json:"level_counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Error codes found, most frequent first.
+	ErrorCodes []string `protobuf:"bytes,8,rep,name=error_codes,json=errorCodes,proto3" json:"error_codes,omitempty"`
+	// Rules or model: who wrote summary, key events and critical details.
+	SummarizedBy  DecidedBy `protobuf:"varint,9,opt,name=summarized_by,json=summarizedBy,proto3,enum=agentmesh.indexer.v1.DecidedBy" json:"summarized_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogExtraction) Reset() {
+	*x = LogExtraction{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogExtraction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogExtraction) ProtoMessage() {}
+
+func (x *LogExtraction) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogExtraction.ProtoReflect.Descriptor instead.
+func (*LogExtraction) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LogExtraction) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *LogExtraction) GetKeyEvents() []string {
+	if x != nil {
+		return x.KeyEvents
+	}
+	return nil
+}
+
+func (x *LogExtraction) GetCriticalDetails() []string {
+	if x != nil {
+		return x.CriticalDetails
+	}
+	return nil
+}
+
+func (x *LogExtraction) GetLineCount() int32 {
+	if x != nil {
+		return x.LineCount
+	}
+	return 0
+}
+
+func (x *LogExtraction) GetFirstTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstTime
+	}
+	return nil
+}
+
+func (x *LogExtraction) GetLastTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastTime
+	}
+	return nil
+}
+
+func (x *LogExtraction) GetLevelCounts() map[string]int32 {
+	if x != nil {
+		return x.LevelCounts
+	}
+	return nil
+}
+
+func (x *LogExtraction) GetErrorCodes() []string {
+	if x != nil {
+		return x.ErrorCodes
+	}
+	return nil
+}
+
+func (x *LogExtraction) GetSummarizedBy() DecidedBy {
+	if x != nil {
+		return x.SummarizedBy
+	}
+	return DecidedBy_DECIDED_BY_UNSPECIFIED
+}
+
+// GenericExtraction is the base info of anything else.
+type GenericExtraction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Base info.
+	BaseInfo      string `protobuf:"bytes,1,opt,name=base_info,json=baseInfo,proto3" json:"base_info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GenericExtraction) Reset() {
+	*x = GenericExtraction{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GenericExtraction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GenericExtraction) ProtoMessage() {}
+
+func (x *GenericExtraction) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GenericExtraction.ProtoReflect.Descriptor instead.
+func (*GenericExtraction) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GenericExtraction) GetBaseInfo() string {
+	if x != nil {
+		return x.BaseInfo
+	}
+	return ""
+}
+
+// IntakeIndexing is unified indexing: one base node, every chunk PART_OF it.
+type IntakeIndexing struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Key of the base node, "<type>_<correlation id>"; in the graph it is
+	// the document's node (doc:<id>), which carries it as base_node_key.
+	BaseNodeKey string `protobuf:"bytes,1,opt,name=base_node_key,json=baseNodeKey,proto3" json:"base_node_key,omitempty"`
+	// Base info, stored as the searchable base chunk (seq 0).
+	BaseInfo string `protobuf:"bytes,2,opt,name=base_info,json=baseInfo,proto3" json:"base_info,omitempty"`
+	// Chunks to index, the base chunk included.
+	ChunkCount int32 `protobuf:"varint,3,opt,name=chunk_count,json=chunkCount,proto3" json:"chunk_count,omitempty"`
+	// Chunks stored in search and linked PART_OF the base node.
+	ProcessedCount int32 `protobuf:"varint,4,opt,name=processed_count,json=processedCount,proto3" json:"processed_count,omitempty"`
+	// Ids of the chunks (GetDocument fills them in).
+	ChunkIds []string `protobuf:"bytes,5,rep,name=chunk_ids,json=chunkIds,proto3" json:"chunk_ids,omitempty"`
+	// Indexing errors.
+	Errors        []string `protobuf:"bytes,6,rep,name=errors,proto3" json:"errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntakeIndexing) Reset() {
+	*x = IntakeIndexing{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntakeIndexing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntakeIndexing) ProtoMessage() {}
+
+func (x *IntakeIndexing) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntakeIndexing.ProtoReflect.Descriptor instead.
+func (*IntakeIndexing) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *IntakeIndexing) GetBaseNodeKey() string {
+	if x != nil {
+		return x.BaseNodeKey
+	}
+	return ""
+}
+
+func (x *IntakeIndexing) GetBaseInfo() string {
+	if x != nil {
+		return x.BaseInfo
+	}
+	return ""
+}
+
+func (x *IntakeIndexing) GetChunkCount() int32 {
+	if x != nil {
+		return x.ChunkCount
+	}
+	return 0
+}
+
+func (x *IntakeIndexing) GetProcessedCount() int32 {
+	if x != nil {
+		return x.ProcessedCount
+	}
+	return 0
+}
+
+func (x *IntakeIndexing) GetChunkIds() []string {
+	if x != nil {
+		return x.ChunkIds
+	}
+	return nil
+}
+
+func (x *IntakeIndexing) GetErrors() []string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+// IntakeRouting is the final decision.
+type IntakeRouting struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// DONE or LIFT_UP.
+	Routing Routing `protobuf:"varint,1,opt,name=routing,proto3,enum=agentmesh.indexer.v1.Routing" json:"routing,omitempty"`
+	// Why.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Rules, model or fallback (the model called no tool, or failed).
+	DecidedBy DecidedBy `protobuf:"varint,3,opt,name=decided_by,json=decidedBy,proto3,enum=agentmesh.indexer.v1.DecidedBy" json:"decided_by,omitempty"`
+	// A warning, e.g. "the model did not call route_task".
+	Warning string `protobuf:"bytes,4,opt,name=warning,proto3" json:"warning,omitempty"`
+	// The analysis job a LIFT_UP hands the document to.
+	LiftedJobId   string `protobuf:"bytes,5,opt,name=lifted_job_id,json=liftedJobId,proto3" json:"lifted_job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntakeRouting) Reset() {
+	*x = IntakeRouting{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntakeRouting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntakeRouting) ProtoMessage() {}
+
+func (x *IntakeRouting) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntakeRouting.ProtoReflect.Descriptor instead.
+func (*IntakeRouting) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *IntakeRouting) GetRouting() Routing {
+	if x != nil {
+		return x.Routing
+	}
+	return Routing_ROUTING_UNSPECIFIED
+}
+
+func (x *IntakeRouting) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *IntakeRouting) GetDecidedBy() DecidedBy {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return DecidedBy_DECIDED_BY_UNSPECIFIED
+}
+
+func (x *IntakeRouting) GetWarning() string {
+	if x != nil {
+		return x.Warning
+	}
+	return ""
+}
+
+func (x *IntakeRouting) GetLiftedJobId() string {
+	if x != nil {
+		return x.LiftedJobId
+	}
+	return ""
+}
+
+// IntakePhase is what one phase cost and what went wrong in it.
+type IntakePhase struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Phase: vision_stage1, content_type, vision_stage2, extraction,
+	// indexing, routing.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Wall time.
+	Duration *durationpb.Duration `protobuf:"bytes,2,opt,name=duration,proto3" json:"duration,omitempty"`
+	// Model tokens spent.
+	Tokens int64 `protobuf:"varint,3,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// Errors, collected, never fatal to the pipeline.
+	Errors []string `protobuf:"bytes,4,rep,name=errors,proto3" json:"errors,omitempty"`
+	// Skipped, with why (e.g. "no visual attachments").
+	Skipped       string `protobuf:"bytes,5,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntakePhase) Reset() {
+	*x = IntakePhase{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntakePhase) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntakePhase) ProtoMessage() {}
+
+func (x *IntakePhase) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntakePhase.ProtoReflect.Descriptor instead.
+func (*IntakePhase) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *IntakePhase) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *IntakePhase) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *IntakePhase) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *IntakePhase) GetErrors() []string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+func (x *IntakePhase) GetSkipped() string {
+	if x != nil {
+		return x.Skipped
+	}
+	return ""
+}
+
+// IntakePhaseEvent is the payload of am.evt.<tenant>.intake.<document id>.<phase>
+// (vision_stage1 ... routing, then finished).
+type IntakePhaseEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Document id.
+	DocumentId string `protobuf:"bytes,1,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	// The phase that ended.
+	Phase *IntakePhase `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
+	// The pipeline as recorded by the write that ends the phase (one write
+	// may end several: vision to extraction at ingest, routing and the end),
+	// without the original text.
+	Pipeline      *IntakePipeline `protobuf:"bytes,3,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntakePhaseEvent) Reset() {
+	*x = IntakePhaseEvent{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntakePhaseEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntakePhaseEvent) ProtoMessage() {}
+
+func (x *IntakePhaseEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntakePhaseEvent.ProtoReflect.Descriptor instead.
+func (*IntakePhaseEvent) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *IntakePhaseEvent) GetDocumentId() string {
+	if x != nil {
+		return x.DocumentId
+	}
+	return ""
+}
+
+func (x *IntakePhaseEvent) GetPhase() *IntakePhase {
+	if x != nil {
+		return x.Phase
+	}
+	return nil
+}
+
+func (x *IntakePhaseEvent) GetPipeline() *IntakePipeline {
+	if x != nil {
+		return x.Pipeline
+	}
+	return nil
+}
+
 // IngestDocumentRequest brings a document in.
 type IngestDocumentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -650,7 +2124,7 @@ type IngestDocumentRequest struct {
 
 func (x *IngestDocumentRequest) Reset() {
 	*x = IngestDocumentRequest{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[3]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +2136,7 @@ func (x *IngestDocumentRequest) String() string {
 func (*IngestDocumentRequest) ProtoMessage() {}
 
 func (x *IngestDocumentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[3]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +2149,7 @@ func (x *IngestDocumentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestDocumentRequest.ProtoReflect.Descriptor instead.
 func (*IngestDocumentRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{3}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *IngestDocumentRequest) GetScope() *v1.Scope {
@@ -735,7 +2209,7 @@ type IngestDocumentResponse struct {
 
 func (x *IngestDocumentResponse) Reset() {
 	*x = IngestDocumentResponse{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[4]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +2221,7 @@ func (x *IngestDocumentResponse) String() string {
 func (*IngestDocumentResponse) ProtoMessage() {}
 
 func (x *IngestDocumentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[4]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +2234,7 @@ func (x *IngestDocumentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestDocumentResponse.ProtoReflect.Descriptor instead.
 func (*IngestDocumentResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{4}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *IngestDocumentResponse) GetDocument() *Document {
@@ -797,7 +2271,7 @@ type GetDocumentRequest struct {
 
 func (x *GetDocumentRequest) Reset() {
 	*x = GetDocumentRequest{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[5]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +2283,7 @@ func (x *GetDocumentRequest) String() string {
 func (*GetDocumentRequest) ProtoMessage() {}
 
 func (x *GetDocumentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[5]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +2296,7 @@ func (x *GetDocumentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDocumentRequest.ProtoReflect.Descriptor instead.
 func (*GetDocumentRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{5}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetDocumentRequest) GetScope() *v1.Scope {
@@ -850,7 +2324,7 @@ type GetDocumentResponse struct {
 
 func (x *GetDocumentResponse) Reset() {
 	*x = GetDocumentResponse{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[6]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +2336,7 @@ func (x *GetDocumentResponse) String() string {
 func (*GetDocumentResponse) ProtoMessage() {}
 
 func (x *GetDocumentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[6]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +2349,7 @@ func (x *GetDocumentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDocumentResponse.ProtoReflect.Descriptor instead.
 func (*GetDocumentResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{6}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetDocumentResponse) GetDocument() *Document {
@@ -902,7 +2376,7 @@ type ListDocumentsRequest struct {
 
 func (x *ListDocumentsRequest) Reset() {
 	*x = ListDocumentsRequest{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[7]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +2388,7 @@ func (x *ListDocumentsRequest) String() string {
 func (*ListDocumentsRequest) ProtoMessage() {}
 
 func (x *ListDocumentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[7]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +2401,7 @@ func (x *ListDocumentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDocumentsRequest.ProtoReflect.Descriptor instead.
 func (*ListDocumentsRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{7}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListDocumentsRequest) GetScope() *v1.Scope {
@@ -971,7 +2445,7 @@ type ListDocumentsResponse struct {
 
 func (x *ListDocumentsResponse) Reset() {
 	*x = ListDocumentsResponse{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[8]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +2457,7 @@ func (x *ListDocumentsResponse) String() string {
 func (*ListDocumentsResponse) ProtoMessage() {}
 
 func (x *ListDocumentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[8]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +2470,7 @@ func (x *ListDocumentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDocumentsResponse.ProtoReflect.Descriptor instead.
 func (*ListDocumentsResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{8}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListDocumentsResponse) GetDocuments() []*Document {
@@ -1026,7 +2500,7 @@ type DeleteDocumentRequest struct {
 
 func (x *DeleteDocumentRequest) Reset() {
 	*x = DeleteDocumentRequest{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[9]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +2512,7 @@ func (x *DeleteDocumentRequest) String() string {
 func (*DeleteDocumentRequest) ProtoMessage() {}
 
 func (x *DeleteDocumentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[9]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +2525,7 @@ func (x *DeleteDocumentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDocumentRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDocumentRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{9}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteDocumentRequest) GetScope() *v1.Scope {
@@ -1077,7 +2551,7 @@ type DeleteDocumentResponse struct {
 
 func (x *DeleteDocumentResponse) Reset() {
 	*x = DeleteDocumentResponse{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[10]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +2563,7 @@ func (x *DeleteDocumentResponse) String() string {
 func (*DeleteDocumentResponse) ProtoMessage() {}
 
 func (x *DeleteDocumentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[10]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +2576,7 @@ func (x *DeleteDocumentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDocumentResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDocumentResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{10}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{24}
 }
 
 // FindDocumentsByExtractRequest filters by extract.
@@ -1125,7 +2599,7 @@ type FindDocumentsByExtractRequest struct {
 
 func (x *FindDocumentsByExtractRequest) Reset() {
 	*x = FindDocumentsByExtractRequest{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[11]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +2611,7 @@ func (x *FindDocumentsByExtractRequest) String() string {
 func (*FindDocumentsByExtractRequest) ProtoMessage() {}
 
 func (x *FindDocumentsByExtractRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[11]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +2624,7 @@ func (x *FindDocumentsByExtractRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindDocumentsByExtractRequest.ProtoReflect.Descriptor instead.
 func (*FindDocumentsByExtractRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{11}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FindDocumentsByExtractRequest) GetScope() *v1.Scope {
@@ -1201,7 +2675,7 @@ type FindDocumentsByExtractResponse struct {
 
 func (x *FindDocumentsByExtractResponse) Reset() {
 	*x = FindDocumentsByExtractResponse{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[12]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +2687,7 @@ func (x *FindDocumentsByExtractResponse) String() string {
 func (*FindDocumentsByExtractResponse) ProtoMessage() {}
 
 func (x *FindDocumentsByExtractResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[12]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +2700,7 @@ func (x *FindDocumentsByExtractResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindDocumentsByExtractResponse.ProtoReflect.Descriptor instead.
 func (*FindDocumentsByExtractResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{12}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *FindDocumentsByExtractResponse) GetDocuments() []*Document {
@@ -1254,7 +2728,7 @@ type RebuildIndexesRequest struct {
 
 func (x *RebuildIndexesRequest) Reset() {
 	*x = RebuildIndexesRequest{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[13]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +2740,7 @@ func (x *RebuildIndexesRequest) String() string {
 func (*RebuildIndexesRequest) ProtoMessage() {}
 
 func (x *RebuildIndexesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[13]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +2753,7 @@ func (x *RebuildIndexesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildIndexesRequest.ProtoReflect.Descriptor instead.
 func (*RebuildIndexesRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{13}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RebuildIndexesRequest) GetScope() *v1.Scope {
@@ -1302,7 +2776,7 @@ type RebuildIndexesResponse struct {
 
 func (x *RebuildIndexesResponse) Reset() {
 	*x = RebuildIndexesResponse{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[14]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +2788,7 @@ func (x *RebuildIndexesResponse) String() string {
 func (*RebuildIndexesResponse) ProtoMessage() {}
 
 func (x *RebuildIndexesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[14]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +2801,7 @@ func (x *RebuildIndexesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildIndexesResponse.ProtoReflect.Descriptor instead.
 func (*RebuildIndexesResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{14}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RebuildIndexesResponse) GetDocuments() int64 {
@@ -1355,7 +2829,7 @@ type DocumentIndexed struct {
 
 func (x *DocumentIndexed) Reset() {
 	*x = DocumentIndexed{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[15]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +2841,7 @@ func (x *DocumentIndexed) String() string {
 func (*DocumentIndexed) ProtoMessage() {}
 
 func (x *DocumentIndexed) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[15]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +2854,7 @@ func (x *DocumentIndexed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DocumentIndexed.ProtoReflect.Descriptor instead.
 func (*DocumentIndexed) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{15}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DocumentIndexed) GetDocument() *Document {
@@ -1411,7 +2885,7 @@ type ExtractorRun struct {
 
 func (x *ExtractorRun) Reset() {
 	*x = ExtractorRun{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[16]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +2897,7 @@ func (x *ExtractorRun) String() string {
 func (*ExtractorRun) ProtoMessage() {}
 
 func (x *ExtractorRun) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[16]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +2910,7 @@ func (x *ExtractorRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractorRun.ProtoReflect.Descriptor instead.
 func (*ExtractorRun) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{16}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ExtractorRun) GetExtractor() string {
@@ -1515,7 +2989,7 @@ type ExtractionJob struct {
 
 func (x *ExtractionJob) Reset() {
 	*x = ExtractionJob{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[17]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +3001,7 @@ func (x *ExtractionJob) String() string {
 func (*ExtractionJob) ProtoMessage() {}
 
 func (x *ExtractionJob) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[17]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +3014,7 @@ func (x *ExtractionJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractionJob.ProtoReflect.Descriptor instead.
 func (*ExtractionJob) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{17}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExtractionJob) GetId() string {
@@ -1639,7 +3113,7 @@ type ExtractionJobEvent struct {
 
 func (x *ExtractionJobEvent) Reset() {
 	*x = ExtractionJobEvent{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[18]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +3125,7 @@ func (x *ExtractionJobEvent) String() string {
 func (*ExtractionJobEvent) ProtoMessage() {}
 
 func (x *ExtractionJobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[18]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +3138,7 @@ func (x *ExtractionJobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractionJobEvent.ProtoReflect.Descriptor instead.
 func (*ExtractionJobEvent) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{18}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExtractionJobEvent) GetJob() *ExtractionJob {
@@ -1687,7 +3161,7 @@ type GetExtractionJobRequest struct {
 
 func (x *GetExtractionJobRequest) Reset() {
 	*x = GetExtractionJobRequest{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[19]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +3173,7 @@ func (x *GetExtractionJobRequest) String() string {
 func (*GetExtractionJobRequest) ProtoMessage() {}
 
 func (x *GetExtractionJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[19]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +3186,7 @@ func (x *GetExtractionJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExtractionJobRequest.ProtoReflect.Descriptor instead.
 func (*GetExtractionJobRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{19}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetExtractionJobRequest) GetScope() *v1.Scope {
@@ -1740,7 +3214,7 @@ type GetExtractionJobResponse struct {
 
 func (x *GetExtractionJobResponse) Reset() {
 	*x = GetExtractionJobResponse{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[20]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +3226,7 @@ func (x *GetExtractionJobResponse) String() string {
 func (*GetExtractionJobResponse) ProtoMessage() {}
 
 func (x *GetExtractionJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[20]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +3239,7 @@ func (x *GetExtractionJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExtractionJobResponse.ProtoReflect.Descriptor instead.
 func (*GetExtractionJobResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{20}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetExtractionJobResponse) GetJob() *ExtractionJob {
@@ -1795,7 +3269,7 @@ const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"\n" +
 	"span_start\x18\x05 \x01(\x03R\tspanStart\x12\x19\n" +
 	"\bspan_end\x18\x06 \x01(\x03R\aspanEnd\x12\x1c\n" +
-	"\textractor\x18\a \x01(\tR\textractor\"\x8c\x06\n" +
+	"\textractor\x18\a \x01(\tR\textractor\"\xf2\x06\n" +
 	"\bDocument\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
 	"\x05scope\x18\x02 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12A\n" +
@@ -1820,7 +3294,129 @@ const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"updateTime\x12*\n" +
 	"\x11extraction_job_id\x18\x0f \x01(\tR\x0fextractionJobId\x12V\n" +
 	"\x11extraction_status\x18\x10 \x01(\x0e2).agentmesh.indexer.v1.ExtractionJobStatusR\x10extractionStatus\x12%\n" +
-	"\x0evision_summary\x18\x11 \x01(\tR\rvisionSummary\"\xce\x02\n" +
+	"\x0evision_summary\x18\x11 \x01(\tR\rvisionSummary\x12@\n" +
+	"\bpipeline\x18\x12 \x01(\v2$.agentmesh.indexer.v1.IntakePipelineR\bpipeline\x12\"\n" +
+	"\rlifted_job_id\x18\x13 \x01(\tR\vliftedJobId\"\xa7\x05\n" +
+	"\x0eIntakePipeline\x12%\n" +
+	"\x0ecorrelation_id\x18\x01 \x01(\tR\rcorrelationId\x120\n" +
+	"\x05scope\x18\x02 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x1d\n" +
+	"\n" +
+	"source_urn\x18\x03 \x01(\tR\tsourceUrn\x12#\n" +
+	"\roriginal_text\x18\x04 \x01(\tR\foriginalText\x12H\n" +
+	"\vattachments\x18\x05 \x03(\v2&.agentmesh.indexer.v1.IntakeAttachmentR\vattachments\x12:\n" +
+	"\x06vision\x18\x06 \x01(\v2\".agentmesh.indexer.v1.IntakeVisionR\x06vision\x12R\n" +
+	"\fcontent_type\x18\a \x01(\v2/.agentmesh.indexer.v1.IntakeContentTypeDecisionR\vcontentType\x12F\n" +
+	"\n" +
+	"extraction\x18\b \x01(\v2&.agentmesh.indexer.v1.IntakeExtractionR\n" +
+	"extraction\x12@\n" +
+	"\bindexing\x18\t \x01(\v2$.agentmesh.indexer.v1.IntakeIndexingR\bindexing\x12=\n" +
+	"\arouting\x18\n" +
+	" \x01(\v2#.agentmesh.indexer.v1.IntakeRoutingR\arouting\x129\n" +
+	"\x06phases\x18\v \x03(\v2!.agentmesh.indexer.v1.IntakePhaseR\x06phases\x12\x1a\n" +
+	"\bfinished\x18\f \x01(\bR\bfinished\"\xe5\x01\n" +
+	"\x10IntakeAttachment\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12,\n" +
+	"\x12declared_mime_type\x18\x03 \x01(\tR\x10declaredMimeType\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\x12\x16\n" +
+	"\x06visual\x18\x05 \x01(\bR\x06visual\x12\x12\n" +
+	"\x04note\x18\x06 \x01(\tR\x04note\x12'\n" +
+	"\x0fvision_analysis\x18\a \x01(\tR\x0evisionAnalysis\"\x81\x01\n" +
+	"\fIntakeVision\x12'\n" +
+	"\x0fgeneral_summary\x18\x01 \x01(\tR\x0egeneralSummary\x122\n" +
+	"\x15type_specific_details\x18\x02 \x01(\tR\x13typeSpecificDetails\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\"\xcd\x01\n" +
+	"\x19IntakeContentTypeDecision\x12;\n" +
+	"\x04type\x18\x01 \x01(\x0e2'.agentmesh.indexer.v1.IntakeContentTypeR\x04type\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12>\n" +
+	"\n" +
+	"decided_by\x18\x03 \x01(\x0e2\x1f.agentmesh.indexer.v1.DecidedByR\tdecidedBy\x12\x1b\n" +
+	"\tfine_type\x18\x04 \x01(\tR\bfineType\"\xe3\x02\n" +
+	"\x10IntakeExtraction\x12=\n" +
+	"\x05email\x18\x01 \x01(\v2%.agentmesh.indexer.v1.EmailExtractionH\x00R\x05email\x12:\n" +
+	"\x04jira\x18\x02 \x01(\v2$.agentmesh.indexer.v1.JiraExtractionH\x00R\x04jira\x12L\n" +
+	"\n" +
+	"confluence\x18\x03 \x01(\v2*.agentmesh.indexer.v1.ConfluenceExtractionH\x00R\n" +
+	"confluence\x127\n" +
+	"\x03log\x18\x04 \x01(\v2#.agentmesh.indexer.v1.LogExtractionH\x00R\x03log\x12C\n" +
+	"\ageneric\x18\x05 \x01(\v2'.agentmesh.indexer.v1.GenericExtractionH\x00R\agenericB\b\n" +
+	"\x06result\"\xfa\x01\n" +
+	"\x0fEmailExtraction\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x03(\tR\x02to\x12\x0e\n" +
+	"\x02cc\x18\x03 \x03(\tR\x02cc\x12\x18\n" +
+	"\asubject\x18\x04 \x01(\tR\asubject\x12.\n" +
+	"\x04date\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04date\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x06 \x01(\tR\tmessageId\x12\x16\n" +
+	"\x06thread\x18\a \x01(\tR\x06thread\x12\x1e\n" +
+	"\n" +
+	"references\x18\b \x03(\tR\n" +
+	"references\x12\x12\n" +
+	"\x04body\x18\t \x01(\tR\x04body\"\x97\x02\n" +
+	"\x0eJiraExtraction\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
+	"\asummary\x18\x02 \x01(\tR\asummary\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12\x12\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type\x12\x1a\n" +
+	"\bassignee\x18\x05 \x01(\tR\bassignee\x12\x1a\n" +
+	"\breporter\x18\x06 \x01(\tR\breporter\x12\x12\n" +
+	"\x04epic\x18\a \x01(\tR\x04epic\x12\x16\n" +
+	"\x06sprint\x18\b \x01(\tR\x06sprint\x12\x1a\n" +
+	"\bpriority\x18\t \x01(\tR\bpriority\x12-\n" +
+	"\x12change_description\x18\n" +
+	" \x01(\tR\x11changeDescription\"v\n" +
+	"\x14ConfluenceExtraction\x12\x16\n" +
+	"\x06author\x18\x01 \x01(\tR\x06author\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12\x14\n" +
+	"\x05topic\x18\x03 \x01(\tR\x05topic\x12\x1a\n" +
+	"\bheadings\x18\x04 \x03(\tR\bheadings\"\x86\x04\n" +
+	"\rLogExtraction\x12\x18\n" +
+	"\asummary\x18\x01 \x01(\tR\asummary\x12\x1d\n" +
+	"\n" +
+	"key_events\x18\x02 \x03(\tR\tkeyEvents\x12)\n" +
+	"\x10critical_details\x18\x03 \x03(\tR\x0fcriticalDetails\x12\x1d\n" +
+	"\n" +
+	"line_count\x18\x04 \x01(\x05R\tlineCount\x129\n" +
+	"\n" +
+	"first_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tfirstTime\x127\n" +
+	"\tlast_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\blastTime\x12W\n" +
+	"\flevel_counts\x18\a \x03(\v24.agentmesh.indexer.v1.LogExtraction.LevelCountsEntryR\vlevelCounts\x12\x1f\n" +
+	"\verror_codes\x18\b \x03(\tR\n" +
+	"errorCodes\x12D\n" +
+	"\rsummarized_by\x18\t \x01(\x0e2\x1f.agentmesh.indexer.v1.DecidedByR\fsummarizedBy\x1a>\n" +
+	"\x10LevelCountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"0\n" +
+	"\x11GenericExtraction\x12\x1b\n" +
+	"\tbase_info\x18\x01 \x01(\tR\bbaseInfo\"\xd0\x01\n" +
+	"\x0eIntakeIndexing\x12\"\n" +
+	"\rbase_node_key\x18\x01 \x01(\tR\vbaseNodeKey\x12\x1b\n" +
+	"\tbase_info\x18\x02 \x01(\tR\bbaseInfo\x12\x1f\n" +
+	"\vchunk_count\x18\x03 \x01(\x05R\n" +
+	"chunkCount\x12'\n" +
+	"\x0fprocessed_count\x18\x04 \x01(\x05R\x0eprocessedCount\x12\x1b\n" +
+	"\tchunk_ids\x18\x05 \x03(\tR\bchunkIds\x12\x16\n" +
+	"\x06errors\x18\x06 \x03(\tR\x06errors\"\xde\x01\n" +
+	"\rIntakeRouting\x127\n" +
+	"\arouting\x18\x01 \x01(\x0e2\x1d.agentmesh.indexer.v1.RoutingR\arouting\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12>\n" +
+	"\n" +
+	"decided_by\x18\x03 \x01(\x0e2\x1f.agentmesh.indexer.v1.DecidedByR\tdecidedBy\x12\x18\n" +
+	"\awarning\x18\x04 \x01(\tR\awarning\x12\"\n" +
+	"\rlifted_job_id\x18\x05 \x01(\tR\vliftedJobId\"\xa2\x01\n" +
+	"\vIntakePhase\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
+	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x16\n" +
+	"\x06tokens\x18\x03 \x01(\x03R\x06tokens\x12\x16\n" +
+	"\x06errors\x18\x04 \x03(\tR\x06errors\x12\x18\n" +
+	"\askipped\x18\x05 \x01(\tR\askipped\"\xae\x01\n" +
+	"\x10IntakePhaseEvent\x12\x1f\n" +
+	"\vdocument_id\x18\x01 \x01(\tR\n" +
+	"documentId\x127\n" +
+	"\x05phase\x18\x02 \x01(\v2!.agentmesh.indexer.v1.IntakePhaseR\x05phase\x12@\n" +
+	"\bpipeline\x18\x03 \x01(\v2$.agentmesh.indexer.v1.IntakePipelineR\bpipeline\"\xce\x02\n" +
 	"\x15IngestDocumentRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12M\n" +
 	"\vsource_type\x18\x02 \x01(\x0e2 .agentmesh.indexer.v1.SourceTypeB\n" +
@@ -1921,7 +3517,19 @@ const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"\aRouting\x12\x17\n" +
 	"\x13ROUTING_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROUTING_DONE\x10\x01\x12\x13\n" +
-	"\x0fROUTING_LIFT_UP\x10\x02*\x9a\x02\n" +
+	"\x0fROUTING_LIFT_UP\x10\x02*\xd7\x01\n" +
+	"\x11IntakeContentType\x12#\n" +
+	"\x1fINTAKE_CONTENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19INTAKE_CONTENT_TYPE_EMAIL\x10\x01\x12\x1c\n" +
+	"\x18INTAKE_CONTENT_TYPE_JIRA\x10\x02\x12\"\n" +
+	"\x1eINTAKE_CONTENT_TYPE_CONFLUENCE\x10\x03\x12\x1b\n" +
+	"\x17INTAKE_CONTENT_TYPE_LOG\x10\x04\x12\x1f\n" +
+	"\x1bINTAKE_CONTENT_TYPE_GENERIC\x10\x05*l\n" +
+	"\tDecidedBy\x12\x1a\n" +
+	"\x16DECIDED_BY_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10DECIDED_BY_RULES\x10\x01\x12\x14\n" +
+	"\x10DECIDED_BY_MODEL\x10\x02\x12\x17\n" +
+	"\x13DECIDED_BY_FALLBACK\x10\x03*\x9a\x02\n" +
 	"\x13ExtractionJobStatus\x12%\n" +
 	"!EXTRACTION_JOB_STATUS_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cEXTRACTION_JOB_STATUS_QUEUED\x10\x01\x12!\n" +
@@ -1957,94 +3565,137 @@ func file_agentmesh_indexer_v1_document_proto_rawDescGZIP() []byte {
 	return file_agentmesh_indexer_v1_document_proto_rawDescData
 }
 
-var file_agentmesh_indexer_v1_document_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_agentmesh_indexer_v1_document_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_agentmesh_indexer_v1_document_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_agentmesh_indexer_v1_document_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_agentmesh_indexer_v1_document_proto_goTypes = []any{
 	(SourceType)(0),                        // 0: agentmesh.indexer.v1.SourceType
 	(Routing)(0),                           // 1: agentmesh.indexer.v1.Routing
-	(ExtractionJobStatus)(0),               // 2: agentmesh.indexer.v1.ExtractionJobStatus
-	(ExtractorRunStatus)(0),                // 3: agentmesh.indexer.v1.ExtractorRunStatus
-	(*Attachment)(nil),                     // 4: agentmesh.indexer.v1.Attachment
-	(*Extract)(nil),                        // 5: agentmesh.indexer.v1.Extract
-	(*Document)(nil),                       // 6: agentmesh.indexer.v1.Document
-	(*IngestDocumentRequest)(nil),          // 7: agentmesh.indexer.v1.IngestDocumentRequest
-	(*IngestDocumentResponse)(nil),         // 8: agentmesh.indexer.v1.IngestDocumentResponse
-	(*GetDocumentRequest)(nil),             // 9: agentmesh.indexer.v1.GetDocumentRequest
-	(*GetDocumentResponse)(nil),            // 10: agentmesh.indexer.v1.GetDocumentResponse
-	(*ListDocumentsRequest)(nil),           // 11: agentmesh.indexer.v1.ListDocumentsRequest
-	(*ListDocumentsResponse)(nil),          // 12: agentmesh.indexer.v1.ListDocumentsResponse
-	(*DeleteDocumentRequest)(nil),          // 13: agentmesh.indexer.v1.DeleteDocumentRequest
-	(*DeleteDocumentResponse)(nil),         // 14: agentmesh.indexer.v1.DeleteDocumentResponse
-	(*FindDocumentsByExtractRequest)(nil),  // 15: agentmesh.indexer.v1.FindDocumentsByExtractRequest
-	(*FindDocumentsByExtractResponse)(nil), // 16: agentmesh.indexer.v1.FindDocumentsByExtractResponse
-	(*RebuildIndexesRequest)(nil),          // 17: agentmesh.indexer.v1.RebuildIndexesRequest
-	(*RebuildIndexesResponse)(nil),         // 18: agentmesh.indexer.v1.RebuildIndexesResponse
-	(*DocumentIndexed)(nil),                // 19: agentmesh.indexer.v1.DocumentIndexed
-	(*ExtractorRun)(nil),                   // 20: agentmesh.indexer.v1.ExtractorRun
-	(*ExtractionJob)(nil),                  // 21: agentmesh.indexer.v1.ExtractionJob
-	(*ExtractionJobEvent)(nil),             // 22: agentmesh.indexer.v1.ExtractionJobEvent
-	(*GetExtractionJobRequest)(nil),        // 23: agentmesh.indexer.v1.GetExtractionJobRequest
-	(*GetExtractionJobResponse)(nil),       // 24: agentmesh.indexer.v1.GetExtractionJobResponse
-	nil,                                    // 25: agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
-	(*structpb.Struct)(nil),                // 26: google.protobuf.Struct
-	(*v1.Scope)(nil),                       // 27: agentmesh.common.v1.Scope
-	(*timestamppb.Timestamp)(nil),          // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),            // 29: google.protobuf.Duration
+	(IntakeContentType)(0),                 // 2: agentmesh.indexer.v1.IntakeContentType
+	(DecidedBy)(0),                         // 3: agentmesh.indexer.v1.DecidedBy
+	(ExtractionJobStatus)(0),               // 4: agentmesh.indexer.v1.ExtractionJobStatus
+	(ExtractorRunStatus)(0),                // 5: agentmesh.indexer.v1.ExtractorRunStatus
+	(*Attachment)(nil),                     // 6: agentmesh.indexer.v1.Attachment
+	(*Extract)(nil),                        // 7: agentmesh.indexer.v1.Extract
+	(*Document)(nil),                       // 8: agentmesh.indexer.v1.Document
+	(*IntakePipeline)(nil),                 // 9: agentmesh.indexer.v1.IntakePipeline
+	(*IntakeAttachment)(nil),               // 10: agentmesh.indexer.v1.IntakeAttachment
+	(*IntakeVision)(nil),                   // 11: agentmesh.indexer.v1.IntakeVision
+	(*IntakeContentTypeDecision)(nil),      // 12: agentmesh.indexer.v1.IntakeContentTypeDecision
+	(*IntakeExtraction)(nil),               // 13: agentmesh.indexer.v1.IntakeExtraction
+	(*EmailExtraction)(nil),                // 14: agentmesh.indexer.v1.EmailExtraction
+	(*JiraExtraction)(nil),                 // 15: agentmesh.indexer.v1.JiraExtraction
+	(*ConfluenceExtraction)(nil),           // 16: agentmesh.indexer.v1.ConfluenceExtraction
+	(*LogExtraction)(nil),                  // 17: agentmesh.indexer.v1.LogExtraction
+	(*GenericExtraction)(nil),              // 18: agentmesh.indexer.v1.GenericExtraction
+	(*IntakeIndexing)(nil),                 // 19: agentmesh.indexer.v1.IntakeIndexing
+	(*IntakeRouting)(nil),                  // 20: agentmesh.indexer.v1.IntakeRouting
+	(*IntakePhase)(nil),                    // 21: agentmesh.indexer.v1.IntakePhase
+	(*IntakePhaseEvent)(nil),               // 22: agentmesh.indexer.v1.IntakePhaseEvent
+	(*IngestDocumentRequest)(nil),          // 23: agentmesh.indexer.v1.IngestDocumentRequest
+	(*IngestDocumentResponse)(nil),         // 24: agentmesh.indexer.v1.IngestDocumentResponse
+	(*GetDocumentRequest)(nil),             // 25: agentmesh.indexer.v1.GetDocumentRequest
+	(*GetDocumentResponse)(nil),            // 26: agentmesh.indexer.v1.GetDocumentResponse
+	(*ListDocumentsRequest)(nil),           // 27: agentmesh.indexer.v1.ListDocumentsRequest
+	(*ListDocumentsResponse)(nil),          // 28: agentmesh.indexer.v1.ListDocumentsResponse
+	(*DeleteDocumentRequest)(nil),          // 29: agentmesh.indexer.v1.DeleteDocumentRequest
+	(*DeleteDocumentResponse)(nil),         // 30: agentmesh.indexer.v1.DeleteDocumentResponse
+	(*FindDocumentsByExtractRequest)(nil),  // 31: agentmesh.indexer.v1.FindDocumentsByExtractRequest
+	(*FindDocumentsByExtractResponse)(nil), // 32: agentmesh.indexer.v1.FindDocumentsByExtractResponse
+	(*RebuildIndexesRequest)(nil),          // 33: agentmesh.indexer.v1.RebuildIndexesRequest
+	(*RebuildIndexesResponse)(nil),         // 34: agentmesh.indexer.v1.RebuildIndexesResponse
+	(*DocumentIndexed)(nil),                // 35: agentmesh.indexer.v1.DocumentIndexed
+	(*ExtractorRun)(nil),                   // 36: agentmesh.indexer.v1.ExtractorRun
+	(*ExtractionJob)(nil),                  // 37: agentmesh.indexer.v1.ExtractionJob
+	(*ExtractionJobEvent)(nil),             // 38: agentmesh.indexer.v1.ExtractionJobEvent
+	(*GetExtractionJobRequest)(nil),        // 39: agentmesh.indexer.v1.GetExtractionJobRequest
+	(*GetExtractionJobResponse)(nil),       // 40: agentmesh.indexer.v1.GetExtractionJobResponse
+	nil,                                    // 41: agentmesh.indexer.v1.LogExtraction.LevelCountsEntry
+	nil,                                    // 42: agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
+	(*structpb.Struct)(nil),                // 43: google.protobuf.Struct
+	(*v1.Scope)(nil),                       // 44: agentmesh.common.v1.Scope
+	(*timestamppb.Timestamp)(nil),          // 45: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 46: google.protobuf.Duration
 }
 var file_agentmesh_indexer_v1_document_proto_depIdxs = []int32{
-	26, // 0: agentmesh.indexer.v1.Extract.data:type_name -> google.protobuf.Struct
-	27, // 1: agentmesh.indexer.v1.Document.scope:type_name -> agentmesh.common.v1.Scope
+	43, // 0: agentmesh.indexer.v1.Extract.data:type_name -> google.protobuf.Struct
+	44, // 1: agentmesh.indexer.v1.Document.scope:type_name -> agentmesh.common.v1.Scope
 	0,  // 2: agentmesh.indexer.v1.Document.source_type:type_name -> agentmesh.indexer.v1.SourceType
-	5,  // 3: agentmesh.indexer.v1.Document.extracts:type_name -> agentmesh.indexer.v1.Extract
+	7,  // 3: agentmesh.indexer.v1.Document.extracts:type_name -> agentmesh.indexer.v1.Extract
 	1,  // 4: agentmesh.indexer.v1.Document.routing:type_name -> agentmesh.indexer.v1.Routing
-	28, // 5: agentmesh.indexer.v1.Document.create_time:type_name -> google.protobuf.Timestamp
-	28, // 6: agentmesh.indexer.v1.Document.update_time:type_name -> google.protobuf.Timestamp
-	2,  // 7: agentmesh.indexer.v1.Document.extraction_status:type_name -> agentmesh.indexer.v1.ExtractionJobStatus
-	27, // 8: agentmesh.indexer.v1.IngestDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
-	0,  // 9: agentmesh.indexer.v1.IngestDocumentRequest.source_type:type_name -> agentmesh.indexer.v1.SourceType
-	4,  // 10: agentmesh.indexer.v1.IngestDocumentRequest.attachments:type_name -> agentmesh.indexer.v1.Attachment
-	6,  // 11: agentmesh.indexer.v1.IngestDocumentResponse.document:type_name -> agentmesh.indexer.v1.Document
-	27, // 12: agentmesh.indexer.v1.GetDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
-	6,  // 13: agentmesh.indexer.v1.GetDocumentResponse.document:type_name -> agentmesh.indexer.v1.Document
-	27, // 14: agentmesh.indexer.v1.ListDocumentsRequest.scope:type_name -> agentmesh.common.v1.Scope
-	0,  // 15: agentmesh.indexer.v1.ListDocumentsRequest.source_type:type_name -> agentmesh.indexer.v1.SourceType
-	6,  // 16: agentmesh.indexer.v1.ListDocumentsResponse.documents:type_name -> agentmesh.indexer.v1.Document
-	27, // 17: agentmesh.indexer.v1.DeleteDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
-	27, // 18: agentmesh.indexer.v1.FindDocumentsByExtractRequest.scope:type_name -> agentmesh.common.v1.Scope
-	25, // 19: agentmesh.indexer.v1.FindDocumentsByExtractRequest.field_equals:type_name -> agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
-	6,  // 20: agentmesh.indexer.v1.FindDocumentsByExtractResponse.documents:type_name -> agentmesh.indexer.v1.Document
-	27, // 21: agentmesh.indexer.v1.RebuildIndexesRequest.scope:type_name -> agentmesh.common.v1.Scope
-	6,  // 22: agentmesh.indexer.v1.DocumentIndexed.document:type_name -> agentmesh.indexer.v1.Document
-	3,  // 23: agentmesh.indexer.v1.ExtractorRun.status:type_name -> agentmesh.indexer.v1.ExtractorRunStatus
-	29, // 24: agentmesh.indexer.v1.ExtractorRun.duration:type_name -> google.protobuf.Duration
-	27, // 25: agentmesh.indexer.v1.ExtractionJob.scope:type_name -> agentmesh.common.v1.Scope
-	2,  // 26: agentmesh.indexer.v1.ExtractionJob.status:type_name -> agentmesh.indexer.v1.ExtractionJobStatus
-	20, // 27: agentmesh.indexer.v1.ExtractionJob.extractor_runs:type_name -> agentmesh.indexer.v1.ExtractorRun
-	28, // 28: agentmesh.indexer.v1.ExtractionJob.create_time:type_name -> google.protobuf.Timestamp
-	28, // 29: agentmesh.indexer.v1.ExtractionJob.start_time:type_name -> google.protobuf.Timestamp
-	28, // 30: agentmesh.indexer.v1.ExtractionJob.end_time:type_name -> google.protobuf.Timestamp
-	21, // 31: agentmesh.indexer.v1.ExtractionJobEvent.job:type_name -> agentmesh.indexer.v1.ExtractionJob
-	27, // 32: agentmesh.indexer.v1.GetExtractionJobRequest.scope:type_name -> agentmesh.common.v1.Scope
-	21, // 33: agentmesh.indexer.v1.GetExtractionJobResponse.job:type_name -> agentmesh.indexer.v1.ExtractionJob
-	7,  // 34: agentmesh.indexer.v1.DocumentService.IngestDocument:input_type -> agentmesh.indexer.v1.IngestDocumentRequest
-	9,  // 35: agentmesh.indexer.v1.DocumentService.GetDocument:input_type -> agentmesh.indexer.v1.GetDocumentRequest
-	11, // 36: agentmesh.indexer.v1.DocumentService.ListDocuments:input_type -> agentmesh.indexer.v1.ListDocumentsRequest
-	13, // 37: agentmesh.indexer.v1.DocumentService.DeleteDocument:input_type -> agentmesh.indexer.v1.DeleteDocumentRequest
-	15, // 38: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:input_type -> agentmesh.indexer.v1.FindDocumentsByExtractRequest
-	17, // 39: agentmesh.indexer.v1.DocumentService.RebuildIndexes:input_type -> agentmesh.indexer.v1.RebuildIndexesRequest
-	23, // 40: agentmesh.indexer.v1.DocumentService.GetExtractionJob:input_type -> agentmesh.indexer.v1.GetExtractionJobRequest
-	8,  // 41: agentmesh.indexer.v1.DocumentService.IngestDocument:output_type -> agentmesh.indexer.v1.IngestDocumentResponse
-	10, // 42: agentmesh.indexer.v1.DocumentService.GetDocument:output_type -> agentmesh.indexer.v1.GetDocumentResponse
-	12, // 43: agentmesh.indexer.v1.DocumentService.ListDocuments:output_type -> agentmesh.indexer.v1.ListDocumentsResponse
-	14, // 44: agentmesh.indexer.v1.DocumentService.DeleteDocument:output_type -> agentmesh.indexer.v1.DeleteDocumentResponse
-	16, // 45: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:output_type -> agentmesh.indexer.v1.FindDocumentsByExtractResponse
-	18, // 46: agentmesh.indexer.v1.DocumentService.RebuildIndexes:output_type -> agentmesh.indexer.v1.RebuildIndexesResponse
-	24, // 47: agentmesh.indexer.v1.DocumentService.GetExtractionJob:output_type -> agentmesh.indexer.v1.GetExtractionJobResponse
-	41, // [41:48] is the sub-list for method output_type
-	34, // [34:41] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	45, // 5: agentmesh.indexer.v1.Document.create_time:type_name -> google.protobuf.Timestamp
+	45, // 6: agentmesh.indexer.v1.Document.update_time:type_name -> google.protobuf.Timestamp
+	4,  // 7: agentmesh.indexer.v1.Document.extraction_status:type_name -> agentmesh.indexer.v1.ExtractionJobStatus
+	9,  // 8: agentmesh.indexer.v1.Document.pipeline:type_name -> agentmesh.indexer.v1.IntakePipeline
+	44, // 9: agentmesh.indexer.v1.IntakePipeline.scope:type_name -> agentmesh.common.v1.Scope
+	10, // 10: agentmesh.indexer.v1.IntakePipeline.attachments:type_name -> agentmesh.indexer.v1.IntakeAttachment
+	11, // 11: agentmesh.indexer.v1.IntakePipeline.vision:type_name -> agentmesh.indexer.v1.IntakeVision
+	12, // 12: agentmesh.indexer.v1.IntakePipeline.content_type:type_name -> agentmesh.indexer.v1.IntakeContentTypeDecision
+	13, // 13: agentmesh.indexer.v1.IntakePipeline.extraction:type_name -> agentmesh.indexer.v1.IntakeExtraction
+	19, // 14: agentmesh.indexer.v1.IntakePipeline.indexing:type_name -> agentmesh.indexer.v1.IntakeIndexing
+	20, // 15: agentmesh.indexer.v1.IntakePipeline.routing:type_name -> agentmesh.indexer.v1.IntakeRouting
+	21, // 16: agentmesh.indexer.v1.IntakePipeline.phases:type_name -> agentmesh.indexer.v1.IntakePhase
+	2,  // 17: agentmesh.indexer.v1.IntakeContentTypeDecision.type:type_name -> agentmesh.indexer.v1.IntakeContentType
+	3,  // 18: agentmesh.indexer.v1.IntakeContentTypeDecision.decided_by:type_name -> agentmesh.indexer.v1.DecidedBy
+	14, // 19: agentmesh.indexer.v1.IntakeExtraction.email:type_name -> agentmesh.indexer.v1.EmailExtraction
+	15, // 20: agentmesh.indexer.v1.IntakeExtraction.jira:type_name -> agentmesh.indexer.v1.JiraExtraction
+	16, // 21: agentmesh.indexer.v1.IntakeExtraction.confluence:type_name -> agentmesh.indexer.v1.ConfluenceExtraction
+	17, // 22: agentmesh.indexer.v1.IntakeExtraction.log:type_name -> agentmesh.indexer.v1.LogExtraction
+	18, // 23: agentmesh.indexer.v1.IntakeExtraction.generic:type_name -> agentmesh.indexer.v1.GenericExtraction
+	45, // 24: agentmesh.indexer.v1.EmailExtraction.date:type_name -> google.protobuf.Timestamp
+	45, // 25: agentmesh.indexer.v1.LogExtraction.first_time:type_name -> google.protobuf.Timestamp
+	45, // 26: agentmesh.indexer.v1.LogExtraction.last_time:type_name -> google.protobuf.Timestamp
+	41, // 27: agentmesh.indexer.v1.LogExtraction.level_counts:type_name -> agentmesh.indexer.v1.LogExtraction.LevelCountsEntry
+	3,  // 28: agentmesh.indexer.v1.LogExtraction.summarized_by:type_name -> agentmesh.indexer.v1.DecidedBy
+	1,  // 29: agentmesh.indexer.v1.IntakeRouting.routing:type_name -> agentmesh.indexer.v1.Routing
+	3,  // 30: agentmesh.indexer.v1.IntakeRouting.decided_by:type_name -> agentmesh.indexer.v1.DecidedBy
+	46, // 31: agentmesh.indexer.v1.IntakePhase.duration:type_name -> google.protobuf.Duration
+	21, // 32: agentmesh.indexer.v1.IntakePhaseEvent.phase:type_name -> agentmesh.indexer.v1.IntakePhase
+	9,  // 33: agentmesh.indexer.v1.IntakePhaseEvent.pipeline:type_name -> agentmesh.indexer.v1.IntakePipeline
+	44, // 34: agentmesh.indexer.v1.IngestDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
+	0,  // 35: agentmesh.indexer.v1.IngestDocumentRequest.source_type:type_name -> agentmesh.indexer.v1.SourceType
+	6,  // 36: agentmesh.indexer.v1.IngestDocumentRequest.attachments:type_name -> agentmesh.indexer.v1.Attachment
+	8,  // 37: agentmesh.indexer.v1.IngestDocumentResponse.document:type_name -> agentmesh.indexer.v1.Document
+	44, // 38: agentmesh.indexer.v1.GetDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
+	8,  // 39: agentmesh.indexer.v1.GetDocumentResponse.document:type_name -> agentmesh.indexer.v1.Document
+	44, // 40: agentmesh.indexer.v1.ListDocumentsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	0,  // 41: agentmesh.indexer.v1.ListDocumentsRequest.source_type:type_name -> agentmesh.indexer.v1.SourceType
+	8,  // 42: agentmesh.indexer.v1.ListDocumentsResponse.documents:type_name -> agentmesh.indexer.v1.Document
+	44, // 43: agentmesh.indexer.v1.DeleteDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
+	44, // 44: agentmesh.indexer.v1.FindDocumentsByExtractRequest.scope:type_name -> agentmesh.common.v1.Scope
+	42, // 45: agentmesh.indexer.v1.FindDocumentsByExtractRequest.field_equals:type_name -> agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
+	8,  // 46: agentmesh.indexer.v1.FindDocumentsByExtractResponse.documents:type_name -> agentmesh.indexer.v1.Document
+	44, // 47: agentmesh.indexer.v1.RebuildIndexesRequest.scope:type_name -> agentmesh.common.v1.Scope
+	8,  // 48: agentmesh.indexer.v1.DocumentIndexed.document:type_name -> agentmesh.indexer.v1.Document
+	5,  // 49: agentmesh.indexer.v1.ExtractorRun.status:type_name -> agentmesh.indexer.v1.ExtractorRunStatus
+	46, // 50: agentmesh.indexer.v1.ExtractorRun.duration:type_name -> google.protobuf.Duration
+	44, // 51: agentmesh.indexer.v1.ExtractionJob.scope:type_name -> agentmesh.common.v1.Scope
+	4,  // 52: agentmesh.indexer.v1.ExtractionJob.status:type_name -> agentmesh.indexer.v1.ExtractionJobStatus
+	36, // 53: agentmesh.indexer.v1.ExtractionJob.extractor_runs:type_name -> agentmesh.indexer.v1.ExtractorRun
+	45, // 54: agentmesh.indexer.v1.ExtractionJob.create_time:type_name -> google.protobuf.Timestamp
+	45, // 55: agentmesh.indexer.v1.ExtractionJob.start_time:type_name -> google.protobuf.Timestamp
+	45, // 56: agentmesh.indexer.v1.ExtractionJob.end_time:type_name -> google.protobuf.Timestamp
+	37, // 57: agentmesh.indexer.v1.ExtractionJobEvent.job:type_name -> agentmesh.indexer.v1.ExtractionJob
+	44, // 58: agentmesh.indexer.v1.GetExtractionJobRequest.scope:type_name -> agentmesh.common.v1.Scope
+	37, // 59: agentmesh.indexer.v1.GetExtractionJobResponse.job:type_name -> agentmesh.indexer.v1.ExtractionJob
+	23, // 60: agentmesh.indexer.v1.DocumentService.IngestDocument:input_type -> agentmesh.indexer.v1.IngestDocumentRequest
+	25, // 61: agentmesh.indexer.v1.DocumentService.GetDocument:input_type -> agentmesh.indexer.v1.GetDocumentRequest
+	27, // 62: agentmesh.indexer.v1.DocumentService.ListDocuments:input_type -> agentmesh.indexer.v1.ListDocumentsRequest
+	29, // 63: agentmesh.indexer.v1.DocumentService.DeleteDocument:input_type -> agentmesh.indexer.v1.DeleteDocumentRequest
+	31, // 64: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:input_type -> agentmesh.indexer.v1.FindDocumentsByExtractRequest
+	33, // 65: agentmesh.indexer.v1.DocumentService.RebuildIndexes:input_type -> agentmesh.indexer.v1.RebuildIndexesRequest
+	39, // 66: agentmesh.indexer.v1.DocumentService.GetExtractionJob:input_type -> agentmesh.indexer.v1.GetExtractionJobRequest
+	24, // 67: agentmesh.indexer.v1.DocumentService.IngestDocument:output_type -> agentmesh.indexer.v1.IngestDocumentResponse
+	26, // 68: agentmesh.indexer.v1.DocumentService.GetDocument:output_type -> agentmesh.indexer.v1.GetDocumentResponse
+	28, // 69: agentmesh.indexer.v1.DocumentService.ListDocuments:output_type -> agentmesh.indexer.v1.ListDocumentsResponse
+	30, // 70: agentmesh.indexer.v1.DocumentService.DeleteDocument:output_type -> agentmesh.indexer.v1.DeleteDocumentResponse
+	32, // 71: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:output_type -> agentmesh.indexer.v1.FindDocumentsByExtractResponse
+	34, // 72: agentmesh.indexer.v1.DocumentService.RebuildIndexes:output_type -> agentmesh.indexer.v1.RebuildIndexesResponse
+	40, // 73: agentmesh.indexer.v1.DocumentService.GetExtractionJob:output_type -> agentmesh.indexer.v1.GetExtractionJobResponse
+	67, // [67:74] is the sub-list for method output_type
+	60, // [60:67] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_indexer_v1_document_proto_init() }
@@ -2052,13 +3703,20 @@ func file_agentmesh_indexer_v1_document_proto_init() {
 	if File_agentmesh_indexer_v1_document_proto != nil {
 		return
 	}
+	file_agentmesh_indexer_v1_document_proto_msgTypes[7].OneofWrappers = []any{
+		(*IntakeExtraction_Email)(nil),
+		(*IntakeExtraction_Jira)(nil),
+		(*IntakeExtraction_Confluence)(nil),
+		(*IntakeExtraction_Log)(nil),
+		(*IntakeExtraction_Generic)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_indexer_v1_document_proto_rawDesc), len(file_agentmesh_indexer_v1_document_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   22,
+			NumEnums:      6,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
