@@ -29,6 +29,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/indexer/internal/grpcapi"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/hybrid"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/intake"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/pipeline"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/vector"
 )
 
@@ -78,6 +79,12 @@ type Config struct {
 	ExtractModel string `env:"INDEXER_EXTRACT_MODEL" default:"chat" help:"logical model name of the LLM prose extractor"`
 	// ExtractMaxChars caps the text sent to the LLM extractor.
 	ExtractMaxChars int `env:"INDEXER_EXTRACT_MAX_CHARS" default:"12000" help:"most characters of a document sent to the LLM extractor"`
+	// QualifierModelCalls lets the qualifier ask the model gateway.
+	QualifierModelCalls bool `env:"INDEXER_QUALIFIER_MODEL_CALLS" default:"true" help:"let the intake qualifier ask the model gateway: content type when the rules are unsure, a log's summary, DONE/LIFT_UP routing (the route_task tool); off, rules decide"`
+	// QualifierModel is the logical chat model of the qualifier.
+	QualifierModel string `env:"INDEXER_QUALIFIER_MODEL" default:"chat" help:"logical model name of the intake qualifier's calls"`
+	// QualifierTimeout bounds one model call of the qualifier.
+	QualifierTimeout time.Duration `env:"INDEXER_QUALIFIER_TIMEOUT" default:"30s" help:"time limit of one qualifier model call; past it the phase records the error and falls back (GENERIC, the rules' log summary, DONE)"`
 	// ExtractorTimeout bounds one extractor on one document.
 	ExtractorTimeout time.Duration `env:"INDEXER_EXTRACTOR_TIMEOUT" default:"2m" help:"time limit of one extractor on one document"`
 	// ExtractionWorkers is how many extraction jobs run at once.
@@ -117,6 +124,9 @@ func (c *Config) validate() error {
 	}
 	if c.ExtractionWorkers <= 0 {
 		errs = append(errs, errors.New("INDEXER_EXTRACTION_WORKERS must be positive"))
+	}
+	if c.QualifierModelCalls && (c.QualifierModel == "" || c.QualifierTimeout <= 0) {
+		errs = append(errs, errors.New("INDEXER_QUALIFIER_MODEL must be set and INDEXER_QUALIFIER_TIMEOUT positive when INDEXER_QUALIFIER_MODEL_CALLS is on"))
 	}
 	if c.JobLeaseTTL < time.Second {
 		errs = append(errs, fmt.Errorf("INDEXER_JOB_LEASE_TTL=%s: must be at least 1s", c.JobLeaseTTL))
@@ -200,6 +210,11 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		extractors = append(extractors, prose)
 	}
 
+	var qualifierModels *pipeline.Models
+	if cfg.QualifierModelCalls {
+		qualifierModels = &pipeline.Models{Client: models, Model: cfg.QualifierModel, Timeout: cfg.QualifierTimeout, MaxChars: cfg.ExtractMaxChars}
+	}
+
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	defer func() {
@@ -221,7 +236,7 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		JobLeaseTTL:      cfg.JobLeaseTTL,
 	}, intake.Deps{
 		Docs: docs, Graph: graphs, Indexes: indexes, Embedder: emb, Extractors: extractors,
-		Vision: visionv1.NewVisionServiceClient(vision), Logger: log,
+		Vision: visionv1.NewVisionServiceClient(vision), Models: qualifierModels, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -36,7 +36,7 @@ func load(t *testing.T, env map[string]string) *indexer.Config {
 func testEnv(t *testing.T, uri, db, natsURL string) map[string]string {
 	return map[string]string{
 		"MONGO_URI": uri, "MONGO_DATABASE": db, "NATS_URL": natsURL, "INDEXER_DATA_DIR": t.TempDir(),
-		"INDEXER_LLM_EXTRACTION": "false", "MODELGATEWAY_ADDR": "127.0.0.1:1", "VISION_ADDR": "127.0.0.1:1",
+		"INDEXER_LLM_EXTRACTION": "false", "INDEXER_QUALIFIER_MODEL_CALLS": "false", "MODELGATEWAY_ADDR": "127.0.0.1:1", "VISION_ADDR": "127.0.0.1:1",
 	}
 }
 

@@ -2,23 +2,14 @@ package indexer_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/agentmesh/agentmesh/libs/config"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
-	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
-	"github.com/agentmesh/agentmesh/services/indexer/indexer"
-	"github.com/agentmesh/agentmesh/services/modelgateway/modelgatewaytest"
-	"github.com/agentmesh/agentmesh/services/vision/vision"
 )
 
 // TestImagesGoThroughTheVisionService: a ticket with a screenshot is
@@ -28,34 +19,14 @@ import (
 // the document and found by search.
 func TestImagesGoThroughTheVisionService(t *testing.T) {
 	t.Parallel()
-	sim := providersim.Start(t, providersim.Preset(providersim.OpenAI))
-	stage2 := sim.When(providersim.Match{JSON: true, WithImages: true}).
-		JSON(map[string]any{"key": "PAY-7", "status": "Blocked", "assignee": "Jan Novak", "title": "Ledger timeout"})
-	stage1 := sim.When(providersim.Match{WithImages: true, LastUserContains: "ledger.png"}).
-		Text("A Grafana panel: ledger write latency climbs to 30 seconds after the 2.4 deploy.")
-	routing := fmt.Sprintf("providers:\n  up: {type: openai, base_url: %q}\nmodels:\n  vision:\n    - {provider: up, model: sim-vl}\n", sim.URL)
-	gwAddr := modelgatewaytest.Start(t, routing, map[string]string{"MODELGATEWAY_PROBE_INTERVAL": "1h", "OPENAI_API_KEY": "test-key"})
-	var visCfg vision.Config
-	if err := config.Load("", &visCfg, config.Map(map[string]string{"MODELGATEWAY_ADDR": gwAddr})); err != nil {
-		t.Fatal(err)
-	}
-	visAddr := testkit.RunService(t, "vision", func(ctx context.Context, rt service.Runtime) error {
-		return vision.Run(ctx, &visCfg, rt)
+	var stage1, stage2 *providersim.Rule
+	m := startQualifierMesh(t, func(sim *providersim.Server) {
+		stage2 = sim.When(providersim.Match{JSON: true, WithImages: true}).
+			JSON(map[string]any{"key": "PAY-7", "status": "Blocked", "assignee": "Jan Novak", "title": "Ledger timeout"})
+		stage1 = sim.When(providersim.Match{WithImages: true, LastUserContains: "ledger.png"}).
+			Text("A Grafana panel: ledger write latency climbs to 30 seconds after the 2.4 deploy.")
 	})
-	uri, db := testkit.MongoURI(t)
-	cfg := load(t, map[string]string{
-		"MONGO_URI": uri, "MONGO_DATABASE": db, "NATS_URL": testkit.NewNATS(t).URL(), "INDEXER_DATA_DIR": t.TempDir(),
-		"INDEXER_LLM_EXTRACTION": "false", "MODELGATEWAY_ADDR": gwAddr, "VISION_ADDR": visAddr,
-	})
-	addr := testkit.RunService(t, "indexer", func(ctx context.Context, rt service.Runtime) error {
-		return indexer.Run(ctx, cfg, rt)
-	})
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	docs, search := indexerv1.NewDocumentServiceClient(conn), indexerv1.NewSearchServiceClient(conn)
+	docs, search := m.docs, m.search
 
 	ctx := context.Background()
 	sc := &commonv1.Scope{TenantId: "acme"}

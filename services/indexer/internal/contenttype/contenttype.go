@@ -36,7 +36,20 @@ type Result struct {
 	Type string
 	// Reason lists the signals behind it.
 	Reason string
+	// Score is the winning type's score.
+	Score float64
+	// Confident is true when the signals decide on their own: the
+	// winner scores at least ConfidentScore (more than a source type's
+	// prior alone) and leads the next type by at least ConfidentMargin.
+	// Otherwise the qualifier asks a model.
+	Confident bool
 }
+
+// Confidence thresholds of Result.Confident.
+const (
+	ConfidentScore  = 2.5
+	ConfidentMargin = 1.0
+)
 
 // priors is the score a source type gives its natural content type.
 var priors = map[indexerv1.SourceType]string{
@@ -145,7 +158,12 @@ func Detect(title, text string, source indexerv1.SourceType) Result {
 		return Result{Type: Generic, Reason: "no content-type signal"}
 	}
 	best := cs[0]
-	return Result{Type: best.typ, Reason: fmt.Sprintf("%s (score %.1f)", strings.Join(why[best.typ], ", "), best.score)}
+	margin := best.score
+	if len(cs) > 1 {
+		margin -= cs[1].score
+	}
+	return Result{Type: best.typ, Reason: fmt.Sprintf("%s (score %.1f)", strings.Join(why[best.typ], ", "), best.score),
+		Score: best.score, Confident: best.score >= ConfidentScore && margin >= ConfidentMargin}
 }
 
 func share(lines []string, re *regexp.Regexp) float64 {

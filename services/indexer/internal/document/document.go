@@ -85,6 +85,12 @@ type Document struct {
 	// PipelineErrors are non-fatal problems of the last ingest (vision
 	// unavailable, ...).
 	PipelineErrors []string
+	// Pipeline is the qualifier's state of the current content (see
+	// package pipeline); nil for a document ingested before it existed.
+	Pipeline *indexerv1.IntakePipeline
+	// LiftedJobID is the analysis job a LIFT_UP routing hands the
+	// document to (see LiftedJobID).
+	LiftedJobID string
 	// StaleChunks are the chunk sets of earlier content (or an earlier
 	// chunking) that may still be in the store, the indexes and the graph:
 	// the ingest that replaced them removes them, by id, and then forgets

@@ -1,6 +1,7 @@
 package document
 
 import (
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -24,8 +25,18 @@ func (d *Document) Proto(withRaw bool) *indexerv1.Document {
 		Routing: d.Routing, RoutingReason: d.RoutingReason, ExtractionJobId: d.ExtractionJobID,
 		ExtractionStatus: d.ExtractionStatus, VisionSummary: d.VisionSummary,
 	}
+	p.LiftedJobId = d.LiftedJobID
 	if withRaw {
 		p.RawContent = d.RawContent
+		if d.Pipeline != nil {
+			// The state with what the record holds elsewhere: the
+			// original text and the chunks' ids.
+			p.Pipeline = proto.Clone(d.Pipeline).(*indexerv1.IntakePipeline)
+			p.Pipeline.OriginalText = d.RawContent
+			if p.Pipeline.Indexing != nil {
+				p.Pipeline.Indexing.ChunkIds = ChunkIDs(d.ID, d.Chunks())
+			}
+		}
 	}
 	if !d.CreateTime.IsZero() {
 		p.CreateTime = timestamppb.New(d.CreateTime)

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/intake"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/pipeline"
 )
 
 // Limits on ingested documents.
@@ -25,6 +27,10 @@ type Limits struct {
 	// MaxAttachmentBytes caps one attachment.
 	MaxAttachmentBytes int
 }
+
+// visionImageTypes are the declared types an attachment's bytes must
+// match.
+var visionImageTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/jpg": true, "image/gif": true, "image/webp": true}
 
 // Documents implements DocumentService.
 type Documents struct {
@@ -82,6 +88,13 @@ func (d *Documents) IngestDocument(ctx context.Context, req *indexerv1.IngestDoc
 			return nil, grpcx.InvalidArgument("source_url", "must be an absolute URL (scheme://...) of at most 4096 bytes")
 		}
 	}
+	if req.GetSourceType() == indexerv1.SourceType_SOURCE_TYPE_EMAIL {
+		// A message with a header block must parse as one: a broken .eml
+		// is refused rather than indexed as text.
+		if _, err := pipeline.ParseEmail(req.GetRawContent()); err != nil && !errors.Is(err, pipeline.ErrNotEmail) {
+			return nil, grpcx.InvalidArgument("raw_content", "is not a well-formed e-mail: %v", err)
+		}
+	}
 	in := intake.IngestInput{Scope: sc, SourceType: req.GetSourceType(), SourceURL: req.GetSourceUrl(), Title: strings.TrimSpace(req.GetTitle()), RawContent: req.GetRawContent()}
 	for i, a := range req.GetAttachments() {
 		field := fmt.Sprintf("attachments[%d]", i)
@@ -92,6 +105,13 @@ func (d *Documents) IngestDocument(ctx context.Context, req *indexerv1.IngestDoc
 			return nil, grpcx.InvalidArgument(field+".data", "is empty")
 		case len(a.GetData()) > d.limits.MaxAttachmentBytes:
 			return nil, grpcx.InvalidArgument(field+".data", "is %d bytes; the limit is %d", len(a.GetData()), d.limits.MaxAttachmentBytes)
+		}
+		// The bytes decide what an image is; one declared as a type vision
+		// reads must be one.
+		if declared := strings.ToLower(strings.TrimSpace(strings.Split(a.GetMimeType(), ";")[0])); visionImageTypes[declared] {
+			if img, sniffed := pipeline.SniffImage(a.GetData()); img == "" {
+				return nil, grpcx.InvalidArgument(field+".data", "is declared %s but is not a PNG, JPEG, GIF or WEBP image (its bytes are %s)", declared, sniffed)
+			}
 		}
 		in.Attachments = append(in.Attachments, intake.Attachment{Name: a.GetName(), MimeType: a.GetMimeType(), Data: a.GetData()})
 	}

@@ -658,6 +658,19 @@ func TestInvalidArgumentNamesTheField(t *testing.T) {
 			_, err := h.docs.IngestDocument(ctx, r)
 			return err
 		}, "attachments"},
+		{"an image that is not one", func() error {
+			r := ok()
+			r.Attachments = []*indexerv1.Attachment{{Name: "shot.png", MimeType: "image/png", Data: []byte("<html>not a picture</html>")}}
+			_, err := h.docs.IngestDocument(ctx, r)
+			return err
+		}, "attachments[0].data"},
+		{"a broken e-mail", func() error {
+			r := ok()
+			r.SourceType = email
+			r.RawContent = "From: ana@example.com\nTo: ops@example.com\nContent-Type: multipart/mixed; boundary=b1\n\nno part starts here\n"
+			_, err := h.docs.IngestDocument(ctx, r)
+			return err
+		}, "raw_content"},
 		{"get without id", func() error {
 			_, err := h.docs.GetDocument(ctx, &indexerv1.GetDocumentRequest{Scope: sc})
 			return err
@@ -712,6 +725,10 @@ func TestInvalidArgumentNamesTheField(t *testing.T) {
 				t.Fatalf("field = %q, want %q (%v)", field, tc.field, err)
 			}
 		})
+	}
+	// Refused input left nothing behind.
+	if l, err := h.docs.ListDocuments(ctx, &indexerv1.ListDocumentsRequest{Scope: sc}); err != nil || len(l.GetDocuments()) != 0 {
+		t.Fatalf("after refused ingests: %d documents, %v", len(l.GetDocuments()), err)
 	}
 	// A token from another filter is refused too.
 	for range 2 {

@@ -10,19 +10,16 @@ import (
 	"unicode/utf8"
 
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
-	visionv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/vision/v1"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/chunk"
-	"github.com/agentmesh/agentmesh/services/indexer/internal/contenttype"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
+	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/graph"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/hybrid"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/pipeline"
 )
 
 // Attachment is a file that came with a document.
-type Attachment struct {
-	Name, MimeType string
-	Data           []byte
-}
+type Attachment = pipeline.Attachment
 
 // IngestInput is a document to bring in. The caller has validated it.
 type IngestInput struct {
@@ -67,7 +64,7 @@ func (s *Service) Ingest(ctx context.Context, in IngestInput) (IngestResult, err
 			existing.RawContent = ""
 			return IngestResult{Document: existing, Unchanged: true}, nil
 		}
-		res, err := s.ingestVersion(ctx, in, id, hash, existing, "")
+		res, err := s.ingestVersion(ctx, in, id, hash, existing, nil)
 		if errors.Is(err, document.ErrConflict) && !errors.Is(err, errSuperseded) && attempt < 3 {
 			continue
 		}
@@ -75,22 +72,25 @@ func (s *Service) Ingest(ctx context.Context, in IngestInput) (IngestResult, err
 	}
 }
 
-// ingestVersion runs the pipeline for one content version. visionSummary,
-// when not empty, is reused instead of calling vision (reconciliation has
-// no attachments to send again).
-func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash string, existing *document.Document, visionSummary string) (IngestResult, error) {
+// ingestVersion runs the pipeline for one content version. prior, when
+// set, is the state of an interrupted ingest of this content, whose
+// vision results are reused (reconciliation has no attachments to send
+// again).
+func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash string, existing *document.Document, prior *indexerv1.IntakePipeline) (IngestResult, error) {
 	log := s.Logger.With(slog.String("document_id", id), slog.String("tenant", in.Scope.Tenant))
-	ct := contenttype.Detect(in.Title, in.RawContent, in.SourceType)
-	var pipelineErrors []string
-	if visionSummary == "" && len(in.Attachments) > 0 {
-		var err error
-		visionSummary, err = s.analyzeImages(ctx, in, ct.Type)
-		if err != nil {
-			log.Warn("vision failed; indexing without image descriptions", slog.Any("error", err))
-			pipelineErrors = append(pipelineErrors, "vision: "+err.Error())
-		}
-	}
 	now := s.now()
+	jobID := document.JobID(id, now)
+	urn := in.SourceURL
+	if urn == "" {
+		urn = "urn:agentmesh:indexer:document:" + id
+	}
+	q := s.qualifier.Qualify(ctx, pipeline.Input{Scope: in.Scope.Proto(), CorrelationID: jobID, SourceURN: urn, SourceType: in.SourceType,
+		Title: in.Title, Text: in.RawContent, Attachments: in.Attachments, Prior: prior})
+	p := q.Pipeline
+	pipelineErrors := pipeline.Errors(p)
+	for _, e := range pipelineErrors {
+		log.Warn("qualifier phase failed; the pipeline goes on", slog.String("error", e))
+	}
 	reason := document.ReasonIngest
 	version := int64(0)
 	if existing != nil {
@@ -101,11 +101,13 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 	}
 	doc := &document.Document{
 		ID: id, Scope: in.Scope, SourceType: in.SourceType, SourceURL: in.SourceURL, Title: in.Title,
-		RawContent: in.RawContent, ContentHash: hash, ContentType: ct.Type, ContentTypeReason: ct.Reason,
-		VisionSummary: visionSummary, PipelineErrors: pipelineErrors, Version: version,
+		RawContent: in.RawContent, ContentHash: hash, ContentType: q.FineType, ContentTypeReason: q.FineReason,
+		VisionSummary: q.VisionText, PipelineErrors: pipelineErrors, Version: version, Pipeline: p,
 		ExtractionStatus: indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED,
 	}
-	chunks := s.chunkDocument(doc, "")
+	chunks := s.chunkDocument(doc, "", q.Body, q.Sections)
+	p.Indexing.ChunkCount = int32(len(chunks))
+	indexing := s.qualifierPhase(pipeline.PhaseIndexing)
 	if err := s.embedChunks(ctx, chunks); err != nil {
 		return IngestResult{}, err
 	}
@@ -114,14 +116,18 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 		doc.StaleChunks = staleChunks(existing, doc.Chunks())
 		doc.GraphMentions = existing.GraphMentions
 	}
-	job := &document.Job{ID: document.JobID(id, now), Scope: in.Scope, DocumentID: id, ContentHash: hash, Reason: reason,
+	job := &document.Job{ID: jobID, Scope: in.Scope, DocumentID: id, ContentHash: hash, Reason: reason,
 		Status: indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED, CreateTime: now}
 	doc.ExtractionJobID = job.ID
 
 	// The document first: from here on a crash leaves it not indexed, and
 	// reconciliation redoes the rest — after IngestGrace, which bounds the
 	// rest, so that it never redoes an ingest still under way.
-	if err := s.Docs.SaveContent(ctx, doc, now); err != nil {
+	phaseEvents, err := s.phaseEvents(ctx, doc, jobID, p.GetPhases()...)
+	if err != nil {
+		return IngestResult{}, err
+	}
+	if err := s.Docs.SaveContent(ctx, doc, now, phaseEvents...); err != nil {
 		return IngestResult{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.IngestGrace)
@@ -138,9 +144,18 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 	if err != nil {
 		return IngestResult{}, err
 	}
+	// Every chunk is stored and linked PART_OF the base node (index).
+	p.Indexing.ProcessedCount = int32(len(chunks))
+	indexed := indexing.end(p)
+	ev, err := s.phaseEvents(ctx, doc, jobID, indexed)
+	if err != nil {
+		return IngestResult{}, err
+	}
+	change = append(ev, change...)
 	unlock := s.lockOwnChange(doc.ID)
 	defer unlock()
-	ok, err := s.Docs.MarkIndexed(ctx, doc.Scope, doc.ID, hash, doc.StaleChunks, change...)
+	ok, err := s.Docs.MarkIndexedPipeline(ctx, doc.Scope, doc.ID, hash, doc.StaleChunks,
+		docstore.PipelineProgress{Phase: indexed, Processed: len(chunks)}, change...)
 	if err != nil {
 		return IngestResult{}, fmt.Errorf("intake: mark indexed: %w", err)
 	}
@@ -167,7 +182,8 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 		}
 	}
 	unlock()
-	log.Info("document indexed", slog.String("content_type", ct.Type), slog.Int("chunks", len(chunks)), slog.String("job_id", job.ID))
+	log.Info("document indexed", slog.String("content_type", doc.ContentType), slog.String("qualifier_type", p.GetContentType().GetType().String()),
+		slog.Int("chunks", len(chunks)), slog.String("job_id", job.ID))
 	return IngestResult{Document: doc, JobID: job.ID}, nil
 }
 
@@ -292,11 +308,17 @@ func chunkKeys(ids []string) []string {
 
 func docKey(id string) string { return "doc:" + id }
 
+// docNode is the document's node: the base node of its intake, which
+// every chunk is PART_OF, with the pipeline's base node key and base info.
 func docNode(d *document.Document) graph.Node {
-	return graph.Node{Key: docKey(d.ID), Kind: graph.KindDocument, Label: d.Title, Props: map[string]any{
+	n := graph.Node{Key: docKey(d.ID), Kind: graph.KindDocument, Label: d.Title, Props: map[string]any{
 		"document_id": d.ID, "source_url": d.SourceURL, "content_type": d.ContentType,
 		"source_type": strings.ToLower(strings.TrimPrefix(d.SourceType.String(), "SOURCE_TYPE_")),
 	}}
+	if ix := d.Pipeline.GetIndexing(); ix.GetBaseNodeKey() != "" {
+		n.Props["base_node_key"], n.Props["base_info"] = ix.GetBaseNodeKey(), ix.GetBaseInfo()
+	}
+	return n
 }
 
 // label shortens text for a node label.
@@ -309,23 +331,48 @@ func label(s string) string {
 }
 
 // chunkDocument builds the document's chunks: the base chunk (seq 0:
-// title, type, and digest, the extracts' summary once known), the content
-// chunks, and the vision summary chunk. Spans of the base and vision
-// chunks are empty: they are not in the raw content.
-func (s *Service) chunkDocument(d *document.Document, digest string) []document.Chunk {
-	mk := func(seq int, kind, text string, start, end int) document.Chunk {
-		return document.Chunk{ID: document.ChunkID(d.ID, d.ContentHash, seq), Scope: d.Scope, DocID: d.ID, Seq: seq, Kind: kind,
-			Text: text, Start: start, End: end, ContentHash: d.ContentHash, Title: d.Title, SourceURL: d.SourceURL,
-			SourceType: d.SourceType, ContentType: d.ContentType, Embedder: s.Embedder.Name()}
+// title, type, the pipeline's base info, and digest, the extracts'
+// summary once known), the content chunks — sections as given (a log's
+// summary, key events, critical details), else body cut by the chunker —
+// and the vision summary chunk. Spans are byte offsets in the raw
+// content: empty for text that is not in it (base, sections, vision, an
+// e-mail body decoded from its MIME encoding).
+func (s *Service) chunkDocument(d *document.Document, digest, body string, sections []string) []document.Chunk {
+	out := []document.Chunk{s.baseChunk(d, digest)}
+	mk := func(kind, text string, start, end int) document.Chunk {
+		c := s.newChunk(d, len(out), kind, text)
+		c.Start, c.End = start, end
+		return c
 	}
-	out := []document.Chunk{mk(0, document.KindBase, baseText(d, digest), 0, 0)}
-	for _, c := range chunk.Split(d.RawContent, s.cfg.Chunk) {
-		out = append(out, mk(len(out), document.KindContent, c.Text, c.Start, c.End))
+	for _, sec := range sections {
+		out = append(out, mk(document.KindContent, sec, 0, 0))
+	}
+	if len(sections) == 0 {
+		offset := strings.Index(d.RawContent, body)
+		for _, c := range chunk.Split(body, s.cfg.Chunk) {
+			if offset < 0 {
+				out = append(out, mk(document.KindContent, c.Text, 0, 0))
+			} else {
+				out = append(out, mk(document.KindContent, c.Text, offset+c.Start, offset+c.End))
+			}
+		}
 	}
 	if d.VisionSummary != "" {
-		out = append(out, mk(len(out), document.KindVision, "Images: "+d.VisionSummary, 0, 0))
+		out = append(out, mk(document.KindVision, "Images: "+d.VisionSummary, 0, 0))
 	}
 	return out
+}
+
+// baseChunk is the document's base chunk (seq 0), the searchable base
+// info of its base node.
+func (s *Service) baseChunk(d *document.Document, digest string) document.Chunk {
+	return s.newChunk(d, 0, document.KindBase, baseText(d, digest))
+}
+
+func (s *Service) newChunk(d *document.Document, seq int, kind, text string) document.Chunk {
+	return document.Chunk{ID: document.ChunkID(d.ID, d.ContentHash, seq), Scope: d.Scope, DocID: d.ID, Seq: seq, Kind: kind,
+		Text: text, ContentHash: d.ContentHash, Title: d.Title, SourceURL: d.SourceURL,
+		SourceType: d.SourceType, ContentType: d.ContentType, Embedder: s.Embedder.Name()}
 }
 
 // baseText is the base chunk: what the document is, in a few lines.
@@ -337,6 +384,9 @@ func baseText(d *document.Document, digest string) string {
 	fmt.Fprintf(&b, "%s (%s)", strings.ReplaceAll(d.ContentType, "_", " "), strings.ToLower(strings.TrimPrefix(d.SourceType.String(), "SOURCE_TYPE_")))
 	if d.SourceURL != "" {
 		b.WriteString(" " + d.SourceURL)
+	}
+	if info := d.Pipeline.GetIndexing().GetBaseInfo(); info != "" {
+		b.WriteString("\n" + info)
 	}
 	if digest != "" {
 		b.WriteString("\n" + digest)
@@ -367,49 +417,4 @@ func toHybrid(cs []document.Chunk) []hybrid.Chunk {
 		out[i] = hybrid.Chunk{Key: c.ID, Doc: c.DocID, Title: c.Title, Text: c.Text, SourceType: int32(c.SourceType), ContentType: c.ContentType, Vector: c.Vector}
 	}
 	return out
-}
-
-// visionTypes maps content types to the vision service's, for stage 2.
-var visionTypes = map[string]visionv1.ContentType{
-	contenttype.Email:  visionv1.ContentType_CONTENT_TYPE_EMAIL,
-	contenttype.Ticket: visionv1.ContentType_CONTENT_TYPE_TICKET,
-	contenttype.Wiki:   visionv1.ContentType_CONTENT_TYPE_WIKI,
-	contenttype.Log:    visionv1.ContentType_CONTENT_TYPE_LOG,
-}
-
-// analyzeImages runs vision stage 1 and, for a content type vision knows,
-// stage 2, and returns the combined summary.
-func (s *Service) analyzeImages(ctx context.Context, in IngestInput, contentType string) (string, error) {
-	var imgs []*visionv1.Image
-	for _, a := range in.Attachments {
-		if strings.HasPrefix(a.MimeType, "image/") {
-			imgs = append(imgs, &visionv1.Image{Name: a.Name, Data: a.Data, MimeType: a.MimeType})
-		}
-	}
-	if len(imgs) == 0 || s.Vision == nil {
-		return "", nil
-	}
-	contextText := in.RawContent
-	if len(contextText) > 4000 {
-		contextText = strings.ToValidUTF8(contextText[:4000], "")
-	}
-	req := &visionv1.AnalyzeImagesRequest{Scope: in.Scope.Proto(), Images: imgs, ContextText: contextText}
-	st1, err := s.Vision.AnalyzeImages(ctx, req)
-	if err != nil {
-		return "", err
-	}
-	summary := st1.GetGeneralSummary()
-	vt, ok := visionTypes[contentType]
-	if !ok || summary == "" {
-		return summary, nil
-	}
-	req.ContentType, req.GeneralSummary = vt, summary
-	st2, err := s.Vision.AnalyzeImages(ctx, req)
-	if err != nil {
-		return summary, fmt.Errorf("stage 2: %w", err)
-	}
-	if d := st2.GetTypeSpecificDetails(); d != "" {
-		summary += "\n" + d
-	}
-	return summary, nil
 }

@@ -91,6 +91,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/indexer/internal/extract"
 	graphstore "github.com/agentmesh/agentmesh/services/indexer/internal/graph/mongostore"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/hybrid"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/pipeline"
 )
 
 // Source is the event source name.
@@ -148,6 +149,10 @@ type Deps struct {
 	// work items go through the outboxes of documents and jobs, which
 	// Docs.RunOutbox publishes.)
 	Vision VisionClient
+	// Models makes the qualifier's model calls (content type when the
+	// rules are unsure, log summaries, routing); nil makes none, and
+	// rules decide.
+	Models *pipeline.Models
 	// Instance names this process in job claims (for logs and errors);
 	// empty means host name and process id.
 	Instance string
@@ -166,6 +171,8 @@ type Service struct {
 	local bool
 	locks docLocks
 	stats convergeStats
+	// qualifier runs the ingest's qualifier phases.
+	qualifier *pipeline.Qualifier
 }
 
 // New checks the configuration and returns the service.
@@ -208,7 +215,11 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	return &Service{cfg: cfg, Deps: d, local: d.Docs.SingleWriter()}, nil
+	q := &pipeline.Qualifier{Models: d.Models, Now: d.Now}
+	if d.Vision != nil {
+		q.Vision = d.Vision
+	}
+	return &Service{cfg: cfg, Deps: d, local: d.Docs.SingleWriter(), qualifier: q}, nil
 }
 
 // ExtractorTimeout returns the per-extractor bound.

@@ -234,7 +234,7 @@ func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 	}
 	// The base chunk with the extract digest.
 	doc.Extracts = exs
-	base := s.chunkDocument(doc, digest(exs))[:1]
+	base := []document.Chunk{s.baseChunk(doc, digest(exs))}
 	if err := s.embedChunks(ctx, base); err != nil {
 		return err
 	}
@@ -252,7 +252,15 @@ func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 		return fmt.Errorf("intake: index base chunk: %w", err)
 	}
 
-	dec := routing.Decide(routing.Input{ContentType: doc.ContentType, Title: doc.Title, Text: doc.RawContent, Extracts: exs})
+	route, routed := s.route(ctx, doc, exs)
+	if ctx.Err() != nil {
+		return context.Cause(ctx) // shutting down, or the claim is lost: let another delivery run it
+	}
+	dec := routing.Decision{Routing: route.GetRouting(), Reason: route.GetReason()}
+	doc.LiftedJobID = route.GetLiftedJobId()
+	if doc.Pipeline != nil {
+		doc.Pipeline.Routing, doc.Pipeline.Finished = route, true
+	}
 	j.Status = indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_SUCCEEDED
 	if failed > 0 {
 		j.Status = indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_PARTIALLY_FAILED
@@ -264,6 +272,19 @@ func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 	if err != nil {
 		return err
 	}
+	if doc.Pipeline != nil {
+		// The routing phase and the pipeline's end, named after the job,
+		// so a retried job publishes them once.
+		ev, err := s.phaseEvents(ctx, doc, j.ID, routed)
+		if err != nil {
+			return err
+		}
+		fin, err := s.finishedEvent(ctx, doc, j.ID, routed)
+		if err != nil {
+			return err
+		}
+		entries = append(entries, append(ev, fin)...)
+	}
 	change, err := s.changeEntries(ctx, j.Scope, doc.ID, doc.Chunks())
 	if err != nil {
 		return err
@@ -271,7 +292,7 @@ func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 	entries = append(entries, change...)
 	ok, err := s.Docs.CompleteExtraction(ctx, j.Scope, doc.ID, doc.ContentHash, docstore.ExtractionResult{
 		Extracts: exs, ExtractorVersions: versions, Routing: dec.Routing, RoutingReason: dec.Reason, Status: j.Status, JobID: j.ID,
-		Mentions: mentions,
+		Mentions: mentions, Pipeline: docstore.PipelineProgress{Phase: routed, Routing: route}, LiftedJobID: doc.LiftedJobID,
 	}, doc.UpdateTime, entries...)
 	if err != nil {
 		return err

@@ -260,7 +260,12 @@ func (s *Service) finishOne(ctx context.Context, d *document.Document) error {
 		return s.finishDelete(ctx, d)
 	}
 	in := IngestInput{Scope: d.Scope, SourceType: d.SourceType, SourceURL: d.SourceURL, Title: d.Title, RawContent: d.RawContent}
-	_, err := s.ingestVersion(ctx, in, d.ID, d.ContentHash, d, d.VisionSummary)
+	prior := d.Pipeline
+	if prior == nil && d.VisionSummary != "" {
+		// Ingested before the pipeline state existed: its vision summary.
+		prior = &indexerv1.IntakePipeline{Vision: &indexerv1.IntakeVision{GeneralSummary: d.VisionSummary}}
+	}
+	_, err := s.ingestVersion(ctx, in, d.ID, d.ContentHash, d, prior)
 	if err == nil {
 		s.Logger.Info("finished an interrupted ingest", slog.String("document_id", d.ID))
 	}

@@ -227,6 +227,8 @@ type docRecord struct {
 	Indexed           bool                 `bson:"indexed"`
 	Deleting          bool                 `bson:"deleting"`
 	PipelineErrors    []string             `bson:"pipeline_errors,omitempty"`
+	Pipeline          *pipelineRecord      `bson:"pipeline,omitempty"`
+	LiftedJobID       string               `bson:"lifted_job_id,omitempty"`
 	CreateTime        time.Time            `bson:"create_time"`
 	UpdateTime        time.Time            `bson:"update_time"`
 	Version           int64                `bson:"version"`
@@ -302,6 +304,10 @@ func (r *docRecord) toDocument() (*document.Document, error) {
 		Indexed: r.Indexed, Deleting: r.Deleting, PipelineErrors: r.PipelineErrors, GraphMentions: r.GraphMentions,
 		CreateTime: r.CreateTime, UpdateTime: r.UpdateTime, Version: r.Version,
 	}
+	if d.Pipeline, err = r.Pipeline.toPipeline(); err != nil {
+		return nil, err
+	}
+	d.LiftedJobID = r.LiftedJobID
 	for _, cs := range r.StaleChunks {
 		d.StaleChunks = append(d.StaleChunks, document.ChunkSet{Hash: cs.Hash, Count: int(cs.Count)})
 	}
@@ -343,13 +349,19 @@ func (s *Store) readDocument(ctx context.Context, sc document.Scope, id string, 
 
 // SaveContent writes a new version of a document's content: raw content,
 // hash, titles and types, chunk count, the chunk sets left to remove
-// (d.StaleChunks), the queued extraction job; it clears the extracts,
-// routing and the indexed flag, since they belong to the old content, and
-// keeps graph_mentions (the new content's extraction narrows them).
-// d.Version must be the version read (0 for a new document); it returns
+// (d.StaleChunks), the queued extraction job, the pipeline state of its
+// ingest phases (d.Pipeline); it clears the extracts, routing, lifted job
+// and the indexed flag, since they belong to the old content, and keeps
+// graph_mentions (the new content's extraction narrows them). The outbox
+// entries (the phases' events) go in the same write. d.Version must be
+// the version read (0 for a new document); it returns
 // document.ErrConflict if the record moved on, and sets d.Version to the
 // new version.
-func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.Time) error {
+func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.Time, outbox ...events.OutboxEntry) error {
+	pipe, err := toPipelineRecord(d.Pipeline)
+	if err != nil {
+		return err
+	}
 	set := bson.M{
 		"source_type": int32(d.SourceType), "source_url": d.SourceURL, "title": d.Title,
 		"raw_content": d.RawContent, "content_hash": d.ContentHash,
@@ -359,22 +371,38 @@ func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.
 		"routing": int32(indexerv1.Routing_ROUTING_UNSPECIFIED), "routing_reason": "",
 		"extraction_job_id": d.ExtractionJobID, "extraction_status": int32(d.ExtractionStatus),
 		"indexed": false, "deleting": false, "pipeline_errors": d.PipelineErrors, "update_time": now, "base_job": "",
+		"pipeline": pipe, "lifted_job_id": "",
 	}
 	if d.Version == 0 {
 		rec := bson.M{"_id": d.ID, "tenant": d.Scope.Tenant, "project": d.Scope.Project, "create_time": now, "version": int64(1)}
 		for k, v := range set {
 			rec[k] = v
 		}
-		if _, err := s.docs.InsertOne(ctx, rec); err != nil {
+		if len(outbox) > 0 {
+			rec[events.OutboxField] = outbox
+		}
+		unlock := mongox.LockDocument(s.docs, d.ID)
+		_, err := s.docs.InsertOne(ctx, rec)
+		if err == nil {
+			s.out.wrote(s.docs, d.ID, outbox)
+		}
+		unlock()
+		if err != nil {
 			return translate(err)
 		}
 		d.Version, d.CreateTime, d.UpdateTime = 1, now, now
 		return nil
 	}
-	err := mongox.UpdateVersioned(ctx, s.docs, scopeFilter(d.Scope, bson.E{Key: "_id", Value: d.ID}), d.Version, bson.M{"$set": set})
-	if err != nil {
+	update := bson.M{"$set": set}
+	if len(outbox) > 0 {
+		update["$push"] = events.OutboxPush(outbox...)
+	}
+	if err := mongox.UpdateVersioned(ctx, s.docs, scopeFilter(d.Scope, bson.E{Key: "_id", Value: d.ID}), d.Version, update); err != nil {
 		return translate(err)
 	}
+	// After the write, outside its lock (UpdateVersioned holds it): the
+	// entries of this ingest's later writes are handed over after these.
+	s.out.wrote(s.docs, d.ID, outbox)
 	d.Version++
 	d.UpdateTime = now
 	return nil
@@ -393,12 +421,21 @@ func current(sc document.Scope, hash string, more ...bson.E) bson.D {
 // if the content changed meanwhile or the document is being deleted or
 // gone.
 func (s *Store) MarkIndexed(ctx context.Context, sc document.Scope, id, hash string, removed []document.ChunkSet, outbox ...events.OutboxEntry) (bool, error) {
+	return s.MarkIndexedPipeline(ctx, sc, id, hash, removed, PipelineProgress{}, outbox...)
+}
+
+// MarkIndexedPipeline is MarkIndexed that also records the indexing
+// phase's progress on the pipeline state, in the same write.
+func (s *Store) MarkIndexedPipeline(ctx context.Context, sc document.Scope, id, hash string, removed []document.ChunkSet, pp PipelineProgress, outbox ...events.OutboxEntry) (bool, error) {
 	update := bson.M{"$set": bson.M{"indexed": true}, "$inc": bson.M{"version": int64(1)}}
 	if len(removed) > 0 {
 		update["$pullAll"] = bson.M{"stale_chunks": toChunkSetRecords(removed)}
 	}
 	if len(outbox) > 0 {
 		update["$push"] = events.OutboxPush(outbox...)
+	}
+	if err := pp.apply(update); err != nil {
+		return false, err
 	}
 	ok, err := mongox.UpdateIf(ctx, s.docs, id, current(sc, hash), update, func() { s.out.wrote(s.docs, id, outbox) })
 	return ok, translate(err)
@@ -415,6 +452,10 @@ type ExtractionResult struct {
 	// Mentions are the entity keys the graph now has the document
 	// mention: they become its graph_mentions.
 	Mentions []string
+	// Pipeline is the routing phase's part of the pipeline state.
+	Pipeline PipelineProgress
+	// LiftedJobID is the analysis job a LIFT_UP hands the document to.
+	LiftedJobID string
 }
 
 // AddMentions adds entity keys to the document's graph_mentions before
@@ -449,12 +490,15 @@ func (s *Store) CompleteExtraction(ctx context.Context, sc document.Scope, id, h
 		"$set": bson.M{
 			"extracts": recs, "extract_terms": document.ExtractTerms(r.Extracts), "extractor_versions": versions,
 			"routing": int32(r.Routing), "routing_reason": r.RoutingReason, "extraction_status": int32(r.Status),
-			"graph_mentions": mentions, "update_time": now, "base_job": r.JobID,
+			"graph_mentions": mentions, "update_time": now, "base_job": r.JobID, "lifted_job_id": r.LiftedJobID,
 		},
 		"$inc": bson.M{"version": int64(1)},
 	}
 	if len(outbox) > 0 {
 		update["$push"] = events.OutboxPush(outbox...)
+	}
+	if err := r.Pipeline.apply(update); err != nil {
+		return false, err
 	}
 	ok, err := mongox.UpdateIf(ctx, s.docs, id, current(sc, hash, bson.E{Key: "extraction_job_id", Value: r.JobID}), update,
 		func() { s.out.wrote(s.docs, id, outbox) })

@@ -1,0 +1,205 @@
+package pipeline_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/pipeline"
+)
+
+// fixture reads a file of testdata/qualifier, shared with the service's
+// acceptance tests.
+func fixture(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "qualifier", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestParseEmail(t *testing.T) {
+	t.Parallel()
+	// A reply with a quoted message and a signature, a quoted-printable
+	// body, RFC 2047 headers and a PNG attachment.
+	png := fixture(t, "panel.png")
+	e, err := pipeline.ParseEmail(string(fixture(t, "incident.eml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := e.Extraction
+	want := &struct {
+		From, Subject, Thread, MessageID, Body string
+		To, Cc, Refs                           []string
+		Date                                   time.Time
+	}{
+		From: "Ana Nováková <ana@example.com>", Subject: "Re: Ledger timeouts – 2.4", Thread: "Ledger timeouts – 2.4", MessageID: "msg-2@example.com",
+		Body: "Hi team,\n\nThe ledger p99 is back to 30 s since the 2.4 deploy – see the attached panel. Could you roll the pool settings back?",
+		To:   []string{"Payments On-call <payments-oncall@example.com>", "bob@example.com"}, Cc: []string{"cto@example.com"},
+		Refs: []string{"msg-0@example.com", "msg-1@example.com"},
+		Date: time.Date(2024, 3, 12, 8, 15, 0, 0, time.UTC),
+	}
+	got := &struct {
+		From, Subject, Thread, MessageID, Body string
+		To, Cc, Refs                           []string
+		Date                                   time.Time
+	}{x.GetFrom(), x.GetSubject(), x.GetThread(), x.GetMessageId(), x.GetBody(), x.GetTo(), x.GetCc(), x.GetReferences(), x.GetDate().AsTime()}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("extraction (-want +got):\n%s", d)
+	}
+	if len(e.Attachments) != 1 || e.Attachments[0].Name != "panel.png" || !bytes.Equal(e.Attachments[0].Data, png) {
+		t.Fatalf("attachments %+v: want panel.png with the PNG's bytes", e.Attachments)
+	}
+	if img, _ := pipeline.SniffImage(e.Attachments[0].Data); img != "image/png" {
+		t.Errorf("attachment sniffed as %q", img)
+	}
+	if !strings.Contains(e.Text, "Rolled out 2.4 to EU") {
+		t.Errorf("the full text keeps the quoted message:\n%s", e.Text)
+	}
+}
+
+func TestParseEmailRejects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, raw string
+		notEmail  bool
+	}{
+		{"prose", "Hi team,\n\nthe ledger is slow again.\n", true},
+		{"headers without sender", "Subject: x\nTo: a@example.com\n\nbody", true},
+		{"multipart without boundary", "From: a@example.com\nTo: b@example.com\nContent-Type: multipart/mixed\n\nbody", false},
+		{"boundary never found", "From: a@example.com\nTo: b@example.com\nContent-Type: multipart/mixed; boundary=zz\n\nno parts here", false},
+		{"bad base64", "From: a@example.com\nTo: b@example.com\nContent-Transfer-Encoding: base64\n\n!!!not base64!!!", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := pipeline.ParseEmail(tc.raw)
+			if err == nil {
+				t.Fatal("parsed")
+			}
+			if got := errors.Is(err, pipeline.ErrNotEmail); got != tc.notEmail {
+				t.Errorf("ErrNotEmail = %v, want %v (%v)", got, tc.notEmail, err)
+			}
+		})
+	}
+}
+
+func TestCleanEmailBody(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, in, want string }{
+		{"gmail attribution", "Yes, ship it.\n\nOn Tue, 5 Mar 2024, Bob wrote:\n> Ship?\n", "Yes, ship it."},
+		{"outlook separator", "Approved.\n\n-----Original Message-----\nFrom: Bob\nSent: Monday\n", "Approved."},
+		{"outlook header block", "Approved.\n\nFrom: Bob <b@x.com>\nSent: Monday, 4 March\nSubject: budget\n", "Approved."},
+		{"inline quotes dropped", "> earlier line\nMy answer.\n", "My answer."},
+		{"signature", "Thanks for the fix.\n-- \nAna\n+420 123", "Thanks for the fix."},
+		{"dashes in prose stay", "Step 1 -- build\nStep 2 -- ship", "Step 1 -- build\nStep 2 -- ship"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := pipeline.CleanEmailBody(tc.in); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseJira(t *testing.T) {
+	t.Parallel()
+	text := "**Status:** In Review\nIssue Type: Story\nPriority: Low\nAssignee: Jan Novak\nReporter: Ana Novakova\n" +
+		"Epic Link: PAY-100 Ledger hardening\nSprint: Payments 42\n\nDescription:\nMake the ledger pool size configurable.\nDefault stays 20.\n\nLabels: ledger"
+	got := pipeline.ParseJira("PAY-412: Configurable ledger pool", text)
+	want := &indexerv1.JiraExtraction{Key: "PAY-412", Summary: "Configurable ledger pool", Status: "In Review", Type: "Story",
+		Assignee: "Jan Novak", Reporter: "Ana Novakova", Epic: "PAY-100 Ledger hardening", Sprint: "Payments 42", Priority: "Low",
+		ChangeDescription: "Make the ledger pool size configurable.\nDefault stays 20."}
+	if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
+func TestParseConfluence(t *testing.T) {
+	t.Parallel()
+	text := "Space: Payments Engineering\nCreated by Jan Novak on 3 May 2024\n\n# Ledger runbook\n\nThis page explains how to drain the ledger safely. It is for on-call.\n\n" +
+		"## Prerequisites\n\nAccess to prod.\n\nh2. Draining\n\n<h3>Rollback</h3>\n"
+	got := pipeline.ParseConfluence("", text)
+	want := &indexerv1.ConfluenceExtraction{Author: "Jan Novak", Title: "Ledger runbook", Topic: "Payments Engineering",
+		Headings: []string{"Ledger runbook", "Prerequisites", "Draining", "Rollback"}}
+	if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+	if got := pipeline.ParseConfluence("Runbook", "# Runbook\n\nThis page explains draining. More text.").GetTopic(); got != "This page explains draining." {
+		t.Errorf("topic without a Space field = %q", got)
+	}
+}
+
+func TestParseLog(t *testing.T) {
+	t.Parallel()
+	f := pipeline.ParseLog(string(fixture(t, "ledger.log")))
+	if f.Lines != 301 || f.Levels["ERROR"] != 6 || f.Levels["WARN"] != 8 || f.Levels["FATAL"] != 1 || f.Levels["INFO"] != 286 {
+		t.Errorf("lines %d, levels %v", f.Lines, f.Levels)
+	}
+	if want := []string{"LEDGER_TIMEOUT", "ERR-5003"}; !cmp.Equal(f.Codes, want) {
+		t.Errorf("codes %v, want %v", f.Codes, want)
+	}
+	if !f.First.Equal(time.Date(2024, 3, 12, 8, 14, 0, 0, time.UTC)) || !f.Last.Equal(time.Date(2024, 3, 12, 8, 20, 0, 0, time.UTC)) {
+		t.Errorf("time range %v – %v", f.First, f.Last)
+	}
+	ex := f.Extraction()
+	// One entry per message shape, in order of first appearance: the
+	// eight waits, the six timeouts, the fatal line.
+	if k := ex.GetKeyEvents(); len(k) != 3 || !strings.Contains(k[0], "WARN pool exhausted") || !strings.Contains(k[0], "(×8)") ||
+		!strings.Contains(k[1], "code=LEDGER_TIMEOUT") || !strings.Contains(k[1], "(×6)") || !strings.Contains(k[2], "FATAL") {
+		t.Errorf("key events %q", ex.GetKeyEvents())
+	}
+	if !strings.Contains(ex.GetSummary(), "301 lines") || !strings.Contains(ex.GetSummary(), "FATAL ERR-5003") {
+		t.Errorf("summary %q", ex.GetSummary())
+	}
+	if len(ex.GetCriticalDetails()) != 3 { // the timeout, the fatal line, the codes
+		t.Errorf("critical details %q", ex.GetCriticalDetails())
+	}
+}
+
+// Vision found by stage 1 survives stage 2, a failed stage 2, and any
+// later setter that brings nothing.
+func TestSetVisionNeverLoses(t *testing.T) {
+	t.Parallel()
+	p := &indexerv1.IntakePipeline{}
+	pipeline.SetVision(p, &indexerv1.IntakeVision{GeneralSummary: "a Grafana panel", Model: "vision"})
+	pipeline.SetVision(p, &indexerv1.IntakeVision{}) // a failed stage 2
+	pipeline.SetVision(p, &indexerv1.IntakeVision{TypeSpecificDetails: "Ticket key: PAY-7"})
+	want := &indexerv1.IntakeVision{GeneralSummary: "a Grafana panel", TypeSpecificDetails: "Ticket key: PAY-7", Model: "vision"}
+	if !proto.Equal(p.GetVision(), want) {
+		t.Errorf("vision %v, want %v", p.GetVision(), want)
+	}
+}
+
+func TestContentTypesAgree(t *testing.T) {
+	t.Parallel()
+	G, C := indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_GENERIC, indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_CONFLUENCE
+	for _, tc := range []struct {
+		fine string
+		t    indexerv1.IntakeContentType
+		ok   bool
+	}{
+		{"email", indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_EMAIL, true},
+		{"ticket", indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_JIRA, true},
+		{"financial_report", G, true},
+		{"meeting_notes", C, true}, // a Confluence page of meeting notes
+		{"generic", C, false},
+		{"email", G, false},
+		{"log", C, false},
+	} {
+		if got := pipeline.Compatible(tc.fine, tc.t); got != tc.ok {
+			t.Errorf("Compatible(%s, %s) = %v", tc.fine, tc.t, got)
+		}
+	}
+	if got := pipeline.BaseNodeKey(indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_EMAIL, "xj_ab-12"); got != "email_xj_ab_12" {
+		t.Errorf("BaseNodeKey = %q", got)
+	}
+}
