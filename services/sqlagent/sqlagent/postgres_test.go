@@ -94,7 +94,7 @@ func TestPostgresSession(t *testing.T) {
 	wantStage(t, send(t, c, id, "sel:write"), "NEED_TABLE_NAME")
 	wantStage(t, send(t, c, id, "big_orders"), "ASK_WRITE_MODE")
 	wantStage(t, send(t, c, id, "sel:create"), "CONFIRM_WRITE")
-	wantStage(t, send(t, c, id, "yes"), "DONE")
+	wantStage(t, send(t, c, id, "yes"), "NEED_WRITE_OR_EMAIL")
 	own, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)

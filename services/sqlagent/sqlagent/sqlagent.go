@@ -17,6 +17,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/grpcapi"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/mailer"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session/mongostore"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/sqlgen"
@@ -42,6 +43,19 @@ type Config struct {
 	RowLimit int `env:"SQLAGENT_ROW_LIMIT" default:"200" help:"most rows a query returns; more are cut and the result marked truncated"`
 	// QueryTimeout bounds one query or table write.
 	QueryTimeout time.Duration `env:"SQLAGENT_QUERY_TIMEOUT" default:"30s" help:"longest a query or a table write may run"`
+	// SMTPAddr is the mail server SEND_EMAIL sends through; empty: off.
+	SMTPAddr string `env:"SQLAGENT_SMTP_ADDR" help:"SMTP server (host:port) SEND_EMAIL sends results through; empty: e-mail is off and SEND_EMAIL is refused"`
+	// SMTPFrom is the sender address.
+	SMTPFrom string `env:"SQLAGENT_SMTP_FROM" help:"sender address of SEND_EMAIL messages, e.g. SQL agent <sql-agent@example.com>; required with SQLAGENT_SMTP_ADDR"`
+	// SMTPTLS is starttls or none.
+	SMTPTLS string `env:"SQLAGENT_SMTP_TLS" default:"starttls" help:"starttls (the server must offer STARTTLS; its certificate is verified) or none (a relay on a trusted network; no password is then sent)"`
+	// SMTPUsername and SMTPPassword authenticate (AUTH PLAIN).
+	SMTPUsername string `env:"SQLAGENT_SMTP_USERNAME" help:"SMTP user for AUTH PLAIN; empty: no authentication"`
+	SMTPPassword string `env:"SQLAGENT_SMTP_PASSWORD" secret:"true" help:"SMTP password (from a secret)"`
+	// ConfirmationWords overrides session.DefaultConfirmationWords.
+	ConfirmationWords string `env:"SQLAGENT_CONFIRMATION_WORDS" help:"comma-separated words that confirm a pending SQL, write or e-mail and are never taken as a parameter (a question, a table name, a subject) when nothing was asked; empty: yes, ok, okay, sure, correct and the like"`
+	// EmailRowLimit caps the rows one e-mail carries.
+	EmailRowLimit int `env:"SQLAGENT_EMAIL_ROW_LIMIT" default:"10000" help:"most rows one SEND_EMAIL attachment carries; more are cut and the message says so"`
 }
 
 // Run serves the service on rt.Listener until ctx is done, then shuts down
@@ -63,6 +77,15 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	if cfg.RowLimit <= 0 {
 		closeListener(rt)
 		return fmt.Errorf("SQLAGENT_ROW_LIMIT must be positive, got %d", cfg.RowLimit)
+	}
+	var mail session.Mailer
+	if cfg.SMTPAddr != "" {
+		m, err := mailer.New(mailer.Config{Addr: cfg.SMTPAddr, From: cfg.SMTPFrom, TLS: cfg.SMTPTLS, Username: cfg.SMTPUsername, Password: cfg.SMTPPassword})
+		if err != nil {
+			closeListener(rt)
+			return fmt.Errorf("SQLAGENT_SMTP_*: %w", err)
+		}
+		mail = m
 	}
 	srv := grpcx.NewServer(rt.Server, rt.Logger)
 	db, closeMongo, err := service.ConnectMongo(ctx, cfg.Mongo, srv.Health())
@@ -101,12 +124,24 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	defer modelGateway.Close()
 
 	agent := session.NewAgent(store, registry, sqlgen.New(modelv1.NewModelServiceClient(modelGateway), cfg.SQLModel),
-		session.Options{RowLimit: cfg.RowLimit, QueryTimeout: cfg.QueryTimeout})
+		session.Options{RowLimit: cfg.RowLimit, QueryTimeout: cfg.QueryTimeout, Mailer: mail, EmailRowLimit: cfg.EmailRowLimit,
+			ConfirmationWords: splitList(cfg.ConfirmationWords)})
 	sqlagentv1.RegisterSqlAgentServiceServer(srv.GRPC(), grpcapi.New(agent, registry, rt.Logger))
 	if rt.Ready != nil {
 		rt.Ready()
 	}
 	return srv.Serve(ctx, rt.Listener)
+}
+
+// splitList splits a comma-separated list; empty gives nil.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // closeListener closes the listener when Run fails before serving: Run owns it.
@@ -126,8 +161,9 @@ func hasConnection(specs []connections.Spec, name string) bool {
 	return false
 }
 
-// logReadRoles logs a warning for each PostgreSQL read role with rights
-// beyond reading, or on which the server-side check cannot run.
+// logReadRoles logs a warning for each PostgreSQL read role or MySQL read
+// user with rights beyond reading, or on which the server-side check
+// cannot run.
 func logReadRoles(ctx context.Context, registry *connections.Registry, log *slog.Logger) {
 	for _, a := range registry.AuditReadRoles(ctx) {
 		switch {

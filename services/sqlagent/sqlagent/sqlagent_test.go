@@ -200,7 +200,7 @@ func TestUserSQLAndWriteData(t *testing.T) {
 		t.Fatalf("table written before confirmation: %d, %v", n, err)
 	}
 	r = send(t, c, id, "yes")
-	wantStage(t, r, "DONE")
+	wantStage(t, r, "NEED_WRITE_OR_EMAIL")
 	if !strings.Contains(r.GetReply(), "Wrote 3503 rows to all_tracks") {
 		t.Fatalf("reply = %q", r.GetReply())
 	}
@@ -209,6 +209,7 @@ func TestUserSQLAndWriteData(t *testing.T) {
 		t.Fatalf("all_tracks has %d rows (%q), %v; want 3503 tracks", n, name, err)
 	}
 
+	wantStage(t, send(t, c, id, "sel:done"), "DONE")
 	_, err = c.SendInput(ctxTimeout(t), &sqlagentv1.SendInputRequest{Scope: scopeA, SessionId: id, Text: "more"})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("input after DONE: %v, want FailedPrecondition", err)

@@ -132,6 +132,10 @@ func toStatus(err error) error {
 		return grpcx.Errorf(codes.FailedPrecondition, "SQL_RUNNING", "the confirmed SQL of this session is running; reload the session for its result")
 	case errors.Is(err, session.ErrConflict):
 		return grpcx.Errorf(codes.Aborted, "SESSION_CONFLICT", "the session changed while this input was handled; reload it and retry")
+	case errors.Is(err, session.ErrNothingWritten):
+		return grpcx.Errorf(codes.FailedPrecondition, "NOTHING_WRITTEN", "selection: SEND_EMAIL needs a table written by WRITE_DATA in this session first; write the result to a table, then e-mail it")
+	case errors.Is(err, session.ErrEmailOff):
+		return grpcx.Errorf(codes.FailedPrecondition, "EMAIL_NOT_CONFIGURED", "selection: e-mail is not configured on this server (SQLAGENT_SMTP_ADDR)")
 	case errors.Is(err, session.ErrUnavailable):
 		return grpcx.Errorf(codes.Unavailable, "DEPENDENCY_UNAVAILABLE", "%v", err)
 	}
@@ -145,6 +149,7 @@ func toScope(s *commonv1.Scope) session.Scope {
 var jobKinds = map[string]sqlagentv1.JobKind{
 	session.JobReadSQL:   sqlagentv1.JobKind_JOB_KIND_READ_SQL,
 	session.JobWriteData: sqlagentv1.JobKind_JOB_KIND_WRITE_DATA,
+	session.JobSendEmail: sqlagentv1.JobKind_JOB_KIND_SEND_EMAIL,
 }
 
 func toProto(s *session.Session) *sqlagentv1.Session {

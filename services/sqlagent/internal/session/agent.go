@@ -23,6 +23,8 @@ type Agent struct {
 	dbs   Databases
 	gen   SQLWriter
 	opts  Options
+	// confirmWords is Options.ConfirmationWords, normalised.
+	confirmWords map[string]bool
 }
 
 // NewAgent returns an Agent over store, the configured databases and the
@@ -34,6 +36,9 @@ func NewAgent(store Store, dbs Databases, gen SQLWriter, opts Options) *Agent {
 	if opts.QueryTimeout <= 0 {
 		opts.QueryTimeout = defaultQueryTimeout
 	}
+	if opts.EmailRowLimit <= 0 {
+		opts.EmailRowLimit = defaultEmailRowLimit
+	}
 	if opts.ExecutionLeaseTTL <= 0 {
 		opts.ExecutionLeaseTTL = defaultExecutionLeaseTTL
 	}
@@ -43,7 +48,17 @@ func NewAgent(store Store, dbs Databases, gen SQLWriter, opts Options) *Agent {
 	if opts.NewID == nil {
 		opts.NewID = newID
 	}
-	return &Agent{store: store, dbs: dbs, gen: gen, opts: opts}
+	words := opts.ConfirmationWords
+	if len(words) == 0 {
+		words = DefaultConfirmationWords
+	}
+	cw := map[string]bool{}
+	for _, w := range words {
+		if w = strings.ToLower(strings.Trim(strings.TrimSpace(w), " .!")); w != "" {
+			cw[w] = true
+		}
+	}
+	return &Agent{store: store, dbs: dbs, gen: gen, opts: opts, confirmWords: cw}
 }
 
 func newID() string {
@@ -148,6 +163,14 @@ func (a *Agent) record(ctx context.Context, s *Session, r Reply, now time.Time) 
 // input is one user input: free text or a selection.
 type input struct{ text, selection string }
 
+// field names the request field the input came in.
+func (in input) field() string {
+	if in.selection != "" {
+		return "selection"
+	}
+	return "text"
+}
+
 // word is the input as one lower-case word or phrase, for matching choices.
 func (in input) word() string {
 	if in.selection != "" {
@@ -165,11 +188,14 @@ func (a *Agent) step(ctx context.Context, s *Session, in input) (Reply, error) {
 	switch s.Stage {
 	case StageNeedConnection:
 		return a.onConnection(s, in)
-	case StageAskSQLMethod, StageShowResults:
+	case StageAskSQLMethod, StageShowResults, StageNeedWriteOrEmail:
 		return a.onMethod(ctx, s, in)
 	case StageNeedNaturalLanguage:
 		if in.text == "" {
 			return Reply{}, inputErr("text", "type the question to answer")
+		}
+		if a.confirms(in.word()) {
+			return Reply{Text: "What would you like to know? Ask in plain English."}, nil
 		}
 		s.Params[paramQuestion] = in.text
 		return a.propose(ctx, s, in.text, "", "")
@@ -182,6 +208,8 @@ func (a *Agent) step(ctx context.Context, s *Session, in input) (Reply, error) {
 		return a.onConfirm(ctx, s, in)
 	case StageNeedTableName, StageAskWriteMode, StageConfirmWrite:
 		return a.onWrite(s, in)
+	case StageConfirmEmailQuery, StageNeedEmailQuery, StageNeedEmailRecipients, StageNeedEmailSubject, StageConfirmEmail:
+		return a.onEmail(s, in)
 	}
 	return Reply{}, fmt.Errorf("session %s: unknown stage %q", s.ID, s.Stage)
 }
@@ -241,15 +269,21 @@ func (a *Agent) onMethod(ctx context.Context, s *Session, in input) (Reply, erro
 	case w == methodUserSQL || w == "write my own" || w == "my own" || w == "i'll write my own sql" || w == "own sql":
 		s.Params[paramMethod], s.Stage = methodUserSQL, StageNeedUserSQL
 		return Reply{Text: "Type the SQL query to run (a single read-only SELECT)."}, nil
-	case s.Stage == StageShowResults && (w == "write" || w == "write_data"):
-		return a.startWrite(s), nil
-	case s.Stage == StageShowResults && (w == "done" || w == "finish" || w == "no"):
+	case (s.Stage == StageShowResults || s.Stage == StageNeedWriteOrEmail) && (w == "write" || w == "write_data"):
+		return a.startWrite(s, in.field())
+	case (s.Stage == StageShowResults || s.Stage == StageNeedWriteOrEmail) && (w == "email" || w == "send_email" || w == "e-mail"):
+		return a.startEmail(s)
+	case (s.Stage == StageShowResults || s.Stage == StageNeedWriteOrEmail) && (w == "done" || w == "finish" || w == "no"):
 		s.Stage, s.PendingSQL = StageDone, ""
 		return Reply{Text: "Done. Start a new session for another job."}, nil
 	case w == "change_connection":
 		return a.askConnection(s, "Which database should I use?"), nil
 	case in.selection != "":
 		return Reply{}, inputErr("selection", "%q is not one of the options", in.selection)
+	case a.confirms(w):
+		// An acknowledgement ("okay" after a result): nothing was asked,
+		// so it is no question for the model and no parameter.
+		return a.askNext(s), nil
 	case looksLikeSQL(in.text):
 		s.Params[paramMethod] = methodUserSQL
 		return a.proposeUserSQL(s, in.text), nil
@@ -328,12 +362,18 @@ func confirmReply(text, sql string) Reply {
 	return Reply{Text: text, Options: confirmOptions, SQLToConfirm: sql}
 }
 
-// confirmWords are inputs that confirm a pending action.
-var confirmWords = map[string]bool{
-	"confirm": true, "yes": true, "y": true, "ok": true, "okay": true, "sure": true, "correct": true,
-	"run": true, "run it": true, "yes, run it": true, "go": true, "go ahead": true, "execute": true,
-	"yes please": true, "yep": true, "yeah": true, "looks good": true, "lgtm": true, "do it": true,
+// DefaultConfirmationWords are the inputs that confirm a pending action
+// and that are never taken as a parameter (a table name, a subject, a
+// question) when nothing was asked; Options.ConfirmationWords replaces
+// them.
+var DefaultConfirmationWords = []string{
+	"confirm", "yes", "y", "ok", "okay", "sure", "correct", "run", "run it", "yes, run it", "go", "go ahead", "execute",
+	"yes please", "yep", "yeah", "looks good", "lgtm", "do it",
 }
+
+// confirms reports whether w (input.word) is a confirmation word; the
+// value of the "confirm" option always is.
+func (a *Agent) confirms(w string) bool { return w == "confirm" || a.confirmWords[w] }
 
 // cancelWords are inputs that drop a pending action.
 var cancelWords = map[string]bool{"cancel": true, "no": true, "nope": true, "stop": true, "abort": true}
@@ -343,7 +383,7 @@ var cancelWords = map[string]bool{"cancel": true, "no": true, "nope": true, "sto
 func (a *Agent) onConfirm(ctx context.Context, s *Session, in input) (Reply, error) {
 	w := in.word()
 	switch {
-	case confirmWords[w]:
+	case a.confirms(w):
 		// Checked again: the pending SQL came out of the store, and the
 		// check is cheap.
 		if _, err := safety.Check(s.PendingSQL, safety.Dialect(s.Params[paramDialect])); err != nil {
@@ -390,14 +430,27 @@ func (a *Agent) runQuery(ctx context.Context, s *Session) (Reply, error) {
 	if res.Truncated {
 		text = fmt.Sprintf("The query returned more than %d rows; here are the first %d.", a.opts.RowLimit, len(res.Rows))
 	}
-	return Reply{
-		Text: text + " What next? Ask another question, write the result to a table, or finish.",
-		Options: []Option{
-			{Value: methodGenerate, Label: "Ask another question"},
-			{Value: methodUserSQL, Label: "Run my own SQL"},
-			{Value: "write", Label: "Write the result to a table"},
-			{Value: "done", Label: "Finish"},
-		},
-		Result: res,
-	}, nil
+	return Reply{Text: text + " " + whatNext, Options: resultOptions, Result: res}, nil
+}
+
+const whatNext = "What next? Ask another question, write the result to a table, or finish."
+
+var resultOptions = []Option{
+	{Value: methodGenerate, Label: "Ask another question"},
+	{Value: methodUserSQL, Label: "Run my own SQL"},
+	{Value: "write", Label: "Write the result to a table"},
+	{Value: "email", Label: "E-mail a written table"},
+	{Value: "done", Label: "Finish"},
+}
+
+// askNext asks again what the stage of s asks, changing nothing: the
+// answer to an acknowledgement.
+func (a *Agent) askNext(s *Session) Reply {
+	switch s.Stage {
+	case StageShowResults:
+		return Reply{Text: whatNext, Options: resultOptions}
+	case StageNeedWriteOrEmail:
+		return Reply{Text: "E-mail the table, run another query, or finish?", Options: afterWriteOptions}
+	}
+	return Reply{Text: "Should I generate the SQL from a question, or will you write your own?", Options: methodOptions}
 }

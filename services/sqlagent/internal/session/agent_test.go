@@ -188,7 +188,7 @@ func testConcurrentConfirmationsRunTheSQLOnce(t *testing.T, db *mongo.Database) 
 	// What one write makes to the schema, with no rival.
 	alone := toConfirmWrite(t, agents[0], "alone")
 	before := sh.schemaVersion(t)
-	send(t, agents[0], alone, "yes", session.StageDone)
+	send(t, agents[0], alone, "yes", session.StageNeedWriteOrEmail)
 	oneWrite := sh.schemaVersion(t) - before
 	if oneWrite < 1 {
 		t.Fatalf("a write moved the schema cookie by %d", oneWrite)
@@ -238,7 +238,7 @@ func testConcurrentConfirmationsRunTheSQLOnce(t *testing.T, db *mongo.Database) 
 		id := toConfirmWrite(t, agents[1], "raced")
 		before := sh.schemaVersion(t)
 		winner, _ := race(id)
-		if winner.Stage != session.StageDone {
+		if winner.Stage != session.StageNeedWriteOrEmail {
 			t.Errorf("winner's session in %s", winner.Stage)
 		}
 		if got := sh.schemaVersion(t) - before; got != oneWrite {
@@ -318,7 +318,7 @@ func testInterruptedExecutionIsNeverRerunSilently(t *testing.T, db *mongo.Databa
 		t.Errorf("%d executions claimed before the new confirmation, want %d", n, claimed)
 	}
 
-	r = send(t, a, id, "yes", session.StageDone)
+	r = send(t, a, id, "yes", session.StageNeedWriteOrEmail)
 	if !strings.HasPrefix(r.Text, "Wrote ") || sh.schemaVersion(t) == before {
 		t.Errorf("the new confirmation: %q, schema cookie %d → %d", r.Text, before, sh.schemaVersion(t))
 	}

@@ -59,6 +59,8 @@ func (a *Agent) execute(ctx context.Context, s *Session) (*Session, Reply, error
 		err = fmt.Errorf("claim the execution: %w", err)
 	case ex.From == StageConfirmWrite:
 		r, err = a.runWrite(run, s)
+	case ex.From == StageConfirmEmail:
+		r, err = a.runEmail(run, s)
 	default:
 		r, err = a.runQuery(run, s)
 	}
@@ -138,8 +140,11 @@ func (a *Agent) lostToAnother(ctx context.Context, s *Session, err error) error 
 // run failed for want of a dependency: s stays at the confirmation.
 func (a *Agent) notRun(s *Session, ex *Execution, err error) Reply {
 	what := "run the query"
-	if ex.From == StageConfirmWrite {
+	switch ex.From {
+	case StageConfirmWrite:
 		what = fmt.Sprintf("write %s", s.Params[paramTable])
+	case StageConfirmEmail:
+		what = "send the e-mail"
 	}
 	return a.confirmAgain(s, fmt.Sprintf("I could not %s: %v. Reply yes to try again, or cancel.", what, err))
 }
@@ -151,12 +156,16 @@ func (a *Agent) notRun(s *Session, ex *Execution, err error) Reply {
 func (a *Agent) interrupted(s *Session) Reply {
 	ex := s.Execution
 	s.Execution = nil
-	if ex == nil || (ex.From != StageConfirmGeneratedSQL && ex.From != StageConfirmUserSQL && ex.From != StageConfirmWrite) {
+	if ex == nil || (ex.From != StageConfirmGeneratedSQL && ex.From != StageConfirmUserSQL && ex.From != StageConfirmWrite && ex.From != StageConfirmEmail) {
 		s.JobKind = JobReadSQL
 		return a.askMethod(s, "The last confirmed SQL was interrupted and its result was not recorded.")
 	}
 	s.Stage = ex.From
 	at := ex.Started.UTC().Format(time.RFC3339)
+	if ex.From == StageConfirmEmail {
+		return a.confirmAgain(s, fmt.Sprintf("The e-mail to %s, confirmed at %s, was interrupted before it was recorded: it may or may not have been sent. Reply yes to send it again, or cancel.",
+			s.Params[paramRecipients], at))
+	}
 	if ex.From == StageConfirmWrite {
 		return a.confirmAgain(s, fmt.Sprintf("Writing to %s, confirmed at %s, was interrupted before it was recorded: the table may or may not have been written. Reply yes to write it again, or cancel.",
 			s.Params[paramTable], at))
@@ -166,6 +175,9 @@ func (a *Agent) interrupted(s *Session) Reply {
 
 // confirmAgain asks for the confirmation of s's stage once more.
 func (a *Agent) confirmAgain(s *Session, text string) Reply {
+	if s.Stage == StageConfirmEmail {
+		return Reply{Text: text, Options: confirmOptions, SQLToConfirm: s.Params[paramEmailSQL]}
+	}
 	if s.Stage == StageConfirmWrite {
 		return Reply{Text: text, Options: confirmOptions, SQLToConfirm: s.Params[paramExecutedSQL]}
 	}

@@ -1,6 +1,8 @@
 // Package session runs SQL agent sessions: a stage machine per job kind that
 // asks for what it needs (connection, how to get the SQL, the question or
-// the SQL), shows SQL for confirmation, and only then runs it. Sessions are
+// the SQL), shows SQL for confirmation, and only then runs it. READ_SQL's
+// result may be written to a table (WRITE_DATA), and a written table
+// e-mailed as CSV (SEND_EMAIL, email.go). Sessions are
 // stored one document each, written with optimistic concurrency.
 //
 // # A confirmed SQL runs once
@@ -55,34 +57,47 @@ const (
 	JobReadSQL = "READ_SQL"
 	// JobWriteData writes a query result to a new table.
 	JobWriteData = "WRITE_DATA"
+	// JobSendEmail e-mails the result of a query over a written table.
+	JobSendEmail = "SEND_EMAIL"
 )
 
 // Stage is a position in a job's stage machine.
 type Stage string
 
-// Stages of READ_SQL and WRITE_DATA.
+// Stages of READ_SQL, WRITE_DATA and SEND_EMAIL.
 const (
-	StageNeedConnection             Stage = "NEED_CONNECTION"
-	StageAskSQLMethod               Stage = "ASK_SQL_METHOD"
-	StageNeedNaturalLanguage        Stage = "NEED_NATURAL_LANGUAGE"
-	StageNeedUserSQL                Stage = "NEED_USER_SQL"
-	StageConfirmGeneratedSQL        Stage = "CONFIRM_GENERATED_SQL"
-	StageConfirmUserSQL             Stage = "CONFIRM_USER_SQL"
-	StageShowResults                Stage = "SHOW_RESULTS"
-	StageNeedTableName              Stage = "NEED_TABLE_NAME"
-	StageAskWriteMode               Stage = "ASK_WRITE_MODE"
-	StageConfirmWrite               Stage = "CONFIRM_WRITE"
-	StageDone                       Stage = "DONE"
-	StageExecuting                  Stage = "EXECUTING" // a confirmed SQL runs: see the package doc
-	defaultRowLimit                       = 200
-	defaultQueryTimeout                   = 30 * time.Second
-	defaultExecutionLeaseTTL              = 6 * time.Second
-	roleUser, roleAgent                   = "user", "agent"
-	paramConnection, paramDialect         = "connection", "dialect"
-	paramMethod, paramQuestion            = "sql_method", "question"
-	paramExecutedSQL, paramRowCount       = "executed_sql", "row_count"
-	paramTable, paramWriteMode            = "table_name", "write_mode"
-	methodGenerate, methodUserSQL         = "generate", "user_sql"
+	StageNeedConnection                   Stage = "NEED_CONNECTION"
+	StageAskSQLMethod                     Stage = "ASK_SQL_METHOD"
+	StageNeedNaturalLanguage              Stage = "NEED_NATURAL_LANGUAGE"
+	StageNeedUserSQL                      Stage = "NEED_USER_SQL"
+	StageConfirmGeneratedSQL              Stage = "CONFIRM_GENERATED_SQL"
+	StageConfirmUserSQL                   Stage = "CONFIRM_USER_SQL"
+	StageShowResults                      Stage = "SHOW_RESULTS"
+	StageNeedTableName                    Stage = "NEED_TABLE_NAME"
+	StageAskWriteMode                     Stage = "ASK_WRITE_MODE"
+	StageConfirmWrite                     Stage = "CONFIRM_WRITE"
+	StageNeedWriteOrEmail                 Stage = "NEED_WRITE_OR_EMAIL"
+	StageConfirmEmailQuery                Stage = "CONFIRM_EMAIL_QUERY"
+	StageNeedEmailQuery                   Stage = "NEED_EMAIL_QUERY"
+	StageNeedEmailRecipients              Stage = "NEED_EMAIL_RECIPIENTS"
+	StageNeedEmailSubject                 Stage = "NEED_EMAIL_SUBJECT"
+	StageConfirmEmail                     Stage = "CONFIRM_EMAIL"
+	StageDone                             Stage = "DONE"
+	StageExecuting                        Stage = "EXECUTING" // a confirmed SQL runs: see the package doc
+	defaultRowLimit                             = 200
+	defaultQueryTimeout                         = 30 * time.Second
+	defaultExecutionLeaseTTL                    = 6 * time.Second
+	defaultEmailRowLimit                        = 10000
+	roleUser, roleAgent                         = "user", "agent"
+	paramConnection, paramDialect               = "connection", "dialect"
+	paramMethod, paramQuestion                  = "sql_method", "question"
+	paramExecutedSQL, paramRowCount             = "executed_sql", "row_count"
+	paramTable, paramWriteMode                  = "table_name", "write_mode"
+	methodGenerate, methodUserSQL               = "generate", "user_sql"
+	paramWrittenTable, paramWrittenSchema       = "written_table", "written_schema"
+	paramWrittenDialect, paramEmailSQL          = "written_dialect", "email_sql"
+	paramRecipients, paramSubject               = "recipients", "subject"
+	paramEmailedTo                              = "emailed_to"
 )
 
 // Scope is the tenant and project a session belongs to.
@@ -102,7 +117,7 @@ type Turn struct {
 type Session struct {
 	ID    string
 	Scope Scope
-	// JobKind is JobReadSQL or JobWriteData.
+	// JobKind is JobReadSQL, JobWriteData or JobSendEmail.
 	JobKind string
 	Stage   Stage
 	// Params are the parameters gathered so far (connection, sql_method,
@@ -168,8 +183,14 @@ var (
 	// this request's twin, another replica, or a process that died: see
 	// the package doc); the session takes no input until it is recorded.
 	ErrExecuting = errors.New("the confirmed SQL is being run")
-	// ErrUnavailable means the model gateway or a database is down.
+	// ErrUnavailable means the model gateway, a database or the mail
+	// server is down.
 	ErrUnavailable = errors.New("dependency unavailable")
+	// ErrNothingWritten means SEND_EMAIL was asked for before WRITE_DATA
+	// wrote a table in the session.
+	ErrNothingWritten = errors.New("SEND_EMAIL needs a table written by WRITE_DATA first")
+	// ErrEmailOff means no SMTP server is configured.
+	ErrEmailOff = errors.New("e-mail is not configured")
 )
 
 // InputError is bad input; Field names the request field.
@@ -212,6 +233,8 @@ type Databases interface {
 	SchemaText(ctx context.Context, name string) (string, error)
 	Query(ctx context.Context, name, sql string, limit int, timeout time.Duration) (*connections.Result, error)
 	WriteTable(ctx context.Context, name, sql, table string, mode connections.WriteMode, timeout time.Duration) (int64, error)
+	CurrentSchema(ctx context.Context, name string) (string, error)
+	Writable(name string) (bool, error)
 }
 
 // SQLWriter proposes SQL for a question.
@@ -230,6 +253,14 @@ type Options struct {
 	// confirmed SQL ran blocks its session this long, not the whole
 	// Deadline.
 	ExecutionLeaseTTL time.Duration
+	// ConfirmationWords confirm a pending action and are never taken as a
+	// parameter when nothing was asked (default
+	// DefaultConfirmationWords).
+	ConfirmationWords []string
+	// Mailer sends SEND_EMAIL's messages; nil: e-mail is off.
+	Mailer Mailer
+	// EmailRowLimit caps the rows an e-mail carries (default 10000).
+	EmailRowLimit int
 	// Now and NewID replace the clock and id source in tests.
 	Now   func() time.Time
 	NewID func() string

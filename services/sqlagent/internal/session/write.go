@@ -10,10 +10,14 @@ import (
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/safety"
 )
 
-// startWrite begins WRITE_DATA for the query that just ran.
-func (a *Agent) startWrite(s *Session) Reply {
+// startWrite begins WRITE_DATA for the query that just ran, unless the
+// connection takes no writes (an InputError for field; nothing changes).
+func (a *Agent) startWrite(s *Session, field string) (Reply, error) {
+	if ok, err := a.dbs.Writable(s.Params[paramConnection]); err != nil || !ok {
+		return Reply{}, inputErr(field, "connection %s is read-only: results can only be written to a connection configured with a write DSN", s.Params[paramConnection])
+	}
 	s.JobKind, s.Stage = JobWriteData, StageNeedTableName
-	return Reply{Text: fmt.Sprintf("I'll write the result of the last query to a new table in %s. What should the table be called?", s.Params[paramConnection])}
+	return Reply{Text: fmt.Sprintf("I'll write the result of the last query to a new table in %s. What should the table be called?", s.Params[paramConnection])}, nil
 }
 
 var writeModeOptions = []Option{
@@ -27,6 +31,9 @@ func (a *Agent) onWrite(s *Session, in input) (Reply, error) {
 	switch s.Stage {
 	case StageNeedTableName:
 		name := strings.TrimSpace(in.text)
+		if a.confirms(in.word()) {
+			return Reply{Text: fmt.Sprintf("%q is not a table name. What should the table be called?", name)}, nil
+		}
 		if err := connections.ValidTableName(name); err != nil {
 			return Reply{Text: fmt.Sprintf("%v. What should the table be called?", err)}, nil
 		}
@@ -53,7 +60,7 @@ func (a *Agent) onWrite(s *Session, in input) (Reply, error) {
 		case cancelWords[w]:
 			s.JobKind = JobReadSQL
 			return a.askMethod(s, "Cancelled; nothing was written."), nil
-		case !confirmWords[w]:
+		case !a.confirms(w):
 			return Reply{Text: "Reply yes to write the table, or cancel.", Options: confirmOptions, SQLToConfirm: s.Params[paramExecutedSQL]}, nil
 		}
 		if _, err := safety.Check(s.Params[paramExecutedSQL], safety.Dialect(s.Params[paramDialect])); err != nil {
@@ -81,6 +88,13 @@ func (a *Agent) runWrite(ctx context.Context, s *Session) (Reply, error) {
 		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	s.Params[paramRowCount] = fmt.Sprint(n)
-	s.Stage = StageDone
-	return Reply{Text: fmt.Sprintf("Wrote %d rows to %s.", n, s.Params[paramTable])}, nil
+	// Where it went, for SEND_EMAIL; a schema that cannot be read now
+	// only costs the e-mail its default query, so it is asked for
+	// without failing the recorded write.
+	schema, err := a.dbs.CurrentSchema(ctx, s.Params[paramConnection])
+	if err != nil {
+		return a.afterWriteNoEmail(s, fmt.Sprintf("Wrote %d rows to %s.", n, s.Params[paramTable])), nil
+	}
+	s.Params[paramWrittenTable], s.Params[paramWrittenSchema], s.Params[paramWrittenDialect] = s.Params[paramTable], schema, s.Params[paramDialect]
+	return a.afterWrite(s, fmt.Sprintf("Wrote %d rows to %s.", n, s.Params[paramTable])), nil
 }

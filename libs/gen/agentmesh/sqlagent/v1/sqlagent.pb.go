@@ -91,7 +91,7 @@ type Connection struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Connection name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Dialect: "postgres" or "sqlite".
+	// Dialect: "sqlite", "postgres" or "mysql" (MariaDB and MySQL).
 	Dialect string `protobuf:"bytes,2,opt,name=dialect,proto3" json:"dialect,omitempty"`
 	// Schemas visible through it.
 	Schemas       []string `protobuf:"bytes,3,rep,name=schemas,proto3" json:"schemas,omitempty"`
@@ -434,7 +434,8 @@ type Session struct {
 	Scope *v1.Scope `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Job kind.
 	JobKind JobKind `protobuf:"varint,3,opt,name=job_kind,json=jobKind,proto3,enum=agentmesh.sqlagent.v1.JobKind" json:"job_kind,omitempty"`
-	// Current stage, e.g. "CONFIRM_GENERATED_SQL".
+	// Current stage, e.g. "CONFIRM_GENERATED_SQL", "NEED_WRITE_OR_EMAIL",
+	// "CONFIRM_EMAIL_QUERY".
 	Stage string `protobuf:"bytes,4,opt,name=stage,proto3" json:"stage,omitempty"`
 	// Parameters gathered so far.
 	Parameters *structpb.Struct `protobuf:"bytes,5,opt,name=parameters,proto3" json:"parameters,omitempty"`
