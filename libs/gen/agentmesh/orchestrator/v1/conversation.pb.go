@@ -25,6 +25,70 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// McpServerState is where the connection to an MCP server is.
+type McpServerState int32
+
+const (
+	// Not set.
+	McpServerState_MCP_SERVER_STATE_UNSPECIFIED McpServerState = 0
+	// No session is open: never needed yet, or closed since; the next use
+	// connects.
+	McpServerState_MCP_SERVER_STATE_DISCONNECTED McpServerState = 1
+	// A connection attempt is running.
+	McpServerState_MCP_SERVER_STATE_CONNECTING McpServerState = 2
+	// A session is open and its tools are listed.
+	McpServerState_MCP_SERVER_STATE_READY McpServerState = 3
+	// The last attempt failed (the command did not start, the URL did not
+	// answer, the handshake timed out); error says why. The next use after
+	// ORCHESTRATOR_MCP_RETRY_AFTER tries again.
+	McpServerState_MCP_SERVER_STATE_FAILED McpServerState = 4
+)
+
+// Enum value maps for McpServerState.
+var (
+	McpServerState_name = map[int32]string{
+		0: "MCP_SERVER_STATE_UNSPECIFIED",
+		1: "MCP_SERVER_STATE_DISCONNECTED",
+		2: "MCP_SERVER_STATE_CONNECTING",
+		3: "MCP_SERVER_STATE_READY",
+		4: "MCP_SERVER_STATE_FAILED",
+	}
+	McpServerState_value = map[string]int32{
+		"MCP_SERVER_STATE_UNSPECIFIED":  0,
+		"MCP_SERVER_STATE_DISCONNECTED": 1,
+		"MCP_SERVER_STATE_CONNECTING":   2,
+		"MCP_SERVER_STATE_READY":        3,
+		"MCP_SERVER_STATE_FAILED":       4,
+	}
+)
+
+func (x McpServerState) Enum() *McpServerState {
+	p := new(McpServerState)
+	*p = x
+	return p
+}
+
+func (x McpServerState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (McpServerState) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_orchestrator_v1_conversation_proto_enumTypes[0].Descriptor()
+}
+
+func (McpServerState) Type() protoreflect.EnumType {
+	return &file_agentmesh_orchestrator_v1_conversation_proto_enumTypes[0]
+}
+
+func (x McpServerState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use McpServerState.Descriptor instead.
+func (McpServerState) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{0}
+}
+
 // ConversationMessage is one stored message.
 type ConversationMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1578,9 +1642,12 @@ func (x *SendMessageResponse) GetCompleted() *Completed {
 	return nil
 }
 
-// ListToolsRequest lists tools.
+// ListToolsRequest lists the tools of a scope.
 type ListToolsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Scope. Optional: without a tenant (here or from the gateway's
+	// authentication) only the built-in tools are listed.
+	Scope         *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1615,17 +1682,28 @@ func (*ListToolsRequest) Descriptor() ([]byte, []int) {
 	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{22}
 }
 
+func (x *ListToolsRequest) GetScope() *v1.Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
 // ToolDefinition describes one tool.
 type ToolDefinition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Name.
+	// Name. A tool of an MCP server is named mcp__<server>__<tool>, so it
+	// never collides with a built-in tool or another server's.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Description.
 	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
 	// JSON schema of the arguments.
 	ParametersJsonSchema string `protobuf:"bytes,3,opt,name=parameters_json_schema,json=parametersJsonSchema,proto3" json:"parameters_json_schema,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The configured name of the MCP server that provides the tool; empty
+	// for a built-in tool.
+	McpServer     string `protobuf:"bytes,4,opt,name=mcp_server,json=mcpServer,proto3" json:"mcp_server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolDefinition) Reset() {
@@ -1679,18 +1757,137 @@ func (x *ToolDefinition) GetParametersJsonSchema() string {
 	return ""
 }
 
+func (x *ToolDefinition) GetMcpServer() string {
+	if x != nil {
+		return x.McpServer
+	}
+	return ""
+}
+
+// McpServerStatus is the health of one of the tenant's MCP servers.
+type McpServerStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Configured name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// "stdio" (a command) or "http" (a streamable HTTP URL).
+	Transport string `protobuf:"bytes,2,opt,name=transport,proto3" json:"transport,omitempty"`
+	// State of the connection.
+	State McpServerState `protobuf:"varint,3,opt,name=state,proto3,enum=agentmesh.orchestrator.v1.McpServerState" json:"state,omitempty"`
+	// Tools offered (the last list, kept while the server is down).
+	ToolCount int32 `protobuf:"varint,4,opt,name=tool_count,json=toolCount,proto3" json:"tool_count,omitempty"`
+	// The last failure: start, handshake, listing or a call's lost session.
+	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// When error happened.
+	ErrorTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=error_time,json=errorTime,proto3" json:"error_time,omitempty"`
+	// When the current or last session was opened.
+	ConnectTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=connect_time,json=connectTime,proto3" json:"connect_time,omitempty"`
+	// Tools of the server that are not offered, each with the reason (a
+	// name too long once namespaced, an invalid schema).
+	SkippedTools  []string `protobuf:"bytes,8,rep,name=skipped_tools,json=skippedTools,proto3" json:"skipped_tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpServerStatus) Reset() {
+	*x = McpServerStatus{}
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpServerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpServerStatus) ProtoMessage() {}
+
+func (x *McpServerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpServerStatus.ProtoReflect.Descriptor instead.
+func (*McpServerStatus) Descriptor() ([]byte, []int) {
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *McpServerStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *McpServerStatus) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
+func (x *McpServerStatus) GetState() McpServerState {
+	if x != nil {
+		return x.State
+	}
+	return McpServerState_MCP_SERVER_STATE_UNSPECIFIED
+}
+
+func (x *McpServerStatus) GetToolCount() int32 {
+	if x != nil {
+		return x.ToolCount
+	}
+	return 0
+}
+
+func (x *McpServerStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *McpServerStatus) GetErrorTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ErrorTime
+	}
+	return nil
+}
+
+func (x *McpServerStatus) GetConnectTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ConnectTime
+	}
+	return nil
+}
+
+func (x *McpServerStatus) GetSkippedTools() []string {
+	if x != nil {
+		return x.SkippedTools
+	}
+	return nil
+}
+
 // ListToolsResponse lists the tools.
 type ListToolsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Tools sorted by name.
-	Tools         []*ToolDefinition `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	Tools []*ToolDefinition `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	// The MCP servers configured for the tenant, sorted by name.
+	McpServers    []*McpServerStatus `protobuf:"bytes,2,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[24]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1899,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[24]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,12 +1912,19 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{24}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListToolsResponse) GetTools() []*ToolDefinition {
 	if x != nil {
 		return x.Tools
+	}
+	return nil
+}
+
+func (x *ListToolsResponse) GetMcpServers() []*McpServerStatus {
+	if x != nil {
+		return x.McpServers
 	}
 	return nil
 }
@@ -1838,14 +2042,36 @@ const file_agentmesh_orchestrator_v1_conversation_proto_rawDesc = "" +
 	"\acontent\x18\x03 \x01(\tB\f\xbaH\t\xc8\x01\x01r\x04(\x80\x80\x10R\acontent\"\xa3\x01\n" +
 	"\x13SendMessageResponse\x12H\n" +
 	"\amessage\x18\x01 \x01(\v2..agentmesh.orchestrator.v1.ConversationMessageR\amessage\x12B\n" +
-	"\tcompleted\x18\x02 \x01(\v2$.agentmesh.orchestrator.v1.CompletedR\tcompleted\"\x12\n" +
-	"\x10ListToolsRequest\"|\n" +
+	"\tcompleted\x18\x02 \x01(\v2$.agentmesh.orchestrator.v1.CompletedR\tcompleted\"D\n" +
+	"\x10ListToolsRequest\x120\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\"\x9b\x01\n" +
 	"\x0eToolDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x124\n" +
-	"\x16parameters_json_schema\x18\x03 \x01(\tR\x14parametersJsonSchema\"T\n" +
+	"\x16parameters_json_schema\x18\x03 \x01(\tR\x14parametersJsonSchema\x12\x1d\n" +
+	"\n" +
+	"mcp_server\x18\x04 \x01(\tR\tmcpServer\"\xd8\x02\n" +
+	"\x0fMcpServerStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\ttransport\x18\x02 \x01(\tR\ttransport\x12?\n" +
+	"\x05state\x18\x03 \x01(\x0e2).agentmesh.orchestrator.v1.McpServerStateR\x05state\x12\x1d\n" +
+	"\n" +
+	"tool_count\x18\x04 \x01(\x05R\ttoolCount\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x129\n" +
+	"\n" +
+	"error_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\terrorTime\x12=\n" +
+	"\fconnect_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vconnectTime\x12#\n" +
+	"\rskipped_tools\x18\b \x03(\tR\fskippedTools\"\xa1\x01\n" +
 	"\x11ListToolsResponse\x12?\n" +
-	"\x05tools\x18\x01 \x03(\v2).agentmesh.orchestrator.v1.ToolDefinitionR\x05tools2\xfb\x05\n" +
+	"\x05tools\x18\x01 \x03(\v2).agentmesh.orchestrator.v1.ToolDefinitionR\x05tools\x12K\n" +
+	"\vmcp_servers\x18\x02 \x03(\v2*.agentmesh.orchestrator.v1.McpServerStatusR\n" +
+	"mcpServers*\xaf\x01\n" +
+	"\x0eMcpServerState\x12 \n" +
+	"\x1cMCP_SERVER_STATE_UNSPECIFIED\x10\x00\x12!\n" +
+	"\x1dMCP_SERVER_STATE_DISCONNECTED\x10\x01\x12\x1f\n" +
+	"\x1bMCP_SERVER_STATE_CONNECTING\x10\x02\x12\x1a\n" +
+	"\x16MCP_SERVER_STATE_READY\x10\x03\x12\x1b\n" +
+	"\x17MCP_SERVER_STATE_FAILED\x10\x042\xfb\x05\n" +
 	"\x13ConversationService\x12\x81\x01\n" +
 	"\x12CreateConversation\x124.agentmesh.orchestrator.v1.CreateConversationRequest\x1a5.agentmesh.orchestrator.v1.CreateConversationResponse\x12x\n" +
 	"\x0fGetConversation\x121.agentmesh.orchestrator.v1.GetConversationRequest\x1a2.agentmesh.orchestrator.v1.GetConversationResponse\x12~\n" +
@@ -1869,84 +2095,92 @@ func file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP() []byte {
 	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescData
 }
 
-var file_agentmesh_orchestrator_v1_conversation_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_agentmesh_orchestrator_v1_conversation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_agentmesh_orchestrator_v1_conversation_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_agentmesh_orchestrator_v1_conversation_proto_goTypes = []any{
-	(*ConversationMessage)(nil),        // 0: agentmesh.orchestrator.v1.ConversationMessage
-	(*ToolInvocation)(nil),             // 1: agentmesh.orchestrator.v1.ToolInvocation
-	(*Conversation)(nil),               // 2: agentmesh.orchestrator.v1.Conversation
-	(*CreateConversationRequest)(nil),  // 3: agentmesh.orchestrator.v1.CreateConversationRequest
-	(*CreateConversationResponse)(nil), // 4: agentmesh.orchestrator.v1.CreateConversationResponse
-	(*GetConversationRequest)(nil),     // 5: agentmesh.orchestrator.v1.GetConversationRequest
-	(*GetConversationResponse)(nil),    // 6: agentmesh.orchestrator.v1.GetConversationResponse
-	(*ListConversationsRequest)(nil),   // 7: agentmesh.orchestrator.v1.ListConversationsRequest
-	(*ListConversationsResponse)(nil),  // 8: agentmesh.orchestrator.v1.ListConversationsResponse
-	(*DeleteConversationRequest)(nil),  // 9: agentmesh.orchestrator.v1.DeleteConversationRequest
-	(*DeleteConversationResponse)(nil), // 10: agentmesh.orchestrator.v1.DeleteConversationResponse
-	(*StreamMessageRequest)(nil),       // 11: agentmesh.orchestrator.v1.StreamMessageRequest
-	(*StreamMessageResponse)(nil),      // 12: agentmesh.orchestrator.v1.StreamMessageResponse
-	(*ResponseChunk)(nil),              // 13: agentmesh.orchestrator.v1.ResponseChunk
-	(*ReasoningChunk)(nil),             // 14: agentmesh.orchestrator.v1.ReasoningChunk
-	(*ToolCallStart)(nil),              // 15: agentmesh.orchestrator.v1.ToolCallStart
-	(*ToolCallResult)(nil),             // 16: agentmesh.orchestrator.v1.ToolCallResult
-	(*StatusUpdate)(nil),               // 17: agentmesh.orchestrator.v1.StatusUpdate
-	(*Completed)(nil),                  // 18: agentmesh.orchestrator.v1.Completed
-	(*ErrorEvent)(nil),                 // 19: agentmesh.orchestrator.v1.ErrorEvent
-	(*SendMessageRequest)(nil),         // 20: agentmesh.orchestrator.v1.SendMessageRequest
-	(*SendMessageResponse)(nil),        // 21: agentmesh.orchestrator.v1.SendMessageResponse
-	(*ListToolsRequest)(nil),           // 22: agentmesh.orchestrator.v1.ListToolsRequest
-	(*ToolDefinition)(nil),             // 23: agentmesh.orchestrator.v1.ToolDefinition
-	(*ListToolsResponse)(nil),          // 24: agentmesh.orchestrator.v1.ListToolsResponse
-	(*timestamppb.Timestamp)(nil),      // 25: google.protobuf.Timestamp
-	(*v1.Scope)(nil),                   // 26: agentmesh.common.v1.Scope
-	(*durationpb.Duration)(nil),        // 27: google.protobuf.Duration
+	(McpServerState)(0),                // 0: agentmesh.orchestrator.v1.McpServerState
+	(*ConversationMessage)(nil),        // 1: agentmesh.orchestrator.v1.ConversationMessage
+	(*ToolInvocation)(nil),             // 2: agentmesh.orchestrator.v1.ToolInvocation
+	(*Conversation)(nil),               // 3: agentmesh.orchestrator.v1.Conversation
+	(*CreateConversationRequest)(nil),  // 4: agentmesh.orchestrator.v1.CreateConversationRequest
+	(*CreateConversationResponse)(nil), // 5: agentmesh.orchestrator.v1.CreateConversationResponse
+	(*GetConversationRequest)(nil),     // 6: agentmesh.orchestrator.v1.GetConversationRequest
+	(*GetConversationResponse)(nil),    // 7: agentmesh.orchestrator.v1.GetConversationResponse
+	(*ListConversationsRequest)(nil),   // 8: agentmesh.orchestrator.v1.ListConversationsRequest
+	(*ListConversationsResponse)(nil),  // 9: agentmesh.orchestrator.v1.ListConversationsResponse
+	(*DeleteConversationRequest)(nil),  // 10: agentmesh.orchestrator.v1.DeleteConversationRequest
+	(*DeleteConversationResponse)(nil), // 11: agentmesh.orchestrator.v1.DeleteConversationResponse
+	(*StreamMessageRequest)(nil),       // 12: agentmesh.orchestrator.v1.StreamMessageRequest
+	(*StreamMessageResponse)(nil),      // 13: agentmesh.orchestrator.v1.StreamMessageResponse
+	(*ResponseChunk)(nil),              // 14: agentmesh.orchestrator.v1.ResponseChunk
+	(*ReasoningChunk)(nil),             // 15: agentmesh.orchestrator.v1.ReasoningChunk
+	(*ToolCallStart)(nil),              // 16: agentmesh.orchestrator.v1.ToolCallStart
+	(*ToolCallResult)(nil),             // 17: agentmesh.orchestrator.v1.ToolCallResult
+	(*StatusUpdate)(nil),               // 18: agentmesh.orchestrator.v1.StatusUpdate
+	(*Completed)(nil),                  // 19: agentmesh.orchestrator.v1.Completed
+	(*ErrorEvent)(nil),                 // 20: agentmesh.orchestrator.v1.ErrorEvent
+	(*SendMessageRequest)(nil),         // 21: agentmesh.orchestrator.v1.SendMessageRequest
+	(*SendMessageResponse)(nil),        // 22: agentmesh.orchestrator.v1.SendMessageResponse
+	(*ListToolsRequest)(nil),           // 23: agentmesh.orchestrator.v1.ListToolsRequest
+	(*ToolDefinition)(nil),             // 24: agentmesh.orchestrator.v1.ToolDefinition
+	(*McpServerStatus)(nil),            // 25: agentmesh.orchestrator.v1.McpServerStatus
+	(*ListToolsResponse)(nil),          // 26: agentmesh.orchestrator.v1.ListToolsResponse
+	(*timestamppb.Timestamp)(nil),      // 27: google.protobuf.Timestamp
+	(*v1.Scope)(nil),                   // 28: agentmesh.common.v1.Scope
+	(*durationpb.Duration)(nil),        // 29: google.protobuf.Duration
 }
 var file_agentmesh_orchestrator_v1_conversation_proto_depIdxs = []int32{
-	1,  // 0: agentmesh.orchestrator.v1.ConversationMessage.tool_calls:type_name -> agentmesh.orchestrator.v1.ToolInvocation
-	25, // 1: agentmesh.orchestrator.v1.ConversationMessage.create_time:type_name -> google.protobuf.Timestamp
-	26, // 2: agentmesh.orchestrator.v1.Conversation.scope:type_name -> agentmesh.common.v1.Scope
-	0,  // 3: agentmesh.orchestrator.v1.Conversation.messages:type_name -> agentmesh.orchestrator.v1.ConversationMessage
-	25, // 4: agentmesh.orchestrator.v1.Conversation.create_time:type_name -> google.protobuf.Timestamp
-	25, // 5: agentmesh.orchestrator.v1.Conversation.update_time:type_name -> google.protobuf.Timestamp
-	26, // 6: agentmesh.orchestrator.v1.CreateConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
-	2,  // 7: agentmesh.orchestrator.v1.CreateConversationResponse.conversation:type_name -> agentmesh.orchestrator.v1.Conversation
-	26, // 8: agentmesh.orchestrator.v1.GetConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
-	2,  // 9: agentmesh.orchestrator.v1.GetConversationResponse.conversation:type_name -> agentmesh.orchestrator.v1.Conversation
-	26, // 10: agentmesh.orchestrator.v1.ListConversationsRequest.scope:type_name -> agentmesh.common.v1.Scope
-	2,  // 11: agentmesh.orchestrator.v1.ListConversationsResponse.conversations:type_name -> agentmesh.orchestrator.v1.Conversation
-	26, // 12: agentmesh.orchestrator.v1.DeleteConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
-	26, // 13: agentmesh.orchestrator.v1.StreamMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
-	13, // 14: agentmesh.orchestrator.v1.StreamMessageResponse.response_chunk:type_name -> agentmesh.orchestrator.v1.ResponseChunk
-	14, // 15: agentmesh.orchestrator.v1.StreamMessageResponse.reasoning_chunk:type_name -> agentmesh.orchestrator.v1.ReasoningChunk
-	15, // 16: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_start:type_name -> agentmesh.orchestrator.v1.ToolCallStart
-	16, // 17: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_result:type_name -> agentmesh.orchestrator.v1.ToolCallResult
-	17, // 18: agentmesh.orchestrator.v1.StreamMessageResponse.status_update:type_name -> agentmesh.orchestrator.v1.StatusUpdate
-	18, // 19: agentmesh.orchestrator.v1.StreamMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
-	19, // 20: agentmesh.orchestrator.v1.StreamMessageResponse.error:type_name -> agentmesh.orchestrator.v1.ErrorEvent
-	27, // 21: agentmesh.orchestrator.v1.ToolCallResult.duration:type_name -> google.protobuf.Duration
-	27, // 22: agentmesh.orchestrator.v1.Completed.duration:type_name -> google.protobuf.Duration
-	26, // 23: agentmesh.orchestrator.v1.SendMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
-	0,  // 24: agentmesh.orchestrator.v1.SendMessageResponse.message:type_name -> agentmesh.orchestrator.v1.ConversationMessage
-	18, // 25: agentmesh.orchestrator.v1.SendMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
-	23, // 26: agentmesh.orchestrator.v1.ListToolsResponse.tools:type_name -> agentmesh.orchestrator.v1.ToolDefinition
-	3,  // 27: agentmesh.orchestrator.v1.ConversationService.CreateConversation:input_type -> agentmesh.orchestrator.v1.CreateConversationRequest
-	5,  // 28: agentmesh.orchestrator.v1.ConversationService.GetConversation:input_type -> agentmesh.orchestrator.v1.GetConversationRequest
-	7,  // 29: agentmesh.orchestrator.v1.ConversationService.ListConversations:input_type -> agentmesh.orchestrator.v1.ListConversationsRequest
-	9,  // 30: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:input_type -> agentmesh.orchestrator.v1.DeleteConversationRequest
-	11, // 31: agentmesh.orchestrator.v1.ConversationService.StreamMessage:input_type -> agentmesh.orchestrator.v1.StreamMessageRequest
-	20, // 32: agentmesh.orchestrator.v1.ConversationService.SendMessage:input_type -> agentmesh.orchestrator.v1.SendMessageRequest
-	22, // 33: agentmesh.orchestrator.v1.ToolService.ListTools:input_type -> agentmesh.orchestrator.v1.ListToolsRequest
-	4,  // 34: agentmesh.orchestrator.v1.ConversationService.CreateConversation:output_type -> agentmesh.orchestrator.v1.CreateConversationResponse
-	6,  // 35: agentmesh.orchestrator.v1.ConversationService.GetConversation:output_type -> agentmesh.orchestrator.v1.GetConversationResponse
-	8,  // 36: agentmesh.orchestrator.v1.ConversationService.ListConversations:output_type -> agentmesh.orchestrator.v1.ListConversationsResponse
-	10, // 37: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:output_type -> agentmesh.orchestrator.v1.DeleteConversationResponse
-	12, // 38: agentmesh.orchestrator.v1.ConversationService.StreamMessage:output_type -> agentmesh.orchestrator.v1.StreamMessageResponse
-	21, // 39: agentmesh.orchestrator.v1.ConversationService.SendMessage:output_type -> agentmesh.orchestrator.v1.SendMessageResponse
-	24, // 40: agentmesh.orchestrator.v1.ToolService.ListTools:output_type -> agentmesh.orchestrator.v1.ListToolsResponse
-	34, // [34:41] is the sub-list for method output_type
-	27, // [27:34] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	2,  // 0: agentmesh.orchestrator.v1.ConversationMessage.tool_calls:type_name -> agentmesh.orchestrator.v1.ToolInvocation
+	27, // 1: agentmesh.orchestrator.v1.ConversationMessage.create_time:type_name -> google.protobuf.Timestamp
+	28, // 2: agentmesh.orchestrator.v1.Conversation.scope:type_name -> agentmesh.common.v1.Scope
+	1,  // 3: agentmesh.orchestrator.v1.Conversation.messages:type_name -> agentmesh.orchestrator.v1.ConversationMessage
+	27, // 4: agentmesh.orchestrator.v1.Conversation.create_time:type_name -> google.protobuf.Timestamp
+	27, // 5: agentmesh.orchestrator.v1.Conversation.update_time:type_name -> google.protobuf.Timestamp
+	28, // 6: agentmesh.orchestrator.v1.CreateConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
+	3,  // 7: agentmesh.orchestrator.v1.CreateConversationResponse.conversation:type_name -> agentmesh.orchestrator.v1.Conversation
+	28, // 8: agentmesh.orchestrator.v1.GetConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
+	3,  // 9: agentmesh.orchestrator.v1.GetConversationResponse.conversation:type_name -> agentmesh.orchestrator.v1.Conversation
+	28, // 10: agentmesh.orchestrator.v1.ListConversationsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	3,  // 11: agentmesh.orchestrator.v1.ListConversationsResponse.conversations:type_name -> agentmesh.orchestrator.v1.Conversation
+	28, // 12: agentmesh.orchestrator.v1.DeleteConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
+	28, // 13: agentmesh.orchestrator.v1.StreamMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
+	14, // 14: agentmesh.orchestrator.v1.StreamMessageResponse.response_chunk:type_name -> agentmesh.orchestrator.v1.ResponseChunk
+	15, // 15: agentmesh.orchestrator.v1.StreamMessageResponse.reasoning_chunk:type_name -> agentmesh.orchestrator.v1.ReasoningChunk
+	16, // 16: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_start:type_name -> agentmesh.orchestrator.v1.ToolCallStart
+	17, // 17: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_result:type_name -> agentmesh.orchestrator.v1.ToolCallResult
+	18, // 18: agentmesh.orchestrator.v1.StreamMessageResponse.status_update:type_name -> agentmesh.orchestrator.v1.StatusUpdate
+	19, // 19: agentmesh.orchestrator.v1.StreamMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
+	20, // 20: agentmesh.orchestrator.v1.StreamMessageResponse.error:type_name -> agentmesh.orchestrator.v1.ErrorEvent
+	29, // 21: agentmesh.orchestrator.v1.ToolCallResult.duration:type_name -> google.protobuf.Duration
+	29, // 22: agentmesh.orchestrator.v1.Completed.duration:type_name -> google.protobuf.Duration
+	28, // 23: agentmesh.orchestrator.v1.SendMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
+	1,  // 24: agentmesh.orchestrator.v1.SendMessageResponse.message:type_name -> agentmesh.orchestrator.v1.ConversationMessage
+	19, // 25: agentmesh.orchestrator.v1.SendMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
+	28, // 26: agentmesh.orchestrator.v1.ListToolsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	0,  // 27: agentmesh.orchestrator.v1.McpServerStatus.state:type_name -> agentmesh.orchestrator.v1.McpServerState
+	27, // 28: agentmesh.orchestrator.v1.McpServerStatus.error_time:type_name -> google.protobuf.Timestamp
+	27, // 29: agentmesh.orchestrator.v1.McpServerStatus.connect_time:type_name -> google.protobuf.Timestamp
+	24, // 30: agentmesh.orchestrator.v1.ListToolsResponse.tools:type_name -> agentmesh.orchestrator.v1.ToolDefinition
+	25, // 31: agentmesh.orchestrator.v1.ListToolsResponse.mcp_servers:type_name -> agentmesh.orchestrator.v1.McpServerStatus
+	4,  // 32: agentmesh.orchestrator.v1.ConversationService.CreateConversation:input_type -> agentmesh.orchestrator.v1.CreateConversationRequest
+	6,  // 33: agentmesh.orchestrator.v1.ConversationService.GetConversation:input_type -> agentmesh.orchestrator.v1.GetConversationRequest
+	8,  // 34: agentmesh.orchestrator.v1.ConversationService.ListConversations:input_type -> agentmesh.orchestrator.v1.ListConversationsRequest
+	10, // 35: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:input_type -> agentmesh.orchestrator.v1.DeleteConversationRequest
+	12, // 36: agentmesh.orchestrator.v1.ConversationService.StreamMessage:input_type -> agentmesh.orchestrator.v1.StreamMessageRequest
+	21, // 37: agentmesh.orchestrator.v1.ConversationService.SendMessage:input_type -> agentmesh.orchestrator.v1.SendMessageRequest
+	23, // 38: agentmesh.orchestrator.v1.ToolService.ListTools:input_type -> agentmesh.orchestrator.v1.ListToolsRequest
+	5,  // 39: agentmesh.orchestrator.v1.ConversationService.CreateConversation:output_type -> agentmesh.orchestrator.v1.CreateConversationResponse
+	7,  // 40: agentmesh.orchestrator.v1.ConversationService.GetConversation:output_type -> agentmesh.orchestrator.v1.GetConversationResponse
+	9,  // 41: agentmesh.orchestrator.v1.ConversationService.ListConversations:output_type -> agentmesh.orchestrator.v1.ListConversationsResponse
+	11, // 42: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:output_type -> agentmesh.orchestrator.v1.DeleteConversationResponse
+	13, // 43: agentmesh.orchestrator.v1.ConversationService.StreamMessage:output_type -> agentmesh.orchestrator.v1.StreamMessageResponse
+	22, // 44: agentmesh.orchestrator.v1.ConversationService.SendMessage:output_type -> agentmesh.orchestrator.v1.SendMessageResponse
+	26, // 45: agentmesh.orchestrator.v1.ToolService.ListTools:output_type -> agentmesh.orchestrator.v1.ListToolsResponse
+	39, // [39:46] is the sub-list for method output_type
+	32, // [32:39] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_orchestrator_v1_conversation_proto_init() }
@@ -1968,13 +2202,14 @@ func file_agentmesh_orchestrator_v1_conversation_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_orchestrator_v1_conversation_proto_rawDesc), len(file_agentmesh_orchestrator_v1_conversation_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   25,
+			NumEnums:      1,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
 		GoTypes:           file_agentmesh_orchestrator_v1_conversation_proto_goTypes,
 		DependencyIndexes: file_agentmesh_orchestrator_v1_conversation_proto_depIdxs,
+		EnumInfos:         file_agentmesh_orchestrator_v1_conversation_proto_enumTypes,
 		MessageInfos:      file_agentmesh_orchestrator_v1_conversation_proto_msgTypes,
 	}.Build()
 	File_agentmesh_orchestrator_v1_conversation_proto = out.File

@@ -354,7 +354,10 @@ const (
 //
 // ToolService describes the tools the chat loop can use.
 type ToolServiceClient interface {
-	// ListTools lists the registered tools with their JSON schemas.
+	// ListTools lists the tools of a scope with their JSON schemas: the
+	// built-in tools and those of the tenant's MCP servers, with each MCP
+	// server's state. A server that cannot be reached is reported in
+	// mcp_servers, never as an error of the call.
 	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
 }
 
@@ -382,7 +385,10 @@ func (c *toolServiceClient) ListTools(ctx context.Context, in *ListToolsRequest,
 //
 // ToolService describes the tools the chat loop can use.
 type ToolServiceServer interface {
-	// ListTools lists the registered tools with their JSON schemas.
+	// ListTools lists the tools of a scope with their JSON schemas: the
+	// built-in tools and those of the tenant's MCP servers, with each MCP
+	// server's state. A server that cannot be reached is reported in
+	// mcp_servers, never as an error of the call.
 	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
 	mustEmbedUnimplementedToolServiceServer()
 }
