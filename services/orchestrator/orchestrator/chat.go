@@ -18,6 +18,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation/memstore"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation/mongostore"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/grpcapi"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/mcptools"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/retrieval"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/strategy"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/tools"
@@ -124,7 +125,7 @@ type chatServices struct {
 
 // newChatServices builds the chat loop bottom-up: store, retrieval, tool
 // registry, strategies, loop, services.
-func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, modelGateway, indexer grpc.ClientConnInterface, log *slog.Logger) (*chatServices, error) {
+func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, modelGateway, indexer grpc.ClientConnInterface, mcp *mcptools.Manager, log *slog.Logger) (*chatServices, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -143,6 +144,12 @@ func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, mo
 	registry, err := tools.NewRegistry(tools.Options{Timeout: cfg.ToolTimeout, Logger: log}, searcher.Tool())
 	if err != nil {
 		return nil, err
+	}
+	var box *mcptools.ChatToolbox
+	var toolbox chat.Toolbox
+	if mcp.Configured() {
+		box = mcp.ChatToolbox(registry)
+		toolbox = box
 	}
 	strategies, err := strategy.NewSet(cfg.Strategy, strategy.Builtin()...)
 	if err != nil {
@@ -166,7 +173,7 @@ func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, mo
 		ToolParallelism: cfg.ToolParallelism, SystemPrompt: cfg.SystemPrompt, RetrievalLimit: cfg.RetrievalLimit,
 		LeaseTTL: cfg.LeaseTTL, Holder: holder,
 	}, chat.Deps{
-		Store: store, Model: modelv1.NewModelServiceClient(modelGateway), Tools: registry,
+		Store: store, Model: modelv1.NewModelServiceClient(modelGateway), Tools: registry, Toolbox: toolbox,
 		Strategies: strategies, Search: searcher, Logger: log,
 	})
 	if err != nil {
@@ -175,6 +182,6 @@ func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, mo
 	log.Info("chat loop configured", "store", cfg.Store, "strategy", cfg.Strategy, "model", cfg.Model, "mode", mode.String())
 	return &chatServices{
 		conversations: grpcapi.NewConversations(store, loop, strategies),
-		tools:         grpcapi.NewTools(registry),
+		tools:         grpcapi.NewTools(registry, box),
 	}, nil
 }

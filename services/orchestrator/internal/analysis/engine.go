@@ -142,6 +142,23 @@ type Deps struct {
 	Hooks   Hooks
 	// Now returns the current time; default time.Now.
 	Now func() time.Time
+	// Toolbox, if set, gives each tenant's tools (Tools plus the tenant's
+	// MCP servers'); without it every tenant has Tools.
+	Toolbox Toolbox
+}
+
+// Toolbox gives the tools of a tenant. Registry returns a complete registry
+// (every definition has its executor); ctx bounds any wait for a remote
+// tool source.
+type Toolbox interface {
+	Registry(ctx context.Context, tenant string) *tools.Registry
+}
+
+// unavailableExplainer is the optional ability of a Toolbox to say why a
+// tool it offered once (a planned tool job's) is missing now; "" if it
+// does not know the tool.
+type unavailableExplainer interface {
+	Unavailable(tenant, tool string) string
 }
 
 // Engine runs analyses: it accepts commands (submit, cancel, retry), executes
@@ -152,6 +169,7 @@ type Engine struct {
 	store    Store
 	bus      *events.Bus
 	tools    *tools.Registry
+	toolbox  Toolbox // nil: tools for every tenant
 	schemas  *schemas.Registry
 	planner  *planner.Planner
 	synth    *synthesis.Synthesizer
@@ -198,6 +216,7 @@ func New(cfg Config, d Deps) (*Engine, error) {
 		store:     d.Store,
 		bus:       d.Bus,
 		tools:     d.Tools,
+		toolbox:   d.Toolbox,
 		schemas:   d.Schemas,
 		planner:   planner.New(d.Model, cfg.PlannerModel),
 		synth:     synthesis.New(d.Model, cfg.SynthesisModel),
@@ -212,6 +231,14 @@ func New(cfg Config, d Deps) (*Engine, error) {
 
 // Config returns the effective configuration.
 func (e *Engine) Config() Config { return e.cfg }
+
+// toolsFor returns the tools of tenant.
+func (e *Engine) toolsFor(ctx context.Context, tenant string) *tools.Registry {
+	if e.toolbox == nil {
+		return e.tools
+	}
+	return e.toolbox.Registry(ctx, tenant)
+}
 
 // now is the engine's clock at the storage precision (milliseconds, UTC), so
 // events and stored documents agree.

@@ -47,14 +47,14 @@ func (e *Engine) handler(typ Type) events.Handler {
 }
 
 // timeout is how long one execution of j may take.
-func (e *Engine) timeout(j *Job) time.Duration {
+func (e *Engine) timeout(ctx context.Context, j *Job) time.Duration {
 	if j.Type != TypeTool {
 		return e.cfg.ModelTimeout
 	}
 	if d, ok := e.cfg.ToolTimeouts[j.ToolName]; ok && d > 0 {
 		return d
 	}
-	if def, ok := e.tools.Definition(j.ToolName); ok && def.Timeout > 0 {
+	if def, ok := e.toolsFor(ctx, j.Tenant).Definition(j.ToolName); ok && def.Timeout > 0 {
 		return def.Timeout
 	}
 	return e.cfg.ToolTimeout
@@ -106,14 +106,15 @@ func (e *Engine) run(ctx context.Context, tenant, project, id string, typ Type) 
 		e.hooks.BeforeExecute(j)
 	}
 
-	execCtx, cancel := context.WithTimeout(runCtx, e.timeout(j))
+	timeout := e.timeout(runCtx, j)
+	execCtx, cancel := context.WithTimeout(runCtx, timeout)
 	untrack := e.track(j.ID, cancel)
 	var out outcome
 	switch typ {
 	case TypePlanning:
 		out = e.plan(execCtx, root)
 	case TypeTool:
-		out = e.execTool(execCtx, j, e.timeout(j))
+		out = e.execTool(execCtx, j, timeout)
 	case TypeSynthesis:
 		out = e.synthesize(execCtx, root)
 	}
@@ -166,14 +167,15 @@ func (e *Engine) release(ctx context.Context, j *Job, cause error) error {
 
 // plan runs the planning call of root.
 func (e *Engine) plan(ctx context.Context, root *Job) outcome {
-	defs, err := e.tools.Definitions(root.AllowedTools)
+	reg := e.toolsFor(ctx, root.Tenant)
+	defs, err := reg.Definitions(root.AllowedTools)
 	if err != nil {
 		return failed("planning failed: %v", err)
 	}
 	if len(defs) == 0 {
 		return failed("planning failed: no tools are available")
 	}
-	p, err := e.planner.Plan(ctx, root.Query, defs, e.tools)
+	p, err := e.planner.Plan(ctx, root.Query, defs, reg)
 	report := map[string]any{"model_calls": p.ModelCalls}
 	if len(p.Feedback) > 0 {
 		report["feedback"] = p.Feedback
@@ -196,14 +198,22 @@ func (e *Engine) plan(ctx context.Context, root *Job) outcome {
 
 // execTool runs a tool job's executor.
 func (e *Engine) execTool(ctx context.Context, j *Job, timeout time.Duration) outcome {
-	ex, ok := e.tools.Executor(j.ToolName)
+	ex, ok := e.toolsFor(ctx, j.Tenant).Executor(j.ToolName)
 	if !ok {
+		// A tool of a remote source (an MCP server) planned while the
+		// source was up can be missing now: say why, if the toolbox knows.
+		if u, can := e.toolbox.(unavailableExplainer); can {
+			if why := u.Unavailable(j.Tenant, j.ToolName); why != "" {
+				return failed("tool %q is unavailable: %s", j.ToolName, why)
+			}
+		}
 		return failed("unknown tool %q", j.ToolName)
 	}
 	res, err := ex.Execute(ctx, tools.Call{
 		Scope: &commonv1.Scope{TenantId: j.Tenant, ProjectId: j.Project},
 		Tool:  j.ToolName,
 		Args:  json.RawMessage(j.InputJSON),
+		Key:   j.IdempotencyKey,
 	})
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -102,6 +102,9 @@ type Deps struct {
 	Model modelv1.ModelServiceClient
 	// Tools are the tools the model may call. Required (may be empty).
 	Tools *tools.Registry
+	// Toolbox, if set, gives each tenant's tools (Tools plus the tenant's
+	// MCP servers'); without it every tenant has Tools.
+	Toolbox Toolbox
 	// Strategies are the strategies conversations may use. Required.
 	Strategies *strategy.Set
 	// Search runs the initial retrieval; nil skips it.
@@ -112,6 +115,12 @@ type Deps struct {
 	Now func() time.Time
 	// Observe, if set, receives every iteration's timing.
 	Observe func(IterationStats)
+}
+
+// Toolbox gives the tools of a tenant. ctx bounds any wait for a remote
+// tool source.
+type Toolbox interface {
+	Registry(ctx context.Context, tenant string) *tools.Registry
 }
 
 // IterationStats is the timing of one loop iteration.
@@ -136,7 +145,8 @@ type Loop struct {
 	store      conversation.Store
 	model      modelv1.ModelServiceClient
 	tools      *tools.Registry
-	toolDefs   []*modelv1.Tool
+	toolDefs   []*modelv1.Tool // of tools
+	toolbox    Toolbox
 	strategies *strategy.Set
 	search     Searcher
 	log        *slog.Logger
@@ -151,7 +161,7 @@ func New(cfg Config, d Deps) (*Loop, error) {
 		return nil, errors.New("chat: Store, Model, Tools and Strategies are required")
 	}
 	l := &Loop{
-		cfg: cfg.withDefaults(), store: d.Store, model: d.Model, tools: d.Tools, strategies: d.Strategies,
+		cfg: cfg.withDefaults(), store: d.Store, model: d.Model, tools: d.Tools, toolbox: d.Toolbox, strategies: d.Strategies,
 		search: d.Search, log: d.Logger, now: d.Now, observe: d.Observe, metrics: newMetrics(),
 	}
 	if l.log == nil {
@@ -160,10 +170,29 @@ func New(cfg Config, d Deps) (*Loop, error) {
 	if l.now == nil {
 		l.now = time.Now
 	}
-	for _, def := range d.Tools.Definitions() {
-		l.toolDefs = append(l.toolDefs, &modelv1.Tool{Name: def.Name, Description: def.Description, ParametersJsonSchema: def.Schema})
-	}
+	l.toolDefs = modelTools(d.Tools)
 	return l, nil
+}
+
+// modelTools is how the model sees reg's tools.
+func modelTools(reg *tools.Registry) []*modelv1.Tool {
+	var out []*modelv1.Tool
+	for _, def := range reg.Definitions() {
+		out = append(out, &modelv1.Tool{Name: def.Name, Description: def.Description, ParametersJsonSchema: def.Schema})
+	}
+	return out
+}
+
+// toolsFor returns the registry of tenant and how the model sees it.
+func (l *Loop) toolsFor(ctx context.Context, tenant string) (*tools.Registry, []*modelv1.Tool) {
+	if l.toolbox == nil {
+		return l.tools, l.toolDefs
+	}
+	reg := l.toolbox.Registry(ctx, tenant)
+	if reg == l.tools {
+		return l.tools, l.toolDefs
+	}
+	return reg, modelTools(reg)
 }
 
 // Config returns the effective configuration, defaults applied.

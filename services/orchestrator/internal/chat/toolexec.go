@@ -52,7 +52,7 @@ func (t *turn) runTools(iteration int, calls []*modelv1.ToolCall) ([]toolOutcome
 			call := out[i].call
 			t.events.toolStart(iteration, call)
 			start := time.Now()
-			res := t.l.tools.Execute(t.ctx, call)
+			res := t.tools.Execute(t.ctx, call)
 			end := time.Now()
 			mu.Lock()
 			if t.ctx.Err() != nil && res.IsError {

@@ -17,6 +17,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/retrieval"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/strategy"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/tools"
 )
 
 // Status update kinds a turn emits.
@@ -51,6 +52,8 @@ type turn struct {
 	lease  conversation.Lease
 	events *events
 	store  *persister
+	tools  *tools.Registry // the tenant's, chosen when the turn starts
+	defs   []*modelv1.Tool // tools as the model sees them
 
 	start      time.Time
 	seq        int64              // last sequence number used
@@ -81,6 +84,9 @@ func (t *turn) run() (out *Outcome, err error) {
 		t.l.metrics.turn(t.ctx, t.strat.Name(), outcomeLabel(err), t.l.now().Sub(t.start))
 	}()
 
+	// Under the lease: a tenant's first turn may wait for its MCP servers'
+	// first connection.
+	t.tools, t.defs = t.l.toolsFor(t.ctx, t.scope.TenantID)
 	history, err := t.loadHistory()
 	if err != nil {
 		return nil, t.fail(err)
@@ -100,7 +106,7 @@ func (t *turn) run() (out *Outcome, err error) {
 
 	for iter := 1; iter <= t.l.cfg.MaxIterations; iter++ {
 		t.iterations = iter
-		final, done, err := t.iterate(iter, t.l.toolDefs)
+		final, done, err := t.iterate(iter, t.defs)
 		switch {
 		case ended(err):
 			return nil, err

@@ -69,7 +69,7 @@ func startServer(t *testing.T) *server {
 	}
 	conn := testkit.StartGRPC(t, func(s *grpc.Server) {
 		orchestratorv1.RegisterConversationServiceServer(s, grpcapi.NewConversations(store, loop, set))
-		orchestratorv1.RegisterToolServiceServer(s, grpcapi.NewTools(reg))
+		orchestratorv1.RegisterToolServiceServer(s, grpcapi.NewTools(reg, nil))
 	})
 	return &server{
 		sim: model.Sim, store: store,

@@ -67,6 +67,9 @@ type Result struct {
 type Definition struct {
 	// Name, Description and Schema are the tool's.
 	Name, Description, Schema string
+	// MCPServer names the MCP server providing the tool (a tool with a
+	// method MCPServer() string); empty for a built-in tool.
+	MCPServer string
 }
 
 // Options tune a Registry.
@@ -104,23 +107,44 @@ func NewRegistry(opts Options, tools ...Tool) (*Registry, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Registry{opts: opts, byName: map[string]*registered{}}
+	if err := r.add(tools); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// With returns a registry holding r's tools and more, with r's options; r
+// is unchanged. It fails as NewRegistry does, for the new tools.
+func (r *Registry) With(more ...Tool) (*Registry, error) {
+	out := &Registry{opts: r.opts, byName: make(map[string]*registered, len(r.byName)+len(more)), names: slices.Clone(r.names)}
+	for n, reg := range r.byName {
+		out.byName[n] = reg // compiled once, shared: registered tools are immutable
+	}
+	if err := out.add(more); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// add compiles and registers tools; it is only called before r is shared.
+func (r *Registry) add(tools []Tool) error {
 	for _, t := range tools {
 		name := t.Name()
 		if !validName(name) {
-			return nil, fmt.Errorf("tools: invalid tool name %q: use 1-64 letters, digits, '_' or '-'", name)
+			return fmt.Errorf("tools: invalid tool name %q: use 1-64 letters, digits, '_' or '-'", name)
 		}
 		if _, dup := r.byName[name]; dup {
-			return nil, fmt.Errorf("tools: tool %q registered twice", name)
+			return fmt.Errorf("tools: tool %q registered twice", name)
 		}
 		sch, err := compile(name, t.Schema())
 		if err != nil {
-			return nil, err
+			return err
 		}
 		r.byName[name] = &registered{tool: t, schema: sch}
 		r.names = append(r.names, name)
 	}
 	slices.Sort(r.names)
-	return r, nil
+	return nil
 }
 
 func validName(s string) bool {
@@ -169,7 +193,11 @@ func (r *Registry) Definitions() []Definition {
 	out := make([]Definition, 0, len(r.names))
 	for _, n := range r.names {
 		t := r.byName[n].tool
-		out = append(out, Definition{Name: n, Description: t.Description(), Schema: t.Schema()})
+		d := Definition{Name: n, Description: t.Description(), Schema: t.Schema()}
+		if m, ok := t.(interface{ MCPServer() string }); ok {
+			d.MCPServer = m.MCPServer()
+		}
+		out = append(out, d)
 	}
 	return out
 }

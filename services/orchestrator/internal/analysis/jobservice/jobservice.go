@@ -27,6 +27,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/marketdata"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/schemas"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/tools"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/mcptools"
 )
 
 // Config is the analysis part of the orchestrator's configuration. Embed it
@@ -106,6 +107,8 @@ type Deps struct {
 	Logger *slog.Logger
 	// ExtraTools, if set, registers more tools (definition + executor).
 	ExtraTools func(*tools.Registry) error
+	// MCP, if set, adds each tenant's MCP tools to its analyses.
+	MCP *mcptools.Manager
 	// Hooks are for tests.
 	Hooks analysis.Hooks
 }
@@ -176,9 +179,13 @@ func Start(ctx context.Context, cfg Config, d Deps) (*Service, error) {
 	relay.SetConcurrency(relayConcurrency)
 	relay.SetRemovalDelay(relayRemovalDelay)
 	store.SetRelay(relay)
+	var toolbox analysis.Toolbox
+	if d.MCP != nil && d.MCP.Configured() {
+		toolbox = d.MCP.AnalysisToolbox(reg)
+	}
 	engine, err := analysis.New(ecfg, analysis.Deps{
 		Store: store, Bus: d.Bus, Model: modelv1.NewModelServiceClient(d.ModelGateway),
-		Tools: reg, Schemas: schemas.NewRegistry(), Logger: log, Hooks: d.Hooks,
+		Tools: reg, Schemas: schemas.NewRegistry(), Logger: log, Hooks: d.Hooks, Toolbox: toolbox,
 	})
 	if err != nil {
 		cancel()

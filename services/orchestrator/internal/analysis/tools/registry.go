@@ -57,6 +57,10 @@ type Call struct {
 	// Args is the canonical JSON arguments object, valid against the
 	// tool's schema.
 	Args json.RawMessage
+	// Key is the tool job's idempotency key ([IdempotencyKey]): the same
+	// for every attempt of the job, so an executor calling a remote service
+	// can pass it on.
+	Key string
 }
 
 // Result is what a tool returned.
@@ -97,6 +101,21 @@ type entry struct {
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
 	return &Registry{defs: map[string]*entry{}, executors: map[string]Executor{}}
+}
+
+// Clone returns a registry with r's definitions and executors, to which
+// more can be registered without changing r.
+func (r *Registry) Clone() *Registry {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := &Registry{defs: make(map[string]*entry, len(r.defs)), order: slices.Clone(r.order), executors: make(map[string]Executor, len(r.executors))}
+	for n, e := range r.defs {
+		out.defs[n] = e // immutable once defined
+	}
+	for n, ex := range r.executors {
+		out.executors[n] = ex
+	}
+	return out
 }
 
 // Define registers a definition. It fails with [ErrInvalidDefinition] if the
