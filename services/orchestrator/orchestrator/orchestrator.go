@@ -5,14 +5,13 @@ package orchestrator
 
 import (
 	"context"
-	"os"
 
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/jobservice"
-	"github.com/agentmesh/agentmesh/services/orchestrator/internal/mcptools"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/handoff"
 )
 
 // Name is the service name used in logs, metrics and health.
@@ -36,9 +35,6 @@ type Config struct {
 	Chat ChatConfig `env:""`
 	// Analysis configures analysis jobs (JobService).
 	Analysis jobservice.Config `env:""`
-	// MCP configures each tenant's MCP servers, whose tools the chat loop
-	// and analyses offer.
-	MCP mcptools.Config `env:""`
 }
 
 // Run serves the service on rt.Listener until ctx is done, then shuts down
@@ -66,31 +62,26 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		return err
 	}
 	defer indexer.Close()
-	// Secret references of MCP servers ({"env": ...}) name variables of
-	// this process, as set by its deployment.
-	mcp, err := mcptools.New(cfg.MCP, mcptools.Options{LookupEnv: os.LookupEnv, Logger: rt.Logger})
-	if err != nil {
-		return err
-	}
-	defer mcp.Close() // after the services stop (defers run last-in first-out)
-	if mcp.Configured() {
-		tenants, servers := mcp.Tenants()
-		rt.Logger.Info("MCP servers configured", "tenants", tenants, "servers", servers)
-	}
-	chatSvc, err := newChatServices(ctx, cfg.Chat, db, modelGateway, indexer, mcp, rt.Logger)
+	chatSvc, err := newChatServices(ctx, cfg.Chat, db, modelGateway, indexer, rt.Logger)
 	if err != nil {
 		return err
 	}
 	orchestratorv1.RegisterConversationServiceServer(srv.GRPC(), chatSvc.conversations)
 	orchestratorv1.RegisterToolServiceServer(srv.GRPC(), chatSvc.tools)
 	jobs, err := jobservice.Start(ctx, cfg.Analysis, jobservice.Deps{
-		DB: db, Bus: bus, ModelGateway: modelGateway, Indexer: indexer, Logger: rt.Logger, MCP: mcp,
+		DB: db, Bus: bus, ModelGateway: modelGateway, Indexer: indexer, Logger: rt.Logger,
 	})
 	if err != nil {
 		return err
 	}
 	defer jobs.Stop() // before the bus and Mongo close (defers run last-in first-out)
 	jobs.Register(srv.GRPC())
+	// Documents intake lifts up become analyses (package handoff).
+	lifted, err := handoff.Start(ctx, bus, handoff.New(jobs.Engine(), rt.Logger))
+	if err != nil {
+		return err
+	}
+	defer lifted.Stop() // before the jobs stop
 	if rt.Ready != nil {
 		rt.Ready()
 	}

@@ -29,6 +29,13 @@ type SubmitRequest struct {
 	OutputSchema string
 	// AllowedTools restricts the planner; empty means every tool.
 	AllowedTools []string
+	// ID, when set, names the analysis: a caller that must start it once
+	// however often it asks (a redelivered event) derives it, and a
+	// Submit of an id that exists starts nothing and returns that job.
+	ID string
+	// Input adds fields to the job's input, e.g. the document it is
+	// about; it does not override query, response_type or allowed_tools.
+	Input map[string]any
 }
 
 // Submit validates req, stores the analysis and its planning job, and
@@ -49,16 +56,34 @@ func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (*Job, error) {
 		}
 		return nil, &FieldError{Field: field, Reason: err.Error()}
 	}
-	if reg := e.toolsFor(ctx, req.Tenant); len(req.AllowedTools) > 0 {
-		if _, err := reg.Definitions(req.AllowedTools); err != nil {
-			return nil, &FieldError{Field: "allowed_tools", Reason: fmt.Sprintf("%v (known tools: %s)", err, strings.Join(reg.Names(), ", "))}
-		}
+	if _, err := e.tools.Definitions(req.AllowedTools); err != nil {
+		return nil, &FieldError{Field: "allowed_tools", Reason: fmt.Sprintf("%v (known tools: %s)", err, strings.Join(e.tools.Names(), ", "))}
 	}
 	now := e.now()
-	id := uuid.Must(uuid.NewV7()).String()
+	id := req.ID
+	if id == "" {
+		id = uuid.Must(uuid.NewV7()).String()
+	} else {
+		// Looked up first: a finished analysis may have left the live set
+		// (archived), where the insert's unique id does not reach.
+		existing, err := e.store.Get(ctx, req.Tenant, req.Project, id)
+		switch {
+		case err == nil && existing.Type != TypeAnalysis:
+			return nil, &FieldError{Field: "id", Reason: "names a job that is not an analysis"}
+		case err == nil:
+			return existing, nil
+		case !errors.Is(err, ErrNotFound):
+			return nil, err
+		}
+	}
 	input := map[string]any{"query": query, "response_type": out.Name()}
 	if len(req.AllowedTools) > 0 {
 		input["allowed_tools"] = req.AllowedTools
+	}
+	for k, v := range req.Input {
+		if _, taken := input[k]; !taken {
+			input[k] = v
+		}
 	}
 	root := &Job{
 		ID:           id,
@@ -75,8 +100,20 @@ func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (*Job, error) {
 		OutputSchema: req.OutputSchema,
 		AllowedTools: req.AllowedTools,
 	}
-	if _, err := e.insert(ctx, root, false); err != nil {
+	created, err := e.insert(ctx, root, false)
+	if err != nil {
 		return nil, err
+	}
+	if !created {
+		// Submitted before under this id: that job, advanced again
+		// (idempotent) in case the first Submit stopped before it.
+		existing, err := e.store.Get(ctx, root.Tenant, root.Project, id)
+		if err != nil {
+			return nil, err
+		}
+		if existing.Type != TypeAnalysis {
+			return nil, &FieldError{Field: "id", Reason: "names a job that is not an analysis"}
+		}
 	}
 	if err := e.advance(ctx, root.Tenant, root.Project, root.ID); err != nil {
 		// The analysis is stored; recovery will advance it.
