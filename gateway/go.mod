@@ -8,6 +8,7 @@ require (
 	// gateway in-process.
 	github.com/agentmesh/agentmesh/services/modelgateway v0.0.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
+	github.com/modelcontextprotocol/go-sdk v1.8.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0

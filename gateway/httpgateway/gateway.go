@@ -101,6 +101,8 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 		root.Handle("GET /metrics", g.authenticate(metrics))
 	}
 	root.Handle("/", api)
+	// MCP clients: the mesh's tools over streamable HTTP (see mcp.go).
+	root.Handle(mcpPath, g.mcpHandler())
 	openai, err := g.openAIHandler()
 	if err != nil {
 		return nil, err
