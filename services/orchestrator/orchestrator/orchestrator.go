@@ -5,6 +5,7 @@ package orchestrator
 
 import (
 	"context"
+	"os"
 
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
@@ -12,6 +13,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/jobservice"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/handoff"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/mcptools"
 )
 
 // Name is the service name used in logs, metrics and health.
@@ -35,6 +37,9 @@ type Config struct {
 	Chat ChatConfig `env:""`
 	// Analysis configures analysis jobs (JobService).
 	Analysis jobservice.Config `env:""`
+	// MCP configures each tenant's MCP servers, whose tools the chat loop
+	// and analyses offer.
+	MCP mcptools.Config `env:""`
 }
 
 // Run serves the service on rt.Listener until ctx is done, then shuts down
@@ -62,14 +67,25 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		return err
 	}
 	defer indexer.Close()
-	chatSvc, err := newChatServices(ctx, cfg.Chat, db, modelGateway, indexer, rt.Logger)
+	// Secret references of MCP servers ({"env": ...}) name variables of
+	// this process, as set by its deployment.
+	mcp, err := mcptools.New(cfg.MCP, mcptools.Options{LookupEnv: os.LookupEnv, Logger: rt.Logger})
+	if err != nil {
+		return err
+	}
+	defer mcp.Close() // after the services stop (defers run last-in first-out)
+	if mcp.Configured() {
+		tenants, servers := mcp.Tenants()
+		rt.Logger.Info("MCP servers configured", "tenants", tenants, "servers", servers)
+	}
+	chatSvc, err := newChatServices(ctx, cfg.Chat, db, modelGateway, indexer, mcp, rt.Logger)
 	if err != nil {
 		return err
 	}
 	orchestratorv1.RegisterConversationServiceServer(srv.GRPC(), chatSvc.conversations)
 	orchestratorv1.RegisterToolServiceServer(srv.GRPC(), chatSvc.tools)
 	jobs, err := jobservice.Start(ctx, cfg.Analysis, jobservice.Deps{
-		DB: db, Bus: bus, ModelGateway: modelGateway, Indexer: indexer, Logger: rt.Logger,
+		DB: db, Bus: bus, ModelGateway: modelGateway, Indexer: indexer, Logger: rt.Logger, MCP: mcp,
 	})
 	if err != nil {
 		return err

@@ -56,8 +56,10 @@ func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (*Job, error) {
 		}
 		return nil, &FieldError{Field: field, Reason: err.Error()}
 	}
-	if _, err := e.tools.Definitions(req.AllowedTools); err != nil {
-		return nil, &FieldError{Field: "allowed_tools", Reason: fmt.Sprintf("%v (known tools: %s)", err, strings.Join(e.tools.Names(), ", "))}
+	if reg := e.toolsFor(ctx, req.Tenant); len(req.AllowedTools) > 0 {
+		if _, err := reg.Definitions(req.AllowedTools); err != nil {
+			return nil, &FieldError{Field: "allowed_tools", Reason: fmt.Sprintf("%v (known tools: %s)", err, strings.Join(reg.Names(), ", "))}
+		}
 	}
 	now := e.now()
 	id := req.ID
