@@ -11,6 +11,7 @@ require (
 	github.com/agentmesh/agentmesh/services/orchestrator v0.0.0
 	github.com/agentmesh/agentmesh/services/sqlagent v0.0.0
 	github.com/agentmesh/agentmesh/services/vision v0.0.0
+	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.2
 	go.mongodb.org/mongo-driver/v2 v2.9.3

@@ -29,6 +29,8 @@ Usage:
                       import customer conversations (one JSON object a line)
   agentmesh indexer rebuild [-all]
                       rebuild the search indexes from the document store
+  agentmesh mcp       serve the mesh's tools to an MCP client on stdin/stdout
+                      (documents, analyses, read-only SQL) as AGENTMESH_TENANT
   agentmesh help      show this help
 
 Configuration is read from environment variables; see README.md.
@@ -51,7 +53,7 @@ func run(args []string) error {
 	switch args[0] {
 	case "up":
 		return up.Run(ctx, config.Env(), os.Stdout)
-	case "jobs", "classify", "indexer":
+	case "jobs", "classify", "indexer", "mcp":
 		var cfg cli.Config
 		if err := config.Load("", &cfg, config.Env()); err != nil {
 			return err
@@ -61,6 +63,8 @@ func run(args []string) error {
 			return cli.Jobs(ctx, &cfg, args[1:], os.Stdout)
 		case "classify":
 			return cli.Classify(ctx, &cfg, args[1:], os.Stdin, os.Stdout)
+		case "mcp":
+			return cli.MCP(ctx, &cfg, args[1:], os.Stdin, os.Stdout)
 		default:
 			return cli.Indexer(ctx, &cfg, args[1:], os.Stdout)
 		}

@@ -1,5 +1,5 @@
 // Package cli holds the agentmesh subcommands that talk to a running mesh
-// over gRPC: jobs, classify and indexer.
+// over gRPC: jobs, classify, indexer and mcp.
 package cli
 
 import (
@@ -30,6 +30,8 @@ type Config struct {
 	IndexerAddr string `env:"INDEXER_ADDR" default:"localhost:9094" help:"indexer gRPC address"`
 	// ClassifierAddr is the classifier's gRPC address.
 	ClassifierAddr string `env:"CLASSIFIER_ADDR" default:"localhost:9095" help:"classifier gRPC address"`
+	// SQLAgentAddr is the SQL agent's gRPC address.
+	SQLAgentAddr string `env:"SQLAGENT_ADDR" default:"localhost:9096" help:"SQL agent gRPC address"`
 	// Tenant is the tenant the CLI acts for.
 	Tenant string `env:"AGENTMESH_TENANT" default:"default" help:"tenant the CLI acts for (agentmesh CLI)"`
 	// Project is the project the CLI acts for.
