@@ -67,6 +67,7 @@ func main() {
 		latency  = flag.Duration("upstream-latency", 20*time.Millisecond, "mock upstream latency")
 		modes    = flag.String("modes", "unary,stream", "modes to run: unary (Chat), stream (ChatStream time to first chunk)")
 		compare  = flag.String("compare", "", "also run a second gateway with these extra variables (space-separated X=v), in the same rounds, and print its row as \"gateway B\": an A/B of a setting within one run")
+		httpGW   = flag.String("http-gateway", "", "path of the REST gateway's binary (go build ./gateway): also send the same chat request through its OpenAI-compatible API (/openai/v1/chat/completions) in front of the model gateway, in the same rounds (the \"openai http api\" row)")
 	)
 	flag.Parse()
 	if *echo {
@@ -100,7 +101,7 @@ func main() {
 	// The load generator's own collector pauses land in both paths' tails;
 	// it gets the gateway's setting so they stay rare.
 	modelgateway.TuneGC()
-	if err := run(*duration, *rounds, *rates, *modes, *latency, strings.Fields(*compare), *relay); err != nil {
+	if err := run(*duration, *rounds, *rates, *modes, *latency, strings.Fields(*compare), *relay, *httpGW); err != nil {
 		fmt.Fprintln(os.Stderr, "loadbench:", err)
 		os.Exit(1)
 	}
@@ -201,7 +202,7 @@ models:
   chat: [{provider: mock, model: bench-model}]
 `
 
-func run(duration time.Duration, rounds int, rateList, modeList string, latency time.Duration, compare []string, relay bool) error {
+func run(duration time.Duration, rounds int, rateList, modeList string, latency time.Duration, compare []string, relay bool, httpGW string) error {
 	if rounds < 1 {
 		return fmt.Errorf("-rounds: must be at least 1")
 	}
@@ -264,6 +265,16 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 		}
 		defer g.stop()
 	}
+	if httpGW != "" {
+		// The HTTP gateway's OpenAI-compatible API in front of the first
+		// gateway: the same request as an OpenAI client sends it.
+		h := &hop{name: "openai http api"}
+		if err := h.startHTTPGateway(httpGW, b, hops[0].addr); err != nil {
+			return err
+		}
+		defer h.stop()
+		hops = append(hops, h)
+	}
 	if relay {
 		// The floor under any proxy: the same HTTP requests as the direct
 		// path, through a process that only copies bytes each way.
@@ -282,8 +293,11 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	}
 	b.load(200, warm, b.direct(upstreamURL, false))
 
-	fmt.Printf("model gateway overhead: upstream mock latency %v, %v per rate and path in %d alternating rounds, GOMAXPROCS=%s, %d CPUs\n\n",
-		latency, duration, rounds, envOr("GOMAXPROCS", "default"), numCPU())
+	fmt.Printf("model gateway overhead: upstream mock latency %v, %v per rate and path in %d alternating rounds, GOMAXPROCS=%s, %d CPUs, load average %s before the load\n\n",
+		latency, duration, rounds, envOr("GOMAXPROCS", "default"), numCPU(), loadAverage())
+	if httpGW != "" {
+		fmt.Printf("openai http api: the REST gateway's POST /openai/v1/chat/completions (API key auth, JSON or SSE) in front of the gateway above; its overhead includes the gateway's, its CPU and RSS are the REST gateway's own\n\n")
+	}
 	if len(compare) > 0 {
 		fmt.Printf("gateway B runs with %s, in the same rounds as gateway\n\n", strings.Join(compare, " "))
 	}
@@ -343,7 +357,7 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 			}
 		}
 	}
-	fmt.Println()
+	fmt.Printf("\nload average after the load: %s\n\n", loadAverage())
 	fmt.Println("Where each request's time went (p50 of each leg, from the mock's and the load generator's clocks): " +
 		"start late = the load generator's goroutine began after the request was due; request leg = due → the mock has read the request; " +
 		"mock wait = the mock's fixed latency and by how much its sleep overran; response leg = the mock woke → the caller has the answer (unary) or the first chunk (stream). " +
@@ -363,6 +377,7 @@ type hop struct {
 	name   string
 	extra  []string // variables it runs with beyond the shared ones
 	child  *exec.Cmd
+	addr   string           // where it listens
 	conn   *grpc.ClientConn // nil for the relay
 	client modelv1.ModelServiceClient
 	// unary and stream send one request through it.
@@ -389,7 +404,7 @@ func (g *hop) start(self string, env []string) error {
 		stopChild(child)
 		return err
 	}
-	g.child, g.conn, g.client = child, conn, modelv1.NewModelServiceClient(conn)
+	g.child, g.addr, g.conn, g.client = child, addr, conn, modelv1.NewModelServiceClient(conn)
 	g.unary, g.stream = g.chat, g.chatStream
 	return nil
 }
@@ -403,6 +418,51 @@ func (g *hop) startRelay(self string, b *bench, to string) error {
 	}
 	g.child = child
 	g.unary, g.stream = b.direct("http://"+addr, false), b.direct("http://"+addr, true)
+	return nil
+}
+
+// httpAPIKey is the REST gateway's API key in the bench.
+const httpAPIKey = "loadbench-key"
+
+// startHTTPGateway runs the REST gateway binary at bin in front of the
+// model gateway at modelAddr (the other services' addresses lead nowhere:
+// their routes are not used) and waits until it serves.
+func (g *hop) startHTTPGateway(bin string, b *bench, modelAddr string) error {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	nobody := "127.0.0.1:1"
+	child := exec.Command(bin)
+	child.Env = append(os.Environ(), "HTTP_ADDR="+addr, "MODELGATEWAY_ADDR="+modelAddr, "ORCHESTRATOR_ADDR="+nobody,
+		"VISION_ADDR="+nobody, "INDEXER_ADDR="+nobody, "CLASSIFIER_ADDR="+nobody, "SQLAGENT_ADDR="+nobody,
+		"GATEWAY_API_KEYS="+httpAPIKey+"=bench", "LOG_LEVEL=warn", "METRICS_ADDR=")
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		return fmt.Errorf("%s: %w", g.name, err)
+	}
+	g.child, g.addr = child, addr
+	base := "http://" + addr
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := b.http.Get(base + "/livez")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			stopChild(child)
+			return fmt.Errorf("%s: not serving on %s after 20s: %v", g.name, addr, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a child process's start; nothing to wait on
+	}
+	api := base + "/openai/v1"
+	g.unary = func(ctx context.Context, id int64) error { return b.post1(ctx, api, "chat", httpAPIKey, id) }
+	g.stream = func(ctx context.Context, id int64) error { return b.postStream1(ctx, api, "chat", httpAPIKey, id) }
 	return nil
 }
 
@@ -466,9 +526,10 @@ func chatRequest(id int64) *modelv1.ChatRequest {
 	}}
 }
 
-// directBody is the same request in the mock's wire format.
-func directBody(id int64, stream bool) []byte {
-	m := map[string]any{"model": "bench-model", "messages": []any{
+// directBody is the same request in the mock's wire format (OpenAI's),
+// naming model.
+func directBody(model string, id int64, stream bool) []byte {
+	m := map[string]any{"model": model, "messages": []any{
 		map[string]any{"role": "system", "content": systemPrompt},
 		map[string]any{"role": "user", "content": userPrompt + " #" + strconv.FormatInt(id, 10)},
 	}}
@@ -520,14 +581,19 @@ var errFirstChunk = fmt.Errorf("first chunk")
 // base (or through the relay), unary or streaming.
 func (b *bench) direct(base string, stream bool) func(context.Context, int64) error {
 	if stream {
-		return func(ctx context.Context, id int64) error { return b.directStream1(ctx, base, id) }
+		return func(ctx context.Context, id int64) error { return b.postStream1(ctx, base, "bench-model", "", id) }
 	}
-	return func(ctx context.Context, id int64) error { return b.direct1(ctx, base, id) }
+	return func(ctx context.Context, id int64) error { return b.post1(ctx, base, "bench-model", "", id) }
 }
 
-func (b *bench) direct1(ctx context.Context, base string, id int64) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions", bytes.NewReader(directBody(id, false)))
+// post1 sends one chat completion in OpenAI's format to base for model,
+// with key as a bearer token when set.
+func (b *bench) post1(ctx context.Context, base, model, key string, id int64) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions", bytes.NewReader(directBody(model, id, false)))
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := b.http.Do(req)
 	if err != nil {
 		return err
@@ -543,18 +609,27 @@ func (b *bench) direct1(ctx context.Context, base string, id int64) error {
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		return err
 	}
-	if resp.StatusCode != 200 || len(out.Choices) == 0 {
-		return fmt.Errorf("status %d", resp.StatusCode)
+	if resp.StatusCode != 200 || len(out.Choices) == 0 || out.Choices[0].Message.Content == "" {
+		return fmt.Errorf("status %d, %d choices", resp.StatusCode, len(out.Choices))
 	}
 	return nil
 }
 
-func (b *bench) directStream1(ctx context.Context, base string, id int64) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions", bytes.NewReader(directBody(id, true)))
+// postStream1 is post1 streaming; it returns at the first content chunk
+// and drains the rest in the background.
+func (b *bench) postStream1(ctx context.Context, base, model, key string, id int64) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions", bytes.NewReader(directBody(model, id, true)))
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := b.http.Do(req)
 	if err != nil {
 		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return fmt.Errorf("status %d", resp.StatusCode)
 	}
 	br := bufio.NewReader(resp.Body)
 	for {
@@ -730,6 +805,19 @@ func peakRSS(pid int) string {
 		}
 	}
 	return "n/a"
+}
+
+// loadAverage reads the 1, 5 and 15 minute load averages (/proc/loadavg).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "n/a"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "n/a"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func envOr(k, def string) string {

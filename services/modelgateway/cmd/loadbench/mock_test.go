@@ -8,7 +8,7 @@ import (
 
 func TestRequestIDFromEitherPath(t *testing.T) {
 	for _, stream := range []bool{false, true} {
-		if id, ok := requestID(directBody(4217, stream)); !ok || id != 4217 {
+		if id, ok := requestID(directBody("bench-model", 4217, stream)); !ok || id != 4217 {
 			t.Errorf("direct body (stream %v): id %d, %v; want 4217", stream, id, ok)
 		}
 	}
