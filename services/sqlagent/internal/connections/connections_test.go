@@ -46,7 +46,23 @@ func TestParse(t *testing.T) {
 	if len(specs) != len(wantRead) || specs[0] != wantRead[0] || specs[1] != wantRead[1] {
 		t.Fatalf("specs with read DSNs = %+v, want %+v", specs, wantRead)
 	}
+	// So may a MariaDB/MySQL one (driver mysql or mariadb).
+	specs, err = connections.Parse("shop=mysql:w:pw@tcp(db:3306)/shop; shop[read]=mariadb:r:pw@tcp(db:3306)/shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (connections.Spec{Name: "shop", Dialect: "mysql", DSN: "w:pw@tcp(db:3306)/shop", ReadDSN: "r:pw@tcp(db:3306)/shop"}); len(specs) != 1 || specs[0] != want {
+		t.Fatalf("MySQL specs = %+v, want %+v", specs, want)
+	}
+	// A MySQL DSN that cannot be used stops the start without echoing it.
+	for _, dsn := range []string{"u:supersecret@tcp(db:3306", "u:supersecret@tcp(db:3306)/"} {
+		_, err := connections.Open([]connections.Spec{{Name: "shop", Dialect: connections.MySQL, DSN: dsn}}, connections.Options{})
+		if err == nil || strings.Contains(err.Error(), "supersecret") || !strings.Contains(err.Error(), "shop") {
+			t.Errorf("Open(%q) = %v, want an error naming the connection, not the DSN", dsn, err)
+		}
+	}
 	for _, bad := range []struct{ list, want string }{
+		{"wh=mysql:u@tcp(db)/wh; wh[read]=postgres:x", "different drivers"},
 		{"music[read]=sqlite:/x.db", "for PostgreSQL"},
 		{"wh=postgres:a; wh[read]=sqlite:/x.db", "for PostgreSQL"},
 		{"wh[read]=postgres:a; wh[read]=postgres:b", "named twice"},

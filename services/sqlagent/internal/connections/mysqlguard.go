@@ -4,8 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/safety"
 )
@@ -147,8 +150,11 @@ func (c *conn) checkMySQL(ctx context.Context, conn *sql.Conn, query string) err
 		return st.Close()
 	})
 	if err != nil {
-		if strings.Contains(err.Error(), "1064") {
-			return refuse("the server does not read it as a single query: %s", strings.TrimPrefix(dbError(err).Error(), ErrQuery.Error()+": "))
+		// ER_PARSE_ERROR: not one query (a second statement, INTO, a
+		// statement that is no SELECT, or plain bad syntax).
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1064 {
+			return refuse("the server does not read it as a single query: %s", me.Message)
 		}
 		return dbError(err)
 	}
