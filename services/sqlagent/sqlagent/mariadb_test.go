@@ -10,6 +10,7 @@ import (
 	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/mailer/smtptest"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/mariadbtest"
 )
 
@@ -19,7 +20,9 @@ import (
 // function, DATE_FORMAT) runs after confirmation, a generated GET_LOCK and
 // a typed INTO OUTFILE are refused, a stored function hiding GET_LOCK is
 // refused by the server-side check, and a write creates a table. The read
-// user here holds every privilege: the start warns about it.
+// user here holds every privilege: the start warns about it. The written
+// table is e-mailed (SEND_EMAIL's default query in MariaDB's quoting), and
+// a connection with only a read DSN refuses WRITE_DATA.
 func TestMariaDBSession(t *testing.T) {
 	t.Parallel()
 	srv := mariadbtest.Start(t, mariadbtest.Chinook(t),
@@ -32,7 +35,9 @@ func TestMariaDBSession(t *testing.T) {
 	sim.When(providersim.Match{LastUserContains: question}).Text("```sql\n" + genreSQL + ";\n```")
 	sim.When(providersim.Match{LastUserContains: "hold the lock"}).Text("```sql\nSELECT GET_LOCK('x', 0);\n```")
 	var logs testkit.Buffer
-	c, running := startAgentLogged(t, modelAddr, "music=mysql:"+dsn+"; ro[read]=mysql:"+srv.DSN("reader", "Chinook"), nil, &logs)
+	mail := smtptest.Start(t, smtptest.Options{})
+	c, running := startAgentLogged(t, modelAddr, "music=mysql:"+dsn+"; ro[read]=mysql:"+srv.DSN("reader", "Chinook"),
+		map[string]string{"SQLAGENT_SMTP_ADDR": mail.Addr, "SQLAGENT_SMTP_FROM": "agent@example.com", "SQLAGENT_SMTP_TLS": "none"}, &logs)
 
 	conns, err := c.ListConnections(ctxTimeout(t), &sqlagentv1.ListConnectionsRequest{Scope: scopeA})
 	if err != nil || len(conns.GetConnections()) != 2 || conns.GetConnections()[0].GetDialect() != "mysql" {
@@ -108,6 +113,22 @@ func TestMariaDBSession(t *testing.T) {
 	var n int
 	if err := own.QueryRow("SELECT COUNT(*) FROM brazil_customers").Scan(&n); err != nil || n != 5 {
 		t.Fatalf("brazil_customers has %d rows, %v; want 5", n, err)
+	}
+	// SEND_EMAIL of the written table: its default query is MariaDB's.
+	r = send(t, c, id, "sel:email")
+	wantStage(t, r, "CONFIRM_EMAIL_QUERY")
+	if r.GetSqlToConfirm() != "SELECT * FROM `Chinook`.`brazil_customers`" {
+		t.Fatalf("suggested e-mail query = %q", r.GetSqlToConfirm())
+	}
+	wantStage(t, send(t, c, id, "yes"), "NEED_EMAIL_RECIPIENTS")
+	wantStage(t, send(t, c, id, "ana@example.com"), "NEED_EMAIL_SUBJECT")
+	wantStage(t, send(t, c, id, "Brazil"), "CONFIRM_EMAIL")
+	wantStage(t, send(t, c, id, "yes"), "NEED_WRITE_OR_EMAIL")
+	if got := mail.Messages(); len(got) != 1 {
+		t.Fatalf("%d messages delivered, want 1", len(got))
+	} else if _, parts := smtptest.Parse(t, got[0].Data); len(parts) != 3 || !strings.HasPrefix(string(parts[2].Body), "FirstName,LastName,Country\r\n") ||
+		strings.Count(string(parts[2].Body), "\r\n") != 6 {
+		t.Fatalf("attachment = %q, want the header and 5 rows", parts[len(parts)-1].Body)
 	}
 	var lock sql.NullInt64
 	if err := own.QueryRow("SELECT IS_USED_LOCK('bump')").Scan(&lock); err != nil || lock.Valid {
