@@ -228,6 +228,21 @@ func (m *qualifierMesh) checkUnified(t *testing.T, doc *indexerv1.Document) {
 	}
 }
 
+// mentions returns the keys of the entities the document MENTIONS.
+func (m *qualifierMesh) mentions(t *testing.T, doc *indexerv1.Document) []string {
+	t.Helper()
+	nb, err := m.graph.ListNeighbors(context.Background(), &indexerv1.ListNeighborsRequest{Scope: doc.GetScope(), Key: "doc:" + doc.GetId(), EdgeTypes: []string{"MENTIONS"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, n := range nb.GetNodes() {
+		keys = append(keys, n.GetKey())
+	}
+	slices.Sort(keys)
+	return keys
+}
+
 // TestQualifierScenarios runs the seed's scenarios through the real
 // services: plain text, plain text with an image, an .eml with a PNG
 // attached, a Jira-like ticket with a screenshot, a Confluence-like page,
@@ -328,6 +343,10 @@ func TestQualifierScenarios(t *testing.T) {
 				if atts := doc.GetPipeline().GetAttachments(); len(atts) != 1 || atts[0].GetName() != "panel.png" || atts[0].GetMimeType() != "image/png" || !atts[0].GetVisual() {
 					t.Errorf("attachments %v: want the PNG carried in the .eml", atts)
 				}
+				if got, want := m.mentions(t, doc), []string{"entity:person:ana_nováková", "entity:person:bob@example.com",
+					"entity:person:cto@example.com", "entity:person:payments_on-call"}; !slices.Equal(got, want) {
+					t.Errorf("mentions %v, want %v", got, want)
+				}
 				if !strings.HasPrefix(doc.GetPipeline().GetIndexing().GetBaseNodeKey(), "email_") || !strings.HasPrefix(doc.GetPipeline().GetIndexing().GetBaseInfo(), "Email from Ana") {
 					t.Errorf("indexing %v", doc.GetPipeline().GetIndexing())
 				}
@@ -344,6 +363,9 @@ func TestQualifierScenarios(t *testing.T) {
 					j.GetReporter() != "Ana Novakova" || j.GetEpic() != "PAY-100" || j.GetSprint() != "Payments 42" || !strings.HasPrefix(j.GetChangeDescription(), "Make the ledger pool") {
 					t.Errorf("Jira extraction %v", j)
 				}
+				if got, want := m.mentions(t, doc), []string{"entity:person:ana_novakova", "entity:person:jan_novak", "entity:ticket:pay-412"}; !slices.Equal(got, want) {
+					t.Errorf("mentions %v, want %v", got, want)
+				}
 				if d := doc.GetPipeline().GetVision().GetTypeSpecificDetails(); !strings.Contains(d, "PAY-412") {
 					t.Errorf("vision stage 2 details %q", d)
 				}
@@ -358,6 +380,9 @@ func TestQualifierScenarios(t *testing.T) {
 				if c.GetAuthor() != "Jan Novak" || c.GetTitle() != "Ledger runbook" || c.GetTopic() != "Payments Engineering" ||
 					!slices.Equal(c.GetHeadings(), []string{"Ledger runbook", "Prerequisites", "Draining", "Rollback"}) {
 					t.Errorf("Confluence extraction %v", c)
+				}
+				if got := m.mentions(t, doc); !slices.Equal(got, []string{"entity:person:jan_novak"}) {
+					t.Errorf("mentions %v, want the author", got)
 				}
 			}},
 	}, {

@@ -8,7 +8,8 @@ import (
 // service. Entities become graph nodes that documents MENTION.
 type Entity struct {
 	// Kind is "ticker", "organization", "person", "service", "product",
-	// "location" or "other".
+	// "location", "ticket" (an issue key, from the intake pipeline's
+	// extraction) or "other".
 	Kind string
 	// Name is the display name.
 	Name string

@@ -19,6 +19,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/indexer/internal/extract"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/graph"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/hybrid"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/pipeline"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/routing"
 )
 
@@ -215,7 +216,7 @@ func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 
 	// Entities into the graph: first named on the document (so a delete
 	// or a content change finds them), then written.
-	ents := entityNodes(exs)
+	ents := entityNodes(exs, pipeline.Entities(doc.Pipeline)...)
 	mentions := make([]string, len(ents))
 	for i, e := range ents {
 		mentions[i] = e.Key
@@ -407,15 +408,22 @@ func (s *Service) writeJob(ctx context.Context, j *document.Job, from indexerv1.
 	return nil
 }
 
-// entityNodes turns extracts into entity nodes, without duplicates.
-func entityNodes(exs []extract.Extract) []graph.Node {
+// entityNodes turns the entities extracts name, and more, into entity
+// nodes, without duplicates.
+func entityNodes(exs []extract.Extract, more ...extract.Entity) []graph.Node {
 	byKey := map[string]graph.Node{}
+	add := func(ent extract.Entity) {
+		if _, ok := byKey[ent.Key()]; !ok {
+			byKey[ent.Key()] = graph.Node{Key: ent.Key(), Kind: graph.KindEntity, Label: ent.Name, Props: map[string]any{"entity_kind": ent.Kind, "name": ent.Name}}
+		}
+	}
 	for _, e := range exs {
 		for _, ent := range extract.Entities(e) {
-			if _, ok := byKey[ent.Key()]; !ok {
-				byKey[ent.Key()] = graph.Node{Key: ent.Key(), Kind: graph.KindEntity, Label: ent.Name, Props: map[string]any{"entity_kind": ent.Kind, "name": ent.Name}}
-			}
+			add(ent)
 		}
+	}
+	for _, ent := range more {
+		add(ent)
 	}
 	out := make([]graph.Node, 0, len(byKey))
 	for _, n := range byKey {

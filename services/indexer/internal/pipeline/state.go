@@ -14,9 +14,13 @@
 package pipeline
 
 import (
+	"net/mail"
+	"strings"
+
 	"google.golang.org/protobuf/proto"
 
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/extract"
 )
 
 // SetVision adds what v found to the state's vision: a field already set
@@ -74,6 +78,45 @@ func Errors(p *indexerv1.IntakePipeline) []string {
 		for _, e := range ph.GetErrors() {
 			out = append(out, ph.GetName()+": "+e)
 		}
+	}
+	return out
+}
+
+// Entities lists who and what the extraction names, for the graph's
+// MENTIONS edges beside the extracts' entities: an e-mail's sender and
+// recipients, a ticket's key, assignee and reporter, a page's author.
+func Entities(p *indexerv1.IntakePipeline) []extract.Entity {
+	var out []extract.Entity
+	person := func(s string) {
+		// "Ana Nováková <ana@example.com>" is Ana Nováková; a bare
+		// address stands for its owner.
+		if a, err := mail.ParseAddress(s); err == nil {
+			s = a.Name
+			if s == "" {
+				s = a.Address
+			}
+		}
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, extract.Entity{Kind: "person", Name: s})
+		}
+	}
+	x := p.GetExtraction()
+	switch {
+	case x.GetEmail() != nil:
+		e := x.GetEmail()
+		person(e.GetFrom())
+		for _, a := range append(append([]string(nil), e.GetTo()...), e.GetCc()...) {
+			person(a)
+		}
+	case x.GetJira() != nil:
+		j := x.GetJira()
+		if j.GetKey() != "" {
+			out = append(out, extract.Entity{Kind: "ticket", Name: j.GetKey()})
+		}
+		person(j.GetAssignee())
+		person(j.GetReporter())
+	case x.GetConfluence() != nil:
+		person(x.GetConfluence().GetAuthor())
 	}
 	return out
 }
