@@ -238,15 +238,7 @@ func TestMariaDBAdversarial(t *testing.T) {
 		query:   func(q string) (*connections.Result, error) { return reg.Query(ctx, "wh", q, 100, 5*time.Second) },
 		state:   func() serverState { return lab.state(t) },
 	}
-	rep := s.run(t, mariaAttacks)
-	refusedLegit := s.legitimate(t, mariaLegitimate)
-	if d := rep.last.diff(lab.state(t)); len(d) > 0 {
-		t.Errorf("the legitimate queries changed the server: %v", d)
-	}
-	if len(mariaAttacks) < 100 || len(mariaLegitimate) < 50 {
-		t.Errorf("%d attacks and %d legitimate queries; the suite promises at least 100 and 50", len(mariaAttacks), len(mariaLegitimate))
-	}
-	s.calibrate(t, lab.state(t), func(q string) error {
+	s.runAll(t, "MariaDB", mariaAttacks, mariaLegitimate, mariaCalibration, func(q string) error {
 		// "; " separates statements run one after the other.
 		for _, st := range strings.Split(q, "; ") {
 			if _, err := attacker.ExecContext(ctx, st); err != nil {
@@ -254,10 +246,7 @@ func TestMariaDBAdversarial(t *testing.T) {
 			}
 		}
 		return nil
-	}, mariaCalibration)
-	t.Logf("MariaDB: %d attacks, %d runs (%s, %s), %d changed the server; %s: %v; %s: %v",
-		len(mariaAttacks), rep.runs, passChain, passRegistry, rep.changed, passChain, rep.counts[passChain], passRegistry, rep.counts[passRegistry])
-	t.Logf("MariaDB: %d legitimate analyst queries, %d refused or failed", len(mariaLegitimate), refusedLegit)
+	})
 }
 
 // mariaCalibration are attacks run with no guard at all, on a session of

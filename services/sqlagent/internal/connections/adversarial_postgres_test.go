@@ -282,18 +282,7 @@ func TestPostgresAdversarial(t *testing.T) {
 		// PostgreSQL nests comments: the call is inside one.
 		harmless: map[string]bool{"nested comment hides nothing": true},
 	}
-	rep := s.run(t, pgAttacks)
-	refusedLegit := s.legitimate(t, pgLegitimate)
-	if d := rep.last.diff(lab.state(t)); len(d) > 0 {
-		t.Errorf("the legitimate queries changed the server: %v", d)
-	}
-	if len(pgAttacks) < 100 || len(pgLegitimate) < 50 {
-		t.Errorf("%d attacks and %d legitimate queries; the suite promises at least 100 and 50", len(pgAttacks), len(pgLegitimate))
-	}
-	s.calibrate(t, lab.state(t), func(q string) error { _, err := attacker.ExecContext(ctx, q); return err }, pgCalibration)
-	t.Logf("PostgreSQL: %d attacks, %d runs (%s, %s), %d changed the server; %s: %v; %s: %v",
-		len(pgAttacks), rep.runs, passChain, passRegistry, rep.changed, passChain, rep.counts[passChain], passRegistry, rep.counts[passRegistry])
-	t.Logf("PostgreSQL: %d legitimate analyst queries, %d refused or failed", len(pgLegitimate), refusedLegit)
+	s.runAll(t, "PostgreSQL", pgAttacks, pgLegitimate, pgCalibration, func(q string) error { _, err := attacker.ExecContext(ctx, q); return err })
 }
 
 // pgCalibration are attacks run with no guard at all, straight on a

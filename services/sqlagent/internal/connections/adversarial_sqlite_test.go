@@ -263,22 +263,11 @@ func TestSQLiteAdversarial(t *testing.T) {
 			"explain query plan":                       true, // returns the plan, runs nothing
 		},
 	}
-	rep := s.run(t, sqliteAttacks)
-	refusedLegit := s.legitimate(t, sqliteLegitimate)
-	if d := rep.last.diff(s.state()); len(d) > 0 {
-		t.Errorf("the legitimate queries changed the database: %v", d)
-	}
-	if len(sqliteAttacks) < 100 || len(sqliteLegitimate) < 50 {
-		t.Errorf("%d attacks and %d legitimate queries; the suite promises at least 100 and 50", len(sqliteAttacks), len(sqliteLegitimate))
-	}
-	s.calibrate(t, s.state(), func(q string) error { _, err := own.ExecContext(ctx, q); return err }, []string{
+	s.runAll(t, "SQLite", sqliteAttacks, sqliteLegitimate, []string{
 		"DELETE FROM Genre WHERE GenreId = 25",
 		"PRAGMA user_version = 9",
 		"CREATE TABLE evil (x)",
 		"ATTACH '{dir}/new.db' AS n; CREATE TABLE n.t (x); DETACH n",
 		"VACUUM INTO '{dir}/copy.db'",
-	})
-	t.Logf("SQLite: %d attacks, %d runs (%s, %s), %d changed the database; %s: %v; %s: %v",
-		len(sqliteAttacks), rep.runs, passChain, passRegistry, rep.changed, passChain, rep.counts[passChain], passRegistry, rep.counts[passRegistry])
-	t.Logf("SQLite: %d legitimate analyst queries, %d refused or failed", len(sqliteLegitimate), refusedLegit)
+	}, func(q string) error { _, err := own.ExecContext(ctx, q); return err })
 }

@@ -139,3 +139,24 @@ func (s attackSuite) calibrate(t *testing.T, before serverState, exec func(strin
 		before = after
 	}
 }
+
+// runAll is the whole suite against one engine: every attack in both
+// passes, then the legitimate queries (which must change nothing), the
+// promised sizes (at least 100 attacks and 50 legitimate queries), and
+// last the calibration through exec (an unguarded session). It logs the
+// figures, prefixed with engine.
+func (s attackSuite) runAll(t *testing.T, engine string, attacks, legit []attack, calibration []string, exec func(string) error) {
+	t.Helper()
+	rep := s.run(t, attacks)
+	refusedLegit := s.legitimate(t, legit)
+	if d := rep.last.diff(s.state()); len(d) > 0 {
+		t.Errorf("the legitimate queries changed the database: %v", d)
+	}
+	if len(attacks) < 100 || len(legit) < 50 {
+		t.Errorf("%d attacks and %d legitimate queries; the suite promises at least 100 and 50", len(attacks), len(legit))
+	}
+	s.calibrate(t, s.state(), exec, calibration)
+	t.Logf("%s: %d attacks, %d runs (%s, %s), %d changed the database; %s: %v; %s: %v",
+		engine, len(attacks), rep.runs, passChain, passRegistry, rep.changed, passChain, rep.counts[passChain], passRegistry, rep.counts[passRegistry])
+	t.Logf("%s: %d legitimate analyst queries, %d refused or failed", engine, len(legit), refusedLegit)
+}
