@@ -115,6 +115,11 @@ func describe(st *status.Status) failure {
 		}
 	case codes.Unavailable:
 		f.status, typ = http.StatusServiceUnavailable, "service_unavailable_error"
+		if reason == "" {
+			// The model gateway itself could not be reached: gRPC's
+			// message names its address, which is not the caller's to see.
+			msg = "the model service is unavailable; try again shortly"
+		}
 	case codes.DeadlineExceeded:
 		f.status, typ = http.StatusGatewayTimeout, "timeout_error"
 	case codes.Unimplemented:

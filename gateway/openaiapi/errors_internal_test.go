@@ -59,7 +59,9 @@ func TestDescribe(t *testing.T) {
 		{"schema", status.Convert(grpcx.Errorf(codes.FailedPrecondition, "SCHEMA_VALIDATION_FAILED", "no")), 500, "server_error", "", "no"},
 		{"unsupported by the provider", status.Convert(grpcx.Errorf(codes.FailedPrecondition, "PROVIDER_UNSUPPORTED", "no images")), 400, "invalid_request_error", "", "no images"},
 		{"internal hides its message", status.New(codes.Internal, "nil pointer at x.go:12"), 500, "server_error", "", "internal error"},
-		{"unavailable", status.New(codes.Unavailable, "no provider"), 503, "service_unavailable_error", "", "no provider"},
+		{"no provider", status.Convert(grpcx.Errorf(codes.Unavailable, "NO_PROVIDER", "no provider for chat")), 503, "service_unavailable_error", "", "no provider for chat"},
+		{"model gateway unreachable", status.New(codes.Unavailable, `connection error: desc = "transport: dial tcp 10.1.2.3:9091: connect: connection refused"`), 503,
+			"service_unavailable_error", "", "the model service is unavailable; try again shortly"},
 	} {
 		f := describe(tc.st)
 		if f.status != tc.httpStatus || f.body.Type != tc.typ || derefOr(f.body.Param) != tc.param || f.body.Message != tc.message {
