@@ -15,7 +15,10 @@
 // variable set to the empty string counts as unset (the default applies),
 // unless its field is tagged `allowempty:"true"`: then empty is a value of
 // its own, the field's zero value (METRICS_ADDR="" turns the metrics
-// endpoint off). Nested
+// endpoint off). A field tagged `oneof:"a,b,c"` takes only those values
+// (compared case-insensitively, stored as listed), so a misspelt level or
+// format stops the start instead of quietly meaning the default; a numeric
+// field tagged `min:"0"` or `max:"1"` must lie within them. Nested
 // structs are walked; a nested struct's `env` tag is a prefix for its fields.
 // Secrets are masked by Redacted, so the effective configuration can be
 // logged safely. Only main (and `agentmesh up`) call Load: no other package
@@ -139,14 +142,68 @@ func load(prefix string, v reflect.Value, lookup Lookup, cerr *Error) {
 			}
 			raw = def
 		}
-		if err := setValue(fv, raw); err != nil {
-			shown := raw
-			if f.Tag.Get("secret") == "true" {
-				shown = "***"
+		if oneof, ok := f.Tag.Lookup("oneof"); ok {
+			canon, err := choose(raw, oneof)
+			if err != nil {
+				cerr.Invalid = append(cerr.Invalid, fmt.Sprintf("%s=%q: %v", full, shown(f, raw), err))
+				continue
 			}
-			cerr.Invalid = append(cerr.Invalid, fmt.Sprintf("%s=%q: %v", full, shown, err))
+			raw = canon
+		}
+		err := setValue(fv, raw)
+		if err == nil {
+			err = inRange(f, fv)
+		}
+		if err != nil {
+			cerr.Invalid = append(cerr.Invalid, fmt.Sprintf("%s=%q: %v", full, shown(f, raw), err))
 		}
 	}
+}
+
+// inRange checks a numeric field against its min and max tags.
+func inRange(f reflect.StructField, fv reflect.Value) error {
+	var v float64
+	switch fv.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v = float64(fv.Int())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v = float64(fv.Uint())
+	case reflect.Float32, reflect.Float64:
+		v = fv.Float()
+	default:
+		return nil
+	}
+	if lo, ok := f.Tag.Lookup("min"); ok {
+		if n, err := strconv.ParseFloat(lo, 64); err == nil && v < n {
+			return fmt.Errorf("must be at least %s", lo)
+		}
+	}
+	if hi, ok := f.Tag.Lookup("max"); ok {
+		if n, err := strconv.ParseFloat(hi, 64); err == nil && v > n {
+			return fmt.Errorf("must be at most %s", hi)
+		}
+	}
+	return nil
+}
+
+// shown is a raw value as an error may print it: masked for secrets.
+func shown(f reflect.StructField, raw string) string {
+	if f.Tag.Get("secret") == "true" {
+		return "***"
+	}
+	return raw
+}
+
+// choose returns the listed value of a oneof tag that raw names, ignoring
+// case, or an error listing the allowed values.
+func choose(raw, oneof string) (string, error) {
+	allowed := strings.Split(oneof, ",")
+	for _, a := range allowed {
+		if strings.EqualFold(strings.TrimSpace(raw), a) {
+			return a, nil
+		}
+	}
+	return "", fmt.Errorf("must be one of %s", strings.Join(allowed, ", "))
 }
 
 func setValue(fv reflect.Value, raw string) error {

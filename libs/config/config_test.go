@@ -22,6 +22,8 @@ type sample struct {
 	Debug    bool          `env:"DEBUG"`
 	Models   []string      `env:"MODELS" default:"chat, embed"`
 	Metrics  string        `env:"METRICS" default:":9464" allowempty:"true"`
+	Level    string        `env:"LEVEL" default:"info" oneof:"debug,info,warn,error"`
+	Ratio    float64       `env:"RATIO" default:"1" min:"0" max:"1"`
 	NATS     nested        `env:"NATS_"`
 	ignored  string
 }
@@ -75,6 +77,30 @@ func TestLoad(t *testing.T) {
 			wantErr: `X_TIMEOUT="soon"`,
 		},
 		{
+			name: "a oneof value is matched ignoring case and stored as listed",
+			env:  map[string]string{"X_MONGO_URI": "m", "X_LEVEL": "WARN", "X_RATIO": "0"},
+			want: func(t *testing.T, c sample) {
+				if c.Level != "warn" || c.Ratio != 0 {
+					t.Fatalf("level %q, ratio %v", c.Level, c.Ratio)
+				}
+			},
+		},
+		{
+			name:    "a value outside oneof names the variable and the allowed values",
+			env:     map[string]string{"X_MONGO_URI": "m", "X_LEVEL": "verbose"},
+			wantErr: `X_LEVEL="verbose": must be one of debug, info, warn, error`,
+		},
+		{
+			name:    "a number above max names the variable",
+			env:     map[string]string{"X_MONGO_URI": "m", "X_RATIO": "1.5"},
+			wantErr: `X_RATIO="1.5": must be at most 1`,
+		},
+		{
+			name:    "a number below min names the variable",
+			env:     map[string]string{"X_MONGO_URI": "m", "X_RATIO": "-0.1"},
+			wantErr: `X_RATIO="-0.1": must be at least 0`,
+		},
+		{
 			name:    "invalid secret value is masked",
 			env:     map[string]string{"X_MONGO_URI": "m", "X_WORKERS": "many"},
 			wantErr: "X_WORKERS",
@@ -100,6 +126,31 @@ func TestLoad(t *testing.T) {
 	}
 }
 
+// TestLoadReportsEveryProblemAtOnce: a start with several bad variables
+// names all of them in one error, so a user fixes them in one go.
+func TestLoadReportsEveryProblemAtOnce(t *testing.T) {
+	t.Parallel()
+	var c sample
+	err := config.Load("X_", &c, config.Map(map[string]string{
+		"X_LEVEL": "verbose", "X_TIMEOUT": "soon", "X_RATIO": "2", "X_API_KEY": "", "X_WORKERS": "many",
+	}))
+	var cerr *config.Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("err = %v, want *config.Error", err)
+	}
+	if strings.Join(cerr.Missing, " ") != "X_MONGO_URI" {
+		t.Errorf("missing = %q, want X_MONGO_URI", cerr.Missing)
+	}
+	var names []string
+	for _, inv := range cerr.Invalid {
+		name, _, _ := strings.Cut(inv, "=")
+		names = append(names, name)
+	}
+	if got, want := strings.Join(names, " "), "X_TIMEOUT X_WORKERS X_LEVEL X_RATIO"; got != want {
+		t.Errorf("invalid = %q, want %s (in field order)", cerr.Invalid, want)
+	}
+}
+
 func TestRedactedMasksSecrets(t *testing.T) {
 	t.Parallel()
 	c := sample{MongoURI: "mongodb://user:pw@h", APIKey: "sk-123", Addr: ":1"}
@@ -120,7 +171,7 @@ func TestVarsListsEveryVariable(t *testing.T) {
 	for _, v := range config.Vars("X_", sample{}) {
 		names = append(names, v.Name)
 	}
-	want := "X_ADDR X_API_KEY X_DEBUG X_METRICS X_MODELS X_MONGO_URI X_NATS_URL X_TIMEOUT X_WORKERS"
+	want := "X_ADDR X_API_KEY X_DEBUG X_LEVEL X_METRICS X_MODELS X_MONGO_URI X_NATS_URL X_RATIO X_TIMEOUT X_WORKERS"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("vars = %s, want %s", got, want)
 	}

@@ -28,7 +28,8 @@ func NewLogger(w io.Writer, format, level, service string) *slog.Logger {
 	return l
 }
 
-// ParseLevel maps a level name to a slog level; unknown names mean info.
+// ParseLevel maps a level name to a slog level; unknown names mean info
+// (LogConfig refuses them at load, so only callers that bypass it see this).
 func ParseLevel(s string) slog.Level {
 	switch strings.ToLower(s) {
 	case "debug":
@@ -45,9 +46,9 @@ func ParseLevel(s string) slog.Level {
 // LogConfig configures logging. Services embed it in their config struct.
 type LogConfig struct {
 	// Format is json or text.
-	Format string `env:"LOG_FORMAT" default:"json" help:"log format: json or text"`
+	Format string `env:"LOG_FORMAT" default:"json" oneof:"json,text" help:"log format: json or text"`
 	// Level is debug, info, warn or error.
-	Level string `env:"LOG_LEVEL" default:"info" help:"log level: debug, info, warn, error"`
+	Level string `env:"LOG_LEVEL" default:"info" oneof:"debug,info,warn,warning,error" help:"log level: debug, info, warn, error"`
 }
 
 type traceHandler struct{ slog.Handler }
