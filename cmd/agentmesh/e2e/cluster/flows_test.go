@@ -853,6 +853,8 @@ func (d *driver) sqlJob(ctx context.Context, n int, slow bool, r *result) error 
 		{"text", table},
 		{"selection", "create"},
 		{"selection", "confirm"},
+		// After a write the session offers SEND_EMAIL; finish instead.
+		{"selection", "done"},
 	}
 	stage := s.Session.Stage
 	var resultRows int
