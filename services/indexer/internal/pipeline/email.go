@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"golang.org/x/text/encoding/htmlindex"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
@@ -43,11 +44,39 @@ var ErrNotEmail = errors.New("pipeline: not an RFC 5322 message")
 // multipart/mixed in ...), so a hostile message cannot recurse for long.
 const maxMIMEDepth = 8
 
-var wordDecoder = mime.WordDecoder{CharsetReader: func(charset string, in io.Reader) (io.Reader, error) {
-	// Only UTF-8 and its subsets are decoded; other charsets keep their
-	// bytes, made valid UTF-8 later, rather than failing the message.
-	return in, nil
-}}
+// wordDecoder decodes RFC 2047 encoded words in any charset charsetReader
+// knows.
+var wordDecoder = mime.WordDecoder{CharsetReader: charsetReader}
+
+// charsetReader decodes text in charset to UTF-8. Charsets are looked up
+// by their WHATWG Encoding Standard labels, which are what mail clients
+// write ("iso-8859-2", "windows-1250", "shift_jis"…; "iso-8859-1" and
+// "us-ascii" read as windows-1252, a superset).
+func charsetReader(charset string, in io.Reader) (io.Reader, error) {
+	enc, err := htmlindex.Get(charset)
+	if err != nil {
+		return nil, fmt.Errorf("unknown charset %q", charset)
+	}
+	return enc.NewDecoder().Reader(in), nil
+}
+
+// toUTF8 decodes a text part in charset; UTF-8, an unknown charset or
+// none keep the bytes as they are (made valid UTF-8 later).
+func toUTF8(charset string, data []byte) []byte {
+	c := strings.ToLower(strings.TrimSpace(charset))
+	if c == "" || c == "utf-8" || c == "utf8" {
+		return data
+	}
+	r, err := charsetReader(c, bytes.NewReader(data))
+	if err != nil {
+		return data
+	}
+	out, err := io.ReadAll(r)
+	if err != nil {
+		return data
+	}
+	return out
+}
 
 // ParseEmail parses raw as an RFC 5322 message with MIME parts (net/mail,
 // mime/multipart): headers, the text/plain body (text/html stripped of
@@ -174,9 +203,9 @@ func (p *mimeParts) walk(h map[string][]string, body []byte, depth int) error {
 	}
 	switch {
 	case disp != "attachment" && name == "" && media == "text/plain":
-		p.plain = joinText(p.plain, string(data))
+		p.plain = joinText(p.plain, string(toUTF8(params["charset"], data)))
 	case disp != "attachment" && name == "" && media == "text/html":
-		p.html = joinText(p.html, string(data))
+		p.html = joinText(p.html, string(toUTF8(params["charset"], data)))
 	default:
 		if name == "" {
 			name = fmt.Sprintf("part-%d", len(p.attachments)+1)

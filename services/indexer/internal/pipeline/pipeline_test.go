@@ -68,6 +68,29 @@ func TestParseEmail(t *testing.T) {
 	}
 }
 
+// Charsets other than UTF-8, in headers (RFC 2047) and in bodies, are
+// decoded; the cases are a Czech sender in ISO-8859-2 and a Western one
+// in ISO-8859-1, as mail clients write them.
+func TestParseEmailCharsets(t *testing.T) {
+	t.Parallel()
+	raw := "From: =?ISO-8859-2?Q?P=F8emysl_=A9t=ECp=E1nek?= <p@example.cz>\r\n" +
+		"To: =?iso-8859-1?Q?J=E9r=F4me_Br=FBl=E9?= <j@example.fr>\r\n" +
+		"Subject: =?windows-1250?Q?Faktura_=E8._12?=\r\n" +
+		"Content-Type: text/plain; charset=\"ISO-8859-1\"\r\n" +
+		"Content-Transfer-Encoding: quoted-printable\r\n\r\n" +
+		"Cr=E8me br=FBl=E9e for the caf=E9.\r\n"
+	e, err := pipeline.ParseEmail(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := e.Extraction
+	got := append([]string{x.GetFrom(), x.GetSubject(), x.GetBody()}, x.GetTo()...)
+	want := []string{"Přemysl Štěpánek <p@example.cz>", "Faktura č. 12", "Crème brûlée for the café.", "Jérôme Brûlé <j@example.fr>"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
 func TestParseEmailRejects(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
