@@ -19,6 +19,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+
+	"github.com/agentmesh/agentmesh/libs/telemetry"
 )
 
 // ServerConfig configures a Server. Services embed it in their config struct.
@@ -38,6 +40,7 @@ type Server struct {
 	log    *slog.Logger
 	grpc   *grpc.Server
 	health *Health
+	stats  *serviceStats
 }
 
 // NewServer builds a Server. Extra options are appended to the standard ones.
@@ -52,8 +55,9 @@ func NewServer(cfg ServerConfig, log *slog.Logger, opts ...grpc.ServerOption) *S
 		cfg.MaxRecvBytes = 32 << 20
 	}
 	guard := sharedGuard()
+	st := &serviceStats{Handler: otelgrpc.NewServerHandler()}
 	base := []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.StatsHandler(st),
 		grpc.ChainUnaryInterceptor(
 			unaryRecover(log),
 			unaryDeadline(cfg.DefaultTimeout),
@@ -71,9 +75,10 @@ func NewServer(cfg ServerConfig, log *slog.Logger, opts ...grpc.ServerOption) *S
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	s := &Server{
-		cfg:  cfg,
-		log:  log,
-		grpc: grpc.NewServer(append(base, opts...)...),
+		cfg:   cfg,
+		log:   log,
+		grpc:  grpc.NewServer(append(base, opts...)...),
+		stats: st,
 	}
 	hs := health.NewServer()
 	s.health = newHealth(hs)
@@ -91,8 +96,12 @@ func (s *Server) Health() *Health { return s.health }
 // Serve serves on lis until ctx is done, then shuts down gracefully: health
 // turns NOT_SERVING, new RPCs are refused, and in-flight RPCs get up to
 // ShutdownTimeout to finish before they are cancelled. It returns nil after
-// a clean shutdown.
+// a clean shutdown. The service ctx works for (telemetry.WithService), if
+// any, names the spans of the RPCs it serves.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	if svc := telemetry.ServiceFrom(ctx); svc != "" {
+		s.stats.service.Store(&svc)
+	}
 	for name := range s.grpc.GetServiceInfo() {
 		s.health.registerService(name)
 	}

@@ -11,12 +11,34 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentmesh/agentmesh/libs/config"
 	"github.com/agentmesh/agentmesh/libs/telemetry"
+	"github.com/agentmesh/agentmesh/libs/testkit"
 )
 
+// load reads a telemetry.Config from env the way every service does.
+func load(t *testing.T, env map[string]string) telemetry.Config {
+	t.Helper()
+	var cfg telemetry.Config
+	if err := config.Load("", &cfg, config.Map(env)); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func shutdown(t *testing.T, tel *telemetry.Telemetry) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tel.Shutdown(ctx); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+}
+
 func TestLoggerAddsTraceIDs(t *testing.T) {
-	tel, err := telemetry.Setup(context.Background(), "svc", "test", telemetry.Config{SampleRatio: 1})
+	tel, err := telemetry.Setup(context.Background(), "svc", "test", load(t, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,25 +60,139 @@ func TestLoggerAddsTraceIDs(t *testing.T) {
 	}
 }
 
-func TestSpansRecordedWhenExported(t *testing.T) {
-	tel, err := telemetry.Setup(context.Background(), "svc", "test", telemetry.Config{OTLPEndpoint: "127.0.0.1:1", OTLPInsecure: true, SampleRatio: 1})
+// TestOTLPExport: with either OTLP protocol, spans reach a collector, under
+// the name OTEL_SERVICE_NAME gives, or else the service's own.
+func TestOTLPExport(t *testing.T) {
+	for _, tc := range []struct {
+		name, protocol, serviceName, want string
+	}{
+		{"grpc", telemetry.ProtocolGRPC, "", "orders"},
+		{"http/protobuf", telemetry.ProtocolHTTP, "", "orders"},
+		{"OTEL_SERVICE_NAME wins", telemetry.ProtocolHTTP, "orders-eu", "orders-eu"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
+			rcv, endpoint := testkit.StartOTLP(t, tc.protocol)
+			cfg := load(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": tc.protocol, "OTEL_SERVICE_NAME": tc.serviceName})
+			tel, err := telemetry.Setup(context.Background(), "orders", "test", cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, span := otel.Tracer("t").Start(context.Background(), "op")
+			span.End()
+			shutdown(t, tel) // flushes
+			if got := strings.Join(rcv.Names(), " "); got != "op@"+tc.want {
+				t.Fatalf("received %q, want op@%s", got, tc.want)
+			}
+			if env := rcv.Spans()[0].Resource["deployment.environment"]; env != "test" {
+				t.Errorf("deployment.environment = %q, want OTEL_RESOURCE_ATTRIBUTES's test", env)
+			}
+		})
+	}
+}
+
+// TestMeshNamesEachService: under SetupMesh each service's spans carry its
+// own service.name, children inherit it through their context, and a span
+// started outside every service (the embedded database's, here FerretDB's
+// way: otel.Tracer("") on a fresh context) is not exported at all.
+func TestMeshNamesEachService(t *testing.T) {
+	rcv, endpoint := testkit.StartOTLP(t, telemetry.ProtocolGRPC)
+	cfg := load(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "staging"})
+	tel, err := telemetry.SetupMesh(context.Background(), "test", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		_ = tel.Shutdown(ctx) // the collector does not exist
-	}()
-	_, span := otel.Tracer("t").Start(context.Background(), "op")
-	defer span.End()
-	if !span.IsRecording() {
-		t.Fatal("span not recorded with an exporter configured and ratio 1")
+	tr := otel.Tracer("t")
+	ctx, gw := tr.Start(telemetry.WithService(context.Background(), "gateway"), "GET /v1/jobs/{jobId}")
+	_, child := tr.Start(ctx, "child")
+	child.End()
+	gw.End()
+	// A remote parent (the gateway's traceparent, extracted by the
+	// orchestrator) still yields an orchestrator span.
+	remote := trace.ContextWithRemoteSpanContext(telemetry.WithService(context.Background(), "orchestrator"), gw.SpanContext())
+	_, orch := tr.Start(remote, "GetJob")
+	orch.End()
+	_, db := otel.Tracer("").Start(context.Background(), "")
+	db.End()
+	if db.IsRecording() || db.SpanContext().IsValid() {
+		t.Errorf("a span outside every service is recorded: %v", db.SpanContext())
+	}
+	shutdown(t, tel)
+
+	want := "GET /v1/jobs/{jobId}@gateway GetJob@orchestrator child@gateway"
+	if got := strings.Join(rcv.Names(), " "); got != want {
+		t.Fatalf("received %q, want %q", got, want)
+	}
+	for _, s := range rcv.Spans() {
+		if ns := s.Resource["service.namespace"]; ns != "staging" {
+			t.Errorf("%s: service.namespace = %q, want OTEL_SERVICE_NAME's staging", s.Name, ns)
+		}
+	}
+}
+
+// TestSamplers: OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG decide as
+// the SDK's specification says, for a root span and for a sampled remote
+// parent.
+func TestSamplers(t *testing.T) {
+	parent := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled, Remote: true,
+	})
+	for _, tc := range []struct {
+		sampler, arg        string
+		root, sampledParent bool
+	}{
+		{"", "", true, true}, // parentbased_always_on
+		{"always_on", "", true, true},
+		{"always_off", "", false, false},
+		{"traceidratio", "0", false, false},
+		{"traceidratio", "1", true, true},
+		{"parentbased_always_off", "", false, true},
+		{"parentbased_traceidratio", "0", false, true},
+		{"parentbased_traceidratio", "1", true, true},
+	} {
+		t.Run(tc.sampler+"/"+tc.arg, func(t *testing.T) {
+			cfg := load(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "127.0.0.1:1", "OTEL_TRACES_SAMPLER": tc.sampler, "OTEL_TRACES_SAMPLER_ARG": tc.arg})
+			tel, err := telemetry.Setup(context.Background(), "svc", "test", cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				defer cancel()
+				_ = tel.Shutdown(ctx) // the collector does not exist
+			}()
+			_, root := otel.Tracer("t").Start(context.Background(), "root")
+			_, child := otel.Tracer("t").Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "child")
+			if root.IsRecording() != tc.root || child.IsRecording() != tc.sampledParent {
+				t.Fatalf("root recorded %v, child of a sampled parent %v; want %v, %v", root.IsRecording(), child.IsRecording(), tc.root, tc.sampledParent)
+			}
+		})
+	}
+}
+
+// TestConfigRefusesUnknownValues: a misspelt sampler, protocol or level is
+// an error naming the variable, all of them at once.
+func TestConfigRefusesUnknownValues(t *testing.T) {
+	var cfg struct {
+		Log telemetry.LogConfig `env:""`
+		Tel telemetry.Config    `env:""`
+	}
+	err := config.Load("", &cfg, config.Map(map[string]string{
+		"LOG_LEVEL": "verbose", "LOG_FORMAT": "yaml", "OTEL_TRACES_SAMPLER": "jaeger_remote",
+		"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json", "OTEL_TRACES_SAMPLER_ARG": "10",
+	}))
+	if err == nil {
+		t.Fatal("loaded")
+	}
+	for _, name := range []string{`LOG_LEVEL="verbose"`, `LOG_FORMAT="yaml"`, `OTEL_TRACES_SAMPLER="jaeger_remote"`, `OTEL_EXPORTER_OTLP_PROTOCOL="http/json"`, `OTEL_TRACES_SAMPLER_ARG="10"`} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error does not name %s: %v", name, err)
+		}
 	}
 }
 
 func TestMetricsHandlerServesPrometheus(t *testing.T) {
-	tel, err := telemetry.Setup(context.Background(), "svc", "test", telemetry.Config{SampleRatio: 1})
+	tel, err := telemetry.Setup(context.Background(), "svc", "test", load(t, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -202,7 +202,7 @@ func (c *checker) networkPolicies() Result {
 	prometheus := &peer{name: "Prometheus", ns: "monitoring", nsLabels: nsLabels("monitoring"), labels: map[string]string{"app.kubernetes.io/name": "prometheus"}}
 	dns := &peer{name: "kube-dns", ns: "kube-system", nsLabels: nsLabels("kube-system"), labels: map[string]string{"k8s-app": "kube-dns"}}
 	collector := &peer{name: "the OTel collector", ns: "observability", nsLabels: nsLabels("observability"), labels: map[string]string{"app": "otel-collector"},
-		ports: []corev1.ContainerPort{{Name: "otlp-grpc", ContainerPort: 4317}}}
+		ports: []corev1.ContainerPort{{Name: "otlp-grpc", ContainerPort: 4317}, {Name: "otlp-http", ContainerPort: 4318}}}
 
 	tried := 0
 	want := func(ok bool, from, to *peer, port int32, proto corev1.Protocol, why string) {
@@ -275,6 +275,7 @@ func (c *checker) networkPolicies() Result {
 		want(true, from, dns, 53, corev1.ProtocolUDP, "every pod resolves names")
 		if mesh(from) {
 			want(true, from, collector, 4317, corev1.ProtocolTCP, "the mesh exports telemetry to the OTel collector")
+			want(true, from, collector, 4318, corev1.ProtocolTCP, "the mesh exports telemetry to the OTel collector over OTLP/HTTP")
 		}
 		// The internet: HTTPS only for the provider-facing model gateway and
 		// vision's model pull; nothing else, and never the private ranges.
