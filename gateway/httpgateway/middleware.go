@@ -24,6 +24,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/agentmesh/agentmesh/libs/telemetry"
 )
 
 const (
@@ -93,7 +95,8 @@ type instruments struct {
 func newInstruments() (instruments, error) {
 	m := otel.Meter("github.com/agentmesh/agentmesh/gateway/httpgateway")
 	d, err := m.Float64Histogram("http.server.request.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of HTTP requests, streams included."))
+		metric.WithDescription("Duration of HTTP requests, streams included, by method, route pattern and status."),
+		metric.WithExplicitBucketBoundaries(telemetry.SecondsBuckets...))
 	if err != nil {
 		return instruments{}, err
 	}
@@ -103,6 +106,28 @@ func newInstruments() (instruments, error) {
 		return instruments{}, err
 	}
 	return instruments{duration: d, streams: s}, nil
+}
+
+// route is the pattern that served r, for span names and metric labels: a
+// bounded set (never the raw path, whose ids would make a series per
+// entity). After the root mux ran, r.Pattern names its own routes; the API
+// behind "/" is matched against the OpenAPI document's templates. A path
+// that matches nothing is "" (no route).
+func (g *gateway) route(r *http.Request) string {
+	pattern := r.Pattern
+	if _, path, ok := strings.Cut(pattern, " "); ok {
+		pattern = path // "GET /healthz" → "/healthz"
+	}
+	switch pattern {
+	case "/{$}":
+		return "/"
+	case "/":
+		if rt, _ := g.routes.match(r.Method, r.URL.Path); rt != nil {
+			return rt.template
+		}
+		return ""
+	}
+	return pattern
 }
 
 // observe gives every request a request id, a server span joined to the
@@ -122,24 +147,31 @@ func (g *gateway) observe(next http.Handler) http.Handler {
 		ri := &requestInfo{id: id}
 
 		ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := tracer.Start(ctx, "HTTP "+r.Method, trace.WithSpanKind(trace.SpanKindServer),
+		ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
 		defer span.End()
 		ctx = context.WithValue(ctx, requestInfoKey{}, ri)
 
 		rec := &recorder{ResponseWriter: w}
-		next.ServeHTTP(rec, r.WithContext(ctx))
+		served := r.WithContext(ctx)
+		next.ServeHTTP(rec, served)
 
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
 		elapsed := time.Since(begin)
-		span.SetAttributes(attribute.Int("http.response.status_code", rec.status))
+		attrs := []attribute.KeyValue{attribute.String("http.request.method", r.Method), attribute.Int("http.response.status_code", rec.status)}
+		if route := g.route(served); route != "" {
+			// Semantic conventions: "{method} {route}", the method alone
+			// when no route matched.
+			span.SetName(r.Method + " " + route)
+			attrs = append(attrs, attribute.String("http.route", route))
+		}
+		span.SetAttributes(attrs...)
 		if rec.status >= 500 {
 			span.SetStatus(otelcodes.Error, http.StatusText(rec.status))
 		}
-		g.metrics.duration.Record(ctx, elapsed.Seconds(), metric.WithAttributes(
-			attribute.String("http.request.method", r.Method), attribute.Int("http.response.status_code", rec.status)))
+		g.metrics.duration.Record(ctx, elapsed.Seconds(), metric.WithAttributes(attrs...))
 		level := slog.LevelInfo
 		if probePaths[r.URL.Path] && rec.status < 400 {
 			level = slog.LevelDebug // probes every few seconds would drown the log

@@ -240,6 +240,7 @@ func (b *Bus) Consume(ctx context.Context, spec ConsumerSpec, handler Handler) (
 		done:      make(chan struct{}),
 	}
 	stopOnCancel := context.AfterFunc(ctx, c.stopFetching)
+	unobserve := c.observe()
 	var wg sync.WaitGroup
 	for range spec.Concurrency {
 		wg.Go(c.work)
@@ -247,6 +248,7 @@ func (b *Bus) Consume(ctx context.Context, spec ConsumerSpec, handler Handler) (
 	go func() {
 		defer close(c.done)
 		defer stopOnCancel()
+		defer unobserve()
 		wg.Wait()
 	}()
 	return c, nil

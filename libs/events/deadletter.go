@@ -69,6 +69,7 @@ func (c *Consumer) deadLetter(msg jetstream.Msg, meta *jetstream.MsgMetadata, lo
 		_ = msg.NakWithDelay(delay)
 		return
 	}
+	c.deadLettered(ctx)
 	log.Error("message dead-lettered", slog.String("reason", reason), slog.String("dlq_subject", dlq.Subject))
 	if err := msg.TermWithReason(reason); err != nil {
 		log.Warn("term failed; message may be redelivered and dead-lettered again", slog.Any("error", err))

@@ -762,7 +762,11 @@ func (r *Relay) removeEntries(ctx context.Context, id any, raws bson.A) error {
 func (r *Relay) publish(ctx context.Context, e OutboxEntry) error {
 	pctx, cancel := context.WithTimeout(ctx, relayPublishTimeout)
 	defer cancel()
-	return r.bus.PublishEntry(pctx, e)
+	if err := r.bus.PublishEntry(pctx, e); err != nil {
+		return err
+	}
+	r.relayed(ctx, e)
+	return nil
 }
 
 // PublishEntry publishes an outbox entry as it was recorded: its id as

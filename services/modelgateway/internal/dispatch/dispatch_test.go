@@ -107,19 +107,19 @@ func TestMetricsAndSpanRecordUsageRetriesAndLatency(t *testing.T) {
 		t.Fatalf("attempts %d usage %+v", res.Attempts, res.Response.Usage)
 	}
 	m := h.metrics(t)
-	calls := m["modelgateway.upstream.calls"]
+	calls := m["agentmesh.modelgateway.upstream.calls"]
 	if sumWhere(t, calls, "outcome", "rate_limited") != 1 || sumWhere(t, calls, "outcome", "ok") != 1 {
 		t.Errorf("calls %+v", calls)
 	}
-	tokens := m["modelgateway.tokens"]
+	tokens := m["agentmesh.modelgateway.tokens"]
 	for kind, want := range map[string]int64{"prompt": 50, "completion": 20, "reasoning": 5, "cache_hit": 30, "cache_miss": 20} {
 		if got := sumWhere(t, tokens, "kind", kind); got != want {
 			t.Errorf("tokens %s = %d, want %d", kind, got, want)
 		}
 	}
-	lat, ok := m["modelgateway.call.duration"].(metricdata.Histogram[float64])
+	lat, ok := m["agentmesh.modelgateway.call.duration"].(metricdata.Histogram[float64])
 	if !ok || len(lat.DataPoints) != 1 || lat.DataPoints[0].Count != 1 {
-		t.Errorf("latency %+v", m["modelgateway.call.duration"])
+		t.Errorf("latency %+v", m["agentmesh.modelgateway.call.duration"])
 	}
 
 	ended := h.spans.Ended()
@@ -140,7 +140,7 @@ func TestMetricsAndSpanRecordUsageRetriesAndLatency(t *testing.T) {
 	if _, err := h.gw.Stream(context.Background(), dispatch.Call{Logical: "chat", Request: userRequest("hi")}, func(llm.Event) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	ttft, ok := h.metrics(t)["modelgateway.time_to_first_token"].(metricdata.Histogram[float64])
+	ttft, ok := h.metrics(t)["agentmesh.modelgateway.time_to_first_token"].(metricdata.Histogram[float64])
 	if !ok || len(ttft.DataPoints) != 1 || ttft.DataPoints[0].Count != 1 {
 		t.Errorf("time to first token %+v", ttft)
 	}

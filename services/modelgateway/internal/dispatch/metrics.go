@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/agentmesh/agentmesh/libs/telemetry"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/llm"
 )
 
@@ -23,22 +24,22 @@ func newInstrumentation(mp metric.MeterProvider) (*instrumentation, error) {
 	m := mp.Meter("github.com/agentmesh/agentmesh/services/modelgateway")
 	var in instrumentation
 	var err error
-	if in.calls, err = m.Int64Counter("modelgateway.upstream.calls",
+	if in.calls, err = m.Int64Counter("agentmesh.modelgateway.upstream.calls",
 		metric.WithDescription("Upstream model calls (one per attempt), by provider, model, logical name and outcome.")); err != nil {
 		return nil, err
 	}
-	if in.tokens, err = m.Int64Counter("modelgateway.tokens",
+	if in.tokens, err = m.Int64Counter("agentmesh.modelgateway.tokens",
 		metric.WithDescription("Tokens used, by provider, model, logical name and kind (prompt, completion, reasoning, cache_hit, cache_miss)."),
 		metric.WithUnit("{token}")); err != nil {
 		return nil, err
 	}
-	buckets := metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-	if in.latency, err = m.Float64Histogram("modelgateway.call.duration",
+	buckets := metric.WithExplicitBucketBoundaries(telemetry.SecondsBuckets...)
+	if in.latency, err = m.Float64Histogram("agentmesh.modelgateway.call.duration",
 		metric.WithDescription("Wall time of gateway calls (retries and fallbacks included), by provider, model, logical name, operation and outcome."),
 		metric.WithUnit("s"), buckets); err != nil {
 		return nil, err
 	}
-	if in.ttft, err = m.Float64Histogram("modelgateway.time_to_first_token",
+	if in.ttft, err = m.Float64Histogram("agentmesh.modelgateway.time_to_first_token",
 		metric.WithDescription("Time from the call to the first streamed chunk, by provider, model and logical name."),
 		metric.WithUnit("s"), buckets); err != nil {
 		return nil, err

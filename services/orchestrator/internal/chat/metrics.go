@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/agentmesh/agentmesh/libs/telemetry"
 )
 
 // metrics are the loop's OpenTelemetry instruments, on the global meter
@@ -27,7 +29,8 @@ func newMetrics() *metrics {
 		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1))
 	m.turns, _ = meter.Float64Histogram("agentmesh.orchestrator.turn.duration",
 		metric.WithUnit("s"),
-		metric.WithDescription("Wall time of one chat turn, by strategy and outcome"))
+		metric.WithDescription("Wall time of one chat turn, by strategy and outcome"),
+		metric.WithExplicitBucketBoundaries(telemetry.SecondsBuckets...))
 	return m
 }
 
