@@ -44,6 +44,8 @@ type Config struct {
 	SSEKeepAlive time.Duration `env:"GATEWAY_SSE_KEEPALIVE" default:"15s" help:"interval of the : keep-alive comment on an idle SSE stream"`
 	// HealthTimeout bounds each service's health check in /healthz.
 	HealthTimeout time.Duration `env:"GATEWAY_HEALTH_TIMEOUT" default:"2s" help:"timeout of each service's health check in /healthz"`
+	// ReadyServices are the services whose health decides /readyz.
+	ReadyServices []string `env:"GATEWAY_READY_SERVICES" default:"modelgateway,orchestrator,indexer,classifier,sqlagent" help:"services whose health decides the gateway's readiness (/readyz), comma-separated; the others are reported but do not take the gateway out of rotation (vision, by default: it waits for GPU nodes)"`
 	// MaxBodyBytes is the largest request body accepted.
 	MaxBodyBytes int64 `env:"GATEWAY_MAX_BODY_BYTES" default:"33554432" help:"largest HTTP request body accepted, in bytes"`
 	// BodyTimeout bounds how long a request body may take to arrive.
@@ -75,6 +77,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 20 * time.Second
+	}
+	if len(c.ReadyServices) == 0 {
+		c.ReadyServices = []string{"modelgateway", "orchestrator", "indexer", "classifier", "sqlagent"}
 	}
 	return c
 }

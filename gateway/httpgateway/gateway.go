@@ -12,9 +12,11 @@
 // services as gRPC metadata, where grpcx.Scope checks it against the request.
 // Without configured keys the gateway runs open, for development.
 //
-// Besides the API: /healthz and /readyz (every service's grpc.health.v1
-// status), /livez, /openapi.json and, when given, /metrics (which takes an
-// API key when keys are configured).
+// Besides the API: /healthz (every service's grpc.health.v1 status),
+// /readyz (the readiness probe: the services of GATEWAY_READY_SERVICES),
+// /livez (the liveness probe: this process only), / (a redirect to the
+// console), /openapi.json and, when given, /metrics (which takes an API key
+// when keys are configured).
 //
 // Run serves the gateway; Handler builds the same http.Handler over
 // connections the caller has dialled, for tests.
@@ -81,6 +83,9 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 		return nil, err
 	}
 	g := &gateway{cfg: cfg.withDefaults(), log: log, keys: keys, backends: backends, metrics: inst, routes: routes}
+	if err := checkReadyServices(g.cfg.ReadyServices, backends); err != nil {
+		return nil, err
+	}
 
 	mux, err := g.apiMux()
 	if err != nil {
@@ -90,11 +95,13 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", g.serveHealth)
-	root.HandleFunc("GET /readyz", g.serveHealth)
+	root.HandleFunc("GET /readyz", g.serveReady)
 	root.HandleFunc("GET /livez", serveLive)
 	root.HandleFunc("GET /openapi.json", serveOpenAPI)
 	root.Handle("GET /console/", consoleHandler())
 	root.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
+	// A browser pointed at the gateway lands in the console.
+	root.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusFound))
 	if metrics != nil {
 		// Metrics name tenants' models and routes: on the public port they
 		// take an API key like the API (scrapers send it as a bearer token).

@@ -3,6 +3,7 @@ package httpgateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -92,8 +93,8 @@ func (g *gateway) checkService(ctx context.Context, b backend) serviceHealth {
 	return out
 }
 
-// serveHealth answers /healthz and /readyz: 200 when every service is
-// SERVING, else 503; the body says which service and dependency is not.
+// serveHealth answers /healthz: 200 when every service is SERVING, else
+// 503; the body says which service and dependency is not.
 func (g *gateway) serveHealth(w http.ResponseWriter, r *http.Request) {
 	report := g.checkHealth(r.Context())
 	code := http.StatusOK
@@ -103,7 +104,40 @@ func (g *gateway) serveHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, report)
 }
 
-// serveLive answers /livez: the process is up and serving HTTP.
+// serveReady answers /readyz, the readiness probe: 200 when every service
+// of GATEWAY_READY_SERVICES is SERVING, else 503, with /healthz's body. A
+// service reports NOT_SERVING while its MongoDB or NATS is down, so an
+// outage takes the gateway out of rotation with them; /livez stays 200.
+func (g *gateway) serveReady(w http.ResponseWriter, r *http.Request) {
+	report := g.checkHealth(r.Context())
+	code := http.StatusOK
+	for _, name := range g.cfg.ReadyServices {
+		if report.Services[name].Status != healthpb.HealthCheckResponse_SERVING.String() {
+			code = http.StatusServiceUnavailable
+		}
+	}
+	writeJSON(w, code, report)
+}
+
+// checkReadyServices fails for a name in GATEWAY_READY_SERVICES that is no
+// backend's, which would otherwise keep the gateway unready for ever.
+func checkReadyServices(names []string, backends Backends) error {
+	known := map[string]bool{}
+	var list []string
+	for _, b := range backends.list() {
+		known[b.name] = true
+		list = append(list, b.name)
+	}
+	for _, n := range names {
+		if !known[n] {
+			return fmt.Errorf("httpgateway: GATEWAY_READY_SERVICES: unknown service %q (known: %s)", n, strings.Join(list, ", "))
+		}
+	}
+	return nil
+}
+
+// serveLive answers /livez, the liveness probe: the process is up and
+// serving HTTP, whatever its backends say.
 func serveLive(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "SERVING"})
 }

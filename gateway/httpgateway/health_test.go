@@ -61,6 +61,13 @@ func TestHealthzReportsEveryService(t *testing.T) {
 	if o := h.Services["orchestrator"]; o.Status != "SERVING" {
 		t.Fatalf("orchestrator = %+v", o)
 	}
+	// Readiness follows it; liveness does not.
+	if code, _ := getHealth(t, m.url+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz with the classifier's database down: %d, want 503", code)
+	}
+	if resp, body := do(t, "GET", m.url+"/livez", "", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/livez with the classifier's database down: %d %s", resp.StatusCode, body)
+	}
 
 	// The SQL agent stops altogether.
 	m.stops["sqlagent"]()
@@ -72,6 +79,60 @@ func TestHealthzReportsEveryService(t *testing.T) {
 	// Liveness is the gateway's own.
 	if resp, body := do(t, "GET", m.url+"/livez", "", nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("/livez: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestReadinessFollowsReadyServices: /readyz is 503 only for the services of
+// GATEWAY_READY_SERVICES (all but vision by default, since vision waits for
+// GPU nodes), while /healthz reports every one; a name that is no service's
+// stops the start.
+func TestReadinessFollowsReadyServices(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		ready []string
+		want  int
+	}{
+		{"default: vision does not count", nil, http.StatusOK},
+		{"vision listed", []string{"vision", "orchestrator"}, http.StatusServiceUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := startMesh(t, httpgateway.Config{HealthTimeout: time.Second, ReadyServices: tc.ready}, fakes{})
+			m.servers["vision"].Health().Set("mongo", errors.New("down"))
+			if code, _ := getHealth(t, m.url+"/healthz"); code != http.StatusServiceUnavailable {
+				t.Errorf("/healthz with vision down: %d, want 503", code)
+			}
+			if code, h := getHealth(t, m.url+"/readyz"); code != tc.want || h.Services["vision"].Status != "NOT_SERVING" {
+				t.Errorf("/readyz with vision down: %d %+v, want %d and vision reported", code, h, tc.want)
+			}
+		})
+	}
+	m := startBackends(t, fakes{})
+	_, err := httpgateway.Handler(&httpgateway.Config{ReadyServices: []string{"orchestrator", "visoin"}}, m.backends, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), `GATEWAY_READY_SERVICES: unknown service "visoin"`) {
+		t.Fatalf("Handler with a misspelt ready service: %v", err)
+	}
+}
+
+// TestRootRedirectsToTheConsole: a browser pointed at the gateway lands in
+// the console; other unknown paths stay API 404s.
+func TestRootRedirectsToTheConsole(t *testing.T) {
+	t.Parallel()
+	m := startBackends(t, fakes{})
+	h, err := httpgateway.Handler(&httpgateway.Config{}, m.backends, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path, location string
+		code           int
+	}{{"/", "/console/", http.StatusFound}, {"/nothing-here", "", http.StatusNotFound}} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", tc.path, nil))
+		if rec.Code != tc.code || rec.Header().Get("Location") != tc.location {
+			t.Errorf("GET %s: %d Location %q, want %d %q", tc.path, rec.Code, rec.Header().Get("Location"), tc.code, tc.location)
+		}
 	}
 }
 

@@ -197,13 +197,14 @@ func probePort(c *corev1.Container, p *corev1.Probe) string {
 	return ""
 }
 
-// meshProbes: every gRPC service serves grpc.health.v1. Readiness asks for
-// the whole server (""), which follows its dependencies; liveness asks for
-// "liveness" (grpcx.LivenessService), which does not, so a MongoDB outage
-// takes pods out of Services without restarting them all. The gateway
-// speaks HTTP: /livez.
+// meshProbes: liveness never asks what readiness asks. Every gRPC service
+// serves grpc.health.v1: readiness asks for the whole server (""), which
+// follows its dependencies; liveness asks for "liveness"
+// (grpcx.LivenessService), which does not, so a MongoDB outage takes pods
+// out of Services without restarting them all. The gateway speaks HTTP:
+// readiness /readyz (its backends), liveness /livez (the process).
 func (c *checker) meshProbes() Result {
-	res := Result{Name: `mesh services probe grpc.health.v1 (readiness "", liveness "liveness"); the gateway probes HTTP /livez`}
+	res := Result{Name: `mesh services probe liveness apart from readiness: grpc.health.v1 (readiness "", liveness "liveness"); the gateway HTTP /readyz and /livez`}
 	n := 0
 	for _, ct := range c.cs {
 		svc := meshService(ct.c.Image, c.r.EnvVars)
@@ -216,10 +217,11 @@ func (c *checker) meshProbes() Result {
 			continue // reported by probes()
 		}
 		if svc == "gateway" {
-			for kind, p := range map[string]*corev1.Probe{"readiness": rp, "liveness": lp} {
-				if p.HTTPGet == nil || p.HTTPGet.Path != "/livez" {
-					res.Violations = append(res.Violations, fmt.Sprintf("%s %s probe is not httpGet /livez", ct.id(), kind))
-				}
+			if rp.HTTPGet == nil || rp.HTTPGet.Path != "/readyz" {
+				res.Violations = append(res.Violations, fmt.Sprintf("%s readiness probe is not httpGet /readyz (its backends' health)", ct.id()))
+			}
+			if lp.HTTPGet == nil || lp.HTTPGet.Path != "/livez" {
+				res.Violations = append(res.Violations, fmt.Sprintf("%s liveness probe is not httpGet /livez (/readyz follows the backends, and the kubelet would restart every gateway in an outage)", ct.id()))
 			}
 			continue
 		}

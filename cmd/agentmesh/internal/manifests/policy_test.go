@@ -109,10 +109,20 @@ func TestPolicyCatchesViolations(t *testing.T) {
 			ctr(t, o, "Deployment", "classifier", "classifier").LivenessProbe.GRPC.Service = nil
 			return o
 		}, "grpc.health.v1", `classifier liveness probe is not grpc with service "liveness"`},
-		{"gateway ready only when the whole mesh is", "production", func(t *testing.T, o []Object) []Object {
-			ctr(t, o, "Deployment", "gateway", "gateway").ReadinessProbe.HTTPGet.Path = "/readyz"
+		{"gateway ready whatever its backends say", "production", func(t *testing.T, o []Object) []Object {
+			ctr(t, o, "Deployment", "gateway", "gateway").ReadinessProbe.HTTPGet.Path = "/livez"
 			return o
-		}, "grpc.health.v1", "gateway readiness probe is not httpGet /livez"},
+		}, "grpc.health.v1", "gateway readiness probe is not httpGet /readyz"},
+		{"gateway liveness following its backends", "production", func(t *testing.T, o []Object) []Object {
+			ctr(t, o, "Deployment", "gateway", "gateway").LivenessProbe.HTTPGet.Path = "/readyz"
+			return o
+		}, "grpc.health.v1", "gateway liveness probe is not httpGet /livez"},
+		{"service liveness on the dependency-following readiness", "production", func(t *testing.T, o []Object) []Object {
+			l := ctr(t, o, "StatefulSet", "indexer", "indexer").LivenessProbe
+			empty := ""
+			l.GRPC.Service = &empty
+			return o
+		}, "grpc.health.v1", `indexer liveness probe is not grpc with service "liveness"`},
 		{"service listening on loopback only", "production", func(t *testing.T, o []Object) []Object {
 			setEnv(ctr(t, o, "Deployment", "sqlagent", "sqlagent"), "GRPC_ADDR", "127.0.0.1:9090")
 			return o

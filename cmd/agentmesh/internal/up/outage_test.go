@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
@@ -117,6 +118,37 @@ func TestDatabaseOutageIsUnavailable(t *testing.T) {
 	})
 	checkUnavailable(t, "indexer IngestDocument over gRPC", err)
 
+	// Probes: readiness follows the database, liveness does not, so
+	// Kubernetes takes the pods out of rotation without restarting them.
+	probe := func(path string) int {
+		resp, err := http.Get(gw + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool { return probe("/readyz") == http.StatusServiceUnavailable },
+		"gateway /readyz is not 503 while the database is down")
+	if code := probe("/livez"); code != http.StatusOK {
+		t.Errorf("gateway /livez = %d while the database is down, want 200", code)
+	}
+	health := healthpb.NewHealthClient(orch)
+	for _, tc := range []struct {
+		service string
+		want    healthpb.HealthCheckResponse_ServingStatus
+	}{
+		{"", healthpb.HealthCheckResponse_NOT_SERVING},                // readiness
+		{grpcx.LivenessService, healthpb.HealthCheckResponse_SERVING}, // liveness
+		{grpcx.DependencyPrefix + "mongo", healthpb.HealthCheckResponse_NOT_SERVING},
+	} {
+		r, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: tc.service})
+		if err != nil || r.GetStatus() != tc.want {
+			t.Errorf("orchestrator health %q = %v, %v during the outage; want %v", tc.service, r.GetStatus(), err, tc.want)
+		}
+	}
+	t.Logf("database down: /readyz %d, /livez %d", probe("/readyz"), probe("/livez"))
+
 	// The database comes back on the same files and address.
 	m2, err := testkit.StartMongo(context.Background(), testkit.MongoOptions{Dir: mongoDir, Addr: mongoURL.Host})
 	if err != nil {
@@ -130,6 +162,8 @@ func TestDatabaseOutageIsUnavailable(t *testing.T) {
 			return last.code == http.StatusOK
 		}, "%s after the database came back: %v", r.name, &last)
 	}
+	testkit.Eventually(t, 30*time.Second, func() bool { return probe("/readyz") == http.StatusOK },
+		"gateway /readyz is not 200 once the database is back")
 }
 
 // checkUnavailable fails unless err is Unavailable with outage's reason.
