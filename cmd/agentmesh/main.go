@@ -36,6 +36,16 @@ Usage:
 Configuration is read from environment variables; see README.md.
 `
 
+const upUsage = `Usage: agentmesh up
+
+Runs the whole mesh in this process: embedded NATS JetStream and FerretDB
+(unless NATS_URL / MONGO_URI name real ones), every service on loopback
+ports from AGENTMESH_GRPC_BASE_PORT (9091), the gateway and web console on
+HTTP_ADDR (:8080), data under AGENTMESH_DATA_DIR (.agentmesh). It prints the
+URLs once every component serves; Ctrl-C stops it. Metrics of every service
+are on the gateway's /metrics. Every variable: agentmesh env.
+`
+
 func main() {
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "agentmesh:", err)
@@ -52,6 +62,14 @@ func run(args []string) error {
 	defer stop()
 	switch args[0] {
 	case "up":
+		if len(args) > 1 {
+			// A flag must not start the mesh: --help is a question.
+			if isHelp(args[1]) {
+				fmt.Print(upUsage)
+				return nil
+			}
+			return fmt.Errorf("up takes no arguments, got %q\n\n%s", args[1:], upUsage)
+		}
 		return up.Run(ctx, config.Env(), os.Stdout)
 	case "jobs", "classify", "indexer", "mcp":
 		var cfg cli.Config
@@ -71,10 +89,18 @@ func run(args []string) error {
 	case "env":
 		up.PrintVarsTable(os.Stdout)
 		return nil
-	case "help", "-h", "--help":
+	case "help", "-h", "--help", "-help":
 		fmt.Print(usage)
 		return nil
 	default:
 		return fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
 	}
+}
+
+func isHelp(arg string) bool {
+	switch arg {
+	case "help", "-h", "--help", "-help":
+		return true
+	}
+	return false
 }

@@ -34,7 +34,7 @@ type Common struct {
 	GRPCAddr string `env:"GRPC_ADDR" default:":9090" help:"gRPC listen address"`
 	// MetricsAddr serves /metrics; set to empty, it disables it (unset,
 	// it is the default).
-	MetricsAddr string `env:"METRICS_ADDR" default:":9464" allowempty:"true" help:"Prometheus /metrics listen address; set but empty (METRICS_ADDR=) disables it"`
+	MetricsAddr string `env:"METRICS_ADDR" default:":9464" allowempty:"true" help:"Prometheus /metrics listen address; set but empty (METRICS_ADDR=) disables it. Under agentmesh up every service's metrics are on the gateway's /metrics, and on this address too only when it is set"`
 	// Server tunes the gRPC server.
 	Server grpcx.ServerConfig `env:""`
 	// Log configures logging.
@@ -97,7 +97,7 @@ func serve[C HasCommon](name string, cfg C, common *Common, log *slog.Logger, ru
 	}()
 
 	if common.MetricsAddr != "" {
-		defer serveMetrics(common.MetricsAddr, tel.MetricsHandler(), log)()
+		defer ServeMetrics(common.MetricsAddr, tel.MetricsHandler(), log)()
 	}
 
 	lis, err := net.Listen("tcp", common.GRPCAddr)
@@ -108,10 +108,10 @@ func serve[C HasCommon](name string, cfg C, common *Common, log *slog.Logger, ru
 	return run(ctx, cfg, Runtime{Logger: log, Listener: lis, Server: common.Server})
 }
 
-// serveMetrics serves h at /metrics on addr until the returned func is
-// called. An address it cannot listen on is logged, and the service runs
-// on without metrics.
-func serveMetrics(addr string, h http.Handler, log *slog.Logger) (stop func()) {
+// ServeMetrics serves h at /metrics on addr until the returned func is
+// called. An address it cannot listen on is logged, and the process runs
+// on without metrics there.
+func ServeMetrics(addr string, h http.Handler, log *slog.Logger) (stop func()) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		log.Error("metrics server failed", "error", err)

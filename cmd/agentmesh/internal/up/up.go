@@ -58,13 +58,17 @@ type component struct {
 	run  func(ctx context.Context, rt service.Runtime) error
 }
 
-// prepare loads cfg from lookup and returns a func that runs the service, so
-// every configuration error is reported before anything starts.
+// prepare loads cfg from lookup and returns a func that runs the service
+// with its own gRPC server settings, so every configuration error is
+// reported before anything starts.
 func prepare[C service.HasCommon](cfg C, lookup config.Lookup, run func(context.Context, C, service.Runtime) error) (func(context.Context, service.Runtime) error, error) {
 	if err := config.Load("", cfg, lookup); err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, rt service.Runtime) error { return run(ctx, cfg, rt) }, nil
+	return func(ctx context.Context, rt service.Runtime) error {
+		rt.Server = cfg.CommonConfig().Server
+		return run(ctx, cfg, rt)
+	}, nil
 }
 
 // Run starts the mesh and blocks until ctx is done, then shuts everything
@@ -78,7 +82,7 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 	// On a terminal, text logs read better; LOG_FORMAT=json still wins.
 	format := "text"
 	if v, ok := env("LOG_FORMAT"); ok && v != "" {
-		format = v
+		format = cfg.Log.Format // checked by Load
 	}
 	log := telemetry.NewLogger(os.Stderr, format, cfg.Log.Level, "")
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
@@ -115,7 +119,10 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 		natsURL = n.URL()
 	}
 
-	tel, err := telemetry.Setup(ctx, "agentmesh", service.Version, cfg.Telemetry)
+	// One process, several services: each service's spans carry its own
+	// service.name (its context says which), and the embedded database's
+	// own spans none at all.
+	tel, err := telemetry.SetupMesh(ctx, service.Version, cfg.Telemetry)
 	if err != nil {
 		return err
 	}
@@ -124,6 +131,11 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 		defer cancel()
 		_ = tel.Shutdown(sctx)
 	}()
+	// Every service's metrics are on the gateway's /metrics; METRICS_ADDR,
+	// when set, serves them on a port of their own as well.
+	if v, ok := env("METRICS_ADDR"); ok && v != "" {
+		defer service.ServeMetrics(v, tel.MetricsHandler(), log)()
+	}
 
 	// Listen first, so the addresses handed to peers are real even when the
 	// ports are chosen by the kernel (AGENTMESH_GRPC_BASE_PORT=0, in tests).
@@ -205,7 +217,9 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 		return errors.Join(errs...)
 	}
 
-	// Services, each on its own loopback port.
+	// Services, each on its own loopback port, and the gateway. The banner
+	// waits until every one of them has said it serves.
+	ready := make(chan string, len(comps)+1)
 	svcCtx, stopServices := context.WithCancel(context.Background())
 	defer stopServices()
 	failed := make(chan error, len(comps)+1)
@@ -214,33 +228,47 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 		svcWG.Add(1)
 		go func(c component, lis net.Listener) {
 			defer svcWG.Done()
-			rt := service.Runtime{Logger: log.With("service", c.name), Listener: lis}
-			if err := c.run(svcCtx, rt); err != nil {
+			rt := service.Runtime{Logger: log.With("service", c.name), Listener: lis, Ready: func() { ready <- c.name }}
+			if err := c.run(telemetry.WithService(svcCtx, c.name), rt); err != nil {
 				failed <- fmt.Errorf("%s: %w", c.name, err)
 			}
 		}(c, listeners[c.name])
 	}
 
-	// Gateway.
 	gwCtx, stopGateway := context.WithCancel(context.Background())
 	defer stopGateway()
 	gwDone := make(chan struct{})
 	go func() {
 		defer close(gwDone)
-		rt := httpgateway.Runtime{Logger: log.With("service", "gateway"), Listener: gwLis, Metrics: tel.MetricsHandler()}
-		if err := httpgateway.Run(gwCtx, &gwCfg, rt); err != nil {
-			failed <- fmt.Errorf("gateway: %w", err)
+		rt := httpgateway.Runtime{Logger: log.With("service", httpgateway.Name), Listener: gwLis, Metrics: tel.MetricsHandler(),
+			Ready: func() { ready <- httpgateway.Name }}
+		if err := httpgateway.Run(telemetry.WithService(gwCtx, httpgateway.Name), &gwCfg, rt); err != nil {
+			failed <- fmt.Errorf("%s: %w", httpgateway.Name, err)
 		}
 	}()
 
-	printBanner(out, gwLis.Addr(), addr, names, mongoURI, cfg.MongoURI == "", natsURL, cfg.NATSURL == "", cfg.DataDir)
-
 	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case runErr = <-failed:
+	allUp := false
+	for waiting := len(comps) + 1; waiting > 0 && runErr == nil && ctx.Err() == nil; {
+		select {
+		case <-ready:
+			waiting--
+			allUp = waiting == 0
+		case runErr = <-failed:
+		case <-ctx.Done():
+		}
+	}
+	if allUp {
+		printBanner(out, gwLis.Addr(), addr, names, mongoURI, cfg.MongoURI == "", natsURL, cfg.NATSURL == "", cfg.DataDir, cfg.Telemetry)
+		select {
+		case <-ctx.Done():
+		case runErr = <-failed:
+		}
+	}
+	if runErr != nil {
 		log.Error("a component failed; shutting down", "error", runErr)
+	} else {
+		log.Info("shutting down")
 	}
 	stopGateway()
 	<-gwDone
@@ -250,10 +278,10 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 	return runErr
 }
 
-func printBanner(out io.Writer, gw net.Addr, addr map[string]string, names []string, mongoURI string, mongoEmbedded bool, natsURL string, natsEmbedded bool, dataDir string) {
+func printBanner(out io.Writer, gw net.Addr, addr map[string]string, names []string, mongoURI string, mongoEmbedded bool, natsURL string, natsEmbedded bool, dataDir string, tel telemetry.Config) {
 	port := gw.(*net.TCPAddr).Port
 	fmt.Fprintf(out, "\nagentmesh is up\n\n")
-	fmt.Fprintf(out, "  gateway       http://localhost:%d   (console: /console/, health: /healthz, API: /openapi.json, metrics: /metrics)\n", port)
+	fmt.Fprintf(out, "  gateway       http://localhost:%d   (console: /console/, health: /healthz, API: /openapi.json, metrics of every service: /metrics)\n", port)
 	for _, n := range names {
 		fmt.Fprintf(out, "  %-13s grpc://%s\n", n, addr[n])
 	}
@@ -266,6 +294,9 @@ func printBanner(out io.Writer, gw net.Addr, addr map[string]string, names []str
 		fmt.Fprintf(out, "  nats          %s (embedded JetStream, data in %s)\n", natsURL, filepath.Join(dataDir, "nats"))
 	} else {
 		fmt.Fprintf(out, "  nats          %s\n", natsURL)
+	}
+	if tel.Endpoint != "" {
+		fmt.Fprintf(out, "  traces        OTLP %s to %s, service.name per service\n", tel.Protocol, tel.Endpoint)
 	}
 	fmt.Fprintf(out, "\n  try: curl localhost:%d/healthz\n       grpcurl -plaintext %s list\n\nCtrl-C stops the mesh.\n\n", port, addr["modelgateway"])
 }
