@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -60,9 +63,22 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 		}
 	}
 	filter := events.EventSubjectPrefix + events.SubjectToken(tenant) + ".job.>"
-	delivered := map[string]jobMark{} // job id → last state sent
-	finishing := false                // the analysis's final event was sent
-	err = e.bus.Replay(ctx, events.StreamEvents, filter, start, func(seq uint64, ev *commonv1.Event) error {
+	w := &treeWatch{e: e, tenant: tenant, project: project, rootID: rootID, resumed: afterSeq > 0,
+		delivered: map[string]jobMark{}}
+	if w.resumed {
+		// The client may already hold the analysis's final event (its stream
+		// was cut after it): then only the rest of the tree, or nothing,
+		// remains to send, and no later event of the root will come.
+		if w.rootFinalDelivered(ctx, root, afterSeq) {
+			if w.done(ctx) {
+				return nil
+			}
+		}
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go w.recheckWhileIdle(rctx, cancel)
+	err = e.bus.Replay(rctx, events.StreamEvents, filter, start, func(seq uint64, ev *commonv1.Event) error {
 		if ev.GetCorrelationId() != rootID || ev.GetScope().GetProjectId() != project {
 			return nil
 		}
@@ -73,19 +89,94 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 		if err := fn(seq, &je); err != nil {
 			return err
 		}
-		delivered[je.GetJob().GetId()] = markOf(je.GetJob())
-		if je.GetJob().GetId() == rootID {
-			finishing = StatusFromProto(je.GetJob().GetStatus()).Terminal()
-		}
-		if finishing && e.treeDelivered(ctx, tenant, project, rootID, delivered, afterSeq > 0) {
+		w.deliver(je.GetJob())
+		if w.done(rctx) {
 			return errWatchDone
 		}
 		return nil
 	})
-	if errors.Is(err, errWatchDone) {
+	if errors.Is(err, errWatchDone) || errors.Is(context.Cause(rctx), errWatchDone) {
 		return nil
 	}
 	return err
+}
+
+// watchRecheck is how long a finishing watch waits without an event before
+// it reads the tree again: the read made on the last event may have failed
+// (the database was down at that moment), and no further event may come.
+const watchRecheck = time.Second
+
+// treeWatch is what a Watch knows of the events it sent.
+type treeWatch struct {
+	e                       *Engine
+	tenant, project, rootID string
+	resumed                 bool // the client resumed after a sequence
+
+	mu        sync.Mutex
+	delivered map[string]jobMark // job id → last state sent
+	finishing bool               // the analysis's final event was sent
+	last      time.Time          // when the last event was sent
+}
+
+func (w *treeWatch) deliver(j *orchestratorv1.Job) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.delivered[j.GetId()] = markOf(j)
+	if j.GetId() == w.rootID {
+		w.finishing = StatusFromProto(j.GetStatus()).Terminal()
+	}
+	w.last = time.Now()
+}
+
+// done reports whether the analysis finished and every job's final event
+// was sent.
+func (w *treeWatch) done(ctx context.Context) bool {
+	w.mu.Lock()
+	finishing, delivered := w.finishing, maps.Clone(w.delivered)
+	w.mu.Unlock()
+	return finishing && w.e.treeDelivered(ctx, w.tenant, w.project, w.rootID, delivered, w.resumed)
+}
+
+// rootFinalDelivered records the root's final event as sent when the root
+// is finished and that event's sequence is at most afterSeq.
+func (w *treeWatch) rootFinalDelivered(ctx context.Context, root *Job, afterSeq uint64) bool {
+	if !root.Status.Terminal() {
+		return false
+	}
+	stream, err := w.e.eventStream(ctx)
+	if err != nil {
+		return false
+	}
+	msg, err := stream.GetLastMsgForSubject(ctx, events.EventSubject(root.Tenant, "job", root.ID, string(root.Status)))
+	if err != nil || msg.Sequence > afterSeq {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.delivered[root.ID] = root.mark()
+	w.finishing = true
+	return true
+}
+
+// recheckWhileIdle ends the watch (cancel with errWatchDone) when, after
+// watchRecheck without events, the finished tree turns out to be sent.
+func (w *treeWatch) recheckWhileIdle(ctx context.Context, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(watchRecheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		idle := w.finishing && time.Since(w.last) >= watchRecheck
+		w.mu.Unlock()
+		if idle && w.done(ctx) {
+			cancel(errWatchDone)
+			return
+		}
+	}
 }
 
 // jobMark is what a watch remembers of the last event it sent for a job:

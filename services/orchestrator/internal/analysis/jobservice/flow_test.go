@@ -153,6 +153,18 @@ func testAnalysisEndToEnd(t *testing.T, singleWriter bool) {
 		t.Errorf("replay after %d: %d events starting %v, want %d starting %d", mid, len(rest), rest, len(events)-7, events[7].seq)
 	}
 
+	// A client whose stream was cut after the last event, before the stream
+	// ended, resumes with that event's id: nothing is left to send, and the
+	// watch ends at once instead of waiting for events that never come.
+	start := time.Now()
+	tail, err := e.watch(root.GetId(), events[len(events)-1].seq)()
+	if err != nil || len(tail) != 0 {
+		t.Errorf("resume after the last event: %v, %d events %v; want an empty stream that ends", err, len(tail), tail)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("resume after the last event took %v to end", took)
+	}
+
 	// The tree as `agentmesh jobs tree` prints it.
 	var b strings.Builder
 	if err := jobstree.Print(&b, final); err != nil {
