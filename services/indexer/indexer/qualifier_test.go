@@ -271,6 +271,7 @@ func TestQualifierScenarios(t *testing.T) {
 		// Routing.
 		sim.When(providersim.Match{Tools: []string{"route_task"}, AnyMessageContains: "slowpoke"}).Hang()
 		sim.When(providersim.Match{Tools: []string{"route_task"}, AnyMessageContains: "notool"}).Text("Looks informational to me.")
+		sim.When(providersim.Match{Tools: []string{"route_task"}, AnyMessageContains: "badargs"}).ToolCall("route_task", `{"decision": "MAYBE", "reason": "unsure"}`)
 		sim.When(providersim.Match{Tools: []string{"route_task"}, AnyMessageContains: "PAY-412"}).
 			ToolCall("route_task", map[string]any{"decision": "LIFT_UP", "reason": "a code change to make the pool configurable"})
 		sim.When(providersim.Match{Tools: []string{"route_task"}}).ToolCall("route_task", map[string]any{"decision": "DONE", "reason": "informational"})
@@ -410,6 +411,12 @@ func TestQualifierScenarios(t *testing.T) {
 					t.Errorf("routing warning %q", w)
 				}
 			}},
+	}, {
+		name: "model calls the routing tool with a decision it does not offer",
+		req:  &indexerv1.IngestDocumentRequest{SourceType: indexerv1.SourceType_SOURCE_TYPE_OTHER, Title: "badargs", RawContent: "Parking badargs: the garage closes at nine."},
+		want: want{typ: indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_GENERIC, typeBy: indexerv1.DecidedBy_DECIDED_BY_MODEL,
+			ran: []string{"content_type", "extraction", "indexing", "routing"}, routing: indexerv1.Routing_ROUTING_DONE, routingBy: indexerv1.DecidedBy_DECIDED_BY_FALLBACK,
+			errors: []string{"routing model"}},
 	}, {
 		name: "model answers garbage",
 		req:  &indexerv1.IngestDocumentRequest{SourceType: indexerv1.SourceType_SOURCE_TYPE_OTHER, Title: "zebracorn", RawContent: "The zebracorn sighting was near the river."},

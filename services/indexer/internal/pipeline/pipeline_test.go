@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,6 +92,32 @@ func TestParseEmailCharsets(t *testing.T) {
 	}
 }
 
+// nested is a message of depth multiparts, each the only part of the
+// one around it, around a text part.
+func nested(depth int) string {
+	var b strings.Builder
+	b.WriteString("From: a@example.com\r\nTo: b@example.com\r\nContent-Type: multipart/mixed; boundary=b0\r\n\r\n")
+	for i := 1; i < depth; i++ {
+		fmt.Fprintf(&b, "--b%d\r\nContent-Type: multipart/mixed; boundary=b%d\r\n\r\n", i-1, i)
+	}
+	fmt.Fprintf(&b, "--b%d\r\nContent-Type: text/plain\r\n\r\ndeep\r\n--b%d--\r\n", depth-1, depth-1)
+	for i := depth - 2; i >= 0; i-- {
+		fmt.Fprintf(&b, "--b%d--\r\n", i)
+	}
+	return b.String()
+}
+
+func TestParseEmailNesting(t *testing.T) {
+	t.Parallel()
+	e, err := pipeline.ParseEmail(nested(8))
+	if err != nil {
+		t.Fatalf("8 levels: %v", err)
+	}
+	if e.Text != "deep" {
+		t.Errorf("text %q", e.Text)
+	}
+}
+
 func TestParseEmailRejects(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -102,6 +129,7 @@ func TestParseEmailRejects(t *testing.T) {
 		{"multipart without boundary", "From: a@example.com\nTo: b@example.com\nContent-Type: multipart/mixed\n\nbody", false},
 		{"boundary never found", "From: a@example.com\nTo: b@example.com\nContent-Type: multipart/mixed; boundary=zz\n\nno parts here", false},
 		{"bad base64", "From: a@example.com\nTo: b@example.com\nContent-Transfer-Encoding: base64\n\n!!!not base64!!!", false},
+		{"multiparts nested too deep", nested(9), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := pipeline.ParseEmail(tc.raw)
