@@ -209,6 +209,15 @@ func TestUserSQLAndWriteData(t *testing.T) {
 		t.Fatalf("all_tracks has %d rows (%q), %v; want 3503 tracks", n, name, err)
 	}
 
+	// E-mail is not configured on this server: SEND_EMAIL says so and
+	// changes nothing.
+	_, err = c.SendInput(ctxTimeout(t), &sqlagentv1.SendInputRequest{Scope: scopeA, SessionId: id, Selection: "email"})
+	if st, _ := status.FromError(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "SQLAGENT_SMTP_ADDR") {
+		t.Fatalf("email without SMTP: %v, want FailedPrecondition naming SQLAGENT_SMTP_ADDR", err)
+	}
+	if got, err := c.GetSession(ctxTimeout(t), &sqlagentv1.GetSessionRequest{Scope: scopeA, SessionId: id}); err != nil || got.GetSession().GetStage() != "NEED_WRITE_OR_EMAIL" {
+		t.Fatalf("session after the refused e-mail = %v, %v", got, err)
+	}
 	wantStage(t, send(t, c, id, "sel:done"), "DONE")
 	_, err = c.SendInput(ctxTimeout(t), &sqlagentv1.SendInputRequest{Scope: scopeA, SessionId: id, Text: "more"})
 	if status.Code(err) != codes.FailedPrecondition {
