@@ -1792,7 +1792,9 @@ type IntakeIndexing struct {
 	ProcessedCount int32 `protobuf:"varint,4,opt,name=processed_count,json=processedCount,proto3" json:"processed_count,omitempty"`
 	// Ids of the chunks (GetDocument fills them in).
 	ChunkIds []string `protobuf:"bytes,5,rep,name=chunk_ids,json=chunkIds,proto3" json:"chunk_ids,omitempty"`
-	// Indexing errors.
+	// Indexing problems that did not stop it. Empty today: every write of
+	// indexing either succeeds or fails the ingest, which start-up
+	// reconciliation then redoes whole.
 	Errors        []string `protobuf:"bytes,6,rep,name=errors,proto3" json:"errors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
