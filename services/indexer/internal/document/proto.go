@@ -16,8 +16,13 @@ func (s Scope) Proto() *commonv1.Scope {
 	return &commonv1.Scope{TenantId: s.Tenant, ProjectId: s.Project}
 }
 
+// MaxRepeatedText is the longest raw content a response repeats as the
+// pipeline's original text: twice a long text would push a response past
+// gRPC's default 4 MiB limit.
+const MaxRepeatedText = 1 << 20
+
 // Proto returns the document as the contract's message; the raw content
-// only when withRaw is true.
+// and the pipeline state only when withRaw is true.
 func (d *Document) Proto(withRaw bool) *indexerv1.Document {
 	p := &indexerv1.Document{
 		Id: d.ID, Scope: d.Scope.Proto(), SourceType: d.SourceType, SourceUrl: d.SourceURL, Title: d.Title,
@@ -32,7 +37,9 @@ func (d *Document) Proto(withRaw bool) *indexerv1.Document {
 			// The state with what the record holds elsewhere: the
 			// original text and the chunks' ids.
 			p.Pipeline = proto.Clone(d.Pipeline).(*indexerv1.IntakePipeline)
-			p.Pipeline.OriginalText = d.RawContent
+			if len(d.RawContent) <= MaxRepeatedText {
+				p.Pipeline.OriginalText = d.RawContent
+			}
 			if p.Pipeline.Indexing != nil {
 				p.Pipeline.Indexing.ChunkIds = ChunkIDs(d.ID, d.Chunks())
 			}

@@ -785,7 +785,9 @@ type IntakePipeline struct {
 	// Where the content came from: the source URL, else
 	// "urn:agentmesh:indexer:document:<id>".
 	SourceUrn string `protobuf:"bytes,3,opt,name=source_urn,json=sourceUrn,proto3" json:"source_urn,omitempty"`
-	// The text as ingested (Document.raw_content).
+	// The text as ingested: Document.raw_content, repeated here when it is
+	// at most 1 MiB (beyond, only raw_content carries it, so a response
+	// stays within gRPC's default 4 MiB).
 	OriginalText string `protobuf:"bytes,4,opt,name=original_text,json=originalText,proto3" json:"original_text,omitempty"`
 	// Attachments, those carried in an .eml included.
 	Attachments []*IntakeAttachment `protobuf:"bytes,5,rep,name=attachments,proto3" json:"attachments,omitempty"`
