@@ -37,6 +37,8 @@ type Config struct {
 	Chat ChatConfig `env:""`
 	// Analysis configures analysis jobs (JobService).
 	Analysis jobservice.Config `env:""`
+	// LiftedAnalyses starts an analysis for each document intake lifts up.
+	LiftedAnalyses bool `env:"ORCHESTRATOR_LIFTED_ANALYSES" default:"true" help:"start an analysis job for each document the indexer's intake routes LIFT_UP (the document names the job); off, lifted documents wait for someone to act"`
 	// MCP configures each tenant's MCP servers, whose tools the chat loop
 	// and analyses offer.
 	MCP mcptools.Config `env:""`
@@ -93,11 +95,13 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	defer jobs.Stop() // before the bus and Mongo close (defers run last-in first-out)
 	jobs.Register(srv.GRPC())
 	// Documents intake lifts up become analyses (package handoff).
-	lifted, err := handoff.Start(ctx, bus, handoff.New(jobs.Engine(), rt.Logger))
-	if err != nil {
-		return err
+	if cfg.LiftedAnalyses {
+		lifted, err := handoff.Start(ctx, bus, handoff.New(jobs.Engine(), rt.Logger))
+		if err != nil {
+			return err
+		}
+		defer lifted.Stop() // before the jobs stop
 	}
-	defer lifted.Stop() // before the jobs stop
 	if rt.Ready != nil {
 		rt.Ready()
 	}
