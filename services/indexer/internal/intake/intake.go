@@ -1,10 +1,14 @@
 // Package intake is the indexer's pipeline — the qualifier: a document comes
-// in, its content type is detected, images go through vision, the text is
-// chunked, embedded and indexed (BM25, vectors, graph); an extraction job
-// on the JetStream work queue then runs the extractors, links the entities
-// they name in the graph, and decides routing (DONE or LIFT_UP). It also
-// deletes documents from every index, searches, rebuilds indexes from the
-// document store, and reconciles after a crash.
+// in, package pipeline's phases run (vision stage 1, content type, vision
+// stage 2, type-specific extraction, the indexing plan), the chunks they
+// plan are embedded and indexed (BM25, vectors, graph: every chunk PART_OF
+// the document's base node); an extraction job on the JetStream work
+// queue then runs the extractors, links the entities they and the
+// qualifier's extraction name in the graph, and routes (DONE or LIFT_UP:
+// rules, then the route_task tool). The pipeline state is written with
+// the document, each phase's part in the write that ends it (qualify.go).
+// It also deletes documents from every index, searches, rebuilds indexes
+// from the document store, and reconciles after a crash.
 //
 // # Several replicas
 //
