@@ -22,8 +22,9 @@ func (g *gateway) openAIHandler() (http.Handler, error) {
 			p, ok := principalFrom(r.Context())
 			return openaiapi.Caller{Tenant: p.tenant, Key: p.caller}, ok
 		},
-		Metadata: func(r *http.Request) metadata.MD { return requestMetadata(r.Context(), r) },
-		Log:      g.log,
+		Metadata:  func(r *http.Request) metadata.MD { return requestMetadata(r.Context(), r) },
+		KeepAlive: g.cfg.SSEKeepAlive,
+		Log:       g.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("httpgateway: %w", err)

@@ -55,6 +55,12 @@ models:
 // with the test's API keys; everything stops in t.Cleanup.
 func startMesh(t testing.TB) *mesh {
 	t.Helper()
+	return startMeshWith(t, httpgateway.Config{APIKeys: apiKeys})
+}
+
+// startMeshWith is startMesh with the HTTP gateway's configuration.
+func startMeshWith(t testing.TB, cfg httpgateway.Config) *mesh {
+	t.Helper()
 	sim := providersim.Start(t, providersim.Options{Flavor: providersim.DeepSeek})
 	addr := modelgatewaytest.Start(t, fmt.Sprintf(routing, sim.URL, sim.URL+"/v1"), map[string]string{
 		"DEEPSEEK_API_KEY":              "sim-key",
@@ -64,7 +70,7 @@ func startMesh(t testing.TB) *mesh {
 		"MODELGATEWAY_RETRY_BASE_DELAY": "10ms",
 		"MODELGATEWAY_RETRY_MAX_DELAY":  "20ms",
 	})
-	url := httpgatewaytest.Start(t, httpgateway.Config{APIKeys: apiKeys}, httpgateway.Backends{Model: httpgatewaytest.Dial(t, addr)})
+	url := httpgatewaytest.Start(t, cfg, httpgateway.Backends{Model: httpgatewaytest.Dial(t, addr)})
 	return &mesh{base: url + "/openai/v1", sim: sim, modelAddr: addr}
 }
 

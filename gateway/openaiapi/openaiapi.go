@@ -62,6 +62,9 @@ type Options struct {
 	// Metadata, if set, returns the gRPC metadata a request forwards to
 	// ModelService (scope, request id).
 	Metadata func(*http.Request) metadata.MD
+	// KeepAlive is how long a stream may stay silent before a
+	// ": keep-alive" comment; 0 means 15 seconds.
+	KeepAlive time.Duration
 	// MeterProvider receives the usage counters; nil uses the global one.
 	MeterProvider metric.MeterProvider
 	// Log receives failures on the server's side; nil discards them.
@@ -84,6 +87,9 @@ func New(opts Options) (*Handler, error) {
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = 15 * time.Second
 	}
 	if opts.MeterProvider == nil {
 		opts.MeterProvider = otel.GetMeterProvider()

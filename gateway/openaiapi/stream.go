@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -43,7 +44,12 @@ type delta struct {
 // nullUsage is the usage of every chunk but the last when usage is asked for.
 var nullUsage = json.RawMessage("null")
 
-// chunkWriter writes one stream's events.
+// chunkWriter writes one stream's events. A timer shares the response
+// with the handler: when the stream stays silent for the keep-alive
+// interval it sends a ": keep-alive" comment (answering 200 first if the
+// model has not started yet), so that proxies and load balancers with idle
+// timeouts keep the connection while a model thinks or queues. OpenAI's
+// SDKs skip comments.
 type chunkWriter struct {
 	w     http.ResponseWriter
 	rc    *http.ResponseController
@@ -53,6 +59,69 @@ type chunkWriter struct {
 	calls int  // tool calls sent, the next one's index
 	// caller is who asked, for the usage ledger.
 	caller Caller
+
+	every time.Duration
+	timer *time.Timer
+	mu    sync.Mutex // guards started, done and every write to w
+	// started is set once 200 and the event-stream headers are sent.
+	started bool
+	// done is set when the handler takes the response back: the timer
+	// writes nothing after it.
+	done bool
+}
+
+func newChunkWriter(w http.ResponseWriter, every time.Duration, base chunk, caller Caller) *chunkWriter {
+	cw := &chunkWriter{w: w, rc: http.NewResponseController(w), buf: make([]byte, 0, 512), base: base, caller: caller, every: every}
+	cw.mu.Lock() // the timer's callback takes it too: it sees cw.timer set
+	cw.timer = time.AfterFunc(every, cw.keepAlive)
+	cw.mu.Unlock()
+	return cw
+}
+
+// startLocked sends the status line and headers of the stream. cw.mu is held.
+func (cw *chunkWriter) startLocked() {
+	hd := cw.w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("X-Accel-Buffering", "no") // proxies must not hold chunks back
+	cw.w.WriteHeader(http.StatusOK)
+	cw.started = true
+}
+
+// keepAlive is the timer's: a comment after a silence.
+func (cw *chunkWriter) keepAlive() {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if cw.done {
+		return
+	}
+	if !cw.started {
+		cw.startLocked()
+	}
+	_, _ = cw.w.Write([]byte(": keep-alive\n\n"))
+	_ = cw.rc.Flush()
+	cw.timer.Reset(cw.every)
+}
+
+// reclaim takes the response back before the stream started, for an HTTP
+// error; it reports false when the stream has started (the error must
+// then be an event).
+func (cw *chunkWriter) reclaim() bool {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if cw.started {
+		return false
+	}
+	cw.done = true
+	return true
+}
+
+// close stops the keep-alives; the handler may then return.
+func (cw *chunkWriter) close() {
+	cw.mu.Lock()
+	cw.done = true
+	cw.mu.Unlock()
+	cw.timer.Stop()
 }
 
 // write sends c as one event and flushes it.
@@ -64,12 +133,19 @@ func (cw *chunkWriter) write(c *chunk) error {
 	return cw.event(b)
 }
 
-// event sends data as one event and flushes it.
+// event sends data as one event and flushes it, starting the stream if
+// it has not started.
 func (cw *chunkWriter) event(data []byte) error {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if !cw.started {
+		cw.startLocked()
+	}
 	cw.buf = append(append(append(cw.buf[:0], "data: "...), data...), "\n\n"...)
 	if _, err := cw.w.Write(cw.buf); err != nil {
 		return err
 	}
+	cw.timer.Reset(cw.every)
 	return cw.rc.Flush()
 }
 
@@ -87,37 +163,37 @@ func (cw *chunkWriter) delta(d delta, finish *string) error {
 // chatStream serves a chat completion with stream: true. It waits for the
 // first chunk before answering, so that a request that fails at once
 // (unknown model, no provider, rate limited) gets its HTTP status and
-// Retry-After like a unary one; after that, a failure is an event holding
-// an error object, which OpenAI's SDKs raise, and no [DONE].
+// Retry-After like a unary one, unless the model stays silent past the
+// keep-alive interval: then the stream starts with a keep-alive comment.
+// After the stream started, a failure is an event holding an error
+// object, which OpenAI's SDKs raise, and no [DONE].
 func (h *Handler) chatStream(w http.ResponseWriter, r *http.Request, cr *chatRequest) {
 	st, err := h.opts.Client.ChatStream(h.outgoing(r), &modelv1.ChatStreamRequest{Request: cr.req})
-	var first *modelv1.ChatStreamResponse
-	if err == nil {
-		first, err = st.Recv()
-		if errors.Is(err, io.EOF) {
-			err = status.Error(codes.Internal, "the model stream ended before its first chunk")
-		}
-	}
 	if err != nil {
 		h.count(r, "chat_stream", err)
 		h.fail(w, r, err)
 		return
 	}
-	hd := w.Header()
-	hd.Set("Content-Type", "text/event-stream")
-	hd.Set("Cache-Control", "no-cache")
-	hd.Set("X-Accel-Buffering", "no") // proxies must not hold chunks back
-	w.WriteHeader(http.StatusOK)
-
-	cw := &chunkWriter{w: w, rc: http.NewResponseController(w), buf: make([]byte, 0, 512), caller: h.caller(r),
-		base: chunk{ID: completionID(), Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: cr.req.GetModel()}}
+	base := chunk{ID: completionID(), Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: cr.req.GetModel()}
 	if cr.includeUsage {
-		cw.base.Usage = nullUsage
+		base.Usage = nullUsage
 	}
-	err = h.relay(cw, st, first, cr)
+	cw := newChunkWriter(w, h.opts.KeepAlive, base, h.caller(r))
+	defer cw.close()
+	first, err := st.Recv()
+	if errors.Is(err, io.EOF) {
+		err = status.Error(codes.Internal, "the model stream ended before its first chunk")
+	}
+	if err == nil {
+		err = h.relay(cw, st, first, cr)
+	}
 	h.count(r, "chat_stream", err)
 	if err == nil || r.Context().Err() != nil {
 		return // done, or the client left: nobody reads an error
+	}
+	if cw.reclaim() {
+		h.fail(w, r, err)
+		return
 	}
 	f := failureOf(err)
 	if f.status >= 500 {
