@@ -37,7 +37,13 @@ type LogEntry struct {
 }
 
 var (
-	logTimestamp = regexp.MustCompile(`^\s*\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)\]?`)
+	// logTimestamp is a line's first ISO 8601 date and time: at its start
+	// (plain text formats), or inside it ("time":"..." in JSON lines,
+	// time=... in logfmt).
+	logTimestamp = regexp.MustCompile(`(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)`)
+	// lineStart is the timestamp a plain text line starts with, which its
+	// message follows.
+	lineStart = regexp.MustCompile(`^\s*\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?\]?`)
 	logLevelRe   = regexp.MustCompile(`\b(TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|SEVERE|FATAL|CRITICAL|CRIT|PANIC)\b|\blevel=("?)(\w+)`)
 	// Error codes: "ERR-1042", "PAY_5001", "E1234", "ORA-00060",
 	// "code=LEDGER_TIMEOUT", "errno=111", HTTP statuses 4xx/5xx after
@@ -119,7 +125,7 @@ func ParseLog(text string) LogFacts {
 			continue
 		}
 		msg := l
-		if m := logTimestamp.FindStringIndex(l); m != nil {
+		if m := lineStart.FindStringIndex(l); m != nil {
 			msg = l[m[1]:]
 		}
 		msg = clip(strings.TrimSpace(msg), 300)

@@ -216,6 +216,28 @@ func TestParseLog(t *testing.T) {
 	}
 }
 
+// Structured formats carry their time and level inside the line: JSON
+// lines (Go's log/slog, Python's structlog), logfmt (Heroku, Go kit),
+// and Python's logging default format.
+func TestParseLogFormats(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, line, level string }{
+		{"slog JSON", `{"time":"2024-03-12T08:15:07.5+01:00","level":"ERROR","msg":"ledger write failed","code":"LEDGER_TIMEOUT"}`, "ERROR"},
+		{"logfmt", `time=2024-03-12T07:15:07.5Z level=warn msg="pool exhausted"`, "WARN"},
+		{"python logging", `2024-03-12 07:15:07,500 - ledger - CRITICAL - shutting down`, "FATAL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := pipeline.ParseLog(tc.line)
+			if want := time.Date(2024, 3, 12, 7, 15, 7, 500e6, time.UTC); !f.First.Equal(want) {
+				t.Errorf("time %v, want %v", f.First, want)
+			}
+			if f.Levels[tc.level] != 1 || len(f.Notable) != 1 {
+				t.Errorf("levels %v, notable %v", f.Levels, f.Notable)
+			}
+		})
+	}
+}
+
 // Vision found by stage 1 survives stage 2, a failed stage 2, and any
 // later setter that brings nothing.
 func TestSetVisionNeverLoses(t *testing.T) {
