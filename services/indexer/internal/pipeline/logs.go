@@ -43,8 +43,8 @@ var (
 	logTimestamp = regexp.MustCompile(`(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)`)
 	// lineStart is the timestamp a plain text line starts with, which its
 	// message follows.
-	lineStart = regexp.MustCompile(`^\s*\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?\]?`)
-	logLevelRe   = regexp.MustCompile(`\b(TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|SEVERE|FATAL|CRITICAL|CRIT|PANIC)\b|\blevel=("?)(\w+)`)
+	lineStart  = regexp.MustCompile(`^\s*\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?\]?`)
+	logLevelRe = regexp.MustCompile(`\b(TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|SEVERE|FATAL|CRITICAL|CRIT|PANIC)\b|\blevel=("?)(\w+)`)
 	// Error codes: "ERR-1042", "PAY_5001", "E1234", "ORA-00060",
 	// "code=LEDGER_TIMEOUT", "errno=111", HTTP statuses 4xx/5xx after
 	// "status"/"HTTP".
