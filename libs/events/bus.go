@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,6 +28,9 @@ type Bus struct {
 	js     jetstream.JetStream
 	logger *slog.Logger
 	closed chan struct{} // closed by the connection's ClosedHandler
+
+	metricsOnce sync.Once
+	metrics     *instruments // set once by meters
 }
 
 // Connect dials the NATS server(s) at url (a comma-separated list is
