@@ -139,6 +139,18 @@ func TestUpTelemetry(t *testing.T) {
 	}
 	resp.Body.Close()
 
+	// A classification run on the sample conversations: its stream ends at
+	// the fetch approval.
+	resp, err = http.Post(gw+"/agents/classificationAgent/runs", "application/json", strings.NewReader(`{"instruction":"Classify chat conversations"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "event: agent.run.awaiting_fetch_approval") {
+		t.Fatalf("classification run: %d %s", resp.StatusCode, body)
+	}
+
 	var samples []sample
 	var text string
 	testkit.Eventually(t, 30*time.Second, func() bool {
@@ -191,6 +203,14 @@ func TestUpTelemetry(t *testing.T) {
 	if strings.Contains(text, conv) {
 		t.Errorf("/metrics names the conversation id %s: a label holds a raw path", conv)
 	}
+	for _, state := range []string{"Planning", "Fetching", "AwaitingFetchApproval"} {
+		if n, _ := sum(samples, "agentmesh_classifier_run_transitions_total", map[string]string{"state": state}); n != 1 {
+			t.Errorf("classification runs entering %s: %v, want 1", state, n)
+		}
+	}
+	if n, _ := sum(samples, "agentmesh_classifier_run_transitions_total", map[string]string{"state": "Completed"}); n != 0 {
+		t.Errorf("classification runs completed: %v, want 0", n)
+	}
 	if _, ok := sum(samples, httpDur+"_count", map[string]string{"http_route": streamRoute}); !ok {
 		t.Errorf("no %s series with http_route=%q", httpDur, streamRoute)
 	}
@@ -199,7 +219,8 @@ func TestUpTelemetry(t *testing.T) {
 	for _, line := range strings.Split(text, "\n") {
 		bucket := strings.Contains(line, `le="0.1"`) || strings.Contains(line, `le="0.5"`)
 		if (strings.HasPrefix(line, httpDur+"_bucket") || strings.HasPrefix(line, "agentmesh_orchestrator_turn_duration_seconds_bucket")) && bucket ||
-			strings.HasPrefix(line, "agentmesh_events_") && !strings.Contains(line, "_bucket") {
+			strings.HasPrefix(line, "agentmesh_events_") && !strings.Contains(line, "_bucket") ||
+			strings.HasPrefix(line, "agentmesh_classifier_") || strings.HasPrefix(line, "agentmesh_modelgateway_tokens_total") {
 			t.Log(line)
 		}
 	}

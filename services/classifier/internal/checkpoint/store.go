@@ -92,6 +92,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
@@ -200,11 +201,14 @@ type Store struct {
 	// notice after every step costs no read, and no wait for mu.
 	fmu       sync.Mutex // guards finishing
 	finishing map[string]bool
+
+	transitions metric.Int64Counter // runs entering each state
 }
 
 // NewStore returns a store on db's checkpoint collections.
 func NewStore(db *mongo.Database) *Store {
-	return &Store{coll: db.Collection(Collection), archive: db.Collection(ArchiveCollection), now: time.Now, finishing: map[string]bool{}}
+	return &Store{coll: db.Collection(Collection), archive: db.Collection(ArchiveCollection), now: time.Now, finishing: map[string]bool{},
+		transitions: newTransitions()}
 }
 
 // Collection is the collection of runs that can still change: the one
@@ -338,6 +342,7 @@ func (s *Store) Create(ctx context.Context, run statemachine.Run, lease *Lease, 
 	if _, err := s.coll.InsertOne(ctx, d); err != nil {
 		return Record{}, fmt.Errorf("checkpoint: create %s: %w", run.ID, mongox.Translate(err))
 	}
+	s.entered(ctx, run.State)
 	return Record{Run: run, Version: 1, Lease: lease, LastEventID: lastID(entries), EventCount: uint64(len(entries))}, nil
 }
 
@@ -376,6 +381,9 @@ func (s *Store) Commit(ctx context.Context, rec Record, run statemachine.Run, le
 			s.unfinish(run.ID)
 		}
 		return Record{}, err
+	}
+	if run.State != rec.Run.State {
+		s.entered(ctx, run.State)
 	}
 	return Record{Run: run, Version: rec.Version + 1, Lease: lease, LastEventID: last, EventCount: count}, nil
 }
