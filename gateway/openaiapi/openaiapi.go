@@ -15,7 +15,8 @@
 // and what the mesh cannot do (several choices, log probabilities, remote
 // image URLs) is refused rather than dropped. The README's conformance
 // table lists every field. Failures are OpenAI error objects with the
-// matching HTTP status, and Retry-After when the provider gave one.
+// matching HTTP status, and Retry-After when the provider gave one. A
+// stream that stays silent gets ": keep-alive" comments.
 //
 // The gateway authenticates requests before they reach this handler (an
 // OpenAI SDK sends its key as Authorization: Bearer); Options.Caller tells

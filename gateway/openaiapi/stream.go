@@ -187,6 +187,11 @@ func (h *Handler) chatStream(w http.ResponseWriter, r *http.Request, cr *chatReq
 	if err == nil {
 		err = h.relay(cw, st, first, cr)
 	}
+	if err != nil && r.Context().Err() != nil {
+		// The client left (a failed write, or the cancelled call): 499 in
+		// the request counter, not a server error.
+		err = status.FromContextError(r.Context().Err()).Err()
+	}
 	h.count(r, "chat_stream", err)
 	if err == nil || r.Context().Err() != nil {
 		return // done, or the client left: nobody reads an error

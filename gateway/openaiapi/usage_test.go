@@ -1,10 +1,12 @@
 package openaiapi_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -14,6 +16,7 @@ import (
 	"github.com/agentmesh/agentmesh/gateway/httpgateway/httpgatewaytest"
 	"github.com/agentmesh/agentmesh/gateway/openaiapi"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 )
 
@@ -99,15 +102,27 @@ func TestUsageCounters(t *testing.T) {
 	post(t, base+"/chat/completions", "", `{"model": "chat", "messages": [{"role": "user", "content": "metered marker"}]}`)
 	post(t, base+"/chat/completions", "", `{"model": "chat", "temperature": "hot", "messages": [{"role": "user", "content": "x"}]}`)
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
+	// A client that leaves a stream after its first chunk is a 499, not a
+	// server error.
+	m.sim.When(providersim.Match{LastUserContains: "leaving marker"}).Text("first words and then nothing").Hang()
+	resp := open(t, http.MethodPost, base+"/chat/completions", "", `{"model": "chat", "stream": true, "messages": [{"role": "user", "content": "leaving marker"}]}`)
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
-	sums := map[string]metricdata.Sum[int64]{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, mt := range sm.Metrics {
-			if s, ok := mt.Data.(metricdata.Sum[int64]); ok {
-				sums[mt.Name] = s
+	resp.Body.Close()
+
+	var sums map[string]metricdata.Sum[int64]
+	collect := func() {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		sums = map[string]metricdata.Sum[int64]{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, mt := range sm.Metrics {
+				if s, ok := mt.Data.(metricdata.Sum[int64]); ok {
+					sums[mt.Name] = s
+				}
 			}
 		}
 	}
@@ -121,6 +136,12 @@ func TestUsageCounters(t *testing.T) {
 		return -1
 	}
 	who := []attribute.KeyValue{attribute.String("tenant", "acme"), attribute.String("key", "alice")}
+	left := append(slices.Clone(who), attribute.String("endpoint", "chat_stream"), attribute.Int("http_status", 499))
+	// The handler notices the client left when the call is cancelled.
+	testkit.Eventually(t, waitLimit, func() bool {
+		collect()
+		return value("agentmesh.gateway.openai.requests", left...) == 1
+	}, "a stream the client left counted as 499")
 	if v := value("agentmesh.gateway.openai.tokens", append(who, attribute.String("model", "chat"), attribute.String("kind", "prompt"))...); v != 12 {
 		t.Errorf("prompt tokens %d, want 12 (%+v)", v, sums["agentmesh.gateway.openai.tokens"])
 	}
