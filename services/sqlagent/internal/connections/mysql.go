@@ -250,13 +250,13 @@ func (c *conn) auditMySQL(ctx context.Context) RoleAudit {
 // or replaced table, DELETE and INSERT ... SELECT in one transaction to
 // empty and refill one. A failure leaves the target as it was; the
 // staging table is dropped either way.
-func (c *conn) writeMySQL(ctx context.Context, wdb *sql.DB, selectSQL, table string, mode WriteMode, timeout time.Duration) (int64, error) {
+func (c *conn) writeMySQL(ctx context.Context, wdb *sql.DB, schema, table string, mode WriteMode, fill func(*tableWriter) error) (int64, error) {
 	wconn, err := wdb.Conn(ctx)
 	if err != nil {
 		return 0, dbError(err)
 	}
 	defer wconn.Close()
-	exists, err := tableExists(ctx, wconn, MySQL, table)
+	exists, err := tableExists(ctx, wconn, MySQL, schema, table)
 	if err != nil {
 		return 0, dbError(err)
 	}
@@ -266,20 +266,22 @@ func (c *conn) writeMySQL(ctx context.Context, wdb *sql.DB, selectSQL, table str
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	suffix := hex.EncodeToString(b[:])
-	staging, old := QuoteIdent(MySQL, "agentmesh_stage_"+suffix), QuoteIdent(MySQL, "agentmesh_old_"+suffix)
+	// The staging table lives beside the target: RENAME TABLE then
+	// stays within one database.
+	staging, old := qualified(MySQL, schema, "agentmesh_stage_"+suffix), qualified(MySQL, schema, "agentmesh_old_"+suffix)
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_, _ = wconn.ExecContext(dctx, "DROP TABLE IF EXISTS "+staging)
 	}()
 	w := &tableWriter{ctx: ctx, tx: wconn, dialect: MySQL, table: staging, mode: WriteCreate}
-	if err := c.streamMySQL(ctx, selectSQL, timeout, w.columns, w.row); err != nil {
+	if err := fill(w); err != nil {
 		return 0, err
 	}
 	if err := w.flush(); err != nil {
 		return 0, err
 	}
-	target := QuoteIdent(MySQL, table)
+	target := qualified(MySQL, schema, table)
 	switch {
 	case !exists:
 		_, err = wconn.ExecContext(ctx, "RENAME TABLE "+staging+" TO "+target)

@@ -63,6 +63,23 @@ func (r *Registry) WriteTable(ctx context.Context, name, selectSQL, table string
 	if err != nil {
 		return 0, err
 	}
+	return c.writeTo(ctx, "", table, mode, timeout, func(w *tableWriter) error {
+		switch c.spec.Dialect {
+		case Postgres:
+			return c.streamPostgres(w.ctx, selectSQL, timeout, w.columns, w.row)
+		case MySQL:
+			return c.streamMySQL(w.ctx, selectSQL, timeout, w.columns, w.row)
+		}
+		return c.guard.stream(w.ctx, selectSQL, w.columns, w.row)
+	})
+}
+
+// writeTo creates (or, as mode says, replaces or empties) table in schema
+// ("" for the connection's current schema) on c's writable pool and fills
+// it through fill, which calls w.columns once and then w.row for each
+// row, all in one transaction (MySQL: a staging table swapped in, see
+// writeMySQL).
+func (c *conn) writeTo(ctx context.Context, schema, table string, mode WriteMode, timeout time.Duration, fill func(w *tableWriter) error) (int64, error) {
 	if err := ValidTableName(table); err != nil {
 		return 0, fmt.Errorf("%w: %v", ErrQuery, err)
 	}
@@ -73,7 +90,7 @@ func (r *Registry) WriteTable(ctx context.Context, name, selectSQL, table string
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if c.spec.Dialect == MySQL {
-		return c.writeMySQL(ctx, wdb, selectSQL, table, mode, timeout)
+		return c.writeMySQL(ctx, wdb, schema, table, mode, fill)
 	}
 	wconn, err := wdb.Conn(ctx)
 	if err != nil {
@@ -99,20 +116,15 @@ func (r *Registry) WriteTable(ctx context.Context, name, selectSQL, table string
 		return 0, dbError(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	exists, err := tableExists(ctx, tx, c.spec.Dialect, table)
+	exists, err := tableExists(ctx, tx, c.spec.Dialect, schema, table)
 	if err != nil {
 		return 0, dbError(err)
 	}
 	if exists && mode != WriteDrop && mode != WriteTruncate {
 		return 0, fmt.Errorf("%w: table %s already exists", ErrQuery, table)
 	}
-	w := &tableWriter{ctx: ctx, tx: tx, dialect: c.spec.Dialect, table: QuoteIdent(c.spec.Dialect, table), exists: exists, mode: mode}
-	if c.spec.Dialect == Postgres {
-		err = c.streamPostgres(ctx, selectSQL, timeout, w.columns, w.row)
-	} else {
-		err = c.guard.stream(ctx, selectSQL, w.columns, w.row)
-	}
-	if err != nil {
+	w := &tableWriter{ctx: ctx, tx: tx, dialect: c.spec.Dialect, table: qualified(c.spec.Dialect, schema, table), exists: exists, mode: mode}
+	if err := fill(w); err != nil {
 		return 0, err
 	}
 	if err := w.flush(); err != nil {
@@ -122,6 +134,14 @@ func (r *Registry) WriteTable(ctx context.Context, name, selectSQL, table string
 		return 0, dbError(err)
 	}
 	return w.n, nil
+}
+
+// qualified is table quoted, after schema when one is named.
+func qualified(dialect, schema, table string) string {
+	if schema == "" {
+		return QuoteIdent(dialect, table)
+	}
+	return QuoteIdent(dialect, schema) + "." + QuoteIdent(dialect, table)
 }
 
 // column describes a result column: its name, and its type as the source
@@ -337,15 +357,19 @@ func QuoteIdent(dialect, name string) string {
 	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
 }
 
-func tableExists(ctx context.Context, tx execer, dialect, table string) (bool, error) {
+func tableExists(ctx context.Context, tx execer, dialect, schema, table string) (bool, error) {
 	var n int
-	q := `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`
+	var err error
 	switch dialect {
 	case Postgres:
-		q = `SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1`
+		err = tx.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = coalesce(nullif($1, ''), current_schema()) AND table_name = $2`, schema, table).Scan(&n)
 	case MySQL:
-		q = `SELECT count(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`
+		err = tx.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = coalesce(nullif(?, ''), DATABASE()) AND TABLE_NAME = ?`, schema, table).Scan(&n)
+	default:
+		if schema == "" {
+			schema = "main"
+		}
+		err = tx.QueryRowContext(ctx, `SELECT count(*) FROM `+QuoteIdent(SQLite, schema)+`.sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&n)
 	}
-	err := tx.QueryRowContext(ctx, q, table).Scan(&n)
 	return n > 0, err
 }
