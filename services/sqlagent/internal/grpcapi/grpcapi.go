@@ -147,9 +147,10 @@ func toScope(s *commonv1.Scope) session.Scope {
 }
 
 var jobKinds = map[string]sqlagentv1.JobKind{
-	session.JobReadSQL:   sqlagentv1.JobKind_JOB_KIND_READ_SQL,
-	session.JobWriteData: sqlagentv1.JobKind_JOB_KIND_WRITE_DATA,
-	session.JobSendEmail: sqlagentv1.JobKind_JOB_KIND_SEND_EMAIL,
+	session.JobReadSQL:    sqlagentv1.JobKind_JOB_KIND_READ_SQL,
+	session.JobWriteData:  sqlagentv1.JobKind_JOB_KIND_WRITE_DATA,
+	session.JobSendEmail:  sqlagentv1.JobKind_JOB_KIND_SEND_EMAIL,
+	session.JobCompareSQL: sqlagentv1.JobKind_JOB_KIND_COMPARE_SQL,
 }
 
 func toProto(s *session.Session) *sqlagentv1.Session {

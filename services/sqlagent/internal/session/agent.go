@@ -39,6 +39,9 @@ func NewAgent(store Store, dbs Databases, gen SQLWriter, opts Options) *Agent {
 	if opts.EmailRowLimit <= 0 {
 		opts.EmailRowLimit = defaultEmailRowLimit
 	}
+	if opts.CompareRowLimit <= 0 {
+		opts.CompareRowLimit = defaultCompareRowLimit
+	}
 	if opts.ExecutionLeaseTTL <= 0 {
 		opts.ExecutionLeaseTTL = defaultExecutionLeaseTTL
 	}
@@ -181,6 +184,9 @@ func (in input) word() string {
 
 // step applies one input to s in its current stage.
 func (a *Agent) step(ctx context.Context, s *Session, in input) (Reply, error) {
+	if s.JobKind == JobCompareSQL && s.Stage != StageNeedWriteOrEmail {
+		return a.onCompare(ctx, s, in)
+	}
 	if in.selection != "" && (s.Stage == StageNeedNaturalLanguage || s.Stage == StageNeedUserSQL) {
 		// Switching method from the dropdown.
 		return a.onMethod(ctx, s, in)
@@ -253,9 +259,13 @@ var methodOptions = []Option{
 	{Value: methodUserSQL, Label: "I'll write my own SQL"},
 }
 
+// startOptions are the choices at ASK_SQL_METHOD: a query, or a
+// comparison of two.
+var startOptions = append(append([]Option{}, methodOptions...), Option{Value: "compare", Label: "Compare two queries"})
+
 func (a *Agent) askMethod(s *Session, prefix string) Reply {
 	s.Stage, s.PendingSQL = StageAskSQLMethod, ""
-	return Reply{Text: prefix + " Should I generate the SQL from a question, or will you write your own?", Options: methodOptions}
+	return Reply{Text: prefix + " Should I generate the SQL from a question, or will you write your own? Or compare two queries?", Options: startOptions}
 }
 
 // onMethod handles ASK_SQL_METHOD and the next step after results: a
@@ -264,11 +274,13 @@ func (a *Agent) onMethod(ctx context.Context, s *Session, in input) (Reply, erro
 	w := in.word()
 	switch {
 	case w == methodGenerate || w == "generate sql" || w == "generate it":
-		s.Params[paramMethod], s.Stage = methodGenerate, StageNeedNaturalLanguage
+		s.JobKind, s.Params[paramMethod], s.Stage = JobReadSQL, methodGenerate, StageNeedNaturalLanguage
 		return Reply{Text: "What would you like to know? Ask in plain English."}, nil
 	case w == methodUserSQL || w == "write my own" || w == "my own" || w == "i'll write my own sql" || w == "own sql":
-		s.Params[paramMethod], s.Stage = methodUserSQL, StageNeedUserSQL
+		s.JobKind, s.Params[paramMethod], s.Stage = JobReadSQL, methodUserSQL, StageNeedUserSQL
 		return Reply{Text: "Type the SQL query to run (a single read-only SELECT)."}, nil
+	case isCompareWord(w) && s.Params[paramConnection] != "":
+		return a.startCompare(s), nil
 	case (s.Stage == StageShowResults || s.Stage == StageNeedWriteOrEmail) && (w == "write" || w == "write_data"):
 		return a.startWrite(s, in.field())
 	case (s.Stage == StageShowResults || s.Stage == StageNeedWriteOrEmail) && (w == "email" || w == "send_email" || w == "e-mail"):
@@ -312,29 +324,42 @@ func looksLikeSQL(text string) bool {
 // propose asks the model for SQL, checks it and asks for confirmation. A
 // proposal that fails the safety check is refused and never offered.
 func (a *Agent) propose(ctx context.Context, s *Session, question, previous, feedback string) (Reply, error) {
-	conn := s.Params[paramConnection]
+	sql, refusal, err := a.generate(ctx, s.Params[paramConnection], s.Params[paramDialect], question, previous, feedback)
+	if err != nil {
+		return Reply{}, err
+	}
+	if refusal != "" {
+		s.Stage, s.PendingSQL = StageNeedNaturalLanguage, ""
+		return Reply{Text: refusal}, nil
+	}
+	s.Stage, s.PendingSQL = StageConfirmGeneratedSQL, sql
+	return confirmReply("Here is the SQL I would run. Shall I run it? Reply yes to run it, or tell me what to change.", sql), nil
+}
+
+// generate asks the model for a query on connection conn, grounded on its
+// live schema, and checks it: the checked SQL, or a refusal to tell the
+// user when the model wrote none or wrote one that fails the check.
+// ErrUnavailable when the schema or the model cannot be reached.
+func (a *Agent) generate(ctx context.Context, conn, dialect, question, previous, feedback string) (sql, refusal string, err error) {
 	schema, err := a.dbs.SchemaText(ctx, conn)
 	if err != nil {
-		return Reply{}, fmt.Errorf("%w: read the schema of %s: %w", ErrUnavailable, conn, err)
+		return "", "", fmt.Errorf("%w: read the schema of %s: %w", ErrUnavailable, conn, err)
 	}
-	sql, err := a.gen.Generate(ctx, sqlgen.Request{
-		Dialect: s.Params[paramDialect], Schema: schema, Question: question,
+	sql, err = a.gen.Generate(ctx, sqlgen.Request{
+		Dialect: dialect, Schema: schema, Question: question,
 		PreviousSQL: previous, Feedback: feedback,
 	})
 	switch {
 	case errors.Is(err, sqlgen.ErrNoSQL):
-		s.Stage, s.PendingSQL = StageNeedNaturalLanguage, ""
-		return Reply{Text: fmt.Sprintf("I couldn't write a query for that (%v). Try rephrasing the question.", err)}, nil
+		return "", fmt.Sprintf("I couldn't write a query for that (%v). Try rephrasing the question.", err), nil
 	case err != nil:
-		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return "", "", fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	checked, err := safety.Check(sql, safety.Dialect(s.Params[paramDialect]))
+	checked, err := safety.Check(sql, safety.Dialect(dialect))
 	if err != nil {
-		s.Stage, s.PendingSQL = StageNeedNaturalLanguage, ""
-		return Reply{Text: fmt.Sprintf("I won't run the query the model wrote: %s. Only read-only SELECT queries are allowed; try rephrasing the question.", reason(err))}, nil
+		return "", fmt.Sprintf("I won't run the query the model wrote: %s. Only read-only SELECT queries are allowed; try rephrasing the question.", reason(err)), nil
 	}
-	s.Stage, s.PendingSQL = StageConfirmGeneratedSQL, checked
-	return confirmReply("Here is the SQL I would run. Shall I run it? Reply yes to run it, or tell me what to change.", checked), nil
+	return checked, "", nil
 }
 
 // proposeUserSQL checks the user's SQL and asks for confirmation, or refuses it.
@@ -440,6 +465,7 @@ var resultOptions = []Option{
 	{Value: methodUserSQL, Label: "Run my own SQL"},
 	{Value: "write", Label: "Write the result to a table"},
 	{Value: "email", Label: "E-mail a written table"},
+	{Value: "compare", Label: "Compare two queries"},
 	{Value: "done", Label: "Finish"},
 }
 
@@ -452,5 +478,5 @@ func (a *Agent) askNext(s *Session) Reply {
 	case StageNeedWriteOrEmail:
 		return Reply{Text: "E-mail the table, run another query, or finish?", Options: afterWriteOptions}
 	}
-	return Reply{Text: "Should I generate the SQL from a question, or will you write your own?", Options: methodOptions}
+	return Reply{Text: "Should I generate the SQL from a question, or will you write your own? Or compare two queries?", Options: startOptions}
 }

@@ -245,6 +245,17 @@ func testConcurrentConfirmationsRunTheSQLOnce(t *testing.T, db *mongo.Database) 
 			t.Errorf("the two confirmations moved the schema cookie by %d; one write moves it by %d", got, oneWrite)
 		}
 	})
+	t.Run("compare", func(t *testing.T) {
+		id := toConfirmCompare(t, agents[1], "raced_diff")
+		before := sh.schemaVersion(t)
+		winner, _ := race(id)
+		if winner.Stage != session.StageNeedWriteOrEmail || winner.Params["row_count"] != "1" {
+			t.Errorf("winner's session in %s, %v", winner.Stage, winner.Params)
+		}
+		if got := sh.schemaVersion(t) - before; got != oneWrite {
+			t.Errorf("the two confirmations moved the schema cookie by %d; one write moves it by %d", got, oneWrite)
+		}
+	})
 	t.Run("read", func(t *testing.T) {
 		id := toConfirmSQL(t, agents[0])
 		winner, _ := race(id)

@@ -165,6 +165,7 @@ var afterWriteOptions = []Option{
 	{Value: "email", Label: "E-mail the result"},
 	{Value: methodGenerate, Label: "Ask another question"},
 	{Value: methodUserSQL, Label: "Run my own SQL"},
+	{Value: "compare", Label: "Compare two queries"},
 	{Value: "done", Label: "Finish"},
 }
 

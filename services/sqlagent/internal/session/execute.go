@@ -61,6 +61,8 @@ func (a *Agent) execute(ctx context.Context, s *Session) (*Session, Reply, error
 		r, err = a.runWrite(run, s)
 	case ex.From == StageConfirmEmail:
 		r, err = a.runEmail(run, s)
+	case ex.From == StageExecuteCompareSQL:
+		r, err = a.runCompare(run, s)
 	default:
 		r, err = a.runQuery(run, s)
 	}
@@ -145,6 +147,8 @@ func (a *Agent) notRun(s *Session, ex *Execution, err error) Reply {
 		what = fmt.Sprintf("write %s", s.Params[paramTable])
 	case StageConfirmEmail:
 		what = "send the e-mail"
+	case StageExecuteCompareSQL:
+		what = fmt.Sprintf("compare the queries into %s", s.Params[paramCompareTable])
 	}
 	return a.confirmAgain(s, fmt.Sprintf("I could not %s: %v. Reply yes to try again, or cancel.", what, err))
 }
@@ -156,7 +160,8 @@ func (a *Agent) notRun(s *Session, ex *Execution, err error) Reply {
 func (a *Agent) interrupted(s *Session) Reply {
 	ex := s.Execution
 	s.Execution = nil
-	if ex == nil || (ex.From != StageConfirmGeneratedSQL && ex.From != StageConfirmUserSQL && ex.From != StageConfirmWrite && ex.From != StageConfirmEmail) {
+	if ex == nil || (ex.From != StageConfirmGeneratedSQL && ex.From != StageConfirmUserSQL && ex.From != StageConfirmWrite &&
+		ex.From != StageConfirmEmail && ex.From != StageExecuteCompareSQL) {
 		s.JobKind = JobReadSQL
 		return a.askMethod(s, "The last confirmed SQL was interrupted and its result was not recorded.")
 	}
@@ -165,6 +170,10 @@ func (a *Agent) interrupted(s *Session) Reply {
 	if ex.From == StageConfirmEmail {
 		return a.confirmAgain(s, fmt.Sprintf("The e-mail to %s, confirmed at %s, was interrupted before it was recorded: it may or may not have been sent. Reply yes to send it again, or cancel.",
 			s.Params[paramRecipients], at))
+	}
+	if ex.From == StageExecuteCompareSQL {
+		return a.confirmAgain(s, fmt.Sprintf("The comparison into %s, confirmed at %s, was interrupted before it was recorded: the table may or may not have been written. Reply yes to run it again, or cancel.",
+			s.Params[paramCompareTable], at))
 	}
 	if ex.From == StageConfirmWrite {
 		return a.confirmAgain(s, fmt.Sprintf("Writing to %s, confirmed at %s, was interrupted before it was recorded: the table may or may not have been written. Reply yes to write it again, or cancel.",
@@ -175,6 +184,11 @@ func (a *Agent) interrupted(s *Session) Reply {
 
 // confirmAgain asks for the confirmation of s's stage once more.
 func (a *Agent) confirmAgain(s *Session, text string) Reply {
+	if s.Stage == StageExecuteCompareSQL {
+		r := a.confirmCompare(s, "")
+		r.Text = text
+		return r
+	}
 	if s.Stage == StageConfirmEmail {
 		return Reply{Text: text, Options: confirmOptions, SQLToConfirm: s.Params[paramEmailSQL]}
 	}

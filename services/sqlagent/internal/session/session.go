@@ -2,7 +2,9 @@
 // asks for what it needs (connection, how to get the SQL, the question or
 // the SQL), shows SQL for confirmation, and only then runs it. READ_SQL's
 // result may be written to a table (WRITE_DATA), and a written table
-// e-mailed as CSV (SEND_EMAIL, email.go). Sessions are
+// e-mailed as CSV (SEND_EMAIL, email.go). COMPARE_SQL (compare.go,
+// diff.go) compares two confirmed queries, on one connection or two, and
+// writes the diff to a table. Sessions are
 // stored one document each, written with optimistic concurrency.
 //
 // # A confirmed SQL runs once
@@ -59,6 +61,8 @@ const (
 	JobWriteData = "WRITE_DATA"
 	// JobSendEmail e-mails the result of a query over a written table.
 	JobSendEmail = "SEND_EMAIL"
+	// JobCompareSQL compares the results of two queries.
+	JobCompareSQL = "COMPARE_SQL"
 )
 
 // Stage is a position in a job's stage machine.
@@ -88,6 +92,7 @@ const (
 	defaultQueryTimeout                         = 30 * time.Second
 	defaultExecutionLeaseTTL                    = 6 * time.Second
 	defaultEmailRowLimit                        = 10000
+	defaultCompareRowLimit                      = 100000
 	roleUser, roleAgent                         = "user", "agent"
 	paramConnection, paramDialect               = "connection", "dialect"
 	paramMethod, paramQuestion                  = "sql_method", "question"
@@ -117,7 +122,7 @@ type Turn struct {
 type Session struct {
 	ID    string
 	Scope Scope
-	// JobKind is JobReadSQL, JobWriteData or JobSendEmail.
+	// JobKind is JobReadSQL, JobWriteData, JobSendEmail or JobCompareSQL.
 	JobKind string
 	Stage   Stage
 	// Params are the parameters gathered so far (connection, sql_method,
@@ -226,13 +231,17 @@ type Store interface {
 // Databases is what the agent needs of the configured connections. Query
 // and WriteTable fail with a *connections.RefusedError when the database's
 // own check refuses the SQL (nothing ran), connections.ErrQuery when the
-// database rejects or fails it, and other errors when it is unreachable.
+// database rejects or fails it, and other errors when it is unreachable;
+// WriteRows writes rows computed here (no SQL of the user's) and fails
+// the same ways.
 type Databases interface {
 	List() []connections.Info
 	Dialect(name string) (string, error)
 	SchemaText(ctx context.Context, name string) (string, error)
+	Schemas(ctx context.Context, name string) ([]string, error)
 	Query(ctx context.Context, name, sql string, limit int, timeout time.Duration) (*connections.Result, error)
 	WriteTable(ctx context.Context, name, sql, table string, mode connections.WriteMode, timeout time.Duration) (int64, error)
+	WriteRows(ctx context.Context, name, schema, table string, mode connections.WriteMode, columns []string, rows [][]any, timeout time.Duration) (int64, error)
 	CurrentSchema(ctx context.Context, name string) (string, error)
 	Writable(name string) (bool, error)
 }
@@ -261,6 +270,9 @@ type Options struct {
 	Mailer Mailer
 	// EmailRowLimit caps the rows an e-mail carries (default 10000).
 	EmailRowLimit int
+	// CompareRowLimit caps the rows each query of a comparison may return
+	// (default 100000); a comparison of more is refused, not cut.
+	CompareRowLimit int
 	// Now and NewID replace the clock and id source in tests.
 	Now   func() time.Time
 	NewID func() string

@@ -201,9 +201,14 @@ func (st *Store) ClaimExecution(ctx context.Context, s *session.Session) error {
 	if e == nil {
 		return errors.New("mongostore: claim execution: the session has none")
 	}
-	sql := s.PendingSQL
-	if e.From == session.StageConfirmWrite {
+	sql, table := s.PendingSQL, s.Params["table_name"]
+	switch e.From {
+	case session.StageConfirmWrite:
 		sql = s.Params["executed_sql"]
+	case session.StageConfirmEmail:
+		sql = s.Params["email_sql"]
+	case session.StageExecuteCompareSQL:
+		sql, table = s.Params["compare_first_sql"]+";\n"+s.Params["compare_second_sql"], s.Params["compare_table"]
 	}
 	rec := bson.D{
 		{Key: "_id", Value: e.ID},
@@ -213,7 +218,7 @@ func (st *Store) ClaimExecution(ctx context.Context, s *session.Session) error {
 		{Key: "connection", Value: s.Params["connection"]},
 		{Key: "from", Value: string(e.From)},
 		{Key: "sql", Value: sql},
-		{Key: "table", Value: s.Params["table_name"]},
+		{Key: "table", Value: table},
 		{Key: "started", Value: e.Started.UTC()},
 		{Key: "deadline", Value: e.Deadline.UTC()},
 	}
