@@ -50,7 +50,7 @@ func TestGeneratedReadSQL(t *testing.T) {
 
 	r := send(t, c, id, "sel:music")
 	wantStage(t, r, "ASK_SQL_METHOD")
-	if got := optionValues(r.GetOptions()); strings.Join(got, ",") != "generate,user_sql" {
+	if got := optionValues(r.GetOptions()); strings.Join(got, ",") != "generate,user_sql,compare" {
 		t.Fatalf("method options = %v", got)
 	}
 	r = send(t, c, id, "sel:generate")
