@@ -37,7 +37,8 @@ const (
 	JobKind_JOB_KIND_WRITE_DATA JobKind = 2
 	// E-mail a result.
 	JobKind_JOB_KIND_SEND_EMAIL JobKind = 3
-	// Compare two queries.
+	// Compare two queries, on one connection or two, and write the diff to
+	// a table.
 	JobKind_JOB_KIND_COMPARE_SQL JobKind = 4
 )
 
@@ -435,7 +436,9 @@ type Session struct {
 	// Job kind.
 	JobKind JobKind `protobuf:"varint,3,opt,name=job_kind,json=jobKind,proto3,enum=agentmesh.sqlagent.v1.JobKind" json:"job_kind,omitempty"`
 	// Current stage, e.g. "CONFIRM_GENERATED_SQL", "NEED_WRITE_OR_EMAIL",
-	// "CONFIRM_EMAIL_QUERY".
+	// "CONFIRM_EMAIL_QUERY"; COMPARE_SQL's are the seed's
+	// ("ASK_FIRST_SQL_METHOD" ... "ASK_AUTO_MATCH", "WAITING_MAP_TABLE",
+	// "ASK_REPORTING_TYPE", ... "EXECUTE_COMPARE_SQL") and "ASK_COMPARE_KEY".
 	Stage string `protobuf:"bytes,4,opt,name=stage,proto3" json:"stage,omitempty"`
 	// Parameters gathered so far.
 	Parameters *structpb.Struct `protobuf:"bytes,5,opt,name=parameters,proto3" json:"parameters,omitempty"`
@@ -846,9 +849,11 @@ type SendInputResponse struct {
 	Reply string `protobuf:"bytes,2,opt,name=reply,proto3" json:"reply,omitempty"`
 	// Choices offered.
 	Options []*Option `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
-	// SQL shown for confirmation, when the stage asks for it.
+	// SQL shown for confirmation, when the stage asks for it (a comparison
+	// shows both queries, each under a comment naming its connection).
 	SqlToConfirm string `protobuf:"bytes,4,opt,name=sql_to_confirm,json=sqlToConfirm,proto3" json:"sql_to_confirm,omitempty"`
-	// A result, when a query ran.
+	// A result, when a query ran; a comparison's diff (column diff_status
+	// first), when a comparison ran.
 	Result        *ResultTable `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
