@@ -172,7 +172,7 @@ func TestDriveInputClosedThenResume(t *testing.T) {
 	var out bytes.Buffer
 	run, err := classifycli.Drive(ctx(t), client, classifycli.DriveOptions{Scope: scope, Instruction: "Classify two"}, strings.NewReader(""), &out)
 	if !errors.Is(err, classifycli.ErrInputClosed) || run.GetState() != classifierv1.RunState_RUN_STATE_AWAITING_FETCH_APPROVAL ||
-		!strings.Contains(err.Error(), "agentmesh classify --resume "+run.GetId()) {
+		!strings.Contains(err.Error(), "agentmesh classify resume "+run.GetId()) {
 		t.Fatalf("Drive with no input: %v, run %v", err, run)
 	}
 	out.Reset()

@@ -148,7 +148,7 @@ func (d *driver) explain(err error) error {
 		return fmt.Errorf("classify: run %s is being driven by another request; watch it there or resume it later: %s", d.runID, st.Message())
 	case codes.Unavailable:
 		if d.runID != "" {
-			return fmt.Errorf("classify: %s; resume with: agentmesh classify --resume %s", st.Message(), d.runID)
+			return fmt.Errorf("classify: %s; resume with: agentmesh classify resume %s", st.Message(), d.runID)
 		}
 	}
 	return fmt.Errorf("classify: %s", st.Message())
@@ -156,12 +156,20 @@ func (d *driver) explain(err error) error {
 
 // show prints one event.
 func (d *driver) show(e *classifierv1.RunEvent) {
-	if d.runID == "" && e.GetRunId() != "" {
-		d.runID = e.GetRunId()
-		fmt.Fprintf(d.out, "Run %s\n", d.runID)
-	}
 	typ := e.GetType()
 	data := e.GetData().AsInterface()
+	if d.runID == "" {
+		// Over the gateway's SSE, which repeats the original agent's
+		// events, the id travels only in agent.run.started's data.
+		id := e.GetRunId()
+		if m, ok := data.(map[string]any); ok && id == "" {
+			id, _ = m["runId"].(string)
+		}
+		if id != "" {
+			d.runID = id
+			fmt.Fprintf(d.out, "Run %s\n", d.runID)
+		}
+	}
 	switch {
 	case strings.HasSuffix(typ, ".delta"):
 		if !d.inText {
@@ -253,7 +261,7 @@ func (d *driver) decide(state classifierv1.RunState) (classifierv1.CommandType, 
 		answer, ok := d.readLine()
 		if !ok {
 			fmt.Fprintln(d.out)
-			return 0, "", fmt.Errorf("%w; resume with: agentmesh classify --resume %s", ErrInputClosed, d.runID)
+			return 0, "", fmt.Errorf("%w; resume with: agentmesh classify resume %s", ErrInputClosed, d.runID)
 		}
 		switch strings.ToLower(answer) {
 		case "a", "approve", "y", "yes":
@@ -265,7 +273,7 @@ func (d *driver) decide(state classifierv1.RunState) (classifierv1.CommandType, 
 			feedback, ok := d.readLine()
 			if !ok {
 				fmt.Fprintln(d.out)
-				return 0, "", fmt.Errorf("%w; resume with: agentmesh classify --resume %s", ErrInputClosed, d.runID)
+				return 0, "", fmt.Errorf("%w; resume with: agentmesh classify resume %s", ErrInputClosed, d.runID)
 			}
 			return reject, feedback, nil
 		}
