@@ -1,29 +1,42 @@
-// Package cli holds the agentmesh subcommands that talk to a running mesh
-// over gRPC: jobs, classify, indexer and mcp.
+// Package cli is the agentmesh command line: the verbs that talk to a
+// running mesh (chat, jobs, docs, classify, sql, models, health, mcp, ...),
+// built with cobra. By default every call goes to the gateway over REST and
+// SSE (AGENTMESH_URL, AGENTMESH_API_KEY, or a named context of the contexts
+// file), so the CLI works against an install that exposes only the gateway;
+// --grpc (or a context's transport: grpc) calls the services directly at
+// their *_ADDR addresses. The same generated gRPC clients serve both ways:
+// package gatewayconn maps them onto the gateway's routes.
+//
+// Failures end with an exit code by class (see ExitCode), and errors name
+// the address tried and the variable that sets it.
 package cli
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
-	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
-	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
-	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
-	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
-	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/services/classifier/classifycli"
-	"github.com/agentmesh/agentmesh/services/orchestrator/jobstree"
 )
 
-// Config is where the CLI finds the mesh; the defaults match `agentmesh up`.
+// Config is what the environment says about where the mesh is; main loads
+// it. Empty gateway settings fall back to the selected context, then to
+// the defaults of `agentmesh up`.
 type Config struct {
+	// URL is the gateway's base URL.
+	URL string `env:"AGENTMESH_URL" help:"gateway URL the CLI talks to (else the current context's, else http://localhost:8080)"`
+	// APIKey authenticates to the gateway.
+	APIKey string `env:"AGENTMESH_API_KEY" secret:"true" help:"API key the CLI sends to the gateway (else the current context's)"`
+	// Context names the context of the contexts file to use.
+	Context string `env:"AGENTMESH_CONTEXT" help:"context of the CLI's contexts file to use instead of its current one"`
+	// ConfigFile is the contexts file.
+	ConfigFile string `env:"AGENTMESH_CONFIG" help:"the CLI's contexts file (default $XDG_CONFIG_HOME/agentmesh/config.yaml)"`
+	// Transport is gateway or grpc; empty means the context's, else gateway.
+	Transport string `env:"AGENTMESH_TRANSPORT" oneof:"gateway,grpc" help:"how the CLI reaches the mesh: gateway (REST/SSE) or grpc (each service's *_ADDR)"`
 	// OrchestratorAddr is the orchestrator's gRPC address.
 	OrchestratorAddr string `env:"ORCHESTRATOR_ADDR" default:"localhost:9092" help:"orchestrator gRPC address"`
 	// IndexerAddr is the indexer's gRPC address.
@@ -32,113 +45,97 @@ type Config struct {
 	ClassifierAddr string `env:"CLASSIFIER_ADDR" default:"localhost:9095" help:"classifier gRPC address"`
 	// SQLAgentAddr is the SQL agent's gRPC address.
 	SQLAgentAddr string `env:"SQLAGENT_ADDR" default:"localhost:9096" help:"SQL agent gRPC address"`
+	// ModelGatewayAddr is the model gateway's gRPC address.
+	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`
 	// Tenant is the tenant the CLI acts for.
-	Tenant string `env:"AGENTMESH_TENANT" default:"default" help:"tenant the CLI acts for (agentmesh CLI)"`
+	Tenant string `env:"AGENTMESH_TENANT" help:"tenant the CLI acts for (else the context's, else default; with an API key the key decides)"`
 	// Project is the project the CLI acts for.
 	Project string `env:"AGENTMESH_PROJECT" help:"project the CLI acts for (agentmesh CLI)"`
 }
 
-func (c *Config) scope() *commonv1.Scope {
-	return &commonv1.Scope{TenantId: c.Tenant, ProjectId: c.Project}
-}
+// Exit codes, by class of failure. README's CLI section lists them.
+const (
+	ExitOK          = 0 // done
+	ExitFailure     = 1 // anything else: an internal error, a watched job that failed
+	ExitUsage       = 2 // wrong command, flag or argument
+	ExitNotFound    = 3 // the job, document, run or session does not exist
+	ExitUnavailable = 4 // the gateway or a service cannot be reached, or timed out
+	ExitDenied      = 5 // no or a wrong API key, or not allowed
+	ExitRefused     = 6 // the mesh refused the request: invalid, wrong state, conflict, limit
+	ExitInterrupted = 7 // interrupted (Ctrl-C), or the input ended at a prompt
+)
 
-func (c *Config) dial(addr string) (*grpc.ClientConn, error) { return grpcx.Dial(addr) }
-
-// ErrUsage means the arguments were wrong; the message says how to call.
+// ErrUsage marks a usage error; the message says how to call.
 var ErrUsage = errors.New("usage")
 
-// Jobs runs `agentmesh jobs tree <id>`.
-func Jobs(ctx context.Context, cfg *Config, args []string, out io.Writer) error {
-	if len(args) != 2 || args[0] != "tree" {
-		return fmt.Errorf("%w: agentmesh jobs tree <job-id>", ErrUsage)
-	}
-	cc, err := cfg.dial(cfg.OrchestratorAddr)
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	res, err := orchestratorv1.NewJobServiceClient(cc).GetJob(ctx, &orchestratorv1.GetJobRequest{Scope: cfg.scope(), JobId: args[1]})
-	if err != nil {
-		return fmt.Errorf("get job %s: %w", args[1], err)
-	}
-	return jobstree.Print(out, res.GetJob())
+// usagef is a usage error.
+func usagef(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, args...)...)
 }
 
-// Indexer runs `agentmesh indexer rebuild`.
-func Indexer(ctx context.Context, cfg *Config, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("indexer rebuild", flag.ContinueOnError)
-	all := fs.Bool("all", false, "rebuild every tenant's indexes, not just AGENTMESH_TENANT's")
-	if len(args) == 0 || args[0] != "rebuild" {
-		return fmt.Errorf("%w: agentmesh indexer rebuild [-all]", ErrUsage)
-	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return fmt.Errorf("%w: agentmesh indexer rebuild [-all]", ErrUsage)
-	}
-	cc, err := cfg.dial(cfg.IndexerAddr)
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	scope := cfg.scope()
-	if *all {
-		scope = &commonv1.Scope{}
-	}
-	res, err := indexerv1.NewDocumentServiceClient(cc).RebuildIndexes(ctx, &indexerv1.RebuildIndexesRequest{Scope: scope})
-	if err != nil {
-		return fmt.Errorf("rebuild: %w", err)
-	}
-	fmt.Fprintf(out, "rebuilt the search indexes from the document store: %d documents, %d chunks\n", res.GetDocuments(), res.GetChunks())
-	return nil
+// exitError carries an explicit exit code.
+type exitError struct {
+	code int
+	err  error
 }
 
-// Classify runs `agentmesh classify import FILE.jsonl`,
-// `agentmesh classify [-yes] "instruction"` and
-// `agentmesh classify resume <run-id>`.
-func Classify(ctx context.Context, cfg *Config, args []string, in io.Reader, out io.Writer) error {
-	const usage = `agentmesh classify [-yes] "instruction" | agentmesh classify resume <run-id> | agentmesh classify import FILE.jsonl`
-	if len(args) == 0 {
-		return fmt.Errorf("%w: %s", ErrUsage, usage)
-	}
-	cc, err := cfg.dial(cfg.ClassifierAddr)
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	client := classifierv1.NewClassifierServiceClient(cc)
-	// The tenant also travels as metadata, as the gateway would send it.
-	ctx = metadata.AppendToOutgoingContext(ctx, grpcx.TenantMetadataKey, cfg.Tenant, grpcx.ProjectMetadataKey, cfg.Project)
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
 
-	switch args[0] {
-	case "import":
-		if len(args) != 2 {
-			return fmt.Errorf("%w: agentmesh classify import FILE.jsonl", ErrUsage)
-		}
-		f, err := os.Open(args[1])
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		res, err := classifycli.Import(ctx, client, classifycli.ImportOptions{Scope: cfg.scope(), Name: args[1]}, f, out)
-		if err != nil {
-			return err
-		}
-		if len(res.Rejected) > 0 {
-			return fmt.Errorf("%d line(s) rejected", len(res.Rejected))
-		}
+// ExitCode classifies err: nil is ExitOK; usage errors ExitUsage; gRPC
+// status codes (from the services, or from the gateway's error body) by
+// class; everything else ExitFailure.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	if errors.Is(err, ErrUsage) {
+		return ExitUsage
+	}
+	if errors.Is(err, classifycli.ErrInputClosed) || errors.Is(err, context.Canceled) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return ExitInterrupted
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return ExitFailure
+	}
+	switch st.Code() {
+	case codes.NotFound:
+		return ExitNotFound
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return ExitUnavailable
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return ExitDenied
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.AlreadyExists, codes.Aborted, codes.OutOfRange, codes.ResourceExhausted:
+		return ExitRefused
+	case codes.Canceled:
+		return ExitInterrupted
+	}
+	return ExitFailure
+}
+
+// errorText is how an error reads on stderr: a status error's message
+// with its code name (which users search for) instead of grpc-go's
+// "rpc error: code = ... desc = ..." spelling.
+func errorText(err error) string {
+	if st, ok := status.FromError(err); ok && err.Error() == st.Err().Error() {
+		return fmt.Sprintf("%s (%s)", st.Message(), st.Code())
+	}
+	return err.Error()
+}
+
+// callErr prefixes a failed call's message with what was done, keeping
+// its status code for ExitCode.
+func callErr(what string, err error) error {
+	if err == nil {
 		return nil
-	case "resume":
-		if len(args) != 2 {
-			return fmt.Errorf("%w: agentmesh classify resume <run-id>", ErrUsage)
-		}
-		_, err := classifycli.Drive(ctx, client, classifycli.DriveOptions{Scope: cfg.scope(), RunID: args[1]}, in, out)
-		return err
-	default:
-		fs := flag.NewFlagSet("classify", flag.ContinueOnError)
-		yes := fs.Bool("yes", false, "approve every fetch and batch without asking")
-		if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-			return fmt.Errorf("%w: %s", ErrUsage, usage)
-		}
-		_, err := classifycli.Drive(ctx, client, classifycli.DriveOptions{Scope: cfg.scope(), Instruction: fs.Arg(0), AutoApprove: *yes}, in, out)
-		return err
 	}
+	if st, ok := status.FromError(err); ok && err.Error() == st.Err().Error() {
+		return status.Errorf(st.Code(), "%s: %s", what, st.Message())
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }

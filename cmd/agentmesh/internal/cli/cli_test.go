@@ -3,27 +3,453 @@ package cli_test
 import (
 	"bytes"
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/agentmesh/agentmesh/cmd/agentmesh/internal/cli"
+	"github.com/agentmesh/agentmesh/cmd/agentmesh/internal/up"
+	"github.com/agentmesh/agentmesh/libs/config"
+	"github.com/agentmesh/agentmesh/libs/testkit"
 )
 
-func TestUsageErrors(t *testing.T) {
-	t.Parallel()
-	cfg := &cli.Config{Tenant: "t"}
-	ctx := context.Background()
-	var out bytes.Buffer
-	for name, err := range map[string]error{
-		"jobs without id":       cli.Jobs(ctx, cfg, []string{"tree"}, &out),
-		"jobs unknown":          cli.Jobs(ctx, cfg, []string{"list"}, &out),
-		"indexer unknown":       cli.Indexer(ctx, cfg, []string{"drop"}, &out),
-		"classify nothing":      cli.Classify(ctx, cfg, nil, strings.NewReader(""), &out),
-		"classify import no fn": cli.Classify(ctx, cfg, []string{"import"}, strings.NewReader(""), &out),
-	} {
-		if !errors.Is(err, cli.ErrUsage) {
-			t.Errorf("%s: err = %v, want a usage error", name, err)
+// apiKey is the gateway key of the test mesh: the CLI's calls go through
+// the gateway's authentication as a real install's would.
+const apiKey = "cli-test-key-0123456789"
+
+// testMesh is one `agentmesh up` on the provider simulator, shared by the
+// tests of this package, started by the first test that needs it.
+var testMesh struct {
+	once   sync.Once
+	gw     string
+	addrs  map[string]string
+	err    error
+	cancel context.CancelFunc
+	done   chan error
+}
+
+var (
+	gatewayURL = regexp.MustCompile(`gateway\s+(http://localhost:\d+)`)
+	grpcAddr   = regexp.MustCompile(`(\w+)\s+grpc://(\S+)`)
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if testMesh.cancel != nil {
+		testMesh.cancel()
+		select {
+		case err := <-testMesh.done:
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "agentmesh up:", err)
+			}
+		case <-time.After(30 * time.Second):
+			fmt.Fprintln(os.Stderr, "agentmesh up did not stop within 30s")
 		}
+		os.RemoveAll(testMesh.addrs["dir"])
+	}
+	os.Exit(code)
+}
+
+// mesh returns the gateway URL of the shared mesh.
+func mesh(t *testing.T) string {
+	t.Helper()
+	testMesh.once.Do(func() {
+		dir, err := os.MkdirTemp("", "agentmesh-cli-test-")
+		if err != nil {
+			testMesh.err = err
+			return
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		testMesh.cancel, testMesh.done = cancel, make(chan error, 1)
+		out := &testkit.Buffer{}
+		env := config.Map(map[string]string{
+			"AGENTMESH_DATA_DIR":       dir,
+			"AGENTMESH_GRPC_BASE_PORT": "0",
+			"HTTP_ADDR":                "127.0.0.1:0",
+			"LOG_LEVEL":                "warn",
+			"OLLAMA_HOST":              "http://127.0.0.1:1",
+			"MODELGATEWAY_PROVIDER":    "sim",
+			"GATEWAY_API_KEYS":         apiKey + "=default@cli-test",
+		})
+		go func() { testMesh.done <- up.Run(ctx, env, out) }()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		deadline := time.After(60 * time.Second)
+		for !gatewayURL.MatchString(out.String()) {
+			select {
+			case err := <-testMesh.done:
+				testMesh.err = fmt.Errorf("agentmesh up ended: %v\n%s", err, out)
+				testMesh.cancel = nil
+				return
+			case <-deadline:
+				testMesh.err = fmt.Errorf("agentmesh up printed no banner in 60s:\n%s", out)
+				return
+			case <-tick.C:
+			}
+		}
+		testMesh.gw = gatewayURL.FindStringSubmatch(out.String())[1]
+		testMesh.addrs = map[string]string{"dir": dir}
+		for _, m := range grpcAddr.FindAllStringSubmatch(out.String(), -1) {
+			testMesh.addrs[m[1]] = m[2]
+		}
+	})
+	if testMesh.err != nil {
+		t.Fatal(testMesh.err)
+	}
+	return testMesh.gw
+}
+
+// result is one CLI run.
+type result struct {
+	out, err string
+	code     int
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\n--- stdout\n%s--- stderr\n%s", r.code, r.out, r.err)
+}
+
+// gatewayConfig is the environment of a user who set AGENTMESH_URL and
+// AGENTMESH_API_KEY, with a contexts file of the test's own.
+func gatewayConfig(t *testing.T) cli.Config {
+	return cli.Config{URL: mesh(t), APIKey: apiKey, ConfigFile: filepath.Join(t.TempDir(), "config.yaml")}
+}
+
+// run runs the CLI once with stdin in.
+func run(t *testing.T, cfg cli.Config, in string, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	root := cli.NewRoot(&cfg, cli.Streams{In: strings.NewReader(in), Out: &out, Err: &errOut})
+	code := cli.Execute(ctx, root, args)
+	return result{out: out.String(), err: errOut.String(), code: code}
+}
+
+// must runs the CLI and fails the test unless it exits 0.
+func must(t *testing.T, cfg cli.Config, in string, args ...string) result {
+	t.Helper()
+	r := run(t, cfg, in, args...)
+	if r.code != 0 {
+		t.Fatalf("agentmesh %s: %s", strings.Join(args, " "), r)
+	}
+	return r
+}
+
+// jsonLines parses every line of s as a JSON object.
+func jsonLines(t *testing.T, s string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("line %q is not JSON: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestChatStreamsTheAnswer: a chat turn through the gateway's SSE prints
+// the simulated answer on stdout and the turn's summary on stderr; -o json
+// prints each streamed event as a JSON object, the last the Completed one.
+func TestChatStreamsTheAnswer(t *testing.T) {
+	cfg := gatewayConfig(t)
+	r := must(t, cfg, "", "chat", "hello from the CLI")
+	if !strings.HasPrefix(r.out, "[simulated]") || !strings.Contains(r.out, "hello from the CLI") || !strings.Contains(r.err, "tokens") {
+		t.Fatalf("chat:\n%s", r)
+	}
+	conv := regexp.MustCompile(`\[conversation (\S+) ·`).FindStringSubmatch(r.err)
+	if conv == nil {
+		t.Fatalf("no conversation id in:\n%s", r)
+	}
+
+	// The same conversation, continued as an interactive session on stdin.
+	r = must(t, cfg, "first line\n\nsecond line\n/exit\n", "chat", "--conversation", conv[1])
+	if strings.Count(r.out, "[simulated]") != 2 || !strings.Contains(r.out, "second line") {
+		t.Fatalf("session:\n%s", r)
+	}
+
+	r = must(t, cfg, "", "chat", "hello again", "-o", "json")
+	events := jsonLines(t, r.out)
+	var text strings.Builder
+	for _, e := range events {
+		if c, ok := e["responseChunk"].(map[string]any); ok {
+			text.WriteString(c["content"].(string))
+		}
+	}
+	if _, ok := events[len(events)-1]["completed"]; !ok || !strings.HasPrefix(text.String(), "[simulated]") {
+		t.Fatalf("chat -o json: answer %q, events:\n%s", text.String(), r.out)
+	}
+}
+
+// TestJobsOfAnAnalysis: an analysis submitted, watched to its end with a
+// progress line, then read back with get, tree and list in every format.
+func TestJobsOfAnAnalysis(t *testing.T) {
+	cfg := gatewayConfig(t)
+	r := must(t, cfg, "", "jobs", "submit", "Analyse BHP", "--response-type", "generic_analysis", "-o", "json")
+	var submitted struct{ Job struct{ ID string } }
+	if err := json.Unmarshal([]byte(r.out), &submitted); err != nil || submitted.Job.ID == "" {
+		t.Fatalf("submit -o json: %v\n%s", err, r)
+	}
+	id := submitted.Job.ID
+
+	r = must(t, cfg, "", "jobs", "watch", id)
+	if !strings.Contains(r.out, "complete") || !strings.Contains(r.out, `▼ Analysis: "Analyse BHP" [complete]`) || !strings.Contains(r.err, "jobs done") {
+		t.Fatalf("watch:\n%s", r)
+	}
+	// A finished job's watch replays its events and ends at once.
+	r = must(t, cfg, "", "jobs", "watch", id, "-o", "json")
+	last := jsonLines(t, r.out)
+	if ev, _ := last[len(last)-1]["event"].(map[string]any); ev == nil {
+		t.Fatalf("watch -o json: %s", r)
+	}
+
+	r = must(t, cfg, "", "jobs", "get", id, "-o", "json")
+	var got struct {
+		Job struct {
+			ID, Status string
+			Children   []struct{ Type, Status string }
+		}
+	}
+	if err := json.Unmarshal([]byte(r.out), &got); err != nil {
+		t.Fatalf("get -o json: %v\n%s", err, r)
+	}
+	if got.Job.ID != id || got.Job.Status != "JOB_STATUS_COMPLETE" || len(got.Job.Children) < 3 {
+		t.Fatalf("get -o json: %+v", got)
+	}
+
+	r = must(t, cfg, "", "jobs", "tree", id)
+	if !strings.HasPrefix(r.out, `▼ Analysis: "Analyse BHP"`) || !strings.Contains(r.out, "Synthesis") {
+		t.Fatalf("tree:\n%s", r)
+	}
+
+	r = must(t, cfg, "", "jobs", "list", "--type", "analysis_request", "-o", "yaml")
+	var listed struct {
+		Jobs []struct{ ID, Type string }
+	}
+	if err := yaml.Unmarshal([]byte(r.out), &listed); err != nil {
+		t.Fatalf("list -o yaml: %v\n%s", err, r)
+	}
+	found := false
+	for _, j := range listed.Jobs {
+		found = found || j.ID == id
+		if j.Type != "JOB_TYPE_ANALYSIS_REQUEST" {
+			t.Errorf("list --type analysis_request listed a %s", j.Type)
+		}
+	}
+	if !found {
+		t.Fatalf("list -o yaml lacks %s:\n%s", id, r.out)
+	}
+	r = must(t, cfg, "", "jobs", "list")
+	if !strings.HasPrefix(r.out, "ID ") || !strings.Contains(r.out, id) {
+		t.Fatalf("list:\n%s", r)
+	}
+}
+
+// TestDocsIngestSearchDelete: a file ingested through the gateway is found
+// by a search for its words, read back, and gone once deleted.
+func TestDocsIngestSearchDelete(t *testing.T) {
+	cfg := gatewayConfig(t)
+	file := filepath.Join(t.TempDir(), "outage.txt")
+	text := "The billing service went down because the quokka cache filled its disk.\n"
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := must(t, cfg, "", "docs", "ingest", file, "--type", "wiki", "-o", "json")
+	var ingested struct {
+		Document struct{ ID, Title, SourceType string }
+	}
+	if err := json.Unmarshal([]byte(r.out), &ingested); err != nil || ingested.Document.ID == "" {
+		t.Fatalf("ingest -o json: %v\n%s", err, r)
+	}
+	doc := ingested.Document
+	if doc.Title != "outage.txt" || doc.SourceType != "SOURCE_TYPE_WIKI" {
+		t.Fatalf("ingested %+v", doc)
+	}
+
+	r = must(t, cfg, "", "docs", "search", "quokka cache", "-o", "json")
+	var found struct{ Hits []struct{ DocumentID string } }
+	if err := json.Unmarshal([]byte(r.out), &found); err != nil || len(found.Hits) == 0 || found.Hits[0].DocumentID != doc.ID {
+		t.Fatalf("search: %v\n%s", err, r)
+	}
+	r = must(t, cfg, "", "docs", "search", "quokka cache")
+	if !strings.Contains(r.out, doc.ID) || !strings.Contains(r.out, "quokka") {
+		t.Fatalf("search table:\n%s", r)
+	}
+	r = must(t, cfg, "", "docs", "get", doc.ID, "--content")
+	if !strings.Contains(r.out, "quokka cache filled its disk") {
+		t.Fatalf("get --content:\n%s", r)
+	}
+	must(t, cfg, "", "docs", "delete", doc.ID)
+	if r := run(t, cfg, "", "docs", "get", doc.ID); r.code != cli.ExitNotFound {
+		t.Fatalf("get after delete: %s", r)
+	}
+}
+
+// TestSQLRunsOnlyAfterTypedConfirmation: in an SQL session on the sample
+// database a query runs only once "yes" is typed after it was shown; "no",
+// or a one-word answer that could read as a yes, leave it unrun.
+func TestSQLRunsOnlyAfterTypedConfirmation(t *testing.T) {
+	cfg := gatewayConfig(t)
+	const query = "SELECT 40 + 2 AS answer"
+	ran := regexp.MustCompile(`(?m)^answer\s*\n42\s*$`)
+
+	// Chosen, then not confirmed; "ok" is refused as an answer; the input
+	// ends: nothing ran.
+	r := must(t, cfg, "2\n"+query+"\n1\nno\nok\n", "sql", "--connection", "sample")
+	if !strings.Contains(r.out, query) || !strings.Contains(r.err, "Not confirmed: nothing ran") || !strings.Contains(r.err, "Choose an option") || ran.MatchString(r.out) {
+		t.Fatalf("unconfirmed session:\n%s", r)
+	}
+
+	// Confirmed by typing yes after choosing "Run it".
+	r = must(t, cfg, "2\n"+query+"\n1\nyes\n/exit\n", "sql", "--connection", "sample")
+	if !ran.MatchString(r.out) || !strings.Contains(r.err, `Type "yes" to go ahead`) {
+		t.Fatalf("confirmed session:\n%s", r)
+	}
+
+	// -o json: each reply one JSON object, the last holding the result.
+	r = must(t, cfg, "user_sql\n"+query+"\nconfirm\nyes\n", "sql", "--connection", "sample", "-o", "json")
+	replies := jsonLines(t, r.out)
+	res, _ := replies[len(replies)-1]["result"].(map[string]any)
+	if cols, _ := res["columns"].([]any); len(cols) != 1 || cols[0] != "answer" {
+		t.Fatalf("sql -o json: %s", r)
+	}
+}
+
+// TestExitCodes: each class of failure has its code, and the messages say
+// what to change.
+func TestExitCodes(t *testing.T) {
+	cfg := gatewayConfig(t)
+	unreachable := cli.Config{URL: "http://127.0.0.1:1", ConfigFile: cfg.ConfigFile}
+	wrongKey := cfg
+	wrongKey.APIKey = "not-the-key-0123456789"
+	direct := cli.Config{Transport: "grpc", OrchestratorAddr: "127.0.0.1:1", ConfigFile: cfg.ConfigFile}
+	for _, tc := range []struct {
+		name string
+		cfg  cli.Config
+		args []string
+		code int
+		says []string
+	}{
+		{"job not found", cfg, []string{"jobs", "get", "no-such-job"}, cli.ExitNotFound, []string{"no-such-job", "NotFound"}},
+		{"document not found", cfg, []string{"docs", "get", "doc_0123456789abcdef01234567", "-o", "json"}, cli.ExitNotFound, nil},
+		{"gateway unreachable", unreachable, []string{"jobs", "list"}, cli.ExitUnavailable, []string{"cannot reach the gateway at http://127.0.0.1:1", "AGENTMESH_URL"}},
+		{"service unreachable over gRPC", direct, []string{"jobs", "list"}, cli.ExitUnavailable, []string{"cannot reach the orchestrator at 127.0.0.1:1", "ORCHESTRATOR_ADDR"}},
+		{"wrong API key", wrongKey, []string{"models"}, cli.ExitDenied, []string{"invalid API key"}},
+		{"refused", cfg, []string{"jobs", "submit", strings.Repeat("x", 9000)}, cli.ExitRefused, []string{"query"}},
+		{"unknown command", cfg, []string{"jobs", "explode"}, cli.ExitUsage, []string{`"explode"`, "agentmesh jobs --help"}},
+		{"unknown flag", cfg, []string{"jobs", "list", "--colour"}, cli.ExitUsage, []string{"--colour"}},
+		{"missing argument", cfg, []string{"jobs", "get"}, cli.ExitUsage, []string{"a job id"}},
+		{"bad enum", cfg, []string{"jobs", "list", "--status", "sleeping"}, cli.ExitUsage, []string{"sleeping", "waiting_for_children"}},
+		{"bad output", cfg, []string{"jobs", "list", "-o", "xml"}, cli.ExitUsage, []string{"xml"}},
+		{"healthy", cfg, []string{"health"}, cli.ExitOK, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, tc.cfg, "", tc.args...)
+			if r.code != tc.code {
+				t.Fatalf("agentmesh %s: want exit %d, got %s", strings.Join(tc.args, " "), tc.code, r)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(r.err, s) {
+					t.Errorf("stderr lacks %q:\n%s", s, r)
+				}
+			}
+		})
+	}
+}
+
+// TestContextsRoundTrip: contexts written by `context set` are listed back
+// (keys masked), chosen by `context use` or --context, and used to reach
+// the mesh without AGENTMESH_URL; the file is private to its owner.
+func TestContextsRoundTrip(t *testing.T) {
+	gw := mesh(t)
+	cfg := cli.Config{ConfigFile: filepath.Join(t.TempDir(), "agentmesh", "config.yaml")}
+	must(t, cfg, "", "context", "set", "dead", "--url", "http://127.0.0.1:1", "--tenant", "acme")
+	must(t, cfg, "", "context", "set", "local", "--url", gw, "--api-key", apiKey)
+	must(t, cfg, "", "context", "set", "dead", "--project", "alpha") // changes only the project
+
+	r := must(t, cfg, "", "context", "list", "-o", "json")
+	var list []struct {
+		Current                                       bool
+		Name, URL, Tenant, Project, APIKey, Transport string
+	}
+	if err := json.Unmarshal([]byte(r.out), &list); err != nil {
+		t.Fatalf("list -o json: %v\n%s", err, r)
+	}
+	if len(list) != 2 || !list[0].Current || list[0].Name != "dead" || list[0].URL != "http://127.0.0.1:1" || list[0].Tenant != "acme" || list[0].Project != "alpha" ||
+		list[1].Current || list[1].URL != gw || strings.Contains(r.out, apiKey) {
+		t.Fatalf("list -o json:\n%s", r.out)
+	}
+	st, err := os.Stat(cfg.ConfigFile)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("contexts file: %v %v", st.Mode(), err)
+	}
+
+	// The first context is current: unreachable, named in the error.
+	r = run(t, cfg, "", "health")
+	if r.code != cli.ExitUnavailable || !strings.Contains(r.err, `context "dead"`) {
+		t.Fatalf("health on dead: %s", r)
+	}
+	if r := run(t, cfg, "", "--context", "local", "health"); r.code != cli.ExitOK {
+		t.Fatalf("--context local: %s", r)
+	}
+	must(t, cfg, "", "context", "use", "local")
+	if r := must(t, cfg, "", "models", "-o", "json"); !strings.Contains(r.out, `"chat"`) {
+		t.Fatalf("models through context local:\n%s", r)
+	}
+	// The environment wins over the context, as with kubectl's flags.
+	env := cfg
+	env.URL = "http://127.0.0.1:1"
+	if r := run(t, env, "", "models"); r.code != cli.ExitUnavailable || !strings.Contains(r.err, "AGENTMESH_URL") {
+		t.Fatalf("AGENTMESH_URL over the context: %s", r)
+	}
+	if r := run(t, cfg, "", "context", "use", "nowhere"); r.code != cli.ExitNotFound {
+		t.Fatalf("use nowhere: %s", r)
+	}
+	must(t, cfg, "", "context", "delete", "dead")
+	b, _ := os.ReadFile(cfg.ConfigFile)
+	if strings.Contains(string(b), "dead") || !strings.Contains(string(b), "current-context: local") {
+		t.Fatalf("after delete:\n%s", b)
+	}
+}
+
+// TestClassifyThroughTheGateway: conversations imported and classified
+// over the gateway; a run left at a prompt names the command that resumes
+// it, and that command finishes it.
+func TestClassifyThroughTheGateway(t *testing.T) {
+	cfg := gatewayConfig(t)
+	file := filepath.Join(t.TempDir(), "conv.jsonl")
+	lines := `{"id":"cli-1","channel":"chat","customer":"u1","messages":[{"role":"customer","text":"My order is late"},{"role":"agent","text":"It ships today"}]}` + "\n" + `{"id":"","messages":[]}` + "\n"
+	if err := os.WriteFile(file, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, cfg, "", "classify", "import", file)
+	if r.code != cli.ExitRefused || !strings.Contains(r.out, "line 2") || !strings.Contains(r.err, "1 line(s) rejected") {
+		t.Fatalf("import: %s", r)
+	}
+
+	r = run(t, cfg, "", "classify", "classify the chats")
+	hint := regexp.MustCompile(`resume with: (agentmesh classify resume (\S+))`).FindStringSubmatch(r.err)
+	if r.code != cli.ExitInterrupted || hint == nil {
+		t.Fatalf("classify with no input: %s", r)
+	}
+	// The hinted command, as printed, resumes the run.
+	r = must(t, cfg, "", append(strings.Fields(hint[1])[1:], "--yes")...)
+	if !strings.Contains(r.out, "Classification completed") {
+		t.Fatalf("resume --yes:\n%s", r)
+	}
+	r = must(t, cfg, "", "classify", "get", hint[2], "-o", "json")
+	var got struct{ Run struct{ State string } }
+	if err := json.Unmarshal([]byte(r.out), &got); err != nil || got.Run.State != "RUN_STATE_COMPLETED" {
+		t.Fatalf("get: %v\n%s", err, r)
 	}
 }

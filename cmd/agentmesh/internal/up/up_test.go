@@ -185,19 +185,19 @@ func TestUpDemoFlows(t *testing.T) {
 		t.Fatalf("answer %q from chat stream:\n%s", answer.String(), body)
 	}
 
-	// The CLI against the running mesh.
-	cfg := &cli.Config{OrchestratorAddr: lastAddrs["orchestrator"], ClassifierAddr: lastAddrs["classifier"], IndexerAddr: lastAddrs["indexer"], Tenant: "default"}
+	// The CLI against the running mesh, through the gateway.
+	cfg := &cli.Config{URL: gw, ConfigFile: filepath.Join(t.TempDir(), "contexts.yaml")}
 	ctx := context.Background()
 	file := filepath.Join(t.TempDir(), "conv.jsonl")
 	lines := `{"id":"c-1","channel":"chat","customer":"u1","messages":[{"role":"customer","text":"My order is late"},{"role":"agent","text":"It ships today"}]}` + "\n" + `{"id":"","messages":[]}` + "\n"
 	if err := os.WriteFile(file, []byte(lines), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	err = cli.Classify(ctx, cfg, []string{"import", file}, strings.NewReader(""), &out)
+	var out, errOut bytes.Buffer
+	code := cli.Execute(ctx, cli.NewRoot(cfg, cli.Streams{In: strings.NewReader(""), Out: &out, Err: &errOut}), []string{"classify", "import", file})
 	t.Logf("import output: %s", out.String())
-	if err == nil || !strings.Contains(err.Error(), "1 line(s) rejected") || !strings.Contains(out.String(), "line 2") {
-		t.Fatalf("classify import: err=%v\n%s", err, out.String())
+	if code != cli.ExitRefused || !strings.Contains(errOut.String(), "1 line(s) rejected") || !strings.Contains(out.String(), "line 2") {
+		t.Fatalf("classify import: exit %d\n%s%s", code, out.String(), errOut.String())
 	}
 
 	resp, err = http.Post(gw+"/v1/analyses", "application/json", strings.NewReader(`{"query":"Analyse BHP","responseType":"generic_analysis"}`))
@@ -213,8 +213,8 @@ func TestUpDemoFlows(t *testing.T) {
 		t.Fatalf("submit analysis: status %d", resp.StatusCode)
 	}
 	out.Reset()
-	if err := cli.Jobs(ctx, cfg, []string{"tree", submitted.Job.ID}, &out); err != nil {
-		t.Fatal(err)
+	if code := cli.Execute(ctx, cli.NewRoot(cfg, cli.Streams{In: strings.NewReader(""), Out: &out, Err: &errOut}), []string{"jobs", "tree", submitted.Job.ID}); code != 0 {
+		t.Fatalf("jobs tree: exit %d: %s", code, errOut.String())
 	}
 	if !strings.HasPrefix(out.String(), `▼ Analysis: "Analyse BHP"`) {
 		t.Fatalf("jobs tree:\n%s", out.String())

@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"sigs.k8s.io/yaml"
+)
+
+// jsonOut renders messages as the REST API does: lowerCamelCase names.
+var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  "}
+
+// emit prints v (a proto message or a plain value) as -o asks: json and
+// yaml as data, table through table (nil: json).
+func (a *app) emit(v any, table func(w *tabwriter.Writer)) error {
+	out := a.io.Out
+	if a.output == "table" && table != nil {
+		w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		table(w)
+		return w.Flush()
+	}
+	b, err := marshalJSON(v)
+	if err != nil {
+		return err
+	}
+	if a.output == "yaml" {
+		y, err := yaml.JSONToYAML(b)
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(y)
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s\n", b)
+	return err
+}
+
+// emitLine prints one streamed item: in json and yaml modes one JSON
+// object a line (a YAML reader takes it too), else through text.
+func (a *app) emitLine(v any, text func(w io.Writer)) error {
+	if a.output == "table" {
+		text(a.io.Out)
+		return nil
+	}
+	b, err := marshalJSON(v)
+	if err != nil {
+		return err
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, b); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(a.io.Out, compact.String())
+	return err
+}
+
+func marshalJSON(v any) ([]byte, error) {
+	if m, ok := v.(proto.Message); ok {
+		return jsonOut.Marshal(m)
+	}
+	return json.MarshalIndent(v, "", "  ")
+}
+
+// enumName is an enum value's name without its type prefix, lower case:
+// JOB_STATUS_WAITING_FOR_CHILDREN → waiting_for_children.
+func enumName(e protoreflect.Enum) string {
+	d := e.Descriptor().Values().ByNumber(e.Number())
+	if d == nil {
+		return fmt.Sprint(e.Number())
+	}
+	prefix := strings.TrimSuffix(string(e.Descriptor().Values().Get(0).Name()), "UNSPECIFIED")
+	return strings.ToLower(strings.TrimPrefix(string(d.Name()), prefix))
+}
+
+// parseEnum finds the value named s (running, RUNNING or JOB_STATUS_RUNNING)
+// in ed; flag names the option in the error.
+func parseEnum(ed protoreflect.EnumDescriptor, flag, s string) (protoreflect.EnumNumber, error) {
+	if s == "" {
+		return 0, nil
+	}
+	prefix := strings.TrimSuffix(string(ed.Values().Get(0).Name()), "UNSPECIFIED")
+	want := strings.ToUpper(strings.ReplaceAll(s, "-", "_"))
+	var names []string
+	for i := 1; i < ed.Values().Len(); i++ {
+		v := ed.Values().Get(i)
+		short := strings.TrimPrefix(string(v.Name()), prefix)
+		if want == short || want == string(v.Name()) {
+			return v.Number(), nil
+		}
+		names = append(names, strings.ToLower(short))
+	}
+	return 0, usagef("%s %q: want one of %s", flag, s, strings.Join(names, ", "))
+}
+
+// when prints a timestamp in local time, or "-".
+func when(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return "-"
+	}
+	return t.AsTime().Local().Format("2006-01-02 15:04:05")
+}
+
+// span is the time from start to end (or now), in human units.
+func span(start, end *timestamppb.Timestamp) string {
+	if start == nil {
+		return "-"
+	}
+	e := time.Now()
+	if end != nil {
+		e = end.AsTime()
+	}
+	return human(e.Sub(start.AsTime()))
+}
+
+// human prints a duration as people read it: 850 ms, 2.8 s, 3m12s.
+func human(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-"
+	case d < time.Second:
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	}
+	return d.Round(time.Second).String()
+}
+
+func humanPB(d *durationpb.Duration) string {
+	if d == nil {
+		return "-"
+	}
+	return human(d.AsDuration())
+}
+
+// clip shortens s to n runes on one line.
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+// isTerminal reports whether w is a character device (a terminal), where
+// a progress line may redraw itself.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// pageFlags adds --limit and --page-token to a list command.
+func pageFlags(c *cobra.Command, limit *int32, token *string, what string) {
+	c.Flags().Int32Var(limit, "limit", 50, what+" per page")
+	c.Flags().StringVar(token, "page-token", "", "page to read, from the previous page's last line")
+}
+
+// nextPage tells how to read the page after this one, if there is one.
+func nextPage(w io.Writer, token string) {
+	if token != "" {
+		fmt.Fprintf(w, "(more: --page-token %s)\n", token)
+	}
+}

@@ -1,0 +1,215 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
+)
+
+// confirmWord is what a user types to let a query run or a table be
+// written; anything else leaves the session where it was.
+const confirmWord = "yes"
+
+// acting are the options whose choice runs SQL or writes: "confirm" runs
+// the shown query (or sends the whole table), the write modes create,
+// replace or empty a table.
+var acting = map[string]bool{"confirm": true, "create": true, "drop": true, "truncate": true}
+
+func (a *app) sqlCmd() *cobra.Command {
+	var connection string
+	c := &cobra.Command{
+		Use:   "sql",
+		Short: "an interactive SQL agent session, with confirmation before anything runs",
+		Long: `Starts a session with the SQL agent and reads your answers line by line:
+a question in plain English or your own SQL, or the number (or value) of one
+of the offered options. Before a query runs or a table is written, the SQL
+is shown whole and nothing happens until you type "yes"; any other answer
+cancels that step. /exit or end of input ends the session. With -o json each
+reply is printed as one JSON object a line.`,
+		Args: noArgs,
+		RunE: a.run(func(ctx context.Context, _ *cobra.Command, _ []string, m *mesh) error {
+			return a.sqlSession(ctx, sqlagentv1.NewSqlAgentServiceClient(m.sqlgen), m, connection)
+		}),
+	}
+	c.Flags().StringVar(&connection, "connection", "", "database connection to use (agentmesh sql connections)")
+	c.AddCommand(&cobra.Command{
+		Use:   "connections",
+		Short: "list the databases the SQL agent may use",
+		Args:  noArgs,
+		RunE: a.run(func(ctx context.Context, _ *cobra.Command, _ []string, m *mesh) error {
+			res, err := sqlagentv1.NewSqlAgentServiceClient(m.sqlgen).ListConnections(ctx, &sqlagentv1.ListConnectionsRequest{Scope: m.scope()})
+			if err != nil {
+				return callErr("list connections", err)
+			}
+			return a.emit(res, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "NAME\tDIALECT")
+				for _, c := range res.GetConnections() {
+					fmt.Fprintf(w, "%s\t%s\n", c.GetName(), c.GetDialect())
+				}
+			})
+		}),
+	})
+	return c
+}
+
+// sqlReply is what CreateSession and SendInput both answer.
+type sqlReply interface {
+	GetSession() *sqlagentv1.Session
+	GetReply() string
+	GetOptions() []*sqlagentv1.Option
+}
+
+func (a *app) sqlSession(ctx context.Context, client sqlagentv1.SqlAgentServiceClient, m *mesh, connection string) error {
+	created, err := client.CreateSession(ctx, &sqlagentv1.CreateSessionRequest{Scope: m.scope(), Connection: connection})
+	if err != nil {
+		return callErr("create SQL session", err)
+	}
+	id := created.GetSession().GetId()
+	fmt.Fprintf(a.io.Err, "SQL session %s — /exit or Ctrl-D ends\n", id)
+	var last sqlReply = created
+	pending := "" // SQL waiting for confirmation
+	if err := a.showSQL(created, ""); err != nil {
+		return err
+	}
+	in := bufio.NewScanner(a.io.In)
+	in.Buffer(make([]byte, 64<<10), 1<<20)
+	read := func(prompt string) (string, bool) {
+		fmt.Fprint(a.io.Err, prompt)
+		if !in.Scan() {
+			fmt.Fprintln(a.io.Err)
+			return "", false
+		}
+		return strings.TrimSpace(in.Text()), true
+	}
+	for {
+		line, ok := read("sql> ")
+		if !ok {
+			return in.Err()
+		}
+		if line == "" {
+			continue
+		}
+		if line == "/exit" || line == "/quit" {
+			return nil
+		}
+		req := &sqlagentv1.SendInputRequest{Scope: m.scope(), SessionId: id}
+		opt := chosen(last.GetOptions(), line)
+		if opt == nil && offersActing(last.GetOptions()) && !strings.ContainsAny(line, " \t") {
+			// One word where a query may run is an answer, not a corrected
+			// query: sent as text, the agent could take it for a yes.
+			if line == confirmWord && chosen(last.GetOptions(), "confirm") != nil {
+				req.Selection = "confirm" // the SQL is shown above and "yes" typed
+			} else {
+				fmt.Fprintln(a.io.Err, "Choose an option by its number or value, or type a corrected query in full.")
+				continue
+			}
+		} else if opt == nil {
+			req.Text = line
+		} else {
+			req.Selection = opt.GetValue()
+			if acting[opt.GetValue()] {
+				what := opt.GetLabel()
+				if pending != "" {
+					what += ":\n\n" + pending + "\n"
+				}
+				fmt.Fprintf(a.io.Err, "%s\n", what)
+				answer, ok := read(fmt.Sprintf("Type %q to go ahead, anything else to cancel: ", confirmWord))
+				if !ok {
+					return in.Err()
+				}
+				if answer != confirmWord {
+					fmt.Fprintln(a.io.Err, "Not confirmed: nothing ran. Choose again, or type a new question or query.")
+					continue
+				}
+			}
+		}
+		res, err := client.SendInput(ctx, req)
+		if err != nil {
+			if c := ExitCode(err); c == ExitUnavailable || c == ExitNotFound || c == ExitInterrupted || c == ExitDenied {
+				return callErr("SQL session "+id, err)
+			}
+			fmt.Fprintf(a.io.Err, "agentmesh: %s\n", errorText(err))
+			continue
+		}
+		last, pending = res, res.GetSqlToConfirm()
+		if err := a.showSQL(res, pending); err != nil {
+			return err
+		}
+		if res.GetSession().GetStage() == "DONE" {
+			return nil
+		}
+	}
+}
+
+// offersActing reports whether one of opts runs SQL or writes.
+func offersActing(opts []*sqlagentv1.Option) bool {
+	for _, o := range opts {
+		if acting[o.GetValue()] {
+			return true
+		}
+	}
+	return false
+}
+
+// chosen is the option a line picks: its number or its value.
+func chosen(opts []*sqlagentv1.Option, line string) *sqlagentv1.Option {
+	if n, err := strconv.Atoi(line); err == nil && n >= 1 && n <= len(opts) {
+		return opts[n-1]
+	}
+	for _, o := range opts {
+		if strings.EqualFold(o.GetValue(), line) {
+			return o
+		}
+	}
+	return nil
+}
+
+// showSQL prints a reply: its text, the SQL to confirm whole, a result
+// table, and the numbered options.
+func (a *app) showSQL(r sqlReply, pending string) error {
+	if a.output != "table" {
+		return a.emitLine(r, nil)
+	}
+	out := a.io.Out
+	fmt.Fprintln(out, r.GetReply())
+	if pending != "" {
+		fmt.Fprintf(out, "\n%s\n\n", pending)
+	}
+	if res, ok := r.(*sqlagentv1.SendInputResponse); ok && res.GetResult() != nil {
+		printTable(out, res.GetResult())
+	}
+	for i, o := range r.GetOptions() {
+		fmt.Fprintf(out, "  %d) %s [%s]\n", i+1, o.GetLabel(), o.GetValue())
+	}
+	return nil
+}
+
+func printTable(out io.Writer, t *sqlagentv1.ResultTable) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, strings.Join(t.GetColumns(), "\t"))
+	for _, row := range t.GetRows() {
+		cells := make([]string, 0, len(row.GetValues()))
+		for _, v := range row.GetValues() {
+			s := v.GetStringValue()
+			if _, isString := v.GetKind().(*structpb.Value_StringValue); !isString {
+				b, _ := v.MarshalJSON()
+				s = string(b)
+			}
+			cells = append(cells, s)
+		}
+		fmt.Fprintln(w, strings.Join(cells, "\t"))
+	}
+	w.Flush()
+	if t.GetTruncated() {
+		fmt.Fprintln(out, "(truncated at the row cap)")
+	}
+}
