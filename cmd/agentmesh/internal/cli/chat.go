@@ -40,7 +40,7 @@ streamed event is printed as one JSON object a line.`,
 				return a.turn(ctx, conv, m, conversation, args[0], reasoning)
 			}
 			fmt.Fprintf(a.io.Err, "conversation %s — one message a line; /exit or Ctrl-D ends\n", conversation)
-			in := bufio.NewScanner(a.io.In)
+			in := bufio.NewScanner(a.input(ctx))
 			in.Buffer(make([]byte, 64<<10), 1<<20)
 			for {
 				fmt.Fprint(a.io.Err, "> ")

@@ -25,7 +25,7 @@ with feedback, or stop at every approval (--yes approves them all). If the
 input ends at a prompt, the run waits: agentmesh classify resume RUN_ID.`,
 		Args: exactArgs(1, "the instruction, quoted"),
 		RunE: a.run(func(ctx context.Context, _ *cobra.Command, args []string, m *mesh) error {
-			_, err := classifycli.Drive(ctx, classifierClient(m), classifycli.DriveOptions{Scope: m.scope(), Instruction: args[0], AutoApprove: yes}, a.io.In, a.io.Out)
+			_, err := classifycli.Drive(ctx, classifierClient(m), classifycli.DriveOptions{Scope: m.scope(), Instruction: args[0], AutoApprove: yes}, a.input(ctx), a.io.Out)
 			return err
 		}),
 	}
@@ -45,7 +45,7 @@ func (a *app) classifyResumeCmd() *cobra.Command {
 		Short: "resume a classification run from its checkpoint",
 		Args:  exactArgs(1, "a run id"),
 		RunE: a.run(func(ctx context.Context, _ *cobra.Command, args []string, m *mesh) error {
-			_, err := classifycli.Drive(ctx, classifierClient(m), classifycli.DriveOptions{Scope: m.scope(), RunID: args[0], AutoApprove: yes}, a.io.In, a.io.Out)
+			_, err := classifycli.Drive(ctx, classifierClient(m), classifycli.DriveOptions{Scope: m.scope(), RunID: args[0], AutoApprove: yes}, a.input(ctx), a.io.Out)
 			return err
 		}),
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -341,6 +342,7 @@ func TestExitCodes(t *testing.T) {
 		says []string
 	}{
 		{"job not found", cfg, []string{"jobs", "get", "no-such-job"}, cli.ExitNotFound, []string{"no-such-job", "NotFound"}},
+		{"watched job not found", cfg, []string{"jobs", "watch", "no-such-job"}, cli.ExitNotFound, []string{"no-such-job"}},
 		{"document not found", cfg, []string{"docs", "get", "doc_0123456789abcdef01234567", "-o", "json"}, cli.ExitNotFound, nil},
 		{"gateway unreachable", unreachable, []string{"jobs", "list"}, cli.ExitUnavailable, []string{"cannot reach the gateway at http://127.0.0.1:1", "AGENTMESH_URL"}},
 		{"service unreachable over gRPC", direct, []string{"jobs", "list"}, cli.ExitUnavailable, []string{"cannot reach the orchestrator at 127.0.0.1:1", "ORCHESTRATOR_ADDR"}},
@@ -451,5 +453,29 @@ func TestClassifyThroughTheGateway(t *testing.T) {
 	var got struct{ Run struct{ State string } }
 	if err := json.Unmarshal([]byte(r.out), &got); err != nil || got.Run.State != "RUN_STATE_COMPLETED" {
 		t.Fatalf("get: %v\n%s", err, r)
+	}
+}
+
+// TestInterruptAtAPrompt: Ctrl-C while a session waits for a line ends it
+// at once with the interrupted code, though the terminal sent no line.
+func TestInterruptAtAPrompt(t *testing.T) {
+	cfg := gatewayConfig(t)
+	stdin, _ := io.Pipe() // a terminal nobody types into
+	var out, errOut testkit.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Execute(ctx, cli.NewRoot(&cfg, cli.Streams{In: stdin, Out: &out, Err: &errOut}), []string{"sql", "--connection", "sample"})
+	}()
+	testkit.Eventually(t, 30*time.Second, func() bool { return strings.Contains(errOut.String(), "sql> ") }, "no prompt:\n%s%s", &out, &errOut)
+	cancel()
+	select {
+	case code := <-done:
+		if code != cli.ExitInterrupted {
+			t.Fatalf("exit %d, want %d\n%s%s", code, cli.ExitInterrupted, out.String(), errOut.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session did not end on Ctrl-C")
 	}
 }

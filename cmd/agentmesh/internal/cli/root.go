@@ -96,9 +96,6 @@ func Execute(ctx context.Context, root *cobra.Command, args []string) int {
 	if err != nil && isCobraUsage(err) {
 		err = usagef("%v", err)
 	}
-	if err == nil && ctx.Err() != nil {
-		err = ctx.Err()
-	}
 	code := ExitCode(err)
 	if err != nil {
 		w := root.ErrOrStderr()
@@ -329,6 +326,22 @@ type namedStream struct {
 
 func (s *namedStream) RecvMsg(m any) error {
 	return unreachable(s.name, s.addr, s.env, s.ClientStream.RecvMsg(m))
+}
+
+// input is stdin for a command that prompts: it ends with ctx's error
+// when ctx ends (Ctrl-C), where a read of the terminal would otherwise wait
+// for a line. The copy reads ahead of the consumer, which is the only one.
+func (a *app) input(ctx context.Context) io.Reader {
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := io.Copy(pw, a.io.In)
+		pw.CloseWithError(err)
+	}()
+	go func() {
+		<-ctx.Done()
+		pw.CloseWithError(ctx.Err())
+	}()
+	return pr
 }
 
 // run wraps a command body that needs the mesh.

@@ -80,7 +80,7 @@ func (a *app) sqlSession(ctx context.Context, client sqlagentv1.SqlAgentServiceC
 	if err := a.showSQL(created, ""); err != nil {
 		return err
 	}
-	in := bufio.NewScanner(a.io.In)
+	in := bufio.NewScanner(a.input(ctx))
 	in.Buffer(make([]byte, 64<<10), 1<<20)
 	read := func(prompt string) (string, bool) {
 		fmt.Fprint(a.io.Err, prompt)
