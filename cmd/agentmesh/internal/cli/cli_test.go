@@ -228,6 +228,14 @@ func TestJobsOfAnAnalysis(t *testing.T) {
 		t.Fatalf("get -o json: %+v", got)
 	}
 
+	// The same read over direct gRPC (--grpc) gives the same job.
+	direct := cli.Config{OrchestratorAddr: testMesh.addrs["orchestrator"], ConfigFile: cfg.ConfigFile}
+	r = must(t, direct, "", "--grpc", "jobs", "get", id, "-o", "json")
+	var viaGRPC struct{ Job struct{ ID, Status string } }
+	if err := json.Unmarshal([]byte(r.out), &viaGRPC); err != nil || viaGRPC.Job.ID != id || viaGRPC.Job.Status != got.Job.Status {
+		t.Fatalf("--grpc jobs get: %v\n%s", err, r)
+	}
+
 	r = must(t, cfg, "", "jobs", "tree", id)
 	if !strings.HasPrefix(r.out, `▼ Analysis: "Analyse BHP"`) || !strings.Contains(r.out, "Synthesis") {
 		t.Fatalf("tree:\n%s", r)
