@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"sigs.k8s.io/yaml"
 
 	"github.com/agentmesh/agentmesh/cmd/agentmesh/internal/cli"
@@ -485,5 +486,47 @@ func TestInterruptAtAPrompt(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the session did not end on Ctrl-C")
+	}
+}
+
+// TestMCPOverTheGateway: `agentmesh mcp` serves the mesh's tools on stdio
+// through the gateway: a document ingested with the CLI is found by the
+// search_documents tool.
+func TestMCPOverTheGateway(t *testing.T) {
+	cfg := gatewayConfig(t)
+	file := filepath.Join(t.TempDir(), "wombat.txt")
+	if err := os.WriteFile(file, []byte("Restart the wombat relay when the ledger queue stalls.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := must(t, cfg, "", "docs", "ingest", file, "-o", "json")
+	var ingested struct{ Document struct{ ID string } }
+	if err := json.Unmarshal([]byte(r.out), &ingested); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	toServer, fromClient := io.Pipe()
+	toClient, fromServer := io.Pipe()
+	var errOut testkit.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Execute(ctx, cli.NewRoot(&cfg, cli.Streams{In: toServer, Out: fromServer, Err: &errOut}), []string{"mcp"})
+		fromServer.Close()
+	}()
+	s, err := mcp.NewClient(&mcp.Implementation{Name: "cli-test", Version: "v1"}, nil).Connect(ctx, &mcp.IOTransport{Reader: toClient, Writer: fromClient}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v (%s)", err, errOut.String())
+	}
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "search_documents", Arguments: map[string]any{"query": "wombat relay ledger"}})
+	if err != nil || res.IsError {
+		t.Fatalf("search_documents: %v %+v", err, res)
+	}
+	if b, _ := json.Marshal(res.StructuredContent); !strings.Contains(string(b), ingested.Document.ID) {
+		t.Fatalf("search_documents lacks %s: %s", ingested.Document.ID, b)
+	}
+	s.Close()
+	if code := <-done; code != 0 {
+		t.Fatalf("agentmesh mcp: exit %d after the client closed: %s", code, errOut.String())
 	}
 }
