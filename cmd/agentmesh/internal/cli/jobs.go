@@ -214,8 +214,12 @@ func (a *app) watch(ctx context.Context, m *mesh, id string, after uint64) error
 		}
 		if err != nil {
 			p.done()
+			if after > 0 && ExitCode(err) == ExitUnavailable {
+				return callErr(fmt.Sprintf("watch job %s (resume with: agentmesh jobs watch %s --after-sequence %d)", id, id, after), err)
+			}
 			return callErr("watch job "+id, err)
 		}
+		after = max(after, res.GetSequence())
 		j := res.GetEvent().GetJob()
 		p.update(j)
 		err = a.emitLine(res, func(w io.Writer) {
