@@ -229,6 +229,13 @@ func TestJobsOfAnAnalysis(t *testing.T) {
 		t.Fatalf("get -o json: %+v", got)
 	}
 
+	// A finished analysis can be neither cancelled nor retried: refused.
+	for _, verb := range []string{"cancel", "retry"} {
+		if r := run(t, cfg, "", "jobs", verb, id); r.code != cli.ExitRefused || !strings.Contains(r.err, id) {
+			t.Errorf("jobs %s of a complete analysis: %s", verb, r)
+		}
+	}
+
 	// The same read over direct gRPC (--grpc) gives the same job.
 	direct := cli.Config{OrchestratorAddr: testMesh.addrs["orchestrator"], ConfigFile: cfg.ConfigFile}
 	r = must(t, direct, "", "--grpc", "jobs", "get", id, "-o", "json")

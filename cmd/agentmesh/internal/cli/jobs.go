@@ -247,7 +247,11 @@ func (a *app) watch(ctx context.Context, m *mesh, id string, after uint64) error
 	case orchestratorv1.JobStatus_JOB_STATUS_COMPLETE:
 		return nil
 	case orchestratorv1.JobStatus_JOB_STATUS_FAILED, orchestratorv1.JobStatus_JOB_STATUS_CANCELLED:
-		return &exitError{code: ExitFailure, err: fmt.Errorf("job %s %s: %s", id, enumName(job.GetStatus()), job.GetError())}
+		msg := fmt.Sprintf("job %s %s", id, enumName(job.GetStatus()))
+		if job.GetError() != "" {
+			msg += ": " + job.GetError()
+		}
+		return &exitError{code: ExitFailure, err: errors.New(msg)}
 	}
 	return &exitError{code: ExitFailure, err: fmt.Errorf("the watch of job %s ended while the job is %s; resume with: agentmesh jobs watch %s", id, enumName(job.GetStatus()), id)}
 }
