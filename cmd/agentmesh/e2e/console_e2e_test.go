@@ -14,11 +14,16 @@ const playwrightVersion = "1.64.1"
 
 // TestConsoleInABrowser drives the web console (gateway /console/) in
 // headless Chromium against the whole mesh on the simulator provider:
-// overview, a streamed chat turn, an analysis job tree, ingest and search,
-// a classification run through both approvals, and an SQL job confirmed
-// before it runs (console.mjs). It needs Chromium (Debian package
-// chromium, or CHROMIUM=path) and npm to fetch playwright-core; without
-// them it skips.
+// overview, a streamed chat turn, ingest and search, a classification run
+// through both approvals, an SQL job confirmed before it runs, and analyses
+// drawn as timelines, one finished and one cancelled (console.mjs). Around
+// each action it checks what people rely on: links that restore the view
+// after a reload and through back and forward, lists filled, filtered and
+// paged, the busy state while work runs, results rendered rather than raw
+// JSON, durations in human units. Screenshots go to E2E_OUTPUT_DIR/console
+// (default: a new directory under the system's temp directory, kept and
+// logged). It needs Chromium (Debian package chromium, or CHROMIUM=path)
+// and npm to fetch playwright-core; without them it skips.
 func TestConsoleInABrowser(t *testing.T) {
 	chromium := os.Getenv("CHROMIUM")
 	if chromium == "" {
@@ -44,7 +49,10 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// Paced like a model, so a job can be cancelled while it runs.
 	m := startUp(t, t.TempDir(), "MODELGATEWAY_PROVIDER=sim", "MODELGATEWAY_SIM_LATENCY=300ms")
-	shots := t.TempDir()
+	shots, err := consoleOutputDir()
+	if err != nil {
+		t.Fatal(err)
+	}
 	run := exec.Command(node, filepath.Join(dir, "console.mjs"))
 	run.Env = append(os.Environ(), "BASE="+m.gateway, "CHROMIUM="+chromium, "SHOTS="+shots)
 	out, err := run.CombinedOutput()
@@ -52,4 +60,14 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("console check: %v\n%s", err, out)
 	}
 	t.Logf("%s(screenshots in %s)", out, shots)
+}
+
+// consoleOutputDir is where the screenshots go: kept after the test, unlike
+// t.TempDir, so they can be looked at.
+func consoleOutputDir() (string, error) {
+	if out := os.Getenv("E2E_OUTPUT_DIR"); out != "" {
+		dir := filepath.Join(out, "console")
+		return dir, os.MkdirAll(dir, 0o755)
+	}
+	return os.MkdirTemp("", "agentmesh-console-")
 }

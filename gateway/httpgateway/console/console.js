@@ -1,6 +1,7 @@
 // agentmesh console: a page over the gateway's own REST/SSE API. It keeps
 // no state on the server; the API key and tenant stay in this browser tab
-// (sessionStorage).
+// (sessionStorage). Every tab and every item has a URL (#/<tab>/<id>), so
+// reload, back/forward and a shared link show the same view.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -38,18 +39,19 @@ async function failure(resp) {
   return new Error(msg);
 }
 
-async function api(method, path, body) {
-  const resp = await fetch(path, { method, headers: headers(), body: body === undefined ? undefined : JSON.stringify(body) });
+async function api(method, path, body, signal) {
+  const resp = await fetch(path, { method, headers: headers(), body: body === undefined ? undefined : JSON.stringify(body), signal });
   if (!resp.ok) throw await failure(resp);
   return resp.json();
 }
 
 // stream calls an SSE endpoint and hands each event ({id, event, data}) to
-// onEvent as it arrives; it resolves when the server ends the stream.
-async function stream(method, path, body, onEvent) {
+// onEvent as it arrives; it resolves when the server ends the stream (or
+// signal aborts it).
+async function stream(method, path, body, onEvent, signal) {
   const h = headers();
   h["Accept"] = "text/event-stream";
-  const resp = await fetch(path, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body) });
+  const resp = await fetch(path, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body), signal });
   if (!resp.ok) throw await failure(resp);
   const reader = resp.body.getReader();
   const decoder = new TextDecoder();
@@ -70,179 +72,531 @@ async function stream(method, path, body, onEvent) {
         else ev[m[1]] = m[2];
       }
       try { ev.data = JSON.parse(ev.data); } catch (_) { /* plain text */ }
-      if (ev.event === "error") throw new Error(ev.data.message || JSON.stringify(ev.data));
+      if (ev.event === "error") throw new Error(ev.data.message || String(ev.data));
       onEvent(ev);
     }
   }
 }
 
-// guard runs an async handler, showing what went wrong instead of failing silently.
+// guard runs an async handler, showing what went wrong instead of failing
+// silently; a request aborted because the user moved on is not an error.
 function guard(fn) {
   return async (e) => {
     if (e && e.preventDefault) e.preventDefault();
     showError(null);
-    try { await fn(e); } catch (err) { showError(err); }
+    try { await fn(e); } catch (err) { if (err.name !== "AbortError") showError(err); }
   };
 }
 
-function cell(row, text, cls) {
+// busy marks an area as working from the moment its request is sent: its
+// buttons disabled, a spinner and the elapsed time beside them, until fn
+// settles.
+async function busy(area, fn) {
+  const buttons = [...area.querySelectorAll("button")].filter((b) => !b.disabled);
+  for (const b of buttons) b.disabled = true;
+  const spinner = el("span", "busy");
+  spinner.append(el("span", "spinner"), el("span", "elapsed"));
+  area.append(spinner);
+  area.setAttribute("aria-busy", "true");
+  const t0 = performance.now();
+  const tick = () => { spinner.lastChild.textContent = human((performance.now() - t0) / 1000); };
+  tick();
+  const timer = setInterval(tick, 100);
+  try {
+    return await fn();
+  } finally {
+    clearInterval(timer);
+    spinner.remove();
+    area.removeAttribute("aria-busy");
+    for (const b of buttons) b.disabled = false;
+  }
+}
+
+// action is a guarded handler that shows area busy while it runs.
+function action(area, fn) {
+  return guard((e) => busy(area, () => fn(e)));
+}
+
+// ---- rendering helpers ------------------------------------------------------
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text != null) e.textContent = String(text);
+  return e;
+}
+
+function link(href, text, cls) {
+  const a = el("a", cls, text);
+  a.href = href;
+  return a;
+}
+
+function cell(row, content, cls) {
   const td = row.insertCell();
-  td.textContent = text == null ? "" : String(text);
+  if (content instanceof Node) td.append(content);
+  else td.textContent = content == null ? "" : String(content);
   if (cls) td.className = cls;
   return td;
 }
 
 function line(log, who, text, cls) {
-  const div = document.createElement("div");
-  if (who) {
-    const b = document.createElement("span");
-    b.className = "who";
-    b.textContent = who;
-    div.append(b);
-  }
-  const span = document.createElement("span");
-  span.textContent = text;
-  if (cls) span.className = cls;
+  const div = el("div");
+  if (who) div.append(el("span", "who", who));
+  const span = el("span", cls, text);
   div.append(span);
   log.append(div);
   log.scrollTop = log.scrollHeight;
   return span;
 }
 
-// ---- tabs -------------------------------------------------------------------
-
-const loaders = {};
-for (const b of document.querySelectorAll("#tabs button")) {
-  b.addEventListener("click", () => {
-    for (const o of document.querySelectorAll("#tabs button")) o.classList.toggle("active", o === b);
-    for (const s of document.querySelectorAll("main .tab")) s.hidden = s.id !== b.dataset.tab;
-    showError(null);
-    if (loaders[b.dataset.tab]) guard(loaders[b.dataset.tab])();
-  });
+// seconds reads a protobuf Duration as JSON spells it ("2.812s").
+function seconds(d) {
+  const m = /^(-?\d+(?:\.\d+)?)s$/.exec(String(d == null ? "" : d));
+  return m ? Number(m[1]) : null;
 }
+
+// human spells a number of seconds for people: "420 ms", "2.8 s", "3 min 5 s".
+function human(sec) {
+  if (sec == null || !isFinite(sec)) return "–";
+  if (sec < 1) return Math.round(sec * 1000) + " ms";
+  if (sec < 59.95) return sec.toFixed(1) + " s";
+  if (sec < 3600) {
+    const m = Math.floor(sec / 60);
+    return m + " min " + Math.round(sec - m * 60) + " s";
+  }
+  const h = Math.floor(sec / 3600);
+  return h + " h " + Math.round((sec - h * 3600) / 60) + " min";
+}
+
+function when(ts) {
+  if (!ts) return "";
+  return new Date(ts).toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+}
+
+// short shows an enum value without its prefix: JOB_STATUS_FAILED → FAILED.
+function short(v, prefix) {
+  return String(v || "").replace(prefix, "");
+}
+
+// tail is the end of an id: UUIDv7s of things started within a minute share
+// their first digits, the last are random.
+function tail(id) {
+  return "…" + String(id || "").slice(-8);
+}
+
+// renderValue shows structured data as lists and definition lists, so that
+// no view needs raw JSON to be read.
+function renderValue(v) {
+  if (v == null || v === "") return el("span", "muted", "–");
+  if (Array.isArray(v)) {
+    if (!v.length) return el("span", "muted", "none");
+    const ul = el("ul");
+    for (const x of v) {
+      const li = el("li");
+      li.append(renderValue(x));
+      ul.append(li);
+    }
+    return ul;
+  }
+  if (typeof v === "object") {
+    const dl = el("dl");
+    for (const [k, x] of Object.entries(v)) {
+      dl.append(el("dt", null, words(k)));
+      const dd = el("dd");
+      dd.append(renderValue(x));
+      dl.append(dd);
+    }
+    return dl;
+  }
+  return el("span", "text", v);
+}
+
+// words turns a field name (data_gaps, sampleConversation) into words.
+function words(k) {
+  const s = String(k).replace(/_/g, " ").replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase();
+  return s.charAt(0).toUpperCase() + s.slice(1);
+}
+
+// ---- lists with pages -------------------------------------------------------
+
+// pager fills a table from a list API, a page at a time (page tokens), with
+// the filters query() returns; a new filter starts again at the first page.
+function pager({ table, nav, path, items, query, row }) {
+  let tokens = [""]; // tokens[i] opens page i
+  let page = 0;
+  let selected = "";
+  const prev = el("button", null, "‹ Previous");
+  const next = el("button", null, "Next ›");
+  const where = el("span", "muted");
+  prev.type = next.type = "button";
+  nav.append(prev, where, next);
+  async function load() {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(query ? query() : {})) if (v) q.set(k, v);
+    q.set("pageSize", "10");
+    if (tokens[page]) q.set("pageToken", tokens[page]);
+    const r = await api("GET", path + "?" + q);
+    const tb = table.tBodies[0];
+    tb.replaceChildren();
+    for (const it of items(r)) {
+      const tr = tb.insertRow();
+      tr.dataset.id = it.id;
+      tr.classList.toggle("selected", it.id === selected);
+      row(tr, it);
+    }
+    if (!tb.rows.length) cell(tb.insertRow(), "nothing yet", "muted").colSpan = table.tHead.rows[0].cells.length;
+    tokens[page + 1] = r.nextPageToken || "";
+    tokens.length = page + 2;
+    prev.disabled = page === 0;
+    next.disabled = !r.nextPageToken;
+    where.textContent = "page " + (page + 1);
+  }
+  prev.addEventListener("click", action(nav, async () => { page--; await load(); }));
+  next.addEventListener("click", action(nav, async () => { page++; await load(); }));
+  return {
+    reset() { tokens = [""]; page = 0; return load(); },
+    load,
+    select(id) {
+      selected = id;
+      for (const tr of table.tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.id === id);
+    },
+  };
+}
+
+// ---- routes -----------------------------------------------------------------
+
+// views: tab → { list() refreshes its list, open(id) shows an item or none }.
+const views = {};
+const tabs = ["overview", "conversations", "jobs", "documents", "runs", "sql"];
+let shownTab = "";
+
+function parseHash() {
+  const m = /^#\/([a-z]+)(?:\/(.+))?$/.exec(location.hash);
+  const tab = m && tabs.includes(m[1]) ? m[1] : "overview";
+  return { tab, id: m && m[2] ? decodeURIComponent(m[2]) : "" };
+}
+
+function href(tab, id) {
+  return "#/" + tab + (id ? "/" + encodeURIComponent(id) : "");
+}
+
+// note records an item the page itself just created or reached (a new job,
+// a conversation) in the address bar and history, without reloading the view
+// that is showing it.
+function note(tab, id) {
+  if (location.hash !== href(tab, id)) history.pushState(null, "", href(tab, id));
+}
+
+async function route() {
+  const { tab, id } = parseHash();
+  for (const a of document.querySelectorAll("#tabs a")) a.classList.toggle("active", a.dataset.tab === tab);
+  for (const s of document.querySelectorAll("main .tab")) s.hidden = s.id !== tab;
+  showError(null);
+  const v = views[tab];
+  const entering = tab !== shownTab;
+  shownTab = tab;
+  await Promise.all([entering && v.list ? v.list() : null, v.open ? v.open(id) : null]);
+}
+window.addEventListener("hashchange", guard(route));
 
 // ---- overview ---------------------------------------------------------------
 
-loaders.overview = async () => {
-  const health = await fetch("/healthz").then((r) => r.json());
-  const hb = $("health").tBodies[0];
-  hb.replaceChildren();
-  for (const [name, svc] of Object.entries(health.services || {})) {
-    const r = hb.insertRow();
-    cell(r, name);
-    cell(r, svc.status, svc.status === "SERVING" ? "ok" : "bad");
-    cell(r, Object.entries(svc.dependencies || {}).map(([d, s]) => d + ": " + s).join(", "));
-  }
-  const models = await api("GET", "/v1/models");
-  const mb = $("models").tBodies[0];
-  mb.replaceChildren();
-  for (const m of models.models || []) {
-    const r = mb.insertRow();
-    cell(r, m.name);
-    cell(r, m.available ? "yes" : "no", m.available ? "ok" : "bad");
-    cell(r, (m.targets || []).map((t) => t.provider + "/" + t.providerModel + (t.available ? "" : " (down" + (t.detail ? ": " + t.detail : "") + ")")).join(" → "));
-  }
+views.overview = {
+  async list() {
+    const health = await fetch("/healthz").then((r) => r.json());
+    const hb = $("health").tBodies[0];
+    hb.replaceChildren();
+    for (const [name, svc] of Object.entries(health.services || {})) {
+      const r = hb.insertRow();
+      cell(r, name);
+      cell(r, svc.status, svc.status === "SERVING" ? "ok" : "bad");
+      cell(r, Object.entries(svc.dependencies || {}).map(([d, s]) => d + ": " + s).join(", "));
+    }
+    const models = await api("GET", "/v1/models");
+    const mb = $("models").tBodies[0];
+    mb.replaceChildren();
+    for (const m of models.models || []) {
+      const r = mb.insertRow();
+      cell(r, m.name);
+      cell(r, m.available ? "yes" : "no", m.available ? "ok" : "bad");
+      cell(r, (m.targets || []).map((t) => t.provider + "/" + t.providerModel + (t.available ? "" : " (down" + (t.detail ? ": " + t.detail : "") + ")")).join(" → "));
+    }
+  },
 };
-$("refresh").addEventListener("click", guard(loaders.overview));
+$("refresh").addEventListener("click", action($("refresh").parentElement, () => views.overview.list()));
 
 // ---- chat -------------------------------------------------------------------
 
 let conversationId = "";
+let chatAbort = null;
+
+const conversationList = pager({
+  table: $("conversationList"), nav: $("conversationPager"), path: "/v1/conversations",
+  items: (r) => r.conversations || [],
+  row(tr, c) {
+    cell(tr, link(href("conversations", c.id), c.title || "untitled " + tail(c.id)));
+    cell(tr, when(c.updateTime || c.createTime), "muted");
+  },
+});
+
+function showConversation(id) {
+  conversationId = id;
+  const a = $("conversationId");
+  a.textContent = id || "none yet";
+  if (id) a.href = href("conversations", id); else a.removeAttribute("href");
+  conversationList.select(id);
+}
+
+// toolLine shows a tool call of a turn: its name and arguments, and once it
+// returned, how long it took and the start of what it gave back.
+function toolLine(log, name, args) {
+  return line(log, "tool", name + "(" + (args || "") + ")", "event");
+}
+
+views.conversations = {
+  list: () => conversationList.reset(),
+  async open(id) {
+    if (id === conversationId && $("transcript").childNodes.length) return;
+    if (chatAbort) chatAbort.abort();
+    showConversation(id);
+    const log = $("transcript");
+    log.replaceChildren();
+    if (!id) return;
+    const r = await api("GET", "/v1/conversations/" + encodeURIComponent(id));
+    for (const m of r.conversation.messages || []) {
+      if (m.role === "tool") {
+        line(log, "", "← " + (m.toolName || "tool") + (m.toolError ? " failed: " : ": ") + clip(m.content, 300), m.toolError ? "bad" : "event");
+        continue;
+      }
+      if (m.content) line(log, m.role === "user" ? "you" : m.role, m.content);
+      for (const c of m.toolCalls || []) toolLine(log, c.name, c.argumentsJson);
+    }
+  },
+};
+
+function clip(s, n) {
+  s = String(s || "");
+  return s.length > n ? s.slice(0, n) + "…" : s;
+}
+
+$("newConversation").addEventListener("click", action($("newConversation").parentElement, async () => {
+  await newConversation();
+  await conversationList.reset();
+}));
 
 async function newConversation() {
   const r = await api("POST", "/v1/conversations", {});
-  conversationId = r.conversation.id;
-  $("conversationId").textContent = conversationId;
+  showConversation(r.conversation.id);
+  note("conversations", r.conversation.id);
   $("transcript").replaceChildren();
 }
-$("newConversation").addEventListener("click", guard(newConversation));
 
-$("chatForm").addEventListener("submit", guard(async () => {
+$("chatForm").addEventListener("submit", action($("chatForm"), async () => {
   if (!conversationId) await newConversation();
   const text = $("chatInput").value.trim();
   $("chatInput").value = "";
   const log = $("transcript");
   line(log, "you", text);
   let answer = null;
+  chatAbort = new AbortController();
   await stream("POST", "/v1/conversations/" + encodeURIComponent(conversationId) + "/messages:stream", { content: text }, (ev) => {
+    const d = ev.data || {};
     switch (ev.event) {
       case "ResponseChunk":
         if (!answer) answer = line(log, "assistant", "");
-        answer.textContent += ev.data.content || "";
+        answer.textContent += d.content || "";
         break;
       case "StatusUpdate":
-        line(log, "", ev.data.message || ev.data.kind, "event");
+        line(log, "", d.message || d.kind, "event");
         break;
-      case "ToolCall":
-      case "ToolResult":
-        line(log, "", ev.event + " " + JSON.stringify(ev.data), "event");
+      case "ToolCallStart":
+        answer = null;
+        toolLine(log, d.toolName, d.argumentsJson);
         break;
-      case "Error":
-        line(log, "", "error: " + (ev.data.message || JSON.stringify(ev.data)), "bad");
+      case "ToolCallResult":
+        answer = null;
+        line(log, "", "← " + (d.toolName || "tool") + " in " + human(seconds(d.duration)) + (d.isError ? " failed: " : ": ") + clip(d.result, 300), d.isError ? "bad" : "event");
         break;
       case "Completed":
-        line(log, "", "done: " + (ev.data.totalTokens || 0) + " tokens in " + (ev.data.duration || "?"), "event");
+        line(log, "", "done: " + (d.totalTokens || 0) + " tokens in " + human(seconds(d.duration)), "event");
         break;
     }
     log.scrollTop = log.scrollHeight;
-  });
+  }, chatAbort.signal);
+  await conversationList.reset();
+  conversationList.select(conversationId);
 }));
 
 // ---- analysis jobs ----------------------------------------------------------
 
-let analysisWatch = 0; // which job's stream owns the table
-const jobRows = new Map(); // job id → its row in the table
-
-$("analysisForm").addEventListener("submit", guard(async () => {
-  const r = await api("POST", "/v1/analyses", { query: $("analysisQuery").value.trim(), responseType: $("analysisType").value });
-  $("jobs").tBodies[0].replaceChildren();
-  jobRows.clear();
-  await watchAnalysis(r.job.id);
-}));
-
 const finished = /COMPLETE|FAILED|CANCELLED/;
+const jobs = new Map(); // job id → the latest state of each job of the shown analysis
+let rootId = "";
+let jobAbort = null;
+let ticker = 0;
 
-// watchAnalysis streams an analysis's job tree into the table until the
-// analysis ends (again: a retry sends it back to waiting for its children).
-async function watchAnalysis(rootId) {
-  const watch = ++analysisWatch;
-  $("analysisResult").textContent = "running…";
-  await stream("GET", "/v1/jobs/" + encodeURIComponent(rootId) + ":watch", undefined, (ev) => {
-    const job = ev.data && ev.data.job;
-    if (!job || watch !== analysisWatch) return; // a newer watch took the table
-    let row = jobRows.get(job.id);
-    if (!row) {
-      row = $("jobs").tBodies[0].insertRow();
-      jobRows.set(job.id, row);
-      for (let i = 0; i < 5; i++) row.insertCell();
-    }
-    const status = job.status || "";
-    // Ids are UUIDv7: the first digits are the time (alike for jobs started
-    // within a minute), the last are random.
-    row.cells[0].textContent = (job.parentId ? "  └ " : "") + "…" + job.id.slice(-8);
-    row.cells[0].title = job.id;
-    row.cells[1].textContent = (job.type || "").replace("JOB_TYPE_", "");
-    row.cells[2].textContent = status.replace("JOB_STATUS_", "");
-    row.cells[3].textContent = job.title || "";
-    row.cells[4].replaceChildren(...jobActions(job, rootId));
-    if (job.id === rootId) {
-      row.dataset.status = status;
-      if (finished.test(status)) {
-        $("analysisResult").textContent = JSON.stringify(job.output || job.error || job, null, 2);
-      }
-    }
-  });
+const jobList = pager({
+  table: $("jobList"), nav: $("jobPager"), path: "/v1/jobs",
+  items: (r) => r.jobs || [],
+  query: () => ({ status: $("jobStatusFilter").value, type: $("jobTypeFilter").value }),
+  row(tr, j) {
+    cell(tr, link(href("jobs", j.id), j.title || j.toolName || tail(j.id)));
+    cell(tr, short(j.status, "JOB_STATUS_"), "status-" + short(j.status, "JOB_STATUS_").toLowerCase());
+    cell(tr, when(j.createTime), "muted");
+  },
+});
+for (const f of ["jobStatusFilter", "jobTypeFilter"]) $(f).addEventListener("change", action($("jobPager"), () => jobList.reset()));
+
+views.jobs = {
+  list: () => jobList.reset(),
+  async open(id) {
+    if (id && jobs.has(id) && jobs.get(rootId) && !finished.test(jobs.get(rootId).status)) return; // already live
+    if (jobAbort) jobAbort.abort();
+    jobs.clear();
+    rootId = "";
+    showJobHeader("");
+    $("timeline").replaceChildren();
+    resetResult("Start a job, or pick one from the list, to see its result.");
+    jobList.select(id);
+    if (!id) return;
+    // A link to a tool job shows the analysis it belongs to.
+    let job = (await api("GET", "/v1/jobs/" + encodeURIComponent(id))).job;
+    while (job.parentId) job = (await api("GET", "/v1/jobs/" + encodeURIComponent(job.parentId))).job;
+    await showAnalysis(job);
+  },
+};
+
+function showJobHeader(id) {
+  const a = $("jobId");
+  a.textContent = id || "none yet";
+  if (id) a.href = href("jobs", id); else a.removeAttribute("href");
+  const root = jobs.get(id);
+  $("jobState").textContent = root ? short(root.status, "JOB_STATUS_") : "–";
+  $("jobState").className = root ? "status-" + short(root.status, "JOB_STATUS_").toLowerCase() : "";
 }
 
-// jobActions are the buttons a job's row offers, as the job service allows
+// showAnalysis draws an analysis (a root job with its children) and, while it
+// runs, follows it live.
+async function showAnalysis(root) {
+  rootId = root.id;
+  jobs.set(root.id, root);
+  for (const c of root.children || []) jobs.set(c.id, c);
+  delete root.children;
+  refreshJobs();
+  if (finished.test(root.status)) {
+    renderResult(root);
+    return;
+  }
+  await watchAnalysis();
+}
+
+$("analysisForm").addEventListener("submit", action($("analysisForm"), async () => {
+  if (jobAbort) jobAbort.abort();
+  const r = await api("POST", "/v1/analyses", { query: $("analysisQuery").value.trim(), responseType: $("analysisType").value });
+  jobs.clear();
+  note("jobs", r.job.id);
+  resetResult("running…");
+  jobList.reset(); // the new job in the list; not awaited, the watch starts now
+  await showAnalysis(r.job);
+  jobList.select(r.job.id);
+}));
+
+// watchAnalysis streams the shown analysis's job tree until the analysis ends
+// (again: a retry sends it back to waiting for its children).
+async function watchAnalysis() {
+  const id = rootId;
+  if (jobAbort) jobAbort.abort();
+  const ctl = (jobAbort = new AbortController());
+  resetResult("running…");
+  clearInterval(ticker);
+  ticker = setInterval(renderTimeline, 250); // running bars grow between events
+  try {
+    await stream("GET", "/v1/jobs/" + encodeURIComponent(id) + ":watch", undefined, (ev) => {
+      const job = ev.data && ev.data.job;
+      if (!job || ctl.signal.aborted) return;
+      jobs.set(job.id, Object.assign(jobs.get(job.id) || {}, job));
+      refreshJobs();
+    }, ctl.signal);
+  } finally {
+    if (jobAbort === ctl) clearInterval(ticker);
+  }
+  if (ctl.signal.aborted) return;
+  // Events carry outputs only up to a size: read the finished job itself.
+  const root = (await api("GET", "/v1/jobs/" + encodeURIComponent(id), undefined, ctl.signal)).job;
+  delete root.children;
+  jobs.set(id, root);
+  refreshJobs();
+  renderResult(root);
+  jobList.load();
+}
+
+function refreshJobs() {
+  showJobHeader(rootId);
+  renderTimeline();
+}
+
+const typeOrder = { JOB_TYPE_ANALYSIS_REQUEST: 0, JOB_TYPE_PLANNING_CALL: 1, JOB_TYPE_TOOL_EXECUTION: 2, JOB_TYPE_SYNTHESIS: 3 };
+const typeName = { JOB_TYPE_ANALYSIS_REQUEST: "analysis", JOB_TYPE_PLANNING_CALL: "planning", JOB_TYPE_TOOL_EXECUTION: "tool", JOB_TYPE_SYNTHESIS: "synthesis" };
+
+// renderTimeline draws the analysis as a Gantt chart: one bar per job from
+// its start to its end (or now), on one time axis from the request's
+// creation; colours by status, the duration and attempts beside each bar.
+function renderTimeline() {
+  const box = $("timeline");
+  const root = jobs.get(rootId);
+  if (!root) { box.replaceChildren(); return; }
+  const all = [...jobs.values()].sort((a, b) => (typeOrder[a.type] - typeOrder[b.type]) || (Date.parse(a.createTime) - Date.parse(b.createTime)));
+  const now = Date.now();
+  const t0 = Date.parse(root.createTime);
+  const start = (j) => Date.parse(j.startTime || j.createTime);
+  const end = (j) => (j.endTime ? Date.parse(j.endTime) : finished.test(j.status) ? start(j) : now);
+  const t1 = Math.max(t0 + 1, ...all.map(end));
+  const span = t1 - t0;
+  const rows = [];
+  for (const j of all) {
+    const status = short(j.status, "JOB_STATUS_").toLowerCase();
+    const row = el("div", "bar-row");
+    row.dataset.job = j.id;
+    row.dataset.type = typeName[j.type] || "job";
+    row.dataset.status = status;
+    const label = el("div", "bar-label");
+    label.append(el("span", "bar-type", typeName[j.type] || "job"), " ", el("span", null, j.toolName || (j.type === "JOB_TYPE_ANALYSIS_REQUEST" ? clip(j.title, 40) : "")));
+    label.title = j.title || j.id;
+    const track = el("div", "bar-track");
+    const bar = el("div", "bar status-" + status);
+    const s = j.startTime ? start(j) : null;
+    const left = ((s == null ? Date.parse(j.createTime) : s) - t0) / span;
+    const width = s == null ? 0 : (end(j) - s) / span;
+    bar.style.left = (100 * Math.max(0, left)).toFixed(2) + "%";
+    bar.style.width = Math.max(0.6, 100 * width).toFixed(2) + "%";
+    if (s == null) bar.classList.add("queued");
+    track.append(bar);
+    const meta = el("div", "bar-meta");
+    const dur = el("span", "duration", s == null ? "queued" : human((end(j) - s) / 1000));
+    meta.append(dur, el("span", "status status-" + status, status.replace(/_/g, " ")));
+    if ((j.attempts || 0) > 1) meta.append(el("span", "attempts", "attempt " + j.attempts));
+    if (j.error) meta.title = j.error;
+    meta.append(...jobActions(j));
+    row.append(label, track, meta);
+    rows.push(row);
+  }
+  const axis = el("div", "bar-row axis");
+  const scale = el("div", "bar-track");
+  scale.append(el("span", "tick-start", "0 s"), el("span", "tick-end", human(span / 1000)));
+  axis.append(el("div", "bar-label"), scale, el("div", "bar-meta", "total " + human(span / 1000)));
+  box.replaceChildren(...rows, axis);
+}
+
+// jobActions are the buttons a job's bar offers, as the job service allows
 // them: cancel an unfinished analysis (all of it) or tool job (that tool
 // alone); retry a failed or cancelled tool job, or a failed synthesis,
 // unless the analysis was cancelled.
-function jobActions(job, rootId) {
+function jobActions(job) {
   const status = job.status || "";
   const type = job.type || "";
-  const rootRow = jobRows.get(rootId);
-  const rootCancelled = job.id !== rootId && rootRow && rootRow.dataset.status === "JOB_STATUS_CANCELLED";
+  const root = jobs.get(rootId);
+  const rootCancelled = job.id !== rootId && root && root.status === "JOB_STATUS_CANCELLED";
   const out = [];
   if (!finished.test(status) && (job.id === rootId || type === "JOB_TYPE_TOOL_EXECUTION")) {
     out.push(jobButton("Cancel", job.id, ":cancel", async () => {}));
@@ -250,41 +604,148 @@ function jobActions(job, rootId) {
   const retryable = (type === "JOB_TYPE_TOOL_EXECUTION" && /FAILED|CANCELLED/.test(status)) ||
     (type === "JOB_TYPE_SYNTHESIS" && status === "JOB_STATUS_FAILED");
   if (retryable && !rootCancelled) {
-    out.push(jobButton("Retry", job.id, ":retry", () => watchAnalysis(rootId)));
+    out.push(jobButton("Retry", job.id, ":retry", () => watchAnalysis()));
   }
   return out;
 }
 
-function jobButton(label, id, action, after) {
-  const b = document.createElement("button");
-  b.textContent = label;
+function jobButton(label, id, verb, after) {
+  const b = el("button", null, label);
+  b.type = "button";
   b.dataset.job = id;
   b.addEventListener("click", guard(async () => {
     b.disabled = true;
-    await api("POST", "/v1/jobs/" + encodeURIComponent(id) + action, {});
+    await api("POST", "/v1/jobs/" + encodeURIComponent(id) + verb, {});
     await after();
   }));
   return b;
 }
 
+function resetResult(text) {
+  const box = $("analysisResult");
+  box.replaceChildren(text);
+  box.className = "muted";
+  $("analysisRaw").hidden = true;
+  $("rawToggle").hidden = true;
+  $("rawToggle").textContent = "Show raw JSON";
+}
+
+// renderResult shows an analysis's answer as people read it: the summary,
+// each finding with its source, the sources and the gaps; other fields of
+// a custom schema as lists. The JSON itself is behind a toggle.
+function renderResult(root) {
+  const box = $("analysisResult");
+  box.className = "result";
+  box.replaceChildren();
+  const status = short(root.status, "JOB_STATUS_");
+  if (status !== "COMPLETE") {
+    box.append(el("p", "bad", "The analysis " + status.toLowerCase() + (root.error ? ": " + root.error : ".")));
+  }
+  const out = root.output || {};
+  const res = out.summary === undefined && out.result && typeof out.result === "object" ? out.result : out;
+  const rest = Object.assign({}, res);
+  if (res.summary !== undefined) {
+    box.append(el("h4", null, "Summary"), el("p", "summary", res.summary));
+    delete rest.summary;
+  }
+  if (Array.isArray(res.findings)) {
+    box.append(el("h4", null, "Findings"));
+    const ul = el("ul", "findings");
+    for (const f of res.findings) {
+      const li = el("li");
+      li.append(el("span", "statement", f.statement != null ? f.statement : ""));
+      if (f.source) li.append(" ", el("span", "source", f.source));
+      // The orchestrator checks each finding's source against what the
+      // tools returned and says when it could not tie one to them.
+      if (f.supported === false) li.append(" ", el("span", "unsupported", "unsupported" + (f.unsupported_reason ? ": " + f.unsupported_reason : "")));
+      ul.append(li);
+    }
+    if (!res.findings.length) ul.append(el("li", "muted", "none"));
+    box.append(ul);
+    delete rest.findings;
+  }
+  for (const [k, cls] of [["data_sources", "sources"], ["data_gaps", "gaps"]]) {
+    if (!Array.isArray(res[k])) continue;
+    box.append(el("h4", null, words(k)));
+    const ul = el("ul", cls);
+    for (const s of res[k]) ul.append(el("li", null, typeof s === "string" ? s : ""));
+    if (!res[k].length) ul.append(el("li", "muted", "none"));
+    box.append(ul);
+    delete rest[k];
+  }
+  if (Object.keys(rest).length) box.append(renderValue(rest));
+  $("analysisRaw").textContent = JSON.stringify(root.output || {}, null, 2);
+  $("rawToggle").hidden = root.output == null;
+}
+
+$("rawToggle").addEventListener("click", () => {
+  const raw = $("analysisRaw");
+  raw.hidden = !raw.hidden;
+  $("rawToggle").textContent = raw.hidden ? "Show raw JSON" : "Hide raw JSON";
+});
+
 // ---- documents --------------------------------------------------------------
 
-$("ingestForm").addEventListener("submit", guard(async () => {
+const documentList = pager({
+  table: $("documentList"), nav: $("documentPager"), path: "/v1/documents",
+  items: (r) => r.documents || [],
+  query: () => ({ sourceType: $("docTypeFilter").value }),
+  row(tr, d) {
+    cell(tr, link(href("documents", d.id), d.title || tail(d.id)));
+    cell(tr, short(d.sourceType, "SOURCE_TYPE_").toLowerCase());
+    cell(tr, when(d.createTime), "muted");
+  },
+});
+$("docTypeFilter").addEventListener("change", action($("documentPager"), () => documentList.reset()));
+
+views.documents = {
+  list: () => documentList.reset(),
+  async open(id) {
+    documentList.select(id);
+    const view = $("documentView");
+    if (!id) {
+      view.replaceChildren(el("p", "muted", "Pick a document to see it."));
+      return;
+    }
+    showDocument((await api("GET", "/v1/documents/" + encodeURIComponent(id))).document);
+  },
+};
+
+function showDocument(d) {
+  const view = $("documentView");
+  const head = el("h3");
+  head.append(link(href("documents", d.id), d.title || d.id));
+  const facts = {
+    id: d.id, source: short(d.sourceType, "SOURCE_TYPE_").toLowerCase(), sourceUrl: d.sourceUrl,
+    contentType: d.contentType, chunks: d.chunkCount || 0, routing: short(d.routing, "ROUTING_").toLowerCase(),
+    routingReason: d.routingReason, created: when(d.createTime), updated: when(d.updateTime),
+  };
+  for (const k of Object.keys(facts)) if (facts[k] === undefined || facts[k] === "") delete facts[k];
+  view.replaceChildren(head, renderValue(facts));
+  if (d.extracts && d.extracts.length) view.append(el("h4", null, "Extracts"), renderValue(d.extracts));
+  if (d.rawContent) view.append(el("h4", null, "Text"), el("pre", "doc-text", d.rawContent));
+}
+
+$("ingestForm").addEventListener("submit", action($("ingestForm").firstElementChild, async () => {
   const r = await api("POST", "/v1/documents", {
     sourceType: $("sourceType").value, title: $("docTitle").value.trim(), rawContent: $("docContent").value,
   });
   const d = r.document;
   $("ingestResult").textContent = "Stored " + d.id + " as " + (d.contentType || "?") + " in " + (d.chunkCount || 0) + " chunks.";
+  note("documents", d.id);
+  showDocument(d);
+  await documentList.reset();
+  documentList.select(d.id);
 }));
 
-$("searchForm").addEventListener("submit", guard(async () => {
+$("searchForm").addEventListener("submit", action($("searchForm"), async () => {
   const r = await api("POST", "/v1/search", { query: $("searchQuery").value.trim() });
   const tb = $("hits").tBodies[0];
   tb.replaceChildren();
   for (const h of r.hits || []) {
     const row = tb.insertRow();
     cell(row, Number(h.score || 0).toFixed(4));
-    cell(row, h.title);
+    cell(row, h.documentId ? link(href("documents", h.documentId), h.title || h.documentId) : h.title);
     cell(row, h.text);
   }
   if (!(r.hits || []).length) cell(tb.insertRow(), "no hits");
@@ -294,56 +755,142 @@ $("searchForm").addEventListener("submit", guard(async () => {
 
 const runs = "/agents/classificationAgent/runs";
 let runId = "";
+let runAbort = null;
 let awaiting = ""; // "FETCH" or "BATCH" while a human decision is due
-
+let fetchSample = null; // the sample conversation of the fetch awaiting approval, from its event
 let streamed = null; // the line that .delta events (plan and summary texts) grow
+
+const runList = pager({
+  table: $("runList"), nav: $("runPager"), path: "/v1/classifier/runs",
+  items: (r) => r.runs || [],
+  query: () => ({ state: $("runStateFilter").value }),
+  row(tr, r) {
+    cell(tr, link(href("runs", r.id), clip(r.instruction, 60) || tail(r.id)));
+    cell(tr, short(r.state, "RUN_STATE_"));
+    cell(tr, when(r.createTime), "muted");
+  },
+});
+$("runStateFilter").addEventListener("change", action($("runPager"), () => runList.reset()));
+
+function showRunId(id) {
+  runId = id;
+  const a = $("runId");
+  a.textContent = id || "none yet";
+  if (id) a.href = href("runs", id); else a.removeAttribute("href");
+  runList.select(id);
+}
+
+views.runs = {
+  list: () => runList.reset(),
+  async open(id) {
+    if (id && id === runId) return;
+    if (runAbort) runAbort.abort();
+    showRunId(id);
+    $("runEvents").replaceChildren();
+    $("runState").textContent = "–";
+    $("approvals").hidden = true;
+    fetchSample = null;
+    if (id) await showRun();
+  },
+};
+
+// eventState is the run state an event announces, shown while the stream
+// runs (the run itself is read when it ends).
+const eventState = {
+  "agent.run.planning.started": "PLANNING", "agent.run.replanning": "PLANNING", "agent.run.fetching.started": "FETCHING",
+  "agent.run.awaiting_fetch_approval": "AWAITING_FETCH_APPROVAL", "agent.run.classifying.started": "CLASSIFYING",
+  "agent.run.awaiting_batch_approval": "AWAITING_BATCH_APPROVAL", "agent.run.saving.started": "SAVING",
+  "agent.run.summary.started": "SUMMARIZING", "agent.run.completed": "COMPLETED", "agent.run.stopped": "STOPPED",
+  "agent.run.error": "ERROR",
+};
 
 function runEvent(ev) {
   const d = ev.data || {};
   const type = d.type || ev.event;
   const log = $("runEvents");
+  if (d.data && d.data.runId && d.data.runId !== runId) {
+    showRunId(d.data.runId);
+    note("runs", runId);
+  }
+  if (eventState[type]) $("runState").textContent = eventState[type];
   if (type.endsWith(".delta")) {
     if (!streamed) streamed = line(log, "", "");
     streamed.textContent += typeof d.data === "string" ? d.data : "";
     return;
   }
   streamed = null;
-  line(log, type, d.logMessage ? " " + d.logMessage : "", "event");
-  if (d.data && d.data.runId) runId = d.data.runId;
-  awaiting = type.endsWith("awaiting_fetch_approval") ? "FETCH" : type.endsWith("awaiting_batch_approval") ? "BATCH" : "";
-  if (awaiting) {
-    // What the approval is about: the plan and sample, or the labels.
-    const pre = document.createElement("pre");
-    pre.textContent = JSON.stringify(d.data, null, 2);
-    log.append(pre);
-    log.scrollTop = log.scrollHeight;
-  }
+  if (type === "agent.run.awaiting_fetch_approval" && d.data && d.data.fetchedData) fetchSample = d.data.fetchedData.sampleConversation || null;
+  line(log, type.replace(/^agent\.run\./, ""), d.logMessage ? " " + d.logMessage : "", "event");
 }
 
-async function afterRunStream() {
-  $("runId").textContent = runId || "none yet";
-  if (runId) {
-    const r = await api("GET", runs + "/" + encodeURIComponent(runId));
-    // The original agent's AgentContext: state is e.g. "AwaitingBatchApproval".
-    $("runState").textContent = (r.state || "").replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
-  }
+// showRun reads the run and shows its state and, when it waits for a
+// person, what the decision is about.
+async function showRun() {
+  const r = (await api("GET", "/v1/classifier/runs/" + encodeURIComponent(runId))).run;
+  const state = short(r.state, "RUN_STATE_");
+  $("runState").textContent = state;
+  awaiting = state === "AWAITING_FETCH_APPROVAL" ? "FETCH" : state === "AWAITING_BATCH_APPROVAL" ? "BATCH" : "";
   $("approvals").hidden = !awaiting;
+  const card = $("approvalCard");
+  card.replaceChildren();
+  if (awaiting === "FETCH") {
+    const plan = (r.plans || [])[(r.plans || []).length - 1] || {};
+    card.append(el("h4", null, "Approve the plan and what it fetched"));
+    card.append(renderValue({ strategy: plan.strategy, targetSampleSize: plan.targetSampleSize, fetched: (r.fetchedIds || []).length + " conversations" }));
+    if (plan.detailsMarkdown) card.append(el("h4", null, "Plan"), el("div", "markdown", plan.detailsMarkdown));
+    if (plan.additionalInstructions) card.append(el("h4", null, "Additional instructions"), el("p", null, plan.additionalInstructions));
+    if (fetchSample) card.append(el("h4", null, "Sample conversation"), renderValue(fetchSample));
+    $("approve").textContent = "Approve fetch";
+    $("reject").textContent = "Reject and replan";
+  } else if (awaiting === "BATCH") {
+    card.append(el("h4", null, "Approve these labels (" + (r.pendingBatch || []).length + " conversations)"));
+    const t = el("table", "labels");
+    const h = t.createTHead().insertRow();
+    for (const c of ["Conversation", "Label", "Reason"]) h.append(el("th", null, c));
+    const tb = t.createTBody();
+    for (const c of r.pendingBatch || []) {
+      const tr = tb.insertRow();
+      cell(tr, c.conversationId);
+      cell(tr, short(c.label, "LABEL_").toLowerCase(), "label-" + short(c.label, "LABEL_").toLowerCase());
+      cell(tr, c.reason);
+    }
+    card.append(t);
+    $("approve").textContent = "Approve labels and save";
+    $("reject").textContent = "Reject and reclassify";
+  }
+  if (r.summary && !awaiting) {
+    card.append(el("h4", null, "Summary"), el("div", "markdown", r.summary));
+    $("approvals").hidden = false;
+    for (const b of ["approve", "reject", "stopRun"]) $(b).hidden = true;
+  } else {
+    for (const b of ["approve", "reject", "stopRun"]) $(b).hidden = false;
+  }
+  $("feedback").hidden = !awaiting;
 }
 
-$("runForm").addEventListener("submit", guard(async () => {
+$("runForm").addEventListener("submit", action($("runForm"), async () => {
+  if (runAbort) runAbort.abort();
+  runAbort = new AbortController();
   $("runEvents").replaceChildren();
-  runId = "";
-  await stream("POST", runs, { instruction: $("instruction").value.trim() }, runEvent);
-  await afterRunStream();
+  $("approvals").hidden = true;
+  showRunId("");
+  fetchSample = null;
+  await stream("POST", runs, { instruction: $("instruction").value.trim() }, runEvent, runAbort.signal);
+  await showRun();
+  await runList.reset();
+  runList.select(runId);
 }));
 
 function command(kind) {
-  return guard(async () => {
+  return action($("runStatus"), async () => {
     const type = kind === "STOP" ? "COMMAND_TYPE_STOP" : "COMMAND_TYPE_" + kind + "_" + awaiting;
+    if (runAbort) runAbort.abort();
+    runAbort = new AbortController();
     $("approvals").hidden = true;
-    await stream("POST", runs + "/" + encodeURIComponent(runId) + "/command", { type, feedback: $("feedback").value.trim() }, runEvent);
+    await stream("POST", runs + "/" + encodeURIComponent(runId) + "/command", { type, feedback: $("feedback").value.trim() }, runEvent, runAbort.signal);
     $("feedback").value = "";
-    await afterRunStream();
+    await showRun();
+    runList.load();
   });
 }
 $("approve").addEventListener("click", command("APPROVE"));
@@ -352,37 +899,91 @@ $("stopRun").addEventListener("click", command("STOP"));
 
 // ---- SQL agent --------------------------------------------------------------
 
+// The SQL agent has no list of sessions; the sessions this browser started
+// or opened are kept in localStorage so the tab still has a history.
+const sqlKnown = "agentmesh.sqlSessions";
 let sqlSession = "";
 
-loaders.sql = async () => {
-  const r = await api("GET", "/v1/sql/connections");
-  const sel = $("sqlConnection");
-  sel.replaceChildren();
-  for (const c of r.connections || []) sel.add(new Option(c.name + " (" + c.dialect + ")", c.name));
-  if (!sel.options.length) sel.add(new Option("no connections configured (SQLAGENT_CONNECTIONS)", ""));
+function rememberSql(id) {
+  const known = JSON.parse(localStorage.getItem(sqlKnown) || "[]").filter((s) => s.id !== id);
+  known.unshift({ id, time: new Date().toISOString() });
+  localStorage.setItem(sqlKnown, JSON.stringify(known.slice(0, 50)));
+  listSql();
+}
+
+function listSql() {
+  const tb = $("sqlList").tBodies[0];
+  tb.replaceChildren();
+  for (const s of JSON.parse(localStorage.getItem(sqlKnown) || "[]")) {
+    const tr = tb.insertRow();
+    tr.dataset.id = s.id;
+    tr.classList.toggle("selected", s.id === sqlSession);
+    cell(tr, link(href("sql", s.id), tail(s.id)));
+    cell(tr, when(s.time), "muted");
+  }
+  if (!tb.rows.length) cell(tb.insertRow(), "nothing yet", "muted").colSpan = 2;
+}
+
+function showSqlSession(s) {
+  sqlSession = s ? s.id : "";
+  const a = $("sqlId");
+  a.textContent = sqlSession || "none yet";
+  if (sqlSession) a.href = href("sql", sqlSession); else a.removeAttribute("href");
+  $("sqlStage").textContent = (s && s.stage) || "–";
+  for (const tr of $("sqlList").tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.id === sqlSession);
+}
+
+views.sql = {
+  async list() {
+    listSql();
+    const r = await api("GET", "/v1/sql/connections");
+    const sel = $("sqlConnection");
+    sel.replaceChildren();
+    for (const c of r.connections || []) sel.add(new Option(c.name + " (" + c.dialect + ")", c.name));
+    if (!sel.options.length) sel.add(new Option("no connections configured (SQLAGENT_CONNECTIONS)", ""));
+  },
+  async open(id) {
+    if (id && id === sqlSession) return;
+    $("sqlTurns").replaceChildren();
+    sqlClear();
+    if (!id) { showSqlSession(null); return; }
+    const s = (await api("GET", "/v1/sql/sessions/" + encodeURIComponent(id))).session;
+    showSqlSession(s);
+    rememberSql(s.id);
+    for (const t of s.turns || []) line($("sqlTurns"), t.role === "user" ? "you" : "agent", t.text);
+    showSqlToConfirm(s.pendingSql);
+  },
 };
 
-function sqlReply(r) {
-  sqlSession = r.session.id;
-  line($("sqlTurns"), "agent", r.reply);
+function sqlClear() {
+  showSqlToConfirm("");
+  $("sqlOptions").replaceChildren();
+  $("sqlResult").tHead.replaceChildren();
+  $("sqlResult").tBodies[0].replaceChildren();
+}
+
+function showSqlToConfirm(sql) {
   const confirm = $("sqlToConfirm");
-  confirm.textContent = r.sqlToConfirm || "";
-  confirm.hidden = !r.sqlToConfirm;
+  confirm.textContent = sql || "";
+  confirm.hidden = !sql;
+}
+
+function sqlReply(r) {
+  showSqlSession(r.session);
+  line($("sqlTurns"), "agent", r.reply);
+  sqlClear();
+  showSqlToConfirm(r.sqlToConfirm);
   const opts = $("sqlOptions");
-  opts.replaceChildren();
   for (const o of r.options || []) {
-    const b = document.createElement("button");
+    const b = el("button", null, o.label || o.value);
     b.type = "button";
-    b.textContent = o.label || o.value;
-    b.addEventListener("click", guard(() => sqlSend({ selection: o.value }, o.label || o.value)));
+    b.addEventListener("click", action(opts, () => sqlSend({ selection: o.value }, o.label || o.value)));
     opts.append(b);
   }
   const table = $("sqlResult");
-  table.tHead.replaceChildren();
-  table.tBodies[0].replaceChildren();
   if (r.result) {
     const head = table.tHead.insertRow();
-    for (const c of r.result.columns || []) head.append(Object.assign(document.createElement("th"), { textContent: c }));
+    for (const c of r.result.columns || []) head.append(el("th", null, c));
     for (const row of r.result.rows || []) {
       const tr = table.tBodies[0].insertRow();
       for (const v of Array.isArray(row) ? row : row.values || []) cell(tr, typeof v === "object" && v !== null ? JSON.stringify(v) : v);
@@ -396,16 +997,19 @@ async function sqlSend(body, shown) {
   sqlReply(await api("POST", "/v1/sql/sessions/" + encodeURIComponent(sqlSession) + ":input", body));
 }
 
-$("sqlStart").addEventListener("submit", guard(async () => {
+$("sqlStart").addEventListener("submit", action($("sqlStart"), async () => {
   $("sqlTurns").replaceChildren();
-  sqlReply(await api("POST", "/v1/sql/sessions", { connection: $("sqlConnection").value }));
+  const r = await api("POST", "/v1/sql/sessions", { connection: $("sqlConnection").value });
+  note("sql", r.session.id);
+  rememberSql(r.session.id);
+  sqlReply(r);
 }));
 
-$("sqlForm").addEventListener("submit", guard(async () => {
+$("sqlForm").addEventListener("submit", action($("sqlForm"), async () => {
   if (!sqlSession) throw new Error("start a job first");
   const text = $("sqlInput").value.trim();
   $("sqlInput").value = "";
   await sqlSend({ text }, text);
 }));
 
-guard(loaders.overview)();
+guard(route)();
