@@ -116,10 +116,14 @@ let card = await page.textContent("#approvalCard");
 expect(card.includes("Strategy") && card.includes("Sample conversation"), "classification: the fetch approval card shows the plan and the sample");
 expect(!rawJSON.test(card), "classification: no raw JSON in the fetch approval card");
 expect((await page.textContent("#approve")) === "Approve fetch", "classification: the button says what it approves");
+const stepper = () => page.evaluate(() => [...document.querySelectorAll("#stepper li")].map((li) => li.className + ":" + li.textContent).join(" "));
+expect(await stepper() === "done:plan done:fetch current:approve fetch todo:classify todo:approve labels todo:save todo:summary",
+  "classification: the stepper at the fetch approval (" + await stepper() + ")");
 await shot("approval-fetch");
 await page.reload();
 await page.waitForSelector("#approvals:not([hidden])");
-expect((await page.textContent("#runState")) === "AWAITING_FETCH_APPROVAL" && (await page.textContent("#approvalCard")).includes("Strategy"),
+expect((await page.textContent("#runState")) === "AWAITING_FETCH_APPROVAL" && (await page.textContent("#approvalCard")).includes("Strategy") &&
+  (await stepper()).includes("current:approve fetch"),
   "classification: the link restores the awaiting run and its card after a reload");
 await page.click("#approve");
 await page.waitForSelector("#runStatus .busy");
@@ -128,12 +132,18 @@ await page.waitForFunction(() => document.querySelector("#runState").textContent
 card = await page.textContent("#approvalCard");
 expect(await page.locator("#approvalCard table.labels tbody tr").count() > 0, "classification: the batch card lists the proposed labels");
 expect(!rawJSON.test(card), "classification: no raw JSON in the batch approval card");
+expect(await stepper() === "done:plan done:fetch done:approve fetch done:classify current:approve labels todo:save todo:summary",
+  "classification: the stepper at the batch approval (" + await stepper() + ")");
+expect(await page.locator("#runProgress").isVisible(), "classification: a progress bar toward the plan's target");
 await shot("approval-batch");
 await page.click("#approve");
 await page.waitForFunction(() => document.querySelector("#runState").textContent === "COMPLETED" && !document.querySelector("#runStatus .busy"), null, { timeout: 20000 });
 expect(await page.locator("#approve").isHidden(), "classification: no approval buttons once the run completed");
+expect(/^done:plan .*done:summary$/.test(await stepper()) && !(await stepper()).includes("current"), "classification: every step done once completed");
+const progress = await page.textContent("#runProgress .progress-text");
+expect(/^(\d+) of \1 labelled \(100%\)$/.test(progress), "classification: progress full once completed (" + progress + ")");
 await page.waitForSelector(`#runList tr[data-id="${run}"]`);
-expect((await page.textContent(`#runList tr[data-id="${run}"]`)).includes("COMPLETED"), "classification: the run in the list, completed");
+expect((await page.textContent(`#runList tr[data-id="${run}"]`)).includes("completed"), "classification: the run in the list, completed");
 await shot("classifier");
 
 // ---- SQL

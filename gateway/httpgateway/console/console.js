@@ -442,7 +442,7 @@ const jobList = pager({
   query: () => ({ status: $("jobStatusFilter").value, type: $("jobTypeFilter").value }),
   row(tr, j) {
     cell(tr, link(href("jobs", j.id), j.title || j.toolName || tail(j.id)));
-    cell(tr, short(j.status, "JOB_STATUS_"), "status-" + short(j.status, "JOB_STATUS_").toLowerCase());
+    cell(tr, short(j.status, "JOB_STATUS_").toLowerCase().replace(/_/g, " "), "status-" + short(j.status, "JOB_STATUS_").toLowerCase());
     cell(tr, when(j.createTime), "muted");
   },
 });
@@ -766,7 +766,7 @@ const runList = pager({
   query: () => ({ state: $("runStateFilter").value }),
   row(tr, r) {
     cell(tr, link(href("runs", r.id), clip(r.instruction, 60) || tail(r.id)));
-    cell(tr, short(r.state, "RUN_STATE_"));
+    cell(tr, short(r.state, "RUN_STATE_").toLowerCase().replace(/_/g, " "));
     cell(tr, when(r.createTime), "muted");
   },
 });
@@ -786,10 +786,7 @@ views.runs = {
     if (id && id === runId) return;
     if (runAbort) runAbort.abort();
     showRunId(id);
-    $("runEvents").replaceChildren();
-    $("runState").textContent = "–";
-    $("approvals").hidden = true;
-    fetchSample = null;
+    resetRun();
     if (id) await showRun();
   },
 };
@@ -804,6 +801,38 @@ const eventState = {
   "agent.run.error": "ERROR",
 };
 
+// A run's steps as people think of them; classify and approve repeat per
+// batch until the target is labelled.
+const steps = ["plan", "fetch", "approve fetch", "classify", "approve labels", "save", "summary"];
+const stepOf = {
+  PLANNING: 0, FETCHING: 1, AWAITING_FETCH_APPROVAL: 2, CLASSIFYING: 3,
+  AWAITING_BATCH_APPROVAL: 4, SAVING: 5, SUMMARIZING: 6, COMPLETED: 7,
+};
+let lastStep = -1; // the step the run reached; kept when it stops
+
+// renderStepper marks the steps done, the current one, and a stopped or
+// failed run's last step as failed.
+function renderStepper(state) {
+  if (state in stepOf) lastStep = stepOf[state];
+  const failed = state === "STOPPED" || state === "ERROR";
+  const ol = $("stepper");
+  ol.replaceChildren();
+  if (!state) return;
+  steps.forEach((name, i) => {
+    ol.append(el("li", i < lastStep ? "done" : i === lastStep ? (failed ? "failed" : "current") : "todo", name));
+  });
+}
+
+// renderProgress shows the labelled share of the plan's target.
+function renderProgress(labelled, target) {
+  const box = $("runProgress");
+  box.hidden = !(target > 0);
+  if (box.hidden) return;
+  const pct = Math.min(100, Math.round((100 * (labelled || 0)) / target));
+  box.querySelector(".progress-bar").style.width = pct + "%";
+  box.querySelector(".progress-text").textContent = (labelled || 0) + " of " + target + " labelled (" + pct + "%)";
+}
+
 function runEvent(ev) {
   const d = ev.data || {};
   const type = d.type || ev.event;
@@ -812,7 +841,11 @@ function runEvent(ev) {
     showRunId(d.data.runId);
     note("runs", runId);
   }
-  if (eventState[type]) $("runState").textContent = eventState[type];
+  if (eventState[type]) {
+    $("runState").textContent = eventState[type];
+    renderStepper(eventState[type]);
+  }
+  if (d.data && d.data.target > 0) renderProgress(d.data.totalClassified, d.data.target);
   if (type.endsWith(".delta")) {
     if (!streamed) streamed = line(log, "", "");
     streamed.textContent += typeof d.data === "string" ? d.data : "";
@@ -829,6 +862,10 @@ async function showRun() {
   const r = (await api("GET", "/v1/classifier/runs/" + encodeURIComponent(runId))).run;
   const state = short(r.state, "RUN_STATE_");
   $("runState").textContent = state;
+  if (lastStep < 0) lastStep = reached(r);
+  renderStepper(state);
+  const plans = r.plans || [];
+  renderProgress(r.labelledCount, (plans[plans.length - 1] || {}).targetSampleSize);
   awaiting = state === "AWAITING_FETCH_APPROVAL" ? "FETCH" : state === "AWAITING_BATCH_APPROVAL" ? "BATCH" : "";
   $("approvals").hidden = !awaiting;
   const card = $("approvalCard");
@@ -868,13 +905,32 @@ async function showRun() {
   $("feedback").hidden = !awaiting;
 }
 
+// reached is how far a run read back (not followed) got, from what it holds:
+// where a stopped or failed run stopped.
+function reached(r) {
+  if (r.summary) return 6;
+  if ((r.labelledCount || 0) > 0) return 5;
+  if ((r.pendingBatch || []).length) return 4;
+  if ((r.fetchedIds || []).length) return 2;
+  if ((r.plans || []).length) return 1;
+  return 0;
+}
+
+function resetRun() {
+  $("runEvents").replaceChildren();
+  $("runState").textContent = "–";
+  $("approvals").hidden = true;
+  fetchSample = null;
+  lastStep = -1;
+  renderStepper("");
+  renderProgress(0, 0);
+}
+
 $("runForm").addEventListener("submit", action($("runForm"), async () => {
   if (runAbort) runAbort.abort();
   runAbort = new AbortController();
-  $("runEvents").replaceChildren();
-  $("approvals").hidden = true;
+  resetRun();
   showRunId("");
-  fetchSample = null;
   await stream("POST", runs, { instruction: $("instruction").value.trim() }, runEvent, runAbort.signal);
   await showRun();
   await runList.reset();
