@@ -160,11 +160,34 @@ await page.click("#sqlForm button");
 await page.waitForSelector("#sqlToConfirm:not([hidden])");
 expect((await page.textContent("#sqlToConfirm")).startsWith("SELECT country"), "sql: the SQL shown before it runs");
 expect((await page.locator("#sqlResult tbody tr").count()) === 0, "sql: nothing run before confirmation");
+expect(await page.locator("#sqlToConfirm .sql-keyword", { hasText: "GROUP" }).count() === 1, "sql: the SQL to confirm highlighted");
+await shot("sql-confirm");
 await page.locator("#sqlOptions button", { hasText: /run/i }).first().click();
 await page.waitForSelector("#sqlResult tbody tr");
 expect(await page.locator("#sqlResult tbody tr").count() === 9, "sql: nine countries in the sample");
 expect(await page.locator(`#sqlList tr[data-id="${session}"]`).count() === 1, "sql: the session in this browser's list");
 await shot("sql");
+// A query the checker refuses is never offered to run.
+await page.locator("#sqlOptions button", { hasText: /own/i }).first().click();
+await page.waitForFunction(() => document.querySelector("#sqlTurns").lastChild.textContent.includes("Type the SQL"));
+await page.fill("#sqlInput", "DELETE FROM customers");
+await page.click("#sqlForm button");
+await page.waitForFunction(() => document.querySelector("#sqlTurns").lastChild.textContent.startsWith("agent") &&
+  document.querySelector("#sqlTurns").lastChild.previousSibling.textContent.includes("DELETE"));
+expect(await page.locator("#sqlToConfirm").isHidden() && await page.locator("#sqlOptions button", { hasText: /run it/i }).count() === 0,
+  "sql: no SQL to confirm and no Run it for a refused DELETE");
+// Sixty rows are shown 25 at a time.
+await page.fill("#sqlInput", "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 60) SELECT i FROM n");
+await page.click("#sqlForm button");
+await page.waitForSelector("#sqlToConfirm:not([hidden])");
+await page.locator("#sqlOptions button", { hasText: /run/i }).first().click();
+await page.waitForSelector("#sqlPager:not([hidden])");
+expect(await page.locator("#sqlResult tbody tr").count() === 25 && (await page.textContent("#sqlPager")).includes("rows 1–25 of 60"), "sql: the first 25 of 60 rows");
+await page.click("#sqlPager button:has-text('Next')");
+await page.click("#sqlPager button:has-text('Next')");
+expect(await page.locator("#sqlResult tbody tr").count() === 10 && (await page.textContent("#sqlResult tbody tr:first-child")) === "51" &&
+  await page.locator("#sqlPager button:has-text('Next')").isDisabled(), "sql: the last page holds rows 51–60");
+await shot("sql-paged");
 await page.reload();
 await page.waitForFunction(() => document.querySelector("#sqlTurns").textContent.includes("SELECT country"));
 expect((await page.textContent("#sqlId")) === session, "sql: the link restores the session's turns after a reload");
@@ -223,6 +246,9 @@ await page.waitForFunction(() => document.querySelector("#jobState").textContent
 expect((await page.locator("#timeline button").count()) === 0, "analysis: nothing to cancel or retry in a cancelled analysis");
 expect(await page.locator("#timeline .bar-row[data-type=analysis] .bar.status-cancelled").count() === 1, "analysis: the cancelled request's bar coloured cancelled");
 const cancelled = idFrom(await hash(), "jobs");
+await page.selectOption("#jobSinceFilter", "3600");
+await page.waitForSelector(`#jobList tr[data-id="${job}"]`);
+expect(true, "analysis: the time filter accepted by the API, the last hour's analyses listed");
 await page.selectOption("#jobStatusFilter", "JOB_STATUS_CANCELLED");
 await page.waitForSelector(`#jobList tr[data-id="${cancelled}"]`);
 expect(await page.locator(`#jobList tr[data-id="${job}"]`).count() === 0, "analysis: the status filter lists the cancelled analysis, not the completed one");

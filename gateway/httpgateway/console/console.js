@@ -439,14 +439,17 @@ let ticker = 0;
 const jobList = pager({
   table: $("jobList"), nav: $("jobPager"), path: "/v1/jobs",
   items: (r) => r.jobs || [],
-  query: () => ({ status: $("jobStatusFilter").value, type: $("jobTypeFilter").value }),
+  query: () => ({
+    status: $("jobStatusFilter").value, type: $("jobTypeFilter").value,
+    createTimeFrom: $("jobSinceFilter").value ? new Date(Date.now() - 1000 * Number($("jobSinceFilter").value)).toISOString() : "",
+  }),
   row(tr, j) {
     cell(tr, link(href("jobs", j.id), j.title || j.toolName || tail(j.id)));
     cell(tr, short(j.status, "JOB_STATUS_").toLowerCase().replace(/_/g, " "), "status-" + short(j.status, "JOB_STATUS_").toLowerCase());
     cell(tr, when(j.createTime), "muted");
   },
 });
-for (const f of ["jobStatusFilter", "jobTypeFilter"]) $(f).addEventListener("change", action($("jobPager"), () => jobList.reset()));
+for (const f of ["jobStatusFilter", "jobTypeFilter", "jobSinceFilter"]) $(f).addEventListener("change", action($("jobPager"), () => jobList.reset()));
 
 views.jobs = {
   list: () => jobList.reset(),
@@ -1013,6 +1016,9 @@ views.sql = {
 
 function sqlClear() {
   showSqlToConfirm("");
+  sqlRows = [];
+  $("sqlPager").hidden = true;
+  $("sqlTruncated").hidden = true;
   $("sqlOptions").replaceChildren();
   $("sqlResult").tHead.replaceChildren();
   $("sqlResult").tBodies[0].replaceChildren();
@@ -1020,8 +1026,55 @@ function sqlClear() {
 
 function showSqlToConfirm(sql) {
   const confirm = $("sqlToConfirm");
-  confirm.textContent = sql || "";
+  confirm.replaceChildren(...highlightSQL(sql || ""));
   confirm.hidden = !sql;
+}
+
+// highlightSQL splits SQL into text and marked spans (keywords, strings,
+// numbers, comments) so the query to confirm reads like in an editor; the
+// text itself is unchanged.
+const sqlToken = new RegExp("('(?:[^']|'')*')|(\"(?:[^\"]|\"\")*\")|(--[^\\n]*|/\\*[\\s\\S]*?\\*/)|(\\b\\d+(?:\\.\\d+)?\\b)|(\\b(?:" +
+  "SELECT|FROM|WHERE|GROUP|BY|ORDER|HAVING|LIMIT|OFFSET|JOIN|LEFT|RIGHT|INNER|OUTER|FULL|CROSS|ON|USING|AS|AND|OR|NOT|IN|IS|NULL|" +
+  "LIKE|BETWEEN|CASE|WHEN|THEN|ELSE|END|DISTINCT|UNION|ALL|WITH|RECURSIVE|DESC|ASC|INSERT|UPDATE|DELETE|INTO|VALUES|SET|" +
+  "CREATE|TABLE|DROP|ALTER|EXISTS|OVER|PARTITION|CAST)\\b)", "gi");
+function highlightSQL(sql) {
+  const out = [];
+  let at = 0;
+  for (const m of sql.matchAll(sqlToken)) {
+    if (m.index > at) out.push(sql.slice(at, m.index));
+    const cls = m[1] || m[2] ? "sql-string" : m[3] ? "sql-comment" : m[4] ? "sql-number" : "sql-keyword";
+    out.push(el("span", cls, m[0]));
+    at = m.index + m[0].length;
+  }
+  if (at < sql.length) out.push(sql.slice(at));
+  return out;
+}
+
+// Result rows are shown a page at a time.
+const sqlPageSize = 25;
+let sqlRows = [];
+let sqlPage = 0;
+
+function showSqlPage() {
+  const tb = $("sqlResult").tBodies[0];
+  tb.replaceChildren();
+  for (const row of sqlRows.slice(sqlPage * sqlPageSize, (sqlPage + 1) * sqlPageSize)) {
+    const tr = tb.insertRow();
+    for (const v of Array.isArray(row) ? row : row.values || []) cell(tr, typeof v === "object" && v !== null ? JSON.stringify(v) : v);
+  }
+  const pages = Math.ceil(sqlRows.length / sqlPageSize);
+  const nav = $("sqlPager");
+  nav.hidden = pages <= 1;
+  nav.replaceChildren();
+  const prev = el("button", null, "‹ Previous");
+  const next = el("button", null, "Next ›");
+  prev.type = next.type = "button";
+  prev.disabled = sqlPage === 0;
+  next.disabled = sqlPage >= pages - 1;
+  prev.addEventListener("click", () => { sqlPage--; showSqlPage(); });
+  next.addEventListener("click", () => { sqlPage++; showSqlPage(); });
+  const first = sqlPage * sqlPageSize + 1;
+  nav.append(prev, el("span", "muted", "rows " + first + "–" + Math.min(sqlRows.length, first + sqlPageSize - 1) + " of " + sqlRows.length), next);
 }
 
 function sqlReply(r) {
@@ -1036,15 +1089,13 @@ function sqlReply(r) {
     b.addEventListener("click", action(opts, () => sqlSend({ selection: o.value }, o.label || o.value)));
     opts.append(b);
   }
-  const table = $("sqlResult");
   if (r.result) {
-    const head = table.tHead.insertRow();
+    const head = $("sqlResult").tHead.insertRow();
     for (const c of r.result.columns || []) head.append(el("th", null, c));
-    for (const row of r.result.rows || []) {
-      const tr = table.tBodies[0].insertRow();
-      for (const v of Array.isArray(row) ? row : row.values || []) cell(tr, typeof v === "object" && v !== null ? JSON.stringify(v) : v);
-    }
-    if (r.result.truncated) cell(table.tBodies[0].insertRow(), "… more rows were cut (SQLAGENT_ROW_LIMIT)");
+    sqlRows = r.result.rows || [];
+    sqlPage = 0;
+    showSqlPage();
+    $("sqlTruncated").hidden = !r.result.truncated;
   }
 }
 
