@@ -85,6 +85,10 @@ type Config struct {
 	QualifierModel string `env:"INDEXER_QUALIFIER_MODEL" default:"chat" help:"logical model name of the intake qualifier's calls"`
 	// QualifierTimeout bounds one model call of the qualifier.
 	QualifierTimeout time.Duration `env:"INDEXER_QUALIFIER_TIMEOUT" default:"30s" help:"time limit of one qualifier model call; past it the phase records the error and falls back (GENERIC, the rules' log summary, DONE)"`
+	// PDFPages is how many first pages of a PDF attachment go to vision.
+	PDFPages int `env:"INDEXER_PDF_PAGES" default:"3" help:"first pages of a PDF attachment rendered to PNG (poppler-utils pdftoppm) and sent through vision; its whole text layer (pdftotext) joins the document's text"`
+	// PDFTimeout bounds one poppler-utils run on one PDF.
+	PDFTimeout time.Duration `env:"INDEXER_PDF_TIMEOUT" default:"30s" help:"time limit of one pdftotext or pdftoppm run on one PDF attachment; past it the PDF is kept and listed with the error recorded"`
 	// ExtractorTimeout bounds one extractor on one document.
 	ExtractorTimeout time.Duration `env:"INDEXER_EXTRACTOR_TIMEOUT" default:"2m" help:"time limit of one extractor on one document"`
 	// ExtractionWorkers is how many extraction jobs run at once.
@@ -127,6 +131,9 @@ func (c *Config) validate() error {
 	}
 	if c.QualifierModelCalls && (c.QualifierModel == "" || c.QualifierTimeout <= 0) {
 		errs = append(errs, errors.New("INDEXER_QUALIFIER_MODEL must be set and INDEXER_QUALIFIER_TIMEOUT positive when INDEXER_QUALIFIER_MODEL_CALLS is on"))
+	}
+	if c.PDFPages <= 0 || c.PDFTimeout <= 0 {
+		errs = append(errs, errors.New("INDEXER_PDF_PAGES and INDEXER_PDF_TIMEOUT must be positive"))
 	}
 	if c.JobLeaseTTL < time.Second {
 		errs = append(errs, fmt.Errorf("INDEXER_JOB_LEASE_TTL=%s: must be at least 1s", c.JobLeaseTTL))
@@ -237,6 +244,7 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	}, intake.Deps{
 		Docs: docs, Graph: graphs, Indexes: indexes, Embedder: emb, Extractors: extractors,
 		Vision: visionv1.NewVisionServiceClient(vision), Models: qualifierModels, Logger: log,
+		PDF: &pipeline.PDF{Pages: cfg.PDFPages, Timeout: cfg.PDFTimeout},
 	})
 	if err != nil {
 		return err

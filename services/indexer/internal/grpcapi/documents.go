@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"sort"
 	"strings"
@@ -111,6 +112,13 @@ func (d *Documents) IngestDocument(ctx context.Context, req *indexerv1.IngestDoc
 		if declared := strings.ToLower(strings.TrimSpace(strings.Split(a.GetMimeType(), ";")[0])); visionImageTypes[declared] {
 			if img, sniffed := pipeline.SniffImage(a.GetData()); img == "" {
 				return nil, grpcx.InvalidArgument(field+".data", "is declared %s but is not a PNG, JPEG, GIF or WEBP image (its bytes are %s)", declared, sniffed)
+			}
+		}
+		// A PDF's too: pdftotext and pdftoppm would read anything else as
+		// a broken PDF.
+		if declared := strings.ToLower(strings.TrimSpace(strings.Split(a.GetMimeType(), ";")[0])); declared == "application/pdf" {
+			if sniffed := http.DetectContentType(a.GetData()); sniffed != "application/pdf" {
+				return nil, grpcx.InvalidArgument(field+".data", "is declared application/pdf but is not a PDF (its bytes are %s)", sniffed)
 			}
 		}
 		in.Attachments = append(in.Attachments, intake.Attachment{Name: a.GetName(), MimeType: a.GetMimeType(), Data: a.GetData()})

@@ -664,6 +664,12 @@ func TestInvalidArgumentNamesTheField(t *testing.T) {
 			_, err := h.docs.IngestDocument(ctx, r)
 			return err
 		}, "attachments[0].data"},
+		{"a PDF that is not one", func() error {
+			r := ok()
+			r.Attachments = []*indexerv1.Attachment{{Name: "report.pdf", MimeType: "application/pdf", Data: []byte("PK\x03\x04 a zip")}}
+			_, err := h.docs.IngestDocument(ctx, r)
+			return err
+		}, "attachments[0].data"},
 		{"a broken e-mail", func() error {
 			r := ok()
 			r.SourceType = email

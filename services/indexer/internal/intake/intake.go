@@ -157,6 +157,9 @@ type Deps struct {
 	// rules are unsure, log summaries, routing); nil makes none, and
 	// rules decide.
 	Models *pipeline.Models
+	// PDF reads PDF attachments (text layer, first pages for vision); nil
+	// reads them with pipeline.PDF's defaults.
+	PDF *pipeline.PDF
 	// Instance names this process in job claims (for logs and errors);
 	// empty means host name and process id.
 	Instance string
@@ -219,7 +222,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	q := &pipeline.Qualifier{Models: d.Models, Now: d.Now}
+	q := &pipeline.Qualifier{Models: d.Models, PDF: d.PDF, Now: d.Now}
 	if d.Vision != nil {
 		q.Vision = d.Vision
 	}

@@ -46,8 +46,11 @@ type Qualifier struct {
 	Vision VisionClient
 	// MaxImageBytes is the largest image sent to vision (default 10 MiB).
 	MaxImageBytes int
-	// MaxImages is the most images sent to vision (default 8).
+	// MaxImages is the most images sent to vision (default 8), a PDF's
+	// rendered pages included.
 	MaxImages int
+	// PDF reads PDF attachments; nil reads them with PDF's defaults.
+	PDF *PDF
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -123,14 +126,23 @@ func (q *Qualifier) Qualify(ctx context.Context, in Input) *Output {
 	}
 
 	var images []*visionv1.Image
+	var read attachmentsRead
 	if in.Prior != nil {
 		p.Attachments, p.Vision = in.Prior.GetAttachments(), in.Prior.GetVision()
 	} else {
-		p.Attachments, images = q.attachments(atts)
+		read = q.attachments(ctx, atts)
+		p.Attachments, images = read.list, read.images
+	}
+	// A PDF's text layer is the document's text as much as the body is.
+	if read.pdfText != "" {
+		text = strings.TrimRight(text, "\n") + "\n\n" + read.pdfText
 	}
 
 	// Vision stage 1.
 	ph := q.begin(PhaseVisionStage1)
+	for _, e := range read.errs {
+		ph.fail("%s", e)
+	}
 	switch {
 	case in.Prior != nil:
 		ph.skip("kept from the interrupted ingest of this content")
@@ -147,6 +159,17 @@ func (q *Qualifier) Qualify(ctx context.Context, in Input) *Output {
 		}
 		SetVision(p, &indexerv1.IntakeVision{GeneralSummary: resp.GetGeneralSummary(), Model: resp.GetModel()})
 		for _, ia := range resp.GetImages() {
+			if name, page, ok := pdfOf(ia.GetName()); ok {
+				// A PDF's pages: their descriptions, in page order, are
+				// the PDF's.
+				for _, a := range p.Attachments {
+					if a.GetName() == name && a.GetVisual() {
+						a.VisionAnalysis = strings.TrimSpace(fmt.Sprintf("%s\npage %d: %s", a.GetVisionAnalysis(), page, ia.GetGeneralDescription()))
+						break
+					}
+				}
+				continue
+			}
 			for _, a := range p.Attachments {
 				if a.GetName() == ia.GetName() && a.GetVisual() && a.GetVisionAnalysis() == "" {
 					a.VisionAnalysis = ia.GetGeneralDescription()
@@ -214,6 +237,9 @@ func (q *Qualifier) Qualify(ctx context.Context, in Input) *Output {
 			}
 		}
 		out.Body = ex.GetBody()
+		if read.pdfText != "" {
+			out.Body += "\n\n" + read.pdfText // the PDFs the message carried
+		}
 		ex.Body = clip(ex.GetBody(), MaxStoredBody) // the chunks hold all of it
 		p.Extraction = &indexerv1.IntakeExtraction{Result: &indexerv1.IntakeExtraction_Email{Email: ex}}
 	case indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_JIRA:
@@ -271,10 +297,21 @@ func splitList(s string) []string {
 	return out
 }
 
+// attachmentsRead is what the attachments gave the pipeline.
+type attachmentsRead struct {
+	list   []*indexerv1.IntakeAttachment
+	images []*visionv1.Image
+	// pdfText is the PDFs' text layers, each under a line naming it.
+	pdfText string
+	// errs are the errors reading PDFs, for vision stage 1's phase.
+	errs []string
+}
+
 // attachments lists every attachment with its sniffed type, and returns
 // the images vision may see: sniffed as PNG, JPEG, GIF or WEBP (whatever
-// was declared), within the size and count limits.
-func (q *Qualifier) attachments(atts []Attachment) ([]*indexerv1.IntakeAttachment, []*visionv1.Image) {
+// was declared), and the first pages of each PDF rendered to PNG, within
+// the size and count limits. A PDF's text layer is read too.
+func (q *Qualifier) attachments(ctx context.Context, atts []Attachment) attachmentsRead {
 	maxBytes, maxImages := q.MaxImageBytes, q.MaxImages
 	if maxBytes <= 0 {
 		maxBytes = 10 << 20
@@ -282,27 +319,50 @@ func (q *Qualifier) attachments(atts []Attachment) ([]*indexerv1.IntakeAttachmen
 	if maxImages <= 0 {
 		maxImages = 8
 	}
-	var list []*indexerv1.IntakeAttachment
-	var images []*visionv1.Image
+	var r attachmentsRead
+	var pdfTexts []string
 	for _, a := range atts {
 		img, sniffed := SniffImage(a.Data)
 		ia := &indexerv1.IntakeAttachment{Name: a.Name, MimeType: sniffed, DeclaredMimeType: a.MimeType, SizeBytes: int64(len(a.Data))}
 		switch {
+		case sniffed == "application/pdf":
+			render := len(r.images) < maxImages
+			text, pages, note, errs := q.readPDF(ctx, a, render)
+			ia.Note, r.errs = note, append(r.errs, errs...)
+			if text.Text != "" {
+				pdfTexts = append(pdfTexts, fmt.Sprintf("Attachment %s (PDF, %d pages):\n%s", a.Name, text.Pages, text.Text))
+			}
+			if !render {
+				ia.Note += fmt.Sprintf("; more than %d images: pages not sent to vision", maxImages)
+			}
+			for _, pg := range pages {
+				if len(r.images) >= maxImages {
+					ia.Note += fmt.Sprintf("; more than %d images: pages %d on not sent to vision", maxImages, pg.Number)
+					break
+				}
+				if len(pg.PNG) > maxBytes {
+					ia.Note += fmt.Sprintf("; page %d of %d bytes, over the %d-byte limit: not sent to vision", pg.Number, len(pg.PNG), maxBytes)
+					continue
+				}
+				ia.Visual = true
+				r.images = append(r.images, &visionv1.Image{Name: pdfPageName(a.Name, pg.Number), Data: pg.PNG, MimeType: "image/png"})
+			}
 		case img == "" && strings.HasPrefix(a.MimeType, "image/"):
 			ia.Note = fmt.Sprintf("declared %s but the bytes are %s: not sent to vision", a.MimeType, sniffed)
 		case img == "":
 			ia.Note = "no visual content: kept and listed"
 		case len(a.Data) > maxBytes:
 			ia.Note = fmt.Sprintf("image of %d bytes, over the %d-byte limit: not sent to vision", len(a.Data), maxBytes)
-		case len(images) >= maxImages:
+		case len(r.images) >= maxImages:
 			ia.Note = fmt.Sprintf("more than %d images: not sent to vision", maxImages)
 		default:
 			ia.Visual = true
-			images = append(images, &visionv1.Image{Name: a.Name, Data: a.Data, MimeType: img})
+			r.images = append(r.images, &visionv1.Image{Name: a.Name, Data: a.Data, MimeType: img})
 		}
-		list = append(list, ia)
+		r.list = append(r.list, ia)
 	}
-	return list, images
+	r.pdfText = strings.Join(pdfTexts, "\n\n")
+	return r
 }
 
 // stage2Types maps the qualifier's types to vision's, for stage 2.

@@ -1,0 +1,193 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentmesh/agentmesh/services/indexer/internal/pdftest"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/pipeline"
+)
+
+// fivePages is a PDF whose page k says "Page k of the quarterly ledger
+// review" and a word no other page has.
+func fivePages() ([]byte, []string) {
+	words := []string{"aardvark", "bergamot", "cinnabar", "dulcimer", "escarpment"}
+	pages := make([]string, len(words))
+	for i, w := range words {
+		pages[i] = fmt.Sprintf("Page %d of the quarterly ledger review\nKeyword %s (and a paren)", i+1, w)
+	}
+	return pdftest.PDF(pages...), words
+}
+
+func TestPDFTextAndPages(t *testing.T) {
+	t.Parallel()
+	pdftest.RequireTools(t)
+	data, words := fivePages()
+	ctx := context.Background()
+
+	text, err := (&pipeline.PDF{}).Text(ctx, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text.Pages != 5 || text.Truncated {
+		t.Errorf("%d pages, truncated %v; want 5, false", text.Pages, text.Truncated)
+	}
+	last := -1
+	for i, w := range words {
+		at := strings.Index(text.Text, fmt.Sprintf("Page %d of the quarterly ledger review", i+1))
+		if at <= last || !strings.Contains(text.Text, "Keyword "+w+" (and a paren)") {
+			t.Errorf("page %d missing or out of order in the text layer:\n%s", i+1, text.Text)
+		}
+		last = at
+	}
+	if strings.Contains(text.Text, "\f") {
+		t.Errorf("form feeds left in the text: %q", text.Text)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		pages int
+		want  int
+	}{
+		{"default renders the first 3", 0, 3},
+		{"one page", 1, 1},
+		{"more than the PDF has renders all 5", 12, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pages, err := (&pipeline.PDF{Pages: tc.pages}).Render(ctx, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pages) != tc.want {
+				t.Fatalf("%d pages rendered, want %d", len(pages), tc.want)
+			}
+			for i, pg := range pages {
+				if pg.Number != i+1 || http.DetectContentType(pg.PNG) != "image/png" {
+					t.Errorf("page %d: number %d, type %s", i+1, pg.Number, http.DetectContentType(pg.PNG))
+				}
+			}
+		})
+	}
+
+	t.Run("text cut at the limit", func(t *testing.T) {
+		t.Parallel()
+		text, err := (&pipeline.PDF{MaxTextBytes: 60}).Text(ctx, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !text.Truncated || len(text.Text) > 60 || !strings.Contains(text.Text, "Page 1") {
+			t.Errorf("truncated %v, %d bytes: %q", text.Truncated, len(text.Text), text.Text)
+		}
+	})
+}
+
+// What poppler cannot read, and poppler missing or hanging, are errors
+// that name the program; never a crash or a wait without end.
+func TestPDFFailures(t *testing.T) {
+	t.Parallel()
+	pdftest.RequireTools(t)
+	data, _ := fivePages()
+	hang := filepath.Join(t.TempDir(), "hang")
+	if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	missing := func(name string) (string, error) { return "", exec.ErrNotFound }
+	hanging := func(string) (string, error) { return hang, nil }
+	for _, tc := range []struct {
+		name string
+		pdf  *pipeline.PDF
+		data []byte
+		want string
+		tool bool // ErrPDFTool
+	}{
+		{"header only", &pipeline.PDF{}, []byte("%PDF-1.4\n"), "cannot open the pdf (syntax error: couldn't find trailer dictionary", false},
+		{"truncated after the header", &pipeline.PDF{}, data[:len(data)/3], "cannot open the pdf (syntax error", false},
+		{"not a PDF at all", &pipeline.PDF{}, []byte("hello, this is text"), "cannot open the pdf (syntax warning: may not be a pdf file", false},
+		{"poppler not installed", &pipeline.PDF{Find: missing}, data, "not found", true},
+		{"a run past the time limit", &pipeline.PDF{Find: hanging, Timeout: 300 * time.Millisecond}, data, "no result within 300ms", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			began := time.Now()
+			_, terr := tc.pdf.Text(context.Background(), tc.data)
+			_, rerr := tc.pdf.Render(context.Background(), tc.data)
+			if time.Since(began) > 10*time.Second {
+				t.Errorf("took %s", time.Since(began))
+			}
+			for _, err := range []error{terr, rerr} {
+				if err == nil || !strings.Contains(strings.ToLower(err.Error()), tc.want) || errors.Is(err, pipeline.ErrPDFTool) != tc.tool {
+					t.Errorf("error %v, want one containing %q (ErrPDFTool %v)", err, tc.want, tc.tool)
+				}
+			}
+		})
+	}
+}
+
+// A PDF attachment's text layer joins the text the phases read and the
+// chunks; its first pages are the images vision stage 1 would get; a PDF
+// poppler cannot read, or poppler missing, leaves it kept and listed with
+// the reason on the attachment and the error on vision stage 1.
+func TestQualifyReadsPDFAttachments(t *testing.T) {
+	t.Parallel()
+	pdftest.RequireTools(t)
+	data, words := fivePages()
+	for _, tc := range []struct {
+		name      string
+		pdf       *pipeline.PDF
+		data      []byte
+		wantText  bool
+		wantNote  string
+		wantError string
+	}{
+		{"readable", nil, data, true, "PDF of 5 pages: text layer read", ""},
+		{"poppler missing", &pipeline.PDF{Find: func(string) (string, error) { return "", exec.ErrNotFound }}, data, false,
+			"PDF kept and listed, not read: pipeline: poppler-utils is not installed: pdftotext not found", "report.pdf: pipeline: poppler-utils is not installed"},
+		{"corrupt", nil, []byte("%PDF-1.7\n1 0 obj garbage"), false, "PDF kept and listed, unreadable: pdftotext: cannot open the PDF (", "report.pdf: pdftotext: cannot open the PDF"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			q := &pipeline.Qualifier{PDF: tc.pdf}
+			out := q.Qualify(context.Background(), pipeline.Input{CorrelationID: "c-1", Title: "Q3 review", Text: "Uploaded files: report.pdf",
+				Attachments: []pipeline.Attachment{{Name: "report.pdf", MimeType: "application/pdf", Data: tc.data}}})
+			p := out.Pipeline
+			if len(p.GetAttachments()) != 1 {
+				t.Fatalf("attachments %v", p.GetAttachments())
+			}
+			a := p.GetAttachments()[0]
+			if a.GetMimeType() != "application/pdf" || !strings.HasPrefix(a.GetNote(), tc.wantNote) || a.GetSizeBytes() != int64(len(tc.data)) {
+				t.Errorf("attachment %v, want the note to start %q", a, tc.wantNote)
+			}
+			for _, w := range words {
+				if strings.Contains(out.Body, w) != tc.wantText {
+					t.Errorf("body has %q: %v, want %v", w, !tc.wantText, tc.wantText)
+				}
+			}
+			stage1 := p.GetPhases()[0]
+			if stage1.GetName() != pipeline.PhaseVisionStage1 {
+				t.Fatalf("first phase %s", stage1.GetName())
+			}
+			got := strings.Join(stage1.GetErrors(), "\n")
+			if (tc.wantError == "") != (got == "") || !strings.Contains(got, tc.wantError) {
+				t.Errorf("vision stage 1 errors %q, want %q", got, tc.wantError)
+			}
+			// Without a vision client stage 1 is skipped, but the rendered
+			// pages made the PDF visual.
+			if a.GetVisual() != tc.wantText || stage1.GetSkipped() != map[bool]string{true: "vision is not configured", false: "no visual attachments"}[tc.wantText] {
+				t.Errorf("visual %v, stage 1 skipped %q", a.GetVisual(), stage1.GetSkipped())
+			}
+			// The phases after it ran on what it left.
+			if len(p.GetPhases()) != 4 || p.GetExtraction().GetGeneric() == nil {
+				t.Errorf("phases %v, extraction %v", p.GetPhases(), p.GetExtraction())
+			}
+		})
+	}
+}
