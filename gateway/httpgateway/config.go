@@ -48,6 +48,10 @@ type Config struct {
 	ReadyServices []string `env:"GATEWAY_READY_SERVICES" default:"modelgateway,orchestrator,indexer,classifier,sqlagent" help:"services whose health decides the gateway's readiness (/readyz), comma-separated; the others are reported but do not take the gateway out of rotation (vision, by default: it waits for GPU nodes)"`
 	// MaxBodyBytes is the largest request body accepted.
 	MaxBodyBytes int64 `env:"GATEWAY_MAX_BODY_BYTES" default:"33554432" help:"largest HTTP request body accepted, in bytes"`
+	// UploadMaxBytes caps the files of one upload (POST /v1/documents:upload).
+	UploadMaxBytes int64 `env:"GATEWAY_UPLOAD_MAX_BYTES" default:"25165824" help:"largest total of the files of one multipart upload (POST /v1/documents:upload), in bytes; past it 413 names the file; keep it under GRPC_MAX_RECV_BYTES of the indexer"`
+	// UploadMaxFileBytes caps one file of an upload.
+	UploadMaxFileBytes int64 `env:"GATEWAY_UPLOAD_MAX_FILE_BYTES" default:"10485760" help:"largest single file of a multipart upload, in bytes; past it 413 names the file (the indexer takes attachments of at most 10 MiB)"`
 	// BodyTimeout bounds how long a request body may take to arrive.
 	BodyTimeout time.Duration `env:"GATEWAY_BODY_TIMEOUT" default:"60s" help:"longest time a request body may take to arrive; a slower client gets 408 and its connection closed (streamed responses are not limited)"`
 	// ShutdownTimeout bounds how long shutdown waits for in-flight requests
@@ -74,6 +78,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 32 << 20
+	}
+	if c.UploadMaxBytes <= 0 {
+		c.UploadMaxBytes = 24 << 20
+	}
+	if c.UploadMaxFileBytes <= 0 {
+		c.UploadMaxFileBytes = 10 << 20
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 20 * time.Second

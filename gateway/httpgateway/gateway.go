@@ -12,6 +12,9 @@
 // services as gRPC metadata, where grpcx.Scope checks it against the request.
 // Without configured keys the gateway runs open, for development.
 //
+// POST /v1/documents:upload takes files as multipart/form-data and makes
+// one IngestDocument call of them (upload.go).
+//
 // Besides the API: /healthz (every service's grpc.health.v1 status),
 // /readyz (the readiness probe: the services of GATEWAY_READY_SERVICES),
 // /livez (the liveness probe: this process only), / (a redirect to the
@@ -108,6 +111,9 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 		root.Handle("GET /metrics", g.authenticate(metrics))
 	}
 	root.Handle("/", api)
+	// Multipart uploads: read and checked whole by upload.go, then one
+	// IngestDocument call, in the API's scope.
+	root.Handle("POST "+uploadPath, g.authenticate(http.HandlerFunc(g.serveUpload)))
 	// MCP clients: the mesh's tools over streamable HTTP (see mcp.go).
 	root.Handle(mcpPath, g.mcpHandler())
 	openai, err := g.openAIHandler()

@@ -31,6 +31,7 @@ import (
 // model gateway, whose provider is a simulator the test scripts.
 type qualifierMesh struct {
 	sim    *providersim.Server
+	conn   *grpc.ClientConn // to the indexer
 	docs   indexerv1.DocumentServiceClient
 	search indexerv1.SearchServiceClient
 	graph  indexerv1.GraphServiceClient
@@ -104,7 +105,7 @@ func startQualifierMesh(t *testing.T, script func(sim *providersim.Server)) *qua
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &qualifierMesh{sim: sim, docs: indexerv1.NewDocumentServiceClient(conn), search: indexerv1.NewSearchServiceClient(conn),
+	return &qualifierMesh{sim: sim, conn: conn, docs: indexerv1.NewDocumentServiceClient(conn), search: indexerv1.NewSearchServiceClient(conn),
 		graph: indexerv1.NewGraphServiceClient(conn), events: rec}
 }
 
