@@ -47,6 +47,12 @@ await page.fill("#chatInput", "What changed in the last release?");
 await page.click("#chatForm button");
 await page.waitForSelector("#chatForm .busy .spinner");
 expect(await page.locator("#chatForm button").isDisabled(), "chat: Send disabled while the turn streams");
+await page.waitForFunction(() => {
+  const said = [...document.querySelectorAll("#transcript .who")].find((w) => w.textContent === "assistant");
+  return said && said.nextSibling.textContent.length > 0 && document.querySelector("#chatForm .busy") &&
+    !document.querySelector("#transcript").textContent.includes("done:");
+}, null, { timeout: 20000, polling: 10 });
+expect(true, "chat: the answer shown as it streams, before the turn ends");
 await page.waitForFunction(() => document.querySelector("#transcript").textContent.includes("done:"), null, { timeout: 20000 });
 await page.waitForSelector("#chatForm .busy", { state: "detached" });
 expect(await page.locator("#chatForm button").isEnabled(), "chat: Send enabled again when the turn ends");
@@ -250,8 +256,8 @@ await page.selectOption("#jobSinceFilter", "3600");
 await page.waitForSelector(`#jobList tr[data-id="${job}"]`);
 expect(true, "analysis: the time filter accepted by the API, the last hour's analyses listed");
 await page.selectOption("#jobStatusFilter", "JOB_STATUS_CANCELLED");
-await page.waitForSelector(`#jobList tr[data-id="${cancelled}"]`);
-expect(await page.locator(`#jobList tr[data-id="${job}"]`).count() === 0, "analysis: the status filter lists the cancelled analysis, not the completed one");
+await page.waitForFunction(([c, j]) => document.querySelector(`#jobList tr[data-id="${c}"]`) && !document.querySelector(`#jobList tr[data-id="${j}"]`), [cancelled, job]);
+expect(true, "analysis: the status filter lists the cancelled analysis, not the completed one");
 await shot("analysis-cancelled");
 
 expect(!protoDuration.test(await page.evaluate(() => document.querySelector("main").innerText)), "no protobuf duration anywhere on the page");

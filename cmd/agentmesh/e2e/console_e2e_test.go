@@ -47,8 +47,9 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Paced like a model, so a job can be cancelled while it runs.
-	m := startUp(t, t.TempDir(), "MODELGATEWAY_PROVIDER=sim", "MODELGATEWAY_SIM_LATENCY=300ms")
+	// Paced like a model, so a job can be cancelled while it runs and a
+	// streamed answer is seen growing before it ends.
+	m := startUp(t, t.TempDir(), "MODELGATEWAY_PROVIDER=sim", "MODELGATEWAY_SIM_LATENCY=300ms", "MODELGATEWAY_SIM_CHUNK_DELAY=40ms")
 	shots, err := consoleOutputDir()
 	if err != nil {
 		t.Fatal(err)
