@@ -94,9 +94,16 @@ func uploadGateway(t *testing.T, m *qualifierMesh) string {
 // and the decoded JSON answer.
 func upload(t *testing.T, url, key string, body []byte, contentType string) (int, map[string]any) {
 	t.Helper()
+	return uploadFrom(t, url, key, bytes.NewReader(body), contentType)
+}
+
+// uploadFrom is upload of a body read from r: of unknown length, sent
+// chunked, unless r is a bytes.Reader.
+func uploadFrom(t *testing.T, url, key string, r io.Reader, contentType string) (int, map[string]any) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/documents:upload", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/documents:upload", r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,6 +332,8 @@ func TestUploadThroughTheGateway(t *testing.T) {
 			{"files over the upload's limit", "k-other", []filePart{good, {field: "file", file: "a.log", data: mid}, {field: "file", file: "b.log", data: mid},
 				{field: "file", file: "c.log", data: mid}, {field: "file", file: "d.log", data: mid}}, "",
 				http.StatusRequestEntityTooLarge, `file: "d.log" takes the upload's files past 262144 bytes`},
+			{"a body past the upload's limit, refused by its length", "k-other", []filePart{good, {field: "file", file: "huge.txt", data: bytes.Repeat([]byte("x"), 1400<<10)}}, "",
+				http.StatusRequestEntityTooLarge, "file: the upload is 1434"},
 			{"an unknown field", "k-other", []filePart{good, {field: "colour", data: []byte("red")}}, "", http.StatusBadRequest, "colour: is not a field of an upload"},
 			{"a file under another name", "k-other", []filePart{{field: "attachment", file: "ok.txt", data: []byte("x")}}, "", http.StatusBadRequest, `attachment: is a file part`},
 			{"an unknown source type", "k-other", []filePart{good, {field: "source_type", data: []byte("fax")}}, "", http.StatusBadRequest, `source_type: "fax" is not one of`},
@@ -346,6 +355,16 @@ func TestUploadThroughTheGateway(t *testing.T) {
 				}
 			})
 		}
+		t.Run("a body past the upload's limit, sent without a length", func(t *testing.T) {
+			// The files stay within their limits; a preamble before the
+			// first boundary (RFC 2046 §5.1.1: ignored) makes the body big.
+			body, ct := multipartBody(t, good)
+			preamble := bytes.Repeat([]byte("ignore me\r\n"), (1400<<10)/11)
+			status, res := uploadFrom(t, url, "k-other", io.MultiReader(bytes.NewReader(preamble), bytes.NewReader(body)), ct)
+			if msg, _ := res["message"].(string); status != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "file: the request body takes the upload past 262144 bytes") {
+				t.Errorf("status %d, message %q", status, msg)
+			}
+		})
 		list, err := m.docs.ListDocuments(ctx, &indexerv1.ListDocumentsRequest{Scope: globex})
 		if err != nil || len(list.GetDocuments()) != 0 {
 			t.Errorf("tenant globex holds %d documents (%v), want none", len(list.GetDocuments()), err)
