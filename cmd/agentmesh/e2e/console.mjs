@@ -227,7 +227,9 @@ expect(await page.locator("#analysisRaw").isHidden(), "analysis: the raw JSON hi
 await page.click("#rawToggle");
 expect((await page.textContent("#analysisRaw")).includes('"summary"'), "analysis: the raw JSON behind the toggle");
 expect(await page.locator("#analysisForm button").isEnabled(), "analysis: Start enabled again");
-await page.waitForSelector(`#jobList tr[data-id="${job}"]`);
+await page.waitForSelector(`#jobList tr[data-id="${job}"] td.duration:not(:empty)`);
+const jobTook = await page.textContent(`#jobList tr[data-id="${job}"] td.duration`);
+expect(humanDuration.test(jobTook), "analysis: the list says how long the analysis took in human units (" + jobTook + ")");
 await shot("analysis");
 const barCount = types.length;
 await page.reload();

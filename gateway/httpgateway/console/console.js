@@ -169,9 +169,13 @@ function human(sec) {
   return h + " h " + Math.round((sec - h * 3600) / 60) + " min";
 }
 
+// when shows a timestamp in local time: the time alone for today.
 function when(ts) {
   if (!ts) return "";
-  return new Date(ts).toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  const d = new Date(ts);
+  const time = d.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  if (d.toDateString() === new Date().toDateString()) return time;
+  return d.toLocaleDateString(undefined, { month: "short", day: "numeric" }) + " " + time;
 }
 
 // short shows an enum value without its prefix: JOB_STATUS_FAILED → FAILED.
@@ -446,6 +450,7 @@ const jobList = pager({
   row(tr, j) {
     cell(tr, link(href("jobs", j.id), j.title || j.toolName || tail(j.id)));
     cell(tr, short(j.status, "JOB_STATUS_").toLowerCase().replace(/_/g, " "), "status-" + short(j.status, "JOB_STATUS_").toLowerCase());
+    cell(tr, j.startTime && j.endTime ? human((Date.parse(j.endTime) - Date.parse(j.startTime)) / 1000) : "", "duration");
     cell(tr, when(j.createTime), "muted");
   },
 });
@@ -574,6 +579,15 @@ function renderTimeline() {
     bar.style.left = (100 * Math.max(0, left)).toFixed(2) + "%";
     bar.style.width = Math.max(0.6, 100 * width).toFixed(2) + "%";
     if (s == null) bar.classList.add("queued");
+    bar.title = "created " + when(j.createTime) + (j.startTime ? ", started " + when(j.startTime) : "") + (j.endTime ? ", ended " + when(j.endTime) : "");
+    // The wait between creation and start (a queue, or a parent's
+    // planning) as a hatched lead-in.
+    if (s != null && s > Date.parse(j.createTime)) {
+      const wait = el("div", "wait");
+      wait.style.left = (100 * Math.max(0, (Date.parse(j.createTime) - t0) / span)).toFixed(2) + "%";
+      wait.style.width = (100 * ((s - Date.parse(j.createTime)) / span)).toFixed(2) + "%";
+      track.append(wait);
+    }
     track.append(bar);
     const meta = el("div", "bar-meta");
     const dur = el("span", "duration", s == null ? "queued" : human((end(j) - s) / 1000));
