@@ -156,23 +156,31 @@ function seconds(d) {
   return m ? Number(m[1]) : null;
 }
 
-// human spells a number of seconds for people: "420 ms", "2.8 s", "3 min 5 s".
+// human spells a number of seconds for people: "420 ms", "2.8 s",
+// "3 min 5 s", "1 h 2 min". Each unit is chosen after rounding, so 0.9996 s
+// is "1.0 s" and 3599.6 s is "1 h 0 min", never "1000 ms" or "59 min 60 s".
 function human(sec) {
   if (sec == null || !isFinite(sec)) return "–";
-  if (sec < 1) return Math.round(sec * 1000) + " ms";
-  if (sec < 59.95) return sec.toFixed(1) + " s";
-  if (sec < 3600) {
-    const m = Math.floor(sec / 60);
-    return m + " min " + Math.round(sec - m * 60) + " s";
-  }
-  const h = Math.floor(sec / 3600);
-  return h + " h " + Math.round((sec - h * 3600) / 60) + " min";
+  sec = Math.max(0, sec); // clocks of different hosts can disagree a little
+  if (Math.round(sec * 1000) < 1000) return Math.round(sec * 1000) + " ms";
+  if (Math.round(sec * 10) < 600) return (Math.round(sec * 10) / 10).toFixed(1) + " s";
+  const s = Math.round(sec);
+  if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
+  const m = Math.round(sec / 60);
+  return Math.floor(m / 60) + " h " + (m % 60) + " min";
+}
+
+// at reads a protobuf Timestamp as JSON spells it (RFC 3339, up to nine
+// fractional digits) into milliseconds; Date.parse is only required to read
+// three.
+function at(ts) {
+  return ts ? Date.parse(String(ts).replace(/(\.\d{3})\d+/, "$1")) : NaN;
 }
 
 // when shows a timestamp in local time: the time alone for today.
 function when(ts) {
   if (!ts) return "";
-  const d = new Date(ts);
+  const d = new Date(at(ts));
   const time = d.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
   if (d.toDateString() === new Date().toDateString()) return time;
   return d.toLocaleDateString(undefined, { month: "short", day: "numeric" }) + " " + time;
@@ -450,7 +458,7 @@ const jobList = pager({
   row(tr, j) {
     cell(tr, link(href("jobs", j.id), j.title || j.toolName || tail(j.id)));
     cell(tr, short(j.status, "JOB_STATUS_").toLowerCase().replace(/_/g, " "), "status-" + short(j.status, "JOB_STATUS_").toLowerCase());
-    cell(tr, j.startTime && j.endTime ? human((Date.parse(j.endTime) - Date.parse(j.startTime)) / 1000) : "", "duration");
+    cell(tr, j.startTime && j.endTime ? human((at(j.endTime) - at(j.startTime)) / 1000) : "", "duration");
     cell(tr, when(j.createTime), "muted");
   },
 });
@@ -554,11 +562,11 @@ function renderTimeline() {
   const box = $("timeline");
   const root = jobs.get(rootId);
   if (!root) { box.replaceChildren(); return; }
-  const all = [...jobs.values()].sort((a, b) => (typeOrder[a.type] - typeOrder[b.type]) || (Date.parse(a.createTime) - Date.parse(b.createTime)));
+  const all = [...jobs.values()].sort((a, b) => (typeOrder[a.type] - typeOrder[b.type]) || (at(a.createTime) - at(b.createTime)));
   const now = Date.now();
-  const t0 = Date.parse(root.createTime);
-  const start = (j) => Date.parse(j.startTime || j.createTime);
-  const end = (j) => (j.endTime ? Date.parse(j.endTime) : finished.test(j.status) ? start(j) : now);
+  const t0 = at(root.createTime);
+  const start = (j) => at(j.startTime || j.createTime);
+  const end = (j) => (j.endTime ? at(j.endTime) : finished.test(j.status) ? start(j) : now);
   const t1 = Math.max(t0 + 1, ...all.map(end));
   const span = t1 - t0;
   const rows = [];
@@ -574,7 +582,7 @@ function renderTimeline() {
     const track = el("div", "bar-track");
     const bar = el("div", "bar status-" + status);
     const s = j.startTime ? start(j) : null;
-    const left = ((s == null ? Date.parse(j.createTime) : s) - t0) / span;
+    const left = ((s == null ? at(j.createTime) : s) - t0) / span;
     const width = s == null ? 0 : (end(j) - s) / span;
     bar.style.left = (100 * Math.max(0, left)).toFixed(2) + "%";
     bar.style.width = Math.max(0.6, 100 * width).toFixed(2) + "%";
@@ -582,10 +590,10 @@ function renderTimeline() {
     bar.title = "created " + when(j.createTime) + (j.startTime ? ", started " + when(j.startTime) : "") + (j.endTime ? ", ended " + when(j.endTime) : "");
     // The wait between creation and start (a queue, or a parent's
     // planning) as a hatched lead-in.
-    if (s != null && s > Date.parse(j.createTime)) {
+    if (s != null && s > at(j.createTime)) {
       const wait = el("div", "wait");
-      wait.style.left = (100 * Math.max(0, (Date.parse(j.createTime) - t0) / span)).toFixed(2) + "%";
-      wait.style.width = (100 * ((s - Date.parse(j.createTime)) / span)).toFixed(2) + "%";
+      wait.style.left = (100 * Math.max(0, (at(j.createTime) - t0) / span)).toFixed(2) + "%";
+      wait.style.width = (100 * ((s - at(j.createTime)) / span)).toFixed(2) + "%";
       track.append(wait);
     }
     track.append(bar);
