@@ -11,6 +11,7 @@ import (
 	v1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -24,6 +25,73 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// Action is what the parameter validator decided the reply does (the
+// seed's ASK, FETCH_CONNECTIONS, FETCH_SCHEMAS and TOOL).
+type Action int32
+
+const (
+	// The reply does something else (a confirmation, a result, a choice of
+	// stage options).
+	Action_ACTION_UNSPECIFIED Action = 0
+	// The reply asks, in plain words, for the one parameter still missing.
+	Action_ACTION_ASK Action = 1
+	// The options are connection names: a dropdown.
+	Action_ACTION_FETCH_CONNECTIONS Action = 2
+	// The options are schemas of the chosen connection: a dropdown.
+	Action_ACTION_FETCH_SCHEMAS Action = 3
+	// The options are job kinds: the router could not tell the kind.
+	Action_ACTION_ASK_JOB_KIND Action = 4
+	// Every parameter was present: the job proceeded.
+	Action_ACTION_TOOL Action = 5
+)
+
+// Enum value maps for Action.
+var (
+	Action_name = map[int32]string{
+		0: "ACTION_UNSPECIFIED",
+		1: "ACTION_ASK",
+		2: "ACTION_FETCH_CONNECTIONS",
+		3: "ACTION_FETCH_SCHEMAS",
+		4: "ACTION_ASK_JOB_KIND",
+		5: "ACTION_TOOL",
+	}
+	Action_value = map[string]int32{
+		"ACTION_UNSPECIFIED":       0,
+		"ACTION_ASK":               1,
+		"ACTION_FETCH_CONNECTIONS": 2,
+		"ACTION_FETCH_SCHEMAS":     3,
+		"ACTION_ASK_JOB_KIND":      4,
+		"ACTION_TOOL":              5,
+	}
+)
+
+func (x Action) Enum() *Action {
+	p := new(Action)
+	*p = x
+	return p
+}
+
+func (x Action) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Action) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_sqlagent_v1_sqlagent_proto_enumTypes[0].Descriptor()
+}
+
+func (Action) Type() protoreflect.EnumType {
+	return &file_agentmesh_sqlagent_v1_sqlagent_proto_enumTypes[0]
+}
+
+func (x Action) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Action.Descriptor instead.
+func (Action) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP(), []int{0}
+}
 
 // JobKind is the kind of database job.
 type JobKind int32
@@ -71,11 +139,11 @@ func (x JobKind) String() string {
 }
 
 func (JobKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_sqlagent_v1_sqlagent_proto_enumTypes[0].Descriptor()
+	return file_agentmesh_sqlagent_v1_sqlagent_proto_enumTypes[1].Descriptor()
 }
 
 func (JobKind) Type() protoreflect.EnumType {
-	return &file_agentmesh_sqlagent_v1_sqlagent_proto_enumTypes[0]
+	return &file_agentmesh_sqlagent_v1_sqlagent_proto_enumTypes[1]
 }
 
 func (x JobKind) Number() protoreflect.EnumNumber {
@@ -84,7 +152,7 @@ func (x JobKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobKind.Descriptor instead.
 func (JobKind) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP(), []int{0}
+	return file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP(), []int{1}
 }
 
 // Connection is a configured database.
@@ -553,7 +621,13 @@ type CreateSessionRequest struct {
 	// Scope. Required.
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Connection to use; may also be chosen later.
-	Connection    string `protobuf:"bytes,2,opt,name=connection,proto3" json:"connection,omitempty"`
+	Connection string `protobuf:"bytes,2,opt,name=connection,proto3" json:"connection,omitempty"`
+	// What the user wants, in plain words ("read data from customers"): the
+	// router picks the job kind and the parameters it names with one model
+	// call. At most 64 KiB.
+	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	// The job kind, when the user picked it: no model call is made.
+	JobKind       JobKind `protobuf:"varint,4,opt,name=job_kind,json=jobKind,proto3,enum=agentmesh.sqlagent.v1.JobKind" json:"job_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -602,6 +676,20 @@ func (x *CreateSessionRequest) GetConnection() string {
 	return ""
 }
 
+func (x *CreateSessionRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *CreateSessionRequest) GetJobKind() JobKind {
+	if x != nil {
+		return x.JobKind
+	}
+	return JobKind_JOB_KIND_UNSPECIFIED
+}
+
 // CreateSessionResponse returns the session and the agent's first reply.
 type CreateSessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -610,7 +698,10 @@ type CreateSessionResponse struct {
 	// What the agent says.
 	Reply string `protobuf:"bytes,2,opt,name=reply,proto3" json:"reply,omitempty"`
 	// Choices offered.
-	Options       []*Option `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
+	Options []*Option `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
+	// What the options are (connections, schemas, job kinds) or what the
+	// reply asks.
+	Action        Action `protobuf:"varint,4,opt,name=action,proto3,enum=agentmesh.sqlagent.v1.Action" json:"action,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -664,6 +755,13 @@ func (x *CreateSessionResponse) GetOptions() []*Option {
 		return x.Options
 	}
 	return nil
+}
+
+func (x *CreateSessionResponse) GetAction() Action {
+	if x != nil {
+		return x.Action
+	}
+	return Action_ACTION_UNSPECIFIED
 }
 
 // GetSessionRequest names a session.
@@ -854,7 +952,12 @@ type SendInputResponse struct {
 	SqlToConfirm string `protobuf:"bytes,4,opt,name=sql_to_confirm,json=sqlToConfirm,proto3" json:"sql_to_confirm,omitempty"`
 	// A result, when a query ran; a comparison's diff (column diff_status
 	// first), when a comparison ran.
-	Result        *ResultTable `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	Result *ResultTable `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	// What the options are (connections, schemas, job kinds) or what the
+	// reply asks.
+	Action Action `protobuf:"varint,6,opt,name=action,proto3,enum=agentmesh.sqlagent.v1.Action" json:"action,omitempty"`
+	// The job that ran, when one did (also kept: ListSqlJobs, GetSqlJob).
+	Job           *SqlJob `protobuf:"bytes,7,opt,name=job,proto3" json:"job,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -924,11 +1027,382 @@ func (x *SendInputResponse) GetResult() *ResultTable {
 	return nil
 }
 
+func (x *SendInputResponse) GetAction() Action {
+	if x != nil {
+		return x.Action
+	}
+	return Action_ACTION_UNSPECIFIED
+}
+
+func (x *SendInputResponse) GetJob() *SqlJob {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+// SqlJob is one job that ran: a read, a write, an e-mail or a comparison.
+type SqlJob struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Job id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Session it ran in.
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Kind.
+	Kind JobKind `protobuf:"varint,3,opt,name=kind,proto3,enum=agentmesh.sqlagent.v1.JobKind" json:"kind,omitempty"`
+	// Job name, when the user gave one (COMPARE_SQL).
+	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	// Connection it ran on (a comparison's first connection).
+	Connection string `protobuf:"bytes,5,opt,name=connection,proto3" json:"connection,omitempty"`
+	// The SQL exactly as approved and run; a comparison's first query.
+	Sql string `protobuf:"bytes,6,opt,name=sql,proto3" json:"sql,omitempty"`
+	// A comparison's second query, exactly as approved and run.
+	SecondSql string `protobuf:"bytes,7,opt,name=second_sql,json=secondSql,proto3" json:"second_sql,omitempty"`
+	// Parameters of the session when it ran.
+	Parameters *structpb.Struct `protobuf:"bytes,8,opt,name=parameters,proto3" json:"parameters,omitempty"`
+	// Rows read (a read), written (a write or a comparison's diff) or sent.
+	RowCount int64 `protobuf:"varint,9,opt,name=row_count,json=rowCount,proto3" json:"row_count,omitempty"`
+	// How long the database (and the mail server) took.
+	Duration *durationpb.Duration `protobuf:"bytes,10,opt,name=duration,proto3" json:"duration,omitempty"`
+	// Where the result went: "shown", "table <schema>.<table> on <connection>"
+	// or "e-mail to <recipients>".
+	Destination string `protobuf:"bytes,11,opt,name=destination,proto3" json:"destination,omitempty"`
+	// When it started.
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SqlJob) Reset() {
+	*x = SqlJob{}
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SqlJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SqlJob) ProtoMessage() {}
+
+func (x *SqlJob) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SqlJob.ProtoReflect.Descriptor instead.
+func (*SqlJob) Descriptor() ([]byte, []int) {
+	return file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SqlJob) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SqlJob) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SqlJob) GetKind() JobKind {
+	if x != nil {
+		return x.Kind
+	}
+	return JobKind_JOB_KIND_UNSPECIFIED
+}
+
+func (x *SqlJob) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SqlJob) GetConnection() string {
+	if x != nil {
+		return x.Connection
+	}
+	return ""
+}
+
+func (x *SqlJob) GetSql() string {
+	if x != nil {
+		return x.Sql
+	}
+	return ""
+}
+
+func (x *SqlJob) GetSecondSql() string {
+	if x != nil {
+		return x.SecondSql
+	}
+	return ""
+}
+
+func (x *SqlJob) GetParameters() *structpb.Struct {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+func (x *SqlJob) GetRowCount() int64 {
+	if x != nil {
+		return x.RowCount
+	}
+	return 0
+}
+
+func (x *SqlJob) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *SqlJob) GetDestination() string {
+	if x != nil {
+		return x.Destination
+	}
+	return ""
+}
+
+func (x *SqlJob) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+// ListSqlJobsRequest lists jobs.
+type ListSqlJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Scope. Required.
+	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Only the jobs of this session, when set.
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Most jobs to return (default 50, at most 500).
+	PageSize      int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSqlJobsRequest) Reset() {
+	*x = ListSqlJobsRequest{}
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSqlJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSqlJobsRequest) ProtoMessage() {}
+
+func (x *ListSqlJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSqlJobsRequest.ProtoReflect.Descriptor instead.
+func (*ListSqlJobsRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListSqlJobsRequest) GetScope() *v1.Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+func (x *ListSqlJobsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ListSqlJobsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+// ListSqlJobsResponse lists them, newest first.
+type ListSqlJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Jobs.
+	Jobs          []*SqlJob `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSqlJobsResponse) Reset() {
+	*x = ListSqlJobsResponse{}
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSqlJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSqlJobsResponse) ProtoMessage() {}
+
+func (x *ListSqlJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSqlJobsResponse.ProtoReflect.Descriptor instead.
+func (*ListSqlJobsResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListSqlJobsResponse) GetJobs() []*SqlJob {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+// GetSqlJobRequest names a job.
+type GetSqlJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Scope. Required.
+	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Job id. Required.
+	JobId         string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSqlJobRequest) Reset() {
+	*x = GetSqlJobRequest{}
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSqlJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSqlJobRequest) ProtoMessage() {}
+
+func (x *GetSqlJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSqlJobRequest.ProtoReflect.Descriptor instead.
+func (*GetSqlJobRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetSqlJobRequest) GetScope() *v1.Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+func (x *GetSqlJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// GetSqlJobResponse returns it.
+type GetSqlJobResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job.
+	Job           *SqlJob `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSqlJobResponse) Reset() {
+	*x = GetSqlJobResponse{}
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSqlJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSqlJobResponse) ProtoMessage() {}
+
+func (x *GetSqlJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSqlJobResponse.ProtoReflect.Descriptor instead.
+func (*GetSqlJobResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetSqlJobResponse) GetJob() *SqlJob {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
 var File_agentmesh_sqlagent_v1_sqlagent_proto protoreflect.FileDescriptor
 
 const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\n" +
-	"$agentmesh/sqlagent/v1/sqlagent.proto\x12\x15agentmesh.sqlagent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"T\n" +
+	"$agentmesh/sqlagent/v1/sqlagent.proto\x12\x15agentmesh.sqlagent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fagentmesh/common/v1/scope.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"T\n" +
 	"\n" +
 	"Connection\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -963,16 +1437,19 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"r\n" +
+	"updateTime\"\xd6\x01\n" +
 	"\x14CreateSessionRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12(\n" +
 	"\n" +
 	"connection\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\n" +
-	"connection\"\xa0\x01\n" +
+	"connection\x12\x1d\n" +
+	"\x04text\x18\x03 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04R\x04text\x12C\n" +
+	"\bjob_kind\x18\x04 \x01(\x0e2\x1e.agentmesh.sqlagent.v1.JobKindB\b\xbaH\x05\x82\x01\x02\x10\x01R\ajobKind\"\xd7\x01\n" +
 	"\x15CreateSessionResponse\x128\n" +
 	"\asession\x18\x01 \x01(\v2\x1e.agentmesh.sqlagent.v1.SessionR\asession\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\x127\n" +
-	"\aoptions\x18\x03 \x03(\v2\x1d.agentmesh.sqlagent.v1.OptionR\aoptions\"q\n" +
+	"\aoptions\x18\x03 \x03(\v2\x1d.agentmesh.sqlagent.v1.OptionR\aoptions\x125\n" +
+	"\x06action\x18\x04 \x01(\x0e2\x1d.agentmesh.sqlagent.v1.ActionR\x06action\"q\n" +
 	"\x11GetSessionRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12*\n" +
 	"\n" +
@@ -984,25 +1461,71 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\tsessionId\x12\x1d\n" +
 	"\x04text\x18\x03 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04R\x04text\x12&\n" +
-	"\tselection\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tselection\"\xfe\x01\n" +
+	"\tselection\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tselection\"\xe6\x02\n" +
 	"\x11SendInputResponse\x128\n" +
 	"\asession\x18\x01 \x01(\v2\x1e.agentmesh.sqlagent.v1.SessionR\asession\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\x127\n" +
 	"\aoptions\x18\x03 \x03(\v2\x1d.agentmesh.sqlagent.v1.OptionR\aoptions\x12$\n" +
 	"\x0esql_to_confirm\x18\x04 \x01(\tR\fsqlToConfirm\x12:\n" +
-	"\x06result\x18\x05 \x01(\v2\".agentmesh.sqlagent.v1.ResultTableR\x06result*\x86\x01\n" +
+	"\x06result\x18\x05 \x01(\v2\".agentmesh.sqlagent.v1.ResultTableR\x06result\x125\n" +
+	"\x06action\x18\x06 \x01(\x0e2\x1d.agentmesh.sqlagent.v1.ActionR\x06action\x12/\n" +
+	"\x03job\x18\a \x01(\v2\x1d.agentmesh.sqlagent.v1.SqlJobR\x03job\"\xba\x03\n" +
+	"\x06SqlJob\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x122\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x1e.agentmesh.sqlagent.v1.JobKindR\x04kind\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"connection\x18\x05 \x01(\tR\n" +
+	"connection\x12\x10\n" +
+	"\x03sql\x18\x06 \x01(\tR\x03sql\x12\x1d\n" +
+	"\n" +
+	"second_sql\x18\a \x01(\tR\tsecondSql\x127\n" +
+	"\n" +
+	"parameters\x18\b \x01(\v2\x17.google.protobuf.StructR\n" +
+	"parameters\x12\x1b\n" +
+	"\trow_count\x18\t \x01(\x03R\browCount\x125\n" +
+	"\bduration\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\bduration\x12 \n" +
+	"\vdestination\x18\v \x01(\tR\vdestination\x129\n" +
+	"\n" +
+	"start_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"\x98\x01\n" +
+	"\x12ListSqlJobsRequest\x120\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12'\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\tsessionId\x12'\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\"H\n" +
+	"\x13ListSqlJobsResponse\x121\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x1d.agentmesh.sqlagent.v1.SqlJobR\x04jobs\"h\n" +
+	"\x10GetSqlJobRequest\x120\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\"\n" +
+	"\x06job_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05jobId\"D\n" +
+	"\x11GetSqlJobResponse\x12/\n" +
+	"\x03job\x18\x01 \x01(\v2\x1d.agentmesh.sqlagent.v1.SqlJobR\x03job*\x92\x01\n" +
+	"\x06Action\x12\x16\n" +
+	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"ACTION_ASK\x10\x01\x12\x1c\n" +
+	"\x18ACTION_FETCH_CONNECTIONS\x10\x02\x12\x18\n" +
+	"\x14ACTION_FETCH_SCHEMAS\x10\x03\x12\x17\n" +
+	"\x13ACTION_ASK_JOB_KIND\x10\x04\x12\x0f\n" +
+	"\vACTION_TOOL\x10\x05*\x86\x01\n" +
 	"\aJobKind\x12\x18\n" +
 	"\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_KIND_READ_SQL\x10\x01\x12\x17\n" +
 	"\x13JOB_KIND_WRITE_DATA\x10\x02\x12\x17\n" +
 	"\x13JOB_KIND_SEND_EMAIL\x10\x03\x12\x18\n" +
-	"\x14JOB_KIND_COMPARE_SQL\x10\x042\xb2\x03\n" +
+	"\x14JOB_KIND_COMPARE_SQL\x10\x042\xf8\x04\n" +
 	"\x0fSqlAgentService\x12p\n" +
 	"\x0fListConnections\x12-.agentmesh.sqlagent.v1.ListConnectionsRequest\x1a..agentmesh.sqlagent.v1.ListConnectionsResponse\x12j\n" +
 	"\rCreateSession\x12+.agentmesh.sqlagent.v1.CreateSessionRequest\x1a,.agentmesh.sqlagent.v1.CreateSessionResponse\x12a\n" +
 	"\n" +
 	"GetSession\x12(.agentmesh.sqlagent.v1.GetSessionRequest\x1a).agentmesh.sqlagent.v1.GetSessionResponse\x12^\n" +
-	"\tSendInput\x12'.agentmesh.sqlagent.v1.SendInputRequest\x1a(.agentmesh.sqlagent.v1.SendInputResponseB\xea\x01\n" +
+	"\tSendInput\x12'.agentmesh.sqlagent.v1.SendInputRequest\x1a(.agentmesh.sqlagent.v1.SendInputResponse\x12d\n" +
+	"\vListSqlJobs\x12).agentmesh.sqlagent.v1.ListSqlJobsRequest\x1a*.agentmesh.sqlagent.v1.ListSqlJobsResponse\x12^\n" +
+	"\tGetSqlJob\x12'.agentmesh.sqlagent.v1.GetSqlJobRequest\x1a(.agentmesh.sqlagent.v1.GetSqlJobResponseB\xea\x01\n" +
 	"\x19com.agentmesh.sqlagent.v1B\rSqlagentProtoP\x01ZHgithub.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1;sqlagentv1\xa2\x02\x03ASX\xaa\x02\x15Agentmesh.Sqlagent.V1\xca\x02\x15Agentmesh\\Sqlagent\\V1\xe2\x02!Agentmesh\\Sqlagent\\V1\\GPBMetadata\xea\x02\x17Agentmesh::Sqlagent::V1b\x06proto3"
 
 var (
@@ -1017,61 +1540,84 @@ func file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP() []byte {
 	return file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescData
 }
 
-var file_agentmesh_sqlagent_v1_sqlagent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_agentmesh_sqlagent_v1_sqlagent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_agentmesh_sqlagent_v1_sqlagent_proto_goTypes = []any{
-	(JobKind)(0),                    // 0: agentmesh.sqlagent.v1.JobKind
-	(*Connection)(nil),              // 1: agentmesh.sqlagent.v1.Connection
-	(*ListConnectionsRequest)(nil),  // 2: agentmesh.sqlagent.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil), // 3: agentmesh.sqlagent.v1.ListConnectionsResponse
-	(*Option)(nil),                  // 4: agentmesh.sqlagent.v1.Option
-	(*ResultTable)(nil),             // 5: agentmesh.sqlagent.v1.ResultTable
-	(*Turn)(nil),                    // 6: agentmesh.sqlagent.v1.Turn
-	(*Session)(nil),                 // 7: agentmesh.sqlagent.v1.Session
-	(*CreateSessionRequest)(nil),    // 8: agentmesh.sqlagent.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),   // 9: agentmesh.sqlagent.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),       // 10: agentmesh.sqlagent.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),      // 11: agentmesh.sqlagent.v1.GetSessionResponse
-	(*SendInputRequest)(nil),        // 12: agentmesh.sqlagent.v1.SendInputRequest
-	(*SendInputResponse)(nil),       // 13: agentmesh.sqlagent.v1.SendInputResponse
-	(*v1.Scope)(nil),                // 14: agentmesh.common.v1.Scope
-	(*structpb.ListValue)(nil),      // 15: google.protobuf.ListValue
-	(*timestamppb.Timestamp)(nil),   // 16: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),         // 17: google.protobuf.Struct
+	(Action)(0),                     // 0: agentmesh.sqlagent.v1.Action
+	(JobKind)(0),                    // 1: agentmesh.sqlagent.v1.JobKind
+	(*Connection)(nil),              // 2: agentmesh.sqlagent.v1.Connection
+	(*ListConnectionsRequest)(nil),  // 3: agentmesh.sqlagent.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil), // 4: agentmesh.sqlagent.v1.ListConnectionsResponse
+	(*Option)(nil),                  // 5: agentmesh.sqlagent.v1.Option
+	(*ResultTable)(nil),             // 6: agentmesh.sqlagent.v1.ResultTable
+	(*Turn)(nil),                    // 7: agentmesh.sqlagent.v1.Turn
+	(*Session)(nil),                 // 8: agentmesh.sqlagent.v1.Session
+	(*CreateSessionRequest)(nil),    // 9: agentmesh.sqlagent.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),   // 10: agentmesh.sqlagent.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),       // 11: agentmesh.sqlagent.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),      // 12: agentmesh.sqlagent.v1.GetSessionResponse
+	(*SendInputRequest)(nil),        // 13: agentmesh.sqlagent.v1.SendInputRequest
+	(*SendInputResponse)(nil),       // 14: agentmesh.sqlagent.v1.SendInputResponse
+	(*SqlJob)(nil),                  // 15: agentmesh.sqlagent.v1.SqlJob
+	(*ListSqlJobsRequest)(nil),      // 16: agentmesh.sqlagent.v1.ListSqlJobsRequest
+	(*ListSqlJobsResponse)(nil),     // 17: agentmesh.sqlagent.v1.ListSqlJobsResponse
+	(*GetSqlJobRequest)(nil),        // 18: agentmesh.sqlagent.v1.GetSqlJobRequest
+	(*GetSqlJobResponse)(nil),       // 19: agentmesh.sqlagent.v1.GetSqlJobResponse
+	(*v1.Scope)(nil),                // 20: agentmesh.common.v1.Scope
+	(*structpb.ListValue)(nil),      // 21: google.protobuf.ListValue
+	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),         // 23: google.protobuf.Struct
+	(*durationpb.Duration)(nil),     // 24: google.protobuf.Duration
 }
 var file_agentmesh_sqlagent_v1_sqlagent_proto_depIdxs = []int32{
-	14, // 0: agentmesh.sqlagent.v1.ListConnectionsRequest.scope:type_name -> agentmesh.common.v1.Scope
-	1,  // 1: agentmesh.sqlagent.v1.ListConnectionsResponse.connections:type_name -> agentmesh.sqlagent.v1.Connection
-	15, // 2: agentmesh.sqlagent.v1.ResultTable.rows:type_name -> google.protobuf.ListValue
-	16, // 3: agentmesh.sqlagent.v1.Turn.time:type_name -> google.protobuf.Timestamp
-	14, // 4: agentmesh.sqlagent.v1.Session.scope:type_name -> agentmesh.common.v1.Scope
-	0,  // 5: agentmesh.sqlagent.v1.Session.job_kind:type_name -> agentmesh.sqlagent.v1.JobKind
-	17, // 6: agentmesh.sqlagent.v1.Session.parameters:type_name -> google.protobuf.Struct
-	6,  // 7: agentmesh.sqlagent.v1.Session.turns:type_name -> agentmesh.sqlagent.v1.Turn
-	16, // 8: agentmesh.sqlagent.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	16, // 9: agentmesh.sqlagent.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	14, // 10: agentmesh.sqlagent.v1.CreateSessionRequest.scope:type_name -> agentmesh.common.v1.Scope
-	7,  // 11: agentmesh.sqlagent.v1.CreateSessionResponse.session:type_name -> agentmesh.sqlagent.v1.Session
-	4,  // 12: agentmesh.sqlagent.v1.CreateSessionResponse.options:type_name -> agentmesh.sqlagent.v1.Option
-	14, // 13: agentmesh.sqlagent.v1.GetSessionRequest.scope:type_name -> agentmesh.common.v1.Scope
-	7,  // 14: agentmesh.sqlagent.v1.GetSessionResponse.session:type_name -> agentmesh.sqlagent.v1.Session
-	14, // 15: agentmesh.sqlagent.v1.SendInputRequest.scope:type_name -> agentmesh.common.v1.Scope
-	7,  // 16: agentmesh.sqlagent.v1.SendInputResponse.session:type_name -> agentmesh.sqlagent.v1.Session
-	4,  // 17: agentmesh.sqlagent.v1.SendInputResponse.options:type_name -> agentmesh.sqlagent.v1.Option
-	5,  // 18: agentmesh.sqlagent.v1.SendInputResponse.result:type_name -> agentmesh.sqlagent.v1.ResultTable
-	2,  // 19: agentmesh.sqlagent.v1.SqlAgentService.ListConnections:input_type -> agentmesh.sqlagent.v1.ListConnectionsRequest
-	8,  // 20: agentmesh.sqlagent.v1.SqlAgentService.CreateSession:input_type -> agentmesh.sqlagent.v1.CreateSessionRequest
-	10, // 21: agentmesh.sqlagent.v1.SqlAgentService.GetSession:input_type -> agentmesh.sqlagent.v1.GetSessionRequest
-	12, // 22: agentmesh.sqlagent.v1.SqlAgentService.SendInput:input_type -> agentmesh.sqlagent.v1.SendInputRequest
-	3,  // 23: agentmesh.sqlagent.v1.SqlAgentService.ListConnections:output_type -> agentmesh.sqlagent.v1.ListConnectionsResponse
-	9,  // 24: agentmesh.sqlagent.v1.SqlAgentService.CreateSession:output_type -> agentmesh.sqlagent.v1.CreateSessionResponse
-	11, // 25: agentmesh.sqlagent.v1.SqlAgentService.GetSession:output_type -> agentmesh.sqlagent.v1.GetSessionResponse
-	13, // 26: agentmesh.sqlagent.v1.SqlAgentService.SendInput:output_type -> agentmesh.sqlagent.v1.SendInputResponse
-	23, // [23:27] is the sub-list for method output_type
-	19, // [19:23] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	20, // 0: agentmesh.sqlagent.v1.ListConnectionsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	2,  // 1: agentmesh.sqlagent.v1.ListConnectionsResponse.connections:type_name -> agentmesh.sqlagent.v1.Connection
+	21, // 2: agentmesh.sqlagent.v1.ResultTable.rows:type_name -> google.protobuf.ListValue
+	22, // 3: agentmesh.sqlagent.v1.Turn.time:type_name -> google.protobuf.Timestamp
+	20, // 4: agentmesh.sqlagent.v1.Session.scope:type_name -> agentmesh.common.v1.Scope
+	1,  // 5: agentmesh.sqlagent.v1.Session.job_kind:type_name -> agentmesh.sqlagent.v1.JobKind
+	23, // 6: agentmesh.sqlagent.v1.Session.parameters:type_name -> google.protobuf.Struct
+	7,  // 7: agentmesh.sqlagent.v1.Session.turns:type_name -> agentmesh.sqlagent.v1.Turn
+	22, // 8: agentmesh.sqlagent.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	22, // 9: agentmesh.sqlagent.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	20, // 10: agentmesh.sqlagent.v1.CreateSessionRequest.scope:type_name -> agentmesh.common.v1.Scope
+	1,  // 11: agentmesh.sqlagent.v1.CreateSessionRequest.job_kind:type_name -> agentmesh.sqlagent.v1.JobKind
+	8,  // 12: agentmesh.sqlagent.v1.CreateSessionResponse.session:type_name -> agentmesh.sqlagent.v1.Session
+	5,  // 13: agentmesh.sqlagent.v1.CreateSessionResponse.options:type_name -> agentmesh.sqlagent.v1.Option
+	0,  // 14: agentmesh.sqlagent.v1.CreateSessionResponse.action:type_name -> agentmesh.sqlagent.v1.Action
+	20, // 15: agentmesh.sqlagent.v1.GetSessionRequest.scope:type_name -> agentmesh.common.v1.Scope
+	8,  // 16: agentmesh.sqlagent.v1.GetSessionResponse.session:type_name -> agentmesh.sqlagent.v1.Session
+	20, // 17: agentmesh.sqlagent.v1.SendInputRequest.scope:type_name -> agentmesh.common.v1.Scope
+	8,  // 18: agentmesh.sqlagent.v1.SendInputResponse.session:type_name -> agentmesh.sqlagent.v1.Session
+	5,  // 19: agentmesh.sqlagent.v1.SendInputResponse.options:type_name -> agentmesh.sqlagent.v1.Option
+	6,  // 20: agentmesh.sqlagent.v1.SendInputResponse.result:type_name -> agentmesh.sqlagent.v1.ResultTable
+	0,  // 21: agentmesh.sqlagent.v1.SendInputResponse.action:type_name -> agentmesh.sqlagent.v1.Action
+	15, // 22: agentmesh.sqlagent.v1.SendInputResponse.job:type_name -> agentmesh.sqlagent.v1.SqlJob
+	1,  // 23: agentmesh.sqlagent.v1.SqlJob.kind:type_name -> agentmesh.sqlagent.v1.JobKind
+	23, // 24: agentmesh.sqlagent.v1.SqlJob.parameters:type_name -> google.protobuf.Struct
+	24, // 25: agentmesh.sqlagent.v1.SqlJob.duration:type_name -> google.protobuf.Duration
+	22, // 26: agentmesh.sqlagent.v1.SqlJob.start_time:type_name -> google.protobuf.Timestamp
+	20, // 27: agentmesh.sqlagent.v1.ListSqlJobsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	15, // 28: agentmesh.sqlagent.v1.ListSqlJobsResponse.jobs:type_name -> agentmesh.sqlagent.v1.SqlJob
+	20, // 29: agentmesh.sqlagent.v1.GetSqlJobRequest.scope:type_name -> agentmesh.common.v1.Scope
+	15, // 30: agentmesh.sqlagent.v1.GetSqlJobResponse.job:type_name -> agentmesh.sqlagent.v1.SqlJob
+	3,  // 31: agentmesh.sqlagent.v1.SqlAgentService.ListConnections:input_type -> agentmesh.sqlagent.v1.ListConnectionsRequest
+	9,  // 32: agentmesh.sqlagent.v1.SqlAgentService.CreateSession:input_type -> agentmesh.sqlagent.v1.CreateSessionRequest
+	11, // 33: agentmesh.sqlagent.v1.SqlAgentService.GetSession:input_type -> agentmesh.sqlagent.v1.GetSessionRequest
+	13, // 34: agentmesh.sqlagent.v1.SqlAgentService.SendInput:input_type -> agentmesh.sqlagent.v1.SendInputRequest
+	16, // 35: agentmesh.sqlagent.v1.SqlAgentService.ListSqlJobs:input_type -> agentmesh.sqlagent.v1.ListSqlJobsRequest
+	18, // 36: agentmesh.sqlagent.v1.SqlAgentService.GetSqlJob:input_type -> agentmesh.sqlagent.v1.GetSqlJobRequest
+	4,  // 37: agentmesh.sqlagent.v1.SqlAgentService.ListConnections:output_type -> agentmesh.sqlagent.v1.ListConnectionsResponse
+	10, // 38: agentmesh.sqlagent.v1.SqlAgentService.CreateSession:output_type -> agentmesh.sqlagent.v1.CreateSessionResponse
+	12, // 39: agentmesh.sqlagent.v1.SqlAgentService.GetSession:output_type -> agentmesh.sqlagent.v1.GetSessionResponse
+	14, // 40: agentmesh.sqlagent.v1.SqlAgentService.SendInput:output_type -> agentmesh.sqlagent.v1.SendInputResponse
+	17, // 41: agentmesh.sqlagent.v1.SqlAgentService.ListSqlJobs:output_type -> agentmesh.sqlagent.v1.ListSqlJobsResponse
+	19, // 42: agentmesh.sqlagent.v1.SqlAgentService.GetSqlJob:output_type -> agentmesh.sqlagent.v1.GetSqlJobResponse
+	37, // [37:43] is the sub-list for method output_type
+	31, // [31:37] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_sqlagent_v1_sqlagent_proto_init() }
@@ -1084,8 +1630,8 @@ func file_agentmesh_sqlagent_v1_sqlagent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc), len(file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   13,
+			NumEnums:      2,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

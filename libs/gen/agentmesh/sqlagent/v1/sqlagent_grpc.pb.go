@@ -23,6 +23,8 @@ const (
 	SqlAgentService_CreateSession_FullMethodName   = "/agentmesh.sqlagent.v1.SqlAgentService/CreateSession"
 	SqlAgentService_GetSession_FullMethodName      = "/agentmesh.sqlagent.v1.SqlAgentService/GetSession"
 	SqlAgentService_SendInput_FullMethodName       = "/agentmesh.sqlagent.v1.SqlAgentService/SendInput"
+	SqlAgentService_ListSqlJobs_FullMethodName     = "/agentmesh.sqlagent.v1.SqlAgentService/ListSqlJobs"
+	SqlAgentService_GetSqlJob_FullMethodName       = "/agentmesh.sqlagent.v1.SqlAgentService/GetSqlJob"
 )
 
 // SqlAgentServiceClient is the client API for SqlAgentService service.
@@ -42,6 +44,10 @@ type SqlAgentServiceClient interface {
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*GetSessionResponse, error)
 	// SendInput advances a session with text or a selection.
 	SendInput(ctx context.Context, in *SendInputRequest, opts ...grpc.CallOption) (*SendInputResponse, error)
+	// ListSqlJobs lists the jobs that ran in the caller's scope, newest first.
+	ListSqlJobs(ctx context.Context, in *ListSqlJobsRequest, opts ...grpc.CallOption) (*ListSqlJobsResponse, error)
+	// GetSqlJob returns one job that ran.
+	GetSqlJob(ctx context.Context, in *GetSqlJobRequest, opts ...grpc.CallOption) (*GetSqlJobResponse, error)
 }
 
 type sqlAgentServiceClient struct {
@@ -92,6 +98,26 @@ func (c *sqlAgentServiceClient) SendInput(ctx context.Context, in *SendInputRequ
 	return out, nil
 }
 
+func (c *sqlAgentServiceClient) ListSqlJobs(ctx context.Context, in *ListSqlJobsRequest, opts ...grpc.CallOption) (*ListSqlJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSqlJobsResponse)
+	err := c.cc.Invoke(ctx, SqlAgentService_ListSqlJobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sqlAgentServiceClient) GetSqlJob(ctx context.Context, in *GetSqlJobRequest, opts ...grpc.CallOption) (*GetSqlJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSqlJobResponse)
+	err := c.cc.Invoke(ctx, SqlAgentService_GetSqlJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SqlAgentServiceServer is the server API for SqlAgentService service.
 // All implementations must embed UnimplementedSqlAgentServiceServer
 // for forward compatibility.
@@ -109,6 +135,10 @@ type SqlAgentServiceServer interface {
 	GetSession(context.Context, *GetSessionRequest) (*GetSessionResponse, error)
 	// SendInput advances a session with text or a selection.
 	SendInput(context.Context, *SendInputRequest) (*SendInputResponse, error)
+	// ListSqlJobs lists the jobs that ran in the caller's scope, newest first.
+	ListSqlJobs(context.Context, *ListSqlJobsRequest) (*ListSqlJobsResponse, error)
+	// GetSqlJob returns one job that ran.
+	GetSqlJob(context.Context, *GetSqlJobRequest) (*GetSqlJobResponse, error)
 	mustEmbedUnimplementedSqlAgentServiceServer()
 }
 
@@ -130,6 +160,12 @@ func (UnimplementedSqlAgentServiceServer) GetSession(context.Context, *GetSessio
 }
 func (UnimplementedSqlAgentServiceServer) SendInput(context.Context, *SendInputRequest) (*SendInputResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SendInput not implemented")
+}
+func (UnimplementedSqlAgentServiceServer) ListSqlJobs(context.Context, *ListSqlJobsRequest) (*ListSqlJobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSqlJobs not implemented")
+}
+func (UnimplementedSqlAgentServiceServer) GetSqlJob(context.Context, *GetSqlJobRequest) (*GetSqlJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSqlJob not implemented")
 }
 func (UnimplementedSqlAgentServiceServer) mustEmbedUnimplementedSqlAgentServiceServer() {}
 func (UnimplementedSqlAgentServiceServer) testEmbeddedByValue()                         {}
@@ -224,6 +260,42 @@ func _SqlAgentService_SendInput_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SqlAgentService_ListSqlJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSqlJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SqlAgentServiceServer).ListSqlJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SqlAgentService_ListSqlJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SqlAgentServiceServer).ListSqlJobs(ctx, req.(*ListSqlJobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SqlAgentService_GetSqlJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSqlJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SqlAgentServiceServer).GetSqlJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SqlAgentService_GetSqlJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SqlAgentServiceServer).GetSqlJob(ctx, req.(*GetSqlJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SqlAgentService_ServiceDesc is the grpc.ServiceDesc for SqlAgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -246,6 +318,14 @@ var SqlAgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SendInput",
 			Handler:    _SqlAgentService_SendInput_Handler,
+		},
+		{
+			MethodName: "ListSqlJobs",
+			Handler:    _SqlAgentService_ListSqlJobs_Handler,
+		},
+		{
+			MethodName: "GetSqlJob",
+			Handler:    _SqlAgentService_GetSqlJob_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
