@@ -87,11 +87,24 @@ func TestPostgresSession(t *testing.T) {
 		t.Fatalf("generated volatile call: reply %q, result %v; want a refusal naming it", r.GetReply(), r.GetResult())
 	}
 
-	// Write the result of typed SQL to a new table, after confirmation.
+	// Write the result of typed SQL to a new table, after confirmation;
+	// the server has two schemas, so the validator offers them
+	// (FETCH_SCHEMAS) and the table goes to the one picked.
 	wantStage(t, send(t, c, id, "sel:user_sql"), "NEED_USER_SQL")
 	wantStage(t, send(t, c, id, "SELECT customer, total FROM shop.orders WHERE total > 100"), "CONFIRM_USER_SQL")
 	wantStage(t, send(t, c, id, "yes"), "SHOW_RESULTS")
-	wantStage(t, send(t, c, id, "sel:write"), "NEED_TABLE_NAME")
+	r = send(t, c, id, "sel:write")
+	wantStage(t, r, "ASK_WRITE_SCHEMA")
+	if got := optionValues(r.GetOptions()); r.GetAction() != sqlagentv1.Action_ACTION_FETCH_SCHEMAS || strings.Join(got, ",") != "public,shop" {
+		t.Fatalf("action %v, schema options %v; want FETCH_SCHEMAS with public,shop", r.GetAction(), got)
+	}
+	_, err = c.SendInput(ctxTimeout(t), &sqlagentv1.SendInputRequest{Scope: scopeA, SessionId: id, Selection: "pg_catalog"})
+	wantInvalid(t, err, "selection")
+	r = send(t, c, id, "sel:shop")
+	wantStage(t, r, "NEED_TABLE_NAME")
+	if r.GetAction() != sqlagentv1.Action_ACTION_ASK || r.GetSession().GetParameters().AsMap()["write_schema"] != "shop" {
+		t.Fatalf("after the schema: action %v, parameters %v", r.GetAction(), r.GetSession().GetParameters().AsMap())
+	}
 	wantStage(t, send(t, c, id, "big_orders"), "ASK_WRITE_MODE")
 	wantStage(t, send(t, c, id, "sel:create"), "CONFIRM_WRITE")
 	wantStage(t, send(t, c, id, "yes"), "NEED_WRITE_OR_EMAIL")
@@ -101,8 +114,12 @@ func TestPostgresSession(t *testing.T) {
 	}
 	defer own.Close()
 	var n int
-	if err := own.QueryRow(`SELECT count(*) FROM big_orders`).Scan(&n); err != nil || n != 2 {
-		t.Fatalf("big_orders has %d rows, %v; want 2", n, err)
+	if err := own.QueryRow(`SELECT count(*) FROM shop.big_orders`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("shop.big_orders has %d rows, %v; want 2", n, err)
+	}
+	var elsewhere bool
+	if err := own.QueryRow(`SELECT to_regclass('public.big_orders') IS NOT NULL`).Scan(&elsewhere); err != nil || elsewhere {
+		t.Fatalf("public.big_orders exists: %v, %v; the table belongs in shop only", elsewhere, err)
 	}
 	var locks int
 	if err := own.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`).Scan(&locks); err != nil || locks != 0 {

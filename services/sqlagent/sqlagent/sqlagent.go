@@ -123,9 +123,10 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	}
 	defer modelGateway.Close()
 
-	agent := session.NewAgent(store, registry, sqlgen.New(modelv1.NewModelServiceClient(modelGateway), cfg.SQLModel),
+	gen := sqlgen.New(modelv1.NewModelServiceClient(modelGateway), cfg.SQLModel)
+	agent := session.NewAgent(store, registry, gen,
 		session.Options{RowLimit: cfg.RowLimit, QueryTimeout: cfg.QueryTimeout, Mailer: mail, EmailRowLimit: cfg.EmailRowLimit,
-			ConfirmationWords: splitList(cfg.ConfirmationWords)})
+			ConfirmationWords: splitList(cfg.ConfirmationWords), Router: gen})
 	sqlagentv1.RegisterSqlAgentServiceServer(srv.GRPC(), grpcapi.New(agent, registry, rt.Logger))
 	if rt.Ready != nil {
 		rt.Ready()

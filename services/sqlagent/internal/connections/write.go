@@ -59,11 +59,17 @@ func ValidTableName(name string) error {
 // (the table exists and mode is WriteCreate; a bad name; the database's
 // own failure).
 func (r *Registry) WriteTable(ctx context.Context, name, selectSQL, table string, mode WriteMode, timeout time.Duration) (int64, error) {
+	return r.WriteTableIn(ctx, name, selectSQL, "", table, mode, timeout)
+}
+
+// WriteTableIn is WriteTable into schema ("" for the connection's current
+// one), as WRITE_DATA's schema dropdown chose it.
+func (r *Registry) WriteTableIn(ctx context.Context, name, selectSQL, schema, table string, mode WriteMode, timeout time.Duration) (int64, error) {
 	c, err := r.get(name)
 	if err != nil {
 		return 0, err
 	}
-	return c.writeTo(ctx, "", table, mode, timeout, func(w *tableWriter) error {
+	return c.writeTo(ctx, schema, table, mode, timeout, func(w *tableWriter) error {
 		switch c.spec.Dialect {
 		case Postgres:
 			return c.streamPostgres(w.ctx, selectSQL, timeout, w.columns, w.row)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -67,11 +68,22 @@ func (s *Server) CreateSession(ctx context.Context, req *sqlagentv1.CreateSessio
 	if err != nil {
 		return nil, err
 	}
-	sess, reply, err := s.agent.Create(ctx, toScope(scope), req.GetConnection())
+	if len(req.GetText()) > 64<<10 {
+		return nil, grpcx.InvalidArgument("text", "is longer than 64 KiB")
+	}
+	var kind string
+	if k := req.GetJobKind(); k != sqlagentv1.JobKind_JOB_KIND_UNSPECIFIED {
+		if kind = jobKindNames[k]; kind == "" {
+			return nil, grpcx.InvalidArgument("job_kind", "%d is not a job kind", k)
+		}
+	}
+	sess, reply, err := s.agent.Start(ctx, toScope(scope), session.StartRequest{Connection: req.GetConnection(), Text: req.GetText(), JobKind: kind})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &sqlagentv1.CreateSessionResponse{Session: toProto(sess), Reply: reply.Text, Options: toOptions(reply.Options)}, nil
+	return &sqlagentv1.CreateSessionResponse{
+		Session: toProto(sess), Reply: reply.Text, Options: toOptions(reply.Options), Action: actions[reply.Action],
+	}, nil
 }
 
 // GetSession returns a session of the caller's scope.
@@ -108,6 +120,7 @@ func (s *Server) SendInput(ctx context.Context, req *sqlagentv1.SendInputRequest
 	}
 	resp := &sqlagentv1.SendInputResponse{
 		Session: toProto(sess), Reply: reply.Text, Options: toOptions(reply.Options), SqlToConfirm: reply.SQLToConfirm,
+		Action: actions[reply.Action], Job: jobProto(reply.Job),
 	}
 	if reply.Result != nil {
 		if resp.Result, err = toTable(reply.Result); err != nil {
@@ -117,6 +130,42 @@ func (s *Server) SendInput(ctx context.Context, req *sqlagentv1.SendInputRequest
 	return resp, nil
 }
 
+// ListSqlJobs lists the jobs that ran in the caller's scope, newest first.
+func (s *Server) ListSqlJobs(ctx context.Context, req *sqlagentv1.ListSqlJobsRequest) (*sqlagentv1.ListSqlJobsResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	if n := req.GetPageSize(); n < 0 || n > 500 {
+		return nil, grpcx.InvalidArgument("page_size", "must be between 0 and 500")
+	}
+	jobs, err := s.agent.ListJobs(ctx, toScope(scope), strings.TrimSpace(req.GetSessionId()), int(req.GetPageSize()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &sqlagentv1.ListSqlJobsResponse{}
+	for i := range jobs {
+		out.Jobs = append(out.Jobs, jobProto(&jobs[i]))
+	}
+	return out, nil
+}
+
+// GetSqlJob returns one job of the caller's scope.
+func (s *Server) GetSqlJob(ctx context.Context, req *sqlagentv1.GetSqlJobRequest) (*sqlagentv1.GetSqlJobResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(req.GetJobId()) == "" {
+		return nil, grpcx.InvalidArgument("job_id", "is required")
+	}
+	j, err := s.agent.GetJob(ctx, toScope(scope), req.GetJobId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &sqlagentv1.GetSqlJobResponse{Job: jobProto(j)}, nil
+}
+
 // toStatus maps domain errors to gRPC statuses. Unknown errors pass through
 // and are masked as Internal by the server's interceptor.
 func toStatus(err error) error {
@@ -124,6 +173,8 @@ func toStatus(err error) error {
 	switch {
 	case errors.As(err, &in):
 		return grpcx.InvalidArgument(in.Field, "%s", in.Message)
+	case errors.Is(err, session.ErrJobNotFound):
+		return grpcx.Errorf(codes.NotFound, "JOB_NOT_FOUND", "job not found")
 	case errors.Is(err, session.ErrNotFound):
 		return grpcx.Errorf(codes.NotFound, "SESSION_NOT_FOUND", "session not found")
 	case errors.Is(err, session.ErrFinished):
@@ -153,11 +204,44 @@ var jobKinds = map[string]sqlagentv1.JobKind{
 	session.JobCompareSQL: sqlagentv1.JobKind_JOB_KIND_COMPARE_SQL,
 }
 
-func toProto(s *session.Session) *sqlagentv1.Session {
-	params := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	for k, v := range s.Params {
-		params.Fields[k] = structpb.NewStringValue(v)
+var jobKindNames = map[sqlagentv1.JobKind]string{}
+
+func init() {
+	for name, k := range jobKinds {
+		jobKindNames[k] = name
 	}
+}
+
+var actions = map[string]sqlagentv1.Action{
+	session.ActionAsk:              sqlagentv1.Action_ACTION_ASK,
+	session.ActionFetchConnections: sqlagentv1.Action_ACTION_FETCH_CONNECTIONS,
+	session.ActionFetchSchemas:     sqlagentv1.Action_ACTION_FETCH_SCHEMAS,
+	session.ActionAskJobKind:       sqlagentv1.Action_ACTION_ASK_JOB_KIND,
+	session.ActionTool:             sqlagentv1.Action_ACTION_TOOL,
+}
+
+func stringStruct(m map[string]string) *structpb.Struct {
+	out := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for k, v := range m {
+		out.Fields[k] = structpb.NewStringValue(v)
+	}
+	return out
+}
+
+// jobProto converts a kept job; nil gives nil.
+func jobProto(j *session.Job) *sqlagentv1.SqlJob {
+	if j == nil {
+		return nil
+	}
+	return &sqlagentv1.SqlJob{
+		Id: j.ID, SessionId: j.SessionID, Kind: jobKinds[j.Kind], Name: j.Name, Connection: j.Connection,
+		Sql: j.SQL, SecondSql: j.SecondSQL, Parameters: stringStruct(j.Params), RowCount: j.RowCount,
+		Duration: durationpb.New(j.Duration), Destination: j.Destination, StartTime: timestamppb.New(j.Started),
+	}
+}
+
+func toProto(s *session.Session) *sqlagentv1.Session {
+	params := stringStruct(s.Params)
 	out := &sqlagentv1.Session{
 		Id: s.ID, Scope: &commonv1.Scope{TenantId: s.Scope.TenantID, ProjectId: s.Scope.ProjectID},
 		JobKind: jobKinds[s.JobKind], Stage: string(s.Stage), Parameters: params, PendingSql: s.PendingSQL,

@@ -74,25 +74,7 @@ func newID() string {
 // configured, else an InputError for "connection") it asks how to get the
 // SQL; without, it offers the connections to choose from.
 func (a *Agent) Create(ctx context.Context, scope Scope, connection string) (*Session, Reply, error) {
-	now := a.opts.Now().UTC()
-	s := &Session{
-		ID: a.opts.NewID(), Scope: scope, JobKind: JobReadSQL,
-		Params: map[string]string{}, Created: now, Updated: now,
-	}
-	var r Reply
-	if connection = strings.TrimSpace(connection); connection != "" {
-		if err := a.useConnection(s, connection); err != nil {
-			return nil, Reply{}, inputErr("connection", "no connection named %q is configured", connection)
-		}
-		r = a.askMethod(s, fmt.Sprintf("Connected to %s.", connection))
-	} else {
-		r = a.askConnection(s, "Which database should I use?")
-	}
-	s.Turns = append(s.Turns, Turn{Role: roleAgent, Text: r.Text, Time: now})
-	if err := a.store.Create(ctx, s); err != nil {
-		return nil, Reply{}, err
-	}
-	return s, r, nil
+	return a.Start(ctx, scope, StartRequest{Connection: connection})
 }
 
 // Get returns the session id of scope, or ErrNotFound.
@@ -184,6 +166,15 @@ func (in input) word() string {
 
 // step applies one input to s in its current stage.
 func (a *Agent) step(ctx context.Context, s *Session, in input) (Reply, error) {
+	switch s.Stage {
+	case StageAskJobKind:
+		return a.onJobKind(ctx, s, in)
+	case StageNeedConnection:
+		if in.selection == optChangeJob {
+			return a.askJobKind(s, "Which job now?"), nil
+		}
+		return a.onConnection(ctx, s, in)
+	}
 	if s.JobKind == JobCompareSQL && s.Stage != StageNeedWriteOrEmail {
 		return a.onCompare(ctx, s, in)
 	}
@@ -191,9 +182,12 @@ func (a *Agent) step(ctx context.Context, s *Session, in input) (Reply, error) {
 		// Switching method from the dropdown.
 		return a.onMethod(ctx, s, in)
 	}
+	if in.selection == optChangeJob && (s.Stage == StageAskSQLMethod || s.Stage == StageShowResults || s.Stage == StageNeedWriteOrEmail) {
+		return a.askJobKind(s, "Which job now?"), nil
+	}
 	switch s.Stage {
-	case StageNeedConnection:
-		return a.onConnection(s, in)
+	case StageAskWriteSchema:
+		return a.onWriteSchema(ctx, s, in)
 	case StageAskSQLMethod, StageShowResults, StageNeedWriteOrEmail:
 		return a.onMethod(ctx, s, in)
 	case StageNeedNaturalLanguage:
@@ -230,7 +224,7 @@ func (a *Agent) useConnection(s *Session, name string) error {
 }
 
 func (a *Agent) askConnection(s *Session, text string) Reply {
-	s.Stage = StageNeedConnection
+	s.Stage, s.PendingSQL = StageNeedConnection, ""
 	var opts []Option
 	for _, c := range a.dbs.List() {
 		opts = append(opts, Option{Value: c.Name, Label: fmt.Sprintf("%s (%s)", c.Name, c.Dialect)})
@@ -238,14 +232,16 @@ func (a *Agent) askConnection(s *Session, text string) Reply {
 	if len(opts) == 0 {
 		text += " No database connections are configured (SQLAGENT_CONNECTIONS)."
 	}
-	return Reply{Text: text, Options: opts}
+	return Reply{Text: text, Options: opts, Action: ActionFetchConnections}
 }
 
-func (a *Agent) onConnection(s *Session, in input) (Reply, error) {
+// onConnection takes the connection from the dropdown (or typed as its
+// name: no model call either way) and lets the validator go on.
+func (a *Agent) onConnection(ctx context.Context, s *Session, in input) (Reply, error) {
 	for _, c := range a.dbs.List() {
 		if strings.EqualFold(c.Name, in.selection) || (in.selection == "" && strings.EqualFold(c.Name, in.text)) {
 			_ = a.useConnection(s, c.Name)
-			return a.askMethod(s, fmt.Sprintf("Connected to %s.", c.Name)), nil
+			return a.validate(ctx, s, fmt.Sprintf("Connected to %s.", c.Name))
 		}
 	}
 	if in.selection != "" {
@@ -265,7 +261,7 @@ var startOptions = append(append([]Option{}, methodOptions...), Option{Value: "c
 
 func (a *Agent) askMethod(s *Session, prefix string) Reply {
 	s.Stage, s.PendingSQL = StageAskSQLMethod, ""
-	return Reply{Text: prefix + " Should I generate the SQL from a question, or will you write your own? Or compare two queries?", Options: startOptions}
+	return Reply{Text: strings.TrimSpace(prefix + " Should I generate the SQL from a question, or will you write your own? Or compare two queries?"), Options: startOptions}
 }
 
 // onMethod handles ASK_SQL_METHOD and the next step after results: a
@@ -273,16 +269,26 @@ func (a *Agent) askMethod(s *Session, prefix string) Reply {
 func (a *Agent) onMethod(ctx context.Context, s *Session, in input) (Reply, error) {
 	w := in.word()
 	switch {
+	case (w == methodGenerate || w == "generate sql" || w == "generate it") && s.Params[paramRequest] != "":
+		// The router already read what the user asks for.
+		q := s.Params[paramRequest]
+		delete(s.Params, paramRequest)
+		s.JobKind, s.Params[paramMethod], s.Params[paramQuestion] = JobReadSQL, methodGenerate, q
+		return a.propose(ctx, s, q, "", "")
 	case w == methodGenerate || w == "generate sql" || w == "generate it":
 		s.JobKind, s.Params[paramMethod], s.Stage = JobReadSQL, methodGenerate, StageNeedNaturalLanguage
-		return Reply{Text: "What would you like to know? Ask in plain English."}, nil
+		return Reply{Text: "What would you like to know? Ask in plain English.", Action: ActionAsk}, nil
 	case w == methodUserSQL || w == "write my own" || w == "my own" || w == "i'll write my own sql" || w == "own sql":
 		s.JobKind, s.Params[paramMethod], s.Stage = JobReadSQL, methodUserSQL, StageNeedUserSQL
 		return Reply{Text: "Type the SQL query to run (a single read-only SELECT)."}, nil
 	case isCompareWord(w) && s.Params[paramConnection] != "":
 		return a.startCompare(s), nil
 	case (s.Stage == StageShowResults || s.Stage == StageNeedWriteOrEmail) && (w == "write" || w == "write_data"):
-		return a.startWrite(s, in.field())
+		r, err := a.startWrite(s, in.field())
+		if err != nil {
+			return Reply{}, err
+		}
+		return a.validateWrite(ctx, s, r)
 	case (s.Stage == StageShowResults || s.Stage == StageNeedWriteOrEmail) && (w == "email" || w == "send_email" || w == "e-mail"):
 		return a.startEmail(s)
 	case (s.Stage == StageShowResults || s.Stage == StageNeedWriteOrEmail) && (w == "done" || w == "finish" || w == "no"):
@@ -450,6 +456,7 @@ func (a *Agent) runQuery(ctx context.Context, s *Session) (Reply, error) {
 		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	s.Params[paramExecutedSQL], s.Params[paramRowCount] = sql, fmt.Sprint(len(res.Rows))
+	s.ran = &ranJob{sql: sql, rows: int64(len(res.Rows))}
 	s.Stage, s.PendingSQL = StageShowResults, ""
 	text := fmt.Sprintf("The query returned %d rows.", len(res.Rows))
 	if res.Truncated {

@@ -447,7 +447,8 @@ func TestSQLJobRoundTrips(t *testing.T) {
 		if single {
 			reads = 3
 		}
-		want := fmt.Sprintf("find %s=%d insert %s=1 update %s=2", mongostore.Collection, reads, mongostore.ExecutionsCollection, mongostore.Collection)
+		want := fmt.Sprintf("find %s=%d insert %s=1 insert %s=1 update %s=2", mongostore.Collection, reads, mongostore.ExecutionsCollection,
+			mongostore.JobsCollection, mongostore.Collection)
 		if rt.String() != want {
 			t.Errorf("one SQL job made %q, want %q", rt.String(), want)
 		}

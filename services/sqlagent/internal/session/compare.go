@@ -787,6 +787,7 @@ func (a *Agent) runCompare(ctx context.Context, s *Session) (Reply, error) {
 		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	s.Params[paramRowCount] = fmt.Sprint(n)
+	s.ran = &ranJob{sql: s.Params[firstSide.param("sql")], secondSQL: s.Params[secondSide.param("sql")], rows: n}
 	s.Params[compareParamPrefix+"only_in_first"] = fmt.Sprint(d.OnlyFirst)
 	s.Params[compareParamPrefix+"only_in_second"] = fmt.Sprint(d.OnlySecond)
 	s.Params[compareParamPrefix+"changed"] = fmt.Sprint(d.Changed)

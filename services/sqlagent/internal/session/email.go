@@ -205,6 +205,7 @@ func (a *Agent) runEmail(ctx context.Context, s *Session) (Reply, error) {
 		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	s.Params[paramRowCount], s.Params[paramEmailedTo] = fmt.Sprint(len(res.Rows)), s.Params[paramRecipients]
+	s.ran = &ranJob{sql: sql, rows: int64(len(res.Rows))}
 	return a.afterWrite(s, fmt.Sprintf("Sent %d rows to %s.", len(res.Rows), s.Params[paramRecipients])), nil
 }
 

@@ -54,14 +54,18 @@ func (a *Agent) execute(ctx context.Context, s *Session) (*Session, Reply, error
 		defer a.holdClaim(run, ex.ID)()
 	}
 	var r Reply
+	kind, started := JobReadSQL, time.Now()
 	switch {
 	case err != nil:
 		err = fmt.Errorf("claim the execution: %w", err)
 	case ex.From == StageConfirmWrite:
+		kind = JobWriteData
 		r, err = a.runWrite(run, s)
 	case ex.From == StageConfirmEmail:
+		kind = JobSendEmail
 		r, err = a.runEmail(run, s)
 	case ex.From == StageExecuteCompareSQL:
+		kind = JobCompareSQL
 		r, err = a.runCompare(run, s)
 	default:
 		r, err = a.runQuery(run, s)
@@ -72,6 +76,15 @@ func (a *Agent) execute(ctx context.Context, s *Session) (*Session, Reply, error
 	}
 	wctx, cancel := context.WithTimeout(run, recordTimeout)
 	defer cancel()
+	if err == nil && s.ran != nil {
+		// Kept before the session is written: the job ran, whatever
+		// becomes of the write (an executor that lost its claim).
+		r.Job = jobOf(s, ex, kind, s.ran, time.Since(started))
+		if jerr := a.store.AddJob(wctx, r.Job); jerr != nil {
+			r.Job = nil
+			r.Text += " (The job ran but could not be added to the job list.)"
+		}
+	}
 	done, reply, rerr := a.record(wctx, s, r, a.opts.Now().UTC())
 	switch {
 	case rerr != nil:

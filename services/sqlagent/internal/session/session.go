@@ -79,6 +79,7 @@ const (
 	StageShowResults                      Stage = "SHOW_RESULTS"
 	StageNeedTableName                    Stage = "NEED_TABLE_NAME"
 	StageAskWriteMode                     Stage = "ASK_WRITE_MODE"
+	StageAskWriteSchema                   Stage = "ASK_WRITE_SCHEMA"
 	StageConfirmWrite                     Stage = "CONFIRM_WRITE"
 	StageNeedWriteOrEmail                 Stage = "NEED_WRITE_OR_EMAIL"
 	StageConfirmEmailQuery                Stage = "CONFIRM_EMAIL_QUERY"
@@ -103,6 +104,7 @@ const (
 	paramWrittenDialect, paramEmailSQL          = "written_dialect", "email_sql"
 	paramRecipients, paramSubject               = "recipients", "subject"
 	paramEmailedTo                              = "emailed_to"
+	paramWriteSchema                            = "write_schema"
 )
 
 // Scope is the tenant and project a session belongs to.
@@ -138,6 +140,9 @@ type Session struct {
 	Version int64
 	Created time.Time
 	Updated time.Time
+	// ran is set by the run function of an execution that completed: the
+	// job to keep. Never stored with the session.
+	ran *ranJob
 }
 
 // Execution is a confirmed SQL being run (see the package doc).
@@ -174,6 +179,12 @@ type Reply struct {
 	Options      []Option
 	SQLToConfirm string
 	Result       *connections.Result
+	// Action is the parameter validator's (ActionAsk, ActionFetchConnections,
+	// ...): what the options are or what the reply asks; empty for other
+	// replies.
+	Action string
+	// Job is the job that ran, when one did.
+	Job *Job
 }
 
 // Errors of the session domain. The gRPC layer maps them to codes.
@@ -223,6 +234,7 @@ type Store interface {
 	Create(ctx context.Context, s *Session) error
 	Get(ctx context.Context, scope Scope, id string) (*Session, error)
 	Update(ctx context.Context, s *Session) error
+	JobStore
 	ClaimExecution(ctx context.Context, s *Session) error
 	RenewExecution(ctx context.Context, id string, until time.Time) error
 	ExecutionUntil(ctx context.Context, id string) (until time.Time, found bool, err error)
@@ -240,7 +252,7 @@ type Databases interface {
 	SchemaText(ctx context.Context, name string) (string, error)
 	Schemas(ctx context.Context, name string) ([]string, error)
 	Query(ctx context.Context, name, sql string, limit int, timeout time.Duration) (*connections.Result, error)
-	WriteTable(ctx context.Context, name, sql, table string, mode connections.WriteMode, timeout time.Duration) (int64, error)
+	WriteTableIn(ctx context.Context, name, sql, schema, table string, mode connections.WriteMode, timeout time.Duration) (int64, error)
 	WriteRows(ctx context.Context, name, schema, table string, mode connections.WriteMode, columns []string, rows [][]any, timeout time.Duration) (int64, error)
 	CurrentSchema(ctx context.Context, name string) (string, error)
 	Writable(name string) (bool, error)
@@ -266,6 +278,9 @@ type Options struct {
 	// parameter when nothing was asked (default
 	// DefaultConfirmationWords).
 	ConfirmationWords []string
+	// Router reads the job kind out of free text (route.go); nil: the
+	// agent asks for it with a dropdown.
+	Router Router
 	// Mailer sends SEND_EMAIL's messages; nil: e-mail is off.
 	Mailer Mailer
 	// EmailRowLimit caps the rows an e-mail carries (default 10000).

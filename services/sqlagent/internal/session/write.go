@@ -16,6 +16,7 @@ func (a *Agent) startWrite(s *Session, field string) (Reply, error) {
 	if ok, err := a.dbs.Writable(s.Params[paramConnection]); err != nil || !ok {
 		return Reply{}, inputErr(field, "connection %s is read-only: results can only be written to a connection configured with a write DSN", s.Params[paramConnection])
 	}
+	delete(s.Params, paramWriteSchema)
 	s.JobKind, s.Stage = JobWriteData, StageNeedTableName
 	return Reply{Text: fmt.Sprintf("I'll write the result of the last query to a new table in %s. What should the table be called?", s.Params[paramConnection])}, nil
 }
@@ -73,7 +74,7 @@ func (a *Agent) onWrite(s *Session, in input) (Reply, error) {
 // runWrite writes the result of the confirmed query of s to its table, in
 // CONFIRM_WRITE, and moves s on.
 func (a *Agent) runWrite(ctx context.Context, s *Session) (Reply, error) {
-	n, err := a.dbs.WriteTable(ctx, s.Params[paramConnection], s.Params[paramExecutedSQL], s.Params[paramTable],
+	n, err := a.dbs.WriteTableIn(ctx, s.Params[paramConnection], s.Params[paramExecutedSQL], s.Params[paramWriteSchema], s.Params[paramTable],
 		connections.WriteMode(s.Params[paramWriteMode]), a.opts.QueryTimeout)
 	var refused *connections.RefusedError
 	switch {
@@ -88,10 +89,14 @@ func (a *Agent) runWrite(ctx context.Context, s *Session) (Reply, error) {
 		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	s.Params[paramRowCount] = fmt.Sprint(n)
+	s.ran = &ranJob{sql: s.Params[paramExecutedSQL], rows: n}
 	// Where it went, for SEND_EMAIL; a schema that cannot be read now
 	// only costs the e-mail its default query, so it is asked for
 	// without failing the recorded write.
-	schema, err := a.dbs.CurrentSchema(ctx, s.Params[paramConnection])
+	schema, err := s.Params[paramWriteSchema], error(nil)
+	if schema == "" {
+		schema, err = a.dbs.CurrentSchema(ctx, s.Params[paramConnection])
+	}
 	if err != nil {
 		return a.afterWriteNoEmail(s, fmt.Sprintf("Wrote %d rows to %s.", n, s.Params[paramTable])), nil
 	}

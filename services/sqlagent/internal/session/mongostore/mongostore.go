@@ -14,8 +14,8 @@
 // up) a read and a write by _id with the rest checked in Go, with many
 // writers one conditional update; ClaimExecution is an insert. A confirmed
 // SQL job (confirm → run → SHOW_RESULTS) thus costs a read, two updates and
-// an insert with many writers, and two more reads by _id for a single
-// writer.
+// two inserts (the claim, the kept job) with many writers, and two more
+// reads by _id for a single writer.
 //
 // # Queries and indexes (MongoDB)
 //
@@ -24,9 +24,12 @@
 //	Update: {_id, tenant_id, project_id, version}       sql_sessions     _id_
 //	Create, ClaimExecution: inserts (unique _id)        both             _id_
 //	RenewExecution, ExecutionUntil: {_id}               sql_executions   _id_
+//	AddJob: insert; GetJob: {_id} (scope checked in Go) sql_jobs         _id_
+//	ListJobs: {tenant_id, project_id} by started        sql_jobs         scope_started
+//	ListJobs of a session: ... and session_id           sql_jobs         scope_session_started
 //
-// So the store needs no secondary index (TestEveryQueryIsIndexed checks
-// the shapes it sends). New drops scope_updated, which earlier versions
+// So sessions need no secondary index (TestEveryQueryIsIndexed checks
+// the shapes the store sends); the job listings bring theirs. New drops scope_updated, which earlier versions
 // made for listings by scope that no RPC makes: it served no query, and
 // since "updated" changes with every write, every write paid for it. A
 // listing, when one comes, brings its index along.
@@ -71,6 +74,7 @@ const schemaVersion = 1
 type Store struct {
 	coll       *mongo.Collection
 	executions *mongo.Collection
+	jobs       *mongo.Collection
 }
 
 var _ session.Store = (*Store)(nil)
@@ -82,7 +86,11 @@ func New(ctx context.Context, db *mongo.Database) (*Store, error) {
 	if err := mongox.DropIndexes(ctx, coll, "scope_updated"); err != nil {
 		return nil, err
 	}
-	return &Store{coll: coll, executions: db.Collection(ExecutionsCollection)}, nil
+	jobs := db.Collection(JobsCollection)
+	if err := mongox.EnsureIndexes(ctx, jobs, jobIndexes...); err != nil {
+		return nil, err
+	}
+	return &Store{coll: coll, executions: db.Collection(ExecutionsCollection), jobs: jobs}, nil
 }
 
 type turnDoc struct {

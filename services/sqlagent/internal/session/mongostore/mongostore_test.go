@@ -3,6 +3,7 @@ package mongostore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,6 +116,61 @@ func testStore(t *testing.T, db *mongo.Database) {
 	}
 	if done, err := st.Get(ctx, scope, "s1"); err != nil || done.Stage != session.StageDone || done.Execution != nil || done.Version != 2 {
 		t.Errorf("after the result: %+v (%v)", done, err)
+	}
+	testJobs(t, st, scope, now)
+}
+
+// testJobs keeps three jobs of two sessions and one of another scope, and
+// reads them back: whole, newest first, by session, never across scopes.
+func testJobs(t *testing.T, st *mongostore.Store, scope session.Scope, now time.Time) {
+	ctx := context.Background()
+	jobs := []session.Job{
+		{ID: "s1/2", SessionID: "s1", Scope: scope, Kind: session.JobReadSQL, Connection: "shop", SQL: "SELECT 1\n  -- as approved",
+			Params: map[string]string{"connection": "shop"}, RowCount: 1, Duration: 1500 * time.Millisecond, Destination: "shown", Started: now},
+		{ID: "s1/5", SessionID: "s1", Scope: scope, Kind: session.JobCompareSQL, Name: "nightly", SQL: "SELECT a", SecondSQL: "SELECT b",
+			Params: map[string]string{}, RowCount: 3, Destination: "table main.d on shop", Started: now.Add(time.Minute)},
+		{ID: "s2/2", SessionID: "s2", Scope: scope, Kind: session.JobWriteData, SQL: "SELECT 2", Started: now.Add(2 * time.Minute)},
+		{ID: "g1/2", SessionID: "g1", Scope: session.Scope{TenantID: "globex", ProjectID: "music"}, Kind: session.JobReadSQL, Started: now.Add(3 * time.Minute)},
+	}
+	for i := range jobs {
+		if err := st.AddJob(ctx, &jobs[i]); err != nil {
+			t.Fatalf("AddJob %s: %v", jobs[i].ID, err)
+		}
+	}
+	again := jobs[0]
+	again.SQL = "SELECT 'another'"
+	if err := st.AddJob(ctx, &again); err != nil {
+		t.Fatalf("AddJob of a kept id: %v", err)
+	}
+	got, err := st.GetJob(ctx, scope, "s1/2")
+	if err != nil || got.SQL != jobs[0].SQL || got.Duration != jobs[0].Duration || !got.Started.Equal(now) ||
+		got.Params["connection"] != "shop" || got.Destination != "shown" || got.RowCount != 1 {
+		t.Fatalf("GetJob = %+v, %v; want the first job as added", got, err)
+	}
+	if _, err := st.GetJob(ctx, session.Scope{TenantID: "globex", ProjectID: "music"}, "s1/2"); !errors.Is(err, session.ErrJobNotFound) {
+		t.Errorf("GetJob from another scope: %v, want ErrJobNotFound", err)
+	}
+	ids := func(js []session.Job) string {
+		var out []string
+		for _, j := range js {
+			out = append(out, j.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tc := range []struct {
+		session string
+		limit   int
+		want    string
+	}{
+		{"", 10, "s2/2,s1/5,s1/2"},
+		{"", 2, "s2/2,s1/5"},
+		{"s1", 10, "s1/5,s1/2"},
+		{"nope", 10, ""},
+	} {
+		list, err := st.ListJobs(ctx, scope, tc.session, tc.limit)
+		if err != nil || ids(list) != tc.want {
+			t.Errorf("ListJobs(%q, %d) = %s, %v; want %s", tc.session, tc.limit, ids(list), err, tc.want)
+		}
 	}
 }
 

@@ -1,0 +1,103 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+)
+
+// Job is one job that ran: the record kept of every confirmed read,
+// write, e-mail and comparison that completed, with the SQL exactly as the
+// user approved it (the SQL that ran: the run functions take it from the
+// same field the confirmation showed).
+type Job struct {
+	// ID is the execution's id, "<session id>/<version>": one job per
+	// execution, however often its record is written.
+	ID        string
+	SessionID string
+	Scope     Scope
+	// Kind is JobReadSQL, JobWriteData, JobSendEmail or JobCompareSQL.
+	Kind string
+	// Name is the comparison's job name; empty for the other kinds.
+	Name       string
+	Connection string
+	// SQL is the approved SQL that ran; a comparison's first query.
+	SQL string
+	// SecondSQL is a comparison's second query.
+	SecondSQL string
+	// Params are the session's parameters after the run.
+	Params map[string]string
+	// RowCount is the rows read, written or sent.
+	RowCount int64
+	// Duration is how long the run took (database, mail server).
+	Duration time.Duration
+	// Destination says where the result went (see destination).
+	Destination string
+	Started     time.Time
+}
+
+// JobStore keeps jobs. AddJob is idempotent on Job.ID; ListJobs returns
+// the jobs of scope (of one session when sessionID is set), newest first,
+// at most limit; GetJob returns ErrJobNotFound for a job of another scope.
+type JobStore interface {
+	AddJob(ctx context.Context, j *Job) error
+	ListJobs(ctx context.Context, scope Scope, sessionID string, limit int) ([]Job, error)
+	GetJob(ctx context.Context, scope Scope, id string) (*Job, error)
+}
+
+// ErrJobNotFound means no job with that id in that scope.
+var ErrJobNotFound = fmt.Errorf("job not found")
+
+// Job list bounds.
+const (
+	defaultJobPage = 50
+	maxJobPage     = 500
+)
+
+// ListJobs lists the jobs of scope, newest first (of session sessionID
+// when set); limit 0 means 50, and more than 500 is 500.
+func (a *Agent) ListJobs(ctx context.Context, scope Scope, sessionID string, limit int) ([]Job, error) {
+	if limit <= 0 {
+		limit = defaultJobPage
+	}
+	return a.store.ListJobs(ctx, scope, sessionID, min(limit, maxJobPage))
+}
+
+// GetJob returns job id of scope, or ErrJobNotFound.
+func (a *Agent) GetJob(ctx context.Context, scope Scope, id string) (*Job, error) {
+	return a.store.GetJob(ctx, scope, id)
+}
+
+// ranJob is what a run function reports of a job that completed.
+type ranJob struct {
+	sql, secondSQL string
+	rows           int64
+}
+
+// jobOf builds the record of the execution ex of s, which completed as
+// ran said, in d.
+func jobOf(s *Session, ex *Execution, kind string, ran *ranJob, d time.Duration) *Job {
+	j := &Job{
+		ID: ex.ID, SessionID: s.ID, Scope: s.Scope, Kind: kind,
+		Connection: s.Params[paramConnection], SQL: ran.sql, SecondSQL: ran.secondSQL,
+		Params: maps.Clone(s.Params), RowCount: ran.rows, Duration: d, Started: ex.Started,
+	}
+	switch kind {
+	case JobWriteData:
+		j.Destination = fmt.Sprintf("table %s on %s", qualifiedName(s.Params[paramWrittenSchema], s.Params[paramTable]), j.Connection)
+	case JobSendEmail:
+		j.Destination = "e-mail to " + s.Params[paramEmailedTo]
+	case JobCompareSQL:
+		j.Name, j.Connection = s.Params[paramCompareJob], s.Params[firstSide.param("connection")]
+		j.Destination = fmt.Sprintf("table %s on %s", qualifiedName(s.Params[paramCompareSchem], s.Params[paramCompareTable]), s.Params[paramCompareTarget])
+	default:
+		j.Destination = "shown"
+	}
+	return j
+}
+
+func qualifiedName(schema, table string) string {
+	return strings.TrimPrefix(schema+"."+table, ".")
+}
