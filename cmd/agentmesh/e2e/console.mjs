@@ -84,6 +84,22 @@ expect(await page.locator("#conversationList tbody tr").count() >= 2, "chat: the
 await page.click("#conversationPager button:has-text('Previous')");
 await page.waitForFunction((first) => document.querySelector("#conversationList tbody").textContent === first, firstPage);
 expect(true, "chat: previous returns to the first page");
+// Another tenant sees none of these conversations (and not the one open);
+// back to the default, all.
+if (await page.locator(`#conversationList tr[data-id="${conversation}"] a`).count()) {
+  await page.click(`#conversationList tr[data-id="${conversation}"] a`);
+} else { // on the other page: its link then
+  await page.goto(base + "#/conversations/" + conversation);
+}
+await page.waitForFunction(() => document.querySelector("#transcript").textContent.includes("[simulated] reply"));
+await page.fill("#tenant", "elsewhere");
+await page.dispatchEvent("#tenant", "change");
+await page.waitForFunction(() => document.querySelector("#conversationList tbody").textContent === "nothing yet" &&
+  location.hash === "#/conversations" && document.querySelector("#transcript").childNodes.length === 0);
+await page.fill("#tenant", "");
+await page.dispatchEvent("#tenant", "change");
+await page.waitForFunction(() => document.querySelectorAll("#conversationList tbody tr[data-id]").length === 10);
+expect(true, "chat: a change of tenant leaves the previous tenant's conversation and lists the new tenant's");
 
 // ---- documents
 await page.click("a[data-tab=documents]");

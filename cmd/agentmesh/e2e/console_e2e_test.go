@@ -21,8 +21,8 @@ const playwrightVersion = "1.64.1"
 // after a reload and through back and forward, lists filled, filtered and
 // paged, the busy state while work runs, results rendered rather than raw
 // JSON, durations in human units. Screenshots go to E2E_OUTPUT_DIR/console
-// (default: a new directory under the system's temp directory, kept and
-// logged). It needs Chromium (Debian package chromium, or CHROMIUM=path)
+// (default: .agentmesh/e2e/console at the repository's root, beside make
+// run's data, ignored by git and removed by make clean). It needs Chromium (Debian package chromium, or CHROMIUM=path)
 // and npm to fetch playwright-core; without them it skips.
 func TestConsoleInABrowser(t *testing.T) {
 	chromium := os.Getenv("CHROMIUM")
@@ -64,11 +64,16 @@ func TestConsoleInABrowser(t *testing.T) {
 }
 
 // consoleOutputDir is where the screenshots go: kept after the test, unlike
-// t.TempDir, so they can be looked at.
+// t.TempDir, at a path known in advance so they can be looked at after a
+// passing make e2e (which prints no test logs).
 func consoleOutputDir() (string, error) {
-	if out := os.Getenv("E2E_OUTPUT_DIR"); out != "" {
-		dir := filepath.Join(out, "console")
-		return dir, os.MkdirAll(dir, 0o755)
+	out := os.Getenv("E2E_OUTPUT_DIR")
+	if out == "" {
+		out = filepath.Join("..", "..", "..", ".agentmesh", "e2e") // the test runs in cmd/agentmesh/e2e
 	}
-	return os.MkdirTemp("", "agentmesh-console-")
+	dir, err := filepath.Abs(filepath.Join(out, "console"))
+	if err != nil {
+		return "", err
+	}
+	return dir, os.MkdirAll(dir, 0o755)
 }

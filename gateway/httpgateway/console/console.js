@@ -11,7 +11,15 @@ const $ = (id) => document.getElementById(id);
 $("settings").addEventListener("submit", (e) => e.preventDefault());
 for (const id of ["apiKey", "tenant"]) {
   $(id).value = sessionStorage.getItem("agentmesh." + id) || "";
-  $(id).addEventListener("change", () => sessionStorage.setItem("agentmesh." + id, $(id).value.trim()));
+  $(id).addEventListener("change", () => {
+    sessionStorage.setItem("agentmesh." + id, $(id).value.trim());
+    // Another key or tenant sees other items: list them again, and leave
+    // an item of the previous one.
+    shownTab = "";
+    const shown = parseHash();
+    if (shown.id) location.hash = href(shown.tab, "");
+    else guard(route)();
+  });
 }
 
 function headers() {
@@ -275,7 +283,10 @@ function note(tab, id) {
 
 async function route() {
   const { tab, id } = parseHash();
-  for (const a of document.querySelectorAll("#tabs a")) a.classList.toggle("active", a.dataset.tab === tab);
+  for (const a of document.querySelectorAll("#tabs a")) {
+    a.classList.toggle("active", a.dataset.tab === tab);
+    if (a.dataset.tab === tab) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+  }
   for (const s of document.querySelectorAll("main .tab")) s.hidden = s.id !== tab;
   showError(null);
   const v = views[tab];
