@@ -169,6 +169,11 @@ func TestCompareSQL(t *testing.T) {
 	if params["compare_job_name"] != "CRM against Chinook" || params["row_count"] != "3" || params["compare_same"] != "57" {
 		t.Fatalf("parameters after the comparison = %v", params)
 	}
+	// The comparison is kept with both queries as approved.
+	if j := r.GetJob(); j.GetKind() != sqlagentv1.JobKind_JOB_KIND_COMPARE_SQL || j.GetSql() != customersSQL || j.GetSecondSql() != customersChangedSQL ||
+		j.GetName() != "CRM against Chinook" || j.GetRowCount() != 3 || j.GetDestination() != "table main.customer_diff on music" {
+		t.Fatalf("comparison job = %v", j)
+	}
 	wantThreeDiffs(t, own, "SELECT diff_status, CustomerId, Country_first, Country_second FROM customer_diff ORDER BY CustomerId")
 
 	// Again, the other way round: typed, then generated; mapped by hand;

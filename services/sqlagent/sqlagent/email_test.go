@@ -82,6 +82,10 @@ func TestSendEmail(t *testing.T) {
 	}
 	r = send(t, c, id, "yes")
 	wantStage(t, r, "NEED_WRITE_OR_EMAIL")
+	if j := r.GetJob(); j.GetKind() != sqlagentv1.JobKind_JOB_KIND_SEND_EMAIL || j.GetSql() != `SELECT * FROM "main"."north_south"` || j.GetRowCount() != 13 ||
+		j.GetDestination() != "e-mail to ana@example.com, bo@example.org" {
+		t.Fatalf("e-mail job = %v", j)
+	}
 	own := openSQLite(t, dbPath)
 	want := tableCSV(t, own, `SELECT * FROM north_south`)
 	got := smtp.Messages()
