@@ -897,6 +897,11 @@ func (x *StreamMessageRequest) GetContent() string {
 // StreamMessageResponse is one event of a turn.
 type StreamMessageResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event's sequence in the mesh's event stream (AM_EVENTS), the SSE
+	// event id: after a cut, WatchTurn with after_sequence = the last one
+	// received sends exactly the rest. 0 when the orchestrator has no event
+	// bus, or the bus failed during the turn (that turn cannot be resumed).
+	Sequence uint64 `protobuf:"varint,8,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// Exactly one is set.
 	//
 	// Types that are valid to be assigned to Event:
@@ -908,6 +913,7 @@ type StreamMessageResponse struct {
 	//	*StreamMessageResponse_StatusUpdate
 	//	*StreamMessageResponse_Completed
 	//	*StreamMessageResponse_Error
+	//	*StreamMessageResponse_TurnStarted
 	Event         isStreamMessageResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -941,6 +947,13 @@ func (x *StreamMessageResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StreamMessageResponse.ProtoReflect.Descriptor instead.
 func (*StreamMessageResponse) Descriptor() ([]byte, []int) {
 	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StreamMessageResponse) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
 }
 
 func (x *StreamMessageResponse) GetEvent() isStreamMessageResponse_Event {
@@ -1013,6 +1026,15 @@ func (x *StreamMessageResponse) GetError() *ErrorEvent {
 	return nil
 }
 
+func (x *StreamMessageResponse) GetTurnStarted() *TurnStarted {
+	if x != nil {
+		if x, ok := x.Event.(*StreamMessageResponse_TurnStarted); ok {
+			return x.TurnStarted
+		}
+	}
+	return nil
+}
+
 type isStreamMessageResponse_Event interface {
 	isStreamMessageResponse_Event()
 }
@@ -1052,6 +1074,11 @@ type StreamMessageResponse_Error struct {
 	Error *ErrorEvent `protobuf:"bytes,7,opt,name=error,proto3,oneof"`
 }
 
+type StreamMessageResponse_TurnStarted struct {
+	// The turn began: the first event of every turn, naming it.
+	TurnStarted *TurnStarted `protobuf:"bytes,9,opt,name=turn_started,json=turnStarted,proto3,oneof"`
+}
+
 func (*StreamMessageResponse_ResponseChunk) isStreamMessageResponse_Event() {}
 
 func (*StreamMessageResponse_ReasoningChunk) isStreamMessageResponse_Event() {}
@@ -1066,6 +1093,194 @@ func (*StreamMessageResponse_Completed) isStreamMessageResponse_Event() {}
 
 func (*StreamMessageResponse_Error) isStreamMessageResponse_Event() {}
 
+func (*StreamMessageResponse_TurnStarted) isStreamMessageResponse_Event() {}
+
+// TurnStarted opens a turn.
+type TurnStarted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turn's id, for WatchTurn.
+	TurnId string `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// The conversation.
+	ConversationId string `protobuf:"bytes,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// True when the turn's events are stored on the event bus, so that
+	// WatchTurn can resume it after a cut.
+	Resumable     bool `protobuf:"varint,3,opt,name=resumable,proto3" json:"resumable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TurnStarted) Reset() {
+	*x = TurnStarted{}
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TurnStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TurnStarted) ProtoMessage() {}
+
+func (x *TurnStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TurnStarted.ProtoReflect.Descriptor instead.
+func (*TurnStarted) Descriptor() ([]byte, []int) {
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TurnStarted) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *TurnStarted) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *TurnStarted) GetResumable() bool {
+	if x != nil {
+		return x.Resumable
+	}
+	return false
+}
+
+// WatchTurnRequest names a turn and where to resume it.
+type WatchTurnRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Scope. Required.
+	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Conversation id. Required.
+	ConversationId string `protobuf:"bytes,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// Turn id, from TurnStarted. Required.
+	TurnId string `protobuf:"bytes,3,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// Send the events after this sequence (SSE Last-Event-ID); 0 = from the
+	// turn's start.
+	AfterSequence uint64 `protobuf:"varint,4,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTurnRequest) Reset() {
+	*x = WatchTurnRequest{}
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTurnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTurnRequest) ProtoMessage() {}
+
+func (x *WatchTurnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTurnRequest.ProtoReflect.Descriptor instead.
+func (*WatchTurnRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *WatchTurnRequest) GetScope() *v1.Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+func (x *WatchTurnRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *WatchTurnRequest) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *WatchTurnRequest) GetAfterSequence() uint64 {
+	if x != nil {
+		return x.AfterSequence
+	}
+	return 0
+}
+
+// WatchTurnResponse is one event of the watched turn, as StreamMessage sent
+// it, with the same sequence.
+type WatchTurnResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event.
+	Event         *StreamMessageResponse `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTurnResponse) Reset() {
+	*x = WatchTurnResponse{}
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTurnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTurnResponse) ProtoMessage() {}
+
+func (x *WatchTurnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTurnResponse.ProtoReflect.Descriptor instead.
+func (*WatchTurnResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WatchTurnResponse) GetEvent() *StreamMessageResponse {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 // ResponseChunk carries answer text (a token delta, or the whole answer in FINAL_ONLY mode).
 type ResponseChunk struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1079,7 +1294,7 @@ type ResponseChunk struct {
 
 func (x *ResponseChunk) Reset() {
 	*x = ResponseChunk{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[13]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1306,7 @@ func (x *ResponseChunk) String() string {
 func (*ResponseChunk) ProtoMessage() {}
 
 func (x *ResponseChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[13]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1319,7 @@ func (x *ResponseChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseChunk.ProtoReflect.Descriptor instead.
 func (*ResponseChunk) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{13}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResponseChunk) GetContent() string {
@@ -1134,7 +1349,7 @@ type ReasoningChunk struct {
 
 func (x *ReasoningChunk) Reset() {
 	*x = ReasoningChunk{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[14]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1361,7 @@ func (x *ReasoningChunk) String() string {
 func (*ReasoningChunk) ProtoMessage() {}
 
 func (x *ReasoningChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[14]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1374,7 @@ func (x *ReasoningChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningChunk.ProtoReflect.Descriptor instead.
 func (*ReasoningChunk) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{14}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReasoningChunk) GetContent() string {
@@ -1193,7 +1408,7 @@ type ToolCallStart struct {
 
 func (x *ToolCallStart) Reset() {
 	*x = ToolCallStart{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[15]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1420,7 @@ func (x *ToolCallStart) String() string {
 func (*ToolCallStart) ProtoMessage() {}
 
 func (x *ToolCallStart) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[15]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1433,7 @@ func (x *ToolCallStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStart.ProtoReflect.Descriptor instead.
 func (*ToolCallStart) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{15}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolCallStart) GetCallId() string {
@@ -1268,7 +1483,7 @@ type ToolCallResult struct {
 
 func (x *ToolCallResult) Reset() {
 	*x = ToolCallResult{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[16]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1495,7 @@ func (x *ToolCallResult) String() string {
 func (*ToolCallResult) ProtoMessage() {}
 
 func (x *ToolCallResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[16]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1508,7 @@ func (x *ToolCallResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallResult.ProtoReflect.Descriptor instead.
 func (*ToolCallResult) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{16}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolCallResult) GetCallId() string {
@@ -1344,7 +1559,7 @@ type StatusUpdate struct {
 
 func (x *StatusUpdate) Reset() {
 	*x = StatusUpdate{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[17]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1571,7 @@ func (x *StatusUpdate) String() string {
 func (*StatusUpdate) ProtoMessage() {}
 
 func (x *StatusUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[17]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1584,7 @@ func (x *StatusUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusUpdate.ProtoReflect.Descriptor instead.
 func (*StatusUpdate) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{17}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatusUpdate) GetKind() string {
@@ -1405,7 +1620,7 @@ type Completed struct {
 
 func (x *Completed) Reset() {
 	*x = Completed{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[18]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1632,7 @@ func (x *Completed) String() string {
 func (*Completed) ProtoMessage() {}
 
 func (x *Completed) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[18]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1645,7 @@ func (x *Completed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completed.ProtoReflect.Descriptor instead.
 func (*Completed) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{18}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Completed) GetIterations() int32 {
@@ -1481,7 +1696,7 @@ type ErrorEvent struct {
 
 func (x *ErrorEvent) Reset() {
 	*x = ErrorEvent{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[19]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1708,7 @@ func (x *ErrorEvent) String() string {
 func (*ErrorEvent) ProtoMessage() {}
 
 func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[19]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1721,7 @@ func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorEvent.ProtoReflect.Descriptor instead.
 func (*ErrorEvent) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{19}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ErrorEvent) GetCode() string {
@@ -1538,7 +1753,7 @@ type SendMessageRequest struct {
 
 func (x *SendMessageRequest) Reset() {
 	*x = SendMessageRequest{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[20]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1765,7 @@ func (x *SendMessageRequest) String() string {
 func (*SendMessageRequest) ProtoMessage() {}
 
 func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[20]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1778,7 @@ func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageRequest.ProtoReflect.Descriptor instead.
 func (*SendMessageRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{20}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SendMessageRequest) GetScope() *v1.Scope {
@@ -1600,7 +1815,7 @@ type SendMessageResponse struct {
 
 func (x *SendMessageResponse) Reset() {
 	*x = SendMessageResponse{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[21]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1827,7 @@ func (x *SendMessageResponse) String() string {
 func (*SendMessageResponse) ProtoMessage() {}
 
 func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[21]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1840,7 @@ func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageResponse.ProtoReflect.Descriptor instead.
 func (*SendMessageResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{21}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SendMessageResponse) GetMessage() *ConversationMessage {
@@ -1654,7 +1869,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[22]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1881,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[22]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1894,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{22}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListToolsRequest) GetScope() *v1.Scope {
@@ -1708,7 +1923,7 @@ type ToolDefinition struct {
 
 func (x *ToolDefinition) Reset() {
 	*x = ToolDefinition{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[23]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1935,7 @@ func (x *ToolDefinition) String() string {
 func (*ToolDefinition) ProtoMessage() {}
 
 func (x *ToolDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[23]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1948,7 @@ func (x *ToolDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolDefinition.ProtoReflect.Descriptor instead.
 func (*ToolDefinition) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{23}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ToolDefinition) GetName() string {
@@ -1790,7 +2005,7 @@ type McpServerStatus struct {
 
 func (x *McpServerStatus) Reset() {
 	*x = McpServerStatus{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[24]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +2017,7 @@ func (x *McpServerStatus) String() string {
 func (*McpServerStatus) ProtoMessage() {}
 
 func (x *McpServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[24]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +2030,7 @@ func (x *McpServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerStatus.ProtoReflect.Descriptor instead.
 func (*McpServerStatus) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{24}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *McpServerStatus) GetName() string {
@@ -1887,7 +2102,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[25]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2114,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[25]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2127,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{25}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListToolsResponse) GetTools() []*ToolDefinition {
@@ -1993,16 +2208,29 @@ const file_agentmesh_orchestrator_v1_conversation_proto_rawDesc = "" +
 	"\x14StreamMessageRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x124\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x0econversationId\x12&\n" +
-	"\acontent\x18\x03 \x01(\tB\f\xbaH\t\xc8\x01\x01r\x04(\x80\x80\x10R\acontent\"\xc9\x04\n" +
-	"\x15StreamMessageResponse\x12Q\n" +
+	"\acontent\x18\x03 \x01(\tB\f\xbaH\t\xc8\x01\x01r\x04(\x80\x80\x10R\acontent\"\xb2\x05\n" +
+	"\x15StreamMessageResponse\x12\x1a\n" +
+	"\bsequence\x18\b \x01(\x04R\bsequence\x12Q\n" +
 	"\x0eresponse_chunk\x18\x01 \x01(\v2(.agentmesh.orchestrator.v1.ResponseChunkH\x00R\rresponseChunk\x12T\n" +
 	"\x0freasoning_chunk\x18\x02 \x01(\v2).agentmesh.orchestrator.v1.ReasoningChunkH\x00R\x0ereasoningChunk\x12R\n" +
 	"\x0ftool_call_start\x18\x03 \x01(\v2(.agentmesh.orchestrator.v1.ToolCallStartH\x00R\rtoolCallStart\x12U\n" +
 	"\x10tool_call_result\x18\x04 \x01(\v2).agentmesh.orchestrator.v1.ToolCallResultH\x00R\x0etoolCallResult\x12N\n" +
 	"\rstatus_update\x18\x05 \x01(\v2'.agentmesh.orchestrator.v1.StatusUpdateH\x00R\fstatusUpdate\x12D\n" +
 	"\tcompleted\x18\x06 \x01(\v2$.agentmesh.orchestrator.v1.CompletedH\x00R\tcompleted\x12=\n" +
-	"\x05error\x18\a \x01(\v2%.agentmesh.orchestrator.v1.ErrorEventH\x00R\x05errorB\a\n" +
-	"\x05event\"G\n" +
+	"\x05error\x18\a \x01(\v2%.agentmesh.orchestrator.v1.ErrorEventH\x00R\x05error\x12K\n" +
+	"\fturn_started\x18\t \x01(\v2&.agentmesh.orchestrator.v1.TurnStartedH\x00R\vturnStartedB\a\n" +
+	"\x05event\"m\n" +
+	"\vTurnStarted\x12\x17\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x1c\n" +
+	"\tresumable\x18\x03 \x01(\bR\tresumable\"\xc7\x01\n" +
+	"\x10WatchTurnRequest\x120\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x124\n" +
+	"\x0fconversation_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x0econversationId\x12$\n" +
+	"\aturn_id\x18\x03 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x06turnId\x12%\n" +
+	"\x0eafter_sequence\x18\x04 \x01(\x04R\rafterSequence\"[\n" +
+	"\x11WatchTurnResponse\x12F\n" +
+	"\x05event\x18\x01 \x01(\v20.agentmesh.orchestrator.v1.StreamMessageResponseR\x05event\"G\n" +
 	"\rResponseChunk\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\x12\x1c\n" +
 	"\titeration\x18\x02 \x01(\x05R\titeration\"H\n" +
@@ -2071,14 +2299,15 @@ const file_agentmesh_orchestrator_v1_conversation_proto_rawDesc = "" +
 	"\x1dMCP_SERVER_STATE_DISCONNECTED\x10\x01\x12\x1f\n" +
 	"\x1bMCP_SERVER_STATE_CONNECTING\x10\x02\x12\x1a\n" +
 	"\x16MCP_SERVER_STATE_READY\x10\x03\x12\x1b\n" +
-	"\x17MCP_SERVER_STATE_FAILED\x10\x042\xfb\x05\n" +
+	"\x17MCP_SERVER_STATE_FAILED\x10\x042\xe5\x06\n" +
 	"\x13ConversationService\x12\x81\x01\n" +
 	"\x12CreateConversation\x124.agentmesh.orchestrator.v1.CreateConversationRequest\x1a5.agentmesh.orchestrator.v1.CreateConversationResponse\x12x\n" +
 	"\x0fGetConversation\x121.agentmesh.orchestrator.v1.GetConversationRequest\x1a2.agentmesh.orchestrator.v1.GetConversationResponse\x12~\n" +
 	"\x11ListConversations\x123.agentmesh.orchestrator.v1.ListConversationsRequest\x1a4.agentmesh.orchestrator.v1.ListConversationsResponse\x12\x81\x01\n" +
 	"\x12DeleteConversation\x124.agentmesh.orchestrator.v1.DeleteConversationRequest\x1a5.agentmesh.orchestrator.v1.DeleteConversationResponse\x12t\n" +
 	"\rStreamMessage\x12/.agentmesh.orchestrator.v1.StreamMessageRequest\x1a0.agentmesh.orchestrator.v1.StreamMessageResponse0\x01\x12l\n" +
-	"\vSendMessage\x12-.agentmesh.orchestrator.v1.SendMessageRequest\x1a..agentmesh.orchestrator.v1.SendMessageResponse2u\n" +
+	"\vSendMessage\x12-.agentmesh.orchestrator.v1.SendMessageRequest\x1a..agentmesh.orchestrator.v1.SendMessageResponse\x12h\n" +
+	"\tWatchTurn\x12+.agentmesh.orchestrator.v1.WatchTurnRequest\x1a,.agentmesh.orchestrator.v1.WatchTurnResponse0\x012u\n" +
 	"\vToolService\x12f\n" +
 	"\tListTools\x12+.agentmesh.orchestrator.v1.ListToolsRequest\x1a,.agentmesh.orchestrator.v1.ListToolsResponseB\x8a\x02\n" +
 	"\x1dcom.agentmesh.orchestrator.v1B\x11ConversationProtoP\x01ZPgithub.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1;orchestratorv1\xa2\x02\x03AOX\xaa\x02\x19Agentmesh.Orchestrator.V1\xca\x02\x19Agentmesh\\Orchestrator\\V1\xe2\x02%Agentmesh\\Orchestrator\\V1\\GPBMetadata\xea\x02\x1bAgentmesh::Orchestrator::V1b\x06proto3"
@@ -2096,7 +2325,7 @@ func file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP() []byte {
 }
 
 var file_agentmesh_orchestrator_v1_conversation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agentmesh_orchestrator_v1_conversation_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_agentmesh_orchestrator_v1_conversation_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_agentmesh_orchestrator_v1_conversation_proto_goTypes = []any{
 	(McpServerState)(0),                // 0: agentmesh.orchestrator.v1.McpServerState
 	(*ConversationMessage)(nil),        // 1: agentmesh.orchestrator.v1.ConversationMessage
@@ -2112,75 +2341,83 @@ var file_agentmesh_orchestrator_v1_conversation_proto_goTypes = []any{
 	(*DeleteConversationResponse)(nil), // 11: agentmesh.orchestrator.v1.DeleteConversationResponse
 	(*StreamMessageRequest)(nil),       // 12: agentmesh.orchestrator.v1.StreamMessageRequest
 	(*StreamMessageResponse)(nil),      // 13: agentmesh.orchestrator.v1.StreamMessageResponse
-	(*ResponseChunk)(nil),              // 14: agentmesh.orchestrator.v1.ResponseChunk
-	(*ReasoningChunk)(nil),             // 15: agentmesh.orchestrator.v1.ReasoningChunk
-	(*ToolCallStart)(nil),              // 16: agentmesh.orchestrator.v1.ToolCallStart
-	(*ToolCallResult)(nil),             // 17: agentmesh.orchestrator.v1.ToolCallResult
-	(*StatusUpdate)(nil),               // 18: agentmesh.orchestrator.v1.StatusUpdate
-	(*Completed)(nil),                  // 19: agentmesh.orchestrator.v1.Completed
-	(*ErrorEvent)(nil),                 // 20: agentmesh.orchestrator.v1.ErrorEvent
-	(*SendMessageRequest)(nil),         // 21: agentmesh.orchestrator.v1.SendMessageRequest
-	(*SendMessageResponse)(nil),        // 22: agentmesh.orchestrator.v1.SendMessageResponse
-	(*ListToolsRequest)(nil),           // 23: agentmesh.orchestrator.v1.ListToolsRequest
-	(*ToolDefinition)(nil),             // 24: agentmesh.orchestrator.v1.ToolDefinition
-	(*McpServerStatus)(nil),            // 25: agentmesh.orchestrator.v1.McpServerStatus
-	(*ListToolsResponse)(nil),          // 26: agentmesh.orchestrator.v1.ListToolsResponse
-	(*timestamppb.Timestamp)(nil),      // 27: google.protobuf.Timestamp
-	(*v1.Scope)(nil),                   // 28: agentmesh.common.v1.Scope
-	(*durationpb.Duration)(nil),        // 29: google.protobuf.Duration
+	(*TurnStarted)(nil),                // 14: agentmesh.orchestrator.v1.TurnStarted
+	(*WatchTurnRequest)(nil),           // 15: agentmesh.orchestrator.v1.WatchTurnRequest
+	(*WatchTurnResponse)(nil),          // 16: agentmesh.orchestrator.v1.WatchTurnResponse
+	(*ResponseChunk)(nil),              // 17: agentmesh.orchestrator.v1.ResponseChunk
+	(*ReasoningChunk)(nil),             // 18: agentmesh.orchestrator.v1.ReasoningChunk
+	(*ToolCallStart)(nil),              // 19: agentmesh.orchestrator.v1.ToolCallStart
+	(*ToolCallResult)(nil),             // 20: agentmesh.orchestrator.v1.ToolCallResult
+	(*StatusUpdate)(nil),               // 21: agentmesh.orchestrator.v1.StatusUpdate
+	(*Completed)(nil),                  // 22: agentmesh.orchestrator.v1.Completed
+	(*ErrorEvent)(nil),                 // 23: agentmesh.orchestrator.v1.ErrorEvent
+	(*SendMessageRequest)(nil),         // 24: agentmesh.orchestrator.v1.SendMessageRequest
+	(*SendMessageResponse)(nil),        // 25: agentmesh.orchestrator.v1.SendMessageResponse
+	(*ListToolsRequest)(nil),           // 26: agentmesh.orchestrator.v1.ListToolsRequest
+	(*ToolDefinition)(nil),             // 27: agentmesh.orchestrator.v1.ToolDefinition
+	(*McpServerStatus)(nil),            // 28: agentmesh.orchestrator.v1.McpServerStatus
+	(*ListToolsResponse)(nil),          // 29: agentmesh.orchestrator.v1.ListToolsResponse
+	(*timestamppb.Timestamp)(nil),      // 30: google.protobuf.Timestamp
+	(*v1.Scope)(nil),                   // 31: agentmesh.common.v1.Scope
+	(*durationpb.Duration)(nil),        // 32: google.protobuf.Duration
 }
 var file_agentmesh_orchestrator_v1_conversation_proto_depIdxs = []int32{
 	2,  // 0: agentmesh.orchestrator.v1.ConversationMessage.tool_calls:type_name -> agentmesh.orchestrator.v1.ToolInvocation
-	27, // 1: agentmesh.orchestrator.v1.ConversationMessage.create_time:type_name -> google.protobuf.Timestamp
-	28, // 2: agentmesh.orchestrator.v1.Conversation.scope:type_name -> agentmesh.common.v1.Scope
+	30, // 1: agentmesh.orchestrator.v1.ConversationMessage.create_time:type_name -> google.protobuf.Timestamp
+	31, // 2: agentmesh.orchestrator.v1.Conversation.scope:type_name -> agentmesh.common.v1.Scope
 	1,  // 3: agentmesh.orchestrator.v1.Conversation.messages:type_name -> agentmesh.orchestrator.v1.ConversationMessage
-	27, // 4: agentmesh.orchestrator.v1.Conversation.create_time:type_name -> google.protobuf.Timestamp
-	27, // 5: agentmesh.orchestrator.v1.Conversation.update_time:type_name -> google.protobuf.Timestamp
-	28, // 6: agentmesh.orchestrator.v1.CreateConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
+	30, // 4: agentmesh.orchestrator.v1.Conversation.create_time:type_name -> google.protobuf.Timestamp
+	30, // 5: agentmesh.orchestrator.v1.Conversation.update_time:type_name -> google.protobuf.Timestamp
+	31, // 6: agentmesh.orchestrator.v1.CreateConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
 	3,  // 7: agentmesh.orchestrator.v1.CreateConversationResponse.conversation:type_name -> agentmesh.orchestrator.v1.Conversation
-	28, // 8: agentmesh.orchestrator.v1.GetConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
+	31, // 8: agentmesh.orchestrator.v1.GetConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
 	3,  // 9: agentmesh.orchestrator.v1.GetConversationResponse.conversation:type_name -> agentmesh.orchestrator.v1.Conversation
-	28, // 10: agentmesh.orchestrator.v1.ListConversationsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	31, // 10: agentmesh.orchestrator.v1.ListConversationsRequest.scope:type_name -> agentmesh.common.v1.Scope
 	3,  // 11: agentmesh.orchestrator.v1.ListConversationsResponse.conversations:type_name -> agentmesh.orchestrator.v1.Conversation
-	28, // 12: agentmesh.orchestrator.v1.DeleteConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
-	28, // 13: agentmesh.orchestrator.v1.StreamMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
-	14, // 14: agentmesh.orchestrator.v1.StreamMessageResponse.response_chunk:type_name -> agentmesh.orchestrator.v1.ResponseChunk
-	15, // 15: agentmesh.orchestrator.v1.StreamMessageResponse.reasoning_chunk:type_name -> agentmesh.orchestrator.v1.ReasoningChunk
-	16, // 16: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_start:type_name -> agentmesh.orchestrator.v1.ToolCallStart
-	17, // 17: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_result:type_name -> agentmesh.orchestrator.v1.ToolCallResult
-	18, // 18: agentmesh.orchestrator.v1.StreamMessageResponse.status_update:type_name -> agentmesh.orchestrator.v1.StatusUpdate
-	19, // 19: agentmesh.orchestrator.v1.StreamMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
-	20, // 20: agentmesh.orchestrator.v1.StreamMessageResponse.error:type_name -> agentmesh.orchestrator.v1.ErrorEvent
-	29, // 21: agentmesh.orchestrator.v1.ToolCallResult.duration:type_name -> google.protobuf.Duration
-	29, // 22: agentmesh.orchestrator.v1.Completed.duration:type_name -> google.protobuf.Duration
-	28, // 23: agentmesh.orchestrator.v1.SendMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
-	1,  // 24: agentmesh.orchestrator.v1.SendMessageResponse.message:type_name -> agentmesh.orchestrator.v1.ConversationMessage
-	19, // 25: agentmesh.orchestrator.v1.SendMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
-	28, // 26: agentmesh.orchestrator.v1.ListToolsRequest.scope:type_name -> agentmesh.common.v1.Scope
-	0,  // 27: agentmesh.orchestrator.v1.McpServerStatus.state:type_name -> agentmesh.orchestrator.v1.McpServerState
-	27, // 28: agentmesh.orchestrator.v1.McpServerStatus.error_time:type_name -> google.protobuf.Timestamp
-	27, // 29: agentmesh.orchestrator.v1.McpServerStatus.connect_time:type_name -> google.protobuf.Timestamp
-	24, // 30: agentmesh.orchestrator.v1.ListToolsResponse.tools:type_name -> agentmesh.orchestrator.v1.ToolDefinition
-	25, // 31: agentmesh.orchestrator.v1.ListToolsResponse.mcp_servers:type_name -> agentmesh.orchestrator.v1.McpServerStatus
-	4,  // 32: agentmesh.orchestrator.v1.ConversationService.CreateConversation:input_type -> agentmesh.orchestrator.v1.CreateConversationRequest
-	6,  // 33: agentmesh.orchestrator.v1.ConversationService.GetConversation:input_type -> agentmesh.orchestrator.v1.GetConversationRequest
-	8,  // 34: agentmesh.orchestrator.v1.ConversationService.ListConversations:input_type -> agentmesh.orchestrator.v1.ListConversationsRequest
-	10, // 35: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:input_type -> agentmesh.orchestrator.v1.DeleteConversationRequest
-	12, // 36: agentmesh.orchestrator.v1.ConversationService.StreamMessage:input_type -> agentmesh.orchestrator.v1.StreamMessageRequest
-	21, // 37: agentmesh.orchestrator.v1.ConversationService.SendMessage:input_type -> agentmesh.orchestrator.v1.SendMessageRequest
-	23, // 38: agentmesh.orchestrator.v1.ToolService.ListTools:input_type -> agentmesh.orchestrator.v1.ListToolsRequest
-	5,  // 39: agentmesh.orchestrator.v1.ConversationService.CreateConversation:output_type -> agentmesh.orchestrator.v1.CreateConversationResponse
-	7,  // 40: agentmesh.orchestrator.v1.ConversationService.GetConversation:output_type -> agentmesh.orchestrator.v1.GetConversationResponse
-	9,  // 41: agentmesh.orchestrator.v1.ConversationService.ListConversations:output_type -> agentmesh.orchestrator.v1.ListConversationsResponse
-	11, // 42: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:output_type -> agentmesh.orchestrator.v1.DeleteConversationResponse
-	13, // 43: agentmesh.orchestrator.v1.ConversationService.StreamMessage:output_type -> agentmesh.orchestrator.v1.StreamMessageResponse
-	22, // 44: agentmesh.orchestrator.v1.ConversationService.SendMessage:output_type -> agentmesh.orchestrator.v1.SendMessageResponse
-	26, // 45: agentmesh.orchestrator.v1.ToolService.ListTools:output_type -> agentmesh.orchestrator.v1.ListToolsResponse
-	39, // [39:46] is the sub-list for method output_type
-	32, // [32:39] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	31, // 12: agentmesh.orchestrator.v1.DeleteConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
+	31, // 13: agentmesh.orchestrator.v1.StreamMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
+	17, // 14: agentmesh.orchestrator.v1.StreamMessageResponse.response_chunk:type_name -> agentmesh.orchestrator.v1.ResponseChunk
+	18, // 15: agentmesh.orchestrator.v1.StreamMessageResponse.reasoning_chunk:type_name -> agentmesh.orchestrator.v1.ReasoningChunk
+	19, // 16: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_start:type_name -> agentmesh.orchestrator.v1.ToolCallStart
+	20, // 17: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_result:type_name -> agentmesh.orchestrator.v1.ToolCallResult
+	21, // 18: agentmesh.orchestrator.v1.StreamMessageResponse.status_update:type_name -> agentmesh.orchestrator.v1.StatusUpdate
+	22, // 19: agentmesh.orchestrator.v1.StreamMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
+	23, // 20: agentmesh.orchestrator.v1.StreamMessageResponse.error:type_name -> agentmesh.orchestrator.v1.ErrorEvent
+	14, // 21: agentmesh.orchestrator.v1.StreamMessageResponse.turn_started:type_name -> agentmesh.orchestrator.v1.TurnStarted
+	31, // 22: agentmesh.orchestrator.v1.WatchTurnRequest.scope:type_name -> agentmesh.common.v1.Scope
+	13, // 23: agentmesh.orchestrator.v1.WatchTurnResponse.event:type_name -> agentmesh.orchestrator.v1.StreamMessageResponse
+	32, // 24: agentmesh.orchestrator.v1.ToolCallResult.duration:type_name -> google.protobuf.Duration
+	32, // 25: agentmesh.orchestrator.v1.Completed.duration:type_name -> google.protobuf.Duration
+	31, // 26: agentmesh.orchestrator.v1.SendMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
+	1,  // 27: agentmesh.orchestrator.v1.SendMessageResponse.message:type_name -> agentmesh.orchestrator.v1.ConversationMessage
+	22, // 28: agentmesh.orchestrator.v1.SendMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
+	31, // 29: agentmesh.orchestrator.v1.ListToolsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	0,  // 30: agentmesh.orchestrator.v1.McpServerStatus.state:type_name -> agentmesh.orchestrator.v1.McpServerState
+	30, // 31: agentmesh.orchestrator.v1.McpServerStatus.error_time:type_name -> google.protobuf.Timestamp
+	30, // 32: agentmesh.orchestrator.v1.McpServerStatus.connect_time:type_name -> google.protobuf.Timestamp
+	27, // 33: agentmesh.orchestrator.v1.ListToolsResponse.tools:type_name -> agentmesh.orchestrator.v1.ToolDefinition
+	28, // 34: agentmesh.orchestrator.v1.ListToolsResponse.mcp_servers:type_name -> agentmesh.orchestrator.v1.McpServerStatus
+	4,  // 35: agentmesh.orchestrator.v1.ConversationService.CreateConversation:input_type -> agentmesh.orchestrator.v1.CreateConversationRequest
+	6,  // 36: agentmesh.orchestrator.v1.ConversationService.GetConversation:input_type -> agentmesh.orchestrator.v1.GetConversationRequest
+	8,  // 37: agentmesh.orchestrator.v1.ConversationService.ListConversations:input_type -> agentmesh.orchestrator.v1.ListConversationsRequest
+	10, // 38: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:input_type -> agentmesh.orchestrator.v1.DeleteConversationRequest
+	12, // 39: agentmesh.orchestrator.v1.ConversationService.StreamMessage:input_type -> agentmesh.orchestrator.v1.StreamMessageRequest
+	24, // 40: agentmesh.orchestrator.v1.ConversationService.SendMessage:input_type -> agentmesh.orchestrator.v1.SendMessageRequest
+	15, // 41: agentmesh.orchestrator.v1.ConversationService.WatchTurn:input_type -> agentmesh.orchestrator.v1.WatchTurnRequest
+	26, // 42: agentmesh.orchestrator.v1.ToolService.ListTools:input_type -> agentmesh.orchestrator.v1.ListToolsRequest
+	5,  // 43: agentmesh.orchestrator.v1.ConversationService.CreateConversation:output_type -> agentmesh.orchestrator.v1.CreateConversationResponse
+	7,  // 44: agentmesh.orchestrator.v1.ConversationService.GetConversation:output_type -> agentmesh.orchestrator.v1.GetConversationResponse
+	9,  // 45: agentmesh.orchestrator.v1.ConversationService.ListConversations:output_type -> agentmesh.orchestrator.v1.ListConversationsResponse
+	11, // 46: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:output_type -> agentmesh.orchestrator.v1.DeleteConversationResponse
+	13, // 47: agentmesh.orchestrator.v1.ConversationService.StreamMessage:output_type -> agentmesh.orchestrator.v1.StreamMessageResponse
+	25, // 48: agentmesh.orchestrator.v1.ConversationService.SendMessage:output_type -> agentmesh.orchestrator.v1.SendMessageResponse
+	16, // 49: agentmesh.orchestrator.v1.ConversationService.WatchTurn:output_type -> agentmesh.orchestrator.v1.WatchTurnResponse
+	29, // 50: agentmesh.orchestrator.v1.ToolService.ListTools:output_type -> agentmesh.orchestrator.v1.ListToolsResponse
+	43, // [43:51] is the sub-list for method output_type
+	35, // [35:43] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_orchestrator_v1_conversation_proto_init() }
@@ -2196,6 +2433,7 @@ func file_agentmesh_orchestrator_v1_conversation_proto_init() {
 		(*StreamMessageResponse_StatusUpdate)(nil),
 		(*StreamMessageResponse_Completed)(nil),
 		(*StreamMessageResponse_Error)(nil),
+		(*StreamMessageResponse_TurnStarted)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2203,7 +2441,7 @@ func file_agentmesh_orchestrator_v1_conversation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_orchestrator_v1_conversation_proto_rawDesc), len(file_agentmesh_orchestrator_v1_conversation_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

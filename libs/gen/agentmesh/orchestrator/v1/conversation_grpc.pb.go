@@ -25,6 +25,7 @@ const (
 	ConversationService_DeleteConversation_FullMethodName = "/agentmesh.orchestrator.v1.ConversationService/DeleteConversation"
 	ConversationService_StreamMessage_FullMethodName      = "/agentmesh.orchestrator.v1.ConversationService/StreamMessage"
 	ConversationService_SendMessage_FullMethodName        = "/agentmesh.orchestrator.v1.ConversationService/SendMessage"
+	ConversationService_WatchTurn_FullMethodName          = "/agentmesh.orchestrator.v1.ConversationService/WatchTurn"
 )
 
 // ConversationServiceClient is the client API for ConversationService service.
@@ -47,11 +48,25 @@ type ConversationServiceClient interface {
 	// with FAILED_PRECONDITION (ErrorInfo reason CONVERSATION_BUSY), on every
 	// replica. Failures before the first event end the RPC with a status and
 	// no events; a failure during the turn is an ErrorEvent, after which the
-	// stream ends normally. Cancelling the stream cancels the model call and
-	// running tools; the partial answer is stored marked cancelled.
+	// stream ends normally. The first event is TurnStarted; every event
+	// carries its sequence, from which WatchTurn resumes the turn. A turn
+	// whose stream goes away keeps running while a WatchTurn follows it; one
+	// that nobody follows within the orchestrator's resume grace is
+	// cancelled: its model call and running tools are cancelled and the
+	// partial answer is stored marked cancelled.
 	StreamMessage(ctx context.Context, in *StreamMessageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamMessageResponse], error)
 	// SendMessage adds a user message and returns the final answer.
 	SendMessage(ctx context.Context, in *SendMessageRequest, opts ...grpc.CallOption) (*SendMessageResponse, error)
+	// WatchTurn streams the events of a turn StreamMessage started, from any
+	// replica: those after after_sequence (the SSE Last-Event-ID of the last
+	// event the client got), then live until the turn's Completed or
+	// ErrorEvent. It ends at once, with no events, when the client already
+	// holds the turn's last event. An unknown turn_id is NOT_FOUND; a turn of
+	// another conversation or scope too. An after_sequence beyond the turn's
+	// last event (or, while it runs, beyond the newest event) is
+	// INVALID_ARGUMENT naming after_sequence. Needs the orchestrator's event
+	// bus: without one it is FAILED_PRECONDITION.
+	WatchTurn(ctx context.Context, in *WatchTurnRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTurnResponse], error)
 }
 
 type conversationServiceClient struct {
@@ -131,6 +146,25 @@ func (c *conversationServiceClient) SendMessage(ctx context.Context, in *SendMes
 	return out, nil
 }
 
+func (c *conversationServiceClient) WatchTurn(ctx context.Context, in *WatchTurnRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTurnResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ConversationService_ServiceDesc.Streams[1], ConversationService_WatchTurn_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchTurnRequest, WatchTurnResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConversationService_WatchTurnClient = grpc.ServerStreamingClient[WatchTurnResponse]
+
 // ConversationServiceServer is the server API for ConversationService service.
 // All implementations must embed UnimplementedConversationServiceServer
 // for forward compatibility.
@@ -151,11 +185,25 @@ type ConversationServiceServer interface {
 	// with FAILED_PRECONDITION (ErrorInfo reason CONVERSATION_BUSY), on every
 	// replica. Failures before the first event end the RPC with a status and
 	// no events; a failure during the turn is an ErrorEvent, after which the
-	// stream ends normally. Cancelling the stream cancels the model call and
-	// running tools; the partial answer is stored marked cancelled.
+	// stream ends normally. The first event is TurnStarted; every event
+	// carries its sequence, from which WatchTurn resumes the turn. A turn
+	// whose stream goes away keeps running while a WatchTurn follows it; one
+	// that nobody follows within the orchestrator's resume grace is
+	// cancelled: its model call and running tools are cancelled and the
+	// partial answer is stored marked cancelled.
 	StreamMessage(*StreamMessageRequest, grpc.ServerStreamingServer[StreamMessageResponse]) error
 	// SendMessage adds a user message and returns the final answer.
 	SendMessage(context.Context, *SendMessageRequest) (*SendMessageResponse, error)
+	// WatchTurn streams the events of a turn StreamMessage started, from any
+	// replica: those after after_sequence (the SSE Last-Event-ID of the last
+	// event the client got), then live until the turn's Completed or
+	// ErrorEvent. It ends at once, with no events, when the client already
+	// holds the turn's last event. An unknown turn_id is NOT_FOUND; a turn of
+	// another conversation or scope too. An after_sequence beyond the turn's
+	// last event (or, while it runs, beyond the newest event) is
+	// INVALID_ARGUMENT naming after_sequence. Needs the orchestrator's event
+	// bus: without one it is FAILED_PRECONDITION.
+	WatchTurn(*WatchTurnRequest, grpc.ServerStreamingServer[WatchTurnResponse]) error
 	mustEmbedUnimplementedConversationServiceServer()
 }
 
@@ -183,6 +231,9 @@ func (UnimplementedConversationServiceServer) StreamMessage(*StreamMessageReques
 }
 func (UnimplementedConversationServiceServer) SendMessage(context.Context, *SendMessageRequest) (*SendMessageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SendMessage not implemented")
+}
+func (UnimplementedConversationServiceServer) WatchTurn(*WatchTurnRequest, grpc.ServerStreamingServer[WatchTurnResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchTurn not implemented")
 }
 func (UnimplementedConversationServiceServer) mustEmbedUnimplementedConversationServiceServer() {}
 func (UnimplementedConversationServiceServer) testEmbeddedByValue()                             {}
@@ -306,6 +357,17 @@ func _ConversationService_SendMessage_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConversationService_WatchTurn_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchTurnRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ConversationServiceServer).WatchTurn(m, &grpc.GenericServerStream[WatchTurnRequest, WatchTurnResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConversationService_WatchTurnServer = grpc.ServerStreamingServer[WatchTurnResponse]
+
 // ConversationService_ServiceDesc is the grpc.ServiceDesc for ConversationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -338,6 +400,11 @@ var ConversationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "StreamMessage",
 			Handler:       _ConversationService_StreamMessage_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchTurn",
+			Handler:       _ConversationService_WatchTurn_Handler,
 			ServerStreams: true,
 		},
 	},
