@@ -344,8 +344,8 @@ function showConversation(id) {
   conversationList.select(id);
 }
 
-// toolLine shows a tool call of a turn: its name and arguments, and once it
-// returned, how long it took and the start of what it gave back.
+// toolLine shows a tool call of a turn, its name and arguments; its result
+// follows on a line of its own (how long it took, the start of its answer).
 function toolLine(log, name, args) {
   return line(log, "tool", name + "(" + (args || "") + ")", "event");
 }
@@ -413,6 +413,9 @@ $("chatForm").addEventListener("submit", action($("chatForm"), async () => {
       case "ToolCallResult":
         answer = null;
         line(log, "", "← " + (d.toolName || "tool") + " in " + human(seconds(d.duration)) + (d.isError ? " failed: " : ": ") + clip(d.result, 300), d.isError ? "bad" : "event");
+        break;
+      case "Error":
+        line(log, "", "error: " + (d.message || d.code), "bad");
         break;
       case "Completed":
         line(log, "", "done: " + (d.totalTokens || 0) + " tokens in " + human(seconds(d.duration)), "event");
