@@ -51,6 +51,7 @@ type conversationFake struct {
 	get    func(context.Context, *orchestratorv1.GetConversationRequest) (*orchestratorv1.GetConversationResponse, error)
 	list   func(context.Context, *orchestratorv1.ListConversationsRequest) (*orchestratorv1.ListConversationsResponse, error)
 	stream func(*orchestratorv1.StreamMessageRequest, grpc.ServerStreamingServer[orchestratorv1.StreamMessageResponse]) error
+	watch  func(*orchestratorv1.WatchTurnRequest, grpc.ServerStreamingServer[orchestratorv1.WatchTurnResponse]) error
 }
 
 func (f *conversationFake) CreateConversation(ctx context.Context, r *orchestratorv1.CreateConversationRequest) (*orchestratorv1.CreateConversationResponse, error) {
@@ -67,6 +68,10 @@ func (f *conversationFake) ListConversations(ctx context.Context, r *orchestrato
 
 func (f *conversationFake) StreamMessage(r *orchestratorv1.StreamMessageRequest, s grpc.ServerStreamingServer[orchestratorv1.StreamMessageResponse]) error {
 	return f.stream(r, s)
+}
+
+func (f *conversationFake) WatchTurn(r *orchestratorv1.WatchTurnRequest, s grpc.ServerStreamingServer[orchestratorv1.WatchTurnResponse]) error {
+	return f.watch(r, s)
 }
 
 type jobFake struct {

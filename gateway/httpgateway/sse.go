@@ -88,9 +88,14 @@ type runEventer interface {
 // Each stream has its own naming, fixed by the issue that specifies it.
 var streamEvents = map[protoreflect.FullName]func(proto.Message) (sseEvent, error){
 	// The oneof case, as the chat loop names its events:
-	// response_chunk → ResponseChunk, ..., error → Error.
+	// response_chunk → ResponseChunk, ..., error → Error; the id is the
+	// event's sequence, which a watch of the turn resumes after.
 	proto.MessageName(&orchestratorv1.StreamMessageResponse{}): func(m proto.Message) (sseEvent, error) {
-		return oneofEvent(m, "event", upperCamel)
+		return turnEvent(m.(*orchestratorv1.StreamMessageResponse))
+	},
+	// A watched turn's events, exactly as StreamMessage sent them.
+	proto.MessageName(&orchestratorv1.WatchTurnResponse{}): func(m proto.Message) (sseEvent, error) {
+		return turnEvent(m.(*orchestratorv1.WatchTurnResponse).GetEvent())
 	},
 	// content_delta, reasoning_delta, tool_call, end.
 	proto.MessageName(&modelv1.ChatStreamResponse{}): func(m proto.Message) (sseEvent, error) {
@@ -151,6 +156,17 @@ func oneofEvent(m proto.Message, oneof protoreflect.Name, style func(string) str
 		data = json.RawMessage(`""`)
 	}
 	return sseEvent{name: name, data: data}, nil
+}
+
+// turnEvent is one chat turn event: named after its oneof case, with its
+// sequence as id.
+func turnEvent(m *orchestratorv1.StreamMessageResponse) (sseEvent, error) {
+	if m == nil {
+		m = &orchestratorv1.StreamMessageResponse{}
+	}
+	ev, err := oneofEvent(m, "event", upperCamel)
+	ev.id = sequenceID(m.GetSequence())
+	return ev, err
 }
 
 // upperCamel turns a snake_case name into UpperCamelCase.

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"google.golang.org/grpc"
 
+	"github.com/agentmesh/agentmesh/libs/events"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/chat"
@@ -53,6 +54,9 @@ type ChatConfig struct {
 	SystemPrompt string `env:"ORCHESTRATOR_SYSTEM_PROMPT" help:"system prompt opening every chat request; empty sends none"`
 	// LeaseTTL is the turn lease's lifetime without renewal.
 	LeaseTTL time.Duration `env:"ORCHESTRATOR_TURN_LEASE_TTL" default:"6s" help:"how long a replica's claim on a conversation outlives the replica if it crashes mid-turn; the turn renews it every third of it, however long its model calls"`
+	// ResumeGrace is how long a streamed turn whose client went away keeps
+	// running for a WatchTurn to pick it up.
+	ResumeGrace time.Duration `env:"ORCHESTRATOR_TURN_RESUME_GRACE" default:"30s" help:"how long a streamed chat turn whose client went away (a gateway replica died, a network cut) keeps running unwatched, for the client to resume it with GET .../turns/{turn}:watch and Last-Event-ID; at least 6s. A turn a watch follows keeps running"`
 }
 
 // validate checks the values Load cannot, naming the variable at fault.
@@ -80,6 +84,9 @@ func (c ChatConfig) validate() error {
 		if v.val < v.min {
 			errs = append(errs, fmt.Sprintf("%s=%d: must be at least %d", v.name, v.val, v.min))
 		}
+	}
+	if c.ResumeGrace < 6*time.Second {
+		errs = append(errs, fmt.Sprintf("ORCHESTRATOR_TURN_RESUME_GRACE=%v: must be at least 6s", c.ResumeGrace))
 	}
 	if c.LeaseTTL < 3*time.Second {
 		errs = append(errs, fmt.Sprintf("ORCHESTRATOR_TURN_LEASE_TTL=%v: must be at least 3s", c.LeaseTTL))
@@ -125,7 +132,7 @@ type chatServices struct {
 
 // newChatServices builds the chat loop bottom-up: store, retrieval, tool
 // registry, strategies, loop, services.
-func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, modelGateway, indexer grpc.ClientConnInterface, mcp *mcptools.Manager, log *slog.Logger) (*chatServices, error) {
+func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, bus *events.Bus, modelGateway, indexer grpc.ClientConnInterface, mcp *mcptools.Manager, log *slog.Logger) (*chatServices, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -171,10 +178,10 @@ func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, mo
 	loop, err := chat.New(chat.Config{
 		Model: cfg.Model, Models: models, Mode: mode, MaxIterations: cfg.MaxIterations, HistoryWindow: window,
 		ToolParallelism: cfg.ToolParallelism, SystemPrompt: cfg.SystemPrompt, RetrievalLimit: cfg.RetrievalLimit,
-		LeaseTTL: cfg.LeaseTTL, Holder: holder,
+		LeaseTTL: cfg.LeaseTTL, Holder: holder, ResumeGrace: cfg.ResumeGrace,
 	}, chat.Deps{
 		Store: store, Model: modelv1.NewModelServiceClient(modelGateway), Tools: registry, Toolbox: toolbox,
-		Strategies: strategies, Search: searcher, Logger: log,
+		Strategies: strategies, Search: searcher, Logger: log, Events: bus,
 	})
 	if err != nil {
 		return nil, err

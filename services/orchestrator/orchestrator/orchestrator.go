@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		tenants, servers := mcp.Tenants()
 		rt.Logger.Info("MCP servers configured", "tenants", tenants, "servers", servers)
 	}
-	chatSvc, err := newChatServices(ctx, cfg.Chat, db, modelGateway, indexer, mcp, rt.Logger)
+	chatSvc, err := newChatServices(ctx, cfg.Chat, db, bus, modelGateway, indexer, mcp, rt.Logger)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +124,24 @@ func startGateway(t *testing.T, orch *grpc.ClientConn) string {
 	return srv.URL
 }
 
+func get(t *testing.T, ctx context.Context, url string, header map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("X-Tenant-Id", "acme")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp
+}
+
 func post(t *testing.T, ctx context.Context, url, body string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
@@ -141,9 +161,11 @@ func post(t *testing.T, ctx context.Context, url, body string) *http.Response {
 // TestSSEThroughGateway drives a turn end to end as a browser would: REST
 // to create the conversation, then POST .../messages:stream read as an
 // EventSource, through the real gateway, the orchestrator started with Run,
-// and the real model gateway in front of the simulator. A second message
-// while the first streams is refused, and the client going away cancels
-// the turn.
+// and the real model gateway in front of the simulator. Every event has its
+// stream sequence as id, and GET .../turns/{turn}:watch with Last-Event-ID
+// sends exactly the events after it. A second message while the first
+// streams is refused, and the client going away cancels the turn once no
+// one resumed it within ORCHESTRATOR_TURN_RESUME_GRACE.
 func TestSSEThroughGateway(t *testing.T) {
 	t.Parallel()
 	model := chattest.StartModel(t, providersim.Options{Flavor: providersim.DeepSeek, ChunkRunes: 4})
@@ -157,7 +179,7 @@ func TestSSEThroughGateway(t *testing.T) {
 	conn, err := runOrchestrator(t, map[string]string{
 		"MONGO_URI": uri, "MONGO_DATABASE": db, "NATS_URL": testkit.NewNATS(t).URL(),
 		"MODELGATEWAY_ADDR": model.Conn.Target(), "INDEXER_ADDR": chattest.UnreachableAddr(t),
-		"ORCHESTRATOR_MODEL": chattest.ModelName,
+		"ORCHESTRATOR_MODEL": chattest.ModelName, "ORCHESTRATOR_TURN_RESUME_GRACE": "6s",
 	})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -186,7 +208,10 @@ func TestSSEThroughGateway(t *testing.T) {
 		Iterations int    `json:"iterations"`
 		MessageID  string `json:"messageId"`
 	}
+	var all []sseEvent
+	var turnID string
 	for ev := range readEventSource(resp.Body) {
+		all = append(all, ev)
 		var payload map[string]any
 		if err := json.Unmarshal([]byte(ev.Data), &payload); err != nil {
 			t.Errorf("event %s carries no JSON object: %q", ev.Event, ev.Data)
@@ -201,12 +226,14 @@ func TestSSEThroughGateway(t *testing.T) {
 			if payload["kind"] != "retrieval_skipped" {
 				t.Errorf("status update %v, want retrieval_skipped", payload)
 			}
+		case "TurnStarted":
+			turnID, _ = payload["turnId"].(string)
 		case "Completed":
 			_ = json.Unmarshal([]byte(ev.Data), &completed)
 		}
 	}
 	resp.Body.Close()
-	want := "StatusUpdate,ReasoningChunk,ToolCallStart,ToolCallResult,ResponseChunk,Completed"
+	want := "TurnStarted,StatusUpdate,ReasoningChunk,ToolCallStart,ToolCallResult,ResponseChunk,Completed"
 	if strings.Join(names, ",") != want {
 		t.Errorf("event sequence %v, want %s", names, want)
 	}
@@ -214,8 +241,56 @@ func TestSSEThroughGateway(t *testing.T) {
 		t.Errorf("answer %q, completed %+v", answer.String(), completed)
 	}
 
+	// The turn resumed from any of its events' ids gets exactly the rest.
+	var prev uint64
+	for i, ev := range all {
+		id, err := strconv.ParseUint(ev.ID, 10, 64)
+		if err != nil || id <= prev {
+			t.Fatalf("event %d (%s) has id %q after %d, want increasing sequences", i, ev.Event, ev.ID, prev)
+		}
+		prev = id
+	}
+	watchURL := base + "/v1/conversations/" + created.Conversation.ID + "/turns/" + turnID + ":watch"
+	for _, cut := range []int{0, 3, len(all) - 2} {
+		r := get(t, ctx, watchURL, map[string]string{"Last-Event-ID": all[cut].ID})
+		var rest []sseEvent
+		for ev := range readEventSource(r.Body) {
+			rest = append(rest, ev)
+		}
+		r.Body.Close()
+		if r.StatusCode != http.StatusOK || !reflect.DeepEqual(rest, all[cut+1:]) {
+			t.Errorf("watch after event %d (id %s): HTTP %d, %d events %v, want the %d after it", cut, all[cut].ID, r.StatusCode, len(rest), rest, len(all)-cut-1)
+		}
+	}
+	r := get(t, ctx, watchURL, map[string]string{"Last-Event-ID": all[len(all)-1].ID})
+	r.Body.Close()
+	if r.StatusCode != http.StatusNoContent {
+		t.Errorf("watch after the last event: HTTP %d, want 204 (nothing more, the EventSource stops)", r.StatusCode)
+	}
+	for _, bad := range []struct {
+		url, lastID string
+		code        int
+		field       string
+	}{
+		{base + "/v1/conversations/" + created.Conversation.ID + "/turns/not-a-turn:watch", "", http.StatusBadRequest, "turn_id"},
+		{base + "/v1/conversations/" + created.Conversation.ID + "/turns/0191c9a0-0000-7000-8000-000000000000:watch", "", http.StatusNotFound, "turn_id"},
+		{watchURL, strconv.FormatUint(prev+1, 10), http.StatusBadRequest, "after_sequence"},
+	} {
+		h := map[string]string{}
+		if bad.lastID != "" {
+			h["Last-Event-ID"] = bad.lastID
+		}
+		r = get(t, ctx, bad.url, h)
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode != bad.code || !strings.Contains(string(b), bad.field) {
+			t.Errorf("GET %s (Last-Event-ID %q): HTTP %d %s, want %d naming %s", bad.url, bad.lastID, r.StatusCode, b, bad.code, bad.field)
+		}
+	}
+
 	// A slow turn: while it streams, a second message is refused with the
-	// gateway's JSON error; then the client leaves, which cancels the turn.
+	// gateway's JSON error; then the client leaves, and as no one resumes
+	// the turn, it is cancelled after the grace.
 	slowCtx, leave := context.WithCancel(ctx)
 	slow := post(t, slowCtx, streamURL, `{"content":"something slow"}`)
 	events := readEventSource(slow.Body)
@@ -236,7 +311,7 @@ func TestSSEThroughGateway(t *testing.T) {
 	}
 	leave()
 	slow.Body.Close()
-	testkit.Eventually(t, 10*time.Second, func() bool { return model.Sim.Disconnects() == 1 }, "the model call to be cancelled")
+	testkit.Eventually(t, 20*time.Second, func() bool { return model.Sim.Disconnects() == 1 }, "the model call to be cancelled")
 
 	var got struct {
 		Conversation struct {

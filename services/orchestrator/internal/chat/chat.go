@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	eventbus "github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
@@ -58,6 +59,11 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Holder names this process in busy errors, e.g. the pod name.
 	Holder string
+	// ResumeGrace is how long a resumable turn whose stream went away
+	// keeps running without a WatchTurn following it (default 30s, at
+	// least 3×probeInterval): long enough for a client to reconnect through
+	// another gateway replica, short enough that an abandoned turn stops.
+	ResumeGrace time.Duration
 }
 
 // withDefaults fills zero values with the documented defaults.
@@ -86,6 +92,10 @@ func (c Config) withDefaults() Config {
 	if c.Holder == "" {
 		c.Holder = "orchestrator"
 	}
+	if c.ResumeGrace <= 0 {
+		c.ResumeGrace = 30 * time.Second
+	}
+	c.ResumeGrace = max(c.ResumeGrace, 3*probeInterval)
 	return c
 }
 
@@ -115,6 +125,9 @@ type Deps struct {
 	Now func() time.Time
 	// Observe, if set, receives every iteration's timing.
 	Observe func(IterationStats)
+	// Events, if set, stores the events of resumable turns (see
+	// Request.Resumable and Watch); nil: no turn is resumable.
+	Events *eventbus.Bus
 }
 
 // Toolbox gives the tools of a tenant. ctx bounds any wait for a remote
@@ -153,6 +166,7 @@ type Loop struct {
 	now        func() time.Time
 	observe    func(IterationStats)
 	metrics    *metrics
+	bus        *eventbus.Bus // nil: turns are not resumable
 }
 
 // New returns a Loop.
@@ -162,7 +176,7 @@ func New(cfg Config, d Deps) (*Loop, error) {
 	}
 	l := &Loop{
 		cfg: cfg.withDefaults(), store: d.Store, model: d.Model, tools: d.Tools, toolbox: d.Toolbox, strategies: d.Strategies,
-		search: d.Search, log: d.Logger, now: d.Now, observe: d.Observe, metrics: newMetrics(),
+		search: d.Search, log: d.Logger, now: d.Now, observe: d.Observe, metrics: newMetrics(), bus: d.Events,
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
@@ -214,6 +228,12 @@ type Request struct {
 	ConversationID string
 	// Content is the user's text.
 	Content string
+	// Resumable asks for a turn a client can resume after its stream is
+	// cut (when the loop has an event bus): every event is stored and
+	// carries its stream sequence, and the end of Send's ctx no longer
+	// cancels the turn at once, only when no Watch follows the turn
+	// within ResumeGrace.
+	Resumable bool
 }
 
 // Emit delivers one event of a turn to the client. The loop calls it from
@@ -285,7 +305,8 @@ var ErrCancelled = errors.New("turn cancelled by the client")
 // wrapping conversation.ErrNotFound or conversation.ErrBusy; after that,
 // failures are a *TurnError (an ErrorEvent was emitted) or, when ctx ends,
 // an error wrapping ErrCancelled (the partial answer is stored, marked
-// cancelled).
+// cancelled). A resumable turn (req.Resumable, with an event bus) outlives
+// ctx while a Watch follows it, and Send returns when the turn ends.
 func (l *Loop) Send(ctx context.Context, req Request, emit Emit) (*Outcome, error) {
 	scope := conversation.Scope{TenantID: req.Scope.GetTenantId(), ProjectID: req.Scope.GetProjectId()}
 	now := l.now()
@@ -300,6 +321,6 @@ func (l *Loop) Send(ctx context.Context, req Request, emit Emit) (*Outcome, erro
 			"conversation", conv.ID, "strategy", conv.Strategy, "default", l.strategies.Default().Name())
 		strat = l.strategies.Default()
 	}
-	t := newTurn(ctx, l, conv, req, strat, conv.Lease, emit)
+	t := newTurn(ctx, l, conv, req, strat, conv.Lease, emit, lease.ID)
 	return t.run()
 }

@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"context"
 	"sync"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
@@ -14,10 +15,16 @@ import (
 // events serializes a turn's events onto its Emit (tool goroutines emit
 // concurrently) and drops anything emitted after the turn has ended, when
 // the stream may be gone.
+//
+// A resumable turn's events are stored (pub) before they are emitted, each
+// emitted with its stream sequence; holding mu across both keeps the
+// sequences in the order the client gets the events.
 type events struct {
-	mu     sync.Mutex // guards emit and closed
+	mu     sync.Mutex // guards emit, closed and pub
 	emit   Emit
 	closed bool
+	ctx    context.Context // the turn's, for the publishes' logs and traces
+	pub    *publisher      // nil: the turn is not resumable
 }
 
 func (e *events) send(ev *orchestratorv1.StreamMessageResponse) {
@@ -26,7 +33,8 @@ func (e *events) send(ev *orchestratorv1.StreamMessageResponse) {
 	if e.closed || e.emit == nil {
 		return
 	}
-	_ = e.emit(ev) // a client that went away cancels the turn's context
+	ev.Sequence = e.pub.publish(e.ctx, ev)
+	_ = e.emit(ev) // a client that went away cancels the turn's context, or leaves a resumable turn to its watches
 }
 
 func (e *events) close() {

@@ -307,8 +307,8 @@ func TestRetrievalUnavailable(t *testing.T) {
 	if !ok || !strings.Contains(msg, "Unavailable") {
 		t.Errorf("status updates %v, want %s naming the failure", statuses(rec), chat.StatusRetrievalSkipped)
 	}
-	if rec.Events()[0].GetStatusUpdate() == nil {
-		t.Errorf("first event is %v, want the retrieval status", rec.Events()[0].StreamMessageResponse)
+	if evs := rec.Events(); evs[0].GetTurnStarted() == nil || evs[1].GetStatusUpdate() == nil {
+		t.Errorf("first events are %v, %v, want TurnStarted, then the retrieval status", evs[0].StreamMessageResponse, evs[1].StreamMessageResponse)
 	}
 	req := e.sim.ChatRequests()[0]
 	for _, m := range req.Messages {

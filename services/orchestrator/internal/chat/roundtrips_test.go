@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"google.golang.org/grpc"
 
+	"github.com/agentmesh/agentmesh/libs/events"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
@@ -30,19 +31,31 @@ import (
 // the lease and the next generation, insert it), read the window, append
 // the question and the answer (insert, update the window, twice), release
 // (two reads, three writes): 15. A single writer reads nothing it wrote
-// itself: 8 writes.
+// itself: 8 writes. A resumable turn (an event bus) makes the same round
+// trips: its events go to JetStream, one publish each, never to the
+// database.
 func TestChatTurnRoundTrips(t *testing.T) {
 	t.Parallel()
 	budgets := map[bool]int{false: 15, true: 8} // many writers, single writer
-	for _, single := range []bool{false, true} {
+	for _, tc := range []struct {
+		single, resumable bool
+	}{{false, false}, {true, false}, {false, true}, {true, true}} {
+		single := tc.single
 		name := map[bool]string{false: "many writers", true: "single writer"}[single]
+		var bus *events.Bus
+		if tc.resumable {
+			name += ", resumable"
+		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db, rt := testkit.MongoDBCounted(t)
 			if single {
 				mongox.MarkSingleWriter(db.Client())
 			}
-			client := startTurns(t, db)
+			if tc.resumable {
+				bus = newBus(t)
+			}
+			client := startTurns(t, db, bus)
 			ctx := context.Background()
 			conv, err := client.CreateConversation(ctx, &orchestratorv1.CreateConversationRequest{Scope: testScope})
 			if err != nil {
@@ -51,8 +64,12 @@ func TestChatTurnRoundTrips(t *testing.T) {
 			id := conv.GetConversation().GetId()
 			runTurn(t, client, id) // the first turn of a conversation differs
 			rt.Reset()
+			before := streamLastSeq(t, bus)
 			runTurn(t, client, id)
 			t.Logf("%s: one chat turn made %d round trips: %s", name, rt.Total(), rt)
+			if bus != nil {
+				t.Logf("%s: one chat turn made %d JetStream publishes", name, streamLastSeq(t, bus)-before)
+			}
 			if rt.Total() > budgets[single] {
 				t.Errorf("a chat turn made %d round trips, budget %d: %s", rt.Total(), budgets[single], rt)
 			}
@@ -60,7 +77,20 @@ func TestChatTurnRoundTrips(t *testing.T) {
 	}
 }
 
-func startTurns(t *testing.T, db *mongo.Database) orchestratorv1.ConversationServiceClient {
+// streamLastSeq is the last sequence of AM_EVENTS, 0 without a bus.
+func streamLastSeq(t *testing.T, bus *events.Bus) uint64 {
+	t.Helper()
+	if bus == nil {
+		return 0
+	}
+	s, err := bus.JetStream().Stream(context.Background(), events.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.CachedInfo().State.LastSeq
+}
+
+func startTurns(t *testing.T, db *mongo.Database, bus *events.Bus) orchestratorv1.ConversationServiceClient {
 	t.Helper()
 	model := chattest.StartModel(t, providersim.Options{Flavor: providersim.DeepSeek, NoRecord: true})
 	model.Sim.When(providersim.Match{}).Text("Here is the answer.")
@@ -70,7 +100,7 @@ func startTurns(t *testing.T, db *mongo.Database) orchestratorv1.ConversationSer
 	}
 	reg, _ := tools.NewRegistry(tools.Options{})
 	set, _ := strategy.NewSet("deepseek_single", strategy.Builtin()...)
-	loop, err := chat.New(chat.Config{Model: chattest.ModelName}, chat.Deps{Store: store, Model: model.Client, Tools: reg, Strategies: set})
+	loop, err := chat.New(chat.Config{Model: chattest.ModelName}, chat.Deps{Store: store, Model: model.Client, Tools: reg, Strategies: set, Events: bus})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,9 @@ type turn struct {
 	store  *persister
 	tools  *tools.Registry // the tenant's, chosen when the turn starts
 	defs   []*modelv1.Tool // tools as the model sees them
+	id     string          // the turn's id, its lease's
+	client context.Context // the client's: when detached, its end does not end ctx
+	live   *liveness       // nil unless the turn is resumable
 
 	start      time.Time
 	seq        int64              // last sequence number used
@@ -62,21 +65,39 @@ type turn struct {
 	tokens     int64
 }
 
-func newTurn(ctx context.Context, l *Loop, conv *conversation.Conversation, req Request, strat strategy.Strategy, lease conversation.Lease, emit Emit) *turn {
-	tctx, cancel := context.WithCancelCause(ctx)
-	return &turn{
+func newTurn(ctx context.Context, l *Loop, conv *conversation.Conversation, req Request, strat strategy.Strategy, lease conversation.Lease, emit Emit, id string) *turn {
+	// Only a streamed turn can be resumed: SendMessage's caller has no
+	// events to resume from.
+	resumable := req.Resumable && l.bus != nil && emit != nil
+	base := ctx
+	if resumable {
+		base = context.WithoutCancel(ctx) // see detach
+	}
+	tctx, cancel := context.WithCancelCause(base)
+	t := &turn{
 		l: l, ctx: tctx, cancel: cancel, conv: conv, scope: conv.Scope, req: req, strat: strat, lease: lease,
-		events: &events{emit: emit},
+		events: &events{emit: emit, ctx: tctx},
 		store:  newPersister(tctx, l.store, conv.Scope, conv.ID),
 		start:  l.now(),
+		id:     id,
+		client: ctx,
 	}
+	if resumable {
+		t.events.pub = &publisher{bus: l.bus, scope: req.Scope, turnID: id, log: l.log}
+	}
+	return t
 }
 
 // run processes the turn and releases everything it holds.
 func (t *turn) run() (out *Outcome, err error) {
 	stopRenewing := t.keepLease()
+	if t.events.pub != nil {
+		t.live = startLiveness(t.l.bus, t.id, t.l.log)
+		go t.detach(t.client, t.l.cfg.ResumeGrace)
+	}
 	defer func() {
 		stopRenewing()
+		t.live.stop() // after the last event is stored: see Loop.probe
 		t.events.close()
 		t.store.close()
 		t.releaseLease()
@@ -84,6 +105,9 @@ func (t *turn) run() (out *Outcome, err error) {
 		t.l.metrics.turn(t.ctx, t.strat.Name(), outcomeLabel(err), t.l.now().Sub(t.start))
 	}()
 
+	t.events.send(&orchestratorv1.StreamMessageResponse{Event: &orchestratorv1.StreamMessageResponse_TurnStarted{
+		TurnStarted: &orchestratorv1.TurnStarted{TurnId: t.id, ConversationId: t.conv.ID, Resumable: t.events.pub != nil},
+	}})
 	// Under the lease: a tenant's first turn may wait for its MCP servers'
 	// first connection.
 	t.tools, t.defs = t.l.toolsFor(t.ctx, t.scope.TenantID)
@@ -237,6 +261,10 @@ func (t *turn) cancelled(assistant conversation.Message, results []conversation.
 	if err := t.store.flush(); err != nil {
 		t.l.log.WarnContext(t.ctx, "could not store the cancelled turn", "conversation", t.conv.ID, "error", err)
 	}
+	// The client is gone, but a watch of the turn needs its end.
+	t.events.send(&orchestratorv1.StreamMessageResponse{Event: &orchestratorv1.StreamMessageResponse_Error{
+		Error: &orchestratorv1.ErrorEvent{Code: "CANCELLED", Message: "the turn was cancelled: " + context.Cause(t.ctx).Error() + "; its partial answer is stored, marked cancelled"},
+	}})
 	return fmt.Errorf("chat: %w", ErrCancelled)
 }
 

@@ -139,11 +139,32 @@ func (s *Conversations) StreamMessage(req *orchestratorv1.StreamMessageRequest, 
 	if err != nil {
 		return err
 	}
+	r.Resumable = true
 	_, err = s.loop.Send(ctx, r, stream.Send)
 	var te *chat.TurnError
 	if errors.As(err, &te) {
 		return nil // reported as an ErrorEvent
 	}
+	if err != nil {
+		return toStatus(err)
+	}
+	return nil
+}
+
+// WatchTurn implements orchestratorv1.ConversationServiceServer.
+func (s *Conversations) WatchTurn(req *orchestratorv1.WatchTurnRequest, stream orchestratorv1.ConversationService_WatchTurnServer) error {
+	ctx := stream.Context()
+	sc, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return err
+	}
+	id, err := conversationID(req.GetConversationId())
+	if err != nil {
+		return err
+	}
+	err = s.loop.Watch(ctx, sc, id, strings.TrimSpace(req.GetTurnId()), req.GetAfterSequence(), func(ev *orchestratorv1.StreamMessageResponse) error {
+		return stream.Send(&orchestratorv1.WatchTurnResponse{Event: ev})
+	})
 	if err != nil {
 		return toStatus(err)
 	}

@@ -18,6 +18,8 @@ const (
 	ReasonConversationNotFound = "CONVERSATION_NOT_FOUND"
 	ReasonConversationBusy     = "CONVERSATION_BUSY"
 	ReasonTurnCancelled        = "TURN_CANCELLED"
+	ReasonTurnNotFound         = "TURN_NOT_FOUND"
+	ReasonTurnNotResumable     = "TURN_NOT_RESUMABLE"
 )
 
 // toStatus maps the domain's errors to gRPC statuses. Errors it does not
@@ -32,8 +34,15 @@ func toStatus(err error) error {
 	var (
 		busy *conversation.BusyError
 		te   *chat.TurnError
+		fe   *chat.FieldError
 	)
 	switch {
+	case errors.As(err, &fe):
+		return grpcx.InvalidArgument(fe.Field, "%s", fe.Reason)
+	case errors.Is(err, chat.ErrTurnNotFound):
+		return grpcx.Errorf(codes.NotFound, ReasonTurnNotFound, "turn_id: no such turn in this conversation (or its events have expired)")
+	case errors.Is(err, chat.ErrNotResumable):
+		return grpcx.Errorf(codes.FailedPrecondition, ReasonTurnNotResumable, "%v", err)
 	case errors.As(err, &te):
 		return te.GRPCStatus().Err()
 	case errors.As(err, &busy):

@@ -1,0 +1,347 @@
+package chat
+
+// Resumable turns. A streamed turn's events are stored in AM_EVENTS as they
+// happen, one message each, before the client gets them, and each carries
+// its stream sequence: the SSE event id. Any replica can then replay a
+// turn's events after the id a cut-off client last got and follow it live
+// (Watch), the way analyses are watched. Subjects:
+//
+//	am.evt.<tenant>.chat.<turn>.started   TurnStarted (the first event)
+//	am.evt.<tenant>.chat.<turn>.event     every event in between
+//	am.evt.<tenant>.chat.<turn>.ended     Completed or ErrorEvent (the last)
+//
+// so that the start and the end are found with one direct read each, and a
+// watch filters on am.evt.<tenant>.chat.<turn>.>.
+//
+// A turn's process also answers, on the core NATS subject
+// am.chat.turn.<turn> (stored nowhere), whether the turn still runs. A
+// watch asks every probeInterval: the process learns that a client follows
+// the turn (a turn whose stream went away keeps running only while one
+// does, see Config.ResumeGrace), and the watch learns that a turn whose
+// process died will send nothing more (no responders and no end event).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	eventbus "github.com/agentmesh/agentmesh/libs/events"
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+)
+
+// Last subject tokens of a turn's events.
+const (
+	kindStarted = "started"
+	kindEvent   = "event"
+	kindEnded   = "ended"
+)
+
+// eventSource is the source of the events a turn publishes.
+const eventSource = "orchestrator"
+
+// Resume timing.
+const (
+	// publishTimeout bounds the publish of one event; the first that fails
+	// stops the turn's publishing, so an outage of the bus delays a turn
+	// once, by at most this.
+	publishTimeout = 2 * time.Second
+	// probeInterval is how often a watch asks whether its turn still runs.
+	probeInterval = 2 * time.Second
+	// probeTimeout bounds one such question; no answer in time is taken
+	// as "still running" (the bus is slow, not the turn gone).
+	probeTimeout = time.Second
+)
+
+// Errors of Watch.
+var (
+	// ErrTurnNotFound: no turn of that id in the scope and conversation, or
+	// its events have expired.
+	ErrTurnNotFound = errors.New("turn not found")
+	// ErrNotResumable: the loop has no event bus.
+	ErrNotResumable = errors.New("turns are not resumable: the orchestrator has no event bus")
+	// errTurnLost ends a watch whose turn's process went away.
+	errTurnLost = errors.New("turn lost")
+	// errWatchDone ends a watch after the turn's last event.
+	errWatchDone = errors.New("watch done")
+)
+
+// FieldError is a watch request that names something impossible.
+type FieldError struct {
+	// Field is the request field, e.g. "after_sequence".
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+// Error implements error.
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+func turnSubject(tenant, turnID, kind string) string {
+	return eventbus.EventSubject(tenant, "chat", turnID, kind)
+}
+
+func turnFilter(tenant, turnID string) string {
+	return eventbus.EventSubjectPrefix + eventbus.SubjectToken(tenant) + ".chat." + eventbus.SubjectToken(turnID) + ".>"
+}
+
+func aliveSubject(turnID string) string { return "am.chat.turn." + eventbus.SubjectToken(turnID) }
+
+// kindOf is the subject token of ev.
+func kindOf(ev *orchestratorv1.StreamMessageResponse) string {
+	switch ev.GetEvent().(type) {
+	case *orchestratorv1.StreamMessageResponse_TurnStarted:
+		return kindStarted
+	case *orchestratorv1.StreamMessageResponse_Completed, *orchestratorv1.StreamMessageResponse_Error:
+		return kindEnded
+	}
+	return kindEvent
+}
+
+// publisher stores one turn's events. Its methods are called under
+// events.mu, one at a time.
+type publisher struct {
+	bus    *eventbus.Bus
+	scope  *commonv1.Scope
+	turnID string
+	log    *slog.Logger
+	failed bool // a publish failed: the rest of the turn is not stored
+}
+
+// publish stores ev and returns its stream sequence, or 0 once the bus has
+// failed this turn (the client then gets events without ids, and a watch of
+// the turn ends with an error when the turn does).
+func (p *publisher) publish(ctx context.Context, ev *orchestratorv1.StreamMessageResponse) uint64 {
+	if p == nil || p.failed {
+		return 0
+	}
+	kind := kindOf(ev)
+	env, err := eventbus.NewEvent("chat.turn."+kind, eventSource, p.scope, p.turnID, ev)
+	var seq uint64
+	if err == nil {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+		seq, err = p.bus.Publish(pctx, turnSubject(p.scope.GetTenantId(), p.turnID, kind), env)
+		cancel()
+	}
+	if err != nil {
+		p.failed = true
+		p.log.WarnContext(ctx, "chat turn events no longer stored; the turn cannot be resumed", "turn", p.turnID, "error", err)
+		return 0
+	}
+	return seq
+}
+
+// liveness answers watches of a running turn and tells the turn when one
+// asked last.
+type liveness struct {
+	sub *nats.Subscription
+
+	mu    sync.Mutex // guards asked
+	asked time.Time
+}
+
+// startLiveness subscribes for turnID's watches; nil when it cannot (the
+// turn then runs as if never watched).
+func startLiveness(bus *eventbus.Bus, turnID string, log *slog.Logger) *liveness {
+	lv := &liveness{}
+	sub, err := bus.Conn().Subscribe(aliveSubject(turnID), func(m *nats.Msg) {
+		lv.mu.Lock()
+		lv.asked = time.Now()
+		lv.mu.Unlock()
+		_ = m.Respond([]byte("running"))
+	})
+	if err != nil {
+		log.Warn("chat turn cannot answer its watches", "turn", turnID, "error", err)
+		return nil
+	}
+	lv.sub = sub
+	return lv
+}
+
+func (lv *liveness) lastAsked() time.Time {
+	if lv == nil {
+		return time.Time{}
+	}
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	return lv.asked
+}
+
+func (lv *liveness) stop() {
+	if lv != nil {
+		_ = lv.sub.Unsubscribe()
+	}
+}
+
+// errUnwatched is the cause of a turn cancelled because its stream went
+// away and no watch followed it within ResumeGrace.
+var errUnwatched = errors.New("the client went away and no one resumed the turn")
+
+// detach keeps the turn running after its client's ctx ends, for as long
+// as a watch asked about it within grace (counting from the end of ctx);
+// then it cancels the turn. It returns when the turn ends.
+func (t *turn) detach(client context.Context, grace time.Duration) {
+	select {
+	case <-t.ctx.Done():
+		return
+	case <-client.Done():
+	}
+	gone := time.Now()
+	tick := time.NewTicker(grace / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		last := t.live.lastAsked()
+		if last.Before(gone) {
+			last = gone
+		}
+		if time.Since(last) >= grace {
+			t.cancel(errUnwatched)
+			return
+		}
+	}
+}
+
+// Watch calls fn with every event of turn turnID of conversationID after
+// stream sequence afterSeq (0: from the turn's start), each with its
+// Sequence set, then with the turn's events as they come, and returns nil
+// after the turn's last event (Completed or ErrorEvent). When the client
+// already holds that event it returns nil at once. If the turn's process
+// goes away before the turn ends, fn gets a last ErrorEvent (code ABORTED,
+// sequence 0) saying so. Errors: ErrNotResumable, ErrTurnNotFound (also for
+// a turn of another scope or conversation), a *FieldError for a malformed
+// turn_id or an after_sequence beyond the turn, or fn's error. It reads no
+// database: the turn's start and end are direct reads of the stream.
+func (l *Loop) Watch(ctx context.Context, scope *commonv1.Scope, conversationID, turnID string, afterSeq uint64,
+	fn func(*orchestratorv1.StreamMessageResponse) error,
+) error {
+	if l.bus == nil {
+		return ErrNotResumable
+	}
+	if _, err := uuid.Parse(turnID); err != nil {
+		return &FieldError{Field: "turn_id", Reason: "is not a turn id (the turnId of a TurnStarted event, a UUID)"}
+	}
+	tenant := scope.GetTenantId()
+	stream, err := l.bus.JetStream().Stream(ctx, eventbus.StreamEvents)
+	if err != nil {
+		return fmt.Errorf("chat: watch: %w", err)
+	}
+	lastSeq := stream.CachedInfo().State.LastSeq // every id a client can hold is at most this
+	started, err := lastEvent(ctx, stream, turnSubject(tenant, turnID, kindStarted))
+	if err != nil {
+		return err
+	}
+	if started == nil {
+		return ErrTurnNotFound
+	}
+	ts := started.ev.GetTurnStarted()
+	if started.env.GetScope().GetProjectId() != scope.GetProjectId() || ts.GetConversationId() != conversationID {
+		return ErrTurnNotFound
+	}
+	end, err := lastEvent(ctx, stream, turnSubject(tenant, turnID, kindEnded))
+	if err != nil {
+		return err
+	}
+	switch {
+	case end != nil && afterSeq > end.seq:
+		return &FieldError{Field: "after_sequence", Reason: fmt.Sprintf("%d is beyond the turn's last event (%d)", afterSeq, end.seq)}
+	case end == nil && afterSeq > lastSeq:
+		return &FieldError{Field: "after_sequence", Reason: fmt.Sprintf("%d is beyond the turn's events (the newest is at most %d)", afterSeq, lastSeq)}
+	case end != nil && afterSeq == end.seq:
+		return nil // the client has the whole turn
+	}
+	// An id before the turn's start is no event of the turn: everything
+	// after it is the whole turn.
+	from := max(afterSeq, started.seq-1)
+
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go l.probe(rctx, cancel, stream, tenant, turnID)
+	err = l.bus.Replay(rctx, eventbus.StreamEvents, turnFilter(tenant, turnID), from, func(seq uint64, env *commonv1.Event) error {
+		ev := &orchestratorv1.StreamMessageResponse{}
+		if env.GetCorrelationId() != turnID || env.GetPayload().UnmarshalTo(ev) != nil {
+			return nil // not an event of this turn
+		}
+		ev.Sequence = seq
+		if err := fn(ev); err != nil {
+			return err
+		}
+		if kindOf(ev) == kindEnded {
+			return errWatchDone
+		}
+		return nil
+	})
+	switch cause := context.Cause(rctx); {
+	case errors.Is(err, errWatchDone):
+		return nil
+	case errors.Is(cause, errTurnLost) && ctx.Err() == nil:
+		return fn(&orchestratorv1.StreamMessageResponse{Event: &orchestratorv1.StreamMessageResponse_Error{Error: &orchestratorv1.ErrorEvent{
+			Code:    "ABORTED",
+			Message: "the turn stopped before its end: the orchestrator running it went away, or lost the event bus; what it stored is in the conversation",
+		}}})
+	}
+	return err
+}
+
+// probe asks, every probeInterval, whether the turn still runs; when no
+// process answers for it and its last event is not stored, it cancels the
+// watch with errTurnLost.
+func (l *Loop) probe(ctx context.Context, cancel context.CancelCauseFunc, stream jetstream.Stream, tenant, turnID string) {
+	tick := time.NewTicker(probeInterval)
+	defer tick.Stop()
+	for {
+		if _, err := l.bus.Conn().Request(aliveSubject(turnID), nil, probeTimeout); errors.Is(err, nats.ErrNoResponders) {
+			// The turn has ended, or its process died. The end event is
+			// stored before the turn stops answering, so its absence now
+			// means it never will be.
+			end, err := lastEvent(ctx, stream, turnSubject(tenant, turnID, kindEnded))
+			if err == nil && end == nil {
+				cancel(errTurnLost)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// storedEvent is a turn event read directly from the stream.
+type storedEvent struct {
+	seq uint64
+	env *commonv1.Event
+	ev  *orchestratorv1.StreamMessageResponse
+}
+
+// lastEvent reads the last event stored on subject; nil when there is none.
+func lastEvent(ctx context.Context, stream jetstream.Stream, subject string) (*storedEvent, error) {
+	msg, err := stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("chat: watch: %w", err)
+	}
+	se := &storedEvent{seq: msg.Sequence, env: &commonv1.Event{}, ev: &orchestratorv1.StreamMessageResponse{}}
+	if err := proto.Unmarshal(msg.Data, se.env); err != nil {
+		return nil, fmt.Errorf("chat: watch: decode %s: %w", subject, err)
+	}
+	if err := se.env.GetPayload().UnmarshalTo(se.ev); err != nil {
+		return nil, fmt.Errorf("chat: watch: decode %s: %w", subject, err)
+	}
+	return se, nil
+}

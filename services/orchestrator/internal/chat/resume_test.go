@@ -1,0 +1,298 @@
+package chat_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/agentmesh/agentmesh/libs/events"
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/chat"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/grpcapi"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/strategy"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/tools"
+)
+
+// newBus connects to a fresh JetStream server with the mesh's streams.
+func newBus(t *testing.T) *events.Bus {
+	t.Helper()
+	bus, err := events.Connect(context.Background(), testkit.NewNATS(t).URL(), "chat-test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	if err := bus.EnsureStreams(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return bus
+}
+
+// resumeEnv is ConversationService over a resumable loop, with a gate tool
+// that holds a turn in the middle until released.
+type resumeEnv struct {
+	*env
+	client orchestratorv1.ConversationServiceClient
+	gate   *gateTool
+	bus    *events.Bus
+}
+
+func newResumeEnv(t *testing.T, cfg chat.Config) *resumeEnv {
+	t.Helper()
+	gate := newGate()
+	e := newEnv(t, envOptions{sim: providersim.Options{Flavor: providersim.DeepSeek}, tools: []tools.Tool{gate}})
+	bus := newBus(t)
+	reg, err := tools.NewRegistry(tools.Options{}, gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, _ := strategy.NewSet("deepseek_single", strategy.Builtin()...)
+	cfg.Model = "chat"
+	loop, err := chat.New(cfg, chat.Deps{Store: e.store, Model: e.model.Client, Tools: reg, Strategies: set, Events: bus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := testkit.StartGRPC(t, func(s *grpc.Server) {
+		orchestratorv1.RegisterConversationServiceServer(s, grpcapi.NewConversations(e.store, loop, set))
+	})
+	e.sim.When(providersim.Match{LastRole: "user", WithTools: true}).Text("Let me wait.").ToolCall("gate", `{"n":1}`).Times(1)
+	e.sim.When(providersim.Match{}).Text("The gate opened, so the answer is forty-two.")
+	return &resumeEnv{env: e, client: orchestratorv1.NewConversationServiceClient(conn), gate: gate, bus: bus}
+}
+
+// watch reads WatchTurn to its end.
+func (e *resumeEnv) watch(t *testing.T, turnID string, after uint64) ([]*orchestratorv1.StreamMessageResponse, error) {
+	t.Helper()
+	return e.follow(t, turnID, after, nil)
+}
+
+// follow reads WatchTurn to its end, calling onEvent, if set, with each event.
+func (e *resumeEnv) follow(t *testing.T, turnID string, after uint64, onEvent func(*orchestratorv1.StreamMessageResponse)) ([]*orchestratorv1.StreamMessageResponse, error) {
+	t.Helper()
+	ctx := ctxTimeout(t, 30*time.Second)
+	st, err := e.client.WatchTurn(ctx, &orchestratorv1.WatchTurnRequest{Scope: testScope, ConversationId: e.conv, TurnId: turnID, AfterSequence: after})
+	if err != nil {
+		return nil, err
+	}
+	var out []*orchestratorv1.StreamMessageResponse
+	for {
+		r, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r.GetEvent())
+		if onEvent != nil {
+			onEvent(r.GetEvent())
+		}
+	}
+}
+
+// cutTurn sends a message and reads its stream until the event cut says
+// to stop at, then goes away, as a client whose gateway replica died does.
+func (e *resumeEnv) cutTurn(t *testing.T, cut func(*orchestratorv1.StreamMessageResponse) bool) (turnID string, got []*orchestratorv1.StreamMessageResponse) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctxTimeout(t, 30*time.Second))
+	defer cancel()
+	st, err := e.client.StreamMessage(ctx, &orchestratorv1.StreamMessageRequest{Scope: testScope, ConversationId: e.conv, Content: "Wait for the gate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := st.Recv()
+		if err != nil {
+			t.Fatalf("stream ended before the tool call: %v", err)
+		}
+		got = append(got, ev)
+		if ts := ev.GetTurnStarted(); ts != nil {
+			turnID = ts.GetTurnId()
+			if !ts.GetResumable() || ts.GetConversationId() != e.conv {
+				t.Fatalf("TurnStarted = %v, want a resumable turn of %s", ts, e.conv)
+			}
+		}
+		if cut(ev) {
+			return turnID, got
+		}
+	}
+}
+
+func atToolCall(ev *orchestratorv1.StreamMessageResponse) bool { return ev.GetToolCallStart() != nil }
+
+// checkSequences fails unless every event has an id and the ids increase.
+func checkSequences(t *testing.T, what string, evs []*orchestratorv1.StreamMessageResponse) {
+	t.Helper()
+	var last uint64
+	for i, ev := range evs {
+		if ev.GetSequence() <= last {
+			t.Fatalf("%s: event %d (%v) has sequence %d after %d", what, i, ev, ev.GetSequence(), last)
+		}
+		last = ev.GetSequence()
+	}
+}
+
+// TestResumeCutTurn cuts a turn's stream in the middle (while a tool runs)
+// and resumes it through WatchTurn with the id of the last event the client
+// got, while the turn still runs and after it ended: the client gets
+// exactly the rest, the turn ran to its end although its stream went away,
+// and a watch from the last event sends nothing.
+func TestResumeCutTurn(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		afterEnded bool
+	}{
+		{"while the turn runs", false},
+		{"after the turn ended", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newResumeEnv(t, chat.Config{})
+			// Cut while the tool waits, or, for a watch that must follow
+			// the turn live, right at its start: the watch then gets the
+			// tool call before the tool may finish.
+			cut := atToolCall
+			if !tc.afterEnded {
+				cut = func(ev *orchestratorv1.StreamMessageResponse) bool { return ev.GetTurnStarted() != nil }
+			}
+			turnID, got := e.cutTurn(t, cut)
+			checkSequences(t, "cut stream", got)
+			last := got[len(got)-1].GetSequence()
+
+			var rest []*orchestratorv1.StreamMessageResponse
+			var err error
+			if tc.afterEnded {
+				close(e.gate.release)
+				testkit.Eventually(t, 10*time.Second, func() bool {
+					msgs := e.messages(t)
+					return len(msgs) == 4 && msgs[3].Role == conversation.RoleAssistant
+				}, "the cut turn to finish")
+				rest, err = e.watch(t, turnID, last)
+			} else {
+				rest, err = e.follow(t, turnID, last, func(ev *orchestratorv1.StreamMessageResponse) {
+					if ev.GetToolCallStart() != nil {
+						close(e.gate.release)
+					}
+				})
+			}
+			if err != nil {
+				t.Fatalf("WatchTurn: %v", err)
+			}
+			checkSequences(t, "resumed stream", rest)
+			if len(rest) == 0 || rest[0].GetSequence() <= last || rest[len(rest)-1].GetCompleted() == nil {
+				t.Fatalf("resumed with %d events %v, want the rest after %d ending with Completed", len(rest), rest, last)
+			}
+			whole, err := e.watch(t, turnID, 0)
+			if err != nil {
+				t.Fatalf("WatchTurn from the start: %v", err)
+			}
+			if diff := cmp.Diff(whole, append(got, rest...), protocmp.Transform()); diff != "" {
+				t.Errorf("cut stream + resumed stream differ from the whole turn (-whole +cut+resumed):\n%s", diff)
+			}
+			if whole[0].GetTurnStarted() == nil {
+				t.Errorf("the turn's first event is %v, want TurnStarted", whole[0])
+			}
+			msgs := e.messages(t)
+			if final := msgs[len(msgs)-1]; final.Cancelled || final.Content != "The gate opened, so the answer is forty-two." ||
+				final.ID != rest[len(rest)-1].GetCompleted().GetMessageId() {
+				t.Errorf("stored answer %+v, want the whole answer of the Completed event", final)
+			}
+			t.Logf("turn of %d events: %d before the cut, %d resumed", len(whole), len(got), len(rest))
+
+			nothing, err := e.watch(t, turnID, rest[len(rest)-1].GetSequence())
+			if err != nil || len(nothing) != 0 {
+				t.Errorf("watch after the last event: %d events, %v; want none", len(nothing), err)
+			}
+		})
+	}
+}
+
+// TestWatchTurnRefusals: a malformed or unknown turn id, a turn of another
+// conversation or project, and a sequence beyond the turn are refused
+// naming the field.
+func TestWatchTurnRefusals(t *testing.T) {
+	t.Parallel()
+	e := newResumeEnv(t, chat.Config{})
+	turnID, got := e.cutTurn(t, atToolCall)
+	close(e.gate.release)
+	var end uint64
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		whole, err := e.watch(t, turnID, got[len(got)-1].GetSequence())
+		if err != nil || len(whole) == 0 {
+			return false
+		}
+		end = whole[len(whole)-1].GetSequence()
+		return true
+	}, "the turn to end")
+	other := e.newConversation(t, "")
+
+	for _, tc := range []struct {
+		name string
+		req  *orchestratorv1.WatchTurnRequest
+		code codes.Code
+		want string // in the message
+	}{
+		{"malformed turn id", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: "not-a-turn"}, codes.InvalidArgument, "turn_id: "},
+		{"wildcard turn id", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: ">"}, codes.InvalidArgument, "turn_id: "},
+		{"unknown turn", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: uuid.NewString()}, codes.NotFound, "turn_id"},
+		{"turn of another conversation", &orchestratorv1.WatchTurnRequest{ConversationId: other, TurnId: turnID}, codes.NotFound, "turn_id"},
+		{"turn of another project", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: turnID, Scope: &commonv1.Scope{TenantId: testScope.TenantId, ProjectId: "other"}}, codes.NotFound, "turn_id"},
+		{"sequence beyond the turn", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: turnID, AfterSequence: end + 1}, codes.InvalidArgument, "after_sequence: "},
+		{"sequence far beyond the stream", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: turnID, AfterSequence: 1 << 62}, codes.InvalidArgument, "after_sequence: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.req.Scope == nil {
+				tc.req.Scope = testScope
+			}
+			st, err := e.client.WatchTurn(ctxTimeout(t, 10*time.Second), tc.req)
+			if err == nil {
+				_, err = st.Recv()
+			}
+			if s := status.Convert(err); s.Code() != tc.code || !strings.Contains(s.Message(), tc.want) {
+				t.Errorf("WatchTurn = %v, want %v naming %q", err, tc.code, tc.want)
+			}
+		})
+	}
+}
+
+// TestAbandonedTurnCancelled: a turn whose stream went away and that no
+// watch follows is cancelled after ResumeGrace, its partial answer stored
+// marked cancelled, and a later watch gets the cancelled tool result and a
+// CANCELLED ErrorEvent as its end.
+func TestAbandonedTurnCancelled(t *testing.T) {
+	t.Parallel()
+	e := newResumeEnv(t, chat.Config{ResumeGrace: time.Second}) // raised to the minimum, 6s
+	turnID, got := e.cutTurn(t, atToolCall)
+	testkit.Eventually(t, 20*time.Second, func() bool { started, running, _, _ := e.gate.stats(); return started == 1 && running == 0 }, "the running tool to be cancelled")
+	rest, err := e.watch(t, turnID, got[len(got)-1].GetSequence())
+	if err != nil {
+		t.Fatalf("WatchTurn: %v", err)
+	}
+	// The tool's cancelled result is sent when the tool stage saw the
+	// cancellation first, not when the turn did.
+	if len(rest) == 2 && rest[0].GetToolCallResult().GetIsError() {
+		rest = rest[1:]
+	}
+	if len(rest) != 1 || rest[0].GetError().GetCode() != "CANCELLED" {
+		t.Fatalf("after the cut the turn sent %v, want (the tool's cancelled result and) a CANCELLED ErrorEvent", rest)
+	}
+	msgs := e.messages(t)
+	if len(msgs) != 3 || !msgs[1].Cancelled {
+		t.Errorf("stored %+v, want the user message, the cancelled tool call and its result", msgs)
+	}
+}
