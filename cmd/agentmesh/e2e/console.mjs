@@ -167,6 +167,17 @@ expect(/^(\d+) of \1 labelled \(100%\)$/.test(progress), "classification: progre
 await page.waitForSelector(`#runList tr[data-id="${run}"]`);
 expect((await page.textContent(`#runList tr[data-id="${run}"]`)).includes("completed"), "classification: the run in the list, completed");
 await shot("classifier");
+// A run stopped at its first approval: the stepper marks where it stopped.
+await page.fill("#instruction", "Classify chat conversations, then stop");
+await page.click("#runForm button");
+await page.waitForFunction((old) => !document.querySelector("#approvals").hidden && document.querySelector("#runId").textContent !== old, run, { timeout: 20000 });
+await page.click("#stopRun");
+await page.waitForFunction(() => document.querySelector("#runState").textContent === "STOPPED" && !document.querySelector("#runStatus .busy"), null, { timeout: 20000 });
+expect((await stepper()).includes("failed:approve fetch") && !(await stepper()).includes("current"), "classification: a stopped run's stepper marks the step it stopped at (" + await stepper() + ")");
+expect(await page.locator("#approvals").isHidden(), "classification: nothing to approve in a stopped run");
+await page.reload();
+await page.waitForFunction(() => document.querySelector("#runState").textContent === "STOPPED");
+expect((await stepper()).includes("failed:approve fetch"), "classification: read back after a reload, the stopped run's stepper the same");
 
 // ---- SQL
 await page.click("a[data-tab=sql]");
