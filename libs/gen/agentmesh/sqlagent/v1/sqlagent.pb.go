@@ -1398,6 +1398,244 @@ func (x *GetSqlJobResponse) GetJob() *SqlJob {
 	return nil
 }
 
+// PromptMessage is one message of a logged prompt.
+type PromptMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "system", "user" or "assistant".
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// Text, secrets masked.
+	Content       string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptMessage) Reset() {
+	*x = PromptMessage{}
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptMessage) ProtoMessage() {}
+
+func (x *PromptMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptMessage.ProtoReflect.Descriptor instead.
+func (*PromptMessage) Descriptor() ([]byte, []int) {
+	return file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PromptMessage) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *PromptMessage) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+// SqlPrompt is one model call of a session: the prompt and the answer.
+type SqlPrompt struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "sql_agent" (writes SQL) or "job_agent" (routes free text).
+	Agent string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	// The prompt.
+	Messages []*PromptMessage `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	// The answer, secrets masked; empty when the call failed.
+	Answer string `protobuf:"bytes,3,opt,name=answer,proto3" json:"answer,omitempty"`
+	// Why the call failed, if it did.
+	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// When it was made.
+	Time          *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SqlPrompt) Reset() {
+	*x = SqlPrompt{}
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SqlPrompt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SqlPrompt) ProtoMessage() {}
+
+func (x *SqlPrompt) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SqlPrompt.ProtoReflect.Descriptor instead.
+func (*SqlPrompt) Descriptor() ([]byte, []int) {
+	return file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SqlPrompt) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *SqlPrompt) GetMessages() []*PromptMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *SqlPrompt) GetAnswer() string {
+	if x != nil {
+		return x.Answer
+	}
+	return ""
+}
+
+func (x *SqlPrompt) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *SqlPrompt) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+// ListSqlPromptsRequest names a session.
+type ListSqlPromptsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Scope. Required.
+	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Session id. Required.
+	SessionId     string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSqlPromptsRequest) Reset() {
+	*x = ListSqlPromptsRequest{}
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSqlPromptsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSqlPromptsRequest) ProtoMessage() {}
+
+func (x *ListSqlPromptsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSqlPromptsRequest.ProtoReflect.Descriptor instead.
+func (*ListSqlPromptsRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListSqlPromptsRequest) GetScope() *v1.Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+func (x *ListSqlPromptsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// ListSqlPromptsResponse lists its prompts, oldest first (at most 500).
+type ListSqlPromptsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Prompts.
+	Prompts       []*SqlPrompt `protobuf:"bytes,1,rep,name=prompts,proto3" json:"prompts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSqlPromptsResponse) Reset() {
+	*x = ListSqlPromptsResponse{}
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSqlPromptsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSqlPromptsResponse) ProtoMessage() {}
+
+func (x *ListSqlPromptsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSqlPromptsResponse.ProtoReflect.Descriptor instead.
+func (*ListSqlPromptsResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListSqlPromptsResponse) GetPrompts() []*SqlPrompt {
+	if x != nil {
+		return x.Prompts
+	}
+	return nil
+}
+
 var File_agentmesh_sqlagent_v1_sqlagent_proto protoreflect.FileDescriptor
 
 const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
@@ -1503,7 +1741,22 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\"\n" +
 	"\x06job_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05jobId\"D\n" +
 	"\x11GetSqlJobResponse\x12/\n" +
-	"\x03job\x18\x01 \x01(\v2\x1d.agentmesh.sqlagent.v1.SqlJobR\x03job*\x92\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x1d.agentmesh.sqlagent.v1.SqlJobR\x03job\"=\n" +
+	"\rPromptMessage\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xc1\x01\n" +
+	"\tSqlPrompt\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12@\n" +
+	"\bmessages\x18\x02 \x03(\v2$.agentmesh.sqlagent.v1.PromptMessageR\bmessages\x12\x16\n" +
+	"\x06answer\x18\x03 \x01(\tR\x06answer\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12.\n" +
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"u\n" +
+	"\x15ListSqlPromptsRequest\x120\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12*\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\tsessionId\"T\n" +
+	"\x16ListSqlPromptsResponse\x12:\n" +
+	"\aprompts\x18\x01 \x03(\v2 .agentmesh.sqlagent.v1.SqlPromptR\aprompts*\x92\x01\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1517,7 +1770,7 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\x11JOB_KIND_READ_SQL\x10\x01\x12\x17\n" +
 	"\x13JOB_KIND_WRITE_DATA\x10\x02\x12\x17\n" +
 	"\x13JOB_KIND_SEND_EMAIL\x10\x03\x12\x18\n" +
-	"\x14JOB_KIND_COMPARE_SQL\x10\x042\xf8\x04\n" +
+	"\x14JOB_KIND_COMPARE_SQL\x10\x042\xe7\x05\n" +
 	"\x0fSqlAgentService\x12p\n" +
 	"\x0fListConnections\x12-.agentmesh.sqlagent.v1.ListConnectionsRequest\x1a..agentmesh.sqlagent.v1.ListConnectionsResponse\x12j\n" +
 	"\rCreateSession\x12+.agentmesh.sqlagent.v1.CreateSessionRequest\x1a,.agentmesh.sqlagent.v1.CreateSessionResponse\x12a\n" +
@@ -1525,7 +1778,8 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"GetSession\x12(.agentmesh.sqlagent.v1.GetSessionRequest\x1a).agentmesh.sqlagent.v1.GetSessionResponse\x12^\n" +
 	"\tSendInput\x12'.agentmesh.sqlagent.v1.SendInputRequest\x1a(.agentmesh.sqlagent.v1.SendInputResponse\x12d\n" +
 	"\vListSqlJobs\x12).agentmesh.sqlagent.v1.ListSqlJobsRequest\x1a*.agentmesh.sqlagent.v1.ListSqlJobsResponse\x12^\n" +
-	"\tGetSqlJob\x12'.agentmesh.sqlagent.v1.GetSqlJobRequest\x1a(.agentmesh.sqlagent.v1.GetSqlJobResponseB\xea\x01\n" +
+	"\tGetSqlJob\x12'.agentmesh.sqlagent.v1.GetSqlJobRequest\x1a(.agentmesh.sqlagent.v1.GetSqlJobResponse\x12m\n" +
+	"\x0eListSqlPrompts\x12,.agentmesh.sqlagent.v1.ListSqlPromptsRequest\x1a-.agentmesh.sqlagent.v1.ListSqlPromptsResponseB\xea\x01\n" +
 	"\x19com.agentmesh.sqlagent.v1B\rSqlagentProtoP\x01ZHgithub.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1;sqlagentv1\xa2\x02\x03ASX\xaa\x02\x15Agentmesh.Sqlagent.V1\xca\x02\x15Agentmesh\\Sqlagent\\V1\xe2\x02!Agentmesh\\Sqlagent\\V1\\GPBMetadata\xea\x02\x17Agentmesh::Sqlagent::V1b\x06proto3"
 
 var (
@@ -1541,7 +1795,7 @@ func file_agentmesh_sqlagent_v1_sqlagent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentmesh_sqlagent_v1_sqlagent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_agentmesh_sqlagent_v1_sqlagent_proto_goTypes = []any{
 	(Action)(0),                     // 0: agentmesh.sqlagent.v1.Action
 	(JobKind)(0),                    // 1: agentmesh.sqlagent.v1.JobKind
@@ -1563,61 +1817,71 @@ var file_agentmesh_sqlagent_v1_sqlagent_proto_goTypes = []any{
 	(*ListSqlJobsResponse)(nil),     // 17: agentmesh.sqlagent.v1.ListSqlJobsResponse
 	(*GetSqlJobRequest)(nil),        // 18: agentmesh.sqlagent.v1.GetSqlJobRequest
 	(*GetSqlJobResponse)(nil),       // 19: agentmesh.sqlagent.v1.GetSqlJobResponse
-	(*v1.Scope)(nil),                // 20: agentmesh.common.v1.Scope
-	(*structpb.ListValue)(nil),      // 21: google.protobuf.ListValue
-	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),         // 23: google.protobuf.Struct
-	(*durationpb.Duration)(nil),     // 24: google.protobuf.Duration
+	(*PromptMessage)(nil),           // 20: agentmesh.sqlagent.v1.PromptMessage
+	(*SqlPrompt)(nil),               // 21: agentmesh.sqlagent.v1.SqlPrompt
+	(*ListSqlPromptsRequest)(nil),   // 22: agentmesh.sqlagent.v1.ListSqlPromptsRequest
+	(*ListSqlPromptsResponse)(nil),  // 23: agentmesh.sqlagent.v1.ListSqlPromptsResponse
+	(*v1.Scope)(nil),                // 24: agentmesh.common.v1.Scope
+	(*structpb.ListValue)(nil),      // 25: google.protobuf.ListValue
+	(*timestamppb.Timestamp)(nil),   // 26: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),         // 27: google.protobuf.Struct
+	(*durationpb.Duration)(nil),     // 28: google.protobuf.Duration
 }
 var file_agentmesh_sqlagent_v1_sqlagent_proto_depIdxs = []int32{
-	20, // 0: agentmesh.sqlagent.v1.ListConnectionsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	24, // 0: agentmesh.sqlagent.v1.ListConnectionsRequest.scope:type_name -> agentmesh.common.v1.Scope
 	2,  // 1: agentmesh.sqlagent.v1.ListConnectionsResponse.connections:type_name -> agentmesh.sqlagent.v1.Connection
-	21, // 2: agentmesh.sqlagent.v1.ResultTable.rows:type_name -> google.protobuf.ListValue
-	22, // 3: agentmesh.sqlagent.v1.Turn.time:type_name -> google.protobuf.Timestamp
-	20, // 4: agentmesh.sqlagent.v1.Session.scope:type_name -> agentmesh.common.v1.Scope
+	25, // 2: agentmesh.sqlagent.v1.ResultTable.rows:type_name -> google.protobuf.ListValue
+	26, // 3: agentmesh.sqlagent.v1.Turn.time:type_name -> google.protobuf.Timestamp
+	24, // 4: agentmesh.sqlagent.v1.Session.scope:type_name -> agentmesh.common.v1.Scope
 	1,  // 5: agentmesh.sqlagent.v1.Session.job_kind:type_name -> agentmesh.sqlagent.v1.JobKind
-	23, // 6: agentmesh.sqlagent.v1.Session.parameters:type_name -> google.protobuf.Struct
+	27, // 6: agentmesh.sqlagent.v1.Session.parameters:type_name -> google.protobuf.Struct
 	7,  // 7: agentmesh.sqlagent.v1.Session.turns:type_name -> agentmesh.sqlagent.v1.Turn
-	22, // 8: agentmesh.sqlagent.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	22, // 9: agentmesh.sqlagent.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	20, // 10: agentmesh.sqlagent.v1.CreateSessionRequest.scope:type_name -> agentmesh.common.v1.Scope
+	26, // 8: agentmesh.sqlagent.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	26, // 9: agentmesh.sqlagent.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	24, // 10: agentmesh.sqlagent.v1.CreateSessionRequest.scope:type_name -> agentmesh.common.v1.Scope
 	1,  // 11: agentmesh.sqlagent.v1.CreateSessionRequest.job_kind:type_name -> agentmesh.sqlagent.v1.JobKind
 	8,  // 12: agentmesh.sqlagent.v1.CreateSessionResponse.session:type_name -> agentmesh.sqlagent.v1.Session
 	5,  // 13: agentmesh.sqlagent.v1.CreateSessionResponse.options:type_name -> agentmesh.sqlagent.v1.Option
 	0,  // 14: agentmesh.sqlagent.v1.CreateSessionResponse.action:type_name -> agentmesh.sqlagent.v1.Action
-	20, // 15: agentmesh.sqlagent.v1.GetSessionRequest.scope:type_name -> agentmesh.common.v1.Scope
+	24, // 15: agentmesh.sqlagent.v1.GetSessionRequest.scope:type_name -> agentmesh.common.v1.Scope
 	8,  // 16: agentmesh.sqlagent.v1.GetSessionResponse.session:type_name -> agentmesh.sqlagent.v1.Session
-	20, // 17: agentmesh.sqlagent.v1.SendInputRequest.scope:type_name -> agentmesh.common.v1.Scope
+	24, // 17: agentmesh.sqlagent.v1.SendInputRequest.scope:type_name -> agentmesh.common.v1.Scope
 	8,  // 18: agentmesh.sqlagent.v1.SendInputResponse.session:type_name -> agentmesh.sqlagent.v1.Session
 	5,  // 19: agentmesh.sqlagent.v1.SendInputResponse.options:type_name -> agentmesh.sqlagent.v1.Option
 	6,  // 20: agentmesh.sqlagent.v1.SendInputResponse.result:type_name -> agentmesh.sqlagent.v1.ResultTable
 	0,  // 21: agentmesh.sqlagent.v1.SendInputResponse.action:type_name -> agentmesh.sqlagent.v1.Action
 	15, // 22: agentmesh.sqlagent.v1.SendInputResponse.job:type_name -> agentmesh.sqlagent.v1.SqlJob
 	1,  // 23: agentmesh.sqlagent.v1.SqlJob.kind:type_name -> agentmesh.sqlagent.v1.JobKind
-	23, // 24: agentmesh.sqlagent.v1.SqlJob.parameters:type_name -> google.protobuf.Struct
-	24, // 25: agentmesh.sqlagent.v1.SqlJob.duration:type_name -> google.protobuf.Duration
-	22, // 26: agentmesh.sqlagent.v1.SqlJob.start_time:type_name -> google.protobuf.Timestamp
-	20, // 27: agentmesh.sqlagent.v1.ListSqlJobsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	27, // 24: agentmesh.sqlagent.v1.SqlJob.parameters:type_name -> google.protobuf.Struct
+	28, // 25: agentmesh.sqlagent.v1.SqlJob.duration:type_name -> google.protobuf.Duration
+	26, // 26: agentmesh.sqlagent.v1.SqlJob.start_time:type_name -> google.protobuf.Timestamp
+	24, // 27: agentmesh.sqlagent.v1.ListSqlJobsRequest.scope:type_name -> agentmesh.common.v1.Scope
 	15, // 28: agentmesh.sqlagent.v1.ListSqlJobsResponse.jobs:type_name -> agentmesh.sqlagent.v1.SqlJob
-	20, // 29: agentmesh.sqlagent.v1.GetSqlJobRequest.scope:type_name -> agentmesh.common.v1.Scope
+	24, // 29: agentmesh.sqlagent.v1.GetSqlJobRequest.scope:type_name -> agentmesh.common.v1.Scope
 	15, // 30: agentmesh.sqlagent.v1.GetSqlJobResponse.job:type_name -> agentmesh.sqlagent.v1.SqlJob
-	3,  // 31: agentmesh.sqlagent.v1.SqlAgentService.ListConnections:input_type -> agentmesh.sqlagent.v1.ListConnectionsRequest
-	9,  // 32: agentmesh.sqlagent.v1.SqlAgentService.CreateSession:input_type -> agentmesh.sqlagent.v1.CreateSessionRequest
-	11, // 33: agentmesh.sqlagent.v1.SqlAgentService.GetSession:input_type -> agentmesh.sqlagent.v1.GetSessionRequest
-	13, // 34: agentmesh.sqlagent.v1.SqlAgentService.SendInput:input_type -> agentmesh.sqlagent.v1.SendInputRequest
-	16, // 35: agentmesh.sqlagent.v1.SqlAgentService.ListSqlJobs:input_type -> agentmesh.sqlagent.v1.ListSqlJobsRequest
-	18, // 36: agentmesh.sqlagent.v1.SqlAgentService.GetSqlJob:input_type -> agentmesh.sqlagent.v1.GetSqlJobRequest
-	4,  // 37: agentmesh.sqlagent.v1.SqlAgentService.ListConnections:output_type -> agentmesh.sqlagent.v1.ListConnectionsResponse
-	10, // 38: agentmesh.sqlagent.v1.SqlAgentService.CreateSession:output_type -> agentmesh.sqlagent.v1.CreateSessionResponse
-	12, // 39: agentmesh.sqlagent.v1.SqlAgentService.GetSession:output_type -> agentmesh.sqlagent.v1.GetSessionResponse
-	14, // 40: agentmesh.sqlagent.v1.SqlAgentService.SendInput:output_type -> agentmesh.sqlagent.v1.SendInputResponse
-	17, // 41: agentmesh.sqlagent.v1.SqlAgentService.ListSqlJobs:output_type -> agentmesh.sqlagent.v1.ListSqlJobsResponse
-	19, // 42: agentmesh.sqlagent.v1.SqlAgentService.GetSqlJob:output_type -> agentmesh.sqlagent.v1.GetSqlJobResponse
-	37, // [37:43] is the sub-list for method output_type
-	31, // [31:37] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	20, // 31: agentmesh.sqlagent.v1.SqlPrompt.messages:type_name -> agentmesh.sqlagent.v1.PromptMessage
+	26, // 32: agentmesh.sqlagent.v1.SqlPrompt.time:type_name -> google.protobuf.Timestamp
+	24, // 33: agentmesh.sqlagent.v1.ListSqlPromptsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	21, // 34: agentmesh.sqlagent.v1.ListSqlPromptsResponse.prompts:type_name -> agentmesh.sqlagent.v1.SqlPrompt
+	3,  // 35: agentmesh.sqlagent.v1.SqlAgentService.ListConnections:input_type -> agentmesh.sqlagent.v1.ListConnectionsRequest
+	9,  // 36: agentmesh.sqlagent.v1.SqlAgentService.CreateSession:input_type -> agentmesh.sqlagent.v1.CreateSessionRequest
+	11, // 37: agentmesh.sqlagent.v1.SqlAgentService.GetSession:input_type -> agentmesh.sqlagent.v1.GetSessionRequest
+	13, // 38: agentmesh.sqlagent.v1.SqlAgentService.SendInput:input_type -> agentmesh.sqlagent.v1.SendInputRequest
+	16, // 39: agentmesh.sqlagent.v1.SqlAgentService.ListSqlJobs:input_type -> agentmesh.sqlagent.v1.ListSqlJobsRequest
+	18, // 40: agentmesh.sqlagent.v1.SqlAgentService.GetSqlJob:input_type -> agentmesh.sqlagent.v1.GetSqlJobRequest
+	22, // 41: agentmesh.sqlagent.v1.SqlAgentService.ListSqlPrompts:input_type -> agentmesh.sqlagent.v1.ListSqlPromptsRequest
+	4,  // 42: agentmesh.sqlagent.v1.SqlAgentService.ListConnections:output_type -> agentmesh.sqlagent.v1.ListConnectionsResponse
+	10, // 43: agentmesh.sqlagent.v1.SqlAgentService.CreateSession:output_type -> agentmesh.sqlagent.v1.CreateSessionResponse
+	12, // 44: agentmesh.sqlagent.v1.SqlAgentService.GetSession:output_type -> agentmesh.sqlagent.v1.GetSessionResponse
+	14, // 45: agentmesh.sqlagent.v1.SqlAgentService.SendInput:output_type -> agentmesh.sqlagent.v1.SendInputResponse
+	17, // 46: agentmesh.sqlagent.v1.SqlAgentService.ListSqlJobs:output_type -> agentmesh.sqlagent.v1.ListSqlJobsResponse
+	19, // 47: agentmesh.sqlagent.v1.SqlAgentService.GetSqlJob:output_type -> agentmesh.sqlagent.v1.GetSqlJobResponse
+	23, // 48: agentmesh.sqlagent.v1.SqlAgentService.ListSqlPrompts:output_type -> agentmesh.sqlagent.v1.ListSqlPromptsResponse
+	42, // [42:49] is the sub-list for method output_type
+	35, // [35:42] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_sqlagent_v1_sqlagent_proto_init() }
@@ -1631,7 +1895,7 @@ func file_agentmesh_sqlagent_v1_sqlagent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc), len(file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

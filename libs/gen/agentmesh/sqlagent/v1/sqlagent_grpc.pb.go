@@ -25,6 +25,7 @@ const (
 	SqlAgentService_SendInput_FullMethodName       = "/agentmesh.sqlagent.v1.SqlAgentService/SendInput"
 	SqlAgentService_ListSqlJobs_FullMethodName     = "/agentmesh.sqlagent.v1.SqlAgentService/ListSqlJobs"
 	SqlAgentService_GetSqlJob_FullMethodName       = "/agentmesh.sqlagent.v1.SqlAgentService/GetSqlJob"
+	SqlAgentService_ListSqlPrompts_FullMethodName  = "/agentmesh.sqlagent.v1.SqlAgentService/ListSqlPrompts"
 )
 
 // SqlAgentServiceClient is the client API for SqlAgentService service.
@@ -48,6 +49,10 @@ type SqlAgentServiceClient interface {
 	ListSqlJobs(ctx context.Context, in *ListSqlJobsRequest, opts ...grpc.CallOption) (*ListSqlJobsResponse, error)
 	// GetSqlJob returns one job that ran.
 	GetSqlJob(ctx context.Context, in *GetSqlJobRequest, opts ...grpc.CallOption) (*GetSqlJobResponse, error)
+	// ListSqlPrompts lists the model prompts and answers of a session, oldest
+	// first, when prompt logging is on (SQLAGENT_PROMPT_LOGGING); secrets are
+	// masked.
+	ListSqlPrompts(ctx context.Context, in *ListSqlPromptsRequest, opts ...grpc.CallOption) (*ListSqlPromptsResponse, error)
 }
 
 type sqlAgentServiceClient struct {
@@ -118,6 +123,16 @@ func (c *sqlAgentServiceClient) GetSqlJob(ctx context.Context, in *GetSqlJobRequ
 	return out, nil
 }
 
+func (c *sqlAgentServiceClient) ListSqlPrompts(ctx context.Context, in *ListSqlPromptsRequest, opts ...grpc.CallOption) (*ListSqlPromptsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSqlPromptsResponse)
+	err := c.cc.Invoke(ctx, SqlAgentService_ListSqlPrompts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SqlAgentServiceServer is the server API for SqlAgentService service.
 // All implementations must embed UnimplementedSqlAgentServiceServer
 // for forward compatibility.
@@ -139,6 +154,10 @@ type SqlAgentServiceServer interface {
 	ListSqlJobs(context.Context, *ListSqlJobsRequest) (*ListSqlJobsResponse, error)
 	// GetSqlJob returns one job that ran.
 	GetSqlJob(context.Context, *GetSqlJobRequest) (*GetSqlJobResponse, error)
+	// ListSqlPrompts lists the model prompts and answers of a session, oldest
+	// first, when prompt logging is on (SQLAGENT_PROMPT_LOGGING); secrets are
+	// masked.
+	ListSqlPrompts(context.Context, *ListSqlPromptsRequest) (*ListSqlPromptsResponse, error)
 	mustEmbedUnimplementedSqlAgentServiceServer()
 }
 
@@ -166,6 +185,9 @@ func (UnimplementedSqlAgentServiceServer) ListSqlJobs(context.Context, *ListSqlJ
 }
 func (UnimplementedSqlAgentServiceServer) GetSqlJob(context.Context, *GetSqlJobRequest) (*GetSqlJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSqlJob not implemented")
+}
+func (UnimplementedSqlAgentServiceServer) ListSqlPrompts(context.Context, *ListSqlPromptsRequest) (*ListSqlPromptsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSqlPrompts not implemented")
 }
 func (UnimplementedSqlAgentServiceServer) mustEmbedUnimplementedSqlAgentServiceServer() {}
 func (UnimplementedSqlAgentServiceServer) testEmbeddedByValue()                         {}
@@ -296,6 +318,24 @@ func _SqlAgentService_GetSqlJob_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SqlAgentService_ListSqlPrompts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSqlPromptsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SqlAgentServiceServer).ListSqlPrompts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SqlAgentService_ListSqlPrompts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SqlAgentServiceServer).ListSqlPrompts(ctx, req.(*ListSqlPromptsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SqlAgentService_ServiceDesc is the grpc.ServiceDesc for SqlAgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -326,6 +366,10 @@ var SqlAgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSqlJob",
 			Handler:    _SqlAgentService_GetSqlJob_Handler,
+		},
+		{
+			MethodName: "ListSqlPrompts",
+			Handler:    _SqlAgentService_ListSqlPrompts_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
