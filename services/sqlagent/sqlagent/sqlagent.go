@@ -37,6 +37,8 @@ type Config struct {
 	Connections string `env:"SQLAGENT_CONNECTIONS" secret:"true" help:"databases, separated by ';' or newlines, each name=driver:dsn with driver sqlite (file path or file: URI), postgres (URL or key=value DSN) or mysql for MariaDB and MySQL (user:password@tcp(host:port)/database); a postgres or mysql connection may add name[read]=driver:dsn for a least-privilege role or user that runs every read (results are written through name=; with only name[read]= the connection takes no writes). A PostgreSQL read role needs TEMPORARY on the database and a primary (not a standby) for the server-side check; a warning is logged at start when it is a superuser or a member of pg_write_server_files, pg_read_server_files, pg_signal_backend or pg_execute_server_program. A MySQL read user needs SELECT, SHOW VIEW for views, and EXECUTE and SELECT on mysql.proc for stored functions (their bodies are checked); a warning is logged at start when it holds FILE, SUPER or a privilege that writes"`
 	// SampleDB is where to keep the sample database; empty: none.
 	SampleDB string `env:"SQLAGENT_SAMPLE_DB" help:"create a small sample SQLite database (a shop: customers, products, orders, order_items) at this path if missing and offer it as connection 'sample' (agentmesh up sets it); empty: none"`
+	// PromptLogging keeps the model prompts and answers of each session.
+	PromptLogging bool `env:"SQLAGENT_PROMPT_LOGGING" default:"false" help:"keep every prompt and answer of the SQL and job agents per session in MongoDB (sql_prompts), passwords, keys and tokens masked, readable through ListSqlPrompts; off by default"`
 	// SQLModel is the logical model that writes SQL.
 	SQLModel string `env:"SQLAGENT_SQL_MODEL" default:"sql" help:"logical model (model gateway) that writes SQL"`
 	// RowLimit caps the rows a query returns.
@@ -126,7 +128,10 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	gen := sqlgen.New(modelv1.NewModelServiceClient(modelGateway), cfg.SQLModel)
 	agent := session.NewAgent(store, registry, gen,
 		session.Options{RowLimit: cfg.RowLimit, QueryTimeout: cfg.QueryTimeout, Mailer: mail, EmailRowLimit: cfg.EmailRowLimit,
-			ConfirmationWords: splitList(cfg.ConfirmationWords), Router: gen})
+			ConfirmationWords: splitList(cfg.ConfirmationWords), Router: gen, PromptLogging: cfg.PromptLogging})
+	if cfg.PromptLogging {
+		gen.SetLog(agent.LogPrompt)
+	}
 	sqlagentv1.RegisterSqlAgentServiceServer(srv.GRPC(), grpcapi.New(agent, registry, rt.Logger))
 	if rt.Ready != nil {
 		rt.Ready()

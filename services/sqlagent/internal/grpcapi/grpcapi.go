@@ -166,6 +166,31 @@ func (s *Server) GetSqlJob(ctx context.Context, req *sqlagentv1.GetSqlJobRequest
 	return &sqlagentv1.GetSqlJobResponse{Job: jobProto(j)}, nil
 }
 
+// ListSqlPrompts lists the logged prompts of a session of the caller's
+// scope.
+func (s *Server) ListSqlPrompts(ctx context.Context, req *sqlagentv1.ListSqlPromptsRequest) (*sqlagentv1.ListSqlPromptsResponse, error) {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(req.GetSessionId()) == "" {
+		return nil, grpcx.InvalidArgument("session_id", "is required")
+	}
+	prompts, err := s.agent.ListPrompts(ctx, toScope(scope), req.GetSessionId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &sqlagentv1.ListSqlPromptsResponse{}
+	for _, p := range prompts {
+		sp := &sqlagentv1.SqlPrompt{Agent: p.Agent, Answer: p.Answer, Error: p.Error, Time: timestamppb.New(p.Time)}
+		for _, m := range p.Messages {
+			sp.Messages = append(sp.Messages, &sqlagentv1.PromptMessage{Role: m.Role, Content: m.Content})
+		}
+		out.Prompts = append(out.Prompts, sp)
+	}
+	return out, nil
+}
+
 // toStatus maps domain errors to gRPC statuses. Unknown errors pass through
 // and are masked as Internal by the server's interceptor.
 func toStatus(err error) error {
@@ -173,6 +198,8 @@ func toStatus(err error) error {
 	switch {
 	case errors.As(err, &in):
 		return grpcx.InvalidArgument(in.Field, "%s", in.Message)
+	case errors.Is(err, session.ErrPromptLoggingOff):
+		return grpcx.Errorf(codes.FailedPrecondition, "PROMPT_LOGGING_OFF", "prompts are not logged on this server (SQLAGENT_PROMPT_LOGGING)")
 	case errors.Is(err, session.ErrJobNotFound):
 		return grpcx.Errorf(codes.NotFound, "JOB_NOT_FOUND", "job not found")
 	case errors.Is(err, session.ErrNotFound):

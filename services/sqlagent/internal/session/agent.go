@@ -98,6 +98,7 @@ func (a *Agent) Send(ctx context.Context, scope Scope, id, text, selection strin
 	if err != nil {
 		return nil, Reply{}, err
 	}
+	ctx = withSession(ctx, s)
 	said := text
 	if said == "" {
 		said = selection

@@ -79,6 +79,7 @@ func (a *Agent) Start(ctx context.Context, scope Scope, req StartRequest) (*Sess
 	}
 	now := a.opts.Now().UTC()
 	s := &Session{ID: a.opts.NewID(), Scope: scope, Params: map[string]string{}, Created: now, Updated: now}
+	ctx = withSession(ctx, s)
 	prefix := ""
 	if c := strings.TrimSpace(req.Connection); c != "" {
 		if err := a.useConnection(s, c); err != nil {

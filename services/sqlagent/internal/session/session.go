@@ -235,6 +235,7 @@ type Store interface {
 	Get(ctx context.Context, scope Scope, id string) (*Session, error)
 	Update(ctx context.Context, s *Session) error
 	JobStore
+	PromptStore
 	ClaimExecution(ctx context.Context, s *Session) error
 	RenewExecution(ctx context.Context, id string, until time.Time) error
 	ExecutionUntil(ctx context.Context, id string) (until time.Time, found bool, err error)
@@ -281,6 +282,9 @@ type Options struct {
 	// Router reads the job kind out of free text (route.go); nil: the
 	// agent asks for it with a dropdown.
 	Router Router
+	// PromptLogging keeps every prompt and answer per session (prompts.go);
+	// the caller also hands Agent.LogPrompt to the model client.
+	PromptLogging bool
 	// Mailer sends SEND_EMAIL's messages; nil: e-mail is off.
 	Mailer Mailer
 	// EmailRowLimit caps the rows an e-mail carries (default 10000).

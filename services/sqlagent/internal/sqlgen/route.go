@@ -67,7 +67,7 @@ question: for READ_SQL, the data the user asks for, in their words; else "".`
 // answer after its repair attempt is too. Other failures are ErrModel.
 func (g *Generator) Route(ctx context.Context, text string, connections []string) (Routed, error) {
 	temp := 0.0
-	resp, err := g.client.Chat(ctx, &modelv1.ChatRequest{
+	resp, err := g.chat(ctx, AgentJob, &modelv1.ChatRequest{
 		Model:    g.model,
 		Messages: RouteMessages(text, connections),
 		Options:  &modelv1.GenerationOptions{Temperature: &temp},

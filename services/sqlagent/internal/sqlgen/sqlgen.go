@@ -41,6 +41,7 @@ type Request struct {
 type Generator struct {
 	client modelv1.ModelServiceClient
 	model  string
+	log    PromptLog
 }
 
 // New returns a Generator calling model (a logical model name, "sql" by
@@ -60,7 +61,7 @@ const cannotPrefix = "CANNOT:"
 // ErrModel when the call fails.
 func (g *Generator) Generate(ctx context.Context, req Request) (string, error) {
 	temp := 0.1
-	resp, err := g.client.Chat(ctx, &modelv1.ChatRequest{
+	resp, err := g.chat(ctx, AgentSQL, &modelv1.ChatRequest{
 		Model:    g.model,
 		Messages: Messages(req),
 		Options:  &modelv1.GenerationOptions{Temperature: &temp},

@@ -27,6 +27,7 @@
 //	AddJob: insert; GetJob: {_id} (scope checked in Go) sql_jobs         _id_
 //	ListJobs: {tenant_id, project_id} by started        sql_jobs         scope_started
 //	ListJobs of a session: ... and session_id           sql_jobs         scope_session_started
+//	AddPrompt: insert; ListPrompts: scope, session_id   sql_prompts      scope_session_time
 //
 // So sessions need no secondary index (TestEveryQueryIsIndexed checks
 // the shapes the store sends); the job listings bring theirs. New drops scope_updated, which earlier versions
@@ -75,6 +76,7 @@ type Store struct {
 	coll       *mongo.Collection
 	executions *mongo.Collection
 	jobs       *mongo.Collection
+	prompts    *mongo.Collection
 }
 
 var _ session.Store = (*Store)(nil)
@@ -90,7 +92,11 @@ func New(ctx context.Context, db *mongo.Database) (*Store, error) {
 	if err := mongox.EnsureIndexes(ctx, jobs, jobIndexes...); err != nil {
 		return nil, err
 	}
-	return &Store{coll: coll, executions: db.Collection(ExecutionsCollection), jobs: jobs}, nil
+	prompts := db.Collection(PromptsCollection)
+	if err := mongox.EnsureIndexes(ctx, prompts, promptIndexes...); err != nil {
+		return nil, err
+	}
+	return &Store{coll: coll, executions: db.Collection(ExecutionsCollection), jobs: jobs, prompts: prompts}, nil
 }
 
 type turnDoc struct {

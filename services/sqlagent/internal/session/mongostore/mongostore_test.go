@@ -14,6 +14,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session/mongostore"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/sqlgen"
 )
 
 // A session reads back as written, only in its scope; a write at a stale
@@ -118,6 +119,28 @@ func testStore(t *testing.T, db *mongo.Database) {
 		t.Errorf("after the result: %+v (%v)", done, err)
 	}
 	testJobs(t, st, scope, now)
+	testPrompts(t, st, scope, now)
+}
+
+// testPrompts logs two prompts of a session and one of another scope, and
+// lists them back in time order, never across scopes.
+func testPrompts(t *testing.T, st *mongostore.Store, scope session.Scope, now time.Time) {
+	ctx := context.Background()
+	for _, p := range []session.PromptRecord{
+		{Scope: scope, SessionID: "s1", Prompt: sqlgen.Prompt{Agent: sqlgen.AgentSQL, Time: now.Add(time.Second), Answer: "SELECT 1",
+			Messages: []sqlgen.PromptMessage{{Role: "system", Content: "rules"}, {Role: "user", Content: "Question: one"}}}},
+		{Scope: scope, SessionID: "s1", Prompt: sqlgen.Prompt{Agent: sqlgen.AgentJob, Time: now, Error: "model down"}},
+		{Scope: session.Scope{TenantID: "globex", ProjectID: "music"}, SessionID: "s1", Prompt: sqlgen.Prompt{Agent: sqlgen.AgentJob, Time: now}},
+	} {
+		if err := st.AddPrompt(ctx, &p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.ListPrompts(ctx, scope, "s1", 10)
+	if err != nil || len(got) != 2 || got[0].Agent != sqlgen.AgentJob || got[0].Error != "model down" || got[1].Answer != "SELECT 1" ||
+		len(got[1].Messages) != 2 || got[1].Messages[1].Content != "Question: one" || !got[1].Time.Equal(now.Add(time.Second)) {
+		t.Fatalf("ListPrompts = %+v, %v", got, err)
+	}
 }
 
 // testJobs keeps three jobs of two sessions and one of another scope, and
