@@ -295,21 +295,28 @@ func (l *Loop) Watch(ctx context.Context, scope *commonv1.Scope, conversationID,
 	return err
 }
 
-// probe asks, every probeInterval, whether the turn still runs; when no
-// process answers for it and its last event is not stored, it cancels the
-// watch with errTurnLost.
+// probe asks, every probeInterval, whether the turn still runs; when twice
+// in a row no process answers for it and its last event is not stored, it
+// cancels the watch with errTurnLost. Twice: on a NATS cluster the turn's
+// subscription reaches the other servers a moment after its first event.
 func (l *Loop) probe(ctx context.Context, cancel context.CancelCauseFunc, stream jetstream.Stream, tenant, turnID string) {
 	tick := time.NewTicker(probeInterval)
 	defer tick.Stop()
+	misses := 0
 	for {
-		if _, err := l.bus.Conn().Request(aliveSubject(turnID), nil, probeTimeout); errors.Is(err, nats.ErrNoResponders) {
+		_, err := l.bus.Conn().Request(aliveSubject(turnID), nil, probeTimeout)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			misses = 0
+		} else {
 			// The turn has ended, or its process died. The end event is
 			// stored before the turn stops answering, so its absence now
 			// means it never will be.
 			end, err := lastEvent(ctx, stream, turnSubject(tenant, turnID, kindEnded))
 			if err == nil && end == nil {
-				cancel(errTurnLost)
-				return
+				if misses++; misses >= 2 {
+					cancel(errTurnLost)
+					return
+				}
 			}
 		}
 		select {

@@ -296,3 +296,33 @@ func TestAbandonedTurnCancelled(t *testing.T) {
 		t.Errorf("stored %+v, want the user message, the cancelled tool call and its result", msgs)
 	}
 }
+
+// TestWatchOfLostTurn: a turn whose process died after its first event
+// (its TurnStarted is stored, nothing answers for it, no end comes) ends
+// its watch with an ABORTED ErrorEvent instead of following it forever.
+func TestWatchOfLostTurn(t *testing.T) {
+	t.Parallel()
+	e := newResumeEnv(t, chat.Config{})
+	turnID := uuid.NewString()
+	started := &orchestratorv1.StreamMessageResponse{Event: &orchestratorv1.StreamMessageResponse_TurnStarted{
+		TurnStarted: &orchestratorv1.TurnStarted{TurnId: turnID, ConversationId: e.conv, Resumable: true},
+	}}
+	ev, err := events.NewEvent("chat.turn.started", "orchestrator", testScope, turnID, started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := e.bus.Publish(context.Background(), events.EventSubject(testScope.TenantId, "chat", turnID, "started"), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	got, err := e.watch(t, turnID, 0)
+	if err != nil {
+		t.Fatalf("WatchTurn: %v", err)
+	}
+	if len(got) != 2 || got[0].GetSequence() != seq || got[0].GetTurnStarted().GetTurnId() != turnID ||
+		got[1].GetError().GetCode() != "ABORTED" || got[1].GetSequence() != 0 {
+		t.Fatalf("watch of a lost turn sent %v, want its TurnStarted (seq %d), then an ABORTED ErrorEvent", got, seq)
+	}
+	t.Logf("the lost turn's watch ended after %v", time.Since(begin).Round(time.Millisecond))
+}
