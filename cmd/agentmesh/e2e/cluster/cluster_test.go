@@ -78,6 +78,10 @@ type cluster struct {
 	// analysis sseRoot.
 	sseKill *fault
 	sseRoot string
+	// chatKill is the kill of the gateway replica under the SSE stream of
+	// a chat turn in conversation chatConv.
+	chatKill *fault
+	chatConv string
 }
 
 // startCluster builds and starts everything, and returns once the front

@@ -19,9 +19,10 @@
 //     cut, or a fault on its path happened in between; otherwise it is a
 //     double run.
 //   - events: analyses' watch streams are replayed from the start after
-//     they end; classification runs' and intake's events are read straight
-//     from the JetStream stream; every event there must have reached the
-//     client, and run events number 1..N without gaps.
+//     they end, and chat turns from their TurnStarted once they complete;
+//     classification runs' and intake's events are read straight from the
+//     JetStream stream; every event there must have reached the client
+//     (once), and run events number 1..N without gaps.
 //   - chunks: search hits and the chunks collection, per document.
 //   - health: every replica's grpc.health.v1 while the database is down
 //     (NOT_SERVING, liveness SERVING, same process) and after.
@@ -97,6 +98,23 @@ func TestCluster(t *testing.T) {
 		c.sseKill.note("its client reconnected %d time(s) with Last-Event-ID; received %d events, lost %d; analysis completed=%v", reconnects, r.events, r.lost, r.completed)
 		if reconnects == 0 || r.lost > 0 || !r.completed {
 			t.Errorf("the watch stream cut by the gateway kill: %d reconnects, %d events lost, completed=%v: %v", reconnects, r.lost, r.completed, r.notes)
+		}
+	}
+	// The chat turn whose gateway was killed: its client resumed it through
+	// the front and missed nothing.
+	for _, r := range d.results.list() {
+		if r.id != c.chatConv {
+			continue
+		}
+		resumes := 0
+		for _, n := range r.notes {
+			if strings.Contains(n, "resuming with Last-Event-ID") {
+				resumes++
+			}
+		}
+		c.chatKill.note("its client resumed the turn %d time(s) with Last-Event-ID; received %d events, lost %d, twice %d; turn completed=%v", resumes, r.events, r.lost, r.duplicateEvents, r.completed)
+		if resumes == 0 || r.lost > 0 || r.duplicateEvents > 0 || !r.completed {
+			t.Errorf("the chat stream cut by the gateway kill: %d resumes, %d events lost, %d twice, completed=%v: %v", resumes, r.lost, r.duplicateEvents, r.completed, r.notes)
 		}
 	}
 	s := &summary{
@@ -296,6 +314,31 @@ func (c *cluster) injectFaults(d *driver) map[string]mongoOutage {
 	d.hooks.Unlock()
 	c.sseKill = c.killReplica(c.replica(w[1]), "serving the watch stream of analysis "+w[0])
 	c.sseRoot = w[0]
+
+	// gateway: the replica serving a chat turn's stream, once the turn
+	// named itself and while it waits for the model; the client resumes the
+	// turn through the front with Last-Event-ID.
+	chatting := make(chan [2]string, 1)
+	d.hooks.Lock()
+	d.hooks.chat = func(conv, backend string) {
+		select {
+		case chatting <- [2]string{conv, backend}:
+		default:
+		}
+	}
+	d.hooks.Unlock()
+	spawn(flowChat)
+	var cw [2]string
+	select {
+	case cw = <-chatting:
+	case <-time.After(90 * time.Second):
+		t.Fatal("no chat stream within 90s")
+	}
+	d.hooks.Lock()
+	d.hooks.chat = nil
+	d.hooks.Unlock()
+	c.chatKill = c.killReplica(c.replica(cw[1]), "serving the SSE stream of a chat turn in conversation "+cw[0])
+	c.chatConv = cw[0]
 
 	// A NATS node: the events stream's leader.
 	c.killNATSNode(6 * time.Second)

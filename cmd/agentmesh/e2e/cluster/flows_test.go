@@ -45,7 +45,8 @@ type result struct {
 	lost, events int
 	// duplicateChunks counts search hits repeating a chunk of the flow's
 	// document; doubleWrites counts extra executions of a SQL write;
-	// duplicateEvents counts events published twice as different events.
+	// duplicateEvents counts events published twice as different events
+	// (for a chat turn: events its client received twice).
 	duplicateChunks, doubleWrites, duplicateEvents int
 	// interrupted counts executions the SQL agent reported interrupted
 	// (their replica died), which the user confirmed again; rerunWrites
@@ -86,7 +87,16 @@ type driver struct {
 		watch func(root, backend string)
 		// sqlStep is called before each input of a slow SQL job.
 		sqlStep func(step int, value string)
+		// chat is called when a chat turn's stream, on backend, named the
+		// turn; while it is set, chat turns wait slowDelay for the model.
+		chat func(conv, backend string)
 	}
+}
+
+func (d *driver) chatHook() func(conv, backend string) {
+	d.hooks.Lock()
+	defer d.hooks.Unlock()
+	return d.hooks.chat
 }
 
 func (d *driver) watchHook() func(root, backend string) {
@@ -188,10 +198,17 @@ func failureReason(err error) string {
 	return ""
 }
 
-// chat creates a conversation and sends one message over SSE. Chat
-// streams have no replay (no Last-Event-ID): a turn cut by a killed
-// replica is a failure with that reason, and the client sends the
-// message again, as a user would, until one turn completes.
+// chatSlowMarker in a chat message makes the simulator wait slowDelay
+// before answering it, so that a fault lands inside the turn.
+const chatSlowMarker = "LINGER"
+
+// chat creates a conversation and sends one message over SSE. A stream cut
+// after the turn named itself (TurnStarted) is resumed with GET
+// .../turns/{turn}:watch and the Last-Event-ID it got, through the front,
+// so usually on another gateway replica, until the turn's last event; the
+// events the client got are then checked against the whole turn read again
+// from its start (lost: never received; duplicateEvents: received twice).
+// A stream cut before the turn named itself is sent again, as a user would.
 func (d *driver) chat(ctx context.Context, n int, r *result) error {
 	var created struct {
 		Conversation struct{ ID string } `json:"conversation"`
@@ -200,35 +217,48 @@ func (d *driver) chat(ctx context.Context, n int, r *result) error {
 		return err
 	}
 	r.id = created.Conversation.ID
+	hook := d.chatHook()
+	question := "what changed in the last quarter?"
+	if hook != nil {
+		question = chatSlowMarker + " " + question
+		d.c.sim.When(providersim.Match{LastUserContains: fmt.Sprintf("Question %d ", n) + "(attempt"}).Delay(slowDelay).
+			Text("The last quarter brought three releases and one outage.")
+	}
 	var last error
 	for attempt := 1; attempt <= 4; attempt++ {
-		completed, failure := false, ""
-		events := 0
+		t := &chatTurn{}
+		first := true
 		backend, err := d.api.stream(ctx, http.MethodPost, "/v1/conversations/"+r.id+"/messages:stream",
-			map[string]string{"content": fmt.Sprintf("Question %d (attempt %d): what changed in the last quarter?", n, attempt)}, nil,
-			func(ev httpgatewaytest.Event, _ string) bool {
-				events++
-				switch ev.Name {
-				case "Completed":
-					completed = true
-				case "Error", "error":
-					failure = ev.Data
+			map[string]string{"content": fmt.Sprintf("Question %d (attempt %d): %s", n, attempt, question)}, nil,
+			func(ev httpgatewaytest.Event, backend string) bool {
+				t.add(ev)
+				if first && hook != nil && t.id != "" {
+					hook(r.id, backend)
+					first = false
 				}
 				return true
 			})
-		r.events += events
+		for resume := 1; t.id != "" && !t.ended() && (err == nil || transient(err)) && resume <= 60; resume++ {
+			r.note("turn %s via %s cut after id %q (%v); resuming with Last-Event-ID", t.id, backend, t.lastID, err)
+			if err := pause(ctx, 300*time.Millisecond); err != nil {
+				return err
+			}
+			backend, err = d.api.stream(ctx, http.MethodGet, "/v1/conversations/"+r.id+"/turns/"+t.id+":watch", nil,
+				http.Header{"Last-Event-ID": {t.lastID}}, func(ev httpgatewaytest.Event, _ string) bool { t.add(ev); return true })
+		}
+		r.events += len(t.ids)
 		switch {
-		case completed:
+		case t.completed:
 			if attempt > 1 {
 				r.note("completed on attempt %d", attempt)
 			}
-			return nil
-		case failure != "":
-			last = failed("turn failed: %s", failure)
+			return d.checkTurn(ctx, r, t)
+		case t.failure != "":
+			last = failed("turn failed: %s", t.failure)
 		case err != nil && !transient(err):
 			return err
 		default:
-			last = failed("stream cut after %d events (via %s): %v; chat streams have no replay", events, backend, err)
+			last = failed("stream cut after %d events (via %s) before the turn named itself: %v", len(t.ids), backend, err)
 		}
 		r.note("attempt %d: %v", attempt, last)
 		if err := pause(ctx, time.Second); err != nil {
@@ -236,6 +266,85 @@ func (d *driver) chat(ctx context.Context, n int, r *result) error {
 		}
 	}
 	return last
+}
+
+// chatTurn is what a client got of a chat turn, over however many streams.
+type chatTurn struct {
+	id, lastID string
+	ids        []string // every event id received, in order
+	completed  bool
+	failure    string
+}
+
+func (t *chatTurn) add(ev httpgatewaytest.Event) {
+	switch ev.Name {
+	case "TurnStarted":
+		var ts struct {
+			TurnID string `json:"turnId"`
+		}
+		_ = json.Unmarshal([]byte(ev.Data), &ts)
+		t.id = ts.TurnID
+	case "Completed":
+		t.completed = true
+	case "Error", "error":
+		t.failure = ev.Data
+	}
+	if ev.ID != "" {
+		t.ids = append(t.ids, ev.ID)
+		t.lastID = ev.ID
+	}
+}
+
+func (t *chatTurn) ended() bool { return t.completed || t.failure != "" }
+
+// checkTurn reads turn t whole from its start and counts the events its
+// client never received, or received twice. A read cut by a fault (an
+// error event, a transient error) is read again, as a client would.
+func (d *driver) checkTurn(ctx context.Context, r *result, t *chatTurn) error {
+	var whole []string
+	var problem string
+	for attempt := 1; ; attempt++ {
+		whole, problem = nil, ""
+		_, err := d.api.stream(ctx, http.MethodGet, "/v1/conversations/"+r.id+"/turns/"+t.id+":watch", nil, nil,
+			func(ev httpgatewaytest.Event, _ string) bool {
+				switch {
+				case ev.Name == "error":
+					problem = "error event " + ev.Data
+				case ev.ID != "":
+					whole = append(whole, ev.ID)
+				}
+				return true
+			})
+		if err != nil && !transient(err) {
+			return fmt.Errorf("reading turn %s again: %w", t.id, err)
+		}
+		if err == nil && problem == "" && len(whole) > 0 {
+			break
+		}
+		if err != nil {
+			problem = err.Error()
+		}
+		r.note("reading turn %s again from its start: %d events, %s", t.id, len(whole), problem)
+		if attempt == 10 {
+			return failed("turn %s read again from its start: %d events, %s", t.id, len(whole), problem)
+		}
+		if err := pause(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+	got := map[string]int{}
+	for _, id := range t.ids {
+		got[id]++
+	}
+	for _, id := range whole {
+		switch n := got[id]; {
+		case n == 0:
+			r.lost++
+		case n > 1:
+			r.duplicateEvents += n - 1
+		}
+	}
+	return nil
 }
 
 func pause(ctx context.Context, d time.Duration) error {
