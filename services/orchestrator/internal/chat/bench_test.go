@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/agentmesh/agentmesh/libs/events"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
@@ -44,8 +46,41 @@ const toolIterations = 4
 //     (taking and releasing the lease, loading history, the final flush to
 //     Mongo) are included;
 //   - model-p50-µs: the baseline in the same run, one instant model call
-//     through the gateway, and overhead/model, the ratio against it.
+//     through the gateway, and overhead/model, the ratio against it;
+//   - turn-wall-p50-µs: a whole turn as its client sees it.
+//
+// It runs without an event bus and with one (resumable turns: every event
+// is published to JetStream before the client gets it, which the model
+// time partly hides: answer chunks are published while the model streams),
+// reporting for the latter publishes/turn.
 func BenchmarkLoopIteration(b *testing.B) {
+	for _, resumable := range []bool{false, true} {
+		name := map[bool]string{false: "plain", true: "resumable"}[resumable]
+		b.Run(name, func(b *testing.B) {
+			var bus *events.Bus
+			if resumable {
+				bus = newBusB(b)
+			}
+			benchmarkLoopIteration(b, bus)
+		})
+	}
+}
+
+// newBusB connects to a fresh JetStream server with the mesh's streams.
+func newBusB(b *testing.B) *events.Bus {
+	b.Helper()
+	bus, err := events.Connect(context.Background(), testkit.NewNATS(b).URL(), "chat-bench", slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = bus.Close() })
+	if err := bus.EnsureStreams(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return bus
+}
+
+func benchmarkLoopIteration(b *testing.B, bus *events.Bus) {
 	model := chattest.StartModel(b, providersim.Options{Flavor: providersim.DeepSeek, NoRecord: true, ChunkRunes: 64})
 	model.Sim.When(providersim.Match{Func: func(r *providersim.Request) bool { return toolResultsThisTurn(r) < toolIterations }}).
 		Text("Looking.").ToolCall("lookup", map[string]any{"key": "k"})
@@ -62,7 +97,7 @@ func BenchmarkLoopIteration(b *testing.B) {
 		stats []chat.IterationStats
 	)
 	loop, err := chat.New(chat.Config{Model: chattest.ModelName}, chat.Deps{
-		Store: store, Model: model.Client, Tools: reg, Strategies: set,
+		Store: store, Model: model.Client, Tools: reg, Strategies: set, Events: bus,
 		Observe: func(s chat.IterationStats) { mu.Lock(); stats = append(stats, s); mu.Unlock() },
 	})
 	if err != nil {
@@ -110,7 +145,8 @@ func BenchmarkLoopIteration(b *testing.B) {
 	stats = nil
 	mu.Unlock()
 
-	var turnPerIter []float64
+	var turnPerIter, walls []float64
+	firstSeq := lastSeq(b, bus)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if i%10 == 0 {
@@ -128,8 +164,13 @@ func BenchmarkLoopIteration(b *testing.B) {
 		}
 		mu.Unlock()
 		turnPerIter = append(turnPerIter, float64(wall-waited)/float64(len(its))/1e3)
+		walls = append(walls, float64(wall)/1e3)
 	}
 	b.StopTimer()
+	if bus != nil {
+		b.ReportMetric(float64(lastSeq(b, bus)-firstSeq)/float64(b.N), "publishes/turn")
+	}
+	b.ReportMetric(percentile(walls, 0.50), "turn-wall-p50-µs")
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -145,6 +186,19 @@ func BenchmarkLoopIteration(b *testing.B) {
 	b.ReportMetric(percentile(modelTime, 0.50), "model-p50-µs")
 	b.ReportMetric(p50/percentile(modelTime, 0.50), "overhead/model")
 	b.ReportMetric(float64(len(stats))/float64(b.N), "iterations/turn")
+}
+
+// lastSeq is the last sequence of AM_EVENTS, 0 without a bus.
+func lastSeq(b *testing.B, bus *events.Bus) uint64 {
+	b.Helper()
+	if bus == nil {
+		return 0
+	}
+	s, err := bus.JetStream().Stream(context.Background(), events.StreamEvents)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s.CachedInfo().State.LastSeq
 }
 
 func percentile(xs []float64, p float64) float64 {
