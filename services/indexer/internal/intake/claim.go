@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/agentmesh/agentmesh/libs/heartbeat"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
 	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
 )
@@ -68,36 +69,19 @@ func (s *Service) claimJob(ctx context.Context, sc document.Scope, id string) (*
 // called, which waits for the renewals to stop. If c is lost, or cannot be
 // renewed before it lapses, it cancels the attempt with errClaimLost.
 func (s *Service) keepClaim(ctx context.Context, c *docstore.Claim, cancel context.CancelCauseFunc) (stop func()) {
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		t := time.NewTicker(s.cfg.JobLeaseTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			err := s.Docs.RenewClaim(ctx, c, s.Now(), s.cfg.JobLeaseTTL)
-			switch {
-			case err == nil:
-			case errors.Is(err, document.ErrClaimLost), !s.Now().Before(c.Until):
-				s.Logger.Warn("extraction job's claim lost; stopping this attempt", slog.String("claim", c.Key), slog.Any("error", err))
-				cancel(fmt.Errorf("%w: %w", errClaimLost, err))
-				return
-			default:
-				s.Logger.Warn("could not renew an extraction job's claim; retrying", slog.String("claim", c.Key), slog.Any("error", err))
-			}
+	return heartbeat.Keep(ctx, s.cfg.JobLeaseTTL/3, func(ctx context.Context) bool {
+		err := s.Docs.RenewClaim(ctx, c, s.Now(), s.cfg.JobLeaseTTL)
+		switch {
+		case err == nil:
+		case errors.Is(err, document.ErrClaimLost), !s.Now().Before(c.Until):
+			s.Logger.Warn("extraction job's claim lost; stopping this attempt", slog.String("claim", c.Key), slog.Any("error", err))
+			cancel(fmt.Errorf("%w: %w", errClaimLost, err))
+			return false
+		default:
+			s.Logger.Warn("could not renew an extraction job's claim; retrying", slog.String("claim", c.Key), slog.Any("error", err))
 		}
-	}()
-	return func() {
-		close(done)
-		<-exited
-	}
+		return true
+	})
 }
 
 // letGo ends this worker's hold of c: drops it once the job has ended,

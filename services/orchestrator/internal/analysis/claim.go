@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/agentmesh/agentmesh/libs/heartbeat"
 )
 
 // A worker runs a job under a claim: the job's lease (LeaseOwner, a token
@@ -57,38 +58,21 @@ const (
 // called again). If the job is no longer running under token it calls lost
 // with errClaimLost and stops renewing.
 func (e *Engine) holdClaim(ctx context.Context, j *Job, token string, lost context.CancelCauseFunc) (stop func()) {
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		t := time.NewTicker(e.cfg.ClaimTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
+	return heartbeat.Keep(ctx, e.cfg.ClaimTTL/3, func(ctx context.Context) bool {
+		held, err := e.renewClaim(ctx, j, token)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				e.log.Warn("could not renew a job's claim; retrying", slog.String("job_id", j.ID), slog.Any("error", err))
 			}
-			held, err := e.renewClaim(ctx, j, token)
-			switch {
-			case err != nil:
-				if ctx.Err() == nil {
-					e.log.Warn("could not renew a job's claim; retrying", slog.String("job_id", j.ID), slog.Any("error", err))
-				}
-			case !held:
-				// Cancelled, or taken over; or the result was just
-				// recorded, which ends the claim too.
-				e.log.Debug("job no longer runs under this claim", slog.String("job_id", j.ID))
-				lost(errClaimLost)
-				return
-			}
+		case !held:
+			// Cancelled, or taken over; or the result was just
+			// recorded, which ends the claim too.
+			e.log.Debug("job no longer runs under this claim", slog.String("job_id", j.ID))
+			lost(errClaimLost)
+			return false
 		}
-	}()
-	return sync.OnceFunc(func() {
-		close(done)
-		<-exited
+		return true
 	})
 }
 

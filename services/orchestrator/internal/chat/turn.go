@@ -14,6 +14,7 @@ import (
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/heartbeat"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/retrieval"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/strategy"
@@ -332,36 +333,19 @@ func (t *turn) systemMessage() string {
 // errLeaseLost.
 func (t *turn) keepLease() (stop func()) {
 	ttl := t.l.cfg.LeaseTTL
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		tick := time.NewTicker(ttl / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.ctx.Done():
-				return
-			case <-tick.C:
-			}
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), ttl/3)
-			err := t.l.store.RenewLease(ctx, t.scope, t.conv.ID, t.lease, t.l.now().Add(ttl))
-			cancel()
-			switch {
-			case errors.Is(err, conversation.ErrLeaseLost):
-				t.cancel(errLeaseLost)
-				return
-			case err != nil:
-				t.l.log.WarnContext(t.ctx, "could not renew the turn lease; retrying", "conversation", t.conv.ID, "error", err)
-			}
+	return heartbeat.Keep(t.ctx, ttl/3, func(context.Context) bool {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), ttl/3)
+		err := t.l.store.RenewLease(ctx, t.scope, t.conv.ID, t.lease, t.l.now().Add(ttl))
+		cancel()
+		switch {
+		case errors.Is(err, conversation.ErrLeaseLost):
+			t.cancel(errLeaseLost)
+			return false
+		case err != nil:
+			t.l.log.WarnContext(t.ctx, "could not renew the turn lease; retrying", "conversation", t.conv.ID, "error", err)
 		}
-	}()
-	return func() {
-		close(done)
-		<-stopped
-	}
+		return true
+	})
 }
 
 // releaseLease frees the conversation for its next message.

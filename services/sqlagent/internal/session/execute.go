@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/agentmesh/agentmesh/libs/heartbeat"
 )
 
 // executionGrace is how long past the query timeout an execution still
@@ -102,27 +104,12 @@ func (a *Agent) execute(ctx context.Context, s *Session) (*Session, Reply, error
 // result write is then refused (see the package doc).
 func (a *Agent) holdClaim(ctx context.Context, id string) (stop func()) {
 	ttl := a.opts.ExecutionLeaseTTL
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		t := time.NewTicker(ttl / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			rctx, cancel := context.WithTimeout(ctx, ttl/3)
-			_ = a.store.RenewExecution(rctx, id, a.opts.Now().UTC().Add(ttl))
-			cancel()
-		}
-	}()
-	return func() {
-		close(done)
-		<-exited
-	}
+	return heartbeat.Keep(ctx, ttl/3, func(ctx context.Context) bool {
+		rctx, cancel := context.WithTimeout(ctx, ttl/3)
+		_ = a.store.RenewExecution(rctx, id, a.opts.Now().UTC().Add(ttl))
+		cancel()
+		return true
+	})
 }
 
 // claimLapsed reports whether the claim of ex, an execution still recorded
