@@ -44,6 +44,10 @@ const (
 	Action_ACTION_ASK_JOB_KIND Action = 4
 	// Every parameter was present: the job proceeded.
 	Action_ACTION_TOOL Action = 5
+	// The options are tables of the chosen schema (e.g. WRITE_DATA's target:
+	// an existing table to replace or refill); a new name may be typed
+	// instead.
+	Action_ACTION_FETCH_TABLES Action = 6
 )
 
 // Enum value maps for Action.
@@ -55,6 +59,7 @@ var (
 		3: "ACTION_FETCH_SCHEMAS",
 		4: "ACTION_ASK_JOB_KIND",
 		5: "ACTION_TOOL",
+		6: "ACTION_FETCH_TABLES",
 	}
 	Action_value = map[string]int32{
 		"ACTION_UNSPECIFIED":       0,
@@ -63,6 +68,7 @@ var (
 		"ACTION_FETCH_SCHEMAS":     3,
 		"ACTION_ASK_JOB_KIND":      4,
 		"ACTION_TOOL":              5,
+		"ACTION_FETCH_TABLES":      6,
 	}
 )
 
@@ -503,7 +509,8 @@ type Session struct {
 	Scope *v1.Scope `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Job kind.
 	JobKind JobKind `protobuf:"varint,3,opt,name=job_kind,json=jobKind,proto3,enum=agentmesh.sqlagent.v1.JobKind" json:"job_kind,omitempty"`
-	// Current stage, e.g. "CONFIRM_GENERATED_SQL", "NEED_WRITE_OR_EMAIL",
+	// Current stage, e.g. "CONFIRM_GENERATED_SQL", "EXECUTE_SQL" (the
+	// confirmed read waits for its job name), "NEED_WRITE_OR_EMAIL",
 	// "CONFIRM_EMAIL_QUERY"; COMPARE_SQL's are the seed's
 	// ("ASK_FIRST_SQL_METHOD" ... "ASK_AUTO_MATCH", "WAITING_MAP_TABLE",
 	// "ASK_REPORTING_TYPE", ... "EXECUTE_COMPARE_SQL") and "ASK_COMPARE_KEY".
@@ -620,7 +627,9 @@ type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Scope. Required.
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
-	// Connection to use; may also be chosen later.
+	// Connection to use; may also be chosen later. A name the caller's
+	// tenant cannot use (unknown, or scoped to another tenant) is NotFound,
+	// the same for both.
 	Connection string `protobuf:"bytes,2,opt,name=connection,proto3" json:"connection,omitempty"`
 	// What the user wants, in plain words ("read data from customers"): the
 	// router picks the job kind and the parameters it names with one model
@@ -1050,7 +1059,9 @@ type SqlJob struct {
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Kind.
 	Kind JobKind `protobuf:"varint,3,opt,name=kind,proto3,enum=agentmesh.sqlagent.v1.JobKind" json:"kind,omitempty"`
-	// Job name, when the user gave one (COMPARE_SQL).
+	// Job name: READ_SQL's (asked at EXECUTE_SQL) and COMPARE_SQL's (asked at
+	// ASK_COMPARE_JOB_NAME), as the user gave it or the default offered;
+	// empty for the other kinds.
 	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
 	// Connection it ran on (a comparison's first connection).
 	Connection string `protobuf:"bytes,5,opt,name=connection,proto3" json:"connection,omitempty"`
@@ -1756,7 +1767,7 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\tsessionId\"T\n" +
 	"\x16ListSqlPromptsResponse\x12:\n" +
-	"\aprompts\x18\x01 \x03(\v2 .agentmesh.sqlagent.v1.SqlPromptR\aprompts*\x92\x01\n" +
+	"\aprompts\x18\x01 \x03(\v2 .agentmesh.sqlagent.v1.SqlPromptR\aprompts*\xab\x01\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1764,7 +1775,8 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\x18ACTION_FETCH_CONNECTIONS\x10\x02\x12\x18\n" +
 	"\x14ACTION_FETCH_SCHEMAS\x10\x03\x12\x17\n" +
 	"\x13ACTION_ASK_JOB_KIND\x10\x04\x12\x0f\n" +
-	"\vACTION_TOOL\x10\x05*\x86\x01\n" +
+	"\vACTION_TOOL\x10\x05\x12\x17\n" +
+	"\x13ACTION_FETCH_TABLES\x10\x06*\x86\x01\n" +
 	"\aJobKind\x12\x18\n" +
 	"\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_KIND_READ_SQL\x10\x01\x12\x17\n" +

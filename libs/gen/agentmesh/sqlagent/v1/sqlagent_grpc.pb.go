@@ -37,7 +37,9 @@ const (
 // to a table, e-mail them, or compare two queries. Each session walks a stage
 // machine; the reply says what the agent needs next.
 type SqlAgentServiceClient interface {
-	// ListConnections lists the databases the agent may use (names only, never DSNs).
+	// ListConnections lists the databases the caller's tenant may use (names
+	// only, never DSNs): those configured for all tenants and those scoped to
+	// it (SQLAGENT_CONNECTION_TENANTS).
 	ListConnections(ctx context.Context, in *ListConnectionsRequest, opts ...grpc.CallOption) (*ListConnectionsResponse, error)
 	// CreateSession starts a session.
 	CreateSession(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*CreateSessionResponse, error)
@@ -142,7 +144,9 @@ func (c *sqlAgentServiceClient) ListSqlPrompts(ctx context.Context, in *ListSqlP
 // to a table, e-mail them, or compare two queries. Each session walks a stage
 // machine; the reply says what the agent needs next.
 type SqlAgentServiceServer interface {
-	// ListConnections lists the databases the agent may use (names only, never DSNs).
+	// ListConnections lists the databases the caller's tenant may use (names
+	// only, never DSNs): those configured for all tenants and those scoped to
+	// it (SQLAGENT_CONNECTION_TENANTS).
 	ListConnections(context.Context, *ListConnectionsRequest) (*ListConnectionsResponse, error)
 	// CreateSession starts a session.
 	CreateSession(context.Context, *CreateSessionRequest) (*CreateSessionResponse, error)
