@@ -187,6 +187,13 @@ func EventSubject(tenant, domain, entityID, event string) string {
 		SubjectToken(entityID) + "." + SubjectToken(event)
 }
 
+// EntityEventsSubject is the filter matching every event of one entity,
+// am.evt.<tenant>.<domain>.<entityID>.*, with the tokens sanitised as in
+// [EventSubject].
+func EntityEventsSubject(tenant, domain, entityID string) string {
+	return EventSubjectPrefix + SubjectToken(tenant) + "." + SubjectToken(domain) + "." + SubjectToken(entityID) + ".*"
+}
+
 // WorkSubject returns the subject of a work queue, am.work.<queue>. A dotted
 // queue name ("tools.sql") keeps its hierarchy; each dot-separated part is
 // sanitised with [SubjectToken].

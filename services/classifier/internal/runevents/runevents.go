@@ -87,7 +87,7 @@ func Subject(tenant, runID, typ string) string {
 
 // SubjectFilter matches every event of one run, for [events.Bus.Replay].
 func SubjectFilter(tenant, runID string) string {
-	return events.EventSubjectPrefix + events.SubjectToken(tenant) + "." + Domain + "." + events.SubjectToken(runID) + ".*"
+	return events.EntityEventsSubject(tenant, Domain, runID)
 }
 
 // Value converts data to a protobuf Value through its JSON form, so any

@@ -228,24 +228,38 @@ func (e *Engine) treeDelivered(ctx context.Context, tenant, project, rootID stri
 	return true
 }
 
-// firstSequence returns the stream sequence just before the analysis's
-// first event (its "pending" event), or, if that is not in the stream yet,
-// the stream's current last sequence (every event of the tree comes later).
+// firstSequence returns the stream sequence just before the first event of
+// the analysis's tree, or, if none is in the stream yet, the stream's last
+// sequence (every event of the tree comes later). The first event is
+// usually the analysis's own "pending" event, but events of different jobs
+// reach the stream in no fixed order across processes (a relay retrying
+// after a NATS fault publishes the analysis's event after its planning
+// job's), so the first event of every job of the tree is looked up.
 func (e *Engine) firstSequence(ctx context.Context, root *Job) (uint64, error) {
 	stream, err := e.eventStream(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("analysis: watch: %w", err)
-	}
-	msg, err := stream.GetLastMsgForSubject(ctx, events.EventSubject(root.Tenant, "job", root.ID, string(StatusPending)))
-	if err == nil {
-		return msg.Sequence - 1, nil
-	}
-	if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, fmt.Errorf("analysis: watch: %w", err)
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("analysis: watch: %w", err)
 	}
-	return info.State.LastSeq, nil
+	first := info.State.LastSeq
+	// The jobs are read after the stream's last sequence: a job with an
+	// event at or before it was stored before that event was published.
+	children, err := e.children(ctx, root)
+	if err != nil {
+		return 0, fmt.Errorf("analysis: watch: %w", err)
+	}
+	for _, j := range append([]*Job{root}, children...) {
+		msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.EntityEventsSubject(root.Tenant, "job", j.ID)))
+		switch {
+		case err == nil:
+			first = min(first, msg.Sequence-1)
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		default:
+			return 0, fmt.Errorf("analysis: watch: %w", err)
+		}
+	}
+	return first, nil
 }
