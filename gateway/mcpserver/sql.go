@@ -19,6 +19,10 @@ const (
 	choiceGenerate        = "generate"
 	choiceUserSQL         = "user_sql"
 	choiceConfirm         = "confirm"
+	// stageExecuteSQL asks a confirmed read for its job name;
+	// choiceDefaultName takes the name the agent offers.
+	stageExecuteSQL   = "EXECUTE_SQL"
+	choiceDefaultName = "default"
 )
 
 // Connection is a database the SQL agent may query.
@@ -51,6 +55,7 @@ type PrepareOutput struct {
 type RunInput struct {
 	SessionID string `json:"session_id" jsonschema:"the session_id sql_prepare_query returned"`
 	SQL       string `json:"sql" jsonschema:"exactly the sql_to_confirm the user approved"`
+	JobName   string `json:"job_name,omitempty" jsonschema:"a name for the job in the SQL agent's job list; the agent's default when empty"`
 }
 
 // RunOutput is the result of a confirmed read.
@@ -168,6 +173,16 @@ func (t *tools) runConfirmed(ctx context.Context, _ *mcp.CallToolRequest, in Run
 	resp, err := t.sql.SendInput(ctx, &sqlagentv1.SendInputRequest{Scope: scope, SessionId: in.SessionID, Selection: choiceConfirm})
 	if err != nil {
 		return nil, RunOutput{}, serviceError("run the SQL", err)
+	}
+	if resp.GetSession().GetStage() == stageExecuteSQL {
+		// The confirmed read asks for its job name, then runs.
+		name := &sqlagentv1.SendInputRequest{Scope: scope, SessionId: in.SessionID, Selection: choiceDefaultName}
+		if n := strings.TrimSpace(in.JobName); n != "" {
+			name.Selection, name.Text = "", n
+		}
+		if resp, err = t.sql.SendInput(ctx, name); err != nil {
+			return nil, RunOutput{}, serviceError("run the SQL", err)
+		}
 	}
 	res := resp.GetResult()
 	if res == nil {

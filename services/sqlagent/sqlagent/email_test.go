@@ -38,7 +38,7 @@ func TestSendEmail(t *testing.T) {
 	id := created.GetSession().GetId()
 	wantStage(t, send(t, c, id, "sel:user_sql"), "NEED_USER_SQL")
 	wantStage(t, send(t, c, id, `SELECT CustomerId, FirstName || ' ' || LastName AS Name, Company, Country FROM Customer WHERE Country IN ('Brazil', 'Canada') ORDER BY CustomerId`), "CONFIRM_USER_SQL")
-	r := send(t, c, id, "yes")
+	r := runRead(t, c, id, "yes")
 	wantStage(t, r, "SHOW_RESULTS")
 	if got := optionValues(r.GetOptions()); !strings.Contains(strings.Join(got, ","), "email") {
 		t.Fatalf("options after results = %v, want email among them", got)

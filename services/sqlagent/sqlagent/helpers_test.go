@@ -179,3 +179,13 @@ func optionValues(opts []*sqlagentv1.Option) []string {
 	}
 	return out
 }
+
+// runRead confirms the pending read SQL of session id with confirm, which
+// asks for the job name (EXECUTE_SQL), and takes the default name: the
+// SQL runs.
+func runRead(t *testing.T, c sqlagentv1.SqlAgentServiceClient, id, confirm string) *sqlagentv1.SendInputResponse {
+	t.Helper()
+	r := send(t, c, id, confirm)
+	wantStage(t, r, "EXECUTE_SQL")
+	return send(t, c, id, "sel:default")
+}

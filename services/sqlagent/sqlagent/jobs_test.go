@@ -33,14 +33,15 @@ func TestJobsAreKept(t *testing.T) {
 	if approved == "" || strings.Contains(approved, "first-draft") {
 		t.Fatalf("sql_to_confirm = %q", approved)
 	}
-	r = send(t, c, id, "yes")
+	wantStage(t, send(t, c, id, "yes"), "EXECUTE_SQL")
+	r = send(t, c, id, "  artist marker  ")
 	wantStage(t, r, "SHOW_RESULTS")
 	read := r.GetJob()
 	if row := r.GetResult().GetRows(); len(row) != 1 || row[0].GetValues()[0].GetStringValue() != "kept-7" || row[0].GetValues()[1].GetNumberValue() != 3 {
 		t.Fatalf("result = %v, want kept-7, 3", r.GetResult())
 	}
 	if read == nil || read.GetSql() != approved || read.GetKind() != sqlagentv1.JobKind_JOB_KIND_READ_SQL || read.GetRowCount() != 1 ||
-		read.GetDestination() != "shown" || read.GetConnection() != "music" || read.GetSessionId() != id ||
+		read.GetDestination() != "shown" || read.GetConnection() != "music" || read.GetName() != "artist marker" || read.GetSessionId() != id ||
 		read.GetParameters().AsMap()["executed_sql"] != approved || read.GetDuration() == nil || read.GetStartTime() == nil {
 		t.Fatalf("read job = %v, want the approved SQL %q", read, approved)
 	}
@@ -48,13 +49,13 @@ func TestJobsAreKept(t *testing.T) {
 	// The database rejects this one: nothing ran, nothing is kept.
 	wantStage(t, send(t, c, id, "sel:user_sql"), "NEED_USER_SQL")
 	wantStage(t, send(t, c, id, "SELECT no_such_column FROM Artist"), "CONFIRM_USER_SQL")
-	if r = send(t, c, id, "yes"); r.GetJob() != nil || r.GetResult() != nil {
+	if r = runRead(t, c, id, "yes"); r.GetJob() != nil || r.GetResult() != nil || r.GetSession().GetStage() != "CONFIRM_USER_SQL" {
 		t.Fatalf("a rejected query gave job %v, result %v", r.GetJob(), r.GetResult())
 	}
 	wantStage(t, send(t, c, id, "sel:cancel"), "ASK_SQL_METHOD")
 	wantStage(t, send(t, c, id, "sel:user_sql"), "NEED_USER_SQL")
 	wantStage(t, send(t, c, id, approved), "CONFIRM_USER_SQL")
-	wantStage(t, send(t, c, id, "yes"), "SHOW_RESULTS")
+	wantStage(t, runRead(t, c, id, "yes"), "SHOW_RESULTS")
 
 	wantStage(t, send(t, c, id, "sel:write"), "NEED_TABLE_NAME")
 	wantStage(t, send(t, c, id, "kept_artists"), "ASK_WRITE_MODE")
@@ -84,6 +85,13 @@ func TestJobsAreKept(t *testing.T) {
 	}
 	if got := strings.Join(kinds, ","); got != "JOB_KIND_WRITE_DATA,JOB_KIND_READ_SQL,JOB_KIND_READ_SQL" || list.GetJobs()[2].GetId() != read.GetId() {
 		t.Fatalf("jobs of the session, newest first = %s (%v)", got, list.GetJobs())
+	}
+	// The names: typed (trimmed), the default offered, none for a write.
+	if n0, n1, n2 := list.GetJobs()[0].GetName(), list.GetJobs()[1].GetName(), list.GetJobs()[2].GetName(); n0 != "" || n1 != "query on music" || n2 != "artist marker" {
+		t.Fatalf("job names, newest first = %q, %q, %q; want \"\", \"query on music\", \"artist marker\"", n0, n1, n2)
+	}
+	if _, ok := list.GetJobs()[0].GetParameters().AsMap()["job_name"]; ok {
+		t.Fatalf("the write job carries the read's name: %v", list.GetJobs()[0].GetParameters().AsMap())
 	}
 	got, err := c.GetSqlJob(ctxTimeout(t), &sqlagentv1.GetSqlJobRequest{Scope: scopeA, JobId: write.GetId()})
 	if err != nil || got.GetJob().GetSql() != approved || got.GetJob().GetDestination() != write.GetDestination() {

@@ -63,7 +63,7 @@ func TestMariaDBSession(t *testing.T) {
 	if !strings.Contains(system, "InvoiceLine(InvoiceLineId int(11), InvoiceId int(11), TrackId int(11), UnitPrice decimal(10,2), Quantity int(11))") || !strings.Contains(system, "MariaDB") {
 		t.Fatalf("the model was not shown the server's schema and dialect:\n%s", system)
 	}
-	r = send(t, c, id, "yes")
+	r = runRead(t, c, id, "yes")
 	wantStage(t, r, "SHOW_RESULTS")
 	own, err := sql.Open("mysql", dsn)
 	if err != nil {
@@ -97,7 +97,7 @@ func TestMariaDBSession(t *testing.T) {
 	// A stored function the token checker cannot see into is refused by
 	// the server-side check, which reads its body.
 	wantStage(t, send(t, c, id, "SELECT bump()"), "CONFIRM_USER_SQL")
-	r = send(t, c, id, "yes")
+	r = runRead(t, c, id, "yes")
 	wantStage(t, r, "NEED_USER_SQL")
 	if r.GetResult() != nil || !strings.Contains(r.GetReply(), "get_lock") || !strings.Contains(r.GetReply(), "bump") {
 		t.Fatalf("stored function over GET_LOCK: reply %q, result %v; want a refusal naming both", r.GetReply(), r.GetResult())
@@ -105,7 +105,7 @@ func TestMariaDBSession(t *testing.T) {
 
 	// Write the result of typed SQL to a new table, after confirmation.
 	wantStage(t, send(t, c, id, "SELECT `FirstName`, `LastName`, `Country` FROM Customer WHERE Country = 'Brazil'"), "CONFIRM_USER_SQL")
-	wantStage(t, send(t, c, id, "yes"), "SHOW_RESULTS")
+	wantStage(t, runRead(t, c, id, "yes"), "SHOW_RESULTS")
 	wantStage(t, send(t, c, id, "sel:write"), "NEED_TABLE_NAME")
 	wantStage(t, send(t, c, id, "brazil_customers"), "ASK_WRITE_MODE")
 	wantStage(t, send(t, c, id, "sel:create"), "CONFIRM_WRITE")
@@ -143,7 +143,7 @@ func TestMariaDBSession(t *testing.T) {
 	}
 	ro := created.GetSession().GetId()
 	wantStage(t, send(t, c, ro, "SELECT Name FROM Genre ORDER BY GenreId LIMIT 2"), "CONFIRM_USER_SQL")
-	wantStage(t, send(t, c, ro, "yes"), "SHOW_RESULTS")
+	wantStage(t, runRead(t, c, ro, "yes"), "SHOW_RESULTS")
 	_, err = c.SendInput(ctxTimeout(t), &sqlagentv1.SendInputRequest{Scope: scopeA, SessionId: ro, Selection: "write"})
 	wantInvalid(t, err, "selection")
 	if !strings.Contains(err.Error(), "read-only") {

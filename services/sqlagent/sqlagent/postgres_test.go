@@ -53,7 +53,7 @@ func TestPostgresSession(t *testing.T) {
 	if !strings.Contains(system, "shop.orders(order_id integer, customer text, total numeric)") {
 		t.Fatalf("the model was not shown the server's schema:\n%s", system)
 	}
-	r = send(t, c, id, "yes")
+	r = runRead(t, c, id, "yes")
 	wantStage(t, r, "SHOW_RESULTS")
 	rows := r.GetResult().GetRows()
 	if len(rows) != 2 || rows[0].GetValues()[0].GetStringValue() != "Acme Corp" || rows[0].GetValues()[1].GetStringValue() != "120.50" ||
@@ -72,7 +72,7 @@ func TestPostgresSession(t *testing.T) {
 	// function is volatile) is refused before it runs.
 	wantStage(t, send(t, c, id, "sel:user_sql"), "NEED_USER_SQL")
 	wantStage(t, send(t, c, id, "SELECT shop.bump()"), "CONFIRM_USER_SQL")
-	r = send(t, c, id, "yes")
+	r = runRead(t, c, id, "yes")
 	wantStage(t, r, "NEED_USER_SQL")
 	if r.GetResult() != nil || !strings.Contains(r.GetReply(), "shop.bump()") || !strings.Contains(r.GetReply(), "VOLATILE") {
 		t.Fatalf("volatile function: reply %q, result %v; want a refusal naming it", r.GetReply(), r.GetResult())
@@ -81,7 +81,7 @@ func TestPostgresSession(t *testing.T) {
 	// The same for SQL the model wrote: back to the question.
 	wantStage(t, send(t, c, id, "sel:generate"), "NEED_NATURAL_LANGUAGE")
 	wantStage(t, send(t, c, id, "bump the counter"), "CONFIRM_GENERATED_SQL")
-	r = send(t, c, id, "yes")
+	r = runRead(t, c, id, "yes")
 	wantStage(t, r, "NEED_NATURAL_LANGUAGE")
 	if r.GetResult() != nil || !strings.Contains(r.GetReply(), "shop.bump()") {
 		t.Fatalf("generated volatile call: reply %q, result %v; want a refusal naming it", r.GetReply(), r.GetResult())
@@ -92,7 +92,7 @@ func TestPostgresSession(t *testing.T) {
 	// (FETCH_SCHEMAS) and the table goes to the one picked.
 	wantStage(t, send(t, c, id, "sel:user_sql"), "NEED_USER_SQL")
 	wantStage(t, send(t, c, id, "SELECT customer, total FROM shop.orders WHERE total > 100"), "CONFIRM_USER_SQL")
-	wantStage(t, send(t, c, id, "yes"), "SHOW_RESULTS")
+	wantStage(t, runRead(t, c, id, "yes"), "SHOW_RESULTS")
 	r = send(t, c, id, "sel:write")
 	wantStage(t, r, "ASK_WRITE_SCHEMA")
 	if got := optionValues(r.GetOptions()); r.GetAction() != sqlagentv1.Action_ACTION_FETCH_SCHEMAS || strings.Join(got, ",") != "public,shop" {
@@ -146,7 +146,7 @@ func TestPostgresSession(t *testing.T) {
 	id = created.GetSession().GetId()
 	wantStage(t, send(t, c, id, "sel:user_sql"), "NEED_USER_SQL")
 	wantStage(t, send(t, c, id, "SELECT current_user AS who, count(*) AS orders FROM shop.orders GROUP BY 1"), "CONFIRM_USER_SQL")
-	r = send(t, c, id, "yes")
+	r = runRead(t, c, id, "yes")
 	if rows := r.GetResult().GetRows(); len(rows) != 1 || rows[0].GetValues()[0].GetStringValue() != "reader" {
 		t.Fatalf("reads ran as %v, want reader", rows)
 	}

@@ -107,7 +107,7 @@ func TestGeneratedReadSQL(t *testing.T) {
 	if _, err := own.Exec(`INSERT INTO Album (AlbumId, Title, ArtistId) VALUES (9001, 'Added After Proposal', 1)`); err != nil {
 		t.Fatal(err)
 	}
-	r = send(t, c, id, "yes, run it")
+	r = runRead(t, c, id, "yes, run it")
 	wantStage(t, r, "SHOW_RESULTS")
 	res := r.GetResult()
 	if res == nil || strings.Join(res.GetColumns(), ",") != "Title" {
@@ -134,11 +134,11 @@ func TestGeneratedReadSQL(t *testing.T) {
 	if s.GetStage() != "SHOW_RESULTS" || params["connection"] != "music" || params["executed_sql"] != acdcTitleSQL || params["row_count"] != "3" || params["sql_method"] != "generate" {
 		t.Fatalf("stored session = %s / %v", s.GetStage(), params)
 	}
-	if n := len(s.GetTurns()); n != 11 { // agent greeting + 5 user/agent pairs
-		t.Fatalf("turns = %d, want 11", n)
+	if n := len(s.GetTurns()); n != 13 { // agent greeting + 6 user/agent pairs
+		t.Fatalf("turns = %d, want 13", n)
 	}
-	if s.GetTurns()[len(s.GetTurns())-2].GetText() != "yes, run it" {
-		t.Fatalf("turns end with %q", s.GetTurns()[len(s.GetTurns())-2].GetText())
+	if s.GetTurns()[len(s.GetTurns())-4].GetText() != "yes, run it" || s.GetTurns()[len(s.GetTurns())-2].GetText() != "default" {
+		t.Fatalf("turns end with %q, %q", s.GetTurns()[len(s.GetTurns())-4].GetText(), s.GetTurns()[len(s.GetTurns())-2].GetText())
 	}
 }
 
@@ -162,7 +162,7 @@ func TestUserSQLAndWriteData(t *testing.T) {
 	if r.GetSqlToConfirm() != "SELECT Name FROM Genre ORDER BY GenreId LIMIT 3" || r.GetResult() != nil {
 		t.Fatalf("sql_to_confirm = %q, result %v", r.GetSqlToConfirm(), r.GetResult())
 	}
-	r = send(t, c, id, "sel:confirm")
+	r = runRead(t, c, id, "sel:confirm")
 	wantStage(t, r, "SHOW_RESULTS")
 	if rows := r.GetResult().GetRows(); len(rows) != 3 || rows[2].GetValues()[0].GetStringValue() != "Metal" || r.GetResult().GetTruncated() {
 		t.Fatalf("rows = %v", rows)
@@ -171,7 +171,7 @@ func TestUserSQLAndWriteData(t *testing.T) {
 	// From the results, straight to another query; the row limit cuts it.
 	r = send(t, c, id, "SELECT TrackId, Name FROM Track ORDER BY TrackId")
 	wantStage(t, r, "CONFIRM_USER_SQL")
-	r = send(t, c, id, "ok")
+	r = runRead(t, c, id, "ok")
 	if res := r.GetResult(); !res.GetTruncated() || len(res.GetRows()) != 5 || res.GetRows()[0].GetValues()[0].GetNumberValue() != 1 {
 		t.Fatalf("limited result = %v", res)
 	}
@@ -368,7 +368,7 @@ func TestSampleDatabase(t *testing.T) {
 	id := created.GetSession().GetId()
 	wantStage(t, send(t, c, id, "write my own"), "NEED_USER_SQL")
 	wantStage(t, send(t, c, id, "SELECT count(*) AS customers FROM customers"), "CONFIRM_USER_SQL")
-	r := send(t, c, id, "sel:confirm")
+	r := runRead(t, c, id, "sel:confirm")
 	wantStage(t, r, "SHOW_RESULTS")
 	if rows := r.GetResult().GetRows(); len(rows) != 1 || rows[0].GetValues()[0].GetNumberValue() != 10 {
 		t.Fatalf("customers in the sample = %v, want 10", rows)

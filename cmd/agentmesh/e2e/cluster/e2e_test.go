@@ -258,11 +258,11 @@ func (c *cluster) injectFaults(d *driver) map[string]mongoOutage {
 	c.killReplica(c.replica("indexer-a"), "extraction job of "+e.key+" under way")
 
 	// sqlagent: the only replica, while it writes a slow query's result
-	// to a table (step 6 of the session: the confirmed write).
+	// to a table (step 7 of the session: the confirmed write).
 	writing := make(chan struct{}, 1)
 	d.hooks.Lock()
 	d.hooks.sqlStep = func(step int, _ string) {
-		if step == 6 {
+		if step == 7 {
 			select {
 			case writing <- struct{}{}:
 			default:

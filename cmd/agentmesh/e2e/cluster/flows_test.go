@@ -958,6 +958,8 @@ func (d *driver) sqlJob(ctx context.Context, n int, slow bool, r *result) error 
 	}{
 		{"text", query},
 		{"selection", "confirm"},
+		// The confirmed read asks for its job name (EXECUTE_SQL).
+		{"selection", "default"},
 		{"selection", "write"},
 		{"text", table},
 		{"selection", "create"},
@@ -994,7 +996,7 @@ func (d *driver) sqlJob(ctx context.Context, n int, slow bool, r *result) error 
 				r.interrupted++
 				continue
 			case err == nil:
-				if out.Result != nil && i == 1 {
+				if out.Result != nil && i == 2 {
 					resultRows = len(out.Result.Rows)
 				}
 				stage = out.Session.Stage

@@ -327,14 +327,15 @@ func TestSQLRunsOnlyAfterTypedConfirmation(t *testing.T) {
 		t.Fatalf("unconfirmed session:\n%s", r)
 	}
 
-	// Confirmed by typing yes after choosing "Run it".
-	r = must(t, cfg, "2\n"+query+"\n1\nyes\n/exit\n", "sql", "--connection", "sample")
+	// Confirmed by typing yes after choosing "Run it", then named (the
+	// default name, option 1).
+	r = must(t, cfg, "2\n"+query+"\n1\nyes\n1\n/exit\n", "sql", "--connection", "sample")
 	if !ran.MatchString(r.out) || !strings.Contains(r.err, `Type "yes" to go ahead`) {
 		t.Fatalf("confirmed session:\n%s", r)
 	}
 
 	// -o json: each reply one JSON object, the last holding the result.
-	r = must(t, cfg, "user_sql\n"+query+"\nconfirm\nyes\n", "sql", "--connection", "sample", "-o", "json")
+	r = must(t, cfg, "user_sql\n"+query+"\nconfirm\nyes\nforty-two\n", "sql", "--connection", "sample", "-o", "json")
 	replies := jsonLines(t, r.out)
 	res, _ := replies[len(replies)-1]["result"].(map[string]any)
 	if cols, _ := res["columns"].([]any); len(cols) != 1 || cols[0] != "answer" {

@@ -207,6 +207,8 @@ func (a *Agent) step(ctx context.Context, s *Session, in input) (Reply, error) {
 		return a.proposeUserSQL(s, in.text), nil
 	case StageConfirmGeneratedSQL, StageConfirmUserSQL:
 		return a.onConfirm(ctx, s, in)
+	case StageExecuteSQL:
+		return a.onExecuteSQL(s, in)
 	case StageNeedTableName, StageAskWriteMode, StageConfirmWrite:
 		return a.onWrite(s, in)
 	case StageConfirmEmailQuery, StageNeedEmailQuery, StageNeedEmailRecipients, StageNeedEmailSubject, StageConfirmEmail:
@@ -262,6 +264,7 @@ var startOptions = append(append([]Option{}, methodOptions...), Option{Value: "c
 
 func (a *Agent) askMethod(s *Session, prefix string) Reply {
 	s.Stage, s.PendingSQL = StageAskSQLMethod, ""
+	delete(s.Params, paramJobName)
 	return Reply{Text: strings.TrimSpace(prefix + " Should I generate the SQL from a question, or will you write your own? Or compare two queries?"), Options: startOptions}
 }
 
@@ -340,6 +343,7 @@ func (a *Agent) propose(ctx context.Context, s *Session, question, previous, fee
 		return Reply{Text: refusal}, nil
 	}
 	s.Stage, s.PendingSQL = StageConfirmGeneratedSQL, sql
+	delete(s.Params, paramJobName) // named for the SQL it replaces
 	return confirmReply("Here is the SQL I would run. Shall I run it? Reply yes to run it, or tell me what to change.", sql), nil
 }
 
@@ -377,6 +381,7 @@ func (a *Agent) proposeUserSQL(s *Session, sql string) Reply {
 		return Reply{Text: fmt.Sprintf("I can't run that: %s. Only a single read-only SELECT is allowed; send another query.", reason(err))}
 	}
 	s.Stage, s.PendingSQL = StageConfirmUserSQL, checked
+	delete(s.Params, paramJobName) // named for the SQL it replaces
 	return confirmReply("I will run this SQL. Shall I run it? Reply yes to run it, or send a corrected query.", checked)
 }
 
@@ -415,13 +420,15 @@ var cancelWords = map[string]bool{"cancel": true, "no": true, "nope": true, "sto
 func (a *Agent) onConfirm(ctx context.Context, s *Session, in input) (Reply, error) {
 	w := in.word()
 	switch {
+	case a.confirms(w) && s.Params[paramJobName] != "":
+		// Named already, for this SQL: a run that was interrupted or
+		// failed, confirmed again.
+		return a.runConfirmed(s), nil
 	case a.confirms(w):
-		// Checked again: the pending SQL came out of the store, and the
-		// check is cheap.
 		if _, err := safety.Check(s.PendingSQL, safety.Dialect(s.Params[paramDialect])); err != nil {
 			return a.askMethod(s, fmt.Sprintf("I can't run the pending SQL: %s.", reason(err))), nil
 		}
-		return a.beginExecution(s), nil
+		return a.askJobName(s), nil
 	case cancelWords[w]:
 		return a.askMethod(s, "Cancelled; nothing ran."), nil
 	case in.selection != "":
@@ -441,6 +448,11 @@ func (a *Agent) runQuery(ctx context.Context, s *Session) (Reply, error) {
 	sql, conn := s.PendingSQL, s.Params[paramConnection]
 	res, err := a.dbs.Query(ctx, conn, sql, a.opts.RowLimit, a.opts.QueryTimeout)
 	var refused *connections.RefusedError
+	if err != nil && (errors.As(err, &refused) || errors.Is(err, connections.ErrQuery)) {
+		// Back to the confirmation, for a correction.
+		s.Stage = confirmStageOf(s)
+		delete(s.Params, paramConfirmStage)
+	}
 	switch {
 	case errors.As(err, &refused):
 		// The database's own check refused it: nothing ran.
@@ -456,6 +468,7 @@ func (a *Agent) runQuery(ctx context.Context, s *Session) (Reply, error) {
 	case err != nil:
 		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	delete(s.Params, paramConfirmStage)
 	s.Params[paramExecutedSQL], s.Params[paramRowCount] = sql, fmt.Sprint(len(res.Rows))
 	s.ran = &ranJob{sql: sql, rows: int64(len(res.Rows))}
 	s.Stage, s.PendingSQL = StageShowResults, ""

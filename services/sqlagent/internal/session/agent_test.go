@@ -122,7 +122,8 @@ func toConfirmSQL(t *testing.T, a *session.Agent) string {
 func toConfirmWrite(t *testing.T, a *session.Agent, table string) string {
 	t.Helper()
 	id := toConfirmSQL(t, a)
-	send(t, a, id, "yes", session.StageShowResults)
+	send(t, a, id, "yes", session.StageExecuteSQL)
+	send(t, a, id, "customers copy", session.StageShowResults)
 	send(t, a, id, "write", session.StageNeedTableName)
 	send(t, a, id, table, session.StageAskWriteMode)
 	send(t, a, id, "drop", session.StageConfirmWrite)
@@ -194,7 +195,8 @@ func testConcurrentConfirmationsRunTheSQLOnce(t *testing.T, db *mongo.Database) 
 		t.Fatalf("a write moved the schema cookie by %d", oneWrite)
 	}
 
-	race := func(id string) (winner *session.Session, losers []error) {
+	// race sends text to session id from both agents at once.
+	race := func(id, text string) (winner *session.Session, losers []error) {
 		t.Helper()
 		claimed := claims(t, db, id)
 		g.arm(len(agents))
@@ -205,7 +207,7 @@ func testConcurrentConfirmationsRunTheSQLOnce(t *testing.T, db *mongo.Database) 
 		results := make(chan result, len(agents))
 		for _, a := range agents {
 			go func() {
-				s, _, err := a.Send(context.Background(), scope, id, "yes", "")
+				s, _, err := a.Send(context.Background(), scope, id, text, "")
 				results <- result{s, err}
 			}()
 		}
@@ -237,7 +239,7 @@ func testConcurrentConfirmationsRunTheSQLOnce(t *testing.T, db *mongo.Database) 
 	t.Run("write", func(t *testing.T) {
 		id := toConfirmWrite(t, agents[1], "raced")
 		before := sh.schemaVersion(t)
-		winner, _ := race(id)
+		winner, _ := race(id, "yes")
 		if winner.Stage != session.StageNeedWriteOrEmail {
 			t.Errorf("winner's session in %s", winner.Stage)
 		}
@@ -248,7 +250,7 @@ func testConcurrentConfirmationsRunTheSQLOnce(t *testing.T, db *mongo.Database) 
 	t.Run("compare", func(t *testing.T) {
 		id := toConfirmCompare(t, agents[1], "raced_diff")
 		before := sh.schemaVersion(t)
-		winner, _ := race(id)
+		winner, _ := race(id, "yes")
 		if winner.Stage != session.StageNeedWriteOrEmail || winner.Params["row_count"] != "1" {
 			t.Errorf("winner's session in %s, %v", winner.Stage, winner.Params)
 		}
@@ -257,8 +259,10 @@ func testConcurrentConfirmationsRunTheSQLOnce(t *testing.T, db *mongo.Database) 
 		}
 	})
 	t.Run("read", func(t *testing.T) {
+		// A read runs once its job name is given.
 		id := toConfirmSQL(t, agents[0])
-		winner, _ := race(id)
+		send(t, agents[0], id, "yes", session.StageExecuteSQL)
+		winner, _ := race(id, "nightly customers")
 		if winner.Stage != session.StageShowResults {
 			t.Errorf("winner's session in %s", winner.Stage)
 		}
@@ -372,9 +376,10 @@ func testExecutionClaimOutlivesNoExecutor(t *testing.T, db *mongo.Database) {
 	dbs := heldDBs{Databases: sh.dbs, release: make(chan struct{})}
 	a := session.NewAgent(store, dbs, nil, session.Options{QueryTimeout: 30 * time.Second, ExecutionLeaseTTL: ttl})
 	id := toConfirmSQL(t, a)
+	send(t, a, id, "yes", session.StageExecuteSQL)
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := a.Send(ctx, scope, id, "yes", "")
+		_, _, err := a.Send(ctx, scope, id, "held", "")
 		done <- err
 	}()
 	testkit.Eventually(t, 10*time.Second, func() bool {
@@ -424,7 +429,7 @@ func testExecutionClaimOutlivesNoExecutor(t *testing.T, db *mongo.Database) {
 	}
 }
 
-// One SQL job (confirm → run → SHOW_RESULTS) costs a fixed number of
+// One SQL job (its name given at EXECUTE_SQL → run → SHOW_RESULTS) costs a fixed number of
 // database round trips, each by _id: a read of the session, the EXECUTING
 // write, the claim, the result's write; for a single writer each write is
 // a read and a write by _id (nothing another filter would make FerretDB
@@ -443,8 +448,9 @@ func TestSQLJobRoundTrips(t *testing.T) {
 			toConfirmSQL(t, a)
 		}
 		id := toConfirmSQL(t, a)
+		send(t, a, id, "yes", session.StageExecuteSQL)
 		rt.Reset()
-		send(t, a, id, "yes", session.StageShowResults)
+		send(t, a, id, "customers", session.StageShowResults)
 		reads := 1
 		if single {
 			reads = 3
@@ -462,4 +468,41 @@ func TestSQLJobRoundTrips(t *testing.T) {
 			t.Errorf("selected without _id: %v", s)
 		}
 	})
+}
+
+// A read interrupted after its job name was given (its executor died)
+// comes back to EXECUTE_SQL saying so; a confirmation there runs it again
+// under the name given, and only then.
+func TestInterruptedReadKeepsItsJobName(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sh := newShop(t)
+	c := newClock()
+	store := newStore(t, testkit.MongoDB(t))
+	a := session.NewAgent(store, sh.dbs, nil, c.opts())
+	id := toConfirmSQL(t, a)
+	send(t, a, id, "yes", session.StageExecuteSQL)
+	s, err := store.Get(ctx, scope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a process that died right after claiming the named run leaves.
+	s.Params["job_name"] = "weekly customers"
+	s.Stage = session.StageExecuting
+	s.Execution = &session.Execution{ID: fmt.Sprintf("%s/%d", s.ID, s.Version+1), From: session.StageExecuteSQL, Started: c.Now(), Deadline: c.Now().Add(time.Minute)}
+	if err := store.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.ClaimExecution(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(2 * time.Minute)
+	r := send(t, a, id, "okay", session.StageExecuteSQL)
+	if !strings.Contains(r.Text, "interrupted") || r.SQLToConfirm != userSQL || r.Result != nil {
+		t.Fatalf("after the deadline: %+v, want the interrupted query to confirm again", r)
+	}
+	r = send(t, a, id, "okay", session.StageShowResults)
+	if r.Job == nil || r.Job.Name != "weekly customers" || r.Result == nil || len(r.Result.Rows) == 0 {
+		t.Fatalf("the run confirmed again: job %+v, result %v", r.Job, r.Result)
+	}
 }

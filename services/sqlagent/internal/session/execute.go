@@ -160,7 +160,7 @@ func (a *Agent) notRun(s *Session, ex *Execution, err error) Reply {
 func (a *Agent) interrupted(s *Session) Reply {
 	ex := s.Execution
 	s.Execution = nil
-	if ex == nil || (ex.From != StageConfirmGeneratedSQL && ex.From != StageConfirmUserSQL && ex.From != StageConfirmWrite &&
+	if ex == nil || (ex.From != StageConfirmGeneratedSQL && ex.From != StageConfirmUserSQL && ex.From != StageExecuteSQL && ex.From != StageConfirmWrite &&
 		ex.From != StageConfirmEmail && ex.From != StageExecuteCompareSQL) {
 		s.JobKind = JobReadSQL
 		return a.askMethod(s, "The last confirmed SQL was interrupted and its result was not recorded.")

@@ -20,7 +20,8 @@ type Job struct {
 	Scope     Scope
 	// Kind is JobReadSQL, JobWriteData, JobSendEmail or JobCompareSQL.
 	Kind string
-	// Name is the comparison's job name; empty for the other kinds.
+	// Name is the job name of a read (EXECUTE_SQL) or a comparison;
+	// empty for the other kinds.
 	Name       string
 	Connection string
 	// SQL is the approved SQL that ran; a comparison's first query.
@@ -93,7 +94,11 @@ func jobOf(s *Session, ex *Execution, kind string, ran *ranJob, d time.Duration)
 		j.Name, j.Connection = s.Params[paramCompareJob], s.Params[firstSide.param("connection")]
 		j.Destination = fmt.Sprintf("table %s on %s", qualifiedName(s.Params[paramCompareSchem], s.Params[paramCompareTable]), s.Params[paramCompareTarget])
 	default:
-		j.Destination = "shown"
+		j.Name, j.Destination = s.Params[paramJobName], "shown"
+	}
+	if kind != JobReadSQL {
+		// A read's name is not the name of what came after it.
+		delete(j.Params, paramJobName)
 	}
 	return j
 }

@@ -1,6 +1,7 @@
 // Package session runs SQL agent sessions: a stage machine per job kind that
 // asks for what it needs (connection, how to get the SQL, the question or
-// the SQL), shows SQL for confirmation, and only then runs it. READ_SQL's
+// the SQL), shows SQL for confirmation, asks the confirmed read for its job
+// name (EXECUTE_SQL, jobname.go), and only then runs it. READ_SQL's
 // result may be written to a table (WRITE_DATA), and a written table
 // e-mailed as CSV (SEND_EMAIL, email.go). COMPARE_SQL (compare.go,
 // diff.go) compares two confirmed queries, on one connection or two, and
