@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -283,12 +284,19 @@ func TestDocsIngestSearchDelete(t *testing.T) {
 	}
 	r := must(t, cfg, "", "docs", "ingest", file, "--type", "wiki", "-o", "json")
 	var ingested struct {
-		Document struct{ ID, Title, SourceType string }
+		Files []struct{ DocumentID, Status string }
 	}
-	if err := json.Unmarshal([]byte(r.out), &ingested); err != nil || ingested.Document.ID == "" {
+	if err := json.Unmarshal([]byte(r.out), &ingested); err != nil || len(ingested.Files) != 1 || ingested.Files[0].DocumentID == "" {
 		t.Fatalf("ingest -o json: %v\n%s", err, r)
 	}
-	doc := ingested.Document
+	r = must(t, cfg, "", "docs", "get", ingested.Files[0].DocumentID, "-o", "json")
+	var got struct {
+		Document struct{ ID, Title, SourceType string }
+	}
+	if err := json.Unmarshal([]byte(r.out), &got); err != nil {
+		t.Fatalf("get -o json: %v\n%s", err, r)
+	}
+	doc := got.Document
 	if doc.Title != "outage.txt" || doc.SourceType != "SOURCE_TYPE_WIKI" {
 		t.Fatalf("ingested %+v", doc)
 	}
@@ -302,6 +310,12 @@ func TestDocsIngestSearchDelete(t *testing.T) {
 	if !strings.Contains(r.out, doc.ID) || !strings.Contains(r.out, "quokka") {
 		t.Fatalf("search table:\n%s", r)
 	}
+	// A chat turn lists the passages its initial search put in the model's
+	// context.
+	r = must(t, cfg, "", "chat", "why did the quokka cache fill its disk")
+	if !regexp.MustCompile(`(?m)^  \[\d\] outage\.txt · The billing service went down`).MatchString(r.err) {
+		t.Fatalf("chat does not list the retrieved passage:\n%s", r)
+	}
 	r = must(t, cfg, "", "docs", "get", doc.ID, "--content")
 	if !strings.Contains(r.out, "quokka cache filled its disk") {
 		t.Fatalf("get --content:\n%s", r)
@@ -310,6 +324,97 @@ func TestDocsIngestSearchDelete(t *testing.T) {
 	if r := run(t, cfg, "", "docs", "get", doc.ID); r.code != cli.ExitNotFound {
 		t.Fatalf("get after delete: %s", r)
 	}
+}
+
+// TestDocsIngestFiles: real files of every kind the upload takes go in
+// one command, each its own document; the summary names each file's
+// content type, routing, chunks and status, and a file the gateway refuses
+// (bytes that are not the image its name promises) fails the command with
+// exit 1 without stopping the others.
+func TestDocsIngestFiles(t *testing.T) {
+	cfg := gatewayConfig(t)
+	files := []string{"incident.eml", "ledger.log", "panel.png", "runbook.txt"}
+	if pdfTools(t) {
+		files = append(files, "capacity.pdf")
+	}
+	var args []string
+	for _, f := range files {
+		args = append(args, filepath.Join("testdata", "ingest", f))
+	}
+	fake := filepath.Join(t.TempDir(), "photo.png")
+	if err := os.WriteFile(fake, []byte("not an image at all\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	r := run(t, cfg, "", append(append([]string{"docs", "ingest"}, args...), fake, "-o", "json")...)
+	if r.code != cli.ExitFailure || !strings.Contains(r.err, fmt.Sprintf("1 of %d files failed", len(files)+1)) {
+		t.Fatalf("want exit 1 naming one failed file: %s", r)
+	}
+	var summary struct {
+		Files []struct {
+			File, DocumentID, ContentType, Routing, Status string
+			Chunks                                         int
+			Errors                                         []string
+		}
+	}
+	if err := json.Unmarshal([]byte(r.out), &summary); err != nil || len(summary.Files) != len(files)+1 {
+		t.Fatalf("summary -o json: %v\n%s", err, r)
+	}
+	// A one-line text is typed by the model (on the simulator, its first
+	// enum value), so only the rules-decided types are checked.
+	wantType := map[string]string{"incident.eml": "email", "ledger.log": "log", "panel.png": "", "capacity.pdf": ""}
+	for i, f := range summary.Files[:len(files)] {
+		if filepath.Base(f.File) != files[i] || f.Status != "done" || f.DocumentID == "" || f.Routing == "" || f.Chunks == 0 || len(f.Errors) > 0 {
+			t.Errorf("file %s: %+v, want done with a document, routing and chunks\n%s", files[i], f, r.err)
+		}
+		if w := wantType[files[i]]; w != "" && f.ContentType != w {
+			t.Errorf("file %s: content type %q, want %q", files[i], f.ContentType, w)
+		}
+	}
+	bad := summary.Files[len(files)]
+	if bad.Status != "failed" || bad.DocumentID != "" || len(bad.Errors) != 1 || !strings.Contains(bad.Errors[0], "photo.png") || !strings.Contains(bad.Errors[0], "InvalidArgument") {
+		t.Errorf("refused file: %+v", bad)
+	}
+	// Progress on stderr: each file sent, then the pipelines followed.
+	for _, s := range []string{"sending " + args[0], fmt.Sprintf("%d/%d files sent", len(files)+1, len(files)+1), fmt.Sprintf("%d/%d pipelines finished", len(files), len(files))} {
+		if !strings.Contains(r.err, s) {
+			t.Errorf("progress lacks %q:\n%s", s, r.err)
+		}
+	}
+
+	// The table: a row per file with its document; the same files again
+	// are unchanged documents, all done, exit 0.
+	r = must(t, cfg, "", append([]string{"docs", "ingest"}, args...)...)
+	for i, f := range files {
+		row := regexp.MustCompile(`(?m)^\S*` + regexp.QuoteMeta(f) + `\s+` + regexp.QuoteMeta(summary.Files[i].DocumentID) + `\s+\S+\s+\S+\s+[1-9]\d*\s+done\s+-$`)
+		if !row.MatchString(r.out) {
+			t.Errorf("table lacks a done row for %s:\n%s", f, r)
+		}
+	}
+	if !strings.HasPrefix(r.out, "FILE ") {
+		t.Errorf("table has no header:\n%s", r.out)
+	}
+
+	// A missing file ingests nothing: usage, before any upload.
+	if r := run(t, cfg, "", "docs", "ingest", args[0], "no-such-file.txt"); r.code != cli.ExitUsage || strings.Contains(r.err, "sending") {
+		t.Errorf("missing file: %s", r)
+	}
+}
+
+// pdfTools reports whether poppler-utils is there for the indexer's PDF
+// reading; in CI (.ci/run installs it) its absence fails the test.
+func pdfTools(t *testing.T) bool {
+	t.Helper()
+	for _, tool := range []string{"pdftotext", "pdftoppm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s not found, and CI is set: .ci/run installs poppler-utils", tool)
+			}
+			t.Logf("%s not found: the PDF is left out (install poppler-utils)", tool)
+			return false
+		}
+	}
+	return true
 }
 
 // TestSQLRunsOnlyAfterTypedConfirmation: in an SQL session on the sample

@@ -3,19 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 )
-
-// maxIngestBytes bounds a file read for ingestion: far above any text
-// document, and below the gateway's body limit's order of magnitude.
-const maxIngestBytes = 32 << 20
 
 func (a *app) docsCmd() *cobra.Command {
 	return group("docs", "ingest, read, search and delete documents",
@@ -24,57 +17,6 @@ func (a *app) docsCmd() *cobra.Command {
 
 func docsClient(m *mesh) indexerv1.DocumentServiceClient {
 	return indexerv1.NewDocumentServiceClient(m.indexer)
-}
-
-func (a *app) docsIngestCmd() *cobra.Command {
-	var title, typeName, sourceURL string
-	c := &cobra.Command{
-		Use:   "ingest FILE",
-		Short: "ingest a text document (FILE, or - for stdin)",
-		Args:  exactArgs(1, "a file name or -"),
-		RunE: a.run(func(ctx context.Context, _ *cobra.Command, args []string, m *mesh) error {
-			st, err := parseEnum(indexerv1.SourceType(0).Descriptor(), "--type", typeName)
-			if err != nil {
-				return err
-			}
-			var r io.Reader = a.io.In
-			if args[0] != "-" {
-				f, err := os.Open(args[0])
-				if err != nil {
-					return usagef("%v", err)
-				}
-				defer f.Close()
-				r = f
-				if title == "" {
-					title = filepath.Base(args[0])
-				}
-			}
-			content, err := io.ReadAll(io.LimitReader(r, maxIngestBytes+1))
-			if err != nil {
-				return err
-			}
-			if len(content) > maxIngestBytes {
-				return usagef("%s is larger than %d MiB", args[0], maxIngestBytes>>20)
-			}
-			res, err := docsClient(m).IngestDocument(ctx, &indexerv1.IngestDocumentRequest{Scope: m.scope(), SourceType: indexerv1.SourceType(st), Title: title, SourceUrl: sourceURL, RawContent: string(content)})
-			if err != nil {
-				return callErr("ingest "+args[0], err)
-			}
-			d := res.GetDocument()
-			return a.emit(res, func(w *tabwriter.Writer) {
-				state := "ingested"
-				if res.GetUnchanged() {
-					state = "unchanged"
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d chunks\t%s\n", d.GetId(), state, enumName(d.GetRouting()), d.GetChunkCount(), d.GetTitle())
-			})
-		}),
-	}
-	f := c.Flags()
-	f.StringVar(&title, "title", "", "title (default: the file name)")
-	f.StringVar(&typeName, "type", "other", "source type: email, ticket, wiki, log, report, other")
-	f.StringVar(&sourceURL, "source-url", "", "where the document comes from")
-	return c
 }
 
 func (a *app) docsGetCmd() *cobra.Command {

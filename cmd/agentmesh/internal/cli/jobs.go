@@ -287,12 +287,77 @@ func (p *progress) line() string {
 			done++
 		}
 	}
+	return bar(done, len(p.status), "jobs done", p.start)
+}
+
+// bar is "[######----] 3/5 what · 2.8 s".
+func bar(done, total int, what string, start time.Time) string {
 	const width = 20
 	filled := 0
-	if n := len(p.status); n > 0 {
-		filled = done * width / n
+	if total > 0 {
+		filled = min(done, total) * width / total
 	}
-	return fmt.Sprintf("[%s%s] %d/%d jobs done · %s", strings.Repeat("#", filled), strings.Repeat("-", width-filled), done, len(p.status), human(time.Since(p.start)))
+	return fmt.Sprintf("[%s%s] %d/%d %s · %s", strings.Repeat("#", filled), strings.Repeat("-", width-filled), done, total, what, human(time.Since(start)))
+}
+
+// counter draws bar for a count of items on stderr, as progress does:
+// redrawn in place on a terminal, a line per change elsewhere, with a
+// note of what is being done beside it.
+type counter struct {
+	w           io.Writer
+	tty         bool
+	start       time.Time
+	done, total int
+	what, doing string
+	noteless    bool // no notes: every count is worth a line
+	last        string
+}
+
+func newCounter(w io.Writer, total int, what string) *counter {
+	return &counter{w: w, tty: isTerminal(w), start: time.Now(), total: total, what: what}
+}
+
+// note says what is being done now and redraws.
+func (c *counter) note(s string) {
+	c.doing = s
+	c.draw()
+}
+
+// add counts n more items done, ends the note, and redraws.
+func (c *counter) add(n int) {
+	c.done += n
+	c.doing = ""
+	c.draw()
+}
+
+func (c *counter) line() string {
+	l := bar(c.done, c.total, c.what, c.start)
+	if c.doing != "" && c.done < c.total {
+		l += " · " + c.doing
+	}
+	return l
+}
+
+func (c *counter) draw() {
+	l := c.line()
+	if c.tty {
+		fmt.Fprintf(c.w, "\r\033[K%s", l)
+		return
+	}
+	// Elsewhere a line per note, and one for each count without one
+	// when no note follows (the last, or where nothing is noted).
+	key := fmt.Sprint(c.done, c.doing)
+	if key != c.last && (c.doing != "" || c.done == c.total || c.noteless) {
+		c.last = key
+		fmt.Fprintln(c.w, l)
+	}
+}
+
+// done ends the line on a terminal.
+func (c *counter) finish() {
+	if c.tty {
+		fmt.Fprintf(c.w, "\r\033[K%s\n", c.line())
+	}
 }
 
 func (p *progress) draw() {

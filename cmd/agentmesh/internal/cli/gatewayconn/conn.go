@@ -189,16 +189,7 @@ func (c *Conn) request(ctx context.Context, r route, in any, accept string) (*ht
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", accept)
-	if c.opts.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.opts.APIKey)
-	} else {
-		if c.opts.Tenant != "" {
-			req.Header.Set("X-Tenant-Id", c.opts.Tenant)
-		}
-		if c.opts.Project != "" {
-			req.Header.Set("X-Project-Id", c.opts.Project)
-		}
-	}
+	c.authorize(req)
 	// Outgoing gRPC metadata travels as headers, as grpc-gateway expects.
 	if md, ok := metadata.FromOutgoingContext(ctx); ok {
 		for k, vs := range md {
@@ -211,6 +202,21 @@ func (c *Conn) request(ctx context.Context, r route, in any, accept string) (*ht
 		}
 	}
 	return req, nil
+}
+
+// authorize adds the credentials: the API key, or without one the
+// development-mode scope headers.
+func (c *Conn) authorize(req *http.Request) {
+	if c.opts.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.opts.APIKey)
+		return
+	}
+	if c.opts.Tenant != "" {
+		req.Header.Set("X-Tenant-Id", c.opts.Tenant)
+	}
+	if c.opts.Project != "" {
+		req.Header.Set("X-Project-Id", c.opts.Project)
+	}
 }
 
 // flatten writes a JSON object as grpc-gateway's query parameters:
@@ -334,6 +340,16 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, _ ...
 	if err != nil {
 		return err
 	}
+	out, ok := reply.(proto.Message)
+	if !ok {
+		return status.Errorf(codes.Internal, "reply %T is not a proto message", reply)
+	}
+	return c.roundTrip(req, out)
+}
+
+// roundTrip sends req and reads its JSON answer into out (an empty body
+// leaves out as it is).
+func (c *Conn) roundTrip(req *http.Request, out proto.Message) error {
 	resp, err := c.do(req)
 	if err != nil {
 		return err
@@ -342,10 +358,6 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, _ ...
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return c.unreachable(err)
-	}
-	out, ok := reply.(proto.Message)
-	if !ok {
-		return status.Errorf(codes.Internal, "reply %T is not a proto message", reply)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
