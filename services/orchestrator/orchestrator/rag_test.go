@@ -111,6 +111,13 @@ func TestRetrievalWithTheIndexer(t *testing.T) {
 	if status.GetKind() != "retrieval" || !strings.Contains(status.GetMessage(), "Found") {
 		t.Errorf("status update %v, want the passages found", status)
 	}
+	// The passages the model was given are in the turn's events, numbered
+	// alike, so a client can show what the answer drew on.
+	if ps := status.GetPassages(); len(ps) == 0 || ps[0].GetTitle() != "PAY-7 Ledger timeout" ||
+		ps[0].GetSourceUrl() != "https://jira.example.com/PAY-7" || ps[0].GetDocumentId() == "" || ps[0].GetChunkId() == "" ||
+		!strings.Contains(ps[0].GetText(), "since the 2.4 deploy") || ps[0].GetScore() <= 0 {
+		t.Errorf("retrieved passages %v, want the ticket's passage first", ps)
+	}
 	if result.GetIsError() || !strings.Contains(result.GetResult(), "PAY-7 Ledger timeout") || !strings.Contains(result.GetResult(), "since the 2.4 deploy") {
 		t.Errorf("rag_search result %v, want the ticket's passage", result)
 	}

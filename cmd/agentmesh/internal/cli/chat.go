@@ -118,6 +118,9 @@ func (a *app) turn(ctx context.Context, conv orchestratorv1.ConversationServiceC
 			fmt.Fprintf(a.io.Err, "%s %s (%s) %s\n", mark, e.ToolCallResult.GetToolName(), humanPB(e.ToolCallResult.GetDuration()), clip(e.ToolCallResult.GetResult(), 120))
 		case *orchestratorv1.StreamMessageResponse_StatusUpdate:
 			fmt.Fprintf(a.io.Err, "· %s\n", e.StatusUpdate.GetMessage())
+			for i, p := range e.StatusUpdate.GetPassages() {
+				fmt.Fprintf(a.io.Err, "  [%d] %s%s · %s\n", i+1, p.GetTitle(), inParens(p.GetSourceUrl()), clip(p.GetText(), 100))
+			}
 		case *orchestratorv1.StreamMessageResponse_Completed:
 			if midLine {
 				fmt.Fprintln(a.io.Out)
@@ -132,4 +135,12 @@ func (a *app) turn(ctx context.Context, conv orchestratorv1.ConversationServiceC
 			return status.Errorf(codes.Unknown, "conversation %s: %s: %s", id, e.Error.GetCode(), e.Error.GetMessage())
 		}
 	}
+}
+
+// inParens returns " (s)", or "" for an empty s.
+func inParens(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
 }

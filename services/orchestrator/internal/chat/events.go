@@ -63,6 +63,13 @@ func (e *events) status(kind, message string) {
 	}})
 }
 
+// retrieved announces the passages of the turn's initial search.
+func (e *events) retrieved(message string, passages []*orchestratorv1.RetrievedPassage) {
+	e.send(&orchestratorv1.StreamMessageResponse{Event: &orchestratorv1.StreamMessageResponse_StatusUpdate{
+		StatusUpdate: &orchestratorv1.StatusUpdate{Kind: StatusRetrieval, Message: message, Passages: passages},
+	}})
+}
+
 func (e *events) toolStart(iteration int, c tools.Call) {
 	e.send(&orchestratorv1.StreamMessageResponse{Event: &orchestratorv1.StreamMessageResponse_ToolCallStart{
 		ToolCallStart: &orchestratorv1.ToolCallStart{CallId: c.ID, ToolName: c.Name, ArgumentsJson: string(c.Arguments), Iteration: int32(iteration)},

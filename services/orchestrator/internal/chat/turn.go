@@ -321,7 +321,7 @@ func (t *turn) systemMessage() string {
 		case len(hits) == 0:
 			t.events.status(StatusRetrieval, "No passages found in the knowledge base.")
 		default:
-			t.events.status(StatusRetrieval, fmt.Sprintf("Found %d passages in the knowledge base.", len(hits)))
+			t.events.retrieved(fmt.Sprintf("Found %d passages in the knowledge base.", len(hits)), retrieval.Passages(hits))
 			parts = append(parts, retrieval.ContextMessage(hits))
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/tools"
 )
 
@@ -75,6 +76,27 @@ func ContextMessage(hits []*indexerv1.SearchHit) string {
 	b.WriteString("If it does not answer the question, search again with rag_search or say what is missing.\n")
 	writeHits(&b, hits)
 	return b.String()
+}
+
+// passageTextLimit caps a passage's text in a turn's events (in runes);
+// the model is given the whole text.
+const passageTextLimit = 1000
+
+// Passages describes hits for the turn's events, numbered as in
+// [ContextMessage].
+func Passages(hits []*indexerv1.SearchHit) []*orchestratorv1.RetrievedPassage {
+	out := make([]*orchestratorv1.RetrievedPassage, len(hits))
+	for i, h := range hits {
+		text := strings.TrimSpace(h.GetText())
+		if r := []rune(text); len(r) > passageTextLimit {
+			text = string(r[:passageTextLimit]) + "…"
+		}
+		out[i] = &orchestratorv1.RetrievedPassage{
+			DocumentId: h.GetDocumentId(), ChunkId: h.GetChunkId(), Title: h.GetTitle(),
+			SourceUrl: h.GetSourceUrl(), Score: h.GetScore(), Text: text,
+		}
+	}
+	return out
 }
 
 func writeHits(b *strings.Builder, hits []*indexerv1.SearchHit) {

@@ -1552,7 +1552,10 @@ type StatusUpdate struct {
 	// Machine-readable kind, e.g. "retrieval_skipped".
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Message.
-	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// For kind "retrieval": the passages found by the turn's initial search,
+	// in the order (and with the numbers, from 1) the model was given them.
+	Passages      []*RetrievedPassage `protobuf:"bytes,3,rep,name=passages,proto3" json:"passages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1601,6 +1604,105 @@ func (x *StatusUpdate) GetMessage() string {
 	return ""
 }
 
+func (x *StatusUpdate) GetPassages() []*RetrievedPassage {
+	if x != nil {
+		return x.Passages
+	}
+	return nil
+}
+
+// RetrievedPassage is one passage the initial search put in a turn's
+// context.
+type RetrievedPassage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Document id.
+	DocumentId string `protobuf:"bytes,1,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	// Chunk id.
+	ChunkId string `protobuf:"bytes,2,opt,name=chunk_id,json=chunkId,proto3" json:"chunk_id,omitempty"`
+	// Document title.
+	Title string `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	// Source URL, when the document has one.
+	SourceUrl string `protobuf:"bytes,4,opt,name=source_url,json=sourceUrl,proto3" json:"source_url,omitempty"`
+	// Relevance score of the search.
+	Score float64 `protobuf:"fixed64,5,opt,name=score,proto3" json:"score,omitempty"`
+	// The passage's text, cut to 1,000 characters (the model saw it whole).
+	Text          string `protobuf:"bytes,6,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetrievedPassage) Reset() {
+	*x = RetrievedPassage{}
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetrievedPassage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetrievedPassage) ProtoMessage() {}
+
+func (x *RetrievedPassage) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetrievedPassage.ProtoReflect.Descriptor instead.
+func (*RetrievedPassage) Descriptor() ([]byte, []int) {
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RetrievedPassage) GetDocumentId() string {
+	if x != nil {
+		return x.DocumentId
+	}
+	return ""
+}
+
+func (x *RetrievedPassage) GetChunkId() string {
+	if x != nil {
+		return x.ChunkId
+	}
+	return ""
+}
+
+func (x *RetrievedPassage) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *RetrievedPassage) GetSourceUrl() string {
+	if x != nil {
+		return x.SourceUrl
+	}
+	return ""
+}
+
+func (x *RetrievedPassage) GetScore() float64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *RetrievedPassage) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
 // Completed closes a turn.
 type Completed struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1620,7 +1722,7 @@ type Completed struct {
 
 func (x *Completed) Reset() {
 	*x = Completed{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[21]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1734,7 @@ func (x *Completed) String() string {
 func (*Completed) ProtoMessage() {}
 
 func (x *Completed) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[21]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1747,7 @@ func (x *Completed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completed.ProtoReflect.Descriptor instead.
 func (*Completed) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{21}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Completed) GetIterations() int32 {
@@ -1696,7 +1798,7 @@ type ErrorEvent struct {
 
 func (x *ErrorEvent) Reset() {
 	*x = ErrorEvent{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[22]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1810,7 @@ func (x *ErrorEvent) String() string {
 func (*ErrorEvent) ProtoMessage() {}
 
 func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[22]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1823,7 @@ func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorEvent.ProtoReflect.Descriptor instead.
 func (*ErrorEvent) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{22}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ErrorEvent) GetCode() string {
@@ -1753,7 +1855,7 @@ type SendMessageRequest struct {
 
 func (x *SendMessageRequest) Reset() {
 	*x = SendMessageRequest{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[23]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +1867,7 @@ func (x *SendMessageRequest) String() string {
 func (*SendMessageRequest) ProtoMessage() {}
 
 func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[23]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +1880,7 @@ func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageRequest.ProtoReflect.Descriptor instead.
 func (*SendMessageRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{23}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SendMessageRequest) GetScope() *v1.Scope {
@@ -1815,7 +1917,7 @@ type SendMessageResponse struct {
 
 func (x *SendMessageResponse) Reset() {
 	*x = SendMessageResponse{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[24]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +1929,7 @@ func (x *SendMessageResponse) String() string {
 func (*SendMessageResponse) ProtoMessage() {}
 
 func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[24]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +1942,7 @@ func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageResponse.ProtoReflect.Descriptor instead.
 func (*SendMessageResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{24}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SendMessageResponse) GetMessage() *ConversationMessage {
@@ -1869,7 +1971,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[25]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +1983,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[25]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +1996,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{25}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListToolsRequest) GetScope() *v1.Scope {
@@ -1923,7 +2025,7 @@ type ToolDefinition struct {
 
 func (x *ToolDefinition) Reset() {
 	*x = ToolDefinition{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[26]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2037,7 @@ func (x *ToolDefinition) String() string {
 func (*ToolDefinition) ProtoMessage() {}
 
 func (x *ToolDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[26]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2050,7 @@ func (x *ToolDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolDefinition.ProtoReflect.Descriptor instead.
 func (*ToolDefinition) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{26}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ToolDefinition) GetName() string {
@@ -2005,7 +2107,7 @@ type McpServerStatus struct {
 
 func (x *McpServerStatus) Reset() {
 	*x = McpServerStatus{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[27]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2119,7 @@ func (x *McpServerStatus) String() string {
 func (*McpServerStatus) ProtoMessage() {}
 
 func (x *McpServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[27]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2132,7 @@ func (x *McpServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerStatus.ProtoReflect.Descriptor instead.
 func (*McpServerStatus) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{27}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *McpServerStatus) GetName() string {
@@ -2102,7 +2204,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[28]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2216,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[28]
+	mi := &file_agentmesh_orchestrator_v1_conversation_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2229,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{28}
+	return file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListToolsResponse) GetTools() []*ToolDefinition {
@@ -2247,10 +2349,20 @@ const file_agentmesh_orchestrator_v1_conversation_proto_rawDesc = "" +
 	"\ttool_name\x18\x02 \x01(\tR\btoolName\x12\x16\n" +
 	"\x06result\x18\x03 \x01(\tR\x06result\x12\x19\n" +
 	"\bis_error\x18\x04 \x01(\bR\aisError\x125\n" +
-	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\"<\n" +
+	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\x85\x01\n" +
 	"\fStatusUpdate\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xda\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12G\n" +
+	"\bpassages\x18\x03 \x03(\v2+.agentmesh.orchestrator.v1.RetrievedPassageR\bpassages\"\xad\x01\n" +
+	"\x10RetrievedPassage\x12\x1f\n" +
+	"\vdocument_id\x18\x01 \x01(\tR\n" +
+	"documentId\x12\x19\n" +
+	"\bchunk_id\x18\x02 \x01(\tR\achunkId\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\x12\x1d\n" +
+	"\n" +
+	"source_url\x18\x04 \x01(\tR\tsourceUrl\x12\x14\n" +
+	"\x05score\x18\x05 \x01(\x01R\x05score\x12\x12\n" +
+	"\x04text\x18\x06 \x01(\tR\x04text\"\xda\x01\n" +
 	"\tCompleted\x12\x1e\n" +
 	"\n" +
 	"iterations\x18\x01 \x01(\x05R\n" +
@@ -2325,7 +2437,7 @@ func file_agentmesh_orchestrator_v1_conversation_proto_rawDescGZIP() []byte {
 }
 
 var file_agentmesh_orchestrator_v1_conversation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agentmesh_orchestrator_v1_conversation_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_agentmesh_orchestrator_v1_conversation_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_agentmesh_orchestrator_v1_conversation_proto_goTypes = []any{
 	(McpServerState)(0),                // 0: agentmesh.orchestrator.v1.McpServerState
 	(*ConversationMessage)(nil),        // 1: agentmesh.orchestrator.v1.ConversationMessage
@@ -2349,75 +2461,77 @@ var file_agentmesh_orchestrator_v1_conversation_proto_goTypes = []any{
 	(*ToolCallStart)(nil),              // 19: agentmesh.orchestrator.v1.ToolCallStart
 	(*ToolCallResult)(nil),             // 20: agentmesh.orchestrator.v1.ToolCallResult
 	(*StatusUpdate)(nil),               // 21: agentmesh.orchestrator.v1.StatusUpdate
-	(*Completed)(nil),                  // 22: agentmesh.orchestrator.v1.Completed
-	(*ErrorEvent)(nil),                 // 23: agentmesh.orchestrator.v1.ErrorEvent
-	(*SendMessageRequest)(nil),         // 24: agentmesh.orchestrator.v1.SendMessageRequest
-	(*SendMessageResponse)(nil),        // 25: agentmesh.orchestrator.v1.SendMessageResponse
-	(*ListToolsRequest)(nil),           // 26: agentmesh.orchestrator.v1.ListToolsRequest
-	(*ToolDefinition)(nil),             // 27: agentmesh.orchestrator.v1.ToolDefinition
-	(*McpServerStatus)(nil),            // 28: agentmesh.orchestrator.v1.McpServerStatus
-	(*ListToolsResponse)(nil),          // 29: agentmesh.orchestrator.v1.ListToolsResponse
-	(*timestamppb.Timestamp)(nil),      // 30: google.protobuf.Timestamp
-	(*v1.Scope)(nil),                   // 31: agentmesh.common.v1.Scope
-	(*durationpb.Duration)(nil),        // 32: google.protobuf.Duration
+	(*RetrievedPassage)(nil),           // 22: agentmesh.orchestrator.v1.RetrievedPassage
+	(*Completed)(nil),                  // 23: agentmesh.orchestrator.v1.Completed
+	(*ErrorEvent)(nil),                 // 24: agentmesh.orchestrator.v1.ErrorEvent
+	(*SendMessageRequest)(nil),         // 25: agentmesh.orchestrator.v1.SendMessageRequest
+	(*SendMessageResponse)(nil),        // 26: agentmesh.orchestrator.v1.SendMessageResponse
+	(*ListToolsRequest)(nil),           // 27: agentmesh.orchestrator.v1.ListToolsRequest
+	(*ToolDefinition)(nil),             // 28: agentmesh.orchestrator.v1.ToolDefinition
+	(*McpServerStatus)(nil),            // 29: agentmesh.orchestrator.v1.McpServerStatus
+	(*ListToolsResponse)(nil),          // 30: agentmesh.orchestrator.v1.ListToolsResponse
+	(*timestamppb.Timestamp)(nil),      // 31: google.protobuf.Timestamp
+	(*v1.Scope)(nil),                   // 32: agentmesh.common.v1.Scope
+	(*durationpb.Duration)(nil),        // 33: google.protobuf.Duration
 }
 var file_agentmesh_orchestrator_v1_conversation_proto_depIdxs = []int32{
 	2,  // 0: agentmesh.orchestrator.v1.ConversationMessage.tool_calls:type_name -> agentmesh.orchestrator.v1.ToolInvocation
-	30, // 1: agentmesh.orchestrator.v1.ConversationMessage.create_time:type_name -> google.protobuf.Timestamp
-	31, // 2: agentmesh.orchestrator.v1.Conversation.scope:type_name -> agentmesh.common.v1.Scope
+	31, // 1: agentmesh.orchestrator.v1.ConversationMessage.create_time:type_name -> google.protobuf.Timestamp
+	32, // 2: agentmesh.orchestrator.v1.Conversation.scope:type_name -> agentmesh.common.v1.Scope
 	1,  // 3: agentmesh.orchestrator.v1.Conversation.messages:type_name -> agentmesh.orchestrator.v1.ConversationMessage
-	30, // 4: agentmesh.orchestrator.v1.Conversation.create_time:type_name -> google.protobuf.Timestamp
-	30, // 5: agentmesh.orchestrator.v1.Conversation.update_time:type_name -> google.protobuf.Timestamp
-	31, // 6: agentmesh.orchestrator.v1.CreateConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
+	31, // 4: agentmesh.orchestrator.v1.Conversation.create_time:type_name -> google.protobuf.Timestamp
+	31, // 5: agentmesh.orchestrator.v1.Conversation.update_time:type_name -> google.protobuf.Timestamp
+	32, // 6: agentmesh.orchestrator.v1.CreateConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
 	3,  // 7: agentmesh.orchestrator.v1.CreateConversationResponse.conversation:type_name -> agentmesh.orchestrator.v1.Conversation
-	31, // 8: agentmesh.orchestrator.v1.GetConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
+	32, // 8: agentmesh.orchestrator.v1.GetConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
 	3,  // 9: agentmesh.orchestrator.v1.GetConversationResponse.conversation:type_name -> agentmesh.orchestrator.v1.Conversation
-	31, // 10: agentmesh.orchestrator.v1.ListConversationsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	32, // 10: agentmesh.orchestrator.v1.ListConversationsRequest.scope:type_name -> agentmesh.common.v1.Scope
 	3,  // 11: agentmesh.orchestrator.v1.ListConversationsResponse.conversations:type_name -> agentmesh.orchestrator.v1.Conversation
-	31, // 12: agentmesh.orchestrator.v1.DeleteConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
-	31, // 13: agentmesh.orchestrator.v1.StreamMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
+	32, // 12: agentmesh.orchestrator.v1.DeleteConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
+	32, // 13: agentmesh.orchestrator.v1.StreamMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
 	17, // 14: agentmesh.orchestrator.v1.StreamMessageResponse.response_chunk:type_name -> agentmesh.orchestrator.v1.ResponseChunk
 	18, // 15: agentmesh.orchestrator.v1.StreamMessageResponse.reasoning_chunk:type_name -> agentmesh.orchestrator.v1.ReasoningChunk
 	19, // 16: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_start:type_name -> agentmesh.orchestrator.v1.ToolCallStart
 	20, // 17: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_result:type_name -> agentmesh.orchestrator.v1.ToolCallResult
 	21, // 18: agentmesh.orchestrator.v1.StreamMessageResponse.status_update:type_name -> agentmesh.orchestrator.v1.StatusUpdate
-	22, // 19: agentmesh.orchestrator.v1.StreamMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
-	23, // 20: agentmesh.orchestrator.v1.StreamMessageResponse.error:type_name -> agentmesh.orchestrator.v1.ErrorEvent
+	23, // 19: agentmesh.orchestrator.v1.StreamMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
+	24, // 20: agentmesh.orchestrator.v1.StreamMessageResponse.error:type_name -> agentmesh.orchestrator.v1.ErrorEvent
 	14, // 21: agentmesh.orchestrator.v1.StreamMessageResponse.turn_started:type_name -> agentmesh.orchestrator.v1.TurnStarted
-	31, // 22: agentmesh.orchestrator.v1.WatchTurnRequest.scope:type_name -> agentmesh.common.v1.Scope
+	32, // 22: agentmesh.orchestrator.v1.WatchTurnRequest.scope:type_name -> agentmesh.common.v1.Scope
 	13, // 23: agentmesh.orchestrator.v1.WatchTurnResponse.event:type_name -> agentmesh.orchestrator.v1.StreamMessageResponse
-	32, // 24: agentmesh.orchestrator.v1.ToolCallResult.duration:type_name -> google.protobuf.Duration
-	32, // 25: agentmesh.orchestrator.v1.Completed.duration:type_name -> google.protobuf.Duration
-	31, // 26: agentmesh.orchestrator.v1.SendMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
-	1,  // 27: agentmesh.orchestrator.v1.SendMessageResponse.message:type_name -> agentmesh.orchestrator.v1.ConversationMessage
-	22, // 28: agentmesh.orchestrator.v1.SendMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
-	31, // 29: agentmesh.orchestrator.v1.ListToolsRequest.scope:type_name -> agentmesh.common.v1.Scope
-	0,  // 30: agentmesh.orchestrator.v1.McpServerStatus.state:type_name -> agentmesh.orchestrator.v1.McpServerState
-	30, // 31: agentmesh.orchestrator.v1.McpServerStatus.error_time:type_name -> google.protobuf.Timestamp
-	30, // 32: agentmesh.orchestrator.v1.McpServerStatus.connect_time:type_name -> google.protobuf.Timestamp
-	27, // 33: agentmesh.orchestrator.v1.ListToolsResponse.tools:type_name -> agentmesh.orchestrator.v1.ToolDefinition
-	28, // 34: agentmesh.orchestrator.v1.ListToolsResponse.mcp_servers:type_name -> agentmesh.orchestrator.v1.McpServerStatus
-	4,  // 35: agentmesh.orchestrator.v1.ConversationService.CreateConversation:input_type -> agentmesh.orchestrator.v1.CreateConversationRequest
-	6,  // 36: agentmesh.orchestrator.v1.ConversationService.GetConversation:input_type -> agentmesh.orchestrator.v1.GetConversationRequest
-	8,  // 37: agentmesh.orchestrator.v1.ConversationService.ListConversations:input_type -> agentmesh.orchestrator.v1.ListConversationsRequest
-	10, // 38: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:input_type -> agentmesh.orchestrator.v1.DeleteConversationRequest
-	12, // 39: agentmesh.orchestrator.v1.ConversationService.StreamMessage:input_type -> agentmesh.orchestrator.v1.StreamMessageRequest
-	24, // 40: agentmesh.orchestrator.v1.ConversationService.SendMessage:input_type -> agentmesh.orchestrator.v1.SendMessageRequest
-	15, // 41: agentmesh.orchestrator.v1.ConversationService.WatchTurn:input_type -> agentmesh.orchestrator.v1.WatchTurnRequest
-	26, // 42: agentmesh.orchestrator.v1.ToolService.ListTools:input_type -> agentmesh.orchestrator.v1.ListToolsRequest
-	5,  // 43: agentmesh.orchestrator.v1.ConversationService.CreateConversation:output_type -> agentmesh.orchestrator.v1.CreateConversationResponse
-	7,  // 44: agentmesh.orchestrator.v1.ConversationService.GetConversation:output_type -> agentmesh.orchestrator.v1.GetConversationResponse
-	9,  // 45: agentmesh.orchestrator.v1.ConversationService.ListConversations:output_type -> agentmesh.orchestrator.v1.ListConversationsResponse
-	11, // 46: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:output_type -> agentmesh.orchestrator.v1.DeleteConversationResponse
-	13, // 47: agentmesh.orchestrator.v1.ConversationService.StreamMessage:output_type -> agentmesh.orchestrator.v1.StreamMessageResponse
-	25, // 48: agentmesh.orchestrator.v1.ConversationService.SendMessage:output_type -> agentmesh.orchestrator.v1.SendMessageResponse
-	16, // 49: agentmesh.orchestrator.v1.ConversationService.WatchTurn:output_type -> agentmesh.orchestrator.v1.WatchTurnResponse
-	29, // 50: agentmesh.orchestrator.v1.ToolService.ListTools:output_type -> agentmesh.orchestrator.v1.ListToolsResponse
-	43, // [43:51] is the sub-list for method output_type
-	35, // [35:43] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	33, // 24: agentmesh.orchestrator.v1.ToolCallResult.duration:type_name -> google.protobuf.Duration
+	22, // 25: agentmesh.orchestrator.v1.StatusUpdate.passages:type_name -> agentmesh.orchestrator.v1.RetrievedPassage
+	33, // 26: agentmesh.orchestrator.v1.Completed.duration:type_name -> google.protobuf.Duration
+	32, // 27: agentmesh.orchestrator.v1.SendMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
+	1,  // 28: agentmesh.orchestrator.v1.SendMessageResponse.message:type_name -> agentmesh.orchestrator.v1.ConversationMessage
+	23, // 29: agentmesh.orchestrator.v1.SendMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
+	32, // 30: agentmesh.orchestrator.v1.ListToolsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	0,  // 31: agentmesh.orchestrator.v1.McpServerStatus.state:type_name -> agentmesh.orchestrator.v1.McpServerState
+	31, // 32: agentmesh.orchestrator.v1.McpServerStatus.error_time:type_name -> google.protobuf.Timestamp
+	31, // 33: agentmesh.orchestrator.v1.McpServerStatus.connect_time:type_name -> google.protobuf.Timestamp
+	28, // 34: agentmesh.orchestrator.v1.ListToolsResponse.tools:type_name -> agentmesh.orchestrator.v1.ToolDefinition
+	29, // 35: agentmesh.orchestrator.v1.ListToolsResponse.mcp_servers:type_name -> agentmesh.orchestrator.v1.McpServerStatus
+	4,  // 36: agentmesh.orchestrator.v1.ConversationService.CreateConversation:input_type -> agentmesh.orchestrator.v1.CreateConversationRequest
+	6,  // 37: agentmesh.orchestrator.v1.ConversationService.GetConversation:input_type -> agentmesh.orchestrator.v1.GetConversationRequest
+	8,  // 38: agentmesh.orchestrator.v1.ConversationService.ListConversations:input_type -> agentmesh.orchestrator.v1.ListConversationsRequest
+	10, // 39: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:input_type -> agentmesh.orchestrator.v1.DeleteConversationRequest
+	12, // 40: agentmesh.orchestrator.v1.ConversationService.StreamMessage:input_type -> agentmesh.orchestrator.v1.StreamMessageRequest
+	25, // 41: agentmesh.orchestrator.v1.ConversationService.SendMessage:input_type -> agentmesh.orchestrator.v1.SendMessageRequest
+	15, // 42: agentmesh.orchestrator.v1.ConversationService.WatchTurn:input_type -> agentmesh.orchestrator.v1.WatchTurnRequest
+	27, // 43: agentmesh.orchestrator.v1.ToolService.ListTools:input_type -> agentmesh.orchestrator.v1.ListToolsRequest
+	5,  // 44: agentmesh.orchestrator.v1.ConversationService.CreateConversation:output_type -> agentmesh.orchestrator.v1.CreateConversationResponse
+	7,  // 45: agentmesh.orchestrator.v1.ConversationService.GetConversation:output_type -> agentmesh.orchestrator.v1.GetConversationResponse
+	9,  // 46: agentmesh.orchestrator.v1.ConversationService.ListConversations:output_type -> agentmesh.orchestrator.v1.ListConversationsResponse
+	11, // 47: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:output_type -> agentmesh.orchestrator.v1.DeleteConversationResponse
+	13, // 48: agentmesh.orchestrator.v1.ConversationService.StreamMessage:output_type -> agentmesh.orchestrator.v1.StreamMessageResponse
+	26, // 49: agentmesh.orchestrator.v1.ConversationService.SendMessage:output_type -> agentmesh.orchestrator.v1.SendMessageResponse
+	16, // 50: agentmesh.orchestrator.v1.ConversationService.WatchTurn:output_type -> agentmesh.orchestrator.v1.WatchTurnResponse
+	30, // 51: agentmesh.orchestrator.v1.ToolService.ListTools:output_type -> agentmesh.orchestrator.v1.ListToolsResponse
+	44, // [44:52] is the sub-list for method output_type
+	36, // [36:44] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_orchestrator_v1_conversation_proto_init() }
@@ -2441,7 +2555,7 @@ func file_agentmesh_orchestrator_v1_conversation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_orchestrator_v1_conversation_proto_rawDesc), len(file_agentmesh_orchestrator_v1_conversation_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
