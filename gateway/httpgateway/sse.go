@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 )
@@ -104,6 +105,9 @@ var streamEvents = map[protoreflect.FullName]func(proto.Message) (sseEvent, erro
 	proto.MessageName(&orchestratorv1.WatchJobResponse{}): func(m proto.Message) (sseEvent, error) {
 		return jobEvent(m.(*orchestratorv1.WatchJobResponse))
 	},
+	proto.MessageName(&indexerv1.WatchIntakeResponse{}): func(m proto.Message) (sseEvent, error) {
+		return intakeEvent(m.(*indexerv1.WatchIntakeResponse))
+	},
 	proto.MessageName(&classifierv1.StartRunResponse{}):    classifierEvent,
 	proto.MessageName(&classifierv1.ResumeRunResponse{}):   classifierEvent,
 	proto.MessageName(&classifierv1.SendCommandResponse{}): classifierEvent,
@@ -192,6 +196,18 @@ func jobEvent(m *orchestratorv1.WatchJobResponse) (sseEvent, error) {
 	}
 	data, err := jsonOptions.Marshal(ev)
 	return sseEvent{id: sequenceID(m.GetSequence()), name: name, data: data}, err
+}
+
+// intakeEvent: `event: intake.<name>` (intake.vision_stage1, ...,
+// intake.routing, intake.finished), as the events are named on NATS;
+// `id: <sequence>`, data the IntakePhaseEvent.
+func intakeEvent(m *indexerv1.WatchIntakeResponse) (sseEvent, error) {
+	ev := m.GetEvent()
+	if ev == nil {
+		ev = &indexerv1.IntakePhaseEvent{}
+	}
+	data, err := jsonOptions.Marshal(ev)
+	return sseEvent{id: sequenceID(m.GetSequence()), name: "intake." + m.GetName(), data: data}, err
 }
 
 // runEvent reproduces the classification agent's events as its original

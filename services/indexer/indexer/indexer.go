@@ -243,7 +243,7 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		JobLeaseTTL:      cfg.JobLeaseTTL,
 	}, intake.Deps{
 		Docs: docs, Graph: graphs, Indexes: indexes, Embedder: emb, Extractors: extractors,
-		Vision: visionv1.NewVisionServiceClient(vision), Models: qualifierModels, Logger: log,
+		Vision: visionv1.NewVisionServiceClient(vision), Models: qualifierModels, Logger: log, Events: bus,
 		PDF: &pipeline.PDF{Pages: cfg.PDFPages, Timeout: cfg.PDFTimeout},
 	})
 	if err != nil {

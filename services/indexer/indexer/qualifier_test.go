@@ -36,6 +36,7 @@ type qualifierMesh struct {
 	search indexerv1.SearchServiceClient
 	graph  indexerv1.GraphServiceClient
 	events *intakeEvents
+	nats   string // the NATS server's URL
 }
 
 // intakeEvents records the intake.* events published on NATS.
@@ -106,7 +107,7 @@ func startQualifierMesh(t *testing.T, script func(sim *providersim.Server)) *qua
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return &qualifierMesh{sim: sim, conn: conn, docs: indexerv1.NewDocumentServiceClient(conn), search: indexerv1.NewSearchServiceClient(conn),
-		graph: indexerv1.NewGraphServiceClient(conn), events: rec}
+		graph: indexerv1.NewGraphServiceClient(conn), events: rec, nats: natsSrv.URL()}
 }
 
 func qualifierFixture(t *testing.T, name string) []byte {

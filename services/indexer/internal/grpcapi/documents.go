@@ -255,3 +255,17 @@ func (d *Documents) GetExtractionJob(ctx context.Context, req *indexerv1.GetExtr
 	}
 	return &indexerv1.GetExtractionJobResponse{Job: j.Proto()}, nil
 }
+
+// WatchIntake streams the intake.* events of a document's current intake
+// and ends after its finished event.
+func (d *Documents) WatchIntake(req *indexerv1.WatchIntakeRequest, stream indexerv1.DocumentService_WatchIntakeServer) error {
+	ctx := stream.Context()
+	sc, err := resolve(ctx, req.GetScope())
+	if err != nil {
+		return err
+	}
+	err = d.svc.Watch(ctx, sc, req.GetDocumentId(), req.GetAfterSequence(), func(seq uint64, name string, ev *indexerv1.IntakePhaseEvent) error {
+		return stream.Send(&indexerv1.WatchIntakeResponse{Sequence: seq, Name: name, Event: ev})
+	})
+	return toStatus(err)
+}

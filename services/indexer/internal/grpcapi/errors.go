@@ -41,6 +41,10 @@ func toStatus(err error) error {
 		return grpcx.Errorf(codes.NotFound, "NODE_NOT_FOUND", "graph node not found")
 	case errors.Is(err, intake.ErrDeleting):
 		return grpcx.Errorf(codes.FailedPrecondition, "DOCUMENT_DELETING", "the document is being deleted; ingest it again once the delete has finished")
+	case errors.Is(err, intake.ErrEventsExpired):
+		return grpcx.Errorf(codes.FailedPrecondition, "INTAKE_EVENTS_EXPIRED", "%v; GetDocument returns the pipeline", err)
+	case errors.Is(err, intake.ErrNoEventBus):
+		return grpcx.Errorf(codes.Unavailable, "NO_EVENT_BUS", "this indexer cannot read intake events")
 	case errors.Is(err, document.ErrConflict):
 		return grpcx.Errorf(codes.Aborted, "CONCURRENT_WRITE", "the document was changed concurrently; retry")
 	case errors.As(err, &st) && st.GRPCStatus().Code() == codes.Unavailable:

@@ -157,6 +157,9 @@ type Deps struct {
 	// rules are unsure, log summaries, routing); nil makes none, and
 	// rules decide.
 	Models *pipeline.Models
+	// Events reads intake events back for Watch; nil makes Watch fail
+	// with ErrNoEventBus.
+	Events *events.Bus
 	// PDF reads PDF attachments (text layer, first pages for vision); nil
 	// reads them with pipeline.PDF's defaults.
 	PDF *pipeline.PDF

@@ -2317,6 +2317,137 @@ func (x *GetDocumentRequest) GetDocumentId() string {
 	return ""
 }
 
+// WatchIntakeRequest follows the pipeline of a document's current intake.
+type WatchIntakeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Scope. Required.
+	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Document id. Required.
+	DocumentId string `protobuf:"bytes,2,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	// Replay events after this stream sequence (SSE Last-Event-ID); 0 = from
+	// the intake's first event.
+	AfterSequence uint64 `protobuf:"varint,3,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchIntakeRequest) Reset() {
+	*x = WatchIntakeRequest{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchIntakeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchIntakeRequest) ProtoMessage() {}
+
+func (x *WatchIntakeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchIntakeRequest.ProtoReflect.Descriptor instead.
+func (*WatchIntakeRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *WatchIntakeRequest) GetScope() *v1.Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+func (x *WatchIntakeRequest) GetDocumentId() string {
+	if x != nil {
+		return x.DocumentId
+	}
+	return ""
+}
+
+func (x *WatchIntakeRequest) GetAfterSequence() uint64 {
+	if x != nil {
+		return x.AfterSequence
+	}
+	return 0
+}
+
+// WatchIntakeResponse is one intake event.
+type WatchIntakeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stream sequence, usable as SSE event id.
+	Sequence uint64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The event's name, the last token of its subject: a phase
+	// (vision_stage1, content_type, vision_stage2, extraction, indexing,
+	// routing) or finished, the last event of the stream.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The event.
+	Event         *IntakePhaseEvent `protobuf:"bytes,3,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchIntakeResponse) Reset() {
+	*x = WatchIntakeResponse{}
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchIntakeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchIntakeResponse) ProtoMessage() {}
+
+func (x *WatchIntakeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchIntakeResponse.ProtoReflect.Descriptor instead.
+func (*WatchIntakeResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *WatchIntakeResponse) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *WatchIntakeResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WatchIntakeResponse) GetEvent() *IntakePhaseEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 // GetDocumentResponse returns it.
 type GetDocumentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2328,7 +2459,7 @@ type GetDocumentResponse struct {
 
 func (x *GetDocumentResponse) Reset() {
 	*x = GetDocumentResponse{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[20]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2471,7 @@ func (x *GetDocumentResponse) String() string {
 func (*GetDocumentResponse) ProtoMessage() {}
 
 func (x *GetDocumentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[20]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2484,7 @@ func (x *GetDocumentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDocumentResponse.ProtoReflect.Descriptor instead.
 func (*GetDocumentResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{20}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetDocumentResponse) GetDocument() *Document {
@@ -2380,7 +2511,7 @@ type ListDocumentsRequest struct {
 
 func (x *ListDocumentsRequest) Reset() {
 	*x = ListDocumentsRequest{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[21]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2523,7 @@ func (x *ListDocumentsRequest) String() string {
 func (*ListDocumentsRequest) ProtoMessage() {}
 
 func (x *ListDocumentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[21]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2536,7 @@ func (x *ListDocumentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDocumentsRequest.ProtoReflect.Descriptor instead.
 func (*ListDocumentsRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{21}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListDocumentsRequest) GetScope() *v1.Scope {
@@ -2449,7 +2580,7 @@ type ListDocumentsResponse struct {
 
 func (x *ListDocumentsResponse) Reset() {
 	*x = ListDocumentsResponse{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[22]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2592,7 @@ func (x *ListDocumentsResponse) String() string {
 func (*ListDocumentsResponse) ProtoMessage() {}
 
 func (x *ListDocumentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[22]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2605,7 @@ func (x *ListDocumentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDocumentsResponse.ProtoReflect.Descriptor instead.
 func (*ListDocumentsResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{22}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListDocumentsResponse) GetDocuments() []*Document {
@@ -2504,7 +2635,7 @@ type DeleteDocumentRequest struct {
 
 func (x *DeleteDocumentRequest) Reset() {
 	*x = DeleteDocumentRequest{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[23]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2647,7 @@ func (x *DeleteDocumentRequest) String() string {
 func (*DeleteDocumentRequest) ProtoMessage() {}
 
 func (x *DeleteDocumentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[23]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2660,7 @@ func (x *DeleteDocumentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDocumentRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDocumentRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{23}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteDocumentRequest) GetScope() *v1.Scope {
@@ -2555,7 +2686,7 @@ type DeleteDocumentResponse struct {
 
 func (x *DeleteDocumentResponse) Reset() {
 	*x = DeleteDocumentResponse{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[24]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2698,7 @@ func (x *DeleteDocumentResponse) String() string {
 func (*DeleteDocumentResponse) ProtoMessage() {}
 
 func (x *DeleteDocumentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[24]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2711,7 @@ func (x *DeleteDocumentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDocumentResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDocumentResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{24}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{26}
 }
 
 // FindDocumentsByExtractRequest filters by extract.
@@ -2603,7 +2734,7 @@ type FindDocumentsByExtractRequest struct {
 
 func (x *FindDocumentsByExtractRequest) Reset() {
 	*x = FindDocumentsByExtractRequest{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[25]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +2746,7 @@ func (x *FindDocumentsByExtractRequest) String() string {
 func (*FindDocumentsByExtractRequest) ProtoMessage() {}
 
 func (x *FindDocumentsByExtractRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[25]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +2759,7 @@ func (x *FindDocumentsByExtractRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindDocumentsByExtractRequest.ProtoReflect.Descriptor instead.
 func (*FindDocumentsByExtractRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{25}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FindDocumentsByExtractRequest) GetScope() *v1.Scope {
@@ -2679,7 +2810,7 @@ type FindDocumentsByExtractResponse struct {
 
 func (x *FindDocumentsByExtractResponse) Reset() {
 	*x = FindDocumentsByExtractResponse{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[26]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2691,7 +2822,7 @@ func (x *FindDocumentsByExtractResponse) String() string {
 func (*FindDocumentsByExtractResponse) ProtoMessage() {}
 
 func (x *FindDocumentsByExtractResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[26]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2704,7 +2835,7 @@ func (x *FindDocumentsByExtractResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindDocumentsByExtractResponse.ProtoReflect.Descriptor instead.
 func (*FindDocumentsByExtractResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{26}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FindDocumentsByExtractResponse) GetDocuments() []*Document {
@@ -2732,7 +2863,7 @@ type RebuildIndexesRequest struct {
 
 func (x *RebuildIndexesRequest) Reset() {
 	*x = RebuildIndexesRequest{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[27]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +2875,7 @@ func (x *RebuildIndexesRequest) String() string {
 func (*RebuildIndexesRequest) ProtoMessage() {}
 
 func (x *RebuildIndexesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[27]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +2888,7 @@ func (x *RebuildIndexesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildIndexesRequest.ProtoReflect.Descriptor instead.
 func (*RebuildIndexesRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{27}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RebuildIndexesRequest) GetScope() *v1.Scope {
@@ -2780,7 +2911,7 @@ type RebuildIndexesResponse struct {
 
 func (x *RebuildIndexesResponse) Reset() {
 	*x = RebuildIndexesResponse{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[28]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +2923,7 @@ func (x *RebuildIndexesResponse) String() string {
 func (*RebuildIndexesResponse) ProtoMessage() {}
 
 func (x *RebuildIndexesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[28]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +2936,7 @@ func (x *RebuildIndexesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildIndexesResponse.ProtoReflect.Descriptor instead.
 func (*RebuildIndexesResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{28}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RebuildIndexesResponse) GetDocuments() int64 {
@@ -2833,7 +2964,7 @@ type DocumentIndexed struct {
 
 func (x *DocumentIndexed) Reset() {
 	*x = DocumentIndexed{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[29]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2845,7 +2976,7 @@ func (x *DocumentIndexed) String() string {
 func (*DocumentIndexed) ProtoMessage() {}
 
 func (x *DocumentIndexed) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[29]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +2989,7 @@ func (x *DocumentIndexed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DocumentIndexed.ProtoReflect.Descriptor instead.
 func (*DocumentIndexed) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{29}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DocumentIndexed) GetDocument() *Document {
@@ -2889,7 +3020,7 @@ type ExtractorRun struct {
 
 func (x *ExtractorRun) Reset() {
 	*x = ExtractorRun{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[30]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +3032,7 @@ func (x *ExtractorRun) String() string {
 func (*ExtractorRun) ProtoMessage() {}
 
 func (x *ExtractorRun) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[30]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3045,7 @@ func (x *ExtractorRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractorRun.ProtoReflect.Descriptor instead.
 func (*ExtractorRun) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{30}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExtractorRun) GetExtractor() string {
@@ -2993,7 +3124,7 @@ type ExtractionJob struct {
 
 func (x *ExtractionJob) Reset() {
 	*x = ExtractionJob{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[31]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3005,7 +3136,7 @@ func (x *ExtractionJob) String() string {
 func (*ExtractionJob) ProtoMessage() {}
 
 func (x *ExtractionJob) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[31]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3018,7 +3149,7 @@ func (x *ExtractionJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractionJob.ProtoReflect.Descriptor instead.
 func (*ExtractionJob) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{31}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ExtractionJob) GetId() string {
@@ -3117,7 +3248,7 @@ type ExtractionJobEvent struct {
 
 func (x *ExtractionJobEvent) Reset() {
 	*x = ExtractionJobEvent{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[32]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3260,7 @@ func (x *ExtractionJobEvent) String() string {
 func (*ExtractionJobEvent) ProtoMessage() {}
 
 func (x *ExtractionJobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[32]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3273,7 @@ func (x *ExtractionJobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractionJobEvent.ProtoReflect.Descriptor instead.
 func (*ExtractionJobEvent) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{32}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ExtractionJobEvent) GetJob() *ExtractionJob {
@@ -3165,7 +3296,7 @@ type GetExtractionJobRequest struct {
 
 func (x *GetExtractionJobRequest) Reset() {
 	*x = GetExtractionJobRequest{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[33]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3177,7 +3308,7 @@ func (x *GetExtractionJobRequest) String() string {
 func (*GetExtractionJobRequest) ProtoMessage() {}
 
 func (x *GetExtractionJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[33]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3190,7 +3321,7 @@ func (x *GetExtractionJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExtractionJobRequest.ProtoReflect.Descriptor instead.
 func (*GetExtractionJobRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{33}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetExtractionJobRequest) GetScope() *v1.Scope {
@@ -3218,7 +3349,7 @@ type GetExtractionJobResponse struct {
 
 func (x *GetExtractionJobResponse) Reset() {
 	*x = GetExtractionJobResponse{}
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[34]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3230,7 +3361,7 @@ func (x *GetExtractionJobResponse) String() string {
 func (*GetExtractionJobResponse) ProtoMessage() {}
 
 func (x *GetExtractionJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[34]
+	mi := &file_agentmesh_indexer_v1_document_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3243,7 +3374,7 @@ func (x *GetExtractionJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExtractionJobResponse.ProtoReflect.Descriptor instead.
 func (*GetExtractionJobResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{34}
+	return file_agentmesh_indexer_v1_document_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetExtractionJobResponse) GetJob() *ExtractionJob {
@@ -3439,7 +3570,16 @@ const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"\x12GetDocumentRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12,\n" +
 	"\vdocument_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\n" +
-	"documentId\"Q\n" +
+	"documentId\"\x9b\x01\n" +
+	"\x12WatchIntakeRequest\x120\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12,\n" +
+	"\vdocument_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\n" +
+	"documentId\x12%\n" +
+	"\x0eafter_sequence\x18\x03 \x01(\x04R\rafterSequence\"\x83\x01\n" +
+	"\x13WatchIntakeResponse\x12\x1a\n" +
+	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12<\n" +
+	"\x05event\x18\x03 \x01(\v2&.agentmesh.indexer.v1.IntakePhaseEventR\x05event\"Q\n" +
 	"\x13GetDocumentResponse\x12:\n" +
 	"\bdocument\x18\x01 \x01(\v2\x1e.agentmesh.indexer.v1.DocumentR\bdocument\"\xe4\x01\n" +
 	"\x14ListDocumentsRequest\x120\n" +
@@ -3546,7 +3686,7 @@ const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	" EXTRACTOR_RUN_STATUS_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eEXTRACTOR_RUN_STATUS_SUCCEEDED\x10\x01\x12\x1f\n" +
 	"\x1bEXTRACTOR_RUN_STATUS_FAILED\x10\x02\x12 \n" +
-	"\x1cEXTRACTOR_RUN_STATUS_SKIPPED\x10\x032\x9f\x06\n" +
+	"\x1cEXTRACTOR_RUN_STATUS_SKIPPED\x10\x032\x85\a\n" +
 	"\x0fDocumentService\x12k\n" +
 	"\x0eIngestDocument\x12+.agentmesh.indexer.v1.IngestDocumentRequest\x1a,.agentmesh.indexer.v1.IngestDocumentResponse\x12b\n" +
 	"\vGetDocument\x12(.agentmesh.indexer.v1.GetDocumentRequest\x1a).agentmesh.indexer.v1.GetDocumentResponse\x12h\n" +
@@ -3554,7 +3694,8 @@ const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"\x0eDeleteDocument\x12+.agentmesh.indexer.v1.DeleteDocumentRequest\x1a,.agentmesh.indexer.v1.DeleteDocumentResponse\x12\x83\x01\n" +
 	"\x16FindDocumentsByExtract\x123.agentmesh.indexer.v1.FindDocumentsByExtractRequest\x1a4.agentmesh.indexer.v1.FindDocumentsByExtractResponse\x12k\n" +
 	"\x0eRebuildIndexes\x12+.agentmesh.indexer.v1.RebuildIndexesRequest\x1a,.agentmesh.indexer.v1.RebuildIndexesResponse\x12q\n" +
-	"\x10GetExtractionJob\x12-.agentmesh.indexer.v1.GetExtractionJobRequest\x1a..agentmesh.indexer.v1.GetExtractionJobResponseB\xe3\x01\n" +
+	"\x10GetExtractionJob\x12-.agentmesh.indexer.v1.GetExtractionJobRequest\x1a..agentmesh.indexer.v1.GetExtractionJobResponse\x12d\n" +
+	"\vWatchIntake\x12(.agentmesh.indexer.v1.WatchIntakeRequest\x1a).agentmesh.indexer.v1.WatchIntakeResponse0\x01B\xe3\x01\n" +
 	"\x18com.agentmesh.indexer.v1B\rDocumentProtoP\x01ZFgithub.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1;indexerv1\xa2\x02\x03AIX\xaa\x02\x14Agentmesh.Indexer.V1\xca\x02\x14Agentmesh\\Indexer\\V1\xe2\x02 Agentmesh\\Indexer\\V1\\GPBMetadata\xea\x02\x16Agentmesh::Indexer::V1b\x06proto3"
 
 var (
@@ -3570,7 +3711,7 @@ func file_agentmesh_indexer_v1_document_proto_rawDescGZIP() []byte {
 }
 
 var file_agentmesh_indexer_v1_document_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_agentmesh_indexer_v1_document_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_agentmesh_indexer_v1_document_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_agentmesh_indexer_v1_document_proto_goTypes = []any{
 	(SourceType)(0),                        // 0: agentmesh.indexer.v1.SourceType
 	(Routing)(0),                           // 1: agentmesh.indexer.v1.Routing
@@ -3598,39 +3739,41 @@ var file_agentmesh_indexer_v1_document_proto_goTypes = []any{
 	(*IngestDocumentRequest)(nil),          // 23: agentmesh.indexer.v1.IngestDocumentRequest
 	(*IngestDocumentResponse)(nil),         // 24: agentmesh.indexer.v1.IngestDocumentResponse
 	(*GetDocumentRequest)(nil),             // 25: agentmesh.indexer.v1.GetDocumentRequest
-	(*GetDocumentResponse)(nil),            // 26: agentmesh.indexer.v1.GetDocumentResponse
-	(*ListDocumentsRequest)(nil),           // 27: agentmesh.indexer.v1.ListDocumentsRequest
-	(*ListDocumentsResponse)(nil),          // 28: agentmesh.indexer.v1.ListDocumentsResponse
-	(*DeleteDocumentRequest)(nil),          // 29: agentmesh.indexer.v1.DeleteDocumentRequest
-	(*DeleteDocumentResponse)(nil),         // 30: agentmesh.indexer.v1.DeleteDocumentResponse
-	(*FindDocumentsByExtractRequest)(nil),  // 31: agentmesh.indexer.v1.FindDocumentsByExtractRequest
-	(*FindDocumentsByExtractResponse)(nil), // 32: agentmesh.indexer.v1.FindDocumentsByExtractResponse
-	(*RebuildIndexesRequest)(nil),          // 33: agentmesh.indexer.v1.RebuildIndexesRequest
-	(*RebuildIndexesResponse)(nil),         // 34: agentmesh.indexer.v1.RebuildIndexesResponse
-	(*DocumentIndexed)(nil),                // 35: agentmesh.indexer.v1.DocumentIndexed
-	(*ExtractorRun)(nil),                   // 36: agentmesh.indexer.v1.ExtractorRun
-	(*ExtractionJob)(nil),                  // 37: agentmesh.indexer.v1.ExtractionJob
-	(*ExtractionJobEvent)(nil),             // 38: agentmesh.indexer.v1.ExtractionJobEvent
-	(*GetExtractionJobRequest)(nil),        // 39: agentmesh.indexer.v1.GetExtractionJobRequest
-	(*GetExtractionJobResponse)(nil),       // 40: agentmesh.indexer.v1.GetExtractionJobResponse
-	nil,                                    // 41: agentmesh.indexer.v1.LogExtraction.LevelCountsEntry
-	nil,                                    // 42: agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
-	(*structpb.Struct)(nil),                // 43: google.protobuf.Struct
-	(*v1.Scope)(nil),                       // 44: agentmesh.common.v1.Scope
-	(*timestamppb.Timestamp)(nil),          // 45: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),            // 46: google.protobuf.Duration
+	(*WatchIntakeRequest)(nil),             // 26: agentmesh.indexer.v1.WatchIntakeRequest
+	(*WatchIntakeResponse)(nil),            // 27: agentmesh.indexer.v1.WatchIntakeResponse
+	(*GetDocumentResponse)(nil),            // 28: agentmesh.indexer.v1.GetDocumentResponse
+	(*ListDocumentsRequest)(nil),           // 29: agentmesh.indexer.v1.ListDocumentsRequest
+	(*ListDocumentsResponse)(nil),          // 30: agentmesh.indexer.v1.ListDocumentsResponse
+	(*DeleteDocumentRequest)(nil),          // 31: agentmesh.indexer.v1.DeleteDocumentRequest
+	(*DeleteDocumentResponse)(nil),         // 32: agentmesh.indexer.v1.DeleteDocumentResponse
+	(*FindDocumentsByExtractRequest)(nil),  // 33: agentmesh.indexer.v1.FindDocumentsByExtractRequest
+	(*FindDocumentsByExtractResponse)(nil), // 34: agentmesh.indexer.v1.FindDocumentsByExtractResponse
+	(*RebuildIndexesRequest)(nil),          // 35: agentmesh.indexer.v1.RebuildIndexesRequest
+	(*RebuildIndexesResponse)(nil),         // 36: agentmesh.indexer.v1.RebuildIndexesResponse
+	(*DocumentIndexed)(nil),                // 37: agentmesh.indexer.v1.DocumentIndexed
+	(*ExtractorRun)(nil),                   // 38: agentmesh.indexer.v1.ExtractorRun
+	(*ExtractionJob)(nil),                  // 39: agentmesh.indexer.v1.ExtractionJob
+	(*ExtractionJobEvent)(nil),             // 40: agentmesh.indexer.v1.ExtractionJobEvent
+	(*GetExtractionJobRequest)(nil),        // 41: agentmesh.indexer.v1.GetExtractionJobRequest
+	(*GetExtractionJobResponse)(nil),       // 42: agentmesh.indexer.v1.GetExtractionJobResponse
+	nil,                                    // 43: agentmesh.indexer.v1.LogExtraction.LevelCountsEntry
+	nil,                                    // 44: agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
+	(*structpb.Struct)(nil),                // 45: google.protobuf.Struct
+	(*v1.Scope)(nil),                       // 46: agentmesh.common.v1.Scope
+	(*timestamppb.Timestamp)(nil),          // 47: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 48: google.protobuf.Duration
 }
 var file_agentmesh_indexer_v1_document_proto_depIdxs = []int32{
-	43, // 0: agentmesh.indexer.v1.Extract.data:type_name -> google.protobuf.Struct
-	44, // 1: agentmesh.indexer.v1.Document.scope:type_name -> agentmesh.common.v1.Scope
+	45, // 0: agentmesh.indexer.v1.Extract.data:type_name -> google.protobuf.Struct
+	46, // 1: agentmesh.indexer.v1.Document.scope:type_name -> agentmesh.common.v1.Scope
 	0,  // 2: agentmesh.indexer.v1.Document.source_type:type_name -> agentmesh.indexer.v1.SourceType
 	7,  // 3: agentmesh.indexer.v1.Document.extracts:type_name -> agentmesh.indexer.v1.Extract
 	1,  // 4: agentmesh.indexer.v1.Document.routing:type_name -> agentmesh.indexer.v1.Routing
-	45, // 5: agentmesh.indexer.v1.Document.create_time:type_name -> google.protobuf.Timestamp
-	45, // 6: agentmesh.indexer.v1.Document.update_time:type_name -> google.protobuf.Timestamp
+	47, // 5: agentmesh.indexer.v1.Document.create_time:type_name -> google.protobuf.Timestamp
+	47, // 6: agentmesh.indexer.v1.Document.update_time:type_name -> google.protobuf.Timestamp
 	4,  // 7: agentmesh.indexer.v1.Document.extraction_status:type_name -> agentmesh.indexer.v1.ExtractionJobStatus
 	9,  // 8: agentmesh.indexer.v1.Document.pipeline:type_name -> agentmesh.indexer.v1.IntakePipeline
-	44, // 9: agentmesh.indexer.v1.IntakePipeline.scope:type_name -> agentmesh.common.v1.Scope
+	46, // 9: agentmesh.indexer.v1.IntakePipeline.scope:type_name -> agentmesh.common.v1.Scope
 	10, // 10: agentmesh.indexer.v1.IntakePipeline.attachments:type_name -> agentmesh.indexer.v1.IntakeAttachment
 	11, // 11: agentmesh.indexer.v1.IntakePipeline.vision:type_name -> agentmesh.indexer.v1.IntakeVision
 	12, // 12: agentmesh.indexer.v1.IntakePipeline.content_type:type_name -> agentmesh.indexer.v1.IntakeContentTypeDecision
@@ -3645,61 +3788,65 @@ var file_agentmesh_indexer_v1_document_proto_depIdxs = []int32{
 	16, // 21: agentmesh.indexer.v1.IntakeExtraction.confluence:type_name -> agentmesh.indexer.v1.ConfluenceExtraction
 	17, // 22: agentmesh.indexer.v1.IntakeExtraction.log:type_name -> agentmesh.indexer.v1.LogExtraction
 	18, // 23: agentmesh.indexer.v1.IntakeExtraction.generic:type_name -> agentmesh.indexer.v1.GenericExtraction
-	45, // 24: agentmesh.indexer.v1.EmailExtraction.date:type_name -> google.protobuf.Timestamp
-	45, // 25: agentmesh.indexer.v1.LogExtraction.first_time:type_name -> google.protobuf.Timestamp
-	45, // 26: agentmesh.indexer.v1.LogExtraction.last_time:type_name -> google.protobuf.Timestamp
-	41, // 27: agentmesh.indexer.v1.LogExtraction.level_counts:type_name -> agentmesh.indexer.v1.LogExtraction.LevelCountsEntry
+	47, // 24: agentmesh.indexer.v1.EmailExtraction.date:type_name -> google.protobuf.Timestamp
+	47, // 25: agentmesh.indexer.v1.LogExtraction.first_time:type_name -> google.protobuf.Timestamp
+	47, // 26: agentmesh.indexer.v1.LogExtraction.last_time:type_name -> google.protobuf.Timestamp
+	43, // 27: agentmesh.indexer.v1.LogExtraction.level_counts:type_name -> agentmesh.indexer.v1.LogExtraction.LevelCountsEntry
 	3,  // 28: agentmesh.indexer.v1.LogExtraction.summarized_by:type_name -> agentmesh.indexer.v1.DecidedBy
 	1,  // 29: agentmesh.indexer.v1.IntakeRouting.routing:type_name -> agentmesh.indexer.v1.Routing
 	3,  // 30: agentmesh.indexer.v1.IntakeRouting.decided_by:type_name -> agentmesh.indexer.v1.DecidedBy
-	46, // 31: agentmesh.indexer.v1.IntakePhase.duration:type_name -> google.protobuf.Duration
+	48, // 31: agentmesh.indexer.v1.IntakePhase.duration:type_name -> google.protobuf.Duration
 	21, // 32: agentmesh.indexer.v1.IntakePhaseEvent.phase:type_name -> agentmesh.indexer.v1.IntakePhase
 	9,  // 33: agentmesh.indexer.v1.IntakePhaseEvent.pipeline:type_name -> agentmesh.indexer.v1.IntakePipeline
-	44, // 34: agentmesh.indexer.v1.IngestDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
+	46, // 34: agentmesh.indexer.v1.IngestDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
 	0,  // 35: agentmesh.indexer.v1.IngestDocumentRequest.source_type:type_name -> agentmesh.indexer.v1.SourceType
 	6,  // 36: agentmesh.indexer.v1.IngestDocumentRequest.attachments:type_name -> agentmesh.indexer.v1.Attachment
 	8,  // 37: agentmesh.indexer.v1.IngestDocumentResponse.document:type_name -> agentmesh.indexer.v1.Document
-	44, // 38: agentmesh.indexer.v1.GetDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
-	8,  // 39: agentmesh.indexer.v1.GetDocumentResponse.document:type_name -> agentmesh.indexer.v1.Document
-	44, // 40: agentmesh.indexer.v1.ListDocumentsRequest.scope:type_name -> agentmesh.common.v1.Scope
-	0,  // 41: agentmesh.indexer.v1.ListDocumentsRequest.source_type:type_name -> agentmesh.indexer.v1.SourceType
-	8,  // 42: agentmesh.indexer.v1.ListDocumentsResponse.documents:type_name -> agentmesh.indexer.v1.Document
-	44, // 43: agentmesh.indexer.v1.DeleteDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
-	44, // 44: agentmesh.indexer.v1.FindDocumentsByExtractRequest.scope:type_name -> agentmesh.common.v1.Scope
-	42, // 45: agentmesh.indexer.v1.FindDocumentsByExtractRequest.field_equals:type_name -> agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
-	8,  // 46: agentmesh.indexer.v1.FindDocumentsByExtractResponse.documents:type_name -> agentmesh.indexer.v1.Document
-	44, // 47: agentmesh.indexer.v1.RebuildIndexesRequest.scope:type_name -> agentmesh.common.v1.Scope
-	8,  // 48: agentmesh.indexer.v1.DocumentIndexed.document:type_name -> agentmesh.indexer.v1.Document
-	5,  // 49: agentmesh.indexer.v1.ExtractorRun.status:type_name -> agentmesh.indexer.v1.ExtractorRunStatus
-	46, // 50: agentmesh.indexer.v1.ExtractorRun.duration:type_name -> google.protobuf.Duration
-	44, // 51: agentmesh.indexer.v1.ExtractionJob.scope:type_name -> agentmesh.common.v1.Scope
-	4,  // 52: agentmesh.indexer.v1.ExtractionJob.status:type_name -> agentmesh.indexer.v1.ExtractionJobStatus
-	36, // 53: agentmesh.indexer.v1.ExtractionJob.extractor_runs:type_name -> agentmesh.indexer.v1.ExtractorRun
-	45, // 54: agentmesh.indexer.v1.ExtractionJob.create_time:type_name -> google.protobuf.Timestamp
-	45, // 55: agentmesh.indexer.v1.ExtractionJob.start_time:type_name -> google.protobuf.Timestamp
-	45, // 56: agentmesh.indexer.v1.ExtractionJob.end_time:type_name -> google.protobuf.Timestamp
-	37, // 57: agentmesh.indexer.v1.ExtractionJobEvent.job:type_name -> agentmesh.indexer.v1.ExtractionJob
-	44, // 58: agentmesh.indexer.v1.GetExtractionJobRequest.scope:type_name -> agentmesh.common.v1.Scope
-	37, // 59: agentmesh.indexer.v1.GetExtractionJobResponse.job:type_name -> agentmesh.indexer.v1.ExtractionJob
-	23, // 60: agentmesh.indexer.v1.DocumentService.IngestDocument:input_type -> agentmesh.indexer.v1.IngestDocumentRequest
-	25, // 61: agentmesh.indexer.v1.DocumentService.GetDocument:input_type -> agentmesh.indexer.v1.GetDocumentRequest
-	27, // 62: agentmesh.indexer.v1.DocumentService.ListDocuments:input_type -> agentmesh.indexer.v1.ListDocumentsRequest
-	29, // 63: agentmesh.indexer.v1.DocumentService.DeleteDocument:input_type -> agentmesh.indexer.v1.DeleteDocumentRequest
-	31, // 64: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:input_type -> agentmesh.indexer.v1.FindDocumentsByExtractRequest
-	33, // 65: agentmesh.indexer.v1.DocumentService.RebuildIndexes:input_type -> agentmesh.indexer.v1.RebuildIndexesRequest
-	39, // 66: agentmesh.indexer.v1.DocumentService.GetExtractionJob:input_type -> agentmesh.indexer.v1.GetExtractionJobRequest
-	24, // 67: agentmesh.indexer.v1.DocumentService.IngestDocument:output_type -> agentmesh.indexer.v1.IngestDocumentResponse
-	26, // 68: agentmesh.indexer.v1.DocumentService.GetDocument:output_type -> agentmesh.indexer.v1.GetDocumentResponse
-	28, // 69: agentmesh.indexer.v1.DocumentService.ListDocuments:output_type -> agentmesh.indexer.v1.ListDocumentsResponse
-	30, // 70: agentmesh.indexer.v1.DocumentService.DeleteDocument:output_type -> agentmesh.indexer.v1.DeleteDocumentResponse
-	32, // 71: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:output_type -> agentmesh.indexer.v1.FindDocumentsByExtractResponse
-	34, // 72: agentmesh.indexer.v1.DocumentService.RebuildIndexes:output_type -> agentmesh.indexer.v1.RebuildIndexesResponse
-	40, // 73: agentmesh.indexer.v1.DocumentService.GetExtractionJob:output_type -> agentmesh.indexer.v1.GetExtractionJobResponse
-	67, // [67:74] is the sub-list for method output_type
-	60, // [60:67] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	46, // 38: agentmesh.indexer.v1.GetDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
+	46, // 39: agentmesh.indexer.v1.WatchIntakeRequest.scope:type_name -> agentmesh.common.v1.Scope
+	22, // 40: agentmesh.indexer.v1.WatchIntakeResponse.event:type_name -> agentmesh.indexer.v1.IntakePhaseEvent
+	8,  // 41: agentmesh.indexer.v1.GetDocumentResponse.document:type_name -> agentmesh.indexer.v1.Document
+	46, // 42: agentmesh.indexer.v1.ListDocumentsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	0,  // 43: agentmesh.indexer.v1.ListDocumentsRequest.source_type:type_name -> agentmesh.indexer.v1.SourceType
+	8,  // 44: agentmesh.indexer.v1.ListDocumentsResponse.documents:type_name -> agentmesh.indexer.v1.Document
+	46, // 45: agentmesh.indexer.v1.DeleteDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
+	46, // 46: agentmesh.indexer.v1.FindDocumentsByExtractRequest.scope:type_name -> agentmesh.common.v1.Scope
+	44, // 47: agentmesh.indexer.v1.FindDocumentsByExtractRequest.field_equals:type_name -> agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
+	8,  // 48: agentmesh.indexer.v1.FindDocumentsByExtractResponse.documents:type_name -> agentmesh.indexer.v1.Document
+	46, // 49: agentmesh.indexer.v1.RebuildIndexesRequest.scope:type_name -> agentmesh.common.v1.Scope
+	8,  // 50: agentmesh.indexer.v1.DocumentIndexed.document:type_name -> agentmesh.indexer.v1.Document
+	5,  // 51: agentmesh.indexer.v1.ExtractorRun.status:type_name -> agentmesh.indexer.v1.ExtractorRunStatus
+	48, // 52: agentmesh.indexer.v1.ExtractorRun.duration:type_name -> google.protobuf.Duration
+	46, // 53: agentmesh.indexer.v1.ExtractionJob.scope:type_name -> agentmesh.common.v1.Scope
+	4,  // 54: agentmesh.indexer.v1.ExtractionJob.status:type_name -> agentmesh.indexer.v1.ExtractionJobStatus
+	38, // 55: agentmesh.indexer.v1.ExtractionJob.extractor_runs:type_name -> agentmesh.indexer.v1.ExtractorRun
+	47, // 56: agentmesh.indexer.v1.ExtractionJob.create_time:type_name -> google.protobuf.Timestamp
+	47, // 57: agentmesh.indexer.v1.ExtractionJob.start_time:type_name -> google.protobuf.Timestamp
+	47, // 58: agentmesh.indexer.v1.ExtractionJob.end_time:type_name -> google.protobuf.Timestamp
+	39, // 59: agentmesh.indexer.v1.ExtractionJobEvent.job:type_name -> agentmesh.indexer.v1.ExtractionJob
+	46, // 60: agentmesh.indexer.v1.GetExtractionJobRequest.scope:type_name -> agentmesh.common.v1.Scope
+	39, // 61: agentmesh.indexer.v1.GetExtractionJobResponse.job:type_name -> agentmesh.indexer.v1.ExtractionJob
+	23, // 62: agentmesh.indexer.v1.DocumentService.IngestDocument:input_type -> agentmesh.indexer.v1.IngestDocumentRequest
+	25, // 63: agentmesh.indexer.v1.DocumentService.GetDocument:input_type -> agentmesh.indexer.v1.GetDocumentRequest
+	29, // 64: agentmesh.indexer.v1.DocumentService.ListDocuments:input_type -> agentmesh.indexer.v1.ListDocumentsRequest
+	31, // 65: agentmesh.indexer.v1.DocumentService.DeleteDocument:input_type -> agentmesh.indexer.v1.DeleteDocumentRequest
+	33, // 66: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:input_type -> agentmesh.indexer.v1.FindDocumentsByExtractRequest
+	35, // 67: agentmesh.indexer.v1.DocumentService.RebuildIndexes:input_type -> agentmesh.indexer.v1.RebuildIndexesRequest
+	41, // 68: agentmesh.indexer.v1.DocumentService.GetExtractionJob:input_type -> agentmesh.indexer.v1.GetExtractionJobRequest
+	26, // 69: agentmesh.indexer.v1.DocumentService.WatchIntake:input_type -> agentmesh.indexer.v1.WatchIntakeRequest
+	24, // 70: agentmesh.indexer.v1.DocumentService.IngestDocument:output_type -> agentmesh.indexer.v1.IngestDocumentResponse
+	28, // 71: agentmesh.indexer.v1.DocumentService.GetDocument:output_type -> agentmesh.indexer.v1.GetDocumentResponse
+	30, // 72: agentmesh.indexer.v1.DocumentService.ListDocuments:output_type -> agentmesh.indexer.v1.ListDocumentsResponse
+	32, // 73: agentmesh.indexer.v1.DocumentService.DeleteDocument:output_type -> agentmesh.indexer.v1.DeleteDocumentResponse
+	34, // 74: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:output_type -> agentmesh.indexer.v1.FindDocumentsByExtractResponse
+	36, // 75: agentmesh.indexer.v1.DocumentService.RebuildIndexes:output_type -> agentmesh.indexer.v1.RebuildIndexesResponse
+	42, // 76: agentmesh.indexer.v1.DocumentService.GetExtractionJob:output_type -> agentmesh.indexer.v1.GetExtractionJobResponse
+	27, // 77: agentmesh.indexer.v1.DocumentService.WatchIntake:output_type -> agentmesh.indexer.v1.WatchIntakeResponse
+	70, // [70:78] is the sub-list for method output_type
+	62, // [62:70] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_indexer_v1_document_proto_init() }
@@ -3720,7 +3867,7 @@ func file_agentmesh_indexer_v1_document_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_indexer_v1_document_proto_rawDesc), len(file_agentmesh_indexer_v1_document_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

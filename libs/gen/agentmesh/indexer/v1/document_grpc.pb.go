@@ -26,6 +26,7 @@ const (
 	DocumentService_FindDocumentsByExtract_FullMethodName = "/agentmesh.indexer.v1.DocumentService/FindDocumentsByExtract"
 	DocumentService_RebuildIndexes_FullMethodName         = "/agentmesh.indexer.v1.DocumentService/RebuildIndexes"
 	DocumentService_GetExtractionJob_FullMethodName       = "/agentmesh.indexer.v1.DocumentService/GetExtractionJob"
+	DocumentService_WatchIntake_FullMethodName            = "/agentmesh.indexer.v1.DocumentService/WatchIntake"
 )
 
 // DocumentServiceClient is the client API for DocumentService service.
@@ -50,6 +51,10 @@ type DocumentServiceClient interface {
 	RebuildIndexes(ctx context.Context, in *RebuildIndexesRequest, opts ...grpc.CallOption) (*RebuildIndexesResponse, error)
 	// GetExtractionJob returns an extraction job with the outcome of each extractor.
 	GetExtractionJob(ctx context.Context, in *GetExtractionJobRequest, opts ...grpc.CallOption) (*GetExtractionJobResponse, error)
+	// WatchIntake streams the intake.* events of a document's current intake
+	// (one per phase, then finished), replaying from after_sequence, and ends
+	// after finished.
+	WatchIntake(ctx context.Context, in *WatchIntakeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchIntakeResponse], error)
 }
 
 type documentServiceClient struct {
@@ -130,6 +135,25 @@ func (c *documentServiceClient) GetExtractionJob(ctx context.Context, in *GetExt
 	return out, nil
 }
 
+func (c *documentServiceClient) WatchIntake(ctx context.Context, in *WatchIntakeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchIntakeResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DocumentService_ServiceDesc.Streams[0], DocumentService_WatchIntake_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchIntakeRequest, WatchIntakeResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DocumentService_WatchIntakeClient = grpc.ServerStreamingClient[WatchIntakeResponse]
+
 // DocumentServiceServer is the server API for DocumentService service.
 // All implementations must embed UnimplementedDocumentServiceServer
 // for forward compatibility.
@@ -152,6 +176,10 @@ type DocumentServiceServer interface {
 	RebuildIndexes(context.Context, *RebuildIndexesRequest) (*RebuildIndexesResponse, error)
 	// GetExtractionJob returns an extraction job with the outcome of each extractor.
 	GetExtractionJob(context.Context, *GetExtractionJobRequest) (*GetExtractionJobResponse, error)
+	// WatchIntake streams the intake.* events of a document's current intake
+	// (one per phase, then finished), replaying from after_sequence, and ends
+	// after finished.
+	WatchIntake(*WatchIntakeRequest, grpc.ServerStreamingServer[WatchIntakeResponse]) error
 	mustEmbedUnimplementedDocumentServiceServer()
 }
 
@@ -182,6 +210,9 @@ func (UnimplementedDocumentServiceServer) RebuildIndexes(context.Context, *Rebui
 }
 func (UnimplementedDocumentServiceServer) GetExtractionJob(context.Context, *GetExtractionJobRequest) (*GetExtractionJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetExtractionJob not implemented")
+}
+func (UnimplementedDocumentServiceServer) WatchIntake(*WatchIntakeRequest, grpc.ServerStreamingServer[WatchIntakeResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchIntake not implemented")
 }
 func (UnimplementedDocumentServiceServer) mustEmbedUnimplementedDocumentServiceServer() {}
 func (UnimplementedDocumentServiceServer) testEmbeddedByValue()                         {}
@@ -330,6 +361,17 @@ func _DocumentService_GetExtractionJob_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DocumentService_WatchIntake_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchIntakeRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(DocumentServiceServer).WatchIntake(m, &grpc.GenericServerStream[WatchIntakeRequest, WatchIntakeResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DocumentService_WatchIntakeServer = grpc.ServerStreamingServer[WatchIntakeResponse]
+
 // DocumentService_ServiceDesc is the grpc.ServiceDesc for DocumentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -366,6 +408,12 @@ var DocumentService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _DocumentService_GetExtractionJob_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchIntake",
+			Handler:       _DocumentService_WatchIntake_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "agentmesh/indexer/v1/document.proto",
 }
