@@ -2,8 +2,10 @@ package grpcx
 
 import (
 	"encoding/base64"
+	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 )
@@ -28,4 +30,28 @@ func DecodePageToken(tok, filterHash string) (*commonv1.PageToken, error) {
 		return nil, InvalidArgument("page_token", "was issued for another scope or filter")
 	}
 	return pt, nil
+}
+
+// CreateTimeRange reads a listing's create_time_from and create_time_to
+// (created at or after from, before to); an unset bound is the zero time.
+// A bound that is not a valid timestamp, or from after to, is
+// InvalidArgument naming the field.
+func CreateTimeRange(from, to *timestamppb.Timestamp) (time.Time, time.Time, error) {
+	var f, t time.Time
+	if from != nil {
+		if err := from.CheckValid(); err != nil {
+			return f, t, InvalidArgument("create_time_from", "is not a valid timestamp")
+		}
+		f = from.AsTime()
+	}
+	if to != nil {
+		if err := to.CheckValid(); err != nil {
+			return f, t, InvalidArgument("create_time_to", "is not a valid timestamp")
+		}
+		t = to.AsTime()
+	}
+	if !f.IsZero() && !t.IsZero() && f.After(t) {
+		return f, t, InvalidArgument("create_time_from", "is after create_time_to")
+	}
+	return f, t, nil
 }

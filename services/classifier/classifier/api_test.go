@@ -3,6 +3,7 @@ package classifier
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -191,4 +192,39 @@ func TestListRuns(t *testing.T) {
 	}
 	_, err = s.client.ListRuns(ctx, &classifierv1.ListRunsRequest{Scope: testScope, State: classifierv1.RunState_RUN_STATE_STOPPED, PageToken: page1.GetNextPageToken()})
 	expectField(t, err, "page_token")
+
+	// A time range: created at or after the second run, before the third.
+	second := page1.GetRuns()[1]
+	if second.GetId() != runIDs[1] {
+		t.Fatalf("page 1 second run %s, want %s", second.GetId(), runIDs[1])
+	}
+	from, to := second.GetCreateTime(), page1.GetRuns()[0].GetCreateTime()
+	ranged, err := s.client.ListRuns(ctx, &classifierv1.ListRunsRequest{Scope: testScope, CreateTimeFrom: from, CreateTimeTo: to})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Runs started in the same millisecond share a time: the expectation
+	// follows the stored times.
+	var want []string
+	for _, r := range append(page1.GetRuns(), page2.GetRuns()...) {
+		if c := r.GetCreateTime().AsTime(); !c.Before(from.AsTime()) && c.Before(to.AsTime()) {
+			want = append(want, r.GetId())
+		}
+	}
+	var got []string
+	for _, r := range ranged.GetRuns() {
+		got = append(got, r.GetId())
+	}
+	if !slices.Equal(got, want) || (from.AsTime().Before(to.AsTime()) && !slices.Contains(got, runIDs[1])) {
+		t.Errorf("runs created in [%v, %v): %v, want %v", from.AsTime(), to.AsTime(), got, want)
+	}
+	since, err := s.client.ListRuns(ctx, &classifierv1.ListRunsRequest{Scope: testScope, CreateTimeFrom: from, PageSize: 1})
+	if err != nil || len(since.GetRuns()) != 1 || since.GetRuns()[0].GetId() != runIDs[2] || since.GetNextPageToken() == "" {
+		t.Fatalf("runs created from the second, page 1: %v, %v", since, err)
+	}
+	// A token is bound to its time range.
+	_, err = s.client.ListRuns(ctx, &classifierv1.ListRunsRequest{Scope: testScope, PageToken: since.GetNextPageToken()})
+	expectField(t, err, "page_token")
+	_, err = s.client.ListRuns(ctx, &classifierv1.ListRunsRequest{Scope: testScope, CreateTimeFrom: to, CreateTimeTo: from})
+	expectField(t, err, "create_time_from")
 }

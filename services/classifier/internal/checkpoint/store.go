@@ -614,6 +614,9 @@ type ListOptions struct {
 	Offset int64
 	// Limit bounds the result.
 	Limit int64
+	// CreatedFrom and CreatedTo, when not zero, keep runs created at or
+	// after CreatedFrom and before CreatedTo.
+	CreatedFrom, CreatedTo time.Time
 }
 
 // List returns the scope's runs, newest first, from both collections. Runs
@@ -623,6 +626,16 @@ func (s *Store) List(ctx context.Context, scope *commonv1.Scope, o ListOptions) 
 	f := bson.D{{Key: "tenant_id", Value: scope.GetTenantId()}, {Key: "project_id", Value: scope.GetProjectId()}}
 	if o.State != "" {
 		f = append(f, bson.E{Key: "state", Value: string(o.State)})
+	}
+	var created bson.D
+	if !o.CreatedFrom.IsZero() {
+		created = append(created, bson.E{Key: "$gte", Value: o.CreatedFrom})
+	}
+	if !o.CreatedTo.IsZero() {
+		created = append(created, bson.E{Key: "$lt", Value: o.CreatedTo})
+	}
+	if len(created) > 0 {
+		f = append(f, bson.E{Key: "create_time", Value: created})
 	}
 	// Each collection gives its first Offset+Limit; the merge keeps the
 	// page. A run being archived may sit in both: the live copy wins.

@@ -17,6 +17,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -203,7 +204,11 @@ func (s *Server) ListRuns(ctx context.Context, req *classifierv1.ListRunsRequest
 	case size > maxPageSize:
 		size = maxPageSize
 	}
-	hash := filterHash(scope, state)
+	from, to, err := grpcx.CreateTimeRange(req.GetCreateTimeFrom(), req.GetCreateTimeTo())
+	if err != nil {
+		return nil, err
+	}
+	hash := filterHash(scope, state, from, to)
 	var offset int64
 	if tok := req.GetPageToken(); tok != "" {
 		pt, err := grpcx.DecodePageToken(tok, hash)
@@ -215,7 +220,9 @@ func (s *Server) ListRuns(ctx context.Context, req *classifierv1.ListRunsRequest
 		}
 		offset = pt.GetOffset()
 	}
-	entries, err := s.checkpoints.List(ctx, scope, checkpoint.ListOptions{State: state, Offset: offset, Limit: size + 1})
+	entries, err := s.checkpoints.List(ctx, scope, checkpoint.ListOptions{
+		State: state, Offset: offset, Limit: size + 1, CreatedFrom: from, CreatedTo: to,
+	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -234,8 +241,10 @@ func (s *Server) ListRuns(ctx context.Context, req *classifierv1.ListRunsRequest
 	return resp, nil
 }
 
-func filterHash(scope *commonv1.Scope, state statemachine.State) string {
-	sum := sha256.Sum256([]byte(scope.GetTenantId() + "\x00" + scope.GetProjectId() + "\x00" + string(state)))
+// filterHash binds a page token to the listing's scope and filter.
+func filterHash(scope *commonv1.Scope, state statemachine.State, from, to time.Time) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%d\x00%d", scope.GetTenantId(), scope.GetProjectId(), state,
+		unixNanoOrZero(from), unixNanoOrZero(to)))
 	return hex.EncodeToString(sum[:8])
 }
 
@@ -412,4 +421,12 @@ func driveStatus(id string, err error) error {
 	// The cause (a database error, say) was logged by the runner; it is
 	// not for the wire.
 	return grpcx.Errorf(codes.Unavailable, ReasonRunInterrupted, "run %s was interrupted by an internal error; resume it to continue from its checkpoint", id)
+}
+
+// unixNanoOrZero is t in Unix nanoseconds, 0 for the zero time.
+func unixNanoOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }

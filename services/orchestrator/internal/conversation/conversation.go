@@ -137,6 +137,15 @@ type ListQuery struct {
 	PageSize int
 	// PageToken continues a previous List.
 	PageToken string
+	// CreatedFrom and CreatedTo, when not zero, keep conversations created
+	// at or after CreatedFrom and before CreatedTo.
+	CreatedFrom, CreatedTo time.Time
+}
+
+// Created reports whether a conversation created at t is in q's time
+// range, with the bounds at the millisecond precision times are stored at.
+func (q ListQuery) Created(t time.Time) bool {
+	return (q.CreatedFrom.IsZero() || !t.Before(Millis(q.CreatedFrom))) && (q.CreatedTo.IsZero() || t.Before(Millis(q.CreatedTo)))
 }
 
 // Store keeps conversations and messages. Implementations are safe for

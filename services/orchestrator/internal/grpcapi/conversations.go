@@ -99,9 +99,13 @@ func (s *Conversations) ListConversations(ctx context.Context, req *orchestrator
 	if err != nil {
 		return nil, err
 	}
-	list, next, err := s.store.List(ctx, scopeOf(scope), conversation.ListQuery{
+	q := conversation.ListQuery{
 		Caller: strings.TrimSpace(req.GetCaller()), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken(),
-	})
+	}
+	if q.CreatedFrom, q.CreatedTo, err = grpcx.CreateTimeRange(req.GetCreateTimeFrom(), req.GetCreateTimeTo()); err != nil {
+		return nil, err
+	}
+	list, next, err := s.store.List(ctx, scopeOf(scope), q)
 	if err != nil {
 		return nil, toStatus(err)
 	}

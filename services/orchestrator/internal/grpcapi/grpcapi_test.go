@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
@@ -206,6 +207,16 @@ func TestValidation(t *testing.T) {
 			_, err := s.convs.ListConversations(ctx, &orchestratorv1.ListConversationsRequest{Scope: scope, PageToken: "abc"})
 			return err
 		}, codes.InvalidArgument, "page_token"},
+		{"time range upside down", func(ctx context.Context) error {
+			_, err := s.convs.ListConversations(ctx, &orchestratorv1.ListConversationsRequest{Scope: scope,
+				CreateTimeFrom: timestamppb.New(time.Unix(2000, 0)), CreateTimeTo: timestamppb.New(time.Unix(1000, 0))})
+			return err
+		}, codes.InvalidArgument, "create_time_from"},
+		{"time out of range", func(ctx context.Context) error {
+			_, err := s.convs.ListConversations(ctx, &orchestratorv1.ListConversationsRequest{Scope: scope,
+				CreateTimeTo: &timestamppb.Timestamp{Seconds: 1 << 62}})
+			return err
+		}, codes.InvalidArgument, "create_time_to"},
 		{"empty message", func(ctx context.Context) error {
 			_, err := s.convs.SendMessage(ctx, &orchestratorv1.SendMessageRequest{Scope: scope, ConversationId: c.GetId(), Content: "  "})
 			return err

@@ -1100,7 +1100,11 @@ type ListRunsRequest struct {
 	// Page size, default 50; larger values are coerced to 500.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only runs created at or after this time.
+	CreateTimeFrom *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time_from,json=createTimeFrom,proto3" json:"create_time_from,omitempty"`
+	// Only runs created before this time.
+	CreateTimeTo  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time_to,json=createTimeTo,proto3" json:"create_time_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1161,6 +1165,20 @@ func (x *ListRunsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListRunsRequest) GetCreateTimeFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTimeFrom
+	}
+	return nil
+}
+
+func (x *ListRunsRequest) GetCreateTimeTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTimeTo
+	}
+	return nil
 }
 
 // ListRunsResponse is one page.
@@ -1611,13 +1629,15 @@ const file_agentmesh_classifier_v1_classifier_proto_rawDesc = "" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\"\n" +
 	"\x06run_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05runId\"@\n" +
 	"\x0eGetRunResponse\x12.\n" +
-	"\x03run\x18\x01 \x01(\v2\x1c.agentmesh.classifier.v1.RunR\x03run\"\xd5\x01\n" +
+	"\x03run\x18\x01 \x01(\v2\x1c.agentmesh.classifier.v1.RunR\x03run\"\xdd\x02\n" +
 	"\x0fListRunsRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12A\n" +
 	"\x05state\x18\x02 \x01(\x0e2!.agentmesh.classifier.v1.RunStateB\b\xbaH\x05\x82\x01\x02\x10\x01R\x05state\x12$\n" +
 	"\tpage_size\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"l\n" +
+	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\x12D\n" +
+	"\x10create_time_from\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0ecreateTimeFrom\x12@\n" +
+	"\x0ecreate_time_to\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fcreateTimeTo\"l\n" +
 	"\x10ListRunsResponse\x120\n" +
 	"\x04runs\x18\x01 \x03(\v2\x1c.agentmesh.classifier.v1.RunR\x04runs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"j\n" +
@@ -1738,30 +1758,32 @@ var file_agentmesh_classifier_v1_classifier_proto_depIdxs = []int32{
 	5,  // 18: agentmesh.classifier.v1.GetRunResponse.run:type_name -> agentmesh.classifier.v1.Run
 	23, // 19: agentmesh.classifier.v1.ListRunsRequest.scope:type_name -> agentmesh.common.v1.Scope
 	0,  // 20: agentmesh.classifier.v1.ListRunsRequest.state:type_name -> agentmesh.classifier.v1.RunState
-	5,  // 21: agentmesh.classifier.v1.ListRunsResponse.runs:type_name -> agentmesh.classifier.v1.Run
-	24, // 22: agentmesh.classifier.v1.ConversationTurn.time:type_name -> google.protobuf.Timestamp
-	17, // 23: agentmesh.classifier.v1.CustomerConversation.messages:type_name -> agentmesh.classifier.v1.ConversationTurn
-	22, // 24: agentmesh.classifier.v1.CustomerConversation.metadata:type_name -> google.protobuf.Struct
-	23, // 25: agentmesh.classifier.v1.ImportConversationsRequest.scope:type_name -> agentmesh.common.v1.Scope
-	18, // 26: agentmesh.classifier.v1.ImportConversationsRequest.conversations:type_name -> agentmesh.classifier.v1.CustomerConversation
-	20, // 27: agentmesh.classifier.v1.ImportConversationsResponse.rejected:type_name -> agentmesh.classifier.v1.RejectedLine
-	7,  // 28: agentmesh.classifier.v1.ClassifierService.StartRun:input_type -> agentmesh.classifier.v1.StartRunRequest
-	9,  // 29: agentmesh.classifier.v1.ClassifierService.ResumeRun:input_type -> agentmesh.classifier.v1.ResumeRunRequest
-	11, // 30: agentmesh.classifier.v1.ClassifierService.SendCommand:input_type -> agentmesh.classifier.v1.SendCommandRequest
-	13, // 31: agentmesh.classifier.v1.ClassifierService.GetRun:input_type -> agentmesh.classifier.v1.GetRunRequest
-	15, // 32: agentmesh.classifier.v1.ClassifierService.ListRuns:input_type -> agentmesh.classifier.v1.ListRunsRequest
-	19, // 33: agentmesh.classifier.v1.ClassifierService.ImportConversations:input_type -> agentmesh.classifier.v1.ImportConversationsRequest
-	8,  // 34: agentmesh.classifier.v1.ClassifierService.StartRun:output_type -> agentmesh.classifier.v1.StartRunResponse
-	10, // 35: agentmesh.classifier.v1.ClassifierService.ResumeRun:output_type -> agentmesh.classifier.v1.ResumeRunResponse
-	12, // 36: agentmesh.classifier.v1.ClassifierService.SendCommand:output_type -> agentmesh.classifier.v1.SendCommandResponse
-	14, // 37: agentmesh.classifier.v1.ClassifierService.GetRun:output_type -> agentmesh.classifier.v1.GetRunResponse
-	16, // 38: agentmesh.classifier.v1.ClassifierService.ListRuns:output_type -> agentmesh.classifier.v1.ListRunsResponse
-	21, // 39: agentmesh.classifier.v1.ClassifierService.ImportConversations:output_type -> agentmesh.classifier.v1.ImportConversationsResponse
-	34, // [34:40] is the sub-list for method output_type
-	28, // [28:34] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	24, // 21: agentmesh.classifier.v1.ListRunsRequest.create_time_from:type_name -> google.protobuf.Timestamp
+	24, // 22: agentmesh.classifier.v1.ListRunsRequest.create_time_to:type_name -> google.protobuf.Timestamp
+	5,  // 23: agentmesh.classifier.v1.ListRunsResponse.runs:type_name -> agentmesh.classifier.v1.Run
+	24, // 24: agentmesh.classifier.v1.ConversationTurn.time:type_name -> google.protobuf.Timestamp
+	17, // 25: agentmesh.classifier.v1.CustomerConversation.messages:type_name -> agentmesh.classifier.v1.ConversationTurn
+	22, // 26: agentmesh.classifier.v1.CustomerConversation.metadata:type_name -> google.protobuf.Struct
+	23, // 27: agentmesh.classifier.v1.ImportConversationsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	18, // 28: agentmesh.classifier.v1.ImportConversationsRequest.conversations:type_name -> agentmesh.classifier.v1.CustomerConversation
+	20, // 29: agentmesh.classifier.v1.ImportConversationsResponse.rejected:type_name -> agentmesh.classifier.v1.RejectedLine
+	7,  // 30: agentmesh.classifier.v1.ClassifierService.StartRun:input_type -> agentmesh.classifier.v1.StartRunRequest
+	9,  // 31: agentmesh.classifier.v1.ClassifierService.ResumeRun:input_type -> agentmesh.classifier.v1.ResumeRunRequest
+	11, // 32: agentmesh.classifier.v1.ClassifierService.SendCommand:input_type -> agentmesh.classifier.v1.SendCommandRequest
+	13, // 33: agentmesh.classifier.v1.ClassifierService.GetRun:input_type -> agentmesh.classifier.v1.GetRunRequest
+	15, // 34: agentmesh.classifier.v1.ClassifierService.ListRuns:input_type -> agentmesh.classifier.v1.ListRunsRequest
+	19, // 35: agentmesh.classifier.v1.ClassifierService.ImportConversations:input_type -> agentmesh.classifier.v1.ImportConversationsRequest
+	8,  // 36: agentmesh.classifier.v1.ClassifierService.StartRun:output_type -> agentmesh.classifier.v1.StartRunResponse
+	10, // 37: agentmesh.classifier.v1.ClassifierService.ResumeRun:output_type -> agentmesh.classifier.v1.ResumeRunResponse
+	12, // 38: agentmesh.classifier.v1.ClassifierService.SendCommand:output_type -> agentmesh.classifier.v1.SendCommandResponse
+	14, // 39: agentmesh.classifier.v1.ClassifierService.GetRun:output_type -> agentmesh.classifier.v1.GetRunResponse
+	16, // 40: agentmesh.classifier.v1.ClassifierService.ListRuns:output_type -> agentmesh.classifier.v1.ListRunsResponse
+	21, // 41: agentmesh.classifier.v1.ClassifierService.ImportConversations:output_type -> agentmesh.classifier.v1.ImportConversationsResponse
+	36, // [36:42] is the sub-list for method output_type
+	30, // [30:36] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_classifier_v1_classifier_proto_init() }

@@ -620,7 +620,11 @@ type ListConversationsRequest struct {
 	// Page size, default 50; larger values are coerced to 500.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only conversations created at or after this time.
+	CreateTimeFrom *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time_from,json=createTimeFrom,proto3" json:"create_time_from,omitempty"`
+	// Only conversations created before this time.
+	CreateTimeTo  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time_to,json=createTimeTo,proto3" json:"create_time_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -681,6 +685,20 @@ func (x *ListConversationsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListConversationsRequest) GetCreateTimeFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTimeFrom
+	}
+	return nil
+}
+
+func (x *ListConversationsRequest) GetCreateTimeTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTimeTo
+	}
+	return nil
 }
 
 // ListConversationsResponse is one page.
@@ -2293,13 +2311,15 @@ const file_agentmesh_orchestrator_v1_conversation_proto_rawDesc = "" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x124\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x0econversationId\"f\n" +
 	"\x17GetConversationResponse\x12K\n" +
-	"\fconversation\x18\x01 \x01(\v2'.agentmesh.orchestrator.v1.ConversationR\fconversation\"\xbd\x01\n" +
+	"\fconversation\x18\x01 \x01(\v2'.agentmesh.orchestrator.v1.ConversationR\fconversation\"\xc5\x02\n" +
 	"\x18ListConversationsRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12 \n" +
 	"\x06caller\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x06caller\x12$\n" +
 	"\tpage_size\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"\x92\x01\n" +
+	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\x12D\n" +
+	"\x10create_time_from\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0ecreateTimeFrom\x12@\n" +
+	"\x0ecreate_time_to\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fcreateTimeTo\"\x92\x01\n" +
 	"\x19ListConversationsResponse\x12M\n" +
 	"\rconversations\x18\x01 \x03(\v2'.agentmesh.orchestrator.v1.ConversationR\rconversations\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x83\x01\n" +
@@ -2486,52 +2506,54 @@ var file_agentmesh_orchestrator_v1_conversation_proto_depIdxs = []int32{
 	32, // 8: agentmesh.orchestrator.v1.GetConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
 	3,  // 9: agentmesh.orchestrator.v1.GetConversationResponse.conversation:type_name -> agentmesh.orchestrator.v1.Conversation
 	32, // 10: agentmesh.orchestrator.v1.ListConversationsRequest.scope:type_name -> agentmesh.common.v1.Scope
-	3,  // 11: agentmesh.orchestrator.v1.ListConversationsResponse.conversations:type_name -> agentmesh.orchestrator.v1.Conversation
-	32, // 12: agentmesh.orchestrator.v1.DeleteConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
-	32, // 13: agentmesh.orchestrator.v1.StreamMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
-	17, // 14: agentmesh.orchestrator.v1.StreamMessageResponse.response_chunk:type_name -> agentmesh.orchestrator.v1.ResponseChunk
-	18, // 15: agentmesh.orchestrator.v1.StreamMessageResponse.reasoning_chunk:type_name -> agentmesh.orchestrator.v1.ReasoningChunk
-	19, // 16: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_start:type_name -> agentmesh.orchestrator.v1.ToolCallStart
-	20, // 17: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_result:type_name -> agentmesh.orchestrator.v1.ToolCallResult
-	21, // 18: agentmesh.orchestrator.v1.StreamMessageResponse.status_update:type_name -> agentmesh.orchestrator.v1.StatusUpdate
-	23, // 19: agentmesh.orchestrator.v1.StreamMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
-	24, // 20: agentmesh.orchestrator.v1.StreamMessageResponse.error:type_name -> agentmesh.orchestrator.v1.ErrorEvent
-	14, // 21: agentmesh.orchestrator.v1.StreamMessageResponse.turn_started:type_name -> agentmesh.orchestrator.v1.TurnStarted
-	32, // 22: agentmesh.orchestrator.v1.WatchTurnRequest.scope:type_name -> agentmesh.common.v1.Scope
-	13, // 23: agentmesh.orchestrator.v1.WatchTurnResponse.event:type_name -> agentmesh.orchestrator.v1.StreamMessageResponse
-	33, // 24: agentmesh.orchestrator.v1.ToolCallResult.duration:type_name -> google.protobuf.Duration
-	22, // 25: agentmesh.orchestrator.v1.StatusUpdate.passages:type_name -> agentmesh.orchestrator.v1.RetrievedPassage
-	33, // 26: agentmesh.orchestrator.v1.Completed.duration:type_name -> google.protobuf.Duration
-	32, // 27: agentmesh.orchestrator.v1.SendMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
-	1,  // 28: agentmesh.orchestrator.v1.SendMessageResponse.message:type_name -> agentmesh.orchestrator.v1.ConversationMessage
-	23, // 29: agentmesh.orchestrator.v1.SendMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
-	32, // 30: agentmesh.orchestrator.v1.ListToolsRequest.scope:type_name -> agentmesh.common.v1.Scope
-	0,  // 31: agentmesh.orchestrator.v1.McpServerStatus.state:type_name -> agentmesh.orchestrator.v1.McpServerState
-	31, // 32: agentmesh.orchestrator.v1.McpServerStatus.error_time:type_name -> google.protobuf.Timestamp
-	31, // 33: agentmesh.orchestrator.v1.McpServerStatus.connect_time:type_name -> google.protobuf.Timestamp
-	28, // 34: agentmesh.orchestrator.v1.ListToolsResponse.tools:type_name -> agentmesh.orchestrator.v1.ToolDefinition
-	29, // 35: agentmesh.orchestrator.v1.ListToolsResponse.mcp_servers:type_name -> agentmesh.orchestrator.v1.McpServerStatus
-	4,  // 36: agentmesh.orchestrator.v1.ConversationService.CreateConversation:input_type -> agentmesh.orchestrator.v1.CreateConversationRequest
-	6,  // 37: agentmesh.orchestrator.v1.ConversationService.GetConversation:input_type -> agentmesh.orchestrator.v1.GetConversationRequest
-	8,  // 38: agentmesh.orchestrator.v1.ConversationService.ListConversations:input_type -> agentmesh.orchestrator.v1.ListConversationsRequest
-	10, // 39: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:input_type -> agentmesh.orchestrator.v1.DeleteConversationRequest
-	12, // 40: agentmesh.orchestrator.v1.ConversationService.StreamMessage:input_type -> agentmesh.orchestrator.v1.StreamMessageRequest
-	25, // 41: agentmesh.orchestrator.v1.ConversationService.SendMessage:input_type -> agentmesh.orchestrator.v1.SendMessageRequest
-	15, // 42: agentmesh.orchestrator.v1.ConversationService.WatchTurn:input_type -> agentmesh.orchestrator.v1.WatchTurnRequest
-	27, // 43: agentmesh.orchestrator.v1.ToolService.ListTools:input_type -> agentmesh.orchestrator.v1.ListToolsRequest
-	5,  // 44: agentmesh.orchestrator.v1.ConversationService.CreateConversation:output_type -> agentmesh.orchestrator.v1.CreateConversationResponse
-	7,  // 45: agentmesh.orchestrator.v1.ConversationService.GetConversation:output_type -> agentmesh.orchestrator.v1.GetConversationResponse
-	9,  // 46: agentmesh.orchestrator.v1.ConversationService.ListConversations:output_type -> agentmesh.orchestrator.v1.ListConversationsResponse
-	11, // 47: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:output_type -> agentmesh.orchestrator.v1.DeleteConversationResponse
-	13, // 48: agentmesh.orchestrator.v1.ConversationService.StreamMessage:output_type -> agentmesh.orchestrator.v1.StreamMessageResponse
-	26, // 49: agentmesh.orchestrator.v1.ConversationService.SendMessage:output_type -> agentmesh.orchestrator.v1.SendMessageResponse
-	16, // 50: agentmesh.orchestrator.v1.ConversationService.WatchTurn:output_type -> agentmesh.orchestrator.v1.WatchTurnResponse
-	30, // 51: agentmesh.orchestrator.v1.ToolService.ListTools:output_type -> agentmesh.orchestrator.v1.ListToolsResponse
-	44, // [44:52] is the sub-list for method output_type
-	36, // [36:44] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	31, // 11: agentmesh.orchestrator.v1.ListConversationsRequest.create_time_from:type_name -> google.protobuf.Timestamp
+	31, // 12: agentmesh.orchestrator.v1.ListConversationsRequest.create_time_to:type_name -> google.protobuf.Timestamp
+	3,  // 13: agentmesh.orchestrator.v1.ListConversationsResponse.conversations:type_name -> agentmesh.orchestrator.v1.Conversation
+	32, // 14: agentmesh.orchestrator.v1.DeleteConversationRequest.scope:type_name -> agentmesh.common.v1.Scope
+	32, // 15: agentmesh.orchestrator.v1.StreamMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
+	17, // 16: agentmesh.orchestrator.v1.StreamMessageResponse.response_chunk:type_name -> agentmesh.orchestrator.v1.ResponseChunk
+	18, // 17: agentmesh.orchestrator.v1.StreamMessageResponse.reasoning_chunk:type_name -> agentmesh.orchestrator.v1.ReasoningChunk
+	19, // 18: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_start:type_name -> agentmesh.orchestrator.v1.ToolCallStart
+	20, // 19: agentmesh.orchestrator.v1.StreamMessageResponse.tool_call_result:type_name -> agentmesh.orchestrator.v1.ToolCallResult
+	21, // 20: agentmesh.orchestrator.v1.StreamMessageResponse.status_update:type_name -> agentmesh.orchestrator.v1.StatusUpdate
+	23, // 21: agentmesh.orchestrator.v1.StreamMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
+	24, // 22: agentmesh.orchestrator.v1.StreamMessageResponse.error:type_name -> agentmesh.orchestrator.v1.ErrorEvent
+	14, // 23: agentmesh.orchestrator.v1.StreamMessageResponse.turn_started:type_name -> agentmesh.orchestrator.v1.TurnStarted
+	32, // 24: agentmesh.orchestrator.v1.WatchTurnRequest.scope:type_name -> agentmesh.common.v1.Scope
+	13, // 25: agentmesh.orchestrator.v1.WatchTurnResponse.event:type_name -> agentmesh.orchestrator.v1.StreamMessageResponse
+	33, // 26: agentmesh.orchestrator.v1.ToolCallResult.duration:type_name -> google.protobuf.Duration
+	22, // 27: agentmesh.orchestrator.v1.StatusUpdate.passages:type_name -> agentmesh.orchestrator.v1.RetrievedPassage
+	33, // 28: agentmesh.orchestrator.v1.Completed.duration:type_name -> google.protobuf.Duration
+	32, // 29: agentmesh.orchestrator.v1.SendMessageRequest.scope:type_name -> agentmesh.common.v1.Scope
+	1,  // 30: agentmesh.orchestrator.v1.SendMessageResponse.message:type_name -> agentmesh.orchestrator.v1.ConversationMessage
+	23, // 31: agentmesh.orchestrator.v1.SendMessageResponse.completed:type_name -> agentmesh.orchestrator.v1.Completed
+	32, // 32: agentmesh.orchestrator.v1.ListToolsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	0,  // 33: agentmesh.orchestrator.v1.McpServerStatus.state:type_name -> agentmesh.orchestrator.v1.McpServerState
+	31, // 34: agentmesh.orchestrator.v1.McpServerStatus.error_time:type_name -> google.protobuf.Timestamp
+	31, // 35: agentmesh.orchestrator.v1.McpServerStatus.connect_time:type_name -> google.protobuf.Timestamp
+	28, // 36: agentmesh.orchestrator.v1.ListToolsResponse.tools:type_name -> agentmesh.orchestrator.v1.ToolDefinition
+	29, // 37: agentmesh.orchestrator.v1.ListToolsResponse.mcp_servers:type_name -> agentmesh.orchestrator.v1.McpServerStatus
+	4,  // 38: agentmesh.orchestrator.v1.ConversationService.CreateConversation:input_type -> agentmesh.orchestrator.v1.CreateConversationRequest
+	6,  // 39: agentmesh.orchestrator.v1.ConversationService.GetConversation:input_type -> agentmesh.orchestrator.v1.GetConversationRequest
+	8,  // 40: agentmesh.orchestrator.v1.ConversationService.ListConversations:input_type -> agentmesh.orchestrator.v1.ListConversationsRequest
+	10, // 41: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:input_type -> agentmesh.orchestrator.v1.DeleteConversationRequest
+	12, // 42: agentmesh.orchestrator.v1.ConversationService.StreamMessage:input_type -> agentmesh.orchestrator.v1.StreamMessageRequest
+	25, // 43: agentmesh.orchestrator.v1.ConversationService.SendMessage:input_type -> agentmesh.orchestrator.v1.SendMessageRequest
+	15, // 44: agentmesh.orchestrator.v1.ConversationService.WatchTurn:input_type -> agentmesh.orchestrator.v1.WatchTurnRequest
+	27, // 45: agentmesh.orchestrator.v1.ToolService.ListTools:input_type -> agentmesh.orchestrator.v1.ListToolsRequest
+	5,  // 46: agentmesh.orchestrator.v1.ConversationService.CreateConversation:output_type -> agentmesh.orchestrator.v1.CreateConversationResponse
+	7,  // 47: agentmesh.orchestrator.v1.ConversationService.GetConversation:output_type -> agentmesh.orchestrator.v1.GetConversationResponse
+	9,  // 48: agentmesh.orchestrator.v1.ConversationService.ListConversations:output_type -> agentmesh.orchestrator.v1.ListConversationsResponse
+	11, // 49: agentmesh.orchestrator.v1.ConversationService.DeleteConversation:output_type -> agentmesh.orchestrator.v1.DeleteConversationResponse
+	13, // 50: agentmesh.orchestrator.v1.ConversationService.StreamMessage:output_type -> agentmesh.orchestrator.v1.StreamMessageResponse
+	26, // 51: agentmesh.orchestrator.v1.ConversationService.SendMessage:output_type -> agentmesh.orchestrator.v1.SendMessageResponse
+	16, // 52: agentmesh.orchestrator.v1.ConversationService.WatchTurn:output_type -> agentmesh.orchestrator.v1.WatchTurnResponse
+	30, // 53: agentmesh.orchestrator.v1.ToolService.ListTools:output_type -> agentmesh.orchestrator.v1.ListToolsResponse
+	46, // [46:54] is the sub-list for method output_type
+	38, // [38:46] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_orchestrator_v1_conversation_proto_init() }

@@ -86,14 +86,8 @@ func (s *Server) ListJobs(ctx context.Context, req *orchestratorv1.ListJobsReque
 		Status: analysis.StatusFromProto(req.GetStatus()), Type: analysis.TypeFromProto(req.GetType()),
 		ParentID: req.GetParentId(), Limit: size,
 	}
-	if t := req.GetCreateTimeFrom(); t != nil {
-		q.From = t.AsTime()
-	}
-	if t := req.GetCreateTimeTo(); t != nil {
-		q.To = t.AsTime()
-	}
-	if !q.From.IsZero() && !q.To.IsZero() && q.From.After(q.To) {
-		return nil, grpcx.InvalidArgument("create_time_from", "is after create_time_to")
+	if q.From, q.To, err = grpcx.CreateTimeRange(req.GetCreateTimeFrom(), req.GetCreateTimeTo()); err != nil {
+		return nil, err
 	}
 	hash := filterHash(req)
 	if req.GetPageToken() != "" {

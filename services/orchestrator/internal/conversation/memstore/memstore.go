@@ -83,7 +83,7 @@ func (s *Store) List(_ context.Context, scope conversation.Scope, q conversation
 	var all []*conversation.Conversation
 	for _, e := range s.convs {
 		c := e.conv
-		if c.Scope != scope || (q.Caller != "" && c.Caller != q.Caller) || !cur.Before(c.CreateTime, c.ID) {
+		if c.Scope != scope || (q.Caller != "" && c.Caller != q.Caller) || !cur.Before(c.CreateTime, c.ID) || !q.Created(c.CreateTime) {
 			continue
 		}
 		all = append(all, &c)

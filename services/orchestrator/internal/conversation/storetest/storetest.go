@@ -146,6 +146,30 @@ func testList(t *testing.T, open func() conversation.Store) {
 		t.Errorf("List(all callers, second page) = %d conversations, next %q, %v; want c0 alone", len(last), next, err)
 	}
 
+	// A time range: from inclusive, to exclusive, with paging inside it.
+	var ranged []string
+	token = ""
+	for {
+		page, next, err := s.List(ctx, scopeA, conversation.ListQuery{
+			PageSize: 2, PageToken: token, CreatedFrom: t0.Add(2 * time.Second), CreatedTo: t0.Add(6 * time.Second),
+		})
+		if err != nil {
+			t.Fatalf("List(time range): %v", err)
+		}
+		for _, c := range page {
+			ranged = append(ranged, c.ID)
+		}
+		if token = next; token == "" || len(ranged) > 10 {
+			break
+		}
+	}
+	if fmt.Sprint(ranged) != "[c5 c4 c3 c2]" {
+		t.Errorf("List(created in [t0+2s, t0+6s)) = %v, want [c5 c4 c3 c2]", ranged)
+	}
+	if since, _, err := s.List(ctx, scopeA, conversation.ListQuery{CreatedFrom: t0.Add(time.Minute)}); err != nil || len(since) != 1 || since[0].ID != "b1" {
+		t.Errorf("List(created from t0+1m) = %v, %v; want b1 alone", since, err)
+	}
+
 	_, tok, err := s.List(ctx, scopeA, conversation.ListQuery{Caller: "alice", PageSize: 1})
 	if err != nil || tok == "" {
 		t.Fatalf("List(page size 1): token %q, err %v", tok, err)
