@@ -125,6 +125,20 @@ expect((await page.textContent("#documentView h3")) === "Runbook", "documents: t
 expect(!rawJSON.test(await page.textContent("#documentView")), "documents: no raw JSON in the document view");
 await shot("documents");
 
+// A chat turn shows the passages its search gave the model, each linked to
+// its document; the conversation list filters by creation time.
+await page.click("a[data-tab=conversations]");
+await page.fill("#chatInput", "When should the ingest worker be restarted?");
+await page.click("#chatForm button");
+await page.waitForSelector(`#transcript .passage a[href$="/${doc}"]`, { timeout: 20000 });
+expect((await page.locator("#transcript .passage", { hasText: "Runbook" }).last().textContent()).includes("queue stalls"),
+  "chat: the turn's retrieved passage shown with its text, linked to its document");
+await page.waitForFunction(() => document.querySelector("#transcript").textContent.includes("done:"), null, { timeout: 20000 });
+await page.selectOption("#conversationSinceFilter", "3600");
+await page.waitForSelector("#conversationList tbody tr[data-id]");
+expect(true, "chat: the last hour's conversations listed through the time filter");
+await shot("chat-passages");
+
 // ---- classification
 await page.click("a[data-tab=runs]");
 await page.fill("#instruction", "Classify chat conversations");
