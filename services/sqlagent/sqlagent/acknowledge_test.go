@@ -133,9 +133,9 @@ func TestOkayIsNotAJobName(t *testing.T) {
 }
 
 // TestBadInputLeavesTheSessionUnchanged: a selection the stage did not
-// offer (one of another stage, or none at all), SQL over 64 KiB and an
-// unknown connection are refused as InvalidArgument naming the field, and
-// the session is as it was.
+// offer (one of another stage, or none at all) and SQL over 64 KiB are
+// refused as InvalidArgument naming the field, and the session is as it
+// was; an unknown connection is NotFound naming the field.
 func TestBadInputLeavesTheSessionUnchanged(t *testing.T) {
 	t.Parallel()
 	dbPath := chinookCopy(t)
@@ -143,7 +143,7 @@ func TestBadInputLeavesTheSessionUnchanged(t *testing.T) {
 	c := startAgent(t, modelAddr, "music=sqlite:"+dbPath, nil)
 	ctx := ctxTimeout(t)
 	_, err := c.CreateSession(ctx, &sqlagentv1.CreateSessionRequest{Scope: scopeA, Connection: "oracle_10"})
-	wantInvalid(t, err, "connection")
+	wantNotFound(t, err, "connection")
 	created, err := c.CreateSession(ctx, &sqlagentv1.CreateSessionRequest{Scope: scopeA, Connection: "music"})
 	if err != nil {
 		t.Fatal(err)

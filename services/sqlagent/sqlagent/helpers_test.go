@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,7 +135,13 @@ var scopeA = &commonv1.Scope{TenantId: "acme", ProjectId: "music"}
 // send sends text (or, with a "sel:" prefix, a selection) and fails the test on error.
 func send(t *testing.T, c sqlagentv1.SqlAgentServiceClient, id, text string) *sqlagentv1.SendInputResponse {
 	t.Helper()
-	req := &sqlagentv1.SendInputRequest{Scope: scopeA, SessionId: id, Text: text}
+	return sendScoped(t, c, scopeA, id, text)
+}
+
+// sendScoped is send in scope.
+func sendScoped(t *testing.T, c sqlagentv1.SqlAgentServiceClient, scope *commonv1.Scope, id, text string) *sqlagentv1.SendInputResponse {
+	t.Helper()
+	req := &sqlagentv1.SendInputRequest{Scope: scope, SessionId: id, Text: text}
 	if sel, ok := cutPrefix(text, "sel:"); ok {
 		req.Text, req.Selection = "", sel
 	}
@@ -169,6 +176,15 @@ func wantInvalid(t *testing.T, err error, field string) {
 	}
 	if msg := st.Message(); len(msg) < len(field) || msg[:len(field)] != field {
 		t.Fatalf("error %q does not name field %q", msg, field)
+	}
+}
+
+// wantNotFound fails unless err is NotFound naming field.
+func wantNotFound(t *testing.T, err error, field string) {
+	t.Helper()
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.NotFound || !strings.HasPrefix(st.Message(), field+": ") {
+		t.Fatalf("error = %v, want NotFound naming %q", err, field)
 	}
 }
 

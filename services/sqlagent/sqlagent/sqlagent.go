@@ -35,6 +35,8 @@ type Config struct {
 	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`
 	// Connections lists the databases users may query.
 	Connections string `env:"SQLAGENT_CONNECTIONS" secret:"true" help:"databases, separated by ';' or newlines, each name=driver:dsn with driver sqlite (file path or file: URI), postgres (URL or key=value DSN) or mysql for MariaDB and MySQL (user:password@tcp(host:port)/database); a postgres or mysql connection may add name[read]=driver:dsn for a least-privilege role or user that runs every read (results are written through name=; with only name[read]= the connection takes no writes). A PostgreSQL read role needs TEMPORARY on the database and a primary (not a standby) for the server-side check; a warning is logged at start when it is a superuser or a member of pg_write_server_files, pg_read_server_files, pg_signal_backend or pg_execute_server_program. A MySQL read user needs SELECT, SHOW VIEW for views, and EXECUTE and SELECT on mysql.proc for stored functions (their bodies are checked); a warning is logged at start when it holds FILE, SUPER or a privilege that writes"`
+	// ConnectionTenants scopes connections to tenants.
+	ConnectionTenants string `env:"SQLAGENT_CONNECTION_TENANTS" help:"which tenants may use which connection: entries separated by ';' or newlines, each name=tenant,tenant (tenant ids matched exactly) or name=* for all tenants. Empty: every connection serves every tenant (single-tenant installs). Set: every connection of SQLAGENT_CONNECTIONS must be listed, or the start fails naming it, so none is shared by omission (the sample connection is shared unless listed); another tenant's connection is not listed, offered or usable, and naming it is NotFound exactly as an unknown name"`
 	// SampleDB is where to keep the sample database; empty: none.
 	SampleDB string `env:"SQLAGENT_SAMPLE_DB" help:"create a small sample SQLite database (a shop: customers, products, orders, order_items) at this path if missing and offer it as connection 'sample' (agentmesh up sets it); empty: none"`
 	// PromptLogging keeps the model prompts and answers of each session.
@@ -68,13 +70,21 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		closeListener(rt)
 		return fmt.Errorf("SQLAGENT_CONNECTIONS: %w", err)
 	}
+	var ours []string // connections this service made, not the operator
 	if cfg.SampleDB != "" && !hasConnection(specs, connections.SampleName) {
+		ours = append(ours, connections.SampleName)
 		sample, err := connections.CreateSample(cfg.SampleDB)
 		if err != nil {
 			closeListener(rt)
 			return fmt.Errorf("SQLAGENT_SAMPLE_DB: %w", err)
 		}
 		specs = append(specs, sample)
+	}
+	// The sample made here holds demo data only: shared unless the list
+	// scopes it. An operator's own connection named "sample" is not.
+	if specs, err = connections.ScopeTenants(specs, cfg.ConnectionTenants, ours...); err != nil {
+		closeListener(rt)
+		return fmt.Errorf("SQLAGENT_CONNECTION_TENANTS: %w", err)
 	}
 	if cfg.RowLimit <= 0 {
 		closeListener(rt)

@@ -320,7 +320,7 @@ func TestBadInputAndListConnections(t *testing.T) {
 	_, err = c.CreateSession(ctx, &sqlagentv1.CreateSessionRequest{})
 	wantInvalid(t, err, "scope.tenant_id")
 	_, err = c.CreateSession(ctx, &sqlagentv1.CreateSessionRequest{Scope: scopeA, Connection: "nope"})
-	wantInvalid(t, err, "connection")
+	wantNotFound(t, err, "connection")
 	_, err = c.GetSession(ctx, &sqlagentv1.GetSessionRequest{Scope: scopeA})
 	wantInvalid(t, err, "session_id")
 	_, err = c.SendInput(ctx, &sqlagentv1.SendInputRequest{Scope: scopeA, Text: "hi"})

@@ -91,6 +91,9 @@ type Spec struct {
 	// or user that may only read (see AuditReadRoles); empty: reads use
 	// DSN. It is a secret.
 	ReadDSN string
+	// Tenants are the tenants that may use the connection; nil: all
+	// (ScopeTenants).
+	Tenants []string
 }
 
 // readDSN is the DSN reads use.
@@ -116,6 +119,7 @@ func Parse(list string) ([]Spec, error) {
 	var out []Spec
 	index := map[string]int{}
 	writeSeen, readSeen := map[string]bool{}, map[string]bool{}
+	folded := map[string]string{} // lower-cased name → name
 	entries := strings.FieldsFunc(list, func(r rune) bool { return r == ';' || r == '\n' })
 	for i, e := range entries {
 		e = strings.TrimSpace(e)
@@ -128,6 +132,11 @@ func Parse(list string) ([]Spec, error) {
 		if !ok || !nameRE.MatchString(name) {
 			return nil, fmt.Errorf("connection %d: want name=driver:dsn (or name[read]=driver:dsn) with a name of letters, digits, '_', '-' or '.'", i+1)
 		}
+		if other, ok := folded[strings.ToLower(name)]; ok && other != name {
+			// A typed name matches a connection whatever its case.
+			return nil, fmt.Errorf("connection %q: differs from %q only in case", name, other)
+		}
+		folded[strings.ToLower(name)] = name
 		driver, dsn, ok := strings.Cut(rest, ":")
 		if !ok || strings.TrimSpace(dsn) == "" {
 			return nil, fmt.Errorf("connection %q: want name=driver:dsn", name)
@@ -481,4 +490,49 @@ func (r *Registry) Writable(name string) (bool, error) {
 		return false, err
 	}
 	return c.spec.DSN != "", nil
+}
+
+// Tables lists the base tables (not views) of schema on the named
+// connection, sorted, as its write DSN sees them when it has one (a
+// table is written through it): the tables a result may replace or
+// refill. An empty schema is the current one (CurrentSchema).
+func (r *Registry) Tables(ctx context.Context, name, schema string) ([]string, error) {
+	c, err := r.get(name)
+	if err != nil {
+		return nil, err
+	}
+	db := c.read
+	if c.spec.DSN != "" && c.spec.Dialect != SQLite {
+		if db, err = c.writePool(); err != nil {
+			return nil, err
+		}
+	}
+	var rows *sql.Rows
+	switch c.spec.Dialect {
+	case Postgres:
+		rows, err = db.QueryContext(ctx, `SELECT table_name FROM information_schema.tables
+			WHERE table_schema = coalesce(nullif($1, ''), current_schema()) AND table_type = 'BASE TABLE' ORDER BY table_name`, schema)
+	case MySQL:
+		rows, err = db.QueryContext(ctx, `SELECT TABLE_NAME FROM information_schema.TABLES
+			WHERE TABLE_SCHEMA = coalesce(nullif(?, ''), DATABASE()) AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME`, schema)
+	default:
+		if schema == "" {
+			schema = "main"
+		}
+		rows, err = db.QueryContext(ctx, `SELECT name FROM `+QuoteIdent(SQLite, schema)+`.sqlite_master
+			WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`)
+	}
+	if err != nil {
+		return nil, dbError(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, dbError(err)
+		}
+		out = append(out, t)
+	}
+	return out, dbError(rows.Err())
 }

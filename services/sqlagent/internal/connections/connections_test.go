@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -30,7 +31,7 @@ func TestParse(t *testing.T) {
 		t.Fatalf("got %d specs, want %d", len(specs), len(want))
 	}
 	for i := range want {
-		if specs[i] != want[i] {
+		if !reflect.DeepEqual(specs[i], want[i]) {
 			t.Errorf("spec %d = %+v, want %+v", i, specs[i], want[i])
 		}
 	}
@@ -43,7 +44,7 @@ func TestParse(t *testing.T) {
 		{Name: "wh", Dialect: "postgres", DSN: "postgres://writer@db/wh", ReadDSN: "postgres://reader@db/wh"},
 		{Name: "ro", Dialect: "postgres", ReadDSN: "host=db user=reader"},
 	}
-	if len(specs) != len(wantRead) || specs[0] != wantRead[0] || specs[1] != wantRead[1] {
+	if len(specs) != len(wantRead) || !reflect.DeepEqual(specs, wantRead) {
 		t.Fatalf("specs with read DSNs = %+v, want %+v", specs, wantRead)
 	}
 	// So may a MariaDB/MySQL one (driver mysql or mariadb).
@@ -51,7 +52,7 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (connections.Spec{Name: "shop", Dialect: "mysql", DSN: "w:pw@tcp(db:3306)/shop", ReadDSN: "r:pw@tcp(db:3306)/shop"}); len(specs) != 1 || specs[0] != want {
+	if want := (connections.Spec{Name: "shop", Dialect: "mysql", DSN: "w:pw@tcp(db:3306)/shop", ReadDSN: "r:pw@tcp(db:3306)/shop"}); len(specs) != 1 || !reflect.DeepEqual(specs[0], want) {
 		t.Fatalf("MySQL specs = %+v, want %+v", specs, want)
 	}
 	// A MySQL DSN that cannot be used stops the start without echoing it.

@@ -26,6 +26,7 @@ import (
 type Connections interface {
 	List() []connections.Info
 	Schemas(ctx context.Context, name string) ([]string, error)
+	Visible(tenant, name string) bool
 }
 
 // Server implements SqlAgentService.
@@ -43,14 +44,19 @@ func New(agent *session.Agent, conns Connections, log *slog.Logger) *Server {
 	return &Server{agent: agent, conns: conns, log: log}
 }
 
-// ListConnections lists the configured connections with dialect and schemas
-// (never DSNs). A database that cannot be reached is listed without schemas.
+// ListConnections lists the connections the caller's tenant may use, with
+// dialect and schemas (never DSNs). A database that cannot be reached is
+// listed without schemas.
 func (s *Server) ListConnections(ctx context.Context, req *sqlagentv1.ListConnectionsRequest) (*sqlagentv1.ListConnectionsResponse, error) {
-	if _, err := grpcx.Scope(ctx, req.GetScope()); err != nil {
+	scope, err := grpcx.Scope(ctx, req.GetScope())
+	if err != nil {
 		return nil, err
 	}
 	out := &sqlagentv1.ListConnectionsResponse{}
 	for _, c := range s.conns.List() {
+		if !s.conns.Visible(scope.GetTenantId(), c.Name) {
+			continue
+		}
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		schemas, err := s.conns.Schemas(sctx, c.Name)
 		cancel()
@@ -200,6 +206,8 @@ func toStatus(err error) error {
 		return grpcx.InvalidArgument(in.Field, "%s", in.Message)
 	case errors.Is(err, session.ErrPromptLoggingOff):
 		return grpcx.Errorf(codes.FailedPrecondition, "PROMPT_LOGGING_OFF", "prompts are not logged on this server (SQLAGENT_PROMPT_LOGGING)")
+	case errors.Is(err, session.ErrUnknownConnection):
+		return grpcx.Errorf(codes.NotFound, "CONNECTION_NOT_FOUND", "connection: %v", err)
 	case errors.Is(err, session.ErrJobNotFound):
 		return grpcx.Errorf(codes.NotFound, "JOB_NOT_FOUND", "job not found")
 	case errors.Is(err, session.ErrNotFound):

@@ -70,8 +70,8 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Create starts a READ_SQL session. With connection set (it must be
-// configured, else an InputError for "connection") it asks how to get the
+// Create starts a READ_SQL session. With connection set (one the scope's
+// tenant may use, else ErrUnknownConnection) it asks how to get the
 // SQL; without, it offers the connections to choose from.
 func (a *Agent) Create(ctx context.Context, scope Scope, connection string) (*Session, Reply, error) {
 	return a.Start(ctx, scope, StartRequest{Connection: connection})
@@ -218,7 +218,7 @@ func (a *Agent) step(ctx context.Context, s *Session, in input) (Reply, error) {
 }
 
 func (a *Agent) useConnection(s *Session, name string) error {
-	d, err := a.dbs.Dialect(name)
+	d, err := a.db(s).Dialect(name)
 	if err != nil {
 		return err
 	}
@@ -229,7 +229,7 @@ func (a *Agent) useConnection(s *Session, name string) error {
 func (a *Agent) askConnection(s *Session, text string) Reply {
 	s.Stage, s.PendingSQL = StageNeedConnection, ""
 	var opts []Option
-	for _, c := range a.dbs.List() {
+	for _, c := range a.db(s).List() {
 		opts = append(opts, Option{Value: c.Name, Label: fmt.Sprintf("%s (%s)", c.Name, c.Dialect)})
 	}
 	if len(opts) == 0 {
@@ -241,7 +241,7 @@ func (a *Agent) askConnection(s *Session, text string) Reply {
 // onConnection takes the connection from the dropdown (or typed as its
 // name: no model call either way) and lets the validator go on.
 func (a *Agent) onConnection(ctx context.Context, s *Session, in input) (Reply, error) {
-	for _, c := range a.dbs.List() {
+	for _, c := range a.db(s).List() {
 		if strings.EqualFold(c.Name, in.selection) || (in.selection == "" && strings.EqualFold(c.Name, in.text)) {
 			_ = a.useConnection(s, c.Name)
 			return a.validate(ctx, s, fmt.Sprintf("Connected to %s.", c.Name))
@@ -334,7 +334,7 @@ func looksLikeSQL(text string) bool {
 // propose asks the model for SQL, checks it and asks for confirmation. A
 // proposal that fails the safety check is refused and never offered.
 func (a *Agent) propose(ctx context.Context, s *Session, question, previous, feedback string) (Reply, error) {
-	sql, refusal, err := a.generate(ctx, s.Params[paramConnection], s.Params[paramDialect], question, previous, feedback)
+	sql, refusal, err := a.generate(ctx, s, s.Params[paramConnection], s.Params[paramDialect], question, previous, feedback)
 	if err != nil {
 		return Reply{}, err
 	}
@@ -351,8 +351,8 @@ func (a *Agent) propose(ctx context.Context, s *Session, question, previous, fee
 // live schema, and checks it: the checked SQL, or a refusal to tell the
 // user when the model wrote none or wrote one that fails the check.
 // ErrUnavailable when the schema or the model cannot be reached.
-func (a *Agent) generate(ctx context.Context, conn, dialect, question, previous, feedback string) (sql, refusal string, err error) {
-	schema, err := a.dbs.SchemaText(ctx, conn)
+func (a *Agent) generate(ctx context.Context, s *Session, conn, dialect, question, previous, feedback string) (sql, refusal string, err error) {
+	schema, err := a.db(s).SchemaText(ctx, conn)
 	if err != nil {
 		return "", "", fmt.Errorf("%w: read the schema of %s: %w", ErrUnavailable, conn, err)
 	}
@@ -446,7 +446,7 @@ func (a *Agent) onConfirm(ctx context.Context, s *Session, in input) (Reply, err
 // moves s on with the result.
 func (a *Agent) runQuery(ctx context.Context, s *Session) (Reply, error) {
 	sql, conn := s.PendingSQL, s.Params[paramConnection]
-	res, err := a.dbs.Query(ctx, conn, sql, a.opts.RowLimit, a.opts.QueryTimeout)
+	res, err := a.db(s).Query(ctx, conn, sql, a.opts.RowLimit, a.opts.QueryTimeout)
 	var refused *connections.RefusedError
 	if err != nil && (errors.As(err, &refused) || errors.Is(err, connections.ErrQuery)) {
 		// Back to the confirmation, for a correction.

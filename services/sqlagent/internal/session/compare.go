@@ -121,7 +121,7 @@ func (a *Agent) askCompareMethod(s *Session, side compareSide, prefix string) Re
 	s.Stage, s.PendingSQL = side.ask, ""
 	conn := s.Params[side.param("connection")]
 	opts := append([]Option{}, methodOptions...)
-	for _, c := range a.dbs.List() {
+	for _, c := range a.db(s).List() {
 		if c.Name != conn {
 			opts = append(opts, Option{Value: optConnectionPrefix + c.Name, Label: fmt.Sprintf("Run the %s query on %s (%s)", side.name, c.Name, c.Dialect)})
 		}
@@ -192,7 +192,7 @@ func (a *Agent) onCompareQuery(ctx context.Context, s *Session, side compareSide
 			return a.cancelCompare(s), nil
 		case strings.HasPrefix(in.selection, optConnectionPrefix) && s.Stage == side.ask:
 			name := strings.TrimPrefix(in.selection, optConnectionPrefix)
-			d, err := a.dbs.Dialect(name)
+			d, err := a.db(s).Dialect(name)
 			if err != nil {
 				return Reply{}, inputErr("selection", "no connection named %q; pick one of the options", name)
 			}
@@ -237,7 +237,7 @@ func (a *Agent) onCompareQuery(ctx context.Context, s *Session, side compareSide
 // proposeCompareGenerated has the model write side's query and asks for
 // its confirmation.
 func (a *Agent) proposeCompareGenerated(ctx context.Context, s *Session, side compareSide, question, previous, feedback string) (Reply, error) {
-	sql, refusal, err := a.generate(ctx, s.Params[side.param("connection")], s.Params[side.param("dialect")], question, previous, feedback)
+	sql, refusal, err := a.generate(ctx, s, s.Params[side.param("connection")], s.Params[side.param("dialect")], question, previous, feedback)
 	if err != nil {
 		return Reply{}, err
 	}
@@ -274,7 +274,7 @@ type compareColumn struct {
 // the column matching. A read runs here without the execution claim: it
 // changes nothing, so running it twice costs only time.
 func (a *Agent) probe(ctx context.Context, s *Session, side compareSide, conn, sql string) (Reply, error) {
-	res, err := a.dbs.Query(ctx, conn, sql, probeRows, a.opts.QueryTimeout)
+	res, err := a.db(s).Query(ctx, conn, sql, probeRows, a.opts.QueryTimeout)
 	var refused *connections.RefusedError
 	switch {
 	case errors.As(err, &refused):
@@ -622,13 +622,13 @@ func (a *Agent) onReportingType(ctx context.Context, s *Session, in input) (Repl
 // compareTargets are the schemas of the writable connections, as options
 // "<connection>/<schema>". A connection whose schemas cannot be read now
 // is left out.
-func (a *Agent) compareTargets(ctx context.Context) []Option {
+func (a *Agent) compareTargets(ctx context.Context, s *Session) []Option {
 	var opts []Option
-	for _, c := range a.dbs.List() {
-		if ok, err := a.dbs.Writable(c.Name); err != nil || !ok {
+	for _, c := range a.db(s).List() {
+		if ok, err := a.db(s).Writable(c.Name); err != nil || !ok {
 			continue
 		}
-		schemas, err := a.dbs.Schemas(ctx, c.Name)
+		schemas, err := a.db(s).Schemas(ctx, c.Name)
 		if err != nil {
 			continue
 		}
@@ -642,7 +642,7 @@ func (a *Agent) compareTargets(ctx context.Context) []Option {
 // askCompareSchema offers the schemas the diff may be written to.
 func (a *Agent) askCompareSchema(ctx context.Context, s *Session) (Reply, error) {
 	s.Stage = StageAskCompareSchema
-	opts := a.compareTargets(ctx)
+	opts := a.compareTargets(ctx, s)
 	if len(opts) == 0 {
 		return Reply{Text: "No writable connection is configured (or reachable now), so the comparison has nowhere to go. Cancel, or try again later.",
 			Options: []Option{{Value: "cancel", Label: "Cancel the comparison"}}}, nil
@@ -658,7 +658,7 @@ func (a *Agent) onCompareSchema(ctx context.Context, s *Session, in input) (Repl
 		return a.cancelCompare(s), nil
 	}
 	want := in.selection + strings.TrimSpace(in.text)
-	opts := a.compareTargets(ctx)
+	opts := a.compareTargets(ctx, s)
 	var match []Option
 	for _, o := range opts {
 		_, schema, _ := strings.Cut(o.Value, "/")
@@ -668,7 +668,7 @@ func (a *Agent) onCompareSchema(ctx context.Context, s *Session, in input) (Repl
 	}
 	if len(match) != 1 {
 		if conn, _, _ := strings.Cut(want, "/"); in.selection != "" {
-			if ok, err := a.dbs.Writable(conn); err == nil && !ok {
+			if ok, err := a.db(s).Writable(conn); err == nil && !ok {
 				return Reply{}, inputErr("selection", "connection %s is read-only: a comparison is written only to a connection configured with a write DSN", conn)
 			}
 			return Reply{}, inputErr("selection", "%q is not one of the options", in.selection)
@@ -756,7 +756,7 @@ func keysOf(s *Session) []string {
 func (a *Agent) runCompare(ctx context.Context, s *Session) (Reply, error) {
 	var results [2]*connections.Result
 	for i, side := range []compareSide{firstSide, secondSide} {
-		res, err := a.dbs.Query(ctx, s.Params[side.param("connection")], s.Params[side.param("sql")], a.opts.CompareRowLimit, a.opts.QueryTimeout)
+		res, err := a.db(s).Query(ctx, s.Params[side.param("connection")], s.Params[side.param("sql")], a.opts.CompareRowLimit, a.opts.QueryTimeout)
 		var refused *connections.RefusedError
 		switch {
 		case errors.As(err, &refused):
@@ -777,7 +777,7 @@ func (a *Agent) runCompare(ctx context.Context, s *Session) (Reply, error) {
 		return a.askCompareKey(s, fmt.Sprintf("I can't compare on that key: %v. Nothing was written.", err)), nil
 	}
 	target, table := s.Params[paramCompareTarget], s.Params[paramCompareTable]
-	n, err := a.dbs.WriteRows(ctx, target, s.Params[paramCompareSchem], table, connections.WriteCreate, d.Columns, d.Rows, a.opts.QueryTimeout)
+	n, err := a.db(s).WriteRows(ctx, target, s.Params[paramCompareSchem], table, connections.WriteCreate, d.Columns, d.Rows, a.opts.QueryTimeout)
 	switch {
 	case errors.Is(err, connections.ErrQuery):
 		s.Stage = StageAskCompareTableName

@@ -173,7 +173,7 @@ var afterWriteOptions = []Option{
 // sends its result.
 func (a *Agent) runEmail(ctx context.Context, s *Session) (Reply, error) {
 	sql := s.Params[paramEmailSQL]
-	res, err := a.dbs.Query(ctx, s.Params[paramConnection], sql, a.opts.EmailRowLimit, a.opts.QueryTimeout)
+	res, err := a.db(s).Query(ctx, s.Params[paramConnection], sql, a.opts.EmailRowLimit, a.opts.QueryTimeout)
 	var refused *connections.RefusedError
 	switch {
 	case errors.As(err, &refused):

@@ -71,7 +71,9 @@ type StartRequest struct {
 // Start starts a session. A JobKind (one of the Job constants, else an
 // InputError for "job_kind") skips the router; Text without one is routed
 // with one model call; with neither, it is a READ_SQL (see Create). A
-// Connection must be configured (else an InputError for "connection").
+// Connection must be one the scope's tenant may use, else
+// ErrUnknownConnection, the same for a name configured for another tenant
+// as for one nobody configured.
 func (a *Agent) Start(ctx context.Context, scope Scope, req StartRequest) (*Session, Reply, error) {
 	req.Text, req.JobKind = strings.TrimSpace(req.Text), strings.TrimSpace(req.JobKind)
 	if req.JobKind != "" && !knownJobKind(req.JobKind) {
@@ -83,7 +85,7 @@ func (a *Agent) Start(ctx context.Context, scope Scope, req StartRequest) (*Sess
 	prefix := ""
 	if c := strings.TrimSpace(req.Connection); c != "" {
 		if err := a.useConnection(s, c); err != nil {
-			return nil, Reply{}, inputErr("connection", "no connection named %q is configured", c)
+			return nil, Reply{}, fmt.Errorf("%w: %q", ErrUnknownConnection, c)
 		}
 		prefix = fmt.Sprintf("Connected to %s.", c)
 	}
@@ -152,7 +154,7 @@ func (a *Agent) route(ctx context.Context, s *Session, text string) (Reply, erro
 		return a.askJobKind(s, "What would you like to do?"), nil
 	}
 	var names []string
-	for _, c := range a.dbs.List() {
+	for _, c := range a.db(s).List() {
 		names = append(names, c.Name)
 	}
 	got, err := a.opts.Router.Route(ctx, text, names)
@@ -253,7 +255,7 @@ func (a *Agent) validateWrite(ctx context.Context, s *Session, r Reply) (Reply, 
 		r.Action = ActionAsk
 		return r, nil
 	}
-	schemas, err := a.dbs.Schemas(ctx, s.Params[paramConnection])
+	schemas, err := a.db(s).Schemas(ctx, s.Params[paramConnection])
 	if err != nil {
 		return Reply{}, fmt.Errorf("%w: list the schemas of %s: %w", ErrUnavailable, s.Params[paramConnection], err)
 	}
@@ -272,7 +274,7 @@ func (a *Agent) validateWrite(ctx context.Context, s *Session, r Reply) (Reply, 
 // onWriteSchema takes WRITE_DATA's schema from the dropdown (or typed as
 // one of its entries) and asks for the table name.
 func (a *Agent) onWriteSchema(ctx context.Context, s *Session, in input) (Reply, error) {
-	schemas, err := a.dbs.Schemas(ctx, s.Params[paramConnection])
+	schemas, err := a.db(s).Schemas(ctx, s.Params[paramConnection])
 	if err != nil {
 		return Reply{}, fmt.Errorf("%w: list the schemas of %s: %w", ErrUnavailable, s.Params[paramConnection], err)
 	}

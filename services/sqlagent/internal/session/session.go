@@ -208,6 +208,10 @@ var (
 	ErrNothingWritten = errors.New("SEND_EMAIL needs a table written by WRITE_DATA first")
 	// ErrEmailOff means no SMTP server is configured.
 	ErrEmailOff = errors.New("e-mail is not configured")
+	// ErrUnknownConnection means a request named a connection the
+	// caller's tenant cannot use: none has that name, or it is another
+	// tenant's (the two are not told apart).
+	ErrUnknownConnection = errors.New("no such connection")
 )
 
 // InputError is bad input; Field names the request field.
@@ -242,7 +246,8 @@ type Store interface {
 	ExecutionUntil(ctx context.Context, id string) (until time.Time, found bool, err error)
 }
 
-// Databases is what the agent needs of the configured connections. Query
+// Databases is what the agent needs of the configured connections. The
+// agent only reaches them through the view of one tenant (tenants.go). Query
 // and WriteTable fail with a *connections.RefusedError when the database's
 // own check refuses the SQL (nothing ran), connections.ErrQuery when the
 // database rejects or fails it, and other errors when it is unreachable;
@@ -258,6 +263,12 @@ type Databases interface {
 	WriteRows(ctx context.Context, name, schema, table string, mode connections.WriteMode, columns []string, rows [][]any, timeout time.Duration) (int64, error)
 	CurrentSchema(ctx context.Context, name string) (string, error)
 	Writable(name string) (bool, error)
+	// Tables lists the base tables of schema ("": the current one) on
+	// the named connection, as its write DSN sees them.
+	Tables(ctx context.Context, name, schema string) ([]string, error)
+	// Visible reports whether tenant may use the named connection
+	// (tenants.go).
+	Visible(tenant, name string) bool
 }
 
 // SQLWriter proposes SQL for a question.

@@ -13,7 +13,7 @@ import (
 // startWrite begins WRITE_DATA for the query that just ran, unless the
 // connection takes no writes (an InputError for field; nothing changes).
 func (a *Agent) startWrite(s *Session, field string) (Reply, error) {
-	if ok, err := a.dbs.Writable(s.Params[paramConnection]); err != nil || !ok {
+	if ok, err := a.db(s).Writable(s.Params[paramConnection]); err != nil || !ok {
 		return Reply{}, inputErr(field, "connection %s is read-only: results can only be written to a connection configured with a write DSN", s.Params[paramConnection])
 	}
 	delete(s.Params, paramWriteSchema)
@@ -74,7 +74,7 @@ func (a *Agent) onWrite(s *Session, in input) (Reply, error) {
 // runWrite writes the result of the confirmed query of s to its table, in
 // CONFIRM_WRITE, and moves s on.
 func (a *Agent) runWrite(ctx context.Context, s *Session) (Reply, error) {
-	n, err := a.dbs.WriteTableIn(ctx, s.Params[paramConnection], s.Params[paramExecutedSQL], s.Params[paramWriteSchema], s.Params[paramTable],
+	n, err := a.db(s).WriteTableIn(ctx, s.Params[paramConnection], s.Params[paramExecutedSQL], s.Params[paramWriteSchema], s.Params[paramTable],
 		connections.WriteMode(s.Params[paramWriteMode]), a.opts.QueryTimeout)
 	var refused *connections.RefusedError
 	switch {
@@ -95,7 +95,7 @@ func (a *Agent) runWrite(ctx context.Context, s *Session) (Reply, error) {
 	// without failing the recorded write.
 	schema, err := s.Params[paramWriteSchema], error(nil)
 	if schema == "" {
-		schema, err = a.dbs.CurrentSchema(ctx, s.Params[paramConnection])
+		schema, err = a.db(s).CurrentSchema(ctx, s.Params[paramConnection])
 	}
 	if err != nil {
 		return a.afterWriteNoEmail(s, fmt.Sprintf("Wrote %d rows to %s.", n, s.Params[paramTable])), nil
