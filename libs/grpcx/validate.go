@@ -136,6 +136,15 @@ func checkScopeField(ctx context.Context, m protoreflect.Message) error {
 	return scopeAgrees(ctx, s)
 }
 
+// CheckRequest runs on req the checks NewServer's servers run on every
+// request (contract constraints, scope agreement with ctx's gateway
+// metadata), for a request that arrives another way, such as a work
+// queue message handed to a handler. It returns nil or an InvalidArgument
+// status naming the fields.
+func CheckRequest(ctx context.Context, req proto.Message) error {
+	return sharedGuard().check(ctx, req)
+}
+
 // RequestChecks returns the server options that check every request as
 // NewServer's servers do (contract constraints and scope agreement), for
 // a plain grpc.Server in tests.

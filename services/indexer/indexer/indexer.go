@@ -29,6 +29,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/indexer/internal/grpcapi"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/hybrid"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/intake"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/intakequeue"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/pipeline"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/vector"
 )
@@ -93,6 +94,8 @@ type Config struct {
 	ExtractorTimeout time.Duration `env:"INDEXER_EXTRACTOR_TIMEOUT" default:"2m" help:"time limit of one extractor on one document"`
 	// ExtractionWorkers is how many extraction jobs run at once.
 	ExtractionWorkers int `env:"INDEXER_EXTRACTION_WORKERS" default:"2" help:"extraction jobs run concurrently by this instance"`
+	// IntakeQueueWorkers is how many intakes from the work queue run at once.
+	IntakeQueueWorkers int `env:"INDEXER_INTAKE_QUEUE_WORKERS" default:"2" help:"intakes from other systems (work queue am.work.indexer.intake, see the README) ingested concurrently by this instance"`
 	// JobLeaseTTL is how long an extraction job's claim outlives the last
 	// renewal of the worker running it.
 	JobLeaseTTL time.Duration `env:"INDEXER_JOB_LEASE_TTL" default:"6s" help:"claim of the worker running an extraction job, renewed every third of it, and the extraction queue's ack wait: a job whose worker died is delivered again and taken over about this long after its last renewal, and a second delivery never runs it meanwhile"`
@@ -128,6 +131,9 @@ func (c *Config) validate() error {
 	}
 	if c.ExtractionWorkers <= 0 {
 		errs = append(errs, errors.New("INDEXER_EXTRACTION_WORKERS must be positive"))
+	}
+	if c.IntakeQueueWorkers <= 0 {
+		errs = append(errs, errors.New("INDEXER_INTAKE_QUEUE_WORKERS must be positive"))
 	}
 	if c.QualifierModelCalls && (c.QualifierModel == "" || c.QualifierTimeout <= 0) {
 		errs = append(errs, errors.New("INDEXER_QUALIFIER_MODEL must be set and INDEXER_QUALIFIER_TIMEOUT positive when INDEXER_QUALIFIER_MODEL_CALLS is on"))
@@ -272,7 +278,13 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		wg.Go(func() { _ = follower.Run(bg) })
 	}
 
-	indexerv1.RegisterDocumentServiceServer(srv.GRPC(), grpcapi.NewDocuments(svc, grpcapi.Limits{MaxContentBytes: cfg.MaxContentBytes}))
+	documents := grpcapi.NewDocuments(svc, grpcapi.Limits{MaxContentBytes: cfg.MaxContentBytes})
+	intakes, err := bus.Consume(bg, intakequeue.Spec(cfg.IntakeQueueWorkers), intakequeue.New(documents, log).Handle)
+	if err != nil {
+		return err
+	}
+	defer intakes.Stop()
+	indexerv1.RegisterDocumentServiceServer(srv.GRPC(), documents)
 	indexerv1.RegisterSearchServiceServer(srv.GRPC(), grpcapi.NewSearch(svc))
 	indexerv1.RegisterGraphServiceServer(srv.GRPC(), grpcapi.NewGraph(graphs))
 	log.Info("indexer ready", slog.String("embedder", emb.Name()), slog.String("data_dir", cfg.DataDir), slog.Int("extractors", len(extractors)))

@@ -76,6 +76,22 @@ func watchIntake(t *testing.T, url, key, doc, lastID string) (int, []sseEvent) {
 	return resp.StatusCode, evs
 }
 
+// jetStream is a JetStream client of the NATS server at url, closed at
+// the test's end.
+func jetStream(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 // intakeConsumers counts the consumers of AM_EVENTS reading intake
 // events (a watch's replay is an ephemeral one filtered to them).
 func intakeConsumers(t *testing.T, js jetstream.JetStream) int {
@@ -112,15 +128,7 @@ func TestWatchIntakeThroughTheGateway(t *testing.T) {
 		sim.When(providersim.Match{Tools: []string{"route_task"}}).ToolCall("route_task", map[string]any{"decision": "DONE", "reason": "informational"})
 	})
 	url := uploadGateway(t, m)
-	nc, err := nats.Connect(m.nats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, m.nats)
 
 	ticket := "Status: In Review\nIssue Type: Story\nAssignee: Jan Novak\nReporter: Ana Novakova\n\nDescription:\nMake the ledger pool size configurable.\n"
 	res, err := m.docs.IngestDocument(context.Background(), &indexerv1.IngestDocumentRequest{
