@@ -44,7 +44,7 @@ tools:
 generate:
 	rm -rf libs/gen/agentmesh gateway/openapi/*.json
 	buf generate
-	go run ./gateway/openapi/cmd/openapirules gateway/openapi/agentmesh.swagger.json
+	go run ./gateway/openapi/cmd/openapirules gateway/openapi/agentmesh.swagger.json gateway/openapi/fragments/*.json
 
 # Fails when the committed generated code differs from what the protos produce.
 generate-check: generate

@@ -158,12 +158,14 @@ func TestOpenAPIDocument(t *testing.T) {
 		t.Errorf("swagger %q, title %q, security definitions %v", doc.Swagger, doc.Info.Title, doc.SecurityDefinitions)
 	}
 	for path, method := range map[string]string{
-		"/v1/models":                         "get",
-		"/v1/models:chat":                    "post",
-		"/v1/models:chatStream":              "post",
-		"/agents/classificationAgent/runs":   "post",
-		"/v1/jobs/{jobId}:watch":             "get",
-		"/v1/conversations/{conversationId}": "get",
+		"/v1/models":                              "get",
+		"/v1/models:chat":                         "post",
+		"/v1/models:chatStream":                   "post",
+		"/agents/classificationAgent/runs":        "post",
+		"/v1/jobs/{jobId}:watch":                  "get",
+		"/v1/conversations/{conversationId}":      "get",
+		"/v1/documents:upload":                    "post",
+		"/v1/documents/{documentId}/intake:watch": "get",
 	} {
 		if _, ok := doc.Paths[path][method]; !ok {
 			t.Errorf("no %s %s in the document", strings.ToUpper(method), path)

@@ -71,6 +71,9 @@ func (a *applier) apply() error {
 				continue
 			}
 			id, _ := op.get("operationId").(string)
+			if !strings.Contains(id, "_") {
+				continue // hand-written (Merge): no RPC, its rules are its own
+			}
 			md := a.input(id)
 			if md == nil {
 				return fmt.Errorf("openapirules: %s %s: no RPC for operationId %q", method, path, id)
@@ -433,4 +436,99 @@ func decodeValue(d *json.Decoder, tok json.Token) (any, error) {
 		return t, nil
 	}
 	return nil, io.ErrUnexpectedEOF
+}
+
+// Merge returns spec with the paths and definitions of each fragment (an
+// OpenAPI v2 document holding only those) added after the generated ones:
+// the hand-written description of a route the gateway serves without an
+// RPC of its own. A fragment may not replace what the protos generate: an
+// operation (path and method) or a definition spec already has is an
+// error. Keys keep their order; merging into a document that already holds
+// a fragment's entries, identical, leaves it as it is.
+func Merge(spec []byte, fragments ...[]byte) ([]byte, error) {
+	v, err := decodeOrdered(json.NewDecoder(bytes.NewReader(spec)))
+	if err != nil {
+		return nil, fmt.Errorf("openapirules: %w", err)
+	}
+	doc, ok := v.(*object)
+	if !ok {
+		return nil, fmt.Errorf("openapirules: the document is not a JSON object")
+	}
+	for i, f := range fragments {
+		fv, err := decodeOrdered(json.NewDecoder(bytes.NewReader(f)))
+		if err != nil {
+			return nil, fmt.Errorf("openapirules: fragment %d: %w", i, err)
+		}
+		frag, ok := fv.(*object)
+		if !ok {
+			return nil, fmt.Errorf("openapirules: fragment %d is not a JSON object", i)
+		}
+		for _, k := range frag.keys {
+			if k != "paths" && k != "definitions" {
+				return nil, fmt.Errorf("openapirules: fragment %d: %q: a fragment holds only paths and definitions", i, k)
+			}
+		}
+		if err := mergeEntries(doc, frag, "paths", i); err != nil {
+			return nil, err
+		}
+		if err := mergeEntries(doc, frag, "definitions", i); err != nil {
+			return nil, err
+		}
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		return nil, fmt.Errorf("openapirules: %w", err)
+	}
+	return out.Bytes(), nil
+}
+
+// mergeEntries adds frag's section (paths or definitions) to doc's:
+// per path, its operations; per definition, the whole schema.
+func mergeEntries(doc, frag *object, section string, i int) error {
+	add, _ := frag.get(section).(*object)
+	if add == nil {
+		return nil
+	}
+	into, _ := doc.get(section).(*object)
+	if into == nil {
+		into = &object{vals: map[string]any{}}
+		doc.set(section, into)
+	}
+	for _, k := range add.keys {
+		cur := into.get(k)
+		if cur == nil {
+			into.set(k, add.get(k))
+			continue
+		}
+		if section == "definitions" {
+			if !sameJSON(cur, add.get(k)) {
+				return fmt.Errorf("openapirules: fragment %d: definition %q is generated already", i, k)
+			}
+			continue
+		}
+		ops, _ := cur.(*object)
+		newOps, _ := add.get(k).(*object)
+		if ops == nil || newOps == nil {
+			return fmt.Errorf("openapirules: fragment %d: path %q is not an object", i, k)
+		}
+		for _, m := range newOps.keys {
+			if have := ops.get(m); have != nil {
+				if !sameJSON(have, newOps.get(m)) {
+					return fmt.Errorf("openapirules: fragment %d: %s %s is generated already", i, strings.ToUpper(m), k)
+				}
+				continue
+			}
+			ops.set(m, newOps.get(m))
+		}
+	}
+	return nil
+}
+
+// sameJSON reports whether a and b encode alike.
+func sameJSON(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }

@@ -1,6 +1,7 @@
 // Command openapirules adds the protos' request constraints to the
-// generated OpenAPI document in place (see package openapirules); `make
-// generate` runs it after buf generate.
+// generated OpenAPI document in place, then the hand-written fragments
+// named after it (routes without an RPC, gateway/openapi/fragments; see
+// package openapirules); `make generate` runs it after buf generate.
 package main
 
 import (
@@ -11,17 +12,17 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: openapirules <swagger.json>")
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: openapirules <swagger.json> [fragment.json ...]")
 		os.Exit(2)
 	}
-	if err := run(os.Args[1]); err != nil {
+	if err := run(os.Args[1], os.Args[2:]); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-func run(path string) error {
+func run(path string, fragmentPaths []string) error {
 	spec, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -32,6 +33,17 @@ func run(path string) error {
 	}
 	out, err := openapirules.Apply(spec, files)
 	if err != nil {
+		return err
+	}
+	var fragments [][]byte
+	for _, p := range fragmentPaths {
+		f, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		fragments = append(fragments, f)
+	}
+	if out, err = openapirules.Merge(out, fragments...); err != nil {
 		return err
 	}
 	return os.WriteFile(path, out, 0o644)
