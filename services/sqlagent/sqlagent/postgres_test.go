@@ -102,8 +102,14 @@ func TestPostgresSession(t *testing.T) {
 	wantInvalid(t, err, "selection")
 	r = send(t, c, id, "sel:shop")
 	wantStage(t, r, "NEED_TABLE_NAME")
-	if r.GetAction() != sqlagentv1.Action_ACTION_ASK || r.GetSession().GetParameters().AsMap()["write_schema"] != "shop" {
-		t.Fatalf("after the schema: action %v, parameters %v", r.GetAction(), r.GetSession().GetParameters().AsMap())
+	// The tables of shop, not of public or the catalog: FETCH_TABLES.
+	if got := strings.Join(optionValues(r.GetOptions()), ","); r.GetAction() != sqlagentv1.Action_ACTION_FETCH_TABLES || got != "orders" ||
+		r.GetSession().GetParameters().AsMap()["write_schema"] != "shop" {
+		t.Fatalf("after the schema: action %v, options %s, parameters %v", r.GetAction(), got, r.GetSession().GetParameters().AsMap())
+	}
+	for _, sel := range []string{"pg_class", "shop.orders", "ORDERS"} {
+		_, err = c.SendInput(ctxTimeout(t), &sqlagentv1.SendInputRequest{Scope: scopeA, SessionId: id, Selection: sel})
+		wantInvalid(t, err, "selection")
 	}
 	wantStage(t, send(t, c, id, "big_orders"), "ASK_WRITE_MODE")
 	wantStage(t, send(t, c, id, "sel:create"), "CONFIRM_WRITE")
@@ -124,6 +130,18 @@ func TestPostgresSession(t *testing.T) {
 	var locks int
 	if err := own.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`).Scan(&locks); err != nil || locks != 0 {
 		t.Fatalf("%d advisory locks, %v; want none", locks, err)
+	}
+	// Written again, into the table just made, picked from the dropdown.
+	wantStage(t, send(t, c, id, "sel:write"), "ASK_WRITE_SCHEMA")
+	r = send(t, c, id, "sel:shop")
+	if got := strings.Join(optionValues(r.GetOptions()), ","); r.GetAction() != sqlagentv1.Action_ACTION_FETCH_TABLES || got != "big_orders,orders" {
+		t.Fatalf("tables of shop after the write: action %v, options %s", r.GetAction(), got)
+	}
+	wantStage(t, send(t, c, id, "sel:big_orders"), "ASK_WRITE_MODE")
+	wantStage(t, send(t, c, id, "sel:truncate"), "CONFIRM_WRITE")
+	wantStage(t, send(t, c, id, "yes"), "NEED_WRITE_OR_EMAIL")
+	if err := own.QueryRow(`SELECT count(*) FROM shop.big_orders`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("shop.big_orders refilled has %d rows, %v; want 2", n, err)
 	}
 
 	// The read role here is the superuser: the start logged a warning. Run

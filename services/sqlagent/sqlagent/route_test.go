@@ -201,3 +201,75 @@ func nilIfEmpty(s string) any {
 	}
 	return s
 }
+
+// TestTableDropdownSkipsTheModel: WRITE_DATA's table is offered as a
+// dropdown of the target schema's tables (FETCH_TABLES): base tables a
+// table may be named, no views, no internal tables. A pick is taken as
+// is, with no model call; a table not offered (another case, qualified,
+// a view, a name no table may have) is InvalidArgument naming
+// selection, and the session is unchanged. The one model call of the
+// whole flow is the router's.
+func TestTableDropdownSkipsTheModel(t *testing.T) {
+	t.Parallel()
+	const request = "write the genres to a table"
+	sim, modelAddr := startModel(t)
+	route(sim, request, map[string]string{"job_kind": "WRITE_DATA"})
+	path := chinookCopy(t)
+	own := openSQLite(t, path)
+	if _, err := own.Exec(`CREATE VIEW genre_view AS SELECT * FROM Genre; CREATE TABLE "bad name" (x)`); err != nil {
+		t.Fatal(err)
+	}
+	c := startAgent(t, modelAddr, "music=sqlite:"+path, nil)
+	created, err := c.CreateSession(ctxTimeout(t), &sqlagentv1.CreateSessionRequest{Scope: scopeA, Text: request})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStage(t, created, "NEED_CONNECTION")
+	id := created.GetSession().GetId()
+	wantStage(t, send(t, c, id, "sel:music"), "ASK_SQL_METHOD")
+	wantStage(t, send(t, c, id, "sel:user_sql"), "NEED_USER_SQL")
+	wantStage(t, send(t, c, id, "SELECT GenreId, Name FROM Genre"), "CONFIRM_USER_SQL")
+	wantStage(t, runRead(t, c, id, "yes"), "SHOW_RESULTS")
+	r := send(t, c, id, "sel:write")
+	wantStage(t, r, "NEED_TABLE_NAME")
+	chinook := "Album,Artist,Customer,Employee,Genre,Invoice,InvoiceLine,MediaType,Playlist,PlaylistTrack,Track"
+	if got := strings.Join(optionValues(r.GetOptions()), ","); r.GetAction() != sqlagentv1.Action_ACTION_FETCH_TABLES || got != chinook {
+		t.Fatalf("action %v, table options %s; want FETCH_TABLES with %s", r.GetAction(), got, chinook)
+	}
+	wantStage(t, send(t, c, id, "genre_copy"), "ASK_WRITE_MODE")
+	wantStage(t, send(t, c, id, "sel:create"), "CONFIRM_WRITE")
+	wantStage(t, send(t, c, id, "yes"), "NEED_WRITE_OR_EMAIL")
+
+	// Again, into the table just written, picked from the dropdown.
+	r = send(t, c, id, "sel:write")
+	if got := strings.Join(optionValues(r.GetOptions()), ","); r.GetAction() != sqlagentv1.Action_ACTION_FETCH_TABLES || got != chinook+",genre_copy" {
+		t.Fatalf("after the write: action %v, table options %s", r.GetAction(), got)
+	}
+	before, err := c.GetSession(ctxTimeout(t), &sqlagentv1.GetSessionRequest{Scope: scopeA, SessionId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sel := range []string{"GENRE_COPY", "main.genre_copy", "genre_view", "bad name", "sqlite_master", "no_such_table"} {
+		_, err := c.SendInput(ctxTimeout(t), &sqlagentv1.SendInputRequest{Scope: scopeA, SessionId: id, Selection: sel})
+		wantInvalid(t, err, "selection")
+		after, err := c.GetSession(ctxTimeout(t), &sqlagentv1.GetSessionRequest{Scope: scopeA, SessionId: id})
+		if err != nil || after.GetSession().GetStage() != "NEED_TABLE_NAME" || len(after.GetSession().GetTurns()) != len(before.GetSession().GetTurns()) ||
+			!after.GetSession().GetUpdateTime().AsTime().Equal(before.GetSession().GetUpdateTime().AsTime()) {
+			t.Fatalf("selection %q changed the session: %v (%v)", sel, after.GetSession(), err)
+		}
+	}
+	r = send(t, c, id, "sel:genre_copy")
+	wantStage(t, r, "ASK_WRITE_MODE")
+	if r.GetSession().GetParameters().AsMap()["table_name"] != "genre_copy" {
+		t.Fatalf("parameters after the pick: %v", r.GetSession().GetParameters().AsMap())
+	}
+	wantStage(t, send(t, c, id, "sel:truncate"), "CONFIRM_WRITE")
+	wantStage(t, send(t, c, id, "yes"), "NEED_WRITE_OR_EMAIL")
+	var n int
+	if err := own.QueryRow(`SELECT count(*) FROM genre_copy`).Scan(&n); err != nil || n != 25 {
+		t.Fatalf("genre_copy refilled holds %d rows (%v), want Chinook's 25 genres once", n, err)
+	}
+	if n := len(sim.ChatRequests()); n != 1 {
+		t.Fatalf("model calls = %d, want 1 (the router's); every dropdown pick bypasses the model", n)
+	}
+}

@@ -253,6 +253,7 @@ var actions = map[string]sqlagentv1.Action{
 	session.ActionFetchSchemas:     sqlagentv1.Action_ACTION_FETCH_SCHEMAS,
 	session.ActionAskJobKind:       sqlagentv1.Action_ACTION_ASK_JOB_KIND,
 	session.ActionTool:             sqlagentv1.Action_ACTION_TOOL,
+	session.ActionFetchTables:      sqlagentv1.Action_ACTION_FETCH_TABLES,
 }
 
 func stringStruct(m map[string]string) *structpb.Struct {

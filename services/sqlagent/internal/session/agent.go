@@ -210,7 +210,7 @@ func (a *Agent) step(ctx context.Context, s *Session, in input) (Reply, error) {
 	case StageExecuteSQL:
 		return a.onExecuteSQL(s, in)
 	case StageNeedTableName, StageAskWriteMode, StageConfirmWrite:
-		return a.onWrite(s, in)
+		return a.onWrite(ctx, s, in)
 	case StageConfirmEmailQuery, StageNeedEmailQuery, StageNeedEmailRecipients, StageNeedEmailSubject, StageConfirmEmail:
 		return a.onEmail(s, in)
 	}

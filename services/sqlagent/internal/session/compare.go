@@ -146,7 +146,7 @@ func (a *Agent) onCompare(ctx context.Context, s *Session, in input) (Reply, err
 	case StageAskCompareSchema:
 		return a.onCompareSchema(ctx, s, in)
 	case StageAskCompareTableName:
-		return a.onCompareTable(s, in)
+		return a.onCompareTable(ctx, s, in)
 	case StageAskCompareJobName:
 		return a.onCompareJobName(s, in)
 	default: // StageExecuteCompareSQL
@@ -647,7 +647,7 @@ func (a *Agent) askCompareSchema(ctx context.Context, s *Session) (Reply, error)
 		return Reply{Text: "No writable connection is configured (or reachable now), so the comparison has nowhere to go. Cancel, or try again later.",
 			Options: []Option{{Value: "cancel", Label: "Cancel the comparison"}}}, nil
 	}
-	return Reply{Text: "Where should I write the comparison? Only connections configured for writes are offered.", Options: opts}, nil
+	return Reply{Text: "Where should I write the comparison? Only connections configured for writes are offered.", Options: opts, Action: ActionFetchSchemas}, nil
 }
 
 // onCompareSchema handles ASK_COMPARE_SCHEMA: a target offered, picked or
@@ -683,8 +683,11 @@ func (a *Agent) onCompareSchema(ctx context.Context, s *Session, in input) (Repl
 	return Reply{Text: fmt.Sprintf("What should the new table in %s on %s be called?", schema, conn)}, nil
 }
 
-// onCompareTable handles ASK_COMPARE_TABLE_NAME.
-func (a *Agent) onCompareTable(s *Session, in input) (Reply, error) {
+// onCompareTable handles ASK_COMPARE_TABLE_NAME. The diff always goes to
+// a new table, so a name the target schema already has (in any case: the
+// engines fold some names) is asked again here rather than refused at the
+// run; a table created meanwhile is still refused by the write.
+func (a *Agent) onCompareTable(ctx context.Context, s *Session, in input) (Reply, error) {
 	name := strings.TrimSpace(in.text)
 	switch {
 	case in.word() == "cancel":
@@ -696,6 +699,14 @@ func (a *Agent) onCompareTable(s *Session, in input) (Reply, error) {
 	}
 	if err := connections.ValidTableName(name); err != nil {
 		return Reply{Text: fmt.Sprintf("%v. What should the table be called?", err)}, nil
+	}
+	target, schema := s.Params[paramCompareTarget], s.Params[paramCompareSchem]
+	if tables, err := a.db(s).Tables(ctx, target, schema); err == nil {
+		for _, t := range tables {
+			if strings.EqualFold(t, name) {
+				return Reply{Text: fmt.Sprintf("%s already exists in %s on %s, and a comparison is written to a new table. What should the new table be called?", t, schema, target)}, nil
+			}
+		}
 	}
 	s.Params[paramCompareTable], s.Stage = name, StageAskCompareJobName
 	return Reply{Text: "What should this comparison job be called?", Options: []Option{{Value: "default", Label: defaultJobName(s)}}}, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/sqlgen"
 )
 
@@ -29,6 +30,7 @@ const (
 	ActionFetchSchemas     = "FETCH_SCHEMAS"
 	ActionAskJobKind       = "ASK_JOB_KIND"
 	ActionTool             = "TOOL"
+	ActionFetchTables      = "FETCH_TABLES"
 )
 
 // paramRequest is what the user asked for in the text the router read
@@ -249,19 +251,17 @@ func (a *Agent) validate(ctx context.Context, s *Session, prefix string) (Reply,
 
 // validateWrite is the validator's step for WRITE_DATA's target schema,
 // after startWrite: one schema is taken without asking; more are a
-// dropdown (FETCH_SCHEMAS); then the table name is asked (ASK).
+// dropdown (FETCH_SCHEMAS); then the table (askTable).
 func (a *Agent) validateWrite(ctx context.Context, s *Session, r Reply) (Reply, error) {
 	if s.Params[paramWriteSchema] != "" {
-		r.Action = ActionAsk
-		return r, nil
+		return a.askTable(ctx, s, r.Text), nil
 	}
 	schemas, err := a.db(s).Schemas(ctx, s.Params[paramConnection])
 	if err != nil {
 		return Reply{}, fmt.Errorf("%w: list the schemas of %s: %w", ErrUnavailable, s.Params[paramConnection], err)
 	}
 	if len(schemas) <= 1 {
-		r.Action = ActionAsk
-		return r, nil
+		return a.askTable(ctx, s, r.Text), nil
 	}
 	s.Stage = StageAskWriteSchema
 	var opts []Option
@@ -285,7 +285,7 @@ func (a *Agent) onWriteSchema(ctx context.Context, s *Session, in input) (Reply,
 	for _, sc := range schemas {
 		if sc == want || (in.selection == "" && strings.EqualFold(sc, want)) {
 			s.Params[paramWriteSchema], s.Stage = sc, StageNeedTableName
-			return Reply{Text: fmt.Sprintf("The table goes to %s. What should it be called?", sc), Action: ActionAsk}, nil
+			return a.askTable(ctx, s, fmt.Sprintf("The table goes to %s. What should it be called?", sc)), nil
 		}
 	}
 	if in.selection != "" {
@@ -296,4 +296,38 @@ func (a *Agent) onWriteSchema(ctx context.Context, s *Session, in input) (Reply,
 		opts = append(opts, Option{Value: sc, Label: sc})
 	}
 	return Reply{Text: fmt.Sprintf("%s has no schema %q. Which one should the table go to?", s.Params[paramConnection], want), Options: opts, Action: ActionFetchSchemas}, nil
+}
+
+// maxTableOptions bounds the table dropdown; a table past it can still be
+// typed.
+const maxTableOptions = 200
+
+// writeTargets are the existing tables of WRITE_DATA's target schema a
+// result may replace or refill, as options: base tables whose names a
+// table may have (connections.ValidTableName). None when they cannot be
+// listed now: the name is then only typed.
+func (a *Agent) writeTargets(ctx context.Context, s *Session) []Option {
+	tables, err := a.db(s).Tables(ctx, s.Params[paramConnection], s.Params[paramWriteSchema])
+	if err != nil {
+		return nil
+	}
+	var opts []Option
+	for _, t := range tables {
+		if connections.ValidTableName(t) == nil && len(opts) < maxTableOptions {
+			opts = append(opts, Option{Value: t, Label: t + " (exists: replace or refill it)"})
+		}
+	}
+	return opts
+}
+
+// askTable asks for WRITE_DATA's table at NEED_TABLE_NAME: the existing
+// tables of the target schema as a dropdown (FETCH_TABLES), or, when
+// there are none, a plain question (ASK); a new name is typed either way.
+func (a *Agent) askTable(ctx context.Context, s *Session, text string) Reply {
+	s.Stage = StageNeedTableName
+	opts := a.writeTargets(ctx, s)
+	if len(opts) == 0 {
+		return Reply{Text: text, Action: ActionAsk}
+	}
+	return Reply{Text: text + " Type a new name, or pick an existing table to replace or refill.", Options: opts, Action: ActionFetchTables}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
@@ -28,10 +29,18 @@ var writeModeOptions = []Option{
 }
 
 // onWrite walks NEED_TABLE_NAME → ASK_WRITE_MODE → CONFIRM_WRITE → write.
-func (a *Agent) onWrite(s *Session, in input) (Reply, error) {
+func (a *Agent) onWrite(ctx context.Context, s *Session, in input) (Reply, error) {
 	switch s.Stage {
 	case StageNeedTableName:
 		name := strings.TrimSpace(in.text)
+		if in.selection != "" {
+			// From the table dropdown, exactly as offered: no model call.
+			if !slices.ContainsFunc(a.writeTargets(ctx, s), func(o Option) bool { return o.Value == in.selection }) {
+				return Reply{}, inputErr("selection", "%q is not one of the tables offered", in.selection)
+			}
+			s.Params[paramTable], s.Stage = in.selection, StageAskWriteMode
+			return Reply{Text: fmt.Sprintf("%s exists: should I drop and recreate it, or empty it and fill it?", in.selection), Options: writeModeOptions}, nil
+		}
 		if a.confirms(in.word()) {
 			return Reply{Text: fmt.Sprintf("%q is not a table name. What should the table be called?", name)}, nil
 		}
