@@ -28,25 +28,15 @@ import (
 // added. Keys keep their order, so a regenerated document diffs cleanly.
 // Applying twice gives the same document.
 func Apply(spec []byte, files *protoregistry.Files) ([]byte, error) {
-	v, err := decodeOrdered(json.NewDecoder(bytes.NewReader(spec)))
+	doc, err := decodeDocument(spec)
 	if err != nil {
-		return nil, fmt.Errorf("openapirules: %w", err)
-	}
-	doc, ok := v.(*object)
-	if !ok {
-		return nil, fmt.Errorf("openapirules: the document is not a JSON object")
+		return nil, err
 	}
 	a := &applier{doc: doc, files: files, done: map[string]bool{}}
 	if err := a.apply(); err != nil {
 		return nil, err
 	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(doc); err != nil {
-		return nil, fmt.Errorf("openapirules: %w", err)
-	}
-	return out.Bytes(), nil
+	return encodeDocument(doc)
 }
 
 type applier struct {
@@ -446,22 +436,14 @@ func decodeValue(d *json.Decoder, tok json.Token) (any, error) {
 // error. Keys keep their order; merging into a document that already holds
 // a fragment's entries, identical, leaves it as it is.
 func Merge(spec []byte, fragments ...[]byte) ([]byte, error) {
-	v, err := decodeOrdered(json.NewDecoder(bytes.NewReader(spec)))
+	doc, err := decodeDocument(spec)
 	if err != nil {
-		return nil, fmt.Errorf("openapirules: %w", err)
-	}
-	doc, ok := v.(*object)
-	if !ok {
-		return nil, fmt.Errorf("openapirules: the document is not a JSON object")
+		return nil, err
 	}
 	for i, f := range fragments {
-		fv, err := decodeOrdered(json.NewDecoder(bytes.NewReader(f)))
+		frag, err := decodeDocument(f)
 		if err != nil {
-			return nil, fmt.Errorf("openapirules: fragment %d: %w", i, err)
-		}
-		frag, ok := fv.(*object)
-		if !ok {
-			return nil, fmt.Errorf("openapirules: fragment %d is not a JSON object", i)
+			return nil, fmt.Errorf("fragment %d: %w", i, err)
 		}
 		for _, k := range frag.keys {
 			if k != "paths" && k != "definitions" {
@@ -475,13 +457,7 @@ func Merge(spec []byte, fragments ...[]byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(doc); err != nil {
-		return nil, fmt.Errorf("openapirules: %w", err)
-	}
-	return out.Bytes(), nil
+	return encodeDocument(doc)
 }
 
 // mergeEntries adds frag's section (paths or definitions) to doc's:
@@ -531,4 +507,28 @@ func sameJSON(a, b any) bool {
 	ja, errA := json.Marshal(a)
 	jb, errB := json.Marshal(b)
 	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// decodeDocument reads a JSON object keeping its keys' order.
+func decodeDocument(spec []byte) (*object, error) {
+	v, err := decodeOrdered(json.NewDecoder(bytes.NewReader(spec)))
+	if err != nil {
+		return nil, fmt.Errorf("openapirules: %w", err)
+	}
+	doc, ok := v.(*object)
+	if !ok {
+		return nil, fmt.Errorf("openapirules: the document is not a JSON object")
+	}
+	return doc, nil
+}
+
+// encodeDocument writes doc as the generator does: indented by two spaces.
+func encodeDocument(doc *object) ([]byte, error) {
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		return nil, fmt.Errorf("openapirules: %w", err)
+	}
+	return out.Bytes(), nil
 }
