@@ -448,7 +448,7 @@ func RegisterSqlAgentServiceHandlerServer(ctx context.Context, mux *runtime.Serv
 		var stream runtime.ServerTransportStream
 		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agentmesh.sqlagent.v1.SqlAgentService/GetSqlJob", runtime.WithHTTPPathPattern("/v1/sql/jobs/{job_id}"))
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agentmesh.sqlagent.v1.SqlAgentService/GetSqlJob", runtime.WithHTTPPathPattern("/v1/sql/jobs/{job_id=*/**}"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -611,7 +611,7 @@ func RegisterSqlAgentServiceHandlerClient(ctx context.Context, mux *runtime.Serv
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agentmesh.sqlagent.v1.SqlAgentService/GetSqlJob", runtime.WithHTTPPathPattern("/v1/sql/jobs/{job_id}"))
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agentmesh.sqlagent.v1.SqlAgentService/GetSqlJob", runtime.WithHTTPPathPattern("/v1/sql/jobs/{job_id=*/**}"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -650,7 +650,7 @@ var (
 	pattern_SqlAgentService_GetSession_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "sql", "sessions", "session_id"}, ""))
 	pattern_SqlAgentService_SendInput_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "sql", "sessions", "session_id"}, "input"))
 	pattern_SqlAgentService_ListSqlJobs_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "sql", "jobs"}, ""))
-	pattern_SqlAgentService_GetSqlJob_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "sql", "jobs", "job_id"}, ""))
+	pattern_SqlAgentService_GetSqlJob_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 3, 0, 4, 2, 5, 3}, []string{"v1", "sql", "jobs", "job_id"}, ""))
 	pattern_SqlAgentService_ListSqlPrompts_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "sql", "sessions", "session_id", "prompts"}, ""))
 )
 
