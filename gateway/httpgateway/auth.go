@@ -25,8 +25,15 @@ const (
 	defaultTenant = "default"
 )
 
+// operatorTenant in a GATEWAY_API_KEYS entry (key=*[@caller]) makes an
+// operator key: unscoped, for reads across tenants such as GET /v1/usage.
+const operatorTenant = "*"
+
 // principal is the authenticated scope of a request and who makes it.
 type principal struct {
+	// tenant is empty for an operator key: its calls carry no tenant, so
+	// the services take the one the request names (and refuse a request
+	// that names none), and GET /v1/usage shows every tenant.
 	tenant  string
 	project string
 	// caller names the key's holder: the entry's @name, else "key-" and
@@ -54,7 +61,7 @@ type keyring struct {
 }
 
 // parseAPIKeys parses GATEWAY_API_KEYS: "key=tenant[:project][@caller]"
-// entries separated by commas. Errors name the entry by position, never by
+// entries separated by commas; tenant "*" makes an operator key. Errors name the entry by position, never by
 // key.
 func parseAPIKeys(spec string) (*keyring, error) {
 	kr := &keyring{}
@@ -74,8 +81,15 @@ func parseAPIKeys(spec string) (*keyring, error) {
 		scope, caller, named := strings.Cut(scope, "@")
 		tenant, project, _ := strings.Cut(scope, ":")
 		tenant, project = strings.TrimSpace(tenant), strings.TrimSpace(project)
-		if err := grpcx.ValidScopeID(tenant); err != nil {
-			return nil, fmt.Errorf("GATEWAY_API_KEYS: entry %d: tenant %w", n, err)
+		switch {
+		case tenant == operatorTenant && project != "":
+			return nil, fmt.Errorf("GATEWAY_API_KEYS: entry %d: an operator key (tenant *) has no project", n)
+		case tenant == operatorTenant:
+			tenant = "" // unscoped: see principal
+		default:
+			if err := grpcx.ValidScopeID(tenant); err != nil {
+				return nil, fmt.Errorf("GATEWAY_API_KEYS: entry %d: tenant %w", n, err)
+			}
 		}
 		if project != "" {
 			if err := grpcx.ValidScopeID(project); err != nil {
@@ -226,7 +240,10 @@ func scopeMetadata(ctx context.Context, _ *http.Request) metadata.MD {
 	if !ok {
 		return nil
 	}
-	md := metadata.Pairs(grpcx.TenantMetadataKey, p.tenant)
+	md := metadata.MD{}
+	if p.tenant != "" {
+		md.Set(grpcx.TenantMetadataKey, p.tenant)
+	}
 	if p.project != "" {
 		md.Set(grpcx.ProjectMetadataKey, p.project)
 	}

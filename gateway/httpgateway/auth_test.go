@@ -44,7 +44,7 @@ func scopeRecorder() (*conversationFake, <-chan seen) {
 func TestAPIKeysAuthenticateAndScope(t *testing.T) {
 	t.Parallel()
 	conv, calls := scopeRecorder()
-	m := startMesh(t, httpgateway.Config{APIKeys: "key-acme=acme:web@alice, key-globex=globex"}, fakes{conversations: conv})
+	m := startMesh(t, httpgateway.Config{APIKeys: "key-acme=acme:web@alice, key-globex=globex, key-ops=*@ops"}, fakes{conversations: conv})
 
 	t.Run("no key is 401", func(t *testing.T) {
 		resp, body := do(t, "POST", m.url+"/v1/conversations", `{}`, nil)
@@ -103,6 +103,19 @@ func TestAPIKeysAuthenticateAndScope(t *testing.T) {
 		sum := sha256.Sum256([]byte("key-globex"))
 		if strings.Join(got.tenant, ",") != "globex" || len(got.project) != 0 || strings.Join(got.caller, ",") != "key-"+hex.EncodeToString(sum[:4]) {
 			t.Fatalf("metadata tenant %q project %q caller %q, want only the key's", got.tenant, got.project, got.caller)
+		}
+	})
+
+	t.Run("an operator key forwards no tenant, whatever the client claims", func(t *testing.T) {
+		resp, body := do(t, "POST", m.url+"/v1/conversations", `{}`, map[string]string{
+			"Authorization": "Bearer key-ops", "X-Tenant-Id": "acme", "Grpc-Metadata-X-Agentmesh-Tenant": "acme",
+		})
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		got := waitFor(t, calls, "CreateConversation")
+		if len(got.tenant) != 0 || len(got.project) != 0 || strings.Join(got.caller, ",") != "ops" {
+			t.Fatalf("metadata tenant %q project %q caller %q, want no scope and caller ops", got.tenant, got.project, got.caller)
 		}
 	})
 
@@ -169,7 +182,7 @@ func TestAPIKeysAreNeverLogged(t *testing.T) {
 		t.Fatalf("expected one accepted and one refused request in the log:\n%s", logs.String())
 	}
 
-	for _, spec := range []string{"s3cret-key-1", "s3cret-key-1=acme@", "s3cret-key-1=acme@two words"} {
+	for _, spec := range []string{"s3cret-key-1", "s3cret-key-1=acme@", "s3cret-key-1=acme@two words", "s3cret-key-1=*:web", "s3cret-key-1=a*"} {
 		_, err = httpgateway.Handler(&httpgateway.Config{APIKeys: spec}, m.backends, log, nil)
 		if err == nil || !strings.Contains(err.Error(), "GATEWAY_API_KEYS: entry 1") || strings.Contains(err.Error(), "s3cret") {
 			t.Fatalf("malformed GATEWAY_API_KEYS %q: err = %v, want the entry named without the key", strings.TrimPrefix(spec, "s3cret-key-1"), err)

@@ -146,6 +146,16 @@ func (g *gateway) apiMux() (*runtime.ServeMux, error) {
 
 	ctx := context.Background() // only the in-process registration variants use it
 	err := errors.Join(
+		// ModelService includes the console's usage panel's endpoint:
+		//   GET /v1/usage[?resolution=USAGE_RESOLUTION_MINUTE|USAGE_RESOLUTION_HOUR][&tenantId=T]
+		//   → {"resolution": "USAGE_RESOLUTION_MINUTE", "startTime": RFC 3339,
+		//      "endTime": RFC 3339, "bucketWidth": "60s", "tenantLimit": 100,
+		//      "points": [{"startTime", "logicalModel", "provider", "tenantId",
+		//        "calls", "promptTokens", "completionTokens", "reasoningTokens"}]}
+		// (int64 counts as JSON strings; empty buckets left out; points oldest
+		// first). A tenant's key sees its tenant, another tenantId is 403; an
+		// operator key (tenant *) sees all tenants ("other" past the limit,
+		// "none" for calls on no tenant's behalf).
 		modelv1.RegisterModelServiceHandlerClient(ctx, mux, modelv1.NewModelServiceClient(model)),
 		orchestratorv1.RegisterConversationServiceHandlerClient(ctx, mux, orchestratorv1.NewConversationServiceClient(orch)),
 		orchestratorv1.RegisterToolServiceHandlerClient(ctx, mux, orchestratorv1.NewToolServiceClient(orch)),

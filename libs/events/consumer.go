@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 )
 
 // Defaults applied by [Bus.Consume] to zero fields of [ConsumerSpec].
@@ -144,7 +145,8 @@ type Delivery struct {
 }
 
 // Context returns the context the handler is called with: the consumer's
-// context carrying the trace context extracted from the message headers.
+// context carrying the trace context extracted from the message headers
+// and the event's scope (grpcx.WithScope).
 func (d *Delivery) Context() context.Context { return d.ctx }
 
 // permanentError marks a handler failure that retrying cannot fix.
@@ -382,6 +384,9 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 			attribute.Int64("messaging.nats.num_delivered", int64(meta.NumDelivered)),
 		))
 	defer span.End()
+	// The work is done for the event's scope: model calls made while
+	// handling it name its tenant (grpcx.WithScope).
+	ctx = grpcx.WithScope(ctx, ev.GetScope())
 
 	d := &Delivery{
 		Event:        ev,

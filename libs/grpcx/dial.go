@@ -71,7 +71,8 @@ var retryServiceConfig = func() string {
 // Dial creates a client connection to target ("host:port" or any gRPC target
 // such as "dns:///svc:9090") with OpenTelemetry stats, the mesh's retry
 // service config and plaintext transport (the mesh runs behind the cluster
-// network or a service mesh that adds mTLS). Extra options are appended.
+// network or a service mesh that adds mTLS). Model calls carry the scope
+// they are made for (see WithScope). Extra options are appended.
 // The connection is lazy: it connects on first use.
 func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	base := []grpc.DialOption{
@@ -81,6 +82,8 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32 << 20)),
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),
+		grpc.WithChainUnaryInterceptor(forwardScopeUnary),
+		grpc.WithChainStreamInterceptor(forwardScopeStream),
 	}
 	cc, err := grpc.NewClient(target, append(base, opts...)...)
 	if err != nil {

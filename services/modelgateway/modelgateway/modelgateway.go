@@ -26,6 +26,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/provider/sim"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/routing"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/upstream"
+	"github.com/agentmesh/agentmesh/services/modelgateway/internal/usage"
 )
 
 // Name is the service name used in logs, metrics and health.
@@ -69,6 +70,8 @@ type Config struct {
 
 	MaxConcurrency int `env:"MODELGATEWAY_MAX_CONCURRENCY" default:"64" help:"concurrent requests per provider (routing file may override per provider)"`
 	MaxQueue       int `env:"MODELGATEWAY_MAX_QUEUE" default:"256" help:"requests waiting per provider beyond the concurrency limit; more fail with RESOURCE_EXHAUSTED"`
+
+	UsageTenants int `env:"MODELGATEWAY_USAGE_TENANTS" default:"100" min:"1" help:"tenants whose tokens are counted by name in the token metric and GetUsage (GET /v1/usage); the calls of tenants first seen after that many count as tenant \"other\""`
 
 	ProbeInterval time.Duration `env:"MODELGATEWAY_PROBE_INTERVAL" default:"30s" help:"how often provider availability is checked in the background"`
 }
@@ -174,6 +177,7 @@ func build(cfg *Config, rt service.Runtime) (*dispatch.Gateway, func(), error) {
 		},
 		ProbeInterval: cfg.ProbeInterval,
 		Logger:        rt.Logger,
+		Usage:         usage.New(cfg.UsageTenants, nil),
 		HowTo: fmt.Sprintf("To configure one: run Ollama at OLLAMA_HOST (now %s) and pull the model named above, "+
 			"or set DEEPSEEK_API_KEY or QWEN_API_KEY, or point MODELGATEWAY_CONFIG at a routing file; "+
 			"MODELGATEWAY_PROVIDER=sim serves simulated answers for demos", ollamaURL(cfg.OllamaHost)),

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +28,12 @@ import (
 // apiKey is the gateway key of the test mesh: the CLI's calls go through
 // the gateway's authentication as a real install's would.
 const apiKey = "cli-test-key-0123456789"
+
+// Keys of a second tenant and of an operator (no tenant).
+const (
+	tenantBKey  = "cli-test-tenant-b-0123456789"
+	operatorKey = "cli-test-operator-0123456789"
+)
 
 // testMesh is one `agentmesh up` on the provider simulator, shared by the
 // tests of this package, started by the first test that needs it.
@@ -80,7 +87,7 @@ func mesh(t *testing.T) string {
 			"LOG_LEVEL":                "warn",
 			"OLLAMA_HOST":              "http://127.0.0.1:1",
 			"MODELGATEWAY_PROVIDER":    "sim",
-			"GATEWAY_API_KEYS":         apiKey + "=default@cli-test",
+			"GATEWAY_API_KEYS":         apiKey + "=default@cli-test," + tenantBKey + "=tenant-b@b," + operatorKey + "=*@ops",
 		})
 		go func() { testMesh.done <- up.Run(ctx, env, out) }()
 		tick := time.NewTicker(50 * time.Millisecond)
@@ -399,6 +406,129 @@ func TestDocsIngestFiles(t *testing.T) {
 	if r := run(t, cfg, "", "docs", "ingest", args[0], "no-such-file.txt"); r.code != cli.ExitUsage || strings.Contains(r.err, "sending") {
 		t.Errorf("missing file: %s", r)
 	}
+}
+
+// usagePoint is a point of `agentmesh usage -o json`.
+type usagePoint struct {
+	LogicalModel, Provider, TenantID      string
+	Calls, PromptTokens, CompletionTokens string // int64 travels as a JSON string
+}
+
+// usage reads the usage as cfg's key sees it.
+func usage(t *testing.T, cfg cli.Config, args ...string) []usagePoint {
+	t.Helper()
+	r := must(t, cfg, "", append([]string{"usage", "-o", "json"}, args...)...)
+	var res struct{ Points []usagePoint }
+	if err := json.Unmarshal([]byte(r.out), &res); err != nil {
+		t.Fatalf("usage -o json: %v\n%s", err, r)
+	}
+	return res.Points
+}
+
+// tenantsOf maps each tenant of points to the logical models it used.
+func tenantsOf(points []usagePoint) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, p := range points {
+		if out[p.TenantID] == nil {
+			out[p.TenantID] = map[string]bool{}
+		}
+		out[p.TenantID][p.LogicalModel] = true
+	}
+	return out
+}
+
+// TestUsagePerTenant: the model calls of two tenants' work — a chat turn
+// answered while the request waits, and a document's intake run later from
+// the work queue — are counted under each tenant; a tenant's key reads only
+// its own usage and is refused another's (403, exit 5), an operator key
+// reads both; the token metric carries the tenant.
+func TestUsagePerTenant(t *testing.T) {
+	cfgA := gatewayConfig(t)
+	cfgB, cfgOps := cfgA, cfgA
+	cfgB.APIKey, cfgOps.APIKey = tenantBKey, operatorKey
+
+	must(t, cfgA, "", "chat", "hello from tenant a")
+	must(t, cfgB, "", "chat", "hello from tenant b")
+	must(t, cfgB, "", "docs", "ingest", filepath.Join("testdata", "ingest", "ledger.log"))
+
+	// The log is lifted to an analysis, whose planner runs from the
+	// orchestrator's work queue: poll until it has.
+	var b map[string]map[string]bool
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for b = tenantsOf(usage(t, cfgB)); !b["tenant-b"]["planner"]; b = tenantsOf(usage(t, cfgB)) {
+		select {
+		case <-deadline:
+			t.Fatalf("tenant b's usage: %v, want only tenant-b, with chat and the lifted analysis's planner; all: %v", b, tenantsOf(usage(t, cfgOps)))
+		case <-tick.C:
+		}
+	}
+	if len(b) != 1 || !b["tenant-b"]["chat"] {
+		t.Fatalf("tenant b's usage: %v, want only tenant-b, with chat and planner", b)
+	}
+	a := tenantsOf(usage(t, cfgA))
+	if len(a) != 1 || !a["default"]["chat"] {
+		t.Fatalf("tenant a's usage: %v, want only default, with chat", a)
+	}
+	all := tenantsOf(usage(t, cfgOps, "--resolution", "hour"))
+	if !all["default"]["chat"] || !all["tenant-b"]["chat"] {
+		t.Fatalf("the operator's usage: %v, want both tenants", all)
+	}
+	t.Logf("usage by tenant: %v", all)
+	if only := tenantsOf(usage(t, cfgOps, "--of", "tenant-b")); len(only) != 1 || only["tenant-b"] == nil {
+		t.Fatalf("the operator's usage of tenant-b: %v", only)
+	}
+
+	// Another tenant's usage is not the caller's to read: 403, exit 5.
+	r := run(t, cfgA, "", "usage", "--of", "tenant-b")
+	if r.code != cli.ExitDenied || !strings.Contains(r.err, "PermissionDenied") || !strings.Contains(r.err, "tenant_id") {
+		t.Fatalf("usage --of another tenant: want exit %d (PermissionDenied): %s", cli.ExitDenied, r)
+	}
+	if code, body := get(t, "/v1/usage?tenantId=tenant-b", apiKey); code != http.StatusForbidden {
+		t.Fatalf("GET /v1/usage?tenantId=tenant-b with tenant a's key: HTTP %d, want 403: %s", code, body)
+	}
+
+	// The REST shape the console's usage panel reads.
+	code, raw := get(t, "/v1/usage?resolution=USAGE_RESOLUTION_HOUR", operatorKey)
+	var shape struct {
+		Resolution, StartTime, EndTime, BucketWidth string
+		TenantLimit                                 int
+		Points                                      []map[string]any
+	}
+	if err := json.Unmarshal(raw, &shape); err != nil || shape.Resolution != "USAGE_RESOLUTION_HOUR" || shape.BucketWidth != "3600s" || shape.TenantLimit != 100 || shape.StartTime == "" || len(shape.Points) == 0 {
+		t.Fatalf("GET /v1/usage: HTTP %d %v: %s", code, err, raw)
+	}
+	for _, k := range []string{"startTime", "logicalModel", "provider", "tenantId", "calls", "promptTokens", "completionTokens"} {
+		if _, ok := shape.Points[0][k]; !ok {
+			t.Errorf("GET /v1/usage: a point lacks %q: %s", k, raw)
+		}
+	}
+
+	// The token metric counts per tenant too.
+	_, body := get(t, "/metrics", operatorKey)
+	for _, tenant := range []string{"default", "tenant-b"} {
+		if !regexp.MustCompile(`(?m)^agentmesh_modelgateway_tokens_total\{[^}]*logical_model="chat"[^}]*tenant="` + tenant + `"`).Match(body) {
+			t.Errorf("/metrics has no chat tokens of tenant %s", tenant)
+		}
+	}
+}
+
+// get reads path of the test mesh's gateway with key.
+func get(t *testing.T, path, key string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", mesh(t)+path, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, body
 }
 
 // pdfTools reports whether poppler-utils is there for the indexer's PDF

@@ -84,7 +84,7 @@ Exit codes: 0 done, 1 failed, 2 usage, 3 not found, 4 unavailable,
 	pf.StringVar(&a.project, "project", "", "project to act for (overrides AGENTMESH_PROJECT)")
 	pf.BoolVar(&a.grpc, "grpc", false, "call the services over gRPC at their *_ADDR addresses instead of the gateway")
 	root.AddCommand(a.chatCmd(), a.jobsCmd(), a.docsCmd(), a.classifyCmd(), a.sqlCmd(),
-		a.modelsCmd(), a.healthCmd(), a.versionCmd(), a.contextCmd(), a.indexerCmd(), a.mcpCmd())
+		a.modelsCmd(), a.usageCmd(), a.healthCmd(), a.versionCmd(), a.contextCmd(), a.indexerCmd(), a.mcpCmd())
 	return root
 }
 

@@ -3,7 +3,8 @@
 // failures with backoff and jitter (honouring Retry-After), falls back along
 // the chain, enforces structured output (validation, DeepSeek's blank-JSON
 // retry, one repair), keeps provider availability from background probes,
-// and records usage metrics and one span per call.
+// and records usage (metrics, and per-tenant counts for GetUsage) and one
+// span per call.
 package dispatch
 
 import (
@@ -26,6 +27,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/llm"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/routing"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/structured"
+	"github.com/agentmesh/agentmesh/services/modelgateway/internal/usage"
 )
 
 // Provider is what the dispatcher needs from an adapter. Implementations
@@ -79,6 +81,26 @@ type Options struct {
 	Logger         *slog.Logger
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
+	// Usage counts tokens per tenant (GetUsage) and bounds the tenant
+	// label of the token metric; nil counts up to DefaultUsageTenants.
+	Usage *usage.Recorder
+}
+
+// DefaultUsageTenants is how many tenants Options.Usage counts by name
+// when it is nil.
+const DefaultUsageTenants = 100
+
+type tenantKey struct{}
+
+// WithTenant returns ctx naming the tenant a call is made for: its usage
+// is counted under it.
+func WithTenant(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, tenant)
+}
+
+func tenantOf(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
 }
 
 // Gateway dispatches calls. Safe for concurrent use.
@@ -136,6 +158,9 @@ func New(table *routing.Table, backends []Backend, opts Options) (*Gateway, erro
 	}
 	if opts.TracerProvider == nil {
 		opts.TracerProvider = otel.GetTracerProvider()
+	}
+	if opts.Usage == nil {
+		opts.Usage = usage.New(DefaultUsageTenants, nil)
 	}
 	inst, err := newInstrumentation(opts.MeterProvider)
 	if err != nil {
@@ -311,7 +336,8 @@ func (g *Gateway) finish(ctx context.Context, r *run, t *target, resp *llm.Respo
 			attribute.Int64("modelgateway.usage.completion_tokens", u.Completion),
 			attribute.Int64("modelgateway.usage.reasoning_tokens", u.Reasoning),
 		)
-		g.inst.usage(ctx, provider, model, r.logical, u)
+		tenant := g.opts.Usage.Add(r.logical, provider, tenantOf(ctx), usage.Counts{Calls: 1, Prompt: u.Prompt, Completion: u.Completion, Reasoning: u.Reasoning})
+		g.inst.usage(ctx, provider, model, r.logical, tenant, u)
 		if r.sink != nil && r.forwarded {
 			g.inst.firstToken(ctx, provider, model, r.logical, r.firstAt)
 		}
@@ -599,6 +625,9 @@ type EmbedResult struct {
 	Provider, ProviderModel string
 	Attempts                int
 }
+
+// Usage returns the recorder that counts the calls' tokens per tenant.
+func (g *Gateway) Usage() *usage.Recorder { return g.opts.Usage }
 
 // Embed embeds inputs with the logical model's chain.
 func (g *Gateway) Embed(ctx context.Context, logical string, req *llm.EmbedRequest) (*EmbedResult, error) {

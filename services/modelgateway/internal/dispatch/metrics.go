@@ -29,7 +29,7 @@ func newInstrumentation(mp metric.MeterProvider) (*instrumentation, error) {
 		return nil, err
 	}
 	if in.tokens, err = m.Int64Counter("agentmesh.modelgateway.tokens",
-		metric.WithDescription("Tokens used, by provider, model, logical name and kind (prompt, completion, reasoning, cache_hit, cache_miss)."),
+		metric.WithDescription("Tokens used, by provider, model, logical name, kind (prompt, completion, reasoning, cache_hit, cache_miss) and tenant (the first MODELGATEWAY_USAGE_TENANTS tenants by name, then other; none without a tenant)."),
 		metric.WithUnit("{token}")); err != nil {
 		return nil, err
 	}
@@ -90,10 +90,11 @@ func (in *instrumentation) attempt(ctx context.Context, provider, model, logical
 	in.calls.Add(ctx, 1, cachedAttrs(provider, model, logical, "outcome", outcome(err), "", ""))
 }
 
-func (in *instrumentation) usage(ctx context.Context, provider, model, logical string, u llm.Usage) {
+// usage counts tokens by kind; tenant is a bounded label (usage.Recorder).
+func (in *instrumentation) usage(ctx context.Context, provider, model, logical, tenant string, u llm.Usage) {
 	add := func(kind string, n int64) {
 		if n > 0 {
-			in.tokens.Add(ctx, n, cachedAttrs(provider, model, logical, "kind", kind, "", ""))
+			in.tokens.Add(ctx, n, cachedAttrs(provider, model, logical, "kind", kind, "tenant", tenant))
 		}
 	}
 	add("prompt", u.Prompt)

@@ -32,7 +32,7 @@ func (s *Server) Chat(ctx context.Context, in *modelv1.ChatRequest) (*modelv1.Ch
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.gw.Chat(ctx, dispatch.Call{Logical: in.GetModel(), Request: req, Schema: schema})
+	res, err := s.gw.Chat(forTenant(ctx), dispatch.Call{Logical: in.GetModel(), Request: req, Schema: schema})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -56,7 +56,7 @@ func (s *Server) ChatStream(in *modelv1.ChatStreamRequest, stream modelv1.ModelS
 		return err
 	}
 	sentFirst := false
-	res, err := s.gw.Stream(stream.Context(), dispatch.Call{Logical: in.GetRequest().GetModel(), Request: req, Schema: schema},
+	res, err := s.gw.Stream(forTenant(stream.Context()), dispatch.Call{Logical: in.GetRequest().GetModel(), Request: req, Schema: schema},
 		func(ev llm.Event) error {
 			out := &modelv1.ChatStreamResponse{}
 			switch ev.Kind {
@@ -97,7 +97,7 @@ func (s *Server) ChatStream(in *modelv1.ChatStreamRequest, stream modelv1.ModelS
 // Embed turns texts into vectors.
 func (s *Server) Embed(ctx context.Context, in *modelv1.EmbedRequest) (*modelv1.EmbedResponse, error) {
 	// The contract requires the model and 1-2048 inputs, and bounds dimensions.
-	res, err := s.gw.Embed(ctx, in.GetModel(), &llm.EmbedRequest{Inputs: in.GetInputs(), Dimensions: int(in.GetDimensions())})
+	res, err := s.gw.Embed(forTenant(ctx), in.GetModel(), &llm.EmbedRequest{Inputs: in.GetInputs(), Dimensions: int(in.GetDimensions())})
 	if err != nil {
 		return nil, toStatus(err)
 	}

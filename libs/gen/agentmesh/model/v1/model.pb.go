@@ -11,6 +11,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -265,6 +266,59 @@ func (x FinishReason) Number() protoreflect.EnumNumber {
 // Deprecated: Use FinishReason.Descriptor instead.
 func (FinishReason) EnumDescriptor() ([]byte, []int) {
 	return file_agentmesh_model_v1_model_proto_rawDescGZIP(), []int{3}
+}
+
+// UsageResolution is the width of GetUsage's buckets.
+type UsageResolution int32
+
+const (
+	// Not set: minutes.
+	UsageResolution_USAGE_RESOLUTION_UNSPECIFIED UsageResolution = 0
+	// One bucket per minute, the last 60 minutes.
+	UsageResolution_USAGE_RESOLUTION_MINUTE UsageResolution = 1
+	// One bucket per hour, the last 24 hours.
+	UsageResolution_USAGE_RESOLUTION_HOUR UsageResolution = 2
+)
+
+// Enum value maps for UsageResolution.
+var (
+	UsageResolution_name = map[int32]string{
+		0: "USAGE_RESOLUTION_UNSPECIFIED",
+		1: "USAGE_RESOLUTION_MINUTE",
+		2: "USAGE_RESOLUTION_HOUR",
+	}
+	UsageResolution_value = map[string]int32{
+		"USAGE_RESOLUTION_UNSPECIFIED": 0,
+		"USAGE_RESOLUTION_MINUTE":      1,
+		"USAGE_RESOLUTION_HOUR":        2,
+	}
+)
+
+func (x UsageResolution) Enum() *UsageResolution {
+	p := new(UsageResolution)
+	*p = x
+	return p
+}
+
+func (x UsageResolution) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (UsageResolution) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_model_v1_model_proto_enumTypes[4].Descriptor()
+}
+
+func (UsageResolution) Type() protoreflect.EnumType {
+	return &file_agentmesh_model_v1_model_proto_enumTypes[4]
+}
+
+func (x UsageResolution) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use UsageResolution.Descriptor instead.
+func (UsageResolution) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_model_v1_model_proto_rawDescGZIP(), []int{4}
 }
 
 // ImagePart is an image attached to a message.
@@ -1791,11 +1845,271 @@ func (x *ListModelsResponse) GetModels() []*LogicalModel {
 	return nil
 }
 
+// GetUsageRequest asks for token usage over time.
+type GetUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bucket width; unset means minutes.
+	Resolution UsageResolution `protobuf:"varint,1,opt,name=resolution,proto3,enum=agentmesh.model.v1.UsageResolution" json:"resolution,omitempty"`
+	// Only this tenant. Empty: the caller's own tenant, or every tenant for
+	// an unscoped caller.
+	TenantId      string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageRequest) Reset() {
+	*x = GetUsageRequest{}
+	mi := &file_agentmesh_model_v1_model_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageRequest) ProtoMessage() {}
+
+func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_model_v1_model_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetUsageRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_model_v1_model_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GetUsageRequest) GetResolution() UsageResolution {
+	if x != nil {
+		return x.Resolution
+	}
+	return UsageResolution_USAGE_RESOLUTION_UNSPECIFIED
+}
+
+func (x *GetUsageRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+// GetUsageResponse is token usage in time buckets.
+type GetUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bucket width of the points.
+	Resolution UsageResolution `protobuf:"varint,1,opt,name=resolution,proto3,enum=agentmesh.model.v1.UsageResolution" json:"resolution,omitempty"`
+	// Start of the oldest bucket covered (the window's start).
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// End of the window (now).
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// Width of one bucket.
+	BucketWidth *durationpb.Duration `protobuf:"bytes,4,opt,name=bucket_width,json=bucketWidth,proto3" json:"bucket_width,omitempty"`
+	// Buckets with usage, oldest first, then by logical model, provider and
+	// tenant. Buckets without calls are left out.
+	Points []*UsagePoint `protobuf:"bytes,5,rep,name=points,proto3" json:"points,omitempty"`
+	// How many tenants are counted by name (MODELGATEWAY_USAGE_TENANTS); the
+	// calls of tenants first seen after that many are counted as "other".
+	TenantLimit   int32 `protobuf:"varint,6,opt,name=tenant_limit,json=tenantLimit,proto3" json:"tenant_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageResponse) Reset() {
+	*x = GetUsageResponse{}
+	mi := &file_agentmesh_model_v1_model_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageResponse) ProtoMessage() {}
+
+func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_model_v1_model_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
+func (*GetUsageResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_model_v1_model_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetUsageResponse) GetResolution() UsageResolution {
+	if x != nil {
+		return x.Resolution
+	}
+	return UsageResolution_USAGE_RESOLUTION_UNSPECIFIED
+}
+
+func (x *GetUsageResponse) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetBucketWidth() *durationpb.Duration {
+	if x != nil {
+		return x.BucketWidth
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetPoints() []*UsagePoint {
+	if x != nil {
+		return x.Points
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetTenantLimit() int32 {
+	if x != nil {
+		return x.TenantLimit
+	}
+	return 0
+}
+
+// UsagePoint is the usage of one logical model, provider and tenant in one
+// bucket.
+type UsagePoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Start of the bucket.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Logical model the caller named.
+	LogicalModel string `protobuf:"bytes,2,opt,name=logical_model,json=logicalModel,proto3" json:"logical_model,omitempty"`
+	// Provider that answered.
+	Provider string `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Tenant; "other" for tenants past tenant_limit, "none" for calls
+	// without a tenant (made inside the mesh on no tenant's behalf).
+	TenantId string `protobuf:"bytes,4,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// Calls that reported usage.
+	Calls int64 `protobuf:"varint,5,opt,name=calls,proto3" json:"calls,omitempty"`
+	// Prompt (input) tokens.
+	PromptTokens int64 `protobuf:"varint,6,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	// Completion (output) tokens, reasoning included.
+	CompletionTokens int64 `protobuf:"varint,7,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
+	// Of the completion tokens, those spent reasoning.
+	ReasoningTokens int64 `protobuf:"varint,8,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *UsagePoint) Reset() {
+	*x = UsagePoint{}
+	mi := &file_agentmesh_model_v1_model_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsagePoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsagePoint) ProtoMessage() {}
+
+func (x *UsagePoint) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_model_v1_model_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsagePoint.ProtoReflect.Descriptor instead.
+func (*UsagePoint) Descriptor() ([]byte, []int) {
+	return file_agentmesh_model_v1_model_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *UsagePoint) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *UsagePoint) GetLogicalModel() string {
+	if x != nil {
+		return x.LogicalModel
+	}
+	return ""
+}
+
+func (x *UsagePoint) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *UsagePoint) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *UsagePoint) GetCalls() int64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *UsagePoint) GetPromptTokens() int64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *UsagePoint) GetCompletionTokens() int64 {
+	if x != nil {
+		return x.CompletionTokens
+	}
+	return 0
+}
+
+func (x *UsagePoint) GetReasoningTokens() int64 {
+	if x != nil {
+		return x.ReasoningTokens
+	}
+	return 0
+}
+
 var File_agentmesh_model_v1_model_proto protoreflect.FileDescriptor
 
 const file_agentmesh_model_v1_model_proto_rawDesc = "" +
 	"\n" +
-	"\x1eagentmesh/model/v1/model.proto\x12\x12agentmesh.model.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\"Z\n" +
+	"\x1eagentmesh/model/v1/model.proto\x12\x12agentmesh.model.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Z\n" +
 	"\tImagePart\x12\x1b\n" +
 	"\x04data\x18\x01 \x01(\fB\a\xbaH\x04z\x02\x10\x01R\x04data\x120\n" +
 	"\tmime_type\x18\x02 \x01(\tB\x13\xbaH\x10\xd8\x01\x01r\v\x18\x80\x01:\x06image/R\bmimeType\"k\n" +
@@ -1918,7 +2232,33 @@ const file_agentmesh_model_v1_model_proto_rawDesc = "" +
 	"\atargets\x18\x02 \x03(\v2\x1f.agentmesh.model.v1.RouteTargetR\atargets\x12\x1c\n" +
 	"\tavailable\x18\x03 \x01(\bR\tavailable\"N\n" +
 	"\x12ListModelsResponse\x128\n" +
-	"\x06models\x18\x01 \x03(\v2 .agentmesh.model.v1.LogicalModelR\x06models*_\n" +
+	"\x06models\x18\x01 \x03(\v2 .agentmesh.model.v1.LogicalModelR\x06models\"\x87\x01\n" +
+	"\x0fGetUsageRequest\x12M\n" +
+	"\n" +
+	"resolution\x18\x01 \x01(\x0e2#.agentmesh.model.v1.UsageResolutionB\b\xbaH\x05\x82\x01\x02\x10\x01R\n" +
+	"resolution\x12%\n" +
+	"\ttenant_id\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\btenantId\"\xe2\x02\n" +
+	"\x10GetUsageResponse\x12C\n" +
+	"\n" +
+	"resolution\x18\x01 \x01(\x0e2#.agentmesh.model.v1.UsageResolutionR\n" +
+	"resolution\x129\n" +
+	"\n" +
+	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12<\n" +
+	"\fbucket_width\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vbucketWidth\x126\n" +
+	"\x06points\x18\x05 \x03(\v2\x1e.agentmesh.model.v1.UsagePointR\x06points\x12!\n" +
+	"\ftenant_limit\x18\x06 \x01(\x05R\vtenantLimit\"\xb8\x02\n" +
+	"\n" +
+	"UsagePoint\x129\n" +
+	"\n" +
+	"start_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12#\n" +
+	"\rlogical_model\x18\x02 \x01(\tR\flogicalModel\x12\x1a\n" +
+	"\bprovider\x18\x03 \x01(\tR\bprovider\x12\x1b\n" +
+	"\ttenant_id\x18\x04 \x01(\tR\btenantId\x12\x14\n" +
+	"\x05calls\x18\x05 \x01(\x03R\x05calls\x12#\n" +
+	"\rprompt_tokens\x18\x06 \x01(\x03R\fpromptTokens\x12+\n" +
+	"\x11completion_tokens\x18\a \x01(\x03R\x10completionTokens\x12)\n" +
+	"\x10reasoning_tokens\x18\b \x01(\x03R\x0freasoningTokens*_\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SYSTEM\x10\x01\x12\r\n" +
@@ -1942,14 +2282,19 @@ const file_agentmesh_model_v1_model_proto_rawDesc = "" +
 	"\x14FINISH_REASON_LENGTH\x10\x02\x12\x1c\n" +
 	"\x18FINISH_REASON_TOOL_CALLS\x10\x03\x12 \n" +
 	"\x1cFINISH_REASON_CONTENT_FILTER\x10\x04\x12(\n" +
-	"$FINISH_REASON_INSUFFICIENT_RESOURCES\x10\x052\xe3\x02\n" +
+	"$FINISH_REASON_INSUFFICIENT_RESOURCES\x10\x05*k\n" +
+	"\x0fUsageResolution\x12 \n" +
+	"\x1cUSAGE_RESOLUTION_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17USAGE_RESOLUTION_MINUTE\x10\x01\x12\x19\n" +
+	"\x15USAGE_RESOLUTION_HOUR\x10\x022\xba\x03\n" +
 	"\fModelService\x12I\n" +
 	"\x04Chat\x12\x1f.agentmesh.model.v1.ChatRequest\x1a .agentmesh.model.v1.ChatResponse\x12]\n" +
 	"\n" +
 	"ChatStream\x12%.agentmesh.model.v1.ChatStreamRequest\x1a&.agentmesh.model.v1.ChatStreamResponse0\x01\x12L\n" +
 	"\x05Embed\x12 .agentmesh.model.v1.EmbedRequest\x1a!.agentmesh.model.v1.EmbedResponse\x12[\n" +
 	"\n" +
-	"ListModels\x12%.agentmesh.model.v1.ListModelsRequest\x1a&.agentmesh.model.v1.ListModelsResponseB\xd2\x01\n" +
+	"ListModels\x12%.agentmesh.model.v1.ListModelsRequest\x1a&.agentmesh.model.v1.ListModelsResponse\x12U\n" +
+	"\bGetUsage\x12#.agentmesh.model.v1.GetUsageRequest\x1a$.agentmesh.model.v1.GetUsageResponseB\xd2\x01\n" +
 	"\x16com.agentmesh.model.v1B\n" +
 	"ModelProtoP\x01ZBgithub.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1;modelv1\xa2\x02\x03AMX\xaa\x02\x12Agentmesh.Model.V1\xca\x02\x12Agentmesh\\Model\\V1\xe2\x02\x1eAgentmesh\\Model\\V1\\GPBMetadata\xea\x02\x14Agentmesh::Model::V1b\x06proto3"
 
@@ -1965,75 +2310,89 @@ func file_agentmesh_model_v1_model_proto_rawDescGZIP() []byte {
 	return file_agentmesh_model_v1_model_proto_rawDescData
 }
 
-var file_agentmesh_model_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_agentmesh_model_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_agentmesh_model_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_agentmesh_model_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_agentmesh_model_v1_model_proto_goTypes = []any{
-	(Role)(0),                   // 0: agentmesh.model.v1.Role
-	(ToolChoiceMode)(0),         // 1: agentmesh.model.v1.ToolChoiceMode
-	(ResponseFormatType)(0),     // 2: agentmesh.model.v1.ResponseFormatType
-	(FinishReason)(0),           // 3: agentmesh.model.v1.FinishReason
-	(*ImagePart)(nil),           // 4: agentmesh.model.v1.ImagePart
-	(*ToolCall)(nil),            // 5: agentmesh.model.v1.ToolCall
-	(*Message)(nil),             // 6: agentmesh.model.v1.Message
-	(*Tool)(nil),                // 7: agentmesh.model.v1.Tool
-	(*ToolChoice)(nil),          // 8: agentmesh.model.v1.ToolChoice
-	(*ResponseFormat)(nil),      // 9: agentmesh.model.v1.ResponseFormat
-	(*GenerationOptions)(nil),   // 10: agentmesh.model.v1.GenerationOptions
-	(*ThinkingOptions)(nil),     // 11: agentmesh.model.v1.ThinkingOptions
-	(*ChatRequest)(nil),         // 12: agentmesh.model.v1.ChatRequest
-	(*Usage)(nil),               // 13: agentmesh.model.v1.Usage
-	(*ChatResponse)(nil),        // 14: agentmesh.model.v1.ChatResponse
-	(*ChatStreamRequest)(nil),   // 15: agentmesh.model.v1.ChatStreamRequest
-	(*ChatStreamResponse)(nil),  // 16: agentmesh.model.v1.ChatStreamResponse
-	(*StreamEnd)(nil),           // 17: agentmesh.model.v1.StreamEnd
-	(*EmbedRequest)(nil),        // 18: agentmesh.model.v1.EmbedRequest
-	(*Embedding)(nil),           // 19: agentmesh.model.v1.Embedding
-	(*EmbedResponse)(nil),       // 20: agentmesh.model.v1.EmbedResponse
-	(*ListModelsRequest)(nil),   // 21: agentmesh.model.v1.ListModelsRequest
-	(*RouteTarget)(nil),         // 22: agentmesh.model.v1.RouteTarget
-	(*LogicalModel)(nil),        // 23: agentmesh.model.v1.LogicalModel
-	(*ListModelsResponse)(nil),  // 24: agentmesh.model.v1.ListModelsResponse
-	(*durationpb.Duration)(nil), // 25: google.protobuf.Duration
+	(Role)(0),                     // 0: agentmesh.model.v1.Role
+	(ToolChoiceMode)(0),           // 1: agentmesh.model.v1.ToolChoiceMode
+	(ResponseFormatType)(0),       // 2: agentmesh.model.v1.ResponseFormatType
+	(FinishReason)(0),             // 3: agentmesh.model.v1.FinishReason
+	(UsageResolution)(0),          // 4: agentmesh.model.v1.UsageResolution
+	(*ImagePart)(nil),             // 5: agentmesh.model.v1.ImagePart
+	(*ToolCall)(nil),              // 6: agentmesh.model.v1.ToolCall
+	(*Message)(nil),               // 7: agentmesh.model.v1.Message
+	(*Tool)(nil),                  // 8: agentmesh.model.v1.Tool
+	(*ToolChoice)(nil),            // 9: agentmesh.model.v1.ToolChoice
+	(*ResponseFormat)(nil),        // 10: agentmesh.model.v1.ResponseFormat
+	(*GenerationOptions)(nil),     // 11: agentmesh.model.v1.GenerationOptions
+	(*ThinkingOptions)(nil),       // 12: agentmesh.model.v1.ThinkingOptions
+	(*ChatRequest)(nil),           // 13: agentmesh.model.v1.ChatRequest
+	(*Usage)(nil),                 // 14: agentmesh.model.v1.Usage
+	(*ChatResponse)(nil),          // 15: agentmesh.model.v1.ChatResponse
+	(*ChatStreamRequest)(nil),     // 16: agentmesh.model.v1.ChatStreamRequest
+	(*ChatStreamResponse)(nil),    // 17: agentmesh.model.v1.ChatStreamResponse
+	(*StreamEnd)(nil),             // 18: agentmesh.model.v1.StreamEnd
+	(*EmbedRequest)(nil),          // 19: agentmesh.model.v1.EmbedRequest
+	(*Embedding)(nil),             // 20: agentmesh.model.v1.Embedding
+	(*EmbedResponse)(nil),         // 21: agentmesh.model.v1.EmbedResponse
+	(*ListModelsRequest)(nil),     // 22: agentmesh.model.v1.ListModelsRequest
+	(*RouteTarget)(nil),           // 23: agentmesh.model.v1.RouteTarget
+	(*LogicalModel)(nil),          // 24: agentmesh.model.v1.LogicalModel
+	(*ListModelsResponse)(nil),    // 25: agentmesh.model.v1.ListModelsResponse
+	(*GetUsageRequest)(nil),       // 26: agentmesh.model.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),      // 27: agentmesh.model.v1.GetUsageResponse
+	(*UsagePoint)(nil),            // 28: agentmesh.model.v1.UsagePoint
+	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
 }
 var file_agentmesh_model_v1_model_proto_depIdxs = []int32{
 	0,  // 0: agentmesh.model.v1.Message.role:type_name -> agentmesh.model.v1.Role
-	4,  // 1: agentmesh.model.v1.Message.images:type_name -> agentmesh.model.v1.ImagePart
-	5,  // 2: agentmesh.model.v1.Message.tool_calls:type_name -> agentmesh.model.v1.ToolCall
+	5,  // 1: agentmesh.model.v1.Message.images:type_name -> agentmesh.model.v1.ImagePart
+	6,  // 2: agentmesh.model.v1.Message.tool_calls:type_name -> agentmesh.model.v1.ToolCall
 	1,  // 3: agentmesh.model.v1.ToolChoice.mode:type_name -> agentmesh.model.v1.ToolChoiceMode
 	2,  // 4: agentmesh.model.v1.ResponseFormat.type:type_name -> agentmesh.model.v1.ResponseFormatType
-	6,  // 5: agentmesh.model.v1.ChatRequest.messages:type_name -> agentmesh.model.v1.Message
-	7,  // 6: agentmesh.model.v1.ChatRequest.tools:type_name -> agentmesh.model.v1.Tool
-	8,  // 7: agentmesh.model.v1.ChatRequest.tool_choice:type_name -> agentmesh.model.v1.ToolChoice
-	9,  // 8: agentmesh.model.v1.ChatRequest.response_format:type_name -> agentmesh.model.v1.ResponseFormat
-	10, // 9: agentmesh.model.v1.ChatRequest.options:type_name -> agentmesh.model.v1.GenerationOptions
-	11, // 10: agentmesh.model.v1.ChatRequest.thinking:type_name -> agentmesh.model.v1.ThinkingOptions
-	6,  // 11: agentmesh.model.v1.ChatResponse.message:type_name -> agentmesh.model.v1.Message
+	7,  // 5: agentmesh.model.v1.ChatRequest.messages:type_name -> agentmesh.model.v1.Message
+	8,  // 6: agentmesh.model.v1.ChatRequest.tools:type_name -> agentmesh.model.v1.Tool
+	9,  // 7: agentmesh.model.v1.ChatRequest.tool_choice:type_name -> agentmesh.model.v1.ToolChoice
+	10, // 8: agentmesh.model.v1.ChatRequest.response_format:type_name -> agentmesh.model.v1.ResponseFormat
+	11, // 9: agentmesh.model.v1.ChatRequest.options:type_name -> agentmesh.model.v1.GenerationOptions
+	12, // 10: agentmesh.model.v1.ChatRequest.thinking:type_name -> agentmesh.model.v1.ThinkingOptions
+	7,  // 11: agentmesh.model.v1.ChatResponse.message:type_name -> agentmesh.model.v1.Message
 	3,  // 12: agentmesh.model.v1.ChatResponse.finish_reason:type_name -> agentmesh.model.v1.FinishReason
-	13, // 13: agentmesh.model.v1.ChatResponse.usage:type_name -> agentmesh.model.v1.Usage
-	25, // 14: agentmesh.model.v1.ChatResponse.latency:type_name -> google.protobuf.Duration
-	12, // 15: agentmesh.model.v1.ChatStreamRequest.request:type_name -> agentmesh.model.v1.ChatRequest
-	5,  // 16: agentmesh.model.v1.ChatStreamResponse.tool_call:type_name -> agentmesh.model.v1.ToolCall
-	17, // 17: agentmesh.model.v1.ChatStreamResponse.end:type_name -> agentmesh.model.v1.StreamEnd
+	14, // 13: agentmesh.model.v1.ChatResponse.usage:type_name -> agentmesh.model.v1.Usage
+	29, // 14: agentmesh.model.v1.ChatResponse.latency:type_name -> google.protobuf.Duration
+	13, // 15: agentmesh.model.v1.ChatStreamRequest.request:type_name -> agentmesh.model.v1.ChatRequest
+	6,  // 16: agentmesh.model.v1.ChatStreamResponse.tool_call:type_name -> agentmesh.model.v1.ToolCall
+	18, // 17: agentmesh.model.v1.ChatStreamResponse.end:type_name -> agentmesh.model.v1.StreamEnd
 	3,  // 18: agentmesh.model.v1.StreamEnd.finish_reason:type_name -> agentmesh.model.v1.FinishReason
-	13, // 19: agentmesh.model.v1.StreamEnd.usage:type_name -> agentmesh.model.v1.Usage
-	25, // 20: agentmesh.model.v1.StreamEnd.time_to_first_chunk:type_name -> google.protobuf.Duration
-	19, // 21: agentmesh.model.v1.EmbedResponse.embeddings:type_name -> agentmesh.model.v1.Embedding
-	13, // 22: agentmesh.model.v1.EmbedResponse.usage:type_name -> agentmesh.model.v1.Usage
-	22, // 23: agentmesh.model.v1.LogicalModel.targets:type_name -> agentmesh.model.v1.RouteTarget
-	23, // 24: agentmesh.model.v1.ListModelsResponse.models:type_name -> agentmesh.model.v1.LogicalModel
-	12, // 25: agentmesh.model.v1.ModelService.Chat:input_type -> agentmesh.model.v1.ChatRequest
-	15, // 26: agentmesh.model.v1.ModelService.ChatStream:input_type -> agentmesh.model.v1.ChatStreamRequest
-	18, // 27: agentmesh.model.v1.ModelService.Embed:input_type -> agentmesh.model.v1.EmbedRequest
-	21, // 28: agentmesh.model.v1.ModelService.ListModels:input_type -> agentmesh.model.v1.ListModelsRequest
-	14, // 29: agentmesh.model.v1.ModelService.Chat:output_type -> agentmesh.model.v1.ChatResponse
-	16, // 30: agentmesh.model.v1.ModelService.ChatStream:output_type -> agentmesh.model.v1.ChatStreamResponse
-	20, // 31: agentmesh.model.v1.ModelService.Embed:output_type -> agentmesh.model.v1.EmbedResponse
-	24, // 32: agentmesh.model.v1.ModelService.ListModels:output_type -> agentmesh.model.v1.ListModelsResponse
-	29, // [29:33] is the sub-list for method output_type
-	25, // [25:29] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	14, // 19: agentmesh.model.v1.StreamEnd.usage:type_name -> agentmesh.model.v1.Usage
+	29, // 20: agentmesh.model.v1.StreamEnd.time_to_first_chunk:type_name -> google.protobuf.Duration
+	20, // 21: agentmesh.model.v1.EmbedResponse.embeddings:type_name -> agentmesh.model.v1.Embedding
+	14, // 22: agentmesh.model.v1.EmbedResponse.usage:type_name -> agentmesh.model.v1.Usage
+	23, // 23: agentmesh.model.v1.LogicalModel.targets:type_name -> agentmesh.model.v1.RouteTarget
+	24, // 24: agentmesh.model.v1.ListModelsResponse.models:type_name -> agentmesh.model.v1.LogicalModel
+	4,  // 25: agentmesh.model.v1.GetUsageRequest.resolution:type_name -> agentmesh.model.v1.UsageResolution
+	4,  // 26: agentmesh.model.v1.GetUsageResponse.resolution:type_name -> agentmesh.model.v1.UsageResolution
+	30, // 27: agentmesh.model.v1.GetUsageResponse.start_time:type_name -> google.protobuf.Timestamp
+	30, // 28: agentmesh.model.v1.GetUsageResponse.end_time:type_name -> google.protobuf.Timestamp
+	29, // 29: agentmesh.model.v1.GetUsageResponse.bucket_width:type_name -> google.protobuf.Duration
+	28, // 30: agentmesh.model.v1.GetUsageResponse.points:type_name -> agentmesh.model.v1.UsagePoint
+	30, // 31: agentmesh.model.v1.UsagePoint.start_time:type_name -> google.protobuf.Timestamp
+	13, // 32: agentmesh.model.v1.ModelService.Chat:input_type -> agentmesh.model.v1.ChatRequest
+	16, // 33: agentmesh.model.v1.ModelService.ChatStream:input_type -> agentmesh.model.v1.ChatStreamRequest
+	19, // 34: agentmesh.model.v1.ModelService.Embed:input_type -> agentmesh.model.v1.EmbedRequest
+	22, // 35: agentmesh.model.v1.ModelService.ListModels:input_type -> agentmesh.model.v1.ListModelsRequest
+	26, // 36: agentmesh.model.v1.ModelService.GetUsage:input_type -> agentmesh.model.v1.GetUsageRequest
+	15, // 37: agentmesh.model.v1.ModelService.Chat:output_type -> agentmesh.model.v1.ChatResponse
+	17, // 38: agentmesh.model.v1.ModelService.ChatStream:output_type -> agentmesh.model.v1.ChatStreamResponse
+	21, // 39: agentmesh.model.v1.ModelService.Embed:output_type -> agentmesh.model.v1.EmbedResponse
+	25, // 40: agentmesh.model.v1.ModelService.ListModels:output_type -> agentmesh.model.v1.ListModelsResponse
+	27, // 41: agentmesh.model.v1.ModelService.GetUsage:output_type -> agentmesh.model.v1.GetUsageResponse
+	37, // [37:42] is the sub-list for method output_type
+	32, // [32:37] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_model_v1_model_proto_init() }
@@ -2054,8 +2413,8 @@ func file_agentmesh_model_v1_model_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_model_v1_model_proto_rawDesc), len(file_agentmesh_model_v1_model_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   21,
+			NumEnums:      5,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	ModelService_ChatStream_FullMethodName = "/agentmesh.model.v1.ModelService/ChatStream"
 	ModelService_Embed_FullMethodName      = "/agentmesh.model.v1.ModelService/Embed"
 	ModelService_ListModels_FullMethodName = "/agentmesh.model.v1.ModelService/ListModels"
+	ModelService_GetUsage_FullMethodName   = "/agentmesh.model.v1.ModelService/GetUsage"
 )
 
 // ModelServiceClient is the client API for ModelService service.
@@ -49,6 +50,15 @@ type ModelServiceClient interface {
 	Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedResponse, error)
 	// ListModels lists the logical models and whether a provider serves each.
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
+	// GetUsage reports the tokens this gateway replica counted, per logical
+	// model, provider and tenant, in time buckets: per minute over the last
+	// hour or per hour over the last day, from memory (a restart starts
+	// again; each replica counts its own calls). The tenant comes from the
+	// caller's scope (x-agentmesh-tenant metadata): a scoped caller sees only
+	// its own tenant, and naming another tenant is PERMISSION_DENIED; an
+	// unscoped caller (inside the mesh, or a gateway operator key) sees every
+	// tenant or the one it names.
+	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
 }
 
 type modelServiceClient struct {
@@ -108,6 +118,16 @@ func (c *modelServiceClient) ListModels(ctx context.Context, in *ListModelsReque
 	return out, nil
 }
 
+func (c *modelServiceClient) GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetUsageResponse)
+	err := c.cc.Invoke(ctx, ModelService_GetUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ModelServiceServer is the server API for ModelService service.
 // All implementations must embed UnimplementedModelServiceServer
 // for forward compatibility.
@@ -132,6 +152,15 @@ type ModelServiceServer interface {
 	Embed(context.Context, *EmbedRequest) (*EmbedResponse, error)
 	// ListModels lists the logical models and whether a provider serves each.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
+	// GetUsage reports the tokens this gateway replica counted, per logical
+	// model, provider and tenant, in time buckets: per minute over the last
+	// hour or per hour over the last day, from memory (a restart starts
+	// again; each replica counts its own calls). The tenant comes from the
+	// caller's scope (x-agentmesh-tenant metadata): a scoped caller sees only
+	// its own tenant, and naming another tenant is PERMISSION_DENIED; an
+	// unscoped caller (inside the mesh, or a gateway operator key) sees every
+	// tenant or the one it names.
+	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
 	mustEmbedUnimplementedModelServiceServer()
 }
 
@@ -153,6 +182,9 @@ func (UnimplementedModelServiceServer) Embed(context.Context, *EmbedRequest) (*E
 }
 func (UnimplementedModelServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
+}
+func (UnimplementedModelServiceServer) GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUsage not implemented")
 }
 func (UnimplementedModelServiceServer) mustEmbedUnimplementedModelServiceServer() {}
 func (UnimplementedModelServiceServer) testEmbeddedByValue()                      {}
@@ -240,6 +272,24 @@ func _ModelService_ListModels_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ModelService_GetUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ModelServiceServer).GetUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ModelService_GetUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ModelServiceServer).GetUsage(ctx, req.(*GetUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ModelService_ServiceDesc is the grpc.ServiceDesc for ModelService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -258,6 +308,10 @@ var ModelService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListModels",
 			Handler:    _ModelService_ListModels_Handler,
+		},
+		{
+			MethodName: "GetUsage",
+			Handler:    _ModelService_GetUsage_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
