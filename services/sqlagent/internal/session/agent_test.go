@@ -30,7 +30,7 @@ type shop struct {
 	dbs  *connections.Registry
 }
 
-func newShop(t *testing.T) *shop {
+func newShop(t testing.TB) *shop {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "shop.db")
 	spec, err := connections.CreateSample(path)
@@ -79,7 +79,7 @@ func (c *clock) opts() session.Options {
 }
 
 // newStore returns a session store on db.
-func newStore(t *testing.T, db *mongo.Database) *mongostore.Store {
+func newStore(t testing.TB, db *mongo.Database) *mongostore.Store {
 	t.Helper()
 	st, err := mongostore.New(context.Background(), db)
 	if err != nil {
