@@ -15,7 +15,7 @@ import (
 
 // restClient calls the real REST gateway with one tenant's API key.
 type restClient struct {
-	t        *testing.T
+	t         *testing.T
 	base, key string
 }
 
