@@ -85,6 +85,11 @@ type Document struct {
 	// PipelineErrors are non-fatal problems of the last ingest (vision
 	// unavailable, ...).
 	PipelineErrors []string
+	// AttachmentText is what the attachments added to the text at ingest
+	// (the PDFs' text layers, at most pipeline.MaxKeptAttachmentText
+	// bytes): the attachments themselves are not stored, so an ingest
+	// that reconciliation finishes reads their text from here.
+	AttachmentText string
 	// Pipeline is the qualifier's state of the current content (see
 	// package pipeline); nil for a document ingested before it existed.
 	Pipeline *indexerv1.IntakePipeline

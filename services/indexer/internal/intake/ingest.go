@@ -64,7 +64,7 @@ func (s *Service) Ingest(ctx context.Context, in IngestInput) (IngestResult, err
 			existing.RawContent = ""
 			return IngestResult{Document: existing, Unchanged: true}, nil
 		}
-		res, err := s.ingestVersion(ctx, in, id, hash, existing, nil)
+		res, err := s.ingestVersion(ctx, in, id, hash, existing, priorRun{})
 		if errors.Is(err, document.ErrConflict) && !errors.Is(err, errSuperseded) && attempt < 3 {
 			continue
 		}
@@ -72,11 +72,17 @@ func (s *Service) Ingest(ctx context.Context, in IngestInput) (IngestResult, err
 	}
 }
 
-// ingestVersion runs the pipeline for one content version. prior, when
-// set, is the state of an interrupted ingest of this content, whose
-// vision results are reused (reconciliation has no attachments to send
-// again).
-func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash string, existing *document.Document, prior *indexerv1.IntakePipeline) (IngestResult, error) {
+// priorRun is what an interrupted ingest of the same content left, which
+// reconciliation finishes with: the attachments are not stored, so their
+// vision results and their text are reused rather than read again.
+type priorRun struct {
+	pipeline       *indexerv1.IntakePipeline // nil: a fresh ingest
+	attachmentText string                    // document.Document.AttachmentText
+}
+
+// ingestVersion runs the pipeline for one content version; prior is set
+// when reconciliation finishes an interrupted ingest of this content.
+func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash string, existing *document.Document, prior priorRun) (IngestResult, error) {
 	log := s.Logger.With(slog.String("document_id", id), slog.String("tenant", in.Scope.Tenant))
 	now := s.now()
 	jobID := document.JobID(id, now)
@@ -85,7 +91,7 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 		urn = "urn:agentmesh:indexer:document:" + id
 	}
 	q := s.qualifier.Qualify(ctx, pipeline.Input{Scope: in.Scope.Proto(), CorrelationID: jobID, SourceURN: urn, SourceType: in.SourceType,
-		Title: in.Title, Text: in.RawContent, Attachments: in.Attachments, Prior: prior})
+		Title: in.Title, Text: in.RawContent, Attachments: in.Attachments, Prior: prior.pipeline, PriorAttachmentText: prior.attachmentText})
 	p := q.Pipeline
 	pipelineErrors := pipeline.Errors(p)
 	for _, e := range pipelineErrors {
@@ -102,7 +108,7 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 	doc := &document.Document{
 		ID: id, Scope: in.Scope, SourceType: in.SourceType, SourceURL: in.SourceURL, Title: in.Title,
 		RawContent: in.RawContent, ContentHash: hash, ContentType: q.FineType, ContentTypeReason: q.FineReason,
-		VisionSummary: q.VisionText, PipelineErrors: pipelineErrors, Version: version, Pipeline: p,
+		VisionSummary: q.VisionText, AttachmentText: q.AttachmentText, PipelineErrors: pipelineErrors, Version: version, Pipeline: p,
 		ExtractionStatus: indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED,
 	}
 	chunks := s.chunkDocument(doc, "", q.Body, q.Sections)
@@ -129,6 +135,11 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 	}
 	if err := s.Docs.SaveContent(ctx, doc, now, phaseEvents...); err != nil {
 		return IngestResult{}, err
+	}
+	if s.afterSave != nil {
+		if err := s.afterSave(doc.ID); err != nil {
+			return IngestResult{}, err
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.IngestGrace)
 	defer cancel()

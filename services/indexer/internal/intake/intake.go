@@ -183,6 +183,9 @@ type Service struct {
 	stats convergeStats
 	// qualifier runs the ingest's qualifier phases.
 	qualifier *pipeline.Qualifier
+	// afterSave, when set, runs after an ingest's first write; its error
+	// ends the ingest there (tests stand for a kill with it).
+	afterSave func(docID string) error
 }
 
 // New checks the configuration and returns the service.

@@ -260,10 +260,10 @@ func (s *Service) finishOne(ctx context.Context, d *document.Document) error {
 		return s.finishDelete(ctx, d)
 	}
 	in := IngestInput{Scope: d.Scope, SourceType: d.SourceType, SourceURL: d.SourceURL, Title: d.Title, RawContent: d.RawContent}
-	prior := d.Pipeline
-	if prior == nil && d.VisionSummary != "" {
+	prior := priorRun{pipeline: d.Pipeline, attachmentText: d.AttachmentText}
+	if prior.pipeline == nil && d.VisionSummary != "" {
 		// Ingested before the pipeline state existed: its vision summary.
-		prior = &indexerv1.IntakePipeline{Vision: &indexerv1.IntakeVision{GeneralSummary: d.VisionSummary}}
+		prior.pipeline = &indexerv1.IntakePipeline{Vision: &indexerv1.IntakeVision{GeneralSummary: d.VisionSummary}}
 	}
 	_, err := s.ingestVersion(ctx, in, d.ID, d.ContentHash, d, prior)
 	if err == nil {

@@ -2,6 +2,8 @@ package intake_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/intake"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/pdftest"
 )
 
 // TestReconcileLeavesIngestsUnderWay: at start, a replica finishes the
@@ -74,6 +77,58 @@ func TestReconcileLeavesIngestsUnderWay(t *testing.T) {
 		}
 		if cs, err := docs.DocumentChunks(ctx, sc, live.ID); err != nil || len(cs) != 0 {
 			t.Fatalf("reconciliation wrote %d chunks of the live document, %v", len(cs), err)
+		}
+	})
+}
+
+// TestReconcileKeepsAttachments: an ingest killed after its first write
+// (the document saved, nothing indexed) is finished by reconciliation
+// with what its attachments gave: the PDF's text layer is chunked, and
+// the attachments stay listed with what was read of them.
+func TestReconcileKeepsAttachments(t *testing.T) {
+	t.Parallel()
+	pdftest.RequireTools(t)
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		svc, docs := newService(t, db, intake.Config{IngestGrace: 2 * time.Second})
+		sc := document.Scope{Tenant: "acme"}
+		killed := errors.New("killed after the first write")
+		intake.SetAfterSave(svc, func(string) error { return killed })
+		in := intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_REPORT, Title: "Q3 review",
+			RawContent: "Q3 review: the figures are in the attached PDF.",
+			Attachments: []intake.Attachment{{Name: "q3.pdf", MimeType: "application/pdf",
+				Data: pdftest.PDF("Ledger balances by region.", "The zanzibar reconciliation closed at 4,200 euros.")}}}
+		if _, err := svc.Ingest(ctx, in); !errors.Is(err, killed) {
+			t.Fatalf("ingest: %v, want it killed", err)
+		}
+		intake.SetAfterSave(svc, nil)
+		id := document.ID(sc, "", document.Hash(in.RawContent))
+		before, err := docs.GetDocument(ctx, sc, id)
+		if err != nil || before.Indexed {
+			t.Fatalf("after the kill: indexed %v, %v; want saved, not indexed", before.Indexed, err)
+		}
+
+		if err := svc.Reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+		after, err := docs.GetDocument(ctx, sc, id)
+		if err != nil || !after.Indexed || after.ExtractionJobID == before.ExtractionJobID {
+			t.Fatalf("after reconciliation: indexed %v, job %s (was %s), %v; want indexed by a new ingest", after.Indexed, after.ExtractionJobID, before.ExtractionJobID, err)
+		}
+		atts := after.Pipeline.GetAttachments()
+		if len(atts) != 1 || atts[0].GetName() != "q3.pdf" || atts[0].GetMimeType() != "application/pdf" || !atts[0].GetVisual() {
+			t.Errorf("attachments %v: want the PDF listed as the killed ingest read it", atts)
+		}
+		chunks, err := docs.DocumentChunks(ctx, sc, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pdfChunk bool
+		for _, c := range chunks {
+			pdfChunk = pdfChunk || strings.Contains(c.Text, "zanzibar reconciliation closed")
+		}
+		if !pdfChunk {
+			t.Errorf("no chunk of the %d holds the PDF's page 2: its text layer was lost", len(chunks))
 		}
 	})
 }

@@ -67,6 +67,10 @@ type Input struct {
 	// (an interrupted ingest finished by reconciliation): its vision and
 	// attachments are kept instead of calling vision again.
 	Prior *indexerv1.IntakePipeline
+	// PriorAttachmentText, with Prior, is what that run's attachments
+	// added to the text (Output.AttachmentText), read again from the
+	// store since the attachments are not kept.
+	PriorAttachmentText string
 }
 
 // Output is the state after extraction, with what indexing needs.
@@ -86,7 +90,18 @@ type Output struct {
 	// VisionText describes the images for a chunk of its own; empty
 	// without vision.
 	VisionText string
+	// AttachmentText is what the attachments added to the text (the PDFs'
+	// text layers), cut at MaxKeptAttachmentText bytes: kept with the
+	// document so an interrupted ingest is finished with it (Input.
+	// PriorAttachmentText).
+	AttachmentText string
 }
+
+// MaxKeptAttachmentText caps Output.AttachmentText: with the raw content
+// (at most 8 MiB by default) and the original text (1 MiB) the document's
+// record stays under MongoDB's 16 MiB. The chunks of the ingest that read
+// the attachments hold all of their text.
+const MaxKeptAttachmentText = 4 << 20
 
 // MaxStoredBody caps, in characters, the e-mail body kept in the
 // extraction (the record holds the raw content too, and MongoDB's
@@ -129,6 +144,7 @@ func (q *Qualifier) Qualify(ctx context.Context, in Input) *Output {
 	var read attachmentsRead
 	if in.Prior != nil {
 		p.Attachments, p.Vision = in.Prior.GetAttachments(), in.Prior.GetVision()
+		read.pdfText = in.PriorAttachmentText
 	} else {
 		read = q.attachments(ctx, atts)
 		p.Attachments, images = read.list, read.images
@@ -136,6 +152,10 @@ func (q *Qualifier) Qualify(ctx context.Context, in Input) *Output {
 	// A PDF's text layer is the document's text as much as the body is.
 	if read.pdfText != "" {
 		text = strings.TrimRight(text, "\n") + "\n\n" + read.pdfText
+		out.AttachmentText = read.pdfText
+		if len(out.AttachmentText) > MaxKeptAttachmentText {
+			out.AttachmentText = strings.ToValidUTF8(out.AttachmentText[:MaxKeptAttachmentText], "")
+		}
 	}
 
 	// Vision stage 1.

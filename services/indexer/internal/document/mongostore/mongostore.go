@@ -209,6 +209,7 @@ type docRecord struct {
 	SourceURL         string               `bson:"source_url"`
 	Title             string               `bson:"title"`
 	RawContent        string               `bson:"raw_content,omitempty"`
+	AttachmentText    string               `bson:"attachment_text,omitempty"`
 	ContentHash       string               `bson:"content_hash"`
 	ContentType       string               `bson:"content_type"`
 	ContentTypeReason string               `bson:"content_type_reason"`
@@ -297,7 +298,7 @@ func (r *docRecord) toDocument() (*document.Document, error) {
 	d := &document.Document{
 		ID: r.ID, Scope: document.Scope{Tenant: r.Tenant, Project: r.Project},
 		SourceType: indexerv1.SourceType(r.SourceType), SourceURL: r.SourceURL, Title: r.Title,
-		RawContent: r.RawContent, ContentHash: r.ContentHash, ContentType: r.ContentType, ContentTypeReason: r.ContentTypeReason,
+		RawContent: r.RawContent, AttachmentText: r.AttachmentText, ContentHash: r.ContentHash, ContentType: r.ContentType, ContentTypeReason: r.ContentTypeReason,
 		VisionSummary: r.VisionSummary, Extracts: exs, ExtractorVersions: r.ExtractorVersions, ChunkCount: r.ChunkCount,
 		Routing: indexerv1.Routing(r.Routing), RoutingReason: r.RoutingReason,
 		ExtractionJobID: r.ExtractionJobID, ExtractionStatus: indexerv1.ExtractionJobStatus(r.ExtractionStatus),
@@ -317,7 +318,7 @@ func (r *docRecord) toDocument() (*document.Document, error) {
 // Projections of document reads.
 var (
 	withoutOutbox = options.FindOne().SetProjection(bson.D{{Key: "outbox", Value: 0}})
-	withoutRaw    = bson.D{{Key: "raw_content", Value: 0}, {Key: "outbox", Value: 0}}
+	withoutRaw    = bson.D{{Key: "raw_content", Value: 0}, {Key: "attachment_text", Value: 0}, {Key: "outbox", Value: 0}}
 )
 
 // GetDocument returns a document of the scope, raw content included;
@@ -364,7 +365,7 @@ func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.
 	}
 	set := bson.M{
 		"source_type": int32(d.SourceType), "source_url": d.SourceURL, "title": d.Title,
-		"raw_content": d.RawContent, "content_hash": d.ContentHash,
+		"raw_content": d.RawContent, "attachment_text": d.AttachmentText, "content_hash": d.ContentHash,
 		"content_type": d.ContentType, "content_type_reason": d.ContentTypeReason, "vision_summary": d.VisionSummary,
 		"extracts": bson.A{}, "extract_terms": bson.A{}, "extractor_versions": bson.M{},
 		"chunk_count": d.ChunkCount, "stale_chunks": toChunkSetRecords(d.StaleChunks),
