@@ -354,6 +354,9 @@ func (e *Engine) mutate(ctx context.Context, tenant, project, id string, fn func
 		if err != nil {
 			return nil, err
 		}
+		if next.Status != cur.Status {
+			entered(ctx, next)
+		}
 		return next, nil
 	}
 	return nil, fmt.Errorf("analysis: job %s: %w (%d attempts)", id, ErrConflict, maxConflictRetries)
@@ -379,6 +382,7 @@ func (e *Engine) insert(ctx context.Context, j *Job, queue bool) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	entered(ctx, j)
 	return true, nil
 }
 

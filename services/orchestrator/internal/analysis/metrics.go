@@ -1,0 +1,35 @@
+package analysis
+
+import (
+	"context"
+	"sync"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// jobTransitions counts jobs entering each status, by type, on the global
+// meter provider the service installs at start. A counter of transitions
+// rather than a gauge of jobs per status: a gauge would need a count of
+// the collection at every scrape (a full scan on FerretDB) or a running
+// total that every replica would have to agree on; rates of transitions
+// answer the same questions (jobs started, failing, waiting) and sum
+// across replicas.
+var jobTransitions = sync.OnceValue(func() metric.Int64Counter {
+	c, _ := otel.Meter("github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis").Int64Counter(
+		"agentmesh.orchestrator.job.transitions",
+		metric.WithUnit("{job}"),
+		metric.WithDescription("Analysis jobs entering each status (pending at creation, running, waiting_for_children, complete, failed, cancelled), by type, counted once per stored change."))
+	// Instrument creation fails only on an invalid name; the no-op
+	// counter returned alongside is fine.
+	return c
+})
+
+// entered counts j entering its status. Called after the write that
+// stored the change succeeded, and only when the status changed, so a
+// redelivered work item, a retried write or another replica's attempt at
+// the same change counts nothing.
+func entered(ctx context.Context, j *Job) {
+	jobTransitions().Add(ctx, 1, metric.WithAttributes(attribute.String("type", string(j.Type)), attribute.String("to", string(j.Status))))
+}
