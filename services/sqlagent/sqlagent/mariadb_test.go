@@ -106,7 +106,13 @@ func TestMariaDBSession(t *testing.T) {
 	// Write the result of typed SQL to a new table, after confirmation.
 	wantStage(t, send(t, c, id, "SELECT `FirstName`, `LastName`, `Country` FROM Customer WHERE Country = 'Brazil'"), "CONFIRM_USER_SQL")
 	wantStage(t, runRead(t, c, id, "yes"), "SHOW_RESULTS")
-	wantStage(t, send(t, c, id, "sel:write"), "NEED_TABLE_NAME")
+	r = send(t, c, id, "sel:write")
+	wantStage(t, r, "NEED_TABLE_NAME")
+	// The tables of the write user's database, listed through it: FETCH_TABLES.
+	if got := strings.Join(optionValues(r.GetOptions()), ","); r.GetAction() != sqlagentv1.Action_ACTION_FETCH_TABLES ||
+		got != "Album,Artist,Customer,Employee,Genre,Invoice,InvoiceLine,MediaType,Playlist,PlaylistTrack,Track" {
+		t.Fatalf("write target: action %v, table options %s", r.GetAction(), got)
+	}
 	wantStage(t, send(t, c, id, "brazil_customers"), "ASK_WRITE_MODE")
 	wantStage(t, send(t, c, id, "sel:create"), "CONFIRM_WRITE")
 	wantStage(t, send(t, c, id, "yes"), "NEED_WRITE_OR_EMAIL")
