@@ -127,6 +127,9 @@ func TestOkayIsNotAJobName(t *testing.T) {
 	_, err = c.SendInput(ctxTimeout(t), &sqlagentv1.SendInputRequest{Scope: scopeA, SessionId: id, Selection: "job_name:okay"})
 	wantInvalid(t, err, "selection")
 	wantStage(t, send(t, c, id, strings.Repeat("n", 101)), "EXECUTE_SQL")
+	if r = send(t, c, id, "SELECT GenreId FROM Genre"); r.GetSession().GetStage() != "EXECUTE_SQL" || r.GetJob() != nil || !strings.Contains(r.GetReply(), "looks like SQL") {
+		t.Fatalf("SQL typed as the job name: %q, job %v", r.GetReply(), r.GetJob())
+	}
 	if r = send(t, c, id, "sel:default"); r.GetJob().GetName() != "query on music" || before.GetSession().GetStage() != "EXECUTE_SQL" {
 		t.Fatalf("the default name for typed SQL: job %v", r.GetJob())
 	}

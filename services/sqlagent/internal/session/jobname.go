@@ -80,6 +80,11 @@ func (a *Agent) onExecuteSQL(s *Session, in input) (Reply, error) {
 		// "okay" to "Executing SQL…": nothing was answered.
 		return a.jobNameQuestion(s, ""), nil
 	}
+	if looksLikeSQL(name) {
+		// Not a name: SQL meant to replace the confirmed query, which
+		// must not run in its place unnoticed.
+		return a.jobNameQuestion(s, "That looks like SQL, not a name; cancel to change the query."), nil
+	}
 	if name == "" || len(name) > maxJobName || strings.ContainsAny(name, "\r\n") {
 		return a.jobNameQuestion(s, fmt.Sprintf("A job name is one line of at most %d characters.", maxJobName)), nil
 	}
