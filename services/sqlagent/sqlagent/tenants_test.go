@@ -98,12 +98,17 @@ func TestConnectionsAreScopedPerTenant(t *testing.T) {
 	if err != nil || routed.GetSession().GetStage() != "NEED_CONNECTION" || routed.GetSession().GetParameters().AsMap()["connection"] != nil {
 		t.Fatalf("routed to globex_db: %v, %v", routed.GetSession(), err)
 	}
+	shown := false
 	for _, req := range sim.ChatRequests()[before:] {
 		for _, m := range req.Messages {
 			if m.Role == "system" && strings.Contains(m.Content, "globex_db") {
 				t.Fatalf("acme's router prompt names globex_db:\n%s", m.Content)
 			}
+			shown = shown || (m.Role == "system" && strings.Contains(m.Content, "acme_db"))
 		}
+	}
+	if !shown {
+		t.Fatal("acme's router prompt does not list acme's connection")
 	}
 
 	// A comparison: "connection:<name>" of globex's is refused as an
