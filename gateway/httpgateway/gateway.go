@@ -18,7 +18,8 @@
 // Besides the API: /healthz (every service's grpc.health.v1 status),
 // /readyz (the readiness probe: the services of GATEWAY_READY_SERVICES),
 // /livez (the liveness probe: this process only), / (a redirect to the
-// console), /openapi.json and, when given, /metrics (which takes an API key
+// console), /openapi.json, /docs/ (an API reference page rendered from
+// it) and, when given, /metrics (which takes an API key
 // when keys are configured).
 //
 // Run serves the gateway; Handler builds the same http.Handler over
@@ -103,6 +104,8 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 	root.HandleFunc("GET /openapi.json", serveOpenAPI)
 	root.Handle("GET /console/", consoleHandler())
 	root.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
+	root.Handle("GET /docs/", apiDocsHandler())
+	root.Handle("GET /docs", http.RedirectHandler("/docs/", http.StatusMovedPermanently))
 	// A browser pointed at the gateway lands in the console.
 	root.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusFound))
 	if metrics != nil {
