@@ -261,7 +261,7 @@ function pager({ table, nav, path, items, query, row }) {
 
 // views: tab → { list() refreshes its list, open(id) shows an item or none }.
 const views = {};
-const tabs = ["overview", "conversations", "jobs", "documents", "runs", "sql"];
+const tabs = ["overview", "conversations", "jobs", "documents", "runs", "intake", "sql"];
 let shownTab = "";
 
 function parseHash() {
@@ -754,13 +754,15 @@ function showDocument(d) {
   const view = $("documentView");
   const head = el("h3");
   head.append(link(href("documents", d.id), d.title || d.id));
+  const intake = el("p", "small");
+  intake.append(link(href("intake", d.id), "Its intake, phase by phase"));
   const facts = {
     id: d.id, source: short(d.sourceType, "SOURCE_TYPE_").toLowerCase(), sourceUrl: d.sourceUrl,
     contentType: d.contentType, chunks: d.chunkCount || 0, routing: short(d.routing, "ROUTING_").toLowerCase(),
     routingReason: d.routingReason, created: when(d.createTime), updated: when(d.updateTime),
   };
   for (const k of Object.keys(facts)) if (facts[k] === undefined || facts[k] === "") delete facts[k];
-  view.replaceChildren(head, renderValue(facts));
+  view.replaceChildren(head, intake, renderValue(facts));
   if (d.extracts && d.extracts.length) view.append(el("h4", null, "Extracts"), renderValue(d.extracts));
   if (d.rawContent) view.append(el("h4", null, "Text"), el("pre", "doc-text", d.rawContent));
 }
@@ -992,153 +994,7 @@ $("approve").addEventListener("click", command("APPROVE"));
 $("reject").addEventListener("click", command("REJECT"));
 $("stopRun").addEventListener("click", command("STOP"));
 
-// ---- SQL agent --------------------------------------------------------------
-
-// The SQL agent has no list of sessions; the sessions this browser started
-// or opened are kept in localStorage so the tab still has a history.
-const sqlKnown = "agentmesh.sqlSessions";
-let sqlSession = "";
-
-function rememberSql(id) {
-  const known = JSON.parse(localStorage.getItem(sqlKnown) || "[]").filter((s) => s.id !== id);
-  known.unshift({ id, time: new Date().toISOString() });
-  localStorage.setItem(sqlKnown, JSON.stringify(known.slice(0, 50)));
-  listSql();
-}
-
-function listSql() {
-  const tb = $("sqlList").tBodies[0];
-  tb.replaceChildren();
-  for (const s of JSON.parse(localStorage.getItem(sqlKnown) || "[]")) {
-    const tr = tb.insertRow();
-    tr.dataset.id = s.id;
-    tr.classList.toggle("selected", s.id === sqlSession);
-    cell(tr, link(href("sql", s.id), tail(s.id)));
-    cell(tr, when(s.time), "muted");
-  }
-  if (!tb.rows.length) cell(tb.insertRow(), "nothing yet", "muted").colSpan = 2;
-}
-
-function showSqlSession(s) {
-  sqlSession = s ? s.id : "";
-  const a = $("sqlId");
-  a.textContent = sqlSession || "none yet";
-  if (sqlSession) a.href = href("sql", sqlSession); else a.removeAttribute("href");
-  $("sqlStage").textContent = (s && s.stage) || "–";
-  for (const tr of $("sqlList").tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.id === sqlSession);
-}
-
-views.sql = {
-  async list() {
-    listSql();
-    const r = await api("GET", "/v1/sql/connections");
-    const sel = $("sqlConnection");
-    sel.replaceChildren();
-    for (const c of r.connections || []) sel.add(new Option(c.name + " (" + c.dialect + ")", c.name));
-    if (!sel.options.length) sel.add(new Option("no connections configured (SQLAGENT_CONNECTIONS)", ""));
-  },
-  async open(id) {
-    if (id && id === sqlSession) return;
-    $("sqlTurns").replaceChildren();
-    sqlClear();
-    if (!id) { showSqlSession(null); return; }
-    const s = (await api("GET", "/v1/sql/sessions/" + encodeURIComponent(id))).session;
-    showSqlSession(s);
-    rememberSql(s.id);
-    for (const t of s.turns || []) line($("sqlTurns"), t.role === "user" ? "you" : "agent", t.text);
-    showSqlToConfirm(s.pendingSql);
-  },
-};
-
-function sqlClear() {
-  showSqlToConfirm("");
-  sqlRows = [];
-  $("sqlPager").hidden = true;
-  $("sqlTruncated").hidden = true;
-  $("sqlOptions").replaceChildren();
-  $("sqlResult").tHead.replaceChildren();
-  $("sqlResult").tBodies[0].replaceChildren();
-}
-
-function showSqlToConfirm(sql) {
-  const confirm = $("sqlToConfirm");
-  confirm.replaceChildren(...highlightSQL(sql || ""));
-  confirm.hidden = !sql;
-}
-
-// highlightSQL marks the tokens of SQL (sqlTokens, format.js) as spans, so
-// the query to confirm reads like in an editor; the text is unchanged.
-function highlightSQL(sql) {
-  return sqlTokens(sql).map(([cls, text]) => (cls ? el("span", "sql-" + cls, text) : text));
-}
-
-// Result rows are shown a page at a time.
-const sqlPageSize = 25;
-let sqlRows = [];
-let sqlPage = 0;
-
-function showSqlPage() {
-  const tb = $("sqlResult").tBodies[0];
-  tb.replaceChildren();
-  for (const row of sqlRows.slice(sqlPage * sqlPageSize, (sqlPage + 1) * sqlPageSize)) {
-    const tr = tb.insertRow();
-    for (const v of Array.isArray(row) ? row : row.values || []) cell(tr, typeof v === "object" && v !== null ? JSON.stringify(v) : v);
-  }
-  const pages = Math.ceil(sqlRows.length / sqlPageSize);
-  const nav = $("sqlPager");
-  nav.hidden = pages <= 1;
-  nav.replaceChildren();
-  const prev = el("button", null, "‹ Previous");
-  const next = el("button", null, "Next ›");
-  prev.type = next.type = "button";
-  prev.disabled = sqlPage === 0;
-  next.disabled = sqlPage >= pages - 1;
-  prev.addEventListener("click", () => { sqlPage--; showSqlPage(); });
-  next.addEventListener("click", () => { sqlPage++; showSqlPage(); });
-  const first = sqlPage * sqlPageSize + 1;
-  nav.append(prev, el("span", "muted", "rows " + first + "–" + Math.min(sqlRows.length, first + sqlPageSize - 1) + " of " + sqlRows.length), next);
-}
-
-function sqlReply(r) {
-  showSqlSession(r.session);
-  line($("sqlTurns"), "agent", r.reply);
-  sqlClear();
-  showSqlToConfirm(r.sqlToConfirm);
-  const opts = $("sqlOptions");
-  for (const o of r.options || []) {
-    const b = el("button", null, o.label || o.value);
-    b.type = "button";
-    b.addEventListener("click", action(opts, () => sqlSend({ selection: o.value }, o.label || o.value)));
-    opts.append(b);
-  }
-  if (r.result) {
-    const head = $("sqlResult").tHead.insertRow();
-    for (const c of r.result.columns || []) head.append(el("th", null, c));
-    sqlRows = r.result.rows || [];
-    sqlPage = 0;
-    showSqlPage();
-    $("sqlTruncated").hidden = !r.result.truncated;
-  }
-}
-
-async function sqlSend(body, shown) {
-  line($("sqlTurns"), "you", shown);
-  sqlReply(await api("POST", "/v1/sql/sessions/" + encodeURIComponent(sqlSession) + ":input", body));
-}
-
-$("sqlStart").addEventListener("submit", action($("sqlStart"), async () => {
-  $("sqlTurns").replaceChildren();
-  const r = await api("POST", "/v1/sql/sessions", { connection: $("sqlConnection").value });
-  note("sql", r.session.id);
-  rememberSql(r.session.id);
-  sqlReply(r);
-}));
-
-$("sqlForm").addEventListener("submit", action($("sqlForm"), async () => {
-  if (!sqlSession) throw new Error("start a job first");
-  const text = $("sqlInput").value.trim();
-  $("sqlInput").value = "";
-  await sqlSend({ text }, text);
-}));
-
-guard(route)();
+// The SQL agent's tab is sql.js, the intake's intake.js: both add to views.
+// Deferred scripts all run before DOMContentLoaded, so the first route
+// finds every view.
+window.addEventListener("DOMContentLoaded", guard(route));
