@@ -1,4 +1,5 @@
 import { chromium } from "playwright-core";
+import zlib from "node:zlib";
 // Drives the web console in headless Chromium against a running mesh on the
 // simulator provider (cmd/agentmesh/e2e, TestConsoleInABrowser): every tab's
 // main action, start to finish, and what a person relies on around it —
@@ -141,6 +142,97 @@ await page.waitForSelector("#conversationList tbody tr[data-id]");
 expect(true, "chat: the last hour's conversations listed through the time filter");
 await shot("chat-passages");
 
+// ---- intake
+// A ticket with a screenshot, uploaded as one document and followed phase
+// by phase. The PNG is built here: 40×30 red pixels.
+function png(w, h) {
+  const crcTable = Array.from({ length: 256 }, (_, n) => { let c = n; for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1; return c >>> 0; });
+  const crc = (buf) => { let c = 0xffffffff; for (const b of buf) c = crcTable[(c ^ b) & 0xff] ^ (c >>> 8); return (c ^ 0xffffffff) >>> 0; };
+  const chunk = (type, data) => {
+    const len = Buffer.alloc(4); len.writeUInt32BE(data.length);
+    const body = Buffer.concat([Buffer.from(type), data]);
+    const sum = Buffer.alloc(4); sum.writeUInt32BE(crc(body));
+    return Buffer.concat([len, body, sum]);
+  };
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(w, 0); ihdr.writeUInt32BE(h, 4); ihdr[8] = 8; ihdr[9] = 2;
+  const raw = Buffer.concat(Array.from({ length: h }, () => Buffer.concat([Buffer.from([0]), Buffer.alloc(3 * w, Buffer.from([255, 0, 0]))])));
+  return Buffer.concat([Buffer.from("\x89PNG\r\n\x1a\n", "latin1"), chunk("IHDR", ihdr), chunk("IDAT", zlib.deflateSync(raw)), chunk("IEND", Buffer.alloc(0))]);
+}
+const ticket = "PAY-123: Checkout fails with 500 after deploy\nStatus: Open\nType: Bug\nPriority: High\nAssignee: Dana\nReporter: Sam\n" +
+  "The checkout page returns HTTP 500 since the 2.4 deploy. See the screenshot.\n";
+await page.click("a[data-tab=intake]");
+expect(await hash() === "#/intake", "intake: the tab has its own URL");
+// A file that says it is an image but is not: refused, naming the file.
+const errorsBefore = errors.length;
+await page.setInputFiles("#uploadFiles", [{ name: "broken.png", mimeType: "image/png", buffer: Buffer.from("not a picture") }]);
+await page.click("#uploadForm button");
+await page.waitForFunction(() => !document.querySelector("#error").hidden);
+// The browser logs the refused request; that one is expected.
+errors.push(...errors.splice(errorsBefore).filter((e) => !/status of 400/.test(e)));
+expect((await page.textContent("#error")).startsWith("400") && (await page.textContent("#error")).includes("broken.png") && await hash() === "#/intake",
+  "intake: an image that is not one refused with 400 naming the file (" + await page.textContent("#error") + ")");
+await page.setInputFiles("#uploadFiles", [
+  { name: "PAY-123.txt", mimeType: "text/plain", buffer: Buffer.from(ticket) },
+  { name: "screenshot.png", mimeType: "image/png", buffer: png(40, 30) },
+]);
+await page.fill("#uploadTitle", "Checkout fails after deploy");
+await page.selectOption("#uploadSourceType", "SOURCE_TYPE_TICKET");
+// Every state the status line takes, as the page draws it.
+await page.evaluate(() => {
+  window.intakeStates = [];
+  new MutationObserver((records) => {
+    for (const r of records) for (const n of r.addedNodes) if (n.nodeType === 1 && n.classList.contains("intake-status")) window.intakeStates.push(n.dataset.state);
+  }).observe(document.querySelector("#intakeView"), { childList: true });
+});
+await page.click("#uploadForm button");
+await page.waitForSelector("#uploadForm .busy .spinner");
+expect(await page.locator("#uploadForm button").isDisabled(), "intake: Upload disabled while the document goes through intake");
+// The extraction and routing run after the upload answers: the page
+// shows the intake running from then on, and follows it to its end.
+await page.waitForSelector(".intake-status[data-state=finished]", { timeout: 30000 });
+const seen = await page.evaluate(() => window.intakeStates);
+expect(/^(running )+(finished )+$/.test(seen.join(" ") + " "),
+  "intake: shown running from the moment the upload answered, then finished (" + seen.join(" → ") + ")");
+await page.waitForSelector("#uploadForm .busy", { state: "detached" });
+const upload = idFrom(await hash(), "intake");
+expect(upload && upload.startsWith("doc_"), "intake: the document's URL (" + upload + ")");
+const phaseStates = await page.locator("#intakeView .phase").evaluateAll((ps) => ps.map((p) => p.dataset.phase + ":" + p.dataset.state).join(" "));
+expect(phaseStates === "vision_stage1:done content_type:done vision_stage2:done extraction:done indexing:done routing:done",
+  "intake: every phase done, in order (" + phaseStates + ")");
+const phaseTimes = await page.locator("#intakeView .phase-time").allTextContents();
+expect(phaseTimes.every((d) => humanDuration.test(d)), "intake: each phase's time in human units (" + phaseTimes.join(", ") + ")");
+const vision = page.locator("[data-section=vision]");
+expect(await vision.locator("tr[data-visual=yes]").count() === 1 && (await vision.locator("tr[data-visual=yes]").textContent()).includes("screenshot.png") &&
+  (await vision.locator("tr[data-visual=yes] td").last().textContent()).includes("sim-vision"), "intake: the screenshot read by vision, stage 1 per attachment");
+expect((await vision.textContent()).includes("Stage 2: details for the content type"), "intake: vision's stage 2 for the ticket");
+const ctText = await page.textContent("[data-section=content-type]");
+expect(ctText.includes("jira") && ctText.includes("Reason") && ctText.includes("issue key") && /Decided by\s*rules/.test(ctText), "intake: the content type with its reason and who decided");
+const extraction = await page.textContent("[data-section=extraction]");
+expect(extraction.includes("PAY-123") && /Assignee\s*Dana/.test(extraction) && /Priority\s*High/.test(extraction), "intake: the ticket's extracted fields");
+expect((await page.textContent("[data-section=chunks]")).includes("3 to index, 3 stored and linked") && await page.locator("[data-section=chunks] .chunk-ids li").count() === 3,
+  "intake: three chunks, each stored and linked");
+await page.waitForSelector("#intakeGraph table.graph-links");
+expect(await page.locator("#intakeGraph tr[data-type=PART_OF]").count() === 3, "intake: three chunks PART_OF the document in the graph");
+const routingText = await page.textContent("[data-section=routing]");
+expect(/Routing\s*lift up/.test(routingText) && routingText.includes("Reason"), "intake: routing with its reason");
+expect(!rawJSON.test(await page.textContent("#intakeView")), "intake: no raw JSON in the pipeline view");
+await page.waitForSelector(`#intakeList tr[data-id="${upload}"]`);
+expect((await page.textContent(`#intakeList tr[data-id="${upload}"]`)).includes("lift up"), "intake: the document in the list with its routing");
+await shot("intake");
+await page.reload();
+await page.waitForSelector(".intake-status[data-state=finished]");
+expect(await page.locator("#intakeView .phase[data-state=done]").count() === 6 && (await page.textContent("#intakeView h3")).startsWith("Checkout fails after deploy"),
+  "intake: the link restores the pipeline after a reload");
+const lifted = await page.getAttribute("#intakeView a.lifted-job", "href");
+await page.click("#intakeView a.lifted-job");
+await page.waitForFunction((h) => location.hash === h && document.querySelector("#jobId").textContent === h.replace("#/jobs/", ""), lifted);
+await page.waitForSelector("#timeline .bar-row[data-type=analysis]");
+expect(true, "intake: the lifted analysis job opens from its link (" + lifted + ")");
+await page.goBack();
+await page.waitForFunction((id) => location.hash === "#/intake/" + id && document.querySelector(".intake-status[data-state=finished]"), upload);
+expect(true, "intake: back returns to the document's pipeline");
+
 // ---- classification
 await page.click("a[data-tab=runs]");
 await page.fill("#instruction", "Classify chat conversations");
@@ -196,40 +288,61 @@ await page.waitForFunction(() => document.querySelector("#runState").textContent
 expect((await stepper()).includes("failed:approve fetch"), "classification: read back after a reload, the stopped run's stepper the same");
 
 // ---- SQL
+const sqlStepper = () => page.evaluate(() => [...document.querySelectorAll("#sqlStepper li")].map((li) => li.className + ":" + li.textContent).join(" "));
+const lastAgentTurn = () => page.evaluate(() => [...document.querySelectorAll("#sqlTurns > div")].filter((d) => d.firstChild.textContent === "agent").pop().textContent);
+// choose clicks the option button whose label matches and waits for the
+// agent's next reply.
+async function choose(label) {
+  const turns = await page.locator("#sqlTurns > div").count();
+  await page.locator("#sqlOptions button", { hasText: label }).first().click();
+  await page.waitForFunction((n) => document.querySelectorAll("#sqlTurns > div").length >= n + 2 && !document.querySelector("#sqlOptions .busy"), turns);
+}
+async function say(text) {
+  const turns = await page.locator("#sqlTurns > div").count();
+  await page.fill("#sqlInput", text);
+  await page.click("#sqlForm button");
+  await page.waitForFunction((n) => document.querySelectorAll("#sqlTurns > div").length >= n + 2 && !document.querySelector("#sqlForm .busy"), turns);
+}
 await page.click("a[data-tab=sql]");
 await page.waitForSelector("#sqlConnection option", { state: "attached" });
 await page.click("#sqlStart button");
 await page.waitForSelector("#sqlOptions button");
 const session = idFrom(await hash(), "sql");
 expect(session, "sql: the session's URL");
-await page.locator("#sqlOptions button", { hasText: /own/i }).first().click();
-await page.waitForFunction(() => document.querySelector("#sqlTurns").textContent.includes("Type the SQL"));
+expect((await sqlStepper()).startsWith("done:database current:method"), "sql: the read's stepper at the method (" + await sqlStepper() + ")");
+await choose(/own/i);
+expect((await lastAgentTurn()).includes("Type the SQL"), "sql: the agent asks for the SQL");
 await page.fill("#sqlInput", "SELECT country, count(*) AS customers FROM customers GROUP BY country ORDER BY 2 DESC");
 await page.click("#sqlForm button");
 await page.waitForSelector("#sqlToConfirm:not([hidden])");
 expect((await page.textContent("#sqlToConfirm")).startsWith("SELECT country"), "sql: the SQL shown before it runs");
 expect((await page.locator("#sqlResult tbody tr").count()) === 0, "sql: nothing run before confirmation");
 expect(await page.locator("#sqlToConfirm .sql-keyword", { hasText: "GROUP" }).count() === 1, "sql: the SQL to confirm highlighted");
+expect((await sqlStepper()).includes("current:confirm SQL"), "sql: the stepper at the confirmation");
 await shot("sql-confirm");
-await page.locator("#sqlOptions button", { hasText: /run/i }).first().click();
+await choose(/run it/i);
+// EXECUTE_SQL: a confirmed read asks for its job name before it runs.
+expect((await page.locator("#sqlResult tbody tr").count()) === 0 && (await sqlStepper()).includes("current:job name") &&
+  await page.locator("#sqlOptions button", { hasText: "query on sample" }).count() === 1, "sql: the confirmed read asks for its job name, the default offered, nothing run yet");
+await say("countries by customers");
 await page.waitForSelector("#sqlResult tbody tr");
 expect(await page.locator("#sqlResult tbody tr").count() === 9, "sql: nine countries in the sample");
+expect((await sqlStepper()).includes("current:results"), "sql: the stepper at the results");
+await page.waitForSelector("#sqlJobList tr[data-kind=read_sql] a:text('countries by customers')");
+expect(true, "sql: the named read in the kept jobs list");
 expect(await page.locator(`#sqlList tr[data-id="${session}"]`).count() === 1, "sql: the session in this browser's list");
 await shot("sql");
 // A query the checker refuses is never offered to run.
-await page.locator("#sqlOptions button", { hasText: /own/i }).first().click();
-await page.waitForFunction(() => document.querySelector("#sqlTurns").lastChild.textContent.includes("Type the SQL"));
-await page.fill("#sqlInput", "DELETE FROM customers");
-await page.click("#sqlForm button");
-await page.waitForFunction(() => document.querySelector("#sqlTurns").lastChild.textContent.startsWith("agent") &&
-  document.querySelector("#sqlTurns").lastChild.previousSibling.textContent.includes("DELETE"));
+await choose(/own/i);
+await say("DELETE FROM customers");
 expect(await page.locator("#sqlToConfirm").isHidden() && await page.locator("#sqlOptions button", { hasText: /run it/i }).count() === 0,
   "sql: no SQL to confirm and no Run it for a refused DELETE");
 // Sixty rows are shown 25 at a time.
 await page.fill("#sqlInput", "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 60) SELECT i FROM n");
 await page.click("#sqlForm button");
 await page.waitForSelector("#sqlToConfirm:not([hidden])");
-await page.locator("#sqlOptions button", { hasText: /run/i }).first().click();
+await choose(/run it/i);
+await choose("query on sample");
 await page.waitForSelector("#sqlPager:not([hidden])");
 expect(await page.locator("#sqlResult tbody tr").count() === 25 && (await page.textContent("#sqlPager")).includes("rows 1–25 of 60"), "sql: the first 25 of 60 rows");
 await page.click("#sqlPager button:has-text('Next')");
@@ -237,9 +350,116 @@ await page.click("#sqlPager button:has-text('Next')");
 expect(await page.locator("#sqlResult tbody tr").count() === 10 && (await page.textContent("#sqlResult tbody tr:first-child")) === "51" &&
   await page.locator("#sqlPager button:has-text('Next')").isDisabled(), "sql: the last page holds rows 51–60");
 await shot("sql-paged");
+// WRITE_DATA: the sixty rows to a new table.
+await choose(/write the result/i);
+expect((await page.textContent("#sqlKindShown")) === "write to a table" && (await sqlStepper()).includes("current:table"), "sql: a write's own stepper (" + await sqlStepper() + ")");
+if (await page.locator("#sqlChoice").count()) { // a dropdown of existing tables, when the agent offers one
+  expect(await page.locator("#sqlOptions").getAttribute("data-action") === "fetch_tables", "sql: the table dropdown is the agent's FETCH_TABLES");
+}
+await say("numbers_60");
+await choose(/create it/i);
+expect((await sqlStepper()).includes("current:confirm write") && (await page.textContent("#sqlToConfirm")).includes("WITH RECURSIVE"), "sql: the write waits for confirmation, its query shown");
+await choose(/run it/i);
+await page.waitForSelector("#sqlJobList tr[data-kind=write_data]");
+expect((await lastAgentTurn()).includes("Wrote 60 rows"), "sql: sixty rows written");
+// SEND_EMAIL: previewed (recipients, subject, query, rows) before it is sent.
+await choose(/e-mail the result/i);
+expect((await page.textContent("#sqlKindShown")) === "e-mail" && (await sqlStepper()).includes("current:query"), "sql: an e-mail's stepper at its query");
+await choose(/whole table/i);
+await say("ops@example.com, lead@example.com");
+await choose("numbers_60 from sample");
+const preview = await page.textContent("#sqlCard");
+expect(await page.locator("#sqlCard[data-kind=email]").isVisible() && preview.includes("E-mail to send") &&
+  preview.includes("ops@example.com, lead@example.com") && preview.includes("numbers_60 from sample") &&
+  preview.includes("60 rows: all of main.numbers_60 as written") && await page.locator("#sqlCard .sql-keyword", { hasText: "SELECT" }).count() === 1,
+  "sql: the e-mail preview names the recipients, the subject, the highlighted query and the rows, before it is sent");
+expect(!rawJSON.test(preview), "sql: no raw JSON in the e-mail preview");
+expect((await sqlStepper()).includes("current:confirm e-mail") && await page.locator("#sqlOptions button", { hasText: /run it/i }).count() === 1, "sql: the e-mail waits for its confirmation");
+await shot("sql-email");
+await choose(/run it/i);
+expect((await lastAgentTurn()).includes("Sent 60 rows to ops@example.com, lead@example.com"), "sql: the e-mail sent once confirmed");
+await page.waitForSelector("#sqlJobList tr[data-kind=send_email]");
+// COMPARE_SQL: two queries differing in three known rows.
+await choose(/compare two queries/i);
+expect((await sqlStepper()).startsWith("current:first query"), "sql: a comparison's stepper (" + await sqlStepper() + ")");
+await choose(/own/i);
+await say("SELECT customer_id, name, country FROM customers");
+await choose(/run it/i);
+await choose(/own/i);
+await say("SELECT customer_id, name, CASE WHEN customer_id = 1 THEN 'Atlantis' ELSE country END AS country FROM customers WHERE customer_id <> 2 UNION ALL SELECT 99, 'Newcomer', 'Nowhere'");
+await choose(/run it/i);
+expect((await sqlStepper()).includes("current:columns"), "sql: the comparison asks which columns to compare");
+await choose(/compare the matched columns/i);
+await choose("customer_id identifies a row");
+await choose(/only the differences/i);
+// The target schema is a dropdown (FETCH_SCHEMAS): picked, then sent back.
+expect(await page.locator("#sqlOptions").getAttribute("data-action") === "fetch_schemas" &&
+  (await page.locator("#sqlChoice option").allTextContents()).includes("main on sample"), "sql: the comparison's target schemas offered as a dropdown");
+{
+  const turns = await page.locator("#sqlTurns > div").count();
+  await page.selectOption("#sqlChoice", { label: "main on sample" });
+  await page.click("#sqlOptions button:has-text('Use this schema')");
+  await page.waitForFunction((n) => document.querySelectorAll("#sqlTurns > div").length >= n + 2 && !document.querySelector("#sqlOptions .busy"), turns);
+}
+await say("customer_diff");
+await choose("compare into customer_diff");
+const compareCard = await page.textContent("#sqlCard");
+expect(await page.locator("#sqlCard[data-kind=compare]").isVisible() && compareCard.includes("customer_id = customer_id") && compareCard.includes("only the differences") &&
+  compareCard.includes("main.customer_diff on sample") && !rawJSON.test(compareCard), "sql: the comparison's settings shown before it runs, without JSON");
+expect((await page.textContent("#sqlToConfirm")).includes("-- second query") && (await sqlStepper()).includes("current:run"), "sql: both queries shown for confirmation");
+await choose(/run it/i);
+await page.waitForSelector("#sqlResult.diff tbody tr");
+const diffRows = await page.locator("#sqlResult tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.status + ":" + r.cells[1].textContent));
+expect(diffRows.sort().join(" ") === "changed:1 only_in_first:2 only_in_second:99", "sql: the diff holds exactly the three rows that differ (" + diffRows.join(" ") + ")");
+expect(await page.locator("#sqlResult thead th.key").textContent() === "customer_id (key)", "sql: the key column marked");
+const changed = await page.locator("#sqlResult tr[data-status=changed] td.changed").allTextContents();
+expect(changed.join("/") === "Australia/Atlantis", "sql: only the changed values marked, A beside B (" + changed.join("/") + ")");
+const countsShown = await page.locator("#sqlDiffCounts .diff-count").allTextContents();
+expect(countsShown.join(", ") === "1 only in A, 1 only in B, 1 changed, 8 same", "sql: the rows per status (" + countsShown.join(", ") + ")");
+await shot("sql-compare");
+// The dropdown flow: plain words, no connection → the connections as a
+// dropdown; the choice goes back as a typed selection.
+await page.selectOption("#sqlConnection", "");
+await page.fill("#sqlWords", "read data from customers");
+await page.click("#sqlStart button");
+await page.waitForFunction((old) => location.hash.startsWith("#/sql/") && location.hash !== "#/sql/" + old && document.querySelector("#sqlChoice"), session);
+const routed = idFrom(await hash(), "sql");
+expect(await page.locator("#sqlOptions").getAttribute("data-action") === "fetch_connections" &&
+  (await page.locator("#sqlChoice option").allTextContents()).includes("sample (sqlite)"), "sql: the connections offered as a dropdown (FETCH_CONNECTIONS)");
+await page.selectOption("#sqlChoice", "sample");
+await page.click("#sqlOptions button:has-text('Use this database')");
+await page.waitForFunction(() => document.querySelector("#sqlStage").textContent === "ASK_SQL_METHOD");
+expect((await sqlStepper()).startsWith("done:database current:method") && (await page.textContent("#sqlTurns")).includes("sample (sqlite)"),
+  "sql: the dropdown's choice sent back, the session at the method");
+// The kept jobs, newest first, each with its SQL, rows, time and destination.
+const kinds = await page.locator("#sqlJobList tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.kind));
+expect(kinds.slice(0, 5).join(" ") === "compare_sql send_email write_data read_sql read_sql", "sql: the jobs that ran, newest first (" + kinds.join(" ") + ")");
+const tookAll = await page.locator("#sqlJobList td.duration").allTextContents();
+expect(tookAll.length >= 5 && tookAll.every((d) => humanDuration.test(d)), "sql: each job's duration in human units (" + tookAll.join(", ") + ")");
+await page.click("#sqlJobList tr[data-kind=compare_sql] a");
+await page.waitForSelector("#sqlJobView:not([hidden]) pre.sql");
+const compareJob = decodeURIComponent((await hash()).replace(/^#\/sql\/job\//, ""));
+expect(compareJob.startsWith(session + "/"), "sql: the job's URL (" + compareJob + ")");
+let jobView = await page.textContent("#sqlJobView");
+expect(jobView.includes("table main.customer_diff on sample") && jobView.includes("1 only in A · 1 only in B · 1 changed · 8 same") &&
+  await page.locator("#sqlJobView pre.sql").count() === 2 && (await page.locator("#sqlJobView pre.sql").last().textContent()).includes("'Atlantis'"),
+  "sql: the comparison job shows both queries as approved, its destination and counts");
+expect(!rawJSON.test(jobView), "sql: no raw JSON in the job view");
 await page.reload();
+await page.waitForSelector("#sqlJobView:not([hidden]) pre.sql");
+expect((await page.textContent("#sqlJobView h3")) === "compare into customer_diff", "sql: the job's link restores it after a reload");
+await page.click("#sqlJobList tr[data-kind=send_email] a");
+await page.waitForFunction(() => document.querySelector("#sqlJobView").textContent.includes("e-mail to ops@example.com, lead@example.com"));
+jobView = await page.textContent("#sqlJobView");
+expect(/Rows sent\s*60/.test(jobView) && /Took\s*(\d+ ms|\d+\.\d s)/.test(jobView), "sql: the e-mail job: rows sent, time, destination");
+await shot("sql-jobs");
+await page.goBack();
+await page.waitForFunction(() => document.querySelector("#sqlJobView h3") && document.querySelector("#sqlJobView h3").textContent === "compare into customer_diff");
+expect(true, "sql: back returns to the previous job");
+await page.goto(base + "#/sql/" + session);
 await page.waitForFunction(() => document.querySelector("#sqlTurns").textContent.includes("SELECT country"));
-expect((await page.textContent("#sqlId")) === session, "sql: the link restores the session's turns after a reload");
+expect((await page.textContent("#sqlId")) === session && !(await page.locator("#sqlSessionView").isHidden()), "sql: the session's link restores its turns");
+expect(routed !== session, "sql: the routed session is a session of its own");
 
 // ---- analysis
 await page.click("a[data-tab=jobs]");
