@@ -112,6 +112,8 @@ bench:
 	go test -run '^$$' -bench BenchmarkRunTransitions -benchtime 5x ./services/classifier/classifier/
 	@echo "== indexer: 100,000 chunks, hybrid query latency, vector recall vs exact, ingestion rate, memory"
 	go run ./services/indexer/cmd/bench
+	@echo "== indexer: intake throughput, the qualifier pipeline (models, vision; provider simulator answering at once) beside plain ingest"
+	go test -run '^$$' -bench BenchmarkIntakeThroughput -benchtime 20x ./services/indexer/indexer/
 	@echo "== sqlagent: one stage transition (a dropdown selection: no model call, no SQL) vs a bare session-store write, p50/p99 and ratios, load average"
 	go test -run '^$$' -bench BenchmarkStageTransition -benchtime 300x ./services/sqlagent/internal/session/
 	@echo "== growth (issue 21): chat turns, analyses, classification runs, ingests per second at 0, 1,000, 10,000 stored items"

@@ -22,10 +22,16 @@ import (
 	"github.com/agentmesh/agentmesh/services/indexer/indexer"
 )
 
-func load(t *testing.T, env map[string]string) *indexer.Config {
+// load reads the indexer's configuration from env, amended by each of
+// more in turn.
+func load(t testing.TB, env map[string]string, more ...map[string]string) *indexer.Config {
 	t.Helper()
+	all := maps.Clone(env)
+	for _, m := range more {
+		maps.Copy(all, m)
+	}
 	var cfg indexer.Config
-	if err := config.Load("", &cfg, config.Map(env)); err != nil {
+	if err := config.Load("", &cfg, config.Map(all)); err != nil {
 		t.Fatal(err)
 	}
 	return &cfg

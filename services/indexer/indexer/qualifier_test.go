@@ -54,7 +54,14 @@ func (e *intakeEvents) of(docID string) []*indexerv1.IntakePhaseEvent {
 
 // startQualifierMesh starts the mesh with the simulator's rules set by
 // script, before any request can reach it.
-func startQualifierMesh(t *testing.T, script func(sim *providersim.Server)) *qualifierMesh {
+func startQualifierMesh(t testing.TB, script func(sim *providersim.Server)) *qualifierMesh {
+	t.Helper()
+	return startQualifierMeshWith(t, script, nil)
+}
+
+// startQualifierMeshWith is startQualifierMesh with the indexer's
+// environment amended by env.
+func startQualifierMeshWith(t testing.TB, script func(sim *providersim.Server), env map[string]string) *qualifierMesh {
 	t.Helper()
 	sim := providersim.Start(t, providersim.Preset(providersim.OpenAI))
 	script(sim)
@@ -97,7 +104,7 @@ func startQualifierMesh(t *testing.T, script func(sim *providersim.Server)) *qua
 		"MONGO_URI": uri, "MONGO_DATABASE": db, "NATS_URL": natsSrv.URL(), "INDEXER_DATA_DIR": t.TempDir(),
 		"INDEXER_LLM_EXTRACTION": "false", "MODELGATEWAY_ADDR": gwAddr, "VISION_ADDR": visAddr,
 		"INDEXER_QUALIFIER_TIMEOUT": "2s", "INDEXER_CHUNK_SIZE": "400", "INDEXER_CHUNK_OVERLAP": "80",
-	})
+	}, env)
 	addr := testkit.RunService(t, "indexer", func(ctx context.Context, rt service.Runtime) error {
 		return indexer.Run(ctx, cfg, rt)
 	})
@@ -110,7 +117,7 @@ func startQualifierMesh(t *testing.T, script func(sim *providersim.Server)) *qua
 		graph: indexerv1.NewGraphServiceClient(conn), events: rec, nats: natsSrv.URL()}
 }
 
-func qualifierFixture(t *testing.T, name string) []byte {
+func qualifierFixture(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "testdata", "qualifier", name))
 	if err != nil {
