@@ -40,7 +40,7 @@ func TestRequestLineIsChecked(t *testing.T) {
 		{"path parameter not UTF-8", "GET", "/v1/conversations/%ff%fe", 400, "conversationId: path parameter is not valid UTF-8"},
 		{"verb route parameter not UTF-8", "GET", "/v1/jobs/%c3:watch", 400, "jobId: path parameter is not valid UTF-8"},
 		{"query value not UTF-8", "GET", "/v1/conversations?caller=%ff", 400, "caller: query value is not valid UTF-8"},
-		{"unknown query parameter", "GET", "/v1/conversations?pagesize=5", 400, "pagesize: unknown query parameter of GET /v1/conversations (known: caller, pageSize, pageToken, scope.projectId, scope.tenantId)"},
+		{"unknown query parameter", "GET", "/v1/conversations?pagesize=5", 400, "pagesize: unknown query parameter of GET /v1/conversations (known: caller, createTimeFrom, createTimeTo, pageSize, pageToken, scope.projectId, scope.tenantId)"},
 		{"query on a body route", "POST", "/v1/conversations?title=x", 400, "title: unknown query parameter of POST /v1/conversations (it takes none)"},
 		{"bad escape in the query", "GET", "/v1/conversations?caller=%zz", 400, "query: invalid URL escape"},
 		{"unmatched path not UTF-8", "GET", "/v1/nowhere/%ff/x", 400, "path: is not valid UTF-8"},
