@@ -22,8 +22,12 @@ import (
 	"github.com/agentmesh/agentmesh/services/vision/vision"
 )
 
-// simModel is the provider model id the logical model "vision" routes to.
-const simModel = "sim-vl"
+// simModel is the provider model id the logical model "vision" routes
+// to, simSmallModel the one "vision-small" routes to.
+const (
+	simModel      = "sim-vl"
+	simSmallModel = "sim-vl-small"
+)
 
 // providerType is the gateway provider type speaking each simulator flavour.
 var providerType = map[providersim.Flavor]string{
@@ -45,8 +49,8 @@ type mesh struct {
 func startMesh(t *testing.T, f providersim.Flavor, env map[string]string) *mesh {
 	t.Helper()
 	sim := providersim.Start(t, providersim.Preset(f))
-	routing := fmt.Sprintf("providers:\n  up: {type: %s, base_url: %q}\nmodels:\n  vision:\n    - {provider: up, model: %s}\n",
-		providerType[f], sim.URL, simModel)
+	routing := fmt.Sprintf("providers:\n  up: {type: %s, base_url: %q}\nmodels:\n  vision:\n    - {provider: up, model: %s}\n  vision-small:\n    - {provider: up, model: %s}\n",
+		providerType[f], sim.URL, simModel, simSmallModel)
 	gwAddr := modelgatewaytest.Start(t, routing, map[string]string{
 		"MODELGATEWAY_MAX_ATTEMPTS":   "1", // a scripted provider error surfaces at once
 		"MODELGATEWAY_PROBE_INTERVAL": "1h",

@@ -27,6 +27,12 @@ type Config struct {
 	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`
 	// Model is the logical model every vision call names.
 	Model string `env:"VISION_MODEL" default:"vision" help:"logical model (routed by the model gateway) used for both stages; it must accept images"`
+	// SmallModel is the logical model of small requests.
+	SmallModel string `env:"VISION_SMALL_MODEL" default:"" help:"logical model for small requests — at most VISION_SMALL_MAX_IMAGES images to analyse, each at most VISION_SMALL_MAX_IMAGE_BYTES — in both stages (a cheaper, faster model for a screenshot or two); empty: VISION_MODEL for every request"`
+	// SmallMaxImages is the most images a small request has.
+	SmallMaxImages int `env:"VISION_SMALL_MAX_IMAGES" default:"2" help:"most images (those analysed, not skipped) a request may have to go to VISION_SMALL_MODEL"`
+	// SmallMaxImageBytes is the largest image of a small request.
+	SmallMaxImageBytes int `env:"VISION_SMALL_MAX_IMAGE_BYTES" default:"1048576" help:"largest image, in bytes, a request may have to go to VISION_SMALL_MODEL"`
 	// MaxImageBytes is the largest image analysed.
 	MaxImageBytes int `env:"VISION_MAX_IMAGE_BYTES" default:"10485760" help:"largest image analysed, in bytes; larger images are skipped with a reason"`
 	// MaxImages is the most images one request may carry.
@@ -54,6 +60,8 @@ func (c *Config) validate() error {
 		{"VISION_MAX_IMAGES", c.MaxImages},
 		{"VISION_MAX_PARALLEL", c.MaxParallel},
 		{"VISION_MAX_CONTEXT_CHARS", c.MaxContextChars},
+		{"VISION_SMALL_MAX_IMAGES", c.SmallMaxImages},
+		{"VISION_SMALL_MAX_IMAGE_BYTES", c.SmallMaxImageBytes},
 	} {
 		if v.val <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", v.name, v.val))
@@ -85,7 +93,9 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	}
 	defer modelGateway.Close()
 	analyzer, err := analysis.New(modelv1.NewModelServiceClient(modelGateway), analysis.Options{
-		Model:           strings.TrimSpace(cfg.Model),
+		Model:          strings.TrimSpace(cfg.Model),
+		SmallModel:     strings.TrimSpace(cfg.SmallModel),
+		SmallMaxImages: cfg.SmallMaxImages, SmallMaxImageBytes: cfg.SmallMaxImageBytes,
 		MaxImageBytes:   cfg.MaxImageBytes,
 		MaxImages:       cfg.MaxImages,
 		MaxParallel:     cfg.MaxParallel,

@@ -1,8 +1,13 @@
 package vision_test
 
 import (
+	"bytes"
 	"encoding/base64"
+	"fmt"
+	"image"
+	"image/png"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -466,5 +471,88 @@ func TestBadConfigurationStopsTheStartNamingIt(t *testing.T) {
 				t.Errorf("Run = %v, want an error naming %s", err, name)
 			}
 		})
+	}
+}
+
+// noisePNG returns a real PNG of side×side random pixels: noise does not
+// compress, so its size grows with side (about 3·side² bytes).
+func noisePNG(t *testing.T, side int) []byte {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, side, side))
+	rng := rand.New(rand.NewPCG(uint64(side), 7))
+	for i := range img.Pix {
+		img.Pix[i] = uint8(rng.UintN(256))
+	}
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestModelChosenByImageCountAndSize: with VISION_SMALL_MODEL set, a
+// request of at most VISION_SMALL_MAX_IMAGES analysed images, each at
+// most VISION_SMALL_MAX_IMAGE_BYTES, goes to the small model in both
+// stages; more images, or one larger, to VISION_MODEL. The provider sees
+// the model each logical name routes to, and the answer names the
+// logical model used.
+func TestModelChosenByImageCountAndSize(t *testing.T) {
+	t.Parallel()
+	// The size limit is exactly the largest small image's: "at most".
+	limit := max(len(pngImage(t, 1)), len(pngImage(t, 2)), len(pngImage(t, 3)))
+	m := startMesh(t, providersim.OpenAI, map[string]string{
+		"VISION_SMALL_MODEL": "vision-small", "VISION_SMALL_MAX_IMAGES": "2", "VISION_SMALL_MAX_IMAGE_BYTES": fmt.Sprint(limit)})
+	m.sim.When(providersim.Match{JSON: true, WithImages: true}).JSON(map[string]any{"sender": "Ana", "recipients": []string{"Bob"}, "email_addresses": []string{"ana@example.com"}, "subject": "Hi"})
+	m.sim.When(providersim.Match{WithImages: true}).Text("A screenshot.")
+	small, large := pngImage(t, 1), noisePNG(t, 48)
+	var atLimit []byte
+	for seed := range uint8(4) {
+		if b := pngImage(t, seed); len(b) == limit {
+			atLimit = b
+		}
+	}
+	if len(small) > limit || len(large) <= limit || atLimit == nil {
+		t.Fatalf("fixtures: small %d bytes, large %d: want them on either side of %d", len(small), len(large), limit)
+	}
+	img := func(name string, data []byte, mime string) *visionv1.Image {
+		return &visionv1.Image{Name: name, Data: data, MimeType: mime}
+	}
+	for _, tc := range []struct {
+		name    string
+		images  []*visionv1.Image
+		typ     visionv1.ContentType
+		summary string // a reused stage 1 summary: stage 2 only
+		logical string // the model the answer names
+		calls   int    // provider calls, all to the model logical routes to
+	}{
+		{"one small image", []*visionv1.Image{img("a.png", small, "image/png")}, visionv1.ContentType_CONTENT_TYPE_GENERIC, "", "vision-small", 1},
+		{"two small images, both stages", []*visionv1.Image{img("a.png", small, "image/png"), img("b.png", pngImage(t, 2), "image/png")},
+			visionv1.ContentType_CONTENT_TYPE_EMAIL, "", "vision-small", 4},
+		{"three small images", []*visionv1.Image{img("a.png", small, "image/png"), img("b.png", pngImage(t, 2), "image/png"), img("c.png", pngImage(t, 3), "image/png")},
+			visionv1.ContentType_CONTENT_TYPE_GENERIC, "", "vision", 3},
+		{"one image of exactly the size", []*visionv1.Image{img("edge.png", atLimit, "image/png")}, visionv1.ContentType_CONTENT_TYPE_GENERIC, "", "vision-small", 1},
+		{"one image over the size", []*visionv1.Image{img("big.png", large, "image/png")}, visionv1.ContentType_CONTENT_TYPE_GENERIC, "", "vision", 1},
+		{"a small image beside a large one", []*visionv1.Image{img("a.png", small, "image/png"), img("big.png", large, "image/png")},
+			visionv1.ContentType_CONTENT_TYPE_EMAIL, "", "vision", 4},
+		{"two small images and a skipped file count as two", []*visionv1.Image{img("a.png", small, "image/png"), img("b.png", pngImage(t, 2), "image/png"),
+			img("notes.txt", []byte("not an image"), "text/plain")}, visionv1.ContentType_CONTENT_TYPE_GENERIC, "", "vision-small", 2},
+		{"stage 2 alone of a large image", []*visionv1.Image{img("big.png", large, "image/png")}, visionv1.ContentType_CONTENT_TYPE_EMAIL, "An e-mail client.", "vision", 1},
+		{"stage 2 alone of a small image", []*visionv1.Image{img("a.png", small, "image/png")}, visionv1.ContentType_CONTENT_TYPE_EMAIL, "An e-mail client.", "vision-small", 1},
+	} {
+		before := len(m.sim.ChatRequests())
+		resp, err := m.client.AnalyzeImages(ctxTimeout(t), &visionv1.AnalyzeImagesRequest{
+			Scope: scope(), Images: tc.images, ContentType: tc.typ, GeneralSummary: tc.summary})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		want := map[string]string{"vision": simModel, "vision-small": simSmallModel}[tc.logical]
+		reqs := m.sim.ChatRequests()[before:]
+		var seen []string
+		for _, r := range reqs {
+			seen = append(seen, r.Model)
+		}
+		if resp.GetModel() != tc.logical || len(reqs) != tc.calls || slices.ContainsFunc(seen, func(s string) bool { return s != want }) {
+			t.Errorf("%s: answer names %q, provider saw %v; want %q and %d calls to %s", tc.name, resp.GetModel(), seen, tc.logical, tc.calls, want)
+		}
 	}
 }

@@ -97,6 +97,14 @@ type Result struct {
 type Options struct {
 	// Model is the logical model name the gateway routes, e.g. "vision".
 	Model string
+	// SmallModel, when set, is the logical model of small requests: at
+	// most SmallMaxImages images to analyse, each at most
+	// SmallMaxImageBytes (a cheaper, faster model is enough for a
+	// screenshot or two; many or large images go to Model).
+	SmallModel string
+	// SmallMaxImages and SmallMaxImageBytes bound a small request; both
+	// must be positive when SmallModel is set.
+	SmallMaxImages, SmallMaxImageBytes int
 	// MaxImageBytes is the largest image analysed; larger ones are skipped.
 	MaxImageBytes int
 	// MaxImages is the most images one request may carry.
@@ -152,6 +160,8 @@ func New(client ModelClient, opts Options) (*Analyzer, error) {
 		return nil, errors.New("analysis: empty model name")
 	case opts.MaxImageBytes <= 0, opts.MaxImages <= 0, opts.MaxParallel <= 0, opts.MaxContextChars <= 0:
 		return nil, fmt.Errorf("analysis: limits must be positive: %+v", opts)
+	case strings.TrimSpace(opts.SmallModel) != "" && (opts.SmallMaxImages <= 0 || opts.SmallMaxImageBytes <= 0):
+		return nil, fmt.Errorf("analysis: a small model needs positive limits: %d images, %d bytes", opts.SmallMaxImages, opts.SmallMaxImageBytes)
 	}
 	return &Analyzer{client: client, opts: opts}, nil
 }
@@ -173,7 +183,7 @@ func (a *Analyzer) Analyze(ctx context.Context, req Request) (*Result, error) {
 	stage1 := strings.TrimSpace(req.GeneralSummary) == ""
 	contextText := truncate(strings.TrimSpace(req.ContextText), a.opts.MaxContextChars)
 
-	res := &Result{Model: a.opts.Model, Images: make([]ImageResult, len(req.Images))}
+	res := &Result{Images: make([]ImageResult, len(req.Images))}
 	images := make([]Image, len(req.Images))
 	var work []int
 	for i, img := range req.Images {
@@ -186,6 +196,7 @@ func (a *Analyzer) Analyze(ctx context.Context, req Request) (*Result, error) {
 		images[i] = Image{Name: label(img.Name, i), Data: img.Data, MIMEType: mime}
 		work = append(work, i)
 	}
+	res.Model = a.model(images, work)
 	if !stage1 {
 		res.GeneralSummary = strings.TrimSpace(req.GeneralSummary)
 	}
@@ -195,7 +206,7 @@ func (a *Analyzer) Analyze(ctx context.Context, req Request) (*Result, error) {
 		img := images[i]
 		summary := res.GeneralSummary
 		if stage1 {
-			desc, err := a.describe(ctx, img, contextText)
+			desc, err := a.describe(ctx, res.Model, img, contextText)
 			if err != nil {
 				return err
 			}
@@ -203,7 +214,7 @@ func (a *Analyzer) Analyze(ctx context.Context, req Request) (*Result, error) {
 			summary = desc
 		}
 		if stage2 {
-			d, err := a.extract(ctx, spec, img, summary, stage1, contextText)
+			d, err := a.extract(ctx, res.Model, spec, img, summary, stage1, contextText)
 			if err != nil {
 				return err
 			}
@@ -229,10 +240,26 @@ func (a *Analyzer) Analyze(ctx context.Context, req Request) (*Result, error) {
 	return res, nil
 }
 
+// model is the logical model for a request analysing images[work]: the
+// small one when it is configured and the request is small by its count
+// and every image's size, else Model. Both stages of the same images (a
+// stage 2 request brings them again) get the same model.
+func (a *Analyzer) model(images []Image, work []int) string {
+	if strings.TrimSpace(a.opts.SmallModel) == "" || len(work) > a.opts.SmallMaxImages {
+		return a.opts.Model
+	}
+	for _, i := range work {
+		if len(images[i].Data) > a.opts.SmallMaxImageBytes {
+			return a.opts.Model
+		}
+	}
+	return strings.TrimSpace(a.opts.SmallModel)
+}
+
 // describe is stage 1 for one image.
-func (a *Analyzer) describe(ctx context.Context, img Image, contextText string) (string, error) {
+func (a *Analyzer) describe(ctx context.Context, model string, img Image, contextText string) (string, error) {
 	resp, err := a.client.Chat(ctx, &modelv1.ChatRequest{
-		Model: a.opts.Model,
+		Model: model,
 		Messages: []*modelv1.Message{
 			{Role: modelv1.Role_ROLE_SYSTEM, Content: stage1System},
 			{Role: modelv1.Role_ROLE_USER, Content: stage1Prompt(img.Name, contextText), Images: imageParts(img)},
@@ -246,9 +273,9 @@ func (a *Analyzer) describe(ctx context.Context, img Image, contextText string) 
 
 // extract is stage 2 for one image: JSON constrained by spec's schema,
 // parsed into details.
-func (a *Analyzer) extract(ctx context.Context, spec *kind, img Image, summary string, ownSummary bool, contextText string) (details, error) {
+func (a *Analyzer) extract(ctx context.Context, model string, spec *kind, img Image, summary string, ownSummary bool, contextText string) (details, error) {
 	resp, err := a.client.Chat(ctx, &modelv1.ChatRequest{
-		Model: a.opts.Model,
+		Model: model,
 		Messages: []*modelv1.Message{
 			{Role: modelv1.Role_ROLE_SYSTEM, Content: stage2System(spec)},
 			{Role: modelv1.Role_ROLE_USER, Content: stage2Prompt(spec, img.Name, summary, ownSummary, contextText), Images: imageParts(img)},
