@@ -2,6 +2,7 @@ package grpcx
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -10,8 +11,10 @@ import (
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 )
 
-// modelServicePrefix names the methods ScopeForwarding applies to.
-const modelServicePrefix = "/agentmesh.model.v1.ModelService/"
+// scopedServices are the services whose calls carry the caller's scope in
+// metadata (withCallScope): the model gateway, and vision, which calls
+// the model gateway on its caller's behalf.
+var scopedServices = []string{"/agentmesh.model.v1.ModelService/", "/agentmesh.vision.v1.VisionService/"}
 
 type scopeKey struct{}
 
@@ -43,16 +46,17 @@ func callScope(ctx context.Context) (tenant, project string) {
 	return first(md, TenantMetadataKey), first(md, ProjectMetadataKey)
 }
 
-// withCallScope adds the call's scope to the outgoing metadata of a model
-// call, unless the caller already set a tenant there (the gateway does).
+// withCallScope adds the call's scope to the outgoing metadata of a call
+// to one of the scopedServices, unless the caller already set a tenant
+// there (the gateway does).
 //
-// Only ModelService calls carry it: model requests have no scope field,
-// so the model gateway learns the tenant (for its usage counts) from
-// metadata alone. Other services take the scope from their requests and
-// check it against this metadata, which must then only ever be what the
-// gateway authenticated.
+// Model requests have no scope field, so the model gateway learns the
+// tenant (for its usage counts) from metadata alone, also through vision.
+// The other services take the scope from their requests and check it
+// against this metadata, which for them stays what the gateway
+// authenticated.
 func withCallScope(ctx context.Context, method string) context.Context {
-	if !strings.HasPrefix(method, modelServicePrefix) {
+	if !slices.ContainsFunc(scopedServices, func(p string) bool { return strings.HasPrefix(method, p) }) {
 		return ctx
 	}
 	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md.Get(TenantMetadataKey)) > 0 {

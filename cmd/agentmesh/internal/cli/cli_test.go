@@ -449,23 +449,24 @@ func TestUsagePerTenant(t *testing.T) {
 
 	must(t, cfgA, "", "chat", "hello from tenant a")
 	must(t, cfgB, "", "chat", "hello from tenant b")
-	must(t, cfgB, "", "docs", "ingest", filepath.Join("testdata", "ingest", "ledger.log"))
+	must(t, cfgB, "", "docs", "ingest", filepath.Join("testdata", "ingest", "ledger.log"), filepath.Join("testdata", "ingest", "panel.png"))
 
 	// The log is lifted to an analysis, whose planner runs from the
-	// orchestrator's work queue: poll until it has.
+	// orchestrator's work queue; the image goes through vision, which
+	// calls the model for the indexer: poll until both have.
 	var b map[string]map[string]bool
 	deadline := time.After(30 * time.Second)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	for b = tenantsOf(usage(t, cfgB)); !b["tenant-b"]["planner"]; b = tenantsOf(usage(t, cfgB)) {
+	for b = tenantsOf(usage(t, cfgB)); !b["tenant-b"]["planner"] || !b["tenant-b"]["vision"]; b = tenantsOf(usage(t, cfgB)) {
 		select {
 		case <-deadline:
-			t.Fatalf("tenant b's usage: %v, want only tenant-b, with chat and the lifted analysis's planner; all: %v", b, tenantsOf(usage(t, cfgOps)))
+			t.Fatalf("tenant b's usage: %v, want only tenant-b, with chat, vision and the lifted analysis's planner; all: %v", b, tenantsOf(usage(t, cfgOps)))
 		case <-tick.C:
 		}
 	}
 	if len(b) != 1 || !b["tenant-b"]["chat"] {
-		t.Fatalf("tenant b's usage: %v, want only tenant-b, with chat and planner", b)
+		t.Fatalf("tenant b's usage: %v, want only tenant-b, with chat, vision and planner", b)
 	}
 	a := tenantsOf(usage(t, cfgA))
 	if len(a) != 1 || !a["default"]["chat"] {
@@ -511,6 +512,10 @@ func TestUsagePerTenant(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^agentmesh_modelgateway_tokens_total\{[^}]*logical_model="chat"[^}]*tenant="` + tenant + `"`).Match(body) {
 			t.Errorf("/metrics has no chat tokens of tenant %s", tenant)
 		}
+	}
+	// So do the lifted analysis's jobs (its planner ran: it started).
+	if !regexp.MustCompile(`(?m)^agentmesh_orchestrator_job_transitions_total\{[^}]*to="running"[^}]*type="planning_call"[^}]*\} [1-9]`).Match(body) {
+		t.Errorf("/metrics has no planning job that started:\n%s", regexp.MustCompile(`(?m)^agentmesh_orchestrator_job.*$`).FindAll(body, -1))
 	}
 }
 

@@ -1,0 +1,94 @@
+package grpcx_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/metadata"
+
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+)
+
+// scopeSeen answers ListModels and Search with nothing, keeping the scope
+// metadata each call arrived with.
+type scopeSeen struct {
+	modelv1.UnimplementedModelServiceServer
+	indexerv1.UnimplementedSearchServiceServer
+	seen chan string
+}
+
+func (s *scopeSeen) record(ctx context.Context) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	s.seen <- strings.Join(md.Get(grpcx.TenantMetadataKey), ",") + "/" + strings.Join(md.Get(grpcx.ProjectMetadataKey), ",")
+}
+
+func (s *scopeSeen) ListModels(ctx context.Context, _ *modelv1.ListModelsRequest) (*modelv1.ListModelsResponse, error) {
+	s.record(ctx)
+	return &modelv1.ListModelsResponse{}, nil
+}
+
+func (s *scopeSeen) Search(ctx context.Context, _ *indexerv1.SearchRequest) (*indexerv1.SearchResponse, error) {
+	s.record(ctx)
+	return &indexerv1.SearchResponse{}, nil
+}
+
+// TestModelCallsCarryTheScope: a model call names the tenant of the work
+// it is made for (grpcx.WithScope) or of the request being served
+// (incoming metadata), never overriding a tenant the caller set; calls to
+// services that take the scope from their requests carry nothing added.
+func TestModelCallsCarryTheScope(t *testing.T) {
+	t.Parallel()
+	impl := &scopeSeen{seen: make(chan string, 1)}
+	srv := grpcx.NewServer(grpcx.ServerConfig{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	modelv1.RegisterModelServiceServer(srv.GRPC(), impl)
+	indexerv1.RegisterSearchServiceServer(srv.GRPC(), impl)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = srv.Serve(ctx, lis) }()
+	cc, err := grpcx.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+
+	served := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcx.TenantMetadataKey, "acme", grpcx.ProjectMetadataKey, "web"))
+	for _, tc := range []struct {
+		name   string
+		ctx    context.Context
+		search bool
+		want   string
+	}{
+		{"queued work's scope", grpcx.WithScope(context.Background(), &commonv1.Scope{TenantId: "globex", ProjectId: "ops"}), false, "globex/ops"},
+		{"served request's scope", served, false, "acme/web"},
+		{"work's scope before the request's", grpcx.WithScope(served, &commonv1.Scope{TenantId: "globex"}), false, "globex/"},
+		{"a tenant the caller set", metadata.AppendToOutgoingContext(served, grpcx.TenantMetadataKey, "initech"), false, "initech/"},
+		{"a scope without tenant", grpcx.WithScope(context.Background(), &commonv1.Scope{ProjectId: "web"}), false, "/"},
+		{"no scope", context.Background(), false, "/"},
+		{"not a model call", grpcx.WithScope(served, &commonv1.Scope{TenantId: "globex"}), true, "/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.search {
+				_, err = indexerv1.NewSearchServiceClient(cc).Search(tc.ctx, &indexerv1.SearchRequest{Query: "q", Scope: &commonv1.Scope{TenantId: "globex"}})
+			} else {
+				_, err = modelv1.NewModelServiceClient(cc).ListModels(tc.ctx, &modelv1.ListModelsRequest{})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := <-impl.seen; got != tc.want {
+				t.Errorf("the callee saw tenant/project %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
