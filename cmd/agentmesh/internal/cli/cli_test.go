@@ -402,9 +402,14 @@ func TestDocsIngestFiles(t *testing.T) {
 		t.Errorf("table has no header:\n%s", r.out)
 	}
 
-	// A missing file ingests nothing: usage, before any upload.
+	// A missing file ingests nothing: usage, before any upload; so does an
+	// image over --grpc, which carries text only.
 	if r := run(t, cfg, "", "docs", "ingest", args[0], "no-such-file.txt"); r.code != cli.ExitUsage || strings.Contains(r.err, "sending") {
 		t.Errorf("missing file: %s", r)
+	}
+	direct := cli.Config{Transport: "grpc", IndexerAddr: testMesh.addrs["indexer"], ConfigFile: cfg.ConfigFile}
+	if r := run(t, direct, "", "docs", "ingest", args[0], args[2]); r.code != cli.ExitUsage || strings.Contains(r.err, "sending") || !strings.Contains(r.err, "image/png") {
+		t.Errorf("an image over --grpc: %s", r)
 	}
 }
 

@@ -83,6 +83,13 @@ routing, chunks and errors. It exits 1 when any file failed.`,
 			if err != nil {
 				return err
 			}
+			if m.gateway == nil {
+				for _, f := range files {
+					if ct := http.DetectContentType(f.data); !strings.HasPrefix(ct, "text/") {
+						return usagef("%s is %s: over --grpc only text can be ingested; send it through the gateway (without --grpc)", f.arg, ct)
+					}
+				}
+			}
 			prog := newCounter(a.io.Err, len(files), "files sent")
 			results := make([]ingestResult, len(files))
 			for i, f := range files {
@@ -179,7 +186,8 @@ func (a *app) readIngestFiles(args []string, title string) ([]ingestFile, error)
 }
 
 // ingestOne sends one file: through the gateway's multipart upload, which
-// takes every kind of file; over gRPC as the text of an IngestDocument call.
+// takes every kind of file; over gRPC as the text of an IngestDocument call
+// (the command has checked that it is text).
 func ingestOne(ctx context.Context, m *mesh, f ingestFile, st indexerv1.SourceType, title, sourceURL string) (*indexerv1.IngestDocumentResponse, error) {
 	res := &indexerv1.IngestDocumentResponse{}
 	if m.gateway != nil {
@@ -188,9 +196,6 @@ func ingestOne(ctx context.Context, m *mesh, f ingestFile, st indexerv1.SourceTy
 			fields["source_type"] = st.String()
 		}
 		return res, m.gateway.Upload(ctx, []gatewayconn.File{{Name: f.name, Data: f.data}}, fields, res)
-	}
-	if ct := http.DetectContentType(f.data); !strings.HasPrefix(ct, "text/") {
-		return nil, usagef("%s is %s: over --grpc only text can be ingested; send it through the gateway", f.arg, ct)
 	}
 	if st == 0 {
 		st = indexerv1.SourceType_SOURCE_TYPE_OTHER
