@@ -29,6 +29,7 @@ process.stdout.write(JSON.stringify({
   steps: c.steps.map(([kind, stage]) => ctx.sqlSteps(kind, stage)),
   diff: c.diff.map(([cols, rows, keys]) => ctx.diffTable(cols, rows, keys)),
   phases: c.phases.map((p) => ctx.intakePhases(p)),
+  usage: c.usage.map(([r, by]) => ctx.usageSeries(r, by)),
 }));
 `
 
@@ -83,7 +84,8 @@ func TestConsoleFormat(t *testing.T) {
 	}
 
 	in := map[string]any{"human": []float64{}, "duration": []string{}, "at": stamps, "sql": []string{},
-		"bytes": jsonCases(sizes), "count": jsonCases(counts), "steps": jsonCases(steps), "diff": jsonCases(diffs), "phases": jsonCases(phases)}
+		"bytes": jsonCases(sizes), "count": jsonCases(counts), "steps": jsonCases(steps), "diff": jsonCases(diffs), "phases": jsonCases(phases),
+		"usage": jsonCases(usages)}
 	for _, c := range human {
 		in["human"] = append(in["human"].([]float64), c.sec)
 	}
@@ -103,10 +105,10 @@ func TestConsoleFormat(t *testing.T) {
 		t.Fatalf("node: %v\n%s", err, stderr.Bytes())
 	}
 	var got struct {
-		Human, Duration                   []string
-		At                                []int64
-		SQL                               [][][2]string
-		Bytes, Count, Steps, Diff, Phases []json.RawMessage
+		Human, Duration                          []string
+		At                                       []int64
+		SQL                                      [][][2]string
+		Bytes, Count, Steps, Diff, Phases, Usage []json.RawMessage
 	}
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -140,6 +142,7 @@ func TestConsoleFormat(t *testing.T) {
 	checkJSON(t, "sqlSteps", steps, got.Steps)
 	checkJSON(t, "diffTable", diffs, got.Diff)
 	checkJSON(t, "intakePhases", phases, got.Phases)
+	checkJSON(t, "usageSeries", usages, got.Usage)
 	checkEveryStage(t, node)
 }
 
@@ -237,6 +240,35 @@ var (
 		},
 	}
 )
+
+// GetUsage answers as protojson spells them (int64 as strings): a window
+// of three minute buckets, its end inside the last; points outside the
+// window are left out.
+var usages = []jsonCase{
+	{
+		`[{"bucketWidth": "60s", "startTime": "2026-11-25T20:00:00Z", "endTime": "2026-11-25T20:02:30.5Z", "points": [
+		   {"startTime": "2026-11-25T20:00:00Z", "logicalModel": "chat", "provider": "sim", "tenantId": "acme", "calls": "1", "promptTokens": "10", "completionTokens": "5"},
+		   {"startTime": "2026-11-25T20:02:00Z", "logicalModel": "embed", "provider": "sim", "tenantId": "acme", "calls": "2", "promptTokens": "100"},
+		   {"startTime": "2026-11-25T20:02:00Z", "logicalModel": "chat", "provider": "deepseek", "tenantId": "other", "calls": "1", "promptTokens": "1", "completionTokens": "1", "reasoningTokens": "1"},
+		   {"startTime": "2026-11-25T19:59:00Z", "logicalModel": "chat", "provider": "sim", "tenantId": "acme", "calls": "9", "promptTokens": "900"},
+		   {"startTime": "2026-11-25T20:03:00Z", "logicalModel": "chat", "provider": "sim", "tenantId": "acme", "calls": "9", "promptTokens": "900"}]},
+		  "logicalModel"]`,
+		`{"buckets": [1795636800000, 1795636860000, 1795636920000], "width": 60000, "totals": [15, 0, 102], "max": 102,
+		  "series": [{"name": "embed", "total": 100, "calls": 2, "values": [0, 0, 100]}, {"name": "chat", "total": 17, "calls": 2, "values": [15, 0, 2]}]}`,
+	},
+	{ // by tenant; an hour's buckets; the window's end exactly on a bucket's start
+		`[{"bucketWidth": "3600s", "startTime": "2026-11-25T18:00:00Z", "endTime": "2026-11-25T20:00:00Z", "points": [
+		   {"startTime": "2026-11-25T19:00:00Z", "logicalModel": "chat", "tenantId": "acme", "calls": "1", "promptTokens": "7"},
+		   {"startTime": "2026-11-25T20:00:00Z", "logicalModel": "chat", "tenantId": "none", "calls": "1", "completionTokens": "7"}]},
+		  "tenantId"]`,
+		`{"buckets": [1795629600000, 1795633200000, 1795636800000], "width": 3600000, "totals": [0, 7, 7], "max": 7,
+		  "series": [{"name": "acme", "total": 7, "calls": 1, "values": [0, 7, 0]}, {"name": "none", "total": 7, "calls": 1, "values": [0, 0, 7]}]}`,
+	},
+	{ // nothing counted
+		`[{"bucketWidth": "60s", "startTime": "2026-11-25T20:00:00Z", "endTime": "2026-11-25T20:00:10Z"}, "provider"]`,
+		`{"buckets": [1795636800000], "width": 60000, "totals": [0], "max": 0, "series": []}`,
+	},
+}
 
 // jsonCases is the inputs of cases, for node.
 func jsonCases(cases []jsonCase) []json.RawMessage {

@@ -525,6 +525,40 @@ await page.waitForFunction(([c, j]) => document.querySelector(`#jobList tr[data-
 expect(true, "analysis: the status filter lists the cancelled analysis, not the completed one");
 await shot("analysis-cancelled");
 
+// ---- usage: the tokens of everything above, counted by the model gateway
+await page.click("a[data-tab=usage]");
+await page.waitForSelector("#usageTotals tbody tr[data-model]");
+expect(await hash() === "#/usage", "usage: the tab has its own URL");
+const usageRows = await page.locator("#usageTotals tbody tr[data-model]").evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
+const chatRows = usageRows.filter((r) => r[0] === "chat");
+expect(chatRows.length > 0 && chatRows.every((r) => r[1] === "sim" && r[2] === "default") && usageRows.every((r) => Number(r[7].replace(/,/g, "")) > 0),
+  "usage: tokens per logical model, provider and tenant (" + usageRows.map((r) => r.slice(0, 3).join("/") + " " + r[7]).join(", ") + ")");
+expect(await page.locator("#usageChart .usage-col").count() === 60 && await page.locator("#usageChart .usage-seg").count() > 0, "usage: the last hour as 60 columns, tokens stacked in them");
+const chatTotal = chatRows.reduce((n, r) => n + Number(r[7].replace(/,/g, "")), 0);
+const chatKey = await page.textContent("#usageLegend .usage-key[data-series=chat]");
+expect(chatKey.startsWith("chat: " + chatTotal.toLocaleString("en-US") + " tokens"), "usage: the chart's chat series adds up to the table's chat rows (" + chatKey + ")");
+await page.selectOption("#usageBy", "tenantId");
+await page.waitForFunction(() => location.hash === "#/usage/minute/tenantId" && document.querySelector("#usageLegend .usage-key[data-series=default]"));
+expect(await page.locator("#usageLegend .usage-key").count() >= 1, "usage: the series by tenant");
+await page.selectOption("#usageResolution", "hour");
+await page.waitForFunction(() => location.hash === "#/usage/hour/tenantId" && document.querySelectorAll("#usageChart .usage-col").length === 24);
+expect(true, "usage: the last day as 24 hourly columns");
+await shot("usage");
+await page.reload();
+await page.waitForFunction(() => document.querySelectorAll("#usageChart .usage-col").length === 24 && document.querySelector("#usageBy").value === "tenantId");
+expect(true, "usage: the link restores the window and the series after a reload");
+await page.goBack();
+await page.waitForFunction(() => location.hash === "#/usage/minute/tenantId" && document.querySelectorAll("#usageChart .usage-col").length === 60);
+expect(true, "usage: back returns to the hour per minute");
+await page.fill("#tenant", "elsewhere");
+await page.dispatchEvent("#tenant", "change");
+await page.waitForFunction(() => document.querySelector("#usageTotals tbody").textContent === "nothing counted yet");
+expect(!(await page.textContent("#usageChart")).includes("default"), "usage: another tenant sees only its own usage: none");
+await page.fill("#tenant", "");
+await page.dispatchEvent("#tenant", "change");
+await page.waitForSelector("#usageTotals tbody tr[data-model]");
+expect(!rawJSON.test(await page.textContent("#usage")), "usage: no raw JSON");
+
 expect(!protoDuration.test(await page.evaluate(() => document.querySelector("main").innerText)), "no protobuf duration anywhere on the page");
 const shown = await page.textContent("#error");
 if (shown || errors.length) throw new Error("the console showed " + JSON.stringify(shown) + ", page errors " + JSON.stringify(errors));

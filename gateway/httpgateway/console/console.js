@@ -261,7 +261,7 @@ function pager({ table, nav, path, items, query, row }) {
 
 // views: tab → { list() refreshes its list, open(id) shows an item or none }.
 const views = {};
-const tabs = ["overview", "conversations", "jobs", "documents", "runs", "intake", "sql"];
+const tabs = ["overview", "conversations", "jobs", "documents", "runs", "intake", "sql", "usage"];
 let shownTab = "";
 
 function parseHash() {
@@ -994,7 +994,8 @@ $("approve").addEventListener("click", command("APPROVE"));
 $("reject").addEventListener("click", command("REJECT"));
 $("stopRun").addEventListener("click", command("STOP"));
 
-// The SQL agent's tab is sql.js, the intake's intake.js: both add to views.
+// The SQL agent's tab is sql.js, the intake's intake.js, token usage
+// usage.js: each adds to views.
 // Deferred scripts all run before DOMContentLoaded, so the first route
 // finds every view.
 window.addEventListener("DOMContentLoaded", guard(route));

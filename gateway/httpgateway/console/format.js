@@ -207,3 +207,31 @@ function intakePhases(pipeline) {
   for (const name of recorded.keys()) if (!names.includes(name)) add(name, name.replace(/_/g, " "));
   return out;
 }
+
+// usageSeries lays GetUsage's answer (GET /v1/usage) out for a chart: the
+// buckets from start_time to end_time one bucket_width apart (those without
+// calls included, as zeros), and a series per value of by
+// ("logicalModel", "provider" or "tenantId") with its tokens (prompt plus
+// completion) in each bucket and in all, the largest first; totals per
+// bucket and the largest of them.
+function usageSeries(r, by) {
+  const width = 1000 * (seconds(r.bucketWidth) || 60);
+  const start = at(r.startTime);
+  const n = Math.max(1, Math.floor((at(r.endTime) - start) / width) + 1);
+  const buckets = Array.from({ length: n }, (_, i) => start + i * width);
+  const series = new Map();
+  for (const p of r.points || []) {
+    const i = Math.floor((at(p.startTime) - start) / width);
+    if (!(i >= 0 && i < n)) continue;
+    const name = p[by] || "–";
+    if (!series.has(name)) series.set(name, { name, total: 0, calls: 0, values: new Array(n).fill(0) });
+    const s = series.get(name);
+    const tokens = Number(p.promptTokens || 0) + Number(p.completionTokens || 0);
+    s.values[i] += tokens;
+    s.total += tokens;
+    s.calls += Number(p.calls || 0);
+  }
+  const list = [...series.values()].sort((a, b) => b.total - a.total || (a.name < b.name ? -1 : 1));
+  const totals = buckets.map((_, i) => list.reduce((sum, s) => sum + s.values[i], 0));
+  return { buckets, width, series: list, totals, max: Math.max(0, ...totals) };
+}
