@@ -43,9 +43,10 @@ func transitions(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 }
 
 // TestJobTransitionsCountedOnce: an analysis counts each job's statuses
-// once (created pending, running, waiting, complete), and a work item
-// delivered again for a job that already finished — as JetStream does
-// after a worker dies before its acknowledgement — counts nothing.
+// once (created pending, running, waiting, complete) however many times
+// its running jobs' claims are renewed, and a work item delivered again
+// for a job that already finished — as JetStream does after a worker dies
+// before its acknowledgement — counts nothing.
 //
 // Not parallel: the counter lives on the global meter provider, which this
 // test installs; the package's parallel tests wait until it has ended.
@@ -57,6 +58,11 @@ func TestJobTransitionsCountedOnce(t *testing.T) {
 	e := newEnv(t)
 	e.scriptBHPPlan()
 	e.scriptSynthesis(stockAnswer)
+	// The tools' requests wait for a third that never comes (5 s): their
+	// workers renew their claims meanwhile, writes that leave the status
+	// as it is and so count nothing.
+	e.market.set(func(m *market) { m.barrier = 3 })
+	e.cfg.ToolTimeout = 15 * time.Second
 	e.start(analysis.Hooks{})
 	root := e.submit("Analyse BHP for investment", "stock_analysis")
 	final := e.waitStatus(root.GetId(), orchestratorv1.JobStatus_JOB_STATUS_COMPLETE, 30*time.Second)
