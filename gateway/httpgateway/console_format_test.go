@@ -162,8 +162,9 @@ var (
 		{`["JOB_KIND_UNSPECIFIED", "NEED_CONNECTION"]`, `{"steps": ["database", "method", "question or SQL", "confirm SQL", "job name", "results"], "at": 0, "running": false}`},
 		{`["JOB_KIND_WRITE_DATA", "EXECUTING"]`, `{"steps": ["table", "if it exists", "schema", "confirm write", "written"], "at": 4, "running": true}`},
 		{`["JOB_KIND_SEND_EMAIL", "CONFIRM_EMAIL"]`, `{"steps": ["query", "recipients", "subject", "confirm e-mail", "sent"], "at": 3, "running": false}`},
-		{`["JOB_KIND_COMPARE_SQL", "ASK_COMPARE_KEY"]`, `{"steps": ["first query", "second query", "columns", "key", "report", "target table", "job name", "run"], "at": 3, "running": false}`},
-		{`["JOB_KIND_COMPARE_SQL", "CONFIRM_SECOND_GENERATED_SQL"]`, `{"steps": ["first query", "second query", "columns", "key", "report", "target table", "job name", "run"], "at": 1, "running": false}`},
+		{`["JOB_KIND_COMPARE_SQL", "ASK_COMPARE_KEY"]`, `{"steps": ["first query", "second query", "columns", "key", "report", "target table", "job name", "run", "diff written"], "at": 3, "running": false}`},
+		{`["JOB_KIND_COMPARE_SQL", "NEED_WRITE_OR_EMAIL"]`, `{"steps": ["first query", "second query", "columns", "key", "report", "target table", "job name", "run", "diff written"], "at": 8, "running": false}`},
+		{`["JOB_KIND_COMPARE_SQL", "CONFIRM_SECOND_GENERATED_SQL"]`, `{"steps": ["first query", "second query", "columns", "key", "report", "target table", "job name", "run", "diff written"], "at": 1, "running": false}`},
 		// A stage of another kind, or none, is not a step.
 		{`["JOB_KIND_READ_SQL", "ASK_COMPARE_KEY"]`, `null`},
 		{`["JOB_KIND_READ_SQL", "NO_SUCH_STAGE"]`, `null`},

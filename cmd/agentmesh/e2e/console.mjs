@@ -416,6 +416,7 @@ const changed = await page.locator("#sqlResult tr[data-status=changed] td.change
 expect(changed.join("/") === "Australia/Atlantis", "sql: only the changed values marked, A beside B (" + changed.join("/") + ")");
 const countsShown = await page.locator("#sqlDiffCounts .diff-count").allTextContents();
 expect(countsShown.join(", ") === "1 only in A, 1 only in B, 1 changed, 8 same", "sql: the rows per status (" + countsShown.join(", ") + ")");
+expect((await sqlStepper()).endsWith("done:run current:diff written"), "sql: the comparison's stepper at its end (" + await sqlStepper() + ")");
 await shot("sql-compare");
 // The dropdown flow: plain words, no connection → the connections as a
 // dropdown; the choice goes back as a typed selection.

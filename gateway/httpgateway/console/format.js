@@ -103,6 +103,7 @@ const sqlKindSteps = {
     ["target table", ["ASK_COMPARE_SCHEMA", "ASK_COMPARE_TABLE_NAME"]],
     ["job name", ["ASK_COMPARE_JOB_NAME"]],
     ["run", ["EXECUTE_COMPARE_SQL"]],
+    ["diff written", ["NEED_WRITE_OR_EMAIL"]],
   ],
 };
 

@@ -325,7 +325,8 @@ async function sqlReply(r) {
   showSqlSession(r.session);
   line($("sqlTurns"), "agent", r.reply);
   sqlClear();
-  showSqlToConfirm(r.sqlToConfirm);
+  // The e-mail's preview card shows its query already.
+  showSqlToConfirm($("sqlCard").dataset.kind === "email" && !$("sqlCard").hidden ? "" : r.sqlToConfirm);
   renderSqlChoices(r.options || [], r.action);
   if (r.result) showSqlResult(r.result, (r.job && r.job.parameters) || (r.session && r.session.parameters) || {});
   if (r.job) await listSqlJobs();
