@@ -27,6 +27,7 @@ const (
 
 // operatorTenant in a GATEWAY_API_KEYS entry (key=*[@caller]) makes an
 // operator key: unscoped, for reads across tenants such as GET /v1/usage.
+// In development mode (no keys) X-Tenant-Id: * asks for the same.
 const operatorTenant = "*"
 
 // principal is the authenticated scope of a request and who makes it.
@@ -189,10 +190,14 @@ func (g *gateway) authenticateAs(fail statusWriter, next http.Handler) http.Hand
 		if g.keys.open() {
 			p = principal{tenant: strings.TrimSpace(r.Header.Get(tenantHeader)), project: strings.TrimSpace(r.Header.Get(projectHeader)),
 				caller: strings.TrimSpace(r.Header.Get(callerHeader))}
-			if p.tenant == "" {
+			switch p.tenant {
+			case "":
 				p.tenant = defaultTenant
+			case operatorTenant:
+				// As an operator key: no tenant (every tenant's usage).
+				p.tenant, p.project = "", ""
 			}
-			if err := grpcx.ValidScopeID(p.tenant); err != nil {
+			if err := grpcx.ValidScopeID(p.tenant); p.tenant != "" && err != nil {
 				fail(w, http.StatusBadRequest, status.New(codes.InvalidArgument, tenantHeader+" "+err.Error()))
 				return
 			}

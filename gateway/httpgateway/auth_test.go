@@ -140,6 +140,7 @@ func TestOpenModeTakesTenantFromHeader(t *testing.T) {
 	}{
 		{"header", map[string]string{"X-Tenant-Id": "t1", "X-Project-Id": "p1", "X-Caller-Id": "dev@example.com"}, "t1", "p1"},
 		{"default", nil, "default", ""},
+		{"operator: no tenant", map[string]string{"X-Tenant-Id": "*", "X-Project-Id": "p1"}, "", ""},
 	}
 	for _, tc := range cases {
 		resp, body := do(t, "POST", m.url+"/v1/conversations", `{}`, tc.header)

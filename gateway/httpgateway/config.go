@@ -35,7 +35,7 @@ type Config struct {
 
 	// APIKeys lists the accepted API keys as "key=tenant[:project],...".
 	// Empty runs the gateway open, in development mode.
-	APIKeys string `env:"GATEWAY_API_KEYS" secret:"true" help:"API keys as key=tenant[:project][@caller],key2=tenant2; tenant * makes an operator key (no tenant: reads every tenant's usage at GET /v1/usage, names the tenant in other requests); the caller (default key- and 8 hex digits of the key's SHA-256) is recorded as who created conversations; empty = open development mode, tenant from the X-Tenant-Id header (default \"default\"), caller from X-Caller-Id"`
+	APIKeys string `env:"GATEWAY_API_KEYS" secret:"true" help:"API keys as key=tenant[:project][@caller],key2=tenant2; tenant * makes an operator key (no tenant: reads every tenant's usage at GET /v1/usage, names the tenant in other requests); the caller (default key- and 8 hex digits of the key's SHA-256) is recorded as who created conversations; empty = open development mode, tenant from the X-Tenant-Id header (default \"default\"; * as an operator key), caller from X-Caller-Id"`
 	// CORSOrigins lists the browser origins allowed to call the API; "*"
 	// allows any.
 	CORSOrigins []string `env:"GATEWAY_CORS_ORIGINS" help:"comma-separated browser origins allowed by CORS; * = any; empty = no CORS headers"`

@@ -157,8 +157,9 @@ func (g *gateway) apiMux() (*runtime.ServeMux, error) {
 		//        "calls", "promptTokens", "completionTokens", "reasoningTokens"}]}
 		// (int64 counts as JSON strings; empty buckets left out; points oldest
 		// first). A tenant's key sees its tenant, another tenantId is 403; an
-		// operator key (tenant *) sees all tenants ("other" past the limit,
-		// "none" for calls on no tenant's behalf).
+		// operator key (tenant *; without keys X-Tenant-Id: *) sees all
+		// tenants ("other" past the limit, "none" for calls on no tenant's
+		// behalf).
 		modelv1.RegisterModelServiceHandlerClient(ctx, mux, modelv1.NewModelServiceClient(model)),
 		orchestratorv1.RegisterConversationServiceHandlerClient(ctx, mux, orchestratorv1.NewConversationServiceClient(orch)),
 		orchestratorv1.RegisterToolServiceHandlerClient(ctx, mux, orchestratorv1.NewToolServiceClient(orch)),
