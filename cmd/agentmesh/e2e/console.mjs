@@ -164,6 +164,8 @@ const ticket = "PAY-123: Checkout fails with 500 after deploy\nStatus: Open\nTyp
 await page.click("a[data-tab=intake]");
 expect(await hash() === "#/intake", "intake: the tab has its own URL");
 // A file that says it is an image but is not: refused, naming the file.
+const watched = [];
+page.on("request", (r) => { if (r.url().includes("/intake:watch")) watched.push(r.url()); });
 const errorsBefore = errors.length;
 await page.setInputFiles("#uploadFiles", [{ name: "broken.png", mimeType: "image/png", buffer: Buffer.from("not a picture") }]);
 await page.click("#uploadForm button");
@@ -194,6 +196,7 @@ await page.waitForSelector(".intake-status[data-state=finished]", { timeout: 300
 const seen = await page.evaluate(() => window.intakeStates);
 expect(/^(running )+(finished )+$/.test(seen.join(" ") + " "),
   "intake: shown running from the moment the upload answered, then finished (" + seen.join(" → ") + ")");
+expect(watched.length === 1 && watched[0].endsWith("/intake:watch"), "intake: followed through the intake's event stream (GET …/intake:watch)");
 await page.waitForSelector("#uploadForm .busy", { state: "detached" });
 const upload = idFrom(await hash(), "intake");
 expect(upload && upload.startsWith("doc_"), "intake: the document's URL (" + upload + ")");
@@ -353,9 +356,9 @@ await shot("sql-paged");
 // WRITE_DATA: the sixty rows to a new table.
 await choose(/write the result/i);
 expect((await page.textContent("#sqlKindShown")) === "write to a table" && (await sqlStepper()).includes("current:table"), "sql: a write's own stepper (" + await sqlStepper() + ")");
-if (await page.locator("#sqlChoice").count()) { // a dropdown of existing tables, when the agent offers one
-  expect(await page.locator("#sqlOptions").getAttribute("data-action") === "fetch_tables", "sql: the table dropdown is the agent's FETCH_TABLES");
-}
+expect(await page.locator("#sqlOptions").getAttribute("data-action") === "fetch_tables" &&
+  (await page.locator("#sqlChoice option").allTextContents()).includes("customers (exists: replace or refill it)"),
+  "sql: the schema's tables offered as a dropdown (FETCH_TABLES), a new name typed instead");
 await say("numbers_60");
 await choose(/create it/i);
 expect((await sqlStepper()).includes("current:confirm write") && (await page.textContent("#sqlToConfirm")).includes("WITH RECURSIVE"), "sql: the write waits for confirmation, its query shown");

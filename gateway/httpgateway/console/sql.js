@@ -388,16 +388,10 @@ async function listSqlJobs() {
 }
 $("sqlJobsRefresh").addEventListener("click", action($("sqlJobsRefresh").parentElement, listSqlJobs));
 
-// findSqlJob reads one job. An id of the form "<session>/<n>" does not fit
-// the single path segment of GET /v1/sql/jobs/{job_id} (the gateway
-// matches an escaped slash as a separator), so such a job is looked up
-// among its session's jobs.
+// findSqlJob reads one job; its id ("<session>/<n>") keeps its slash in
+// the path (GET /v1/sql/jobs/{job_id=*/**}).
 async function findSqlJob(id) {
-  if (!id.includes("/")) return (await api("GET", "/v1/sql/jobs/" + encodeURIComponent(id))).job;
-  const r = await api("GET", "/v1/sql/jobs" + "?" + new URLSearchParams({ sessionId: id.split("/")[0], pageSize: "500" }));
-  const job = (r.jobs || []).find((j) => j.id === id);
-  if (!job) throw new Error("no SQL job " + id + " in this tenant");
-  return job;
+  return (await api("GET", "/v1/sql/jobs/" + String(id).split("/").map(encodeURIComponent).join("/"))).job;
 }
 
 const rowsWord = { READ_SQL: "Rows read", WRITE_DATA: "Rows written", SEND_EMAIL: "Rows sent", COMPARE_SQL: "Diff rows written" };
