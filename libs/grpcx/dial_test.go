@@ -16,6 +16,27 @@ import (
 	"github.com/agentmesh/agentmesh/libs/grpcx"
 )
 
+// serveAndDial serves the services register adds on a grpcx server on
+// loopback, stopped when t ends, and returns a grpcx.Dial connection to it.
+func serveAndDial(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
+	t.Helper()
+	srv := grpcx.NewServer(grpcx.ServerConfig{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	register(srv.GRPC())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = srv.Serve(ctx, lis) }()
+	cc, err := grpcx.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
 // unavailableClassifier fails every call with UNAVAILABLE, counting them.
 type unavailableClassifier struct {
 	classifierv1.UnimplementedClassifierServiceServer
@@ -38,20 +59,7 @@ func (c *unavailableClassifier) GetRun(context.Context, *classifierv1.GetRunRequ
 func TestOnlyReadsAreRetried(t *testing.T) {
 	t.Parallel()
 	impl := &unavailableClassifier{}
-	srv := grpcx.NewServer(grpcx.ServerConfig{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	classifierv1.RegisterClassifierServiceServer(srv.GRPC(), impl)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = srv.Serve(ctx, lis) }()
-	cc, err := grpcx.Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := serveAndDial(t, func(s *grpc.Server) { classifierv1.RegisterClassifierServiceServer(s, impl) })
 	client := classifierv1.NewClassifierServiceClient(cc)
 	scope := &classifierv1.GetRunRequest{RunId: "r1"}
 	if _, err := client.GetRun(context.Background(), scope); status.Code(err) != codes.Unavailable {

@@ -2,12 +2,10 @@ package grpcx_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net"
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
@@ -46,21 +44,10 @@ func (s *scopeSeen) Search(ctx context.Context, _ *indexerv1.SearchRequest) (*in
 func TestModelCallsCarryTheScope(t *testing.T) {
 	t.Parallel()
 	impl := &scopeSeen{seen: make(chan string, 1)}
-	srv := grpcx.NewServer(grpcx.ServerConfig{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	modelv1.RegisterModelServiceServer(srv.GRPC(), impl)
-	indexerv1.RegisterSearchServiceServer(srv.GRPC(), impl)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = srv.Serve(ctx, lis) }()
-	cc, err := grpcx.Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := serveAndDial(t, func(s *grpc.Server) {
+		modelv1.RegisterModelServiceServer(s, impl)
+		indexerv1.RegisterSearchServiceServer(s, impl)
+	})
 
 	served := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcx.TenantMetadataKey, "acme", grpcx.ProjectMetadataKey, "web"))
 	for _, tc := range []struct {
@@ -78,6 +65,7 @@ func TestModelCallsCarryTheScope(t *testing.T) {
 		{"not a model call", grpcx.WithScope(served, &commonv1.Scope{TenantId: "globex"}), true, "/"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			var err error
 			if tc.search {
 				_, err = indexerv1.NewSearchServiceClient(cc).Search(tc.ctx, &indexerv1.SearchRequest{Query: "q", Scope: &commonv1.Scope{TenantId: "globex"}})
 			} else {
