@@ -227,6 +227,21 @@ await page.reload();
 await page.waitForSelector(".intake-status[data-state=finished]");
 expect(await page.locator("#intakeView .phase[data-state=done]").count() === 6 && (await page.textContent("#intakeView h3")).startsWith("Checkout fails after deploy"),
   "intake: the link restores the pipeline after a reload");
+// A log with no attachment: both vision phases skipped, saying why.
+await page.setInputFiles("#uploadFiles", [{ name: "worker.log", mimeType: "text/plain", buffer: Buffer.from(Array.from({ length: 40 }, (_, i) =>
+  `2026-11-25T10:${String(i).padStart(2, "0")}:00Z ${i % 10 === 9 ? "ERROR queue stalled code=Q17" : "INFO processed batch " + i}`).join("\n") + "\n") }]);
+await page.selectOption("#uploadSourceType", "");
+await page.click("#uploadForm button");
+await page.waitForFunction((old) => location.hash.startsWith("#/intake/") && location.hash !== "#/intake/" + old &&
+  document.querySelector(".intake-status[data-state=finished]"), upload, { timeout: 30000 });
+const skipped = await page.locator("#intakeView .phase[data-state=skipped]").evaluateAll((ps) => ps.map((p) => p.dataset.phase + ": " + p.querySelector(".phase-note").textContent));
+expect(skipped.length === 2 && skipped[0].startsWith("vision_stage1: ") && skipped[1].startsWith("vision_stage2: ") && skipped.every((t) => t.split(": ")[1].length > 0),
+  "intake: a log without attachments skips both vision phases, saying why (" + skipped.join("; ") + ")");
+const logFields = await page.textContent("[data-section=extraction]");
+expect(logFields.includes("Fields of the log extraction") && /Line count\s*40/.test(logFields) && logFields.includes("Q17"), "intake: the log's fields: lines read and the error code");
+expect(await page.locator("[data-section=vision] table").count() === 0, "intake: no attachments, nothing for vision");
+await page.goBack();
+await page.waitForFunction((id) => location.hash === "#/intake/" + id && document.querySelector(".intake-status[data-state=finished]"), upload);
 const lifted = await page.getAttribute("#intakeView a.lifted-job", "href");
 await page.click("#intakeView a.lifted-job");
 await page.waitForFunction((h) => location.hash === h && document.querySelector("#jobId").textContent === h.replace("#/jobs/", ""), lifted);

@@ -223,6 +223,7 @@ function renderSqlChoices(options, act) {
     if (act === "ACTION_FETCH_TABLES") box.append(el("span", "muted small", "or type a new table's name below"));
     return;
   }
+  if (act === "ACTION_ASK_JOB_KIND") box.append(el("span", "choice", "Job kind"));
   for (const o of options) {
     const b = el("button", null, o.label || o.value);
     b.type = "button";

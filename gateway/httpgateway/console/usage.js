@@ -31,7 +31,8 @@ async function showUsage() {
   const r = await api("GET", "/v1/usage" + "?" + new URLSearchParams({ resolution: usageResolutions[res] }));
   const u = usageSeries(r, by);
   $("usageNote").textContent = "Counted in memory by the model gateway since it started (each replica its own calls), per " + res +
-    "; tenants past the first " + count(r.tenantLimit) + " are counted as “other”, calls on no tenant's behalf as “none”.";
+    "; tenants past the first " + count(r.tenantLimit) + " are counted as “other”, calls on no tenant's behalf as “none”. " +
+    "A tenant's key sees its own tenant; an operator key (or tenant * without keys) every tenant.";
   renderUsageChart(u, res);
   renderUsageTotals(r.points || []);
 }
