@@ -211,6 +211,11 @@ func TestUpTelemetry(t *testing.T) {
 	if n, _ := sum(samples, "agentmesh_classifier_run_transitions_total", map[string]string{"state": "Completed"}); n != 0 {
 		t.Errorf("classification runs completed: %v, want 0", n)
 	}
+	// Every model call of the chat turn and the classification run carries
+	// its caller's scope: no tokens are counted for no tenant.
+	if n, _ := sum(samples, "agentmesh_modelgateway_tokens_total", map[string]string{"tenant": "none"}); n != 0 {
+		t.Errorf("%v tokens counted for tenant none, want 0", n)
+	}
 	if _, ok := sum(samples, httpDur+"_count", map[string]string{"http_route": streamRoute}); !ok {
 		t.Errorf("no %s series with http_route=%q", httpDur, streamRoute)
 	}

@@ -44,6 +44,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/checkpoint"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/conversations"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/labels"
@@ -448,7 +449,10 @@ func (r *Runner) cancelLocal(id string) {
 // Stop that lands meanwhile cancel the executor before it does any work.
 func (r *Runner) claim(ctx context.Context, rec checkpoint.Record, owner string) *Drive {
 	d := &Drive{RunID: rec.Run.ID, done: make(chan struct{}), last: rec.EventCount}
-	ectx, cancel := context.WithCancelCause(r.base)
+	// The run's model calls carry its scope, so the model gateway counts
+	// their tokens for the run's tenant.
+	ectx, cancel := context.WithCancelCause(grpcx.WithScope(r.base,
+		&commonv1.Scope{TenantId: rec.Run.TenantID, ProjectId: rec.Run.ProjectID}))
 	self := &localExec{cancel: cancel, done: d.done}
 	r.mu.Lock()
 	r.active[rec.Run.ID] = self
