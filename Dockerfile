@@ -13,7 +13,11 @@
 # Every image is a static Go binary (CGO_ENABLED=0) on an empty base with
 # Debian's CA certificates (the build stage's ca-certificates package),
 # /etc/passwd naming the nonroot user 65532, its home and /tmp: no shell, no
-# libc.
+# libc. The indexer's image also has poppler-utils' pdftotext and pdftoppm,
+# for PDF attachments, with the libraries, loader, fontconfig files and
+# fonts they need, taken from the build stage's Debian packages by
+# imagebuild -tools-out (as `make images` takes them from the build
+# machine's), so it is built for the build machine's architecture.
 
 ARG GO_VERSION=1.26
 
@@ -35,6 +39,10 @@ RUN mkdir -p /rootfs/etc/ssl/certs /rootfs/home /rootfs/tmp /home-nonroot \
  && dpkg-query -L ca-certificates | grep -E '^/usr/share/ca-certificates/.+\.crt$' | LC_ALL=C sort | xargs cat > /rootfs/etc/ssl/certs/ca-certificates.crt \
  && cp cmd/imagebuild/rootfs/etc/passwd cmd/imagebuild/rootfs/etc/group /rootfs/etc/ \
  && chmod 1777 /rootfs/tmp
+RUN --mount=type=cache,target=/root/.cache/go-build \
+    --mount=type=cache,target=/go/pkg/mod \
+    apt-get update && apt-get install -y --no-install-recommends poppler-utils \
+ && go run ./cmd/imagebuild -arch $TARGETARCH -tools-out /tools indexer
 
 FROM scratch AS base
 COPY --from=build /rootfs/ /
@@ -80,6 +88,7 @@ LABEL org.opencontainers.image.title="vision" \
 ENTRYPOINT ["/usr/local/bin/vision"]
 
 FROM base AS indexer
+COPY --from=build /tools/indexer/ /
 COPY --from=build /out/indexer /usr/local/bin/indexer
 EXPOSE 9090/tcp 9464/tcp
 LABEL org.opencontainers.image.title="indexer" \

@@ -108,9 +108,26 @@ func layer(entries []entry, created time.Time) (v1.Layer, error) {
 	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestCompression), tarball.WithCompressedCaching)
 }
 
+// toolsLayer is the layer of an image's Tools and what its history says.
+type toolsLayer struct {
+	layer     v1.Layer
+	createdBy string
+}
+
+// newToolsLayer makes the layer of files (toolEntries' result) for t.
+func newToolsLayer(t Tools, files toolFiles, created time.Time) (*toolsLayer, error) {
+	l, err := layer(files.entries, created)
+	if err != nil {
+		return nil, err
+	}
+	return &toolsLayer{layer: l, createdBy: fmt.Sprintf("imagebuild: %s with %d shared libraries and the loader; %s (Debian: %s)",
+		strings.Join(t.Executables, ", "), files.libs, strings.Join(t.DataPackages, ", "), strings.Join(files.packages, ", "))}, nil
+}
+
 // assemble builds the image of im for linux/arch on an empty base: the
-// shared base layer, then a layer with the binary.
-func assemble(im Image, m Meta, arch string, base v1.Layer, bin []byte) (v1.Image, error) {
+// shared base layer, the layer of its tools (tools nil: none), then a
+// layer with the binary.
+func assemble(im Image, m Meta, arch string, base v1.Layer, tools *toolsLayer, bin []byte) (v1.Image, error) {
 	binLayer, err := layer(binaryEntries(im, bin), m.Created)
 	if err != nil {
 		return nil, err
@@ -118,10 +135,12 @@ func assemble(im Image, m Meta, arch string, base v1.Layer, bin []byte) (v1.Imag
 	created := v1.Time{Time: m.Created.UTC()}
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	img, err = mutate.Append(img,
-		mutate.Addendum{Layer: base, History: v1.History{Created: created, CreatedBy: "imagebuild: /etc/passwd, /etc/group, " + caFile + " (" + m.CASource + "), " + home + ", /tmp"}},
-		mutate.Addendum{Layer: binLayer, History: v1.History{Created: created, CreatedBy: "imagebuild: " + binDir + im.Name + " (CGO_ENABLED=0 go build " + strings.Join(goBuildFlags(m.Version), " ") + " " + im.Package + ")"}},
-	)
+	adds := []mutate.Addendum{{Layer: base, History: v1.History{Created: created, CreatedBy: "imagebuild: /etc/passwd, /etc/group, " + caFile + " (" + m.CASource + "), " + home + ", /tmp"}}}
+	if tools != nil {
+		adds = append(adds, mutate.Addendum{Layer: tools.layer, History: v1.History{Created: created, CreatedBy: tools.createdBy}})
+	}
+	adds = append(adds, mutate.Addendum{Layer: binLayer, History: v1.History{Created: created, CreatedBy: "imagebuild: " + binDir + im.Name + " (CGO_ENABLED=0 go build " + strings.Join(goBuildFlags(m.Version), " ") + " " + im.Package + ")"}})
+	img, err = mutate.Append(img, adds...)
 	if err != nil {
 		return nil, err
 	}

@@ -45,7 +45,7 @@ func testImage(t *testing.T, im Image, m Meta, bin string) v1.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := assemble(im, m, "amd64", base, []byte(bin))
+	img, err := assemble(im, m, "amd64", base, nil, []byte(bin))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,20 +70,13 @@ func debianCA(root string) ([]byte, string, error) {
 // debianPackageVersion returns the version of an installed package from
 // dpkg's status file.
 func debianPackageVersion(statusFile, pkg string) (string, error) {
-	data, err := os.ReadFile(statusFile)
+	installed, err := dpkgStatus(statusFile)
 	if err != nil {
-		return "", fmt.Errorf("dpkg status (not a Debian machine? pass -ca FILE): %w", err)
+		return "", fmt.Errorf("%w (pass -ca FILE)", err)
 	}
-	for _, stanza := range strings.Split(string(data), "\n\n") {
-		fields := map[string]string{}
-		for _, line := range strings.Split(stanza, "\n") {
-			if k, v, ok := strings.Cut(line, ": "); ok && !strings.HasPrefix(line, " ") {
-				fields[k] = v
-			}
-		}
-		if fields["Package"] == pkg && strings.HasSuffix(fields["Status"], " installed") {
-			return fields["Version"], nil
-		}
+	p, ok := installed[pkg]
+	if !ok {
+		return "", fmt.Errorf("package %s is not installed (dpkg status %s)", pkg, statusFile)
 	}
-	return "", fmt.Errorf("package %s is not installed (dpkg status %s)", pkg, statusFile)
+	return p.version, nil
 }

@@ -200,10 +200,28 @@ func TestDockerfileBuildsTheSameImages(t *testing.T) {
 			if !slices.Contains(copies, wantCopy) {
 				t.Errorf("Dockerfile target %s does not COPY %s; its COPYs: %q", im.Name, wantCopy, copies)
 			}
+			// Its tools, collected by imagebuild in the build stage, as
+			// `make images` collects them.
+			wantTools := "--from=build /tools/" + im.Name + "/ /"
+			if hasTools := len(im.Tools.Executables) > 0; slices.Contains(copies, wantTools) != hasTools {
+				t.Errorf("Dockerfile target %s: COPY %s is there: %v, want %v; its COPYs: %q", im.Name, wantTools, !hasTools, hasTools, copies)
+			}
 			if st := stages[im.Name]; st.from != "base" {
 				t.Errorf("Dockerfile target %s is FROM %s, want base", im.Name, st.from)
 			}
 		})
+	}
+	var withTools []string
+	for _, im := range images {
+		if len(im.Tools.Executables) > 0 {
+			withTools = append(withTools, im.Name)
+		}
+	}
+	wantRun := "go run ./cmd/imagebuild -arch $TARGETARCH -tools-out /tools " + strings.Join(withTools, " ")
+	if !slices.ContainsFunc(stages["build"].body, func(in instruction) bool {
+		return in.cmd == "RUN" && strings.HasSuffix(in.args, wantRun) && strings.Contains(in.args, "apt-get install -y --no-install-recommends poppler-utils")
+	}) {
+		t.Errorf("the build stage has no RUN installing poppler-utils and ending in %q", wantRun)
 	}
 	if stages["base"].from != "scratch" {
 		t.Errorf("base stage is FROM %s, want scratch (an empty base, no shell)", stages["base"].from)

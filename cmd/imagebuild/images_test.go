@@ -20,8 +20,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,6 +36,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 )
 
@@ -86,6 +90,7 @@ func TestImagesRunFromTheirRootFilesystem(t *testing.T) {
 		configs[im.Name] = cf.Config
 		roots[im.Name] = unpack(t, img)
 		inspectRootfs(t, im, roots[im.Name], cf.Config)
+		devNull(t, roots[im.Name])
 	}
 
 	nats := testkit.NewNATS(t)
@@ -134,6 +139,11 @@ func TestImagesRunFromTheirRootFilesystem(t *testing.T) {
 	for _, c := range running {
 		c.checkProcess(t)
 	}
+	for _, c := range running {
+		if c.name == "indexer" {
+			checkPDFIntake(t, c)
+		}
+	}
 	// The indexer keeps its indexes under its working directory by
 	// default: nonroot's home must be writable by the image's user.
 	if _, err := os.Stat(filepath.Join(roots["indexer"], home, ".agentmesh", "indexer")); err != nil {
@@ -145,6 +155,63 @@ func TestImagesRunFromTheirRootFilesystem(t *testing.T) {
 		running[i].stop(t)
 	}
 	running = nil
+}
+
+// checkPDFIntake ingests a PDF of two pages into the indexer running in
+// its image: its text layer is searchable (pdftotext ran) and its pages
+// were rendered for vision (pdftoppm ran), both as the image's user, with
+// only what the image holds.
+func checkPDFIntake(t *testing.T, indexer *container) {
+	t.Helper()
+	pdf, err := os.ReadFile("testdata/quarterly.pdf") // services/indexer/internal/pdftest.PDF's output
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(indexer.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	sc := &commonv1.Scope{TenantId: "imagetest"}
+	res, err := indexerv1.NewDocumentServiceClient(conn).IngestDocument(ctx, &indexerv1.IngestDocumentRequest{
+		Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_REPORT, Title: "Quarterly review", RawContent: "The quarterly review is attached.",
+		Attachments: []*indexerv1.Attachment{{Name: "quarterly.pdf", MimeType: "application/pdf", Data: pdf}},
+	})
+	if err != nil {
+		t.Fatalf("ingest a PDF: %v\n%s", err, indexer)
+	}
+	got, err := indexerv1.NewDocumentServiceClient(conn).GetDocument(ctx, &indexerv1.GetDocumentRequest{Scope: sc, DocumentId: res.GetDocument().GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts := got.GetDocument().GetPipeline().GetAttachments()
+	if len(atts) != 1 || !atts[0].GetVisual() || strings.Contains(atts[0].GetNote(), "not installed") {
+		t.Errorf("the PDF's attachment %v: want its pages rendered by the image's pdftoppm\n%s", atts, indexer)
+	}
+	hits, err := indexerv1.NewSearchServiceClient(conn).Search(ctx, &indexerv1.SearchRequest{Scope: sc, Query: "zanzibar reconciliation"})
+	if err != nil || len(hits.GetHits()) == 0 || !strings.Contains(hits.GetHits()[0].GetText(), "zanzibar") {
+		t.Errorf("search for page 2's words: %v, %v: want the text the image's pdftotext read", hits, err)
+	}
+}
+
+// devNull gives root the /dev/null every container runtime mounts (the
+// services' subprocesses, the indexer's pdftotext and pdftoppm, read
+// their standard input from it).
+func devNull(t *testing.T, root string) {
+	t.Helper()
+	dev := filepath.Join(root, "dev")
+	if err := os.Mkdir(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	null := filepath.Join(dev, "null")
+	if err := syscall.Mknod(null, syscall.S_IFCHR|0o666, 1<<8|3); err != nil { // character device 1:3
+		t.Fatalf("mknod /dev/null: %v", err)
+	}
+	if err := os.Chmod(null, 0o666); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // unpack writes img's flattened root filesystem into a new directory, with
@@ -218,6 +285,9 @@ func inspectRootfs(t *testing.T, im Image, root string, cfg v1.Config) {
 	if len(cfg.Entrypoint) != 1 || cfg.Entrypoint[0] != binDir+im.Name {
 		t.Errorf("%s: entrypoint %q, want [%s]", im.Name, cfg.Entrypoint, binDir+im.Name)
 	}
+	// An image with tools has those, and the dynamic loader they name;
+	// every other image only its static entrypoint.
+	want := append([]string{binDir + im.Name}, im.Tools.Executables...)
 	var executables []string
 	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
@@ -231,10 +301,19 @@ func inspectRootfs(t *testing.T, im Image, root string, cfg v1.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(executables) != 1 || executables[0] != binDir+im.Name {
-		t.Errorf("%s: executables in the image %q, want only %s", im.Name, executables, binDir+im.Name)
+	executables = slices.DeleteFunc(executables, func(p string) bool {
+		return len(im.Tools.Executables) > 0 && strings.HasPrefix(path.Base(p), "ld-linux")
+	})
+	slices.Sort(executables)
+	slices.Sort(want)
+	if !slices.Equal(executables, want) {
+		t.Errorf("%s: executables in the image %q, want only %q (and, with tools, their loader)", im.Name, executables, want)
 	}
-	for _, sh := range []string{"/bin/sh", "/bin/bash", "/bin/busybox", "/usr/bin/env", "/lib", "/lib64", "/usr/lib"} {
+	noFiles := []string{"/bin/sh", "/bin/bash", "/bin/busybox", "/usr/bin/env"}
+	if len(im.Tools.Executables) == 0 {
+		noFiles = append(noFiles, "/lib", "/lib64", "/usr/lib")
+	}
+	for _, sh := range noFiles {
 		if _, err := os.Lstat(filepath.Join(root, sh)); err == nil {
 			t.Errorf("%s: the image has %s", im.Name, sh)
 		}

@@ -4,7 +4,10 @@
 // it with go-containerregistry onto an empty base with the files a static Go
 // service needs (the CA certificates of the build machine's Debian
 // ca-certificates package, /etc/passwd naming the nonroot user 65532, a
-// home and /tmp). No shell, no package manager.
+// home and /tmp). No shell, no package manager. An image whose service
+// runs programs (the indexer: poppler-utils for PDFs) also gets them, with
+// their libraries and loader, from the build machine's Debian packages
+// (tools.go).
 //
 //	go run ./cmd/imagebuild -version v1.2.3 -revision $(git rev-parse HEAD) [image...]
 //
@@ -47,6 +50,7 @@ type options struct {
 	created            int64
 	source, licenses   string
 	ca, caSource, arch string
+	toolsOut           string
 	names              []string
 }
 
@@ -62,6 +66,7 @@ func main() {
 	flag.StringVar(&o.ca, "ca", caDebian, `CA certificates to put in the images: "debian" (the certificates of this machine's ca-certificates package, without local additions) or a PEM file`)
 	flag.StringVar(&o.caSource, "ca-source", "", "where the CA bundle comes from, for the "+labelCA+" label (default: the package version, or the -ca file)")
 	flag.StringVar(&o.arch, "arch", runtime.GOARCH, "GOARCH of the images (linux only)")
+	flag.StringVar(&o.toolsOut, "tools-out", "", "only write the tools of the images named (e.g. the indexer's poppler-utils), collected as for an image, under `DIR`/<image>/, and build nothing (the Dockerfile copies them from there)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: imagebuild [flags] [image...]\n\nimages: %s (default all)\n\n", strings.Join(names(images), " "))
 		flag.PrintDefaults()
@@ -109,6 +114,9 @@ func run(ctx context.Context, o options, stdout, log io.Writer) error {
 	if len(unknown) > 0 {
 		return fmt.Errorf("unknown images %v; known: %s", unknown, strings.Join(names(images), " "))
 	}
+	if o.toolsOut != "" {
+		return writeTools(o.toolsOut, o.arch, imgs, stdout)
+	}
 	ca, caSource, ncerts, err := loadCA(o.ca, "/")
 	if err != nil {
 		return err
@@ -153,7 +161,18 @@ func run(ctx context.Context, o options, stdout, log io.Writer) error {
 	fmt.Fprintf(stdout, "base layer: %d CA certificates from %s\n", ncerts, m.CASource)
 	var results []result
 	for _, im := range imgs {
-		r, err := buildOne(im, m, o.arch, base, filepath.Join(binDir, im.Name), o.out)
+		var tools *toolsLayer
+		if len(im.Tools.Executables) > 0 {
+			files, err := machineTools(im, o.arch)
+			if err != nil {
+				return err
+			}
+			if tools, err = newToolsLayer(im.Tools, files, m.Created); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%s tools layer: %d files (%s)\n", im.Name, len(files.entries), strings.Join(files.packages, ", "))
+		}
+		r, err := buildOne(im, m, o.arch, base, tools, filepath.Join(binDir, im.Name), o.out)
 		if err != nil {
 			return fmt.Errorf("%s: %w", im.Name, err)
 		}
@@ -172,13 +191,54 @@ func run(ctx context.Context, o options, stdout, log io.Writer) error {
 	return nil
 }
 
+// writeTools writes the tools of each of imgs that has some under
+// out/<name>/, as files with the layer's paths and modes.
+func writeTools(out, arch string, imgs []Image, stdout io.Writer) error {
+	for _, im := range imgs {
+		if len(im.Tools.Executables) == 0 {
+			continue
+		}
+		files, err := machineTools(im, arch)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Join(out, im.Name)
+		for _, e := range files.entries {
+			p := filepath.Join(dir, filepath.FromSlash(e.name))
+			if strings.HasSuffix(e.name, "/") {
+				err = os.MkdirAll(p, os.FileMode(e.mode))
+			} else {
+				err = os.WriteFile(p, e.data, os.FileMode(e.mode))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(stdout, "%s: %d tool files under %s (%s)\n", im.Name, len(files.entries), dir, strings.Join(files.packages, ", "))
+	}
+	return nil
+}
+
+// machineTools collects im's Tools from this machine's Debian packages,
+// which only serve images of its own architecture.
+func machineTools(im Image, arch string) (toolFiles, error) {
+	if arch != runtime.GOARCH {
+		return toolFiles{}, fmt.Errorf("%s: its tools come from this machine's Debian packages, which are %s, not %s", im.Name, runtime.GOARCH, arch)
+	}
+	files, err := toolEntries("/", arch, im.Tools)
+	if err != nil {
+		return toolFiles{}, fmt.Errorf("%s: %w (install the Debian packages: apt-get install poppler-utils)", im.Name, err)
+	}
+	return files, nil
+}
+
 // buildOne assembles and writes one image from its binary at binPath.
-func buildOne(im Image, m Meta, arch string, base v1.Layer, binPath, out string) (result, error) {
+func buildOne(im Image, m Meta, arch string, base v1.Layer, tools *toolsLayer, binPath, out string) (result, error) {
 	bin, err := os.ReadFile(binPath)
 	if err != nil {
 		return result{}, err
 	}
-	img, err := assemble(im, m, arch, base, bin)
+	img, err := assemble(im, m, arch, base, tools, bin)
 	if err != nil {
 		return result{}, err
 	}

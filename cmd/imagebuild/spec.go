@@ -20,6 +20,9 @@ type Image struct {
 	Description string
 	// Ports are the ports the service listens on by default, such as "9090/tcp".
 	Ports []string
+	// Tools are programs the service runs, from the build machine's
+	// Debian packages (with their libraries); none for most.
+	Tools Tools
 }
 
 // images are the images `make images` builds, one per service binary. The
@@ -35,9 +38,19 @@ var images = []Image{
 	{Name: "modelgateway", Package: "./services/modelgateway", Description: "agentmesh model gateway: every LLM and embedding call, routed to providers with retries and fallbacks", Ports: servicePorts},
 	{Name: "orchestrator", Package: "./services/orchestrator", Description: "agentmesh orchestrator: the agentic chat loop and analysis jobs", Ports: servicePorts},
 	{Name: "vision", Package: "./services/vision", Description: "agentmesh vision service: two-stage image analysis", Ports: servicePorts},
-	{Name: "indexer", Package: "./services/indexer", Description: "agentmesh indexer: document intake, extracts, hybrid search and the knowledge graph", Ports: servicePorts},
+	{Name: "indexer", Package: "./services/indexer", Description: "agentmesh indexer: document intake, extracts, hybrid search and the knowledge graph", Ports: servicePorts,
+		Tools: pdfTools},
 	{Name: "classifier", Package: "./services/classifier", Description: "agentmesh classifier: classification runs with human approvals and checkpoints", Ports: servicePorts},
 	{Name: "sqlagent", Package: "./services/sqlagent", Description: "agentmesh SQL agent: plain-English database jobs, confirmed before SQL runs", Ports: servicePorts},
+}
+
+// pdfTools are poppler-utils' pdftotext and pdftoppm, which the indexer
+// finds on PATH to read a PDF attachment's text and render its first
+// pages for vision, with fontconfig's configuration and the DejaVu fonts
+// (libfontconfig1's font dependency) that pdftoppm draws text with.
+var pdfTools = Tools{
+	Executables:  []string{"/usr/bin/pdftotext", "/usr/bin/pdftoppm"},
+	DataPackages: []string{"fontconfig-config", "fonts-dejavu-core"},
 }
 
 // servicePorts are GRPC_ADDR's and METRICS_ADDR's default ports.

@@ -242,6 +242,7 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	}()
 	wg.Go(func() { docs.RunOutbox(bg, bus, log) })
 
+	pdf := &pipeline.PDF{Pages: cfg.PDFPages, Timeout: cfg.PDFTimeout}
 	svc, err := intake.New(intake.Config{
 		Chunk:            chunk.Options{Size: cfg.ChunkSize, Overlap: cfg.ChunkOverlap},
 		ExtractorTimeout: cfg.ExtractorTimeout,
@@ -250,7 +251,7 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	}, intake.Deps{
 		Docs: docs, Graph: graphs, Indexes: indexes, Embedder: emb, Extractors: extractors,
 		Vision: visionv1.NewVisionServiceClient(vision), Models: qualifierModels, Logger: log, Events: bus,
-		PDF: &pipeline.PDF{Pages: cfg.PDFPages, Timeout: cfg.PDFTimeout},
+		PDF: pdf,
 	})
 	if err != nil {
 		return err
@@ -288,6 +289,11 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	indexerv1.RegisterSearchServiceServer(srv.GRPC(), grpcapi.NewSearch(svc))
 	indexerv1.RegisterGraphServiceServer(srv.GRPC(), grpcapi.NewGraph(graphs))
 	log.Info("indexer ready", slog.String("embedder", emb.Name()), slog.String("data_dir", cfg.DataDir), slog.Int("extractors", len(extractors)))
+	if text, render, err := pdf.Tools(); err != nil {
+		log.Warn("PDF attachments are kept and listed, unread and unrendered: install poppler-utils", slog.Any("error", err))
+	} else {
+		log.Info("PDF attachments: text layer and first pages read with poppler-utils", slog.String("pdftotext", text), slog.String("pdftoppm", render), slog.Int("pages", cfg.PDFPages))
+	}
 	if cfg.ReconcileOnStart {
 		wg.Go(func() {
 			// After the catch-up, whose rebuild (if any) makes the

@@ -91,6 +91,18 @@ func (x *PDF) find(name string) (string, error) {
 	return p, nil
 }
 
+// Tools returns where pdftotext and pdftoppm are, or ErrPDFTool naming
+// the first one missing: without them PDFs are kept and listed, unread.
+func (x *PDF) Tools() (pdftotext, pdftoppm string, err error) {
+	if pdftotext, err = x.find("pdftotext"); err != nil {
+		return "", "", err
+	}
+	if pdftoppm, err = x.find("pdftoppm"); err != nil {
+		return "", "", err
+	}
+	return pdftotext, pdftoppm, nil
+}
+
 // Text extracts the text layer of data with pdftotext (UTF-8, Unix line
 // ends). A PDF poppler cannot read is an error naming what pdftotext said;
 // a PDF without a text layer (a scan) is an empty text, not an error.

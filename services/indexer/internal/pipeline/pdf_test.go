@@ -191,3 +191,37 @@ func TestQualifyReadsPDFAttachments(t *testing.T) {
 		})
 	}
 }
+
+// TestPDFToolsNamesWhatIsMissing: Tools, what the indexer's start-up log
+// reports, finds both programs or names the first one missing.
+func TestPDFToolsNamesWhatIsMissing(t *testing.T) {
+	t.Parallel()
+	only := func(have ...string) func(string) (string, error) {
+		return func(name string) (string, error) {
+			for _, h := range have {
+				if h == name {
+					return "/usr/bin/" + name, nil
+				}
+			}
+			return "", exec.ErrNotFound
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		find    func(string) (string, error)
+		missing string // "" when both are found
+	}{
+		{"both", only("pdftotext", "pdftoppm"), ""},
+		{"no pdftoppm", only("pdftotext"), "pdftoppm"},
+		{"no pdftotext", only("pdftoppm"), "pdftotext"},
+		{"neither", only(), "pdftotext"},
+	} {
+		text, render, err := (&pipeline.PDF{Find: tc.find}).Tools()
+		switch {
+		case tc.missing == "" && (err != nil || text != "/usr/bin/pdftotext" || render != "/usr/bin/pdftoppm"):
+			t.Errorf("%s: %q, %q, %v", tc.name, text, render, err)
+		case tc.missing != "" && (!errors.Is(err, pipeline.ErrPDFTool) || !strings.Contains(err.Error(), tc.missing+" not found")):
+			t.Errorf("%s: error %v, want ErrPDFTool naming %s", tc.name, err, tc.missing)
+		}
+	}
+}
