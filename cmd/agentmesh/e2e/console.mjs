@@ -32,6 +32,16 @@ const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
 const errors = [];
 page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
 page.on("pageerror", (e) => errors.push(String(e)));
+// A failed check leaves the page as it was (failed.png) and what it showed.
+process.on("uncaughtException", async (err) => {
+  console.error(String(err.stack || err));
+  try {
+    await shot("failed");
+    console.error("at " + page.url() + "; error box: " + JSON.stringify(await page.textContent("#error")) + "; page errors: " + JSON.stringify(errors));
+  } finally {
+    process.exit(1);
+  }
+});
 
 // ---- overview
 await page.goto(base);
@@ -241,14 +251,16 @@ const logFields = await page.textContent("[data-section=extraction]");
 expect(logFields.includes("Fields of the log extraction") && /Line count\s*40/.test(logFields) && logFields.includes("Q17"), "intake: the log's fields: lines read and the error code");
 expect(await page.locator("[data-section=vision] table").count() === 0, "intake: no attachments, nothing for vision");
 await page.goBack();
-await page.waitForFunction((id) => location.hash === "#/intake/" + id && document.querySelector(".intake-status[data-state=finished]"), upload);
+await page.waitForFunction((id) => location.hash === "#/intake/" + id && document.querySelector(".intake-status[data-state=finished]") &&
+  document.querySelector("#intakeView h3").textContent.startsWith("Checkout fails after deploy"), upload);
 const lifted = await page.getAttribute("#intakeView a.lifted-job", "href");
 await page.click("#intakeView a.lifted-job");
 await page.waitForFunction((h) => location.hash === h && document.querySelector("#jobId").textContent === h.replace("#/jobs/", ""), lifted);
 await page.waitForSelector("#timeline .bar-row[data-type=analysis]");
 expect(true, "intake: the lifted analysis job opens from its link (" + lifted + ")");
 await page.goBack();
-await page.waitForFunction((id) => location.hash === "#/intake/" + id && document.querySelector(".intake-status[data-state=finished]"), upload);
+await page.waitForFunction((id) => location.hash === "#/intake/" + id && document.querySelector(".intake-status[data-state=finished]") &&
+  document.querySelector("#intakeView h3").textContent.startsWith("Checkout fails after deploy"), upload);
 expect(true, "intake: back returns to the document's pipeline");
 
 // ---- classification
@@ -470,7 +482,7 @@ expect((await page.textContent("#sqlJobView h3")) === "compare into customer_dif
 await page.click("#sqlJobList tr[data-kind=send_email] a");
 await page.waitForFunction(() => document.querySelector("#sqlJobView").textContent.includes("e-mail to ops@example.com, lead@example.com"));
 jobView = await page.textContent("#sqlJobView");
-expect(/Rows sent\s*60/.test(jobView) && /Took\s*(\d+ ms|\d+\.\d s)/.test(jobView), "sql: the e-mail job: rows sent, time, destination");
+expect(/Rows sent\s*60/.test(jobView) && /Took\s*(\d+ ms|\d+\.\d s)/.test(jobView) && /Subject\s*numbers_60 from sample/.test(jobView), "sql: the e-mail job: rows sent, time, destination, subject");
 await shot("sql-jobs");
 await page.goBack();
 await page.waitForFunction(() => document.querySelector("#sqlJobView h3") && document.querySelector("#sqlJobView h3").textContent === "compare into customer_diff");

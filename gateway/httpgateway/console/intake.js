@@ -38,6 +38,8 @@ views.intake = {
       $("intakeView").replaceChildren(el("p", "muted", "Upload files, or pick a document, to see its intake phase by phase."));
       return;
     }
+    // Nothing of the document shown before stays while this one loads.
+    $("intakeView").replaceChildren(el("p", "muted", "loading…"));
     await followIntake(id);
   },
 };

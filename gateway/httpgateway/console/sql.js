@@ -169,6 +169,9 @@ views.sql = {
     rememberSql(s.id);
     for (const t of s.turns || []) line($("sqlTurns"), t.role === "user" ? "you" : "agent", t.text);
     showSqlToConfirm(s.pendingSql);
+    // A session read back holds no options: the reply that offered them
+    // is not kept with it.
+    if (s.stage !== "DONE") $("sqlOptions").append(el("span", "muted small", "The choices of the agent's last reply are not kept with the session: type the answer" + (s.pendingSql ? " (yes runs the SQL shown)." : ".")));
   },
 };
 
@@ -395,6 +398,7 @@ async function findSqlJob(id) {
   return (await api("GET", "/v1/sql/jobs/" + String(id).split("/").map(encodeURIComponent).join("/"))).job;
 }
 
+const writeModeWords = { create: "fail (create only)", drop: "drop it and create it again", truncate: "empty it and fill it" };
 const rowsWord = { READ_SQL: "Rows read", WRITE_DATA: "Rows written", SEND_EMAIL: "Rows sent", COMPARE_SQL: "Diff rows written" };
 
 // showSqlJob shows a job that ran: what it was, the SQL exactly as
@@ -413,6 +417,12 @@ async function showSqlJob(id) {
     Kind: kindOf(j.kind), Connection: j.connection, [rowsWord[kind] || "Rows"]: count(j.rowCount),
     Took: human(seconds(j.duration)), Destination: j.destination, Started: when(j.startTime),
   };
+  if (kind === "READ_SQL") {
+    facts["SQL from"] = p.sql_method === "generate" ? "the agent, from the question" : p.sql_method === "user_sql" ? "the user" : "";
+    if (p.sql_method === "generate") facts.Question = p.question;
+  }
+  if (kind === "WRITE_DATA") facts["If the table existed"] = writeModeWords[p.write_mode] || p.write_mode;
+  if (kind === "SEND_EMAIL") facts.Subject = p.subject;
   if (kind === "COMPARE_SQL" && p.compare_same !== undefined) {
     facts.Compared = [count(p.compare_only_in_first) + " only in A", count(p.compare_only_in_second) + " only in B",
       count(p.compare_changed) + " changed", count(p.compare_same) + " same"].join(" · ");
