@@ -494,6 +494,14 @@ await page.click("#sqlOptions button:has-text('Use this database')");
 await page.waitForFunction(() => document.querySelector("#sqlStage").textContent === "ASK_SQL_METHOD");
 expect((await sqlStepper()).startsWith("done:database current:method") && (await page.textContent("#sqlTurns")).includes("sample (sqlite)"),
   "sql: the dropdown's choice sent back, the session at the method");
+// A job kind picked with its connection: nothing left to ask, the job starts.
+await page.selectOption("#sqlConnection", "sample");
+await page.selectOption("#sqlKind", "JOB_KIND_COMPARE_SQL");
+await page.click("#sqlStart button");
+await page.waitForFunction((old) => location.hash !== "#/sql/" + old && document.querySelector("#sqlOptions").dataset.action === "tool", routed);
+expect((await page.textContent("#sqlKindShown")) === "comparison" && (await sqlStepper()).startsWith("current:first query") &&
+  (await page.textContent("#sqlOptions")).includes("it has started"), "sql: a comparison picked with its database starts at once (TOOL), at its first query");
+await page.selectOption("#sqlKind", "");
 // The kept jobs, newest first, each with its SQL, rows, time and destination.
 const kinds = await page.locator("#sqlJobList tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.kind));
 expect(kinds.slice(0, 5).join(" ") === "compare_sql send_email write_data read_sql read_sql", "sql: the jobs that ran, newest first (" + kinds.join(" ") + ")");

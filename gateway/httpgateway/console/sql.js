@@ -227,6 +227,8 @@ function renderSqlChoices(options, act) {
     return;
   }
   if (act === "ACTION_ASK_JOB_KIND") box.append(el("span", "choice", "Job kind"));
+  // TOOL: the validator found every parameter the job needs; it started.
+  if (act === "ACTION_TOOL") box.append(el("span", "muted small", "Everything the job needs is known; it has started."));
   for (const o of options) {
     const b = el("button", null, o.label || o.value);
     b.type = "button";
