@@ -205,6 +205,19 @@ function renderValue(v) {
   return el("span", "text", v);
 }
 
+// factList shows labelled values as a definition list, leaving out the
+// empty ones; a value may be a node, or a list (shown as one).
+function factList(facts) {
+  const dl = el("dl");
+  for (const [k, v] of Object.entries(facts)) {
+    if (v === undefined || v === null || v === "" || (Array.isArray(v) && !v.length)) continue;
+    const dd = el("dd");
+    dd.append(v instanceof Node ? v : Array.isArray(v) ? renderValue(v) : el("span", "text", v));
+    dl.append(el("dt", null, k), dd);
+  }
+  return dl;
+}
+
 // words turns a field name (data_gaps, sampleConversation) into words.
 function words(k) {
   const s = String(k).replace(/_/g, " ").replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase();

@@ -87,19 +87,6 @@ function section(view, name, title) {
   return s;
 }
 
-// facts shows labelled values as a definition list, leaving out the empty
-// ones; a value may be a node.
-function facts(obj) {
-  const dl = el("dl");
-  for (const [k, v] of Object.entries(obj)) {
-    if (v === undefined || v === null || v === "" || (Array.isArray(v) && !v.length)) continue;
-    const dd = el("dd");
-    dd.append(v instanceof Node ? v : Array.isArray(v) ? renderValue(v) : el("span", "text", v));
-    dl.append(el("dt", null, k), dd);
-  }
-  return dl;
-}
-
 // renderIntake draws the pipeline of d; live marks it as still running.
 function renderIntake(d, live) {
   const view = $("intakeView");
@@ -154,7 +141,7 @@ function renderIntake(d, live) {
 
   renderVision(section(view, "vision", "Vision"), p);
   const ct = p.contentType || {};
-  section(view, "content-type", "Content type").append(ct.type ? facts({
+  section(view, "content-type", "Content type").append(ct.type ? factList({
     Type: short(ct.type, "INTAKE_CONTENT_TYPE_").toLowerCase(), "Finer type": ct.fineType, Reason: ct.reason,
     "Decided by": decidedWords[ct.decidedBy] || "",
   }) : el("p", "muted", "not decided yet"));
@@ -165,7 +152,7 @@ function renderIntake(d, live) {
   if (ix.chunkCount != null || ix.processedCount != null) {
     const ids = el("ul", "chunk-ids");
     for (const c of ix.chunkIds || []) ids.append(el("li", "id", c));
-    chunks.append(facts({
+    chunks.append(factList({
       Chunks: count(ix.chunkCount) + " to index, " + count(ix.processedCount) + " stored and linked",
       "Base node": ix.baseNodeKey, "Base info": ix.baseInfo, "Chunk ids": (ix.chunkIds || []).length ? ids : "",
       Problems: ix.errors,
@@ -178,7 +165,7 @@ function renderIntake(d, live) {
   const r = p.routing || {};
   const routing = section(view, "routing", "Routing");
   const job = r.liftedJobId || d.liftedJobId;
-  routing.append(r.routing ? facts({
+  routing.append(r.routing ? factList({
     Routing: routingWords(r.routing), Reason: r.reason, "Decided by": decidedWords[r.decidedBy] || "", Warning: r.warning,
     "Analysis job": job ? link(href("jobs", job), job, "id lifted-job") : "",
   }) : el("p", "muted", live ? "decided when extraction ends" : "not decided"));
@@ -206,7 +193,7 @@ function renderVision(s, p) {
   }
   s.append(t);
   const v = p.vision || {};
-  s.append(facts({ "Stage 1 summary": v.generalSummary, "Stage 2: details for the content type": v.typeSpecificDetails, "Vision model": v.model }));
+  s.append(factList({ "Stage 1 summary": v.generalSummary, "Stage 2: details for the content type": v.typeSpecificDetails, "Vision model": v.model }));
 }
 
 // extractionFields are the labels of each extraction shape's fields, in
@@ -230,7 +217,7 @@ function renderExtraction(s, x) {
     else if (k === "lineCount") shown = count(v);
     out[words(k)] = shown;
   }
-  const dl = facts(out);
+  const dl = factList(out);
   dl.classList.add("extraction");
   s.append(dl);
 }

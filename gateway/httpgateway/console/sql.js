@@ -122,17 +122,6 @@ function renderSqlCard(s) {
   }
 }
 
-// factList shows labelled facts as a definition list, leaving out the
-// empty ones.
-function factList(facts) {
-  const dl = el("dl");
-  for (const [k, v] of Object.entries(facts)) {
-    if (v === undefined || v === null || v === "") continue;
-    dl.append(el("dt", null, k), el("dd", "text", v));
-  }
-  return dl;
-}
-
 // emailRows says how many rows the e-mail carries, when that is known
 // before it runs: the whole written table holds what was written.
 function emailRows(p) {
