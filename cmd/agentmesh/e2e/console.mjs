@@ -621,10 +621,25 @@ expect(true, "usage: the link restores the window and the series after a reload"
 await page.goBack();
 await page.waitForFunction(() => location.hash === "#/usage/minute/tenantId" && document.querySelectorAll("#usageChart .usage-col").length === 60);
 expect(true, "usage: back returns to the hour per minute");
+// Another tenant chats once: each tenant sees its own tokens, an operator
+// (tenant * without keys) every tenant's.
+const elsewhere = { "X-Tenant-Id": "elsewhere" };
+const conv = await (await page.request.post(process.env.BASE + "/v1/conversations", { headers: elsewhere, data: {} })).json();
+expect((await page.request.post(process.env.BASE + "/v1/conversations/" + conv.conversation.id + "/messages", { headers: elsewhere, data: { content: "hello" } })).ok(),
+  "usage: another tenant's chat turn");
+const usageTenants = () => page.locator("#usageTotals tbody tr[data-model] td:nth-child(3)").allTextContents().then((t) => [...new Set(t)].sort().join(", "));
+await page.click("#usageRefresh");
+await page.waitForFunction(() => !document.querySelector("#usageRefresh").disabled && document.querySelector("#usageTotals tbody tr[data-model]"));
+expect(await usageTenants() === "default", "usage: the default tenant sees its own tokens only");
 await page.fill("#tenant", "elsewhere");
 await page.dispatchEvent("#tenant", "change");
-await page.waitForFunction(() => document.querySelector("#usageTotals tbody").textContent === "nothing counted yet");
-expect(!(await page.textContent("#usageChart")).includes("default"), "usage: another tenant sees only its own usage: none");
+await page.waitForFunction(() => [...document.querySelectorAll("#usageTotals tbody tr[data-model] td:nth-child(3)")].some((td) => td.textContent === "elsewhere"));
+expect(await usageTenants() === "elsewhere", "usage: another tenant sees its own tokens only");
+await page.fill("#tenant", "*");
+await page.dispatchEvent("#tenant", "change");
+await page.waitForFunction(() => new Set([...document.querySelectorAll("#usageTotals tbody tr[data-model] td:nth-child(3)")].map((td) => td.textContent)).size >= 2);
+const allTenants = await usageTenants();
+expect(allTenants.includes("default") && allTenants.includes("elsewhere"), "usage: an operator sees every tenant's tokens (" + allTenants + ")");
 await page.fill("#tenant", "");
 await page.dispatchEvent("#tenant", "change");
 await page.waitForSelector("#usageTotals tbody tr[data-model]");
