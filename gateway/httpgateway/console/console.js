@@ -759,6 +759,7 @@ views.documents = {
       view.replaceChildren(el("p", "muted", "Pick a document to see it."));
       return;
     }
+    view.replaceChildren(el("p", "muted", "loading…")); // nothing of another document while this one loads
     showDocument((await api("GET", "/v1/documents/" + encodeURIComponent(id))).document);
   },
 };

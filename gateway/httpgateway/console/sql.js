@@ -399,6 +399,7 @@ async function showSqlJob(id) {
   const view = $("sqlJobView");
   view.hidden = false;
   selectSqlJob(id);
+  view.replaceChildren(el("p", "muted", "loading…")); // nothing of another job while this one loads
   const j = await findSqlJob(id);
   const kind = short(j.kind, "JOB_KIND_");
   const head = el("h3");
