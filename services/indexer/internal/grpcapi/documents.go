@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/metadata"
 
@@ -15,6 +16,7 @@ import (
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
+	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/intake"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/pipeline"
 )
@@ -150,12 +152,17 @@ func (d *Documents) ListDocuments(ctx context.Context, req *indexerv1.ListDocume
 		return nil, err
 	}
 	size := pageSize(req.GetPageSize())
-	hash := filterHash("list", sc.Tenant, sc.Project, req.GetSourceType().String())
+	lf := docstore.ListFilter{SourceType: req.GetSourceType()}
+	if lf.CreatedFrom, lf.CreatedTo, err = grpcx.CreateTimeRange(req.GetCreateTimeFrom(), req.GetCreateTimeTo()); err != nil {
+		return nil, err
+	}
+	hash := filterHash("list", sc.Tenant, sc.Project, req.GetSourceType().String(),
+		lf.CreatedFrom.Format(time.RFC3339Nano), lf.CreatedTo.Format(time.RFC3339Nano))
 	after, err := decodeToken(req.GetPageToken(), hash)
 	if err != nil {
 		return nil, err
 	}
-	docs, err := d.svc.Docs.ListDocuments(ctx, sc, req.GetSourceType(), after, size+1)
+	docs, err := d.svc.Docs.ListDocuments(ctx, sc, lf, after, size+1)
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
@@ -713,6 +714,11 @@ func TestInvalidArgumentNamesTheField(t *testing.T) {
 			_, err := h.docs.GetExtractionJob(ctx, &indexerv1.GetExtractionJobRequest{Scope: sc})
 			return err
 		}, "job_id"},
+		{"list with an upside-down time range", func() error {
+			_, err := h.docs.ListDocuments(ctx, &indexerv1.ListDocumentsRequest{Scope: sc,
+				CreateTimeFrom: timestamppb.New(time.Now()), CreateTimeTo: timestamppb.New(time.Now().Add(-time.Hour))})
+			return err
+		}, "create_time_from"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -747,5 +753,27 @@ func TestInvalidArgumentNamesTheField(t *testing.T) {
 	_, err = h.docs.ListDocuments(ctx, &indexerv1.ListDocumentsRequest{Scope: sc, PageSize: 1, SourceType: email, PageToken: p.GetNextPageToken()})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("token reused with another filter: %v", err)
+	}
+	// A creation-time range: from inclusive, to exclusive; a token is bound
+	// to its range.
+	first := p.GetDocuments()[0].GetCreateTime()
+	for _, tc := range []struct {
+		name     string
+		from, to *timestamppb.Timestamp
+		want     int
+	}{
+		{"from the first document", first, nil, 2},
+		{"to the first document", nil, first, 0},
+		{"from a minute ahead", timestamppb.New(time.Now().Add(time.Minute)), nil, 0},
+		{"the last hour", timestamppb.New(time.Now().Add(-time.Hour)), timestamppb.New(time.Now().Add(time.Minute)), 2},
+	} {
+		l, err := h.docs.ListDocuments(ctx, &indexerv1.ListDocumentsRequest{Scope: sc, CreateTimeFrom: tc.from, CreateTimeTo: tc.to})
+		if err != nil || len(l.GetDocuments()) != tc.want {
+			t.Errorf("%s: %d documents, %v; want %d", tc.name, len(l.GetDocuments()), err, tc.want)
+		}
+	}
+	_, err = h.docs.ListDocuments(ctx, &indexerv1.ListDocumentsRequest{Scope: sc, PageSize: 1, CreateTimeFrom: first, PageToken: p.GetNextPageToken()})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("token reused with a time range: %v", err)
 	}
 }

@@ -2504,7 +2504,11 @@ type ListDocumentsRequest struct {
 	// Page size, default 50; larger values are coerced to 500.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only documents stored at or after this time.
+	CreateTimeFrom *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time_from,json=createTimeFrom,proto3" json:"create_time_from,omitempty"`
+	// Only documents stored before this time.
+	CreateTimeTo  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time_to,json=createTimeTo,proto3" json:"create_time_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2565,6 +2569,20 @@ func (x *ListDocumentsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListDocumentsRequest) GetCreateTimeFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTimeFrom
+	}
+	return nil
+}
+
+func (x *ListDocumentsRequest) GetCreateTimeTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTimeTo
+	}
+	return nil
 }
 
 // ListDocumentsResponse is one page.
@@ -3581,14 +3599,16 @@ const file_agentmesh_indexer_v1_document_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12<\n" +
 	"\x05event\x18\x03 \x01(\v2&.agentmesh.indexer.v1.IntakePhaseEventR\x05event\"Q\n" +
 	"\x13GetDocumentResponse\x12:\n" +
-	"\bdocument\x18\x01 \x01(\v2\x1e.agentmesh.indexer.v1.DocumentR\bdocument\"\xe4\x01\n" +
+	"\bdocument\x18\x01 \x01(\v2\x1e.agentmesh.indexer.v1.DocumentR\bdocument\"\xec\x02\n" +
 	"\x14ListDocumentsRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12K\n" +
 	"\vsource_type\x18\x02 \x01(\x0e2 .agentmesh.indexer.v1.SourceTypeB\b\xbaH\x05\x82\x01\x02\x10\x01R\n" +
 	"sourceType\x12$\n" +
 	"\tpage_size\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"}\n" +
+	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\x12D\n" +
+	"\x10create_time_from\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0ecreateTimeFrom\x12@\n" +
+	"\x0ecreate_time_to\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fcreateTimeTo\"}\n" +
 	"\x15ListDocumentsResponse\x12<\n" +
 	"\tdocuments\x18\x01 \x03(\v2\x1e.agentmesh.indexer.v1.DocumentR\tdocuments\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"w\n" +
@@ -3808,45 +3828,47 @@ var file_agentmesh_indexer_v1_document_proto_depIdxs = []int32{
 	8,  // 41: agentmesh.indexer.v1.GetDocumentResponse.document:type_name -> agentmesh.indexer.v1.Document
 	46, // 42: agentmesh.indexer.v1.ListDocumentsRequest.scope:type_name -> agentmesh.common.v1.Scope
 	0,  // 43: agentmesh.indexer.v1.ListDocumentsRequest.source_type:type_name -> agentmesh.indexer.v1.SourceType
-	8,  // 44: agentmesh.indexer.v1.ListDocumentsResponse.documents:type_name -> agentmesh.indexer.v1.Document
-	46, // 45: agentmesh.indexer.v1.DeleteDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
-	46, // 46: agentmesh.indexer.v1.FindDocumentsByExtractRequest.scope:type_name -> agentmesh.common.v1.Scope
-	44, // 47: agentmesh.indexer.v1.FindDocumentsByExtractRequest.field_equals:type_name -> agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
-	8,  // 48: agentmesh.indexer.v1.FindDocumentsByExtractResponse.documents:type_name -> agentmesh.indexer.v1.Document
-	46, // 49: agentmesh.indexer.v1.RebuildIndexesRequest.scope:type_name -> agentmesh.common.v1.Scope
-	8,  // 50: agentmesh.indexer.v1.DocumentIndexed.document:type_name -> agentmesh.indexer.v1.Document
-	5,  // 51: agentmesh.indexer.v1.ExtractorRun.status:type_name -> agentmesh.indexer.v1.ExtractorRunStatus
-	48, // 52: agentmesh.indexer.v1.ExtractorRun.duration:type_name -> google.protobuf.Duration
-	46, // 53: agentmesh.indexer.v1.ExtractionJob.scope:type_name -> agentmesh.common.v1.Scope
-	4,  // 54: agentmesh.indexer.v1.ExtractionJob.status:type_name -> agentmesh.indexer.v1.ExtractionJobStatus
-	38, // 55: agentmesh.indexer.v1.ExtractionJob.extractor_runs:type_name -> agentmesh.indexer.v1.ExtractorRun
-	47, // 56: agentmesh.indexer.v1.ExtractionJob.create_time:type_name -> google.protobuf.Timestamp
-	47, // 57: agentmesh.indexer.v1.ExtractionJob.start_time:type_name -> google.protobuf.Timestamp
-	47, // 58: agentmesh.indexer.v1.ExtractionJob.end_time:type_name -> google.protobuf.Timestamp
-	39, // 59: agentmesh.indexer.v1.ExtractionJobEvent.job:type_name -> agentmesh.indexer.v1.ExtractionJob
-	46, // 60: agentmesh.indexer.v1.GetExtractionJobRequest.scope:type_name -> agentmesh.common.v1.Scope
-	39, // 61: agentmesh.indexer.v1.GetExtractionJobResponse.job:type_name -> agentmesh.indexer.v1.ExtractionJob
-	23, // 62: agentmesh.indexer.v1.DocumentService.IngestDocument:input_type -> agentmesh.indexer.v1.IngestDocumentRequest
-	25, // 63: agentmesh.indexer.v1.DocumentService.GetDocument:input_type -> agentmesh.indexer.v1.GetDocumentRequest
-	29, // 64: agentmesh.indexer.v1.DocumentService.ListDocuments:input_type -> agentmesh.indexer.v1.ListDocumentsRequest
-	31, // 65: agentmesh.indexer.v1.DocumentService.DeleteDocument:input_type -> agentmesh.indexer.v1.DeleteDocumentRequest
-	33, // 66: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:input_type -> agentmesh.indexer.v1.FindDocumentsByExtractRequest
-	35, // 67: agentmesh.indexer.v1.DocumentService.RebuildIndexes:input_type -> agentmesh.indexer.v1.RebuildIndexesRequest
-	41, // 68: agentmesh.indexer.v1.DocumentService.GetExtractionJob:input_type -> agentmesh.indexer.v1.GetExtractionJobRequest
-	26, // 69: agentmesh.indexer.v1.DocumentService.WatchIntake:input_type -> agentmesh.indexer.v1.WatchIntakeRequest
-	24, // 70: agentmesh.indexer.v1.DocumentService.IngestDocument:output_type -> agentmesh.indexer.v1.IngestDocumentResponse
-	28, // 71: agentmesh.indexer.v1.DocumentService.GetDocument:output_type -> agentmesh.indexer.v1.GetDocumentResponse
-	30, // 72: agentmesh.indexer.v1.DocumentService.ListDocuments:output_type -> agentmesh.indexer.v1.ListDocumentsResponse
-	32, // 73: agentmesh.indexer.v1.DocumentService.DeleteDocument:output_type -> agentmesh.indexer.v1.DeleteDocumentResponse
-	34, // 74: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:output_type -> agentmesh.indexer.v1.FindDocumentsByExtractResponse
-	36, // 75: agentmesh.indexer.v1.DocumentService.RebuildIndexes:output_type -> agentmesh.indexer.v1.RebuildIndexesResponse
-	42, // 76: agentmesh.indexer.v1.DocumentService.GetExtractionJob:output_type -> agentmesh.indexer.v1.GetExtractionJobResponse
-	27, // 77: agentmesh.indexer.v1.DocumentService.WatchIntake:output_type -> agentmesh.indexer.v1.WatchIntakeResponse
-	70, // [70:78] is the sub-list for method output_type
-	62, // [62:70] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	47, // 44: agentmesh.indexer.v1.ListDocumentsRequest.create_time_from:type_name -> google.protobuf.Timestamp
+	47, // 45: agentmesh.indexer.v1.ListDocumentsRequest.create_time_to:type_name -> google.protobuf.Timestamp
+	8,  // 46: agentmesh.indexer.v1.ListDocumentsResponse.documents:type_name -> agentmesh.indexer.v1.Document
+	46, // 47: agentmesh.indexer.v1.DeleteDocumentRequest.scope:type_name -> agentmesh.common.v1.Scope
+	46, // 48: agentmesh.indexer.v1.FindDocumentsByExtractRequest.scope:type_name -> agentmesh.common.v1.Scope
+	44, // 49: agentmesh.indexer.v1.FindDocumentsByExtractRequest.field_equals:type_name -> agentmesh.indexer.v1.FindDocumentsByExtractRequest.FieldEqualsEntry
+	8,  // 50: agentmesh.indexer.v1.FindDocumentsByExtractResponse.documents:type_name -> agentmesh.indexer.v1.Document
+	46, // 51: agentmesh.indexer.v1.RebuildIndexesRequest.scope:type_name -> agentmesh.common.v1.Scope
+	8,  // 52: agentmesh.indexer.v1.DocumentIndexed.document:type_name -> agentmesh.indexer.v1.Document
+	5,  // 53: agentmesh.indexer.v1.ExtractorRun.status:type_name -> agentmesh.indexer.v1.ExtractorRunStatus
+	48, // 54: agentmesh.indexer.v1.ExtractorRun.duration:type_name -> google.protobuf.Duration
+	46, // 55: agentmesh.indexer.v1.ExtractionJob.scope:type_name -> agentmesh.common.v1.Scope
+	4,  // 56: agentmesh.indexer.v1.ExtractionJob.status:type_name -> agentmesh.indexer.v1.ExtractionJobStatus
+	38, // 57: agentmesh.indexer.v1.ExtractionJob.extractor_runs:type_name -> agentmesh.indexer.v1.ExtractorRun
+	47, // 58: agentmesh.indexer.v1.ExtractionJob.create_time:type_name -> google.protobuf.Timestamp
+	47, // 59: agentmesh.indexer.v1.ExtractionJob.start_time:type_name -> google.protobuf.Timestamp
+	47, // 60: agentmesh.indexer.v1.ExtractionJob.end_time:type_name -> google.protobuf.Timestamp
+	39, // 61: agentmesh.indexer.v1.ExtractionJobEvent.job:type_name -> agentmesh.indexer.v1.ExtractionJob
+	46, // 62: agentmesh.indexer.v1.GetExtractionJobRequest.scope:type_name -> agentmesh.common.v1.Scope
+	39, // 63: agentmesh.indexer.v1.GetExtractionJobResponse.job:type_name -> agentmesh.indexer.v1.ExtractionJob
+	23, // 64: agentmesh.indexer.v1.DocumentService.IngestDocument:input_type -> agentmesh.indexer.v1.IngestDocumentRequest
+	25, // 65: agentmesh.indexer.v1.DocumentService.GetDocument:input_type -> agentmesh.indexer.v1.GetDocumentRequest
+	29, // 66: agentmesh.indexer.v1.DocumentService.ListDocuments:input_type -> agentmesh.indexer.v1.ListDocumentsRequest
+	31, // 67: agentmesh.indexer.v1.DocumentService.DeleteDocument:input_type -> agentmesh.indexer.v1.DeleteDocumentRequest
+	33, // 68: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:input_type -> agentmesh.indexer.v1.FindDocumentsByExtractRequest
+	35, // 69: agentmesh.indexer.v1.DocumentService.RebuildIndexes:input_type -> agentmesh.indexer.v1.RebuildIndexesRequest
+	41, // 70: agentmesh.indexer.v1.DocumentService.GetExtractionJob:input_type -> agentmesh.indexer.v1.GetExtractionJobRequest
+	26, // 71: agentmesh.indexer.v1.DocumentService.WatchIntake:input_type -> agentmesh.indexer.v1.WatchIntakeRequest
+	24, // 72: agentmesh.indexer.v1.DocumentService.IngestDocument:output_type -> agentmesh.indexer.v1.IngestDocumentResponse
+	28, // 73: agentmesh.indexer.v1.DocumentService.GetDocument:output_type -> agentmesh.indexer.v1.GetDocumentResponse
+	30, // 74: agentmesh.indexer.v1.DocumentService.ListDocuments:output_type -> agentmesh.indexer.v1.ListDocumentsResponse
+	32, // 75: agentmesh.indexer.v1.DocumentService.DeleteDocument:output_type -> agentmesh.indexer.v1.DeleteDocumentResponse
+	34, // 76: agentmesh.indexer.v1.DocumentService.FindDocumentsByExtract:output_type -> agentmesh.indexer.v1.FindDocumentsByExtractResponse
+	36, // 77: agentmesh.indexer.v1.DocumentService.RebuildIndexes:output_type -> agentmesh.indexer.v1.RebuildIndexesResponse
+	42, // 78: agentmesh.indexer.v1.DocumentService.GetExtractionJob:output_type -> agentmesh.indexer.v1.GetExtractionJobResponse
+	27, // 79: agentmesh.indexer.v1.DocumentService.WatchIntake:output_type -> agentmesh.indexer.v1.WatchIntakeResponse
+	72, // [72:80] is the sub-list for method output_type
+	64, // [64:72] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_indexer_v1_document_proto_init() }

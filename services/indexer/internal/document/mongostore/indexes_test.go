@@ -48,7 +48,10 @@ func TestEveryQueryIsIndexed(t *testing.T) {
 	}
 	for _, after := range []string{"", "doc_0"} {
 		for _, st := range []indexerv1.SourceType{indexerv1.SourceType_SOURCE_TYPE_UNSPECIFIED, indexerv1.SourceType_SOURCE_TYPE_REPORT} {
-			if _, err := s.ListDocuments(ctx, acme, st, after, 10); err != nil {
+			if _, err := s.ListDocuments(ctx, acme, ListFilter{SourceType: st}, after, 10); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.ListDocuments(ctx, acme, ListFilter{SourceType: st, CreatedFrom: time.Unix(1000, 0), CreatedTo: time.Now()}, after, 10); err != nil {
 				t.Fatal(err)
 			}
 		}

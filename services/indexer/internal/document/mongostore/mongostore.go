@@ -67,9 +67,9 @@
 // scope and conditions beside it) need only _id_:
 //
 //	query                                                 collection   index
-//	ListDocuments: {tenant, project, deleting: false,     documents    {tenant, project, deleting, _id}
-//	  _id $gt the cursor}, sort {_id: 1}, limit
-//	  with a source type: {..., source_type}              documents    {tenant, project, source_type, deleting, _id}
+//	ListDocuments: {tenant, project, deleting: false,     documents    {tenant, project, deleting, _id, create_time}
+//	  _id $gt the cursor, create_time range}, sort {_id: 1}, limit
+//	  with a source type: {..., source_type}              documents    {tenant, project, source_type, deleting, _id, create_time}
 //	FindByTerms: {tenant, project, extract_terms $all,    documents    {tenant, project, extract_terms, deleting, _id}
 //	  deleting: false, _id $gt}, sort {_id: 1}, limit
 //	Unfinished: $or [{deleting: true}, {indexed: false}]  documents    {deleting} and {indexed}
@@ -146,9 +146,10 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		return append(bson.D{{Key: "tenant", Value: 1}, {Key: "project", Value: 1}}, more...)
 	}
 	deleting, id := bson.E{Key: "deleting", Value: 1}, bson.E{Key: "_id", Value: 1}
+	created := bson.E{Key: "create_time", Value: 1}
 	docs := []mongox.Index{
-		{Keys: scope(deleting, id)},
-		{Keys: scope(bson.E{Key: "source_type", Value: 1}, deleting, id)},
+		{Keys: scope(deleting, id, created)},
+		{Keys: scope(bson.E{Key: "source_type", Value: 1}, deleting, id, created)},
 		{Keys: scope(bson.E{Key: "extract_terms", Value: 1}, deleting, id)},
 		{Keys: bson.D{{Key: "indexed", Value: 1}}},
 		{Keys: bson.D{{Key: "deleting", Value: 1}}},
@@ -173,9 +174,11 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		return err
 	}
 	// Those the indexes above superseded (they lacked "deleting", which
-	// every listing filters on), and one no query uses.
+	// every listing filters on, or the creation time a listing may range
+	// over), and one no query uses.
 	if err := mongox.DropIndexes(ctx, s.docs,
-		"tenant_1_project_1__id_1", "tenant_1_project_1_source_type_1__id_1", "tenant_1_project_1_extract_terms_1"); err != nil {
+		"tenant_1_project_1__id_1", "tenant_1_project_1_source_type_1__id_1", "tenant_1_project_1_extract_terms_1",
+		"tenant_1_project_1_deleting_1__id_1", "tenant_1_project_1_source_type_1_deleting_1__id_1"); err != nil {
 		return err
 	}
 	return mongox.DropIndexes(ctx, s.jobs, "tenant_1_project_1_document_id_1")
@@ -605,13 +608,32 @@ func (s *Store) IndexState(ctx context.Context, sc document.Scope, id string) (d
 // writer (mongox.SingleWriter).
 func (s *Store) SingleWriter() bool { return s.single }
 
-// ListDocuments returns up to limit documents of the scope after id
-// afterID, in id order, without raw content; sourceType 0 means any. It
-// scans (see the package doc).
-func (s *Store) ListDocuments(ctx context.Context, sc document.Scope, sourceType indexerv1.SourceType, afterID string, limit int) ([]*document.Document, error) {
+// ListFilter selects the documents of a listing; zero values select all.
+type ListFilter struct {
+	// SourceType keeps documents of that source type.
+	SourceType indexerv1.SourceType
+	// CreatedFrom and CreatedTo keep documents stored at or after
+	// CreatedFrom and before CreatedTo.
+	CreatedFrom, CreatedTo time.Time
+}
+
+// ListDocuments returns up to limit documents of the scope matching lf
+// after id afterID, in id order, without raw content. It scans (see the
+// package doc).
+func (s *Store) ListDocuments(ctx context.Context, sc document.Scope, lf ListFilter, afterID string, limit int) ([]*document.Document, error) {
 	f := scopeFilter(sc)
-	if sourceType != indexerv1.SourceType_SOURCE_TYPE_UNSPECIFIED {
-		f = append(f, bson.E{Key: "source_type", Value: int32(sourceType)})
+	if lf.SourceType != indexerv1.SourceType_SOURCE_TYPE_UNSPECIFIED {
+		f = append(f, bson.E{Key: "source_type", Value: int32(lf.SourceType)})
+	}
+	var created bson.D
+	if !lf.CreatedFrom.IsZero() {
+		created = append(created, bson.E{Key: "$gte", Value: lf.CreatedFrom})
+	}
+	if !lf.CreatedTo.IsZero() {
+		created = append(created, bson.E{Key: "$lt", Value: lf.CreatedTo})
+	}
+	if len(created) > 0 {
+		f = append(f, bson.E{Key: "create_time", Value: created})
 	}
 	f = append(f, bson.E{Key: "deleting", Value: false})
 	return s.findDocs(ctx, f, afterID, limit)

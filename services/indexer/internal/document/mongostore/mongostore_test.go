@@ -164,7 +164,7 @@ func testDocumentLifecycleAndQueries(t *testing.T, db *mongo.Database) {
 	if _, err := s.GetDocument(ctx, acme, "doc_1"); !errors.Is(err, document.ErrNotFound) {
 		t.Fatalf("a deleting document is visible: %v", err)
 	}
-	if ds, _ := s.ListDocuments(ctx, acme, 0, "", 10); len(ds) != 0 {
+	if ds, _ := s.ListDocuments(ctx, acme, ListFilter{}, "", 10); len(ds) != 0 {
 		t.Fatal("a deleting document is listed")
 	}
 	if ok, err := s.MarkIndexed(ctx, acme, "doc_1", d.ContentHash, nil); ok || err != nil {
