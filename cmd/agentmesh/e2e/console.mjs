@@ -130,6 +130,9 @@ await page.waitForFunction((id) => !document.querySelector(`#documentList tr[dat
 expect(true, "documents: the source filter leaves the wiki page out");
 await page.selectOption("#docTypeFilter", "SOURCE_TYPE_WIKI");
 await page.waitForSelector(`#documentList tr[data-id="${doc}"]`);
+await page.selectOption("#docSinceFilter", "3600");
+await page.waitForSelector(`#documentList tr[data-id="${doc}"]`);
+expect(true, "documents: the last hour's documents listed through the time filter");
 await page.reload();
 await page.waitForFunction(() => document.querySelector("#documentView h3") && document.querySelector("#documentView").textContent.includes("Restart the ingest worker"));
 expect((await page.textContent("#documentView h3")) === "Runbook", "documents: the link restores the document after a reload");

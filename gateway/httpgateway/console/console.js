@@ -741,14 +741,14 @@ $("rawToggle").addEventListener("click", () => {
 const documentList = pager({
   table: $("documentList"), nav: $("documentPager"), path: "/v1/documents",
   items: (r) => r.documents || [],
-  query: () => ({ sourceType: $("docTypeFilter").value }),
+  query: () => ({ sourceType: $("docTypeFilter").value, createTimeFrom: since("docSinceFilter") }),
   row(tr, d) {
     cell(tr, link(href("documents", d.id), d.title || tail(d.id)));
     cell(tr, short(d.sourceType, "SOURCE_TYPE_").toLowerCase());
     cell(tr, when(d.createTime), "muted");
   },
 });
-$("docTypeFilter").addEventListener("change", action($("documentPager"), () => documentList.reset()));
+for (const f of ["docTypeFilter", "docSinceFilter"]) $(f).addEventListener("change", action($("documentPager"), () => documentList.reset()));
 
 views.documents = {
   list: () => documentList.reset(),
