@@ -68,6 +68,8 @@ func main() {
 		modes    = flag.String("modes", "unary,stream", "modes to run: unary (Chat), stream (ChatStream time to first chunk)")
 		compare  = flag.String("compare", "", "also run a second gateway with these extra variables (space-separated X=v), in the same rounds, and print its row as \"gateway B\": an A/B of a setting within one run")
 		httpGW   = flag.String("http-gateway", "", "path of the REST gateway's binary (go build ./gateway): also send the same chat request through its OpenAI-compatible API (/openai/v1/chat/completions) in front of the model gateway, in the same rounds (the \"openai http api\" row)")
+		httpGWB  = flag.String("http-gateway-b", "", "path of a second REST gateway binary (another build, say the previous commit's), run like -http-gateway in front of the same model gateway in the same rounds: its row is \"openai http api B\", an A/B of two builds within one run")
+		httpEnvB = flag.String("http-gateway-b-env", "", "extra variables (space-separated X=v) for \"openai http api B\", which runs the -http-gateway binary unless -http-gateway-b names another: an A/B of a setting of the REST gateway within one run")
 	)
 	flag.Parse()
 	if *echo {
@@ -101,7 +103,14 @@ func main() {
 	// The load generator's own collector pauses land in both paths' tails;
 	// it gets the gateway's setting so they stay rare.
 	modelgateway.TuneGC()
-	if err := run(*duration, *rounds, *rates, *modes, *latency, strings.Fields(*compare), *relay, *httpGW); err != nil {
+	if (*httpGWB != "" || *httpEnvB != "") && *httpGW == "" {
+		fmt.Fprintln(os.Stderr, "loadbench: -http-gateway-b and -http-gateway-b-env need -http-gateway")
+		os.Exit(2)
+	}
+	if *httpEnvB != "" && *httpGWB == "" {
+		*httpGWB = *httpGW
+	}
+	if err := run(*duration, *rounds, *rates, *modes, *latency, strings.Fields(*compare), *relay, *httpGW, *httpGWB, strings.Fields(*httpEnvB)); err != nil {
 		fmt.Fprintln(os.Stderr, "loadbench:", err)
 		os.Exit(1)
 	}
@@ -202,7 +211,7 @@ models:
   chat: [{provider: mock, model: bench-model}]
 `
 
-func run(duration time.Duration, rounds int, rateList, modeList string, latency time.Duration, compare []string, relay bool, httpGW string) error {
+func run(duration time.Duration, rounds int, rateList, modeList string, latency time.Duration, compare []string, relay bool, httpGW, httpGWB string, httpEnvB []string) error {
 	if rounds < 1 {
 		return fmt.Errorf("-rounds: must be at least 1")
 	}
@@ -265,15 +274,27 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 		}
 		defer g.stop()
 	}
-	if httpGW != "" {
-		// The HTTP gateway's OpenAI-compatible API in front of the first
-		// gateway: the same request as an OpenAI client sends it.
-		h := &hop{name: "openai http api"}
-		if err := h.startHTTPGateway(httpGW, b, hops[0].addr); err != nil {
+	// The HTTP gateway's OpenAI-compatible API in front of the first
+	// gateway: the same request as an OpenAI client sends it; and, given a
+	// second build, the same through it.
+	for _, h := range []struct {
+		name, bin string
+		env       []string
+	}{{"openai http api", httpGW, nil}, {"openai http api B", httpGWB, httpEnvB}} {
+		if h.bin == "" {
+			continue
+		}
+		for _, kv := range h.env {
+			if !strings.Contains(kv, "=") {
+				return fmt.Errorf("-http-gateway-b-env: %q is not X=v", kv)
+			}
+		}
+		g := &hop{name: h.name, extra: h.env}
+		if err := g.startHTTPGateway(h.bin, b, hops[0].addr); err != nil {
 			return err
 		}
-		defer h.stop()
-		hops = append(hops, h)
+		defer g.stop()
+		hops = append(hops, g)
 	}
 	if relay {
 		// The floor under any proxy: the same HTTP requests as the direct
@@ -297,6 +318,9 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 		latency, duration, rounds, envOr("GOMAXPROCS", "default"), numCPU(), loadAverage())
 	if httpGW != "" {
 		fmt.Printf("openai http api: the REST gateway's POST /openai/v1/chat/completions (API key auth, JSON or SSE) in front of the gateway above; its overhead includes the gateway's, its CPU and RSS are the REST gateway's own\n\n")
+	}
+	if httpGWB != "" {
+		fmt.Printf("openai http api B: the same through %s %s, in the same rounds\n\n", httpGWB, strings.Join(httpEnvB, " "))
 	}
 	if len(compare) > 0 {
 		fmt.Printf("gateway B runs with %s, in the same rounds as gateway\n\n", strings.Join(compare, " "))
@@ -439,6 +463,7 @@ func (g *hop) startHTTPGateway(bin string, b *bench, modelAddr string) error {
 	child.Env = append(os.Environ(), "HTTP_ADDR="+addr, "MODELGATEWAY_ADDR="+modelAddr, "ORCHESTRATOR_ADDR="+nobody,
 		"VISION_ADDR="+nobody, "INDEXER_ADDR="+nobody, "CLASSIFIER_ADDR="+nobody, "SQLAGENT_ADDR="+nobody,
 		"GATEWAY_API_KEYS="+httpAPIKey+"=bench", "LOG_LEVEL=warn", "METRICS_ADDR=")
+	child.Env = append(child.Env, g.extra...)
 	child.Stderr = os.Stderr
 	if err := child.Start(); err != nil {
 		return fmt.Errorf("%s: %w", g.name, err)
