@@ -756,14 +756,21 @@ func TestInvalidArgumentNamesTheField(t *testing.T) {
 	}
 	// A creation-time range: from inclusive, to exclusive; a token is bound
 	// to its range.
-	first := p.GetDocuments()[0].GetCreateTime()
+	both, err := h.docs.ListDocuments(ctx, &indexerv1.ListDocumentsRequest{Scope: sc})
+	if err != nil || len(both.GetDocuments()) != 2 {
+		t.Fatalf("list: %v, %v", both, err)
+	}
+	first := both.GetDocuments()[0].GetCreateTime() // the earlier stored (the list is in id order)
+	if c := both.GetDocuments()[1].GetCreateTime(); c.AsTime().Before(first.AsTime()) {
+		first = c
+	}
 	for _, tc := range []struct {
 		name     string
 		from, to *timestamppb.Timestamp
 		want     int
 	}{
-		{"from the first document", first, nil, 2},
-		{"to the first document", nil, first, 0},
+		{"from the earlier document", first, nil, 2},
+		{"to the earlier document", nil, first, 0},
 		{"from a minute ahead", timestamppb.New(time.Now().Add(time.Minute)), nil, 0},
 		{"the last hour", timestamppb.New(time.Now().Add(-time.Hour)), timestamppb.New(time.Now().Add(time.Minute)), 2},
 	} {
