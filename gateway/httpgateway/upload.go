@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"mime/multipart"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -124,6 +126,15 @@ func (g *gateway) serveUpload(w http.ResponseWriter, r *http.Request) {
 // readUpload reads and checks the upload and builds the request.
 func (g *gateway) readUpload(w http.ResponseWriter, r *http.Request) (*indexerv1.IngestDocumentRequest, []uploadedFile, *uploadError) {
 	maxTotal, maxFile := g.cfg.UploadMaxBytes, g.cfg.UploadMaxFileBytes
+	// Its fields are parts of the body; a query parameter would be ignored,
+	// so it is refused by name like an unknown parameter of any route.
+	if q, err := url.ParseQuery(r.URL.RawQuery); err != nil || len(q) > 0 {
+		name := "query"
+		if keys := slices.Sorted(maps.Keys(q)); len(keys) > 0 {
+			name = keys[0]
+		}
+		return nil, nil, badUpload(name, "unknown query parameter of POST %s: it takes none (send title, source_type and source_urn as multipart parts)", uploadPath)
+	}
 	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
 		return nil, nil, badUpload(uploadFileField, "is required: send multipart/form-data with one or more parts named %q", uploadFileField)
