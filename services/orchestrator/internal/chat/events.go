@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 	"sync"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/status"
@@ -19,12 +20,44 @@ import (
 // A resumable turn's events are stored (pub) before they are emitted, each
 // emitted with its stream sequence; holding mu across both keeps the
 // sequences in the order the client gets the events.
+//
+// Text deltas are gathered: the first delta of a run of text (answer or
+// reasoning, one iteration) goes at once, so the time to the first token
+// is the model's; the deltas after it go as one event at most
+// coalesceWindow later, or as soon as any other event comes. A model
+// streams a token at a time, and each event is a stored message and a
+// round trip to the event bus.
 type events struct {
-	mu     sync.Mutex // guards emit, closed and pub
-	emit   Emit
-	closed bool
-	ctx    context.Context // the turn's, for the publishes' logs and traces
-	pub    *publisher      // nil: the turn is not resumable
+	mu      sync.Mutex // guards everything below
+	emit    Emit
+	closed  bool
+	ctx     context.Context                       // the turn's, for the publishes' logs and traces
+	pub     *publisher                            // nil: the turn is not resumable
+	last    textKey                               // what the last event sent was, when text
+	pending *orchestratorv1.StreamMessageResponse // text gathered after it, of the same key
+	timer   *time.Timer                           // sends pending
+}
+
+// coalesceWindow is how long text deltas after the first of a run gather
+// before they are sent.
+const coalesceWindow = 25 * time.Millisecond
+
+// textKey says which run of text an event belongs to; the zero key is any
+// other event.
+type textKey struct {
+	text      bool
+	reasoning bool
+	iteration int32
+}
+
+func keyOf(ev *orchestratorv1.StreamMessageResponse) textKey {
+	switch e := ev.GetEvent().(type) {
+	case *orchestratorv1.StreamMessageResponse_ResponseChunk:
+		return textKey{text: true, iteration: e.ResponseChunk.GetIteration()}
+	case *orchestratorv1.StreamMessageResponse_ReasoningChunk:
+		return textKey{text: true, reasoning: true, iteration: e.ReasoningChunk.GetIteration()}
+	}
+	return textKey{}
 }
 
 func (e *events) send(ev *orchestratorv1.StreamMessageResponse) {
@@ -33,14 +66,62 @@ func (e *events) send(ev *orchestratorv1.StreamMessageResponse) {
 	if e.closed || e.emit == nil {
 		return
 	}
+	k := keyOf(ev)
+	if k.text && k == e.last {
+		if e.pending == nil {
+			e.pending = ev
+			e.timer = time.AfterFunc(coalesceWindow, e.flush)
+		} else {
+			appendText(e.pending, ev)
+		}
+		return
+	}
+	e.flushLocked()
+	e.sendLocked(ev)
+	e.last = k
+}
+
+// appendText adds the text of ev to to, both of the same textKey.
+func appendText(to, ev *orchestratorv1.StreamMessageResponse) {
+	if c := to.GetResponseChunk(); c != nil {
+		c.Content += ev.GetResponseChunk().GetContent()
+		return
+	}
+	to.GetReasoningChunk().Content += ev.GetReasoningChunk().GetContent()
+}
+
+// flush sends the gathered text, when the window ends.
+func (e *events) flush() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.closed {
+		e.flushLocked()
+	}
+}
+
+func (e *events) flushLocked() {
+	if e.pending == nil {
+		return
+	}
+	e.timer.Stop()
+	ev := e.pending
+	e.pending, e.timer = nil, nil
+	e.sendLocked(ev)
+}
+
+func (e *events) sendLocked(ev *orchestratorv1.StreamMessageResponse) {
 	ev.Sequence = e.pub.publish(e.ctx, ev)
 	_ = e.emit(ev) // a client that went away cancels the turn's context, or leaves a resumable turn to its watches
 }
 
+// close sends any gathered text and drops what comes after.
 func (e *events) close() {
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.closed && e.emit != nil {
+		e.flushLocked()
+	}
 	e.closed = true
-	e.mu.Unlock()
 }
 
 // Reasoning implements strategy.Sink.
