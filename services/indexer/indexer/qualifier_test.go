@@ -1,8 +1,10 @@
 package indexer_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentmesh/agentmesh/libs/config"
@@ -126,22 +129,58 @@ func qualifierFixture(t testing.TB, name string) []byte {
 	return b
 }
 
-// finished ingests req and returns the document once its pipeline has
-// finished.
-func (m *qualifierMesh) finished(t *testing.T, req *indexerv1.IngestDocumentRequest) *indexerv1.Document {
+// intake is one document as a scenario sends it through the gateway: a
+// multipart upload of files and fields, or, for what an upload cannot
+// say (a text file attached beside the text), IngestDocument's JSON
+// posted to /v1/documents.
+type intake struct {
+	upload []filePart
+	ingest *indexerv1.IngestDocumentRequest
+}
+
+// uploadText is an upload of one text file named name, titled title,
+// with more parts after it.
+func uploadText(title, name, text string, more ...filePart) intake {
+	parts := []filePart{{field: "title", data: []byte(title)}, {field: "file", file: name, data: []byte(text)}}
+	return intake{upload: append(parts, more...)}
+}
+
+// finishedThroughGateway sends in through the REST gateway at url as the
+// key of acme/intake, follows its intake over the WatchIntake SSE route
+// until the stream ends with intake.finished, and returns the document
+// the gateway's GET answers.
+func finishedThroughGateway(t *testing.T, url string, in intake) *indexerv1.Document {
 	t.Helper()
-	ctx := context.Background()
-	res, err := m.docs.IngestDocument(ctx, req)
-	if err != nil {
-		t.Fatalf("ingest %s: %v", req.GetTitle(), err)
+	var status int
+	var raw []byte
+	if in.upload != nil {
+		body, ct := multipartBody(t, in.upload...)
+		status, raw = gatewayCall(t, http.MethodPost, url+"/v1/documents:upload", "k-intake", bytes.NewReader(body), ct)
+	} else {
+		body, err := protojson.Marshal(in.ingest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, raw = gatewayCall(t, http.MethodPost, url+"/v1/documents", "k-intake", bytes.NewReader(body), "application/json")
 	}
-	var doc *indexerv1.Document
-	testkit.Eventually(t, 30*time.Second, func() bool {
-		r, err := m.docs.GetDocument(ctx, &indexerv1.GetDocumentRequest{Scope: req.GetScope(), DocumentId: res.GetDocument().GetId()})
-		doc = r.GetDocument()
-		return err == nil && doc.GetPipeline().GetFinished()
-	}, "the pipeline of "+req.GetTitle()+" finished")
-	return doc
+	var ingested indexerv1.IngestDocumentResponse
+	if err := protojson.Unmarshal(raw, &ingested); status != http.StatusOK || err != nil || ingested.GetDocument().GetId() == "" {
+		t.Fatalf("ingest through the gateway: status %d, %v: %s", status, err, raw)
+	}
+	id := ingested.GetDocument().GetId()
+	code, evs := watchIntake(t, url, "k-intake", id, "")
+	if code != http.StatusOK || len(evs) == 0 || evs[len(evs)-1].name != "intake.finished" {
+		t.Fatalf("intake watch of %s: status %d, %d events, want it to end with intake.finished", id, code, len(evs))
+	}
+	status, raw = gatewayCall(t, http.MethodGet, url+"/v1/documents/"+id, "k-intake", nil, "")
+	var got indexerv1.GetDocumentResponse
+	if err := protojson.Unmarshal(raw, &got); status != http.StatusOK || err != nil {
+		t.Fatalf("GET the document through the gateway: status %d, %v: %s", status, err, raw)
+	}
+	if !got.GetDocument().GetPipeline().GetFinished() {
+		t.Fatalf("the watch ended, the document's pipeline is not finished: %v", got.GetDocument().GetPipeline())
+	}
+	return got.GetDocument()
 }
 
 // phases returns the names of the pipeline's phases, and of those that
@@ -252,11 +291,13 @@ func (m *qualifierMesh) mentions(t *testing.T, doc *indexerv1.Document) []string
 	return keys
 }
 
-// TestQualifierScenarios runs the seed's scenarios through the real
-// services: plain text, plain text with an image, an .eml with a PNG
-// attached, a Jira-like ticket with a screenshot, a Confluence-like page,
-// a log of 301 lines; and models that never call the routing tool,
-// answer garbage, or never answer. Every pipeline finishes.
+// TestQualifierScenarios runs the seed's scenarios through the real REST
+// gateway and services: plain text, plain text with an image, an .eml
+// with a PNG attached, a Jira-like ticket with a screenshot, a
+// Confluence-like page, a log of 301 lines; and models that never call
+// the routing tool, answer garbage, or never answer. Each is uploaded as
+// a user would (multipart), followed over the intake watch's SSE to its
+// end and read back with the gateway's GET; every pipeline finishes.
 func TestQualifierScenarios(t *testing.T) {
 	t.Parallel()
 	const classify, summarise = "You classify one document", "You summarise application logs"
@@ -285,7 +326,8 @@ func TestQualifierScenarios(t *testing.T) {
 			ToolCall("route_task", map[string]any{"decision": "LIFT_UP", "reason": "a code change to make the pool configurable"})
 		sim.When(providersim.Match{Tools: []string{"route_task"}}).ToolCall("route_task", map[string]any{"decision": "DONE", "reason": "informational"})
 	})
-	sc := &commonv1.Scope{TenantId: "acme", ProjectId: "intake"}
+	url := uploadGateway(t, m)
+	sc := &commonv1.Scope{TenantId: "acme", ProjectId: "intake"} // the key's
 	png := qualifierFixture(t, "panel.png")
 	plain := "We meet in Brno in June. Bring walking shoes; the venue is a short hike from the station. Dinner is on the first evening."
 	ticket := "Status: In Review\nIssue Type: Story\nPriority: Low\nAssignee: Jan Novak\nReporter: Ana Novakova\nEpic Link: PAY-100\nSprint: Payments 42\n\n" +
@@ -305,11 +347,11 @@ func TestQualifierScenarios(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		req  *indexerv1.IngestDocumentRequest
+		in   intake
 		want want
 	}{{
 		name: "plain text",
-		req:  &indexerv1.IngestDocumentRequest{SourceType: indexerv1.SourceType_SOURCE_TYPE_OTHER, Title: "Offsite", RawContent: plain},
+		in:   uploadText("Offsite", "offsite.txt", plain),
 		want: want{typ: indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_GENERIC, typeBy: indexerv1.DecidedBy_DECIDED_BY_MODEL,
 			ran: []string{"content_type", "extraction", "indexing", "routing"}, chunks: 2,
 			routing: indexerv1.Routing_ROUTING_DONE, routingBy: indexerv1.DecidedBy_DECIDED_BY_MODEL,
@@ -320,8 +362,10 @@ func TestQualifierScenarios(t *testing.T) {
 			}},
 	}, {
 		name: "plain text with an image",
-		req: &indexerv1.IngestDocumentRequest{SourceType: indexerv1.SourceType_SOURCE_TYPE_OTHER, Title: "Offsite venue", RawContent: plain + " The venue photo is attached.",
-			Attachments: []*indexerv1.Attachment{{Name: "venue.png", MimeType: "image/png", Data: png}, {Name: "agenda.txt", MimeType: "text/plain", Data: []byte("day 1: hike")}}},
+		// An upload makes every text file the text: a text file
+		// attached beside it is IngestDocument's JSON.
+		in: intake{ingest: &indexerv1.IngestDocumentRequest{SourceType: indexerv1.SourceType_SOURCE_TYPE_OTHER, Title: "Offsite venue", RawContent: plain + " The venue photo is attached.",
+			Attachments: []*indexerv1.Attachment{{Name: "venue.png", MimeType: "image/png", Data: png}, {Name: "agenda.txt", MimeType: "text/plain", Data: []byte("day 1: hike")}}}},
 		want: want{typ: indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_GENERIC, typeBy: indexerv1.DecidedBy_DECIDED_BY_MODEL,
 			ran: []string{"vision_stage1", "content_type", "extraction", "indexing", "routing"}, chunks: 3, // base, text, images
 			routing: indexerv1.Routing_ROUTING_DONE, routingBy: indexerv1.DecidedBy_DECIDED_BY_MODEL,
@@ -336,8 +380,7 @@ func TestQualifierScenarios(t *testing.T) {
 			}},
 	}, {
 		name: "e-mail with a PNG attached",
-		req: &indexerv1.IngestDocumentRequest{SourceType: indexerv1.SourceType_SOURCE_TYPE_EMAIL, Title: "Ledger timeouts",
-			RawContent: string(qualifierFixture(t, "incident.eml"))},
+		in:   intake{upload: []filePart{{field: "title", data: []byte("Ledger timeouts")}, {field: "file", file: "incident.eml", data: qualifierFixture(t, "incident.eml")}}},
 		want: want{typ: indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_EMAIL, typeBy: indexerv1.DecidedBy_DECIDED_BY_RULES,
 			ran: allPhases, chunks: 3, // base, body, images
 			routing: indexerv1.Routing_ROUTING_LIFT_UP, routingBy: indexerv1.DecidedBy_DECIDED_BY_RULES, // "could you"
@@ -363,8 +406,8 @@ func TestQualifierScenarios(t *testing.T) {
 			}},
 	}, {
 		name: "Jira ticket with a screenshot",
-		req: &indexerv1.IngestDocumentRequest{SourceType: indexerv1.SourceType_SOURCE_TYPE_TICKET, Title: "PAY-412: Configurable ledger pool", RawContent: ticket,
-			Attachments: []*indexerv1.Attachment{{Name: "p99.png", MimeType: "image/png", Data: png}}},
+		in: uploadText("PAY-412: Configurable ledger pool", "PAY-412.txt", ticket,
+			filePart{field: "source_type", data: []byte("ticket")}, filePart{field: "file", file: "p99.png", data: png, header: "image/png"}),
 		want: want{typ: indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_JIRA, typeBy: indexerv1.DecidedBy_DECIDED_BY_RULES,
 			ran: allPhases, routing: indexerv1.Routing_ROUTING_LIFT_UP, routingBy: indexerv1.DecidedBy_DECIDED_BY_MODEL,
 			check: func(t *testing.T, doc *indexerv1.Document) {
@@ -382,7 +425,7 @@ func TestQualifierScenarios(t *testing.T) {
 			}},
 	}, {
 		name: "Confluence page",
-		req:  &indexerv1.IngestDocumentRequest{SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, Title: "Ledger runbook", RawContent: page},
+		in:   uploadText("Ledger runbook", "runbook.md", page, filePart{field: "source_type", data: []byte("wiki")}),
 		want: want{typ: indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_CONFLUENCE, typeBy: indexerv1.DecidedBy_DECIDED_BY_RULES,
 			ran: []string{"content_type", "extraction", "indexing", "routing"}, routing: indexerv1.Routing_ROUTING_DONE, routingBy: indexerv1.DecidedBy_DECIDED_BY_MODEL,
 			check: func(t *testing.T, doc *indexerv1.Document) {
@@ -397,8 +440,9 @@ func TestQualifierScenarios(t *testing.T) {
 			}},
 	}, {
 		name: "application log",
-		req: &indexerv1.IngestDocumentRequest{SourceType: indexerv1.SourceType_SOURCE_TYPE_LOG, Title: "ledger.log",
-			RawContent: string(qualifierFixture(t, "ledger.log"))},
+		// No title and no source type: the file's name and, for .log
+		// files, a log.
+		in: intake{upload: []filePart{{field: "file", file: "ledger.log", data: qualifierFixture(t, "ledger.log")}}},
 		want: want{typ: indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_LOG, typeBy: indexerv1.DecidedBy_DECIDED_BY_RULES,
 			ran: []string{"content_type", "extraction", "indexing", "routing"}, chunks: 4, // base + summary, key events, critical details
 			routing: indexerv1.Routing_ROUTING_LIFT_UP, routingBy: indexerv1.DecidedBy_DECIDED_BY_RULES, // error lines
@@ -412,7 +456,7 @@ func TestQualifierScenarios(t *testing.T) {
 			}},
 	}, {
 		name: "model never calls the routing tool",
-		req:  &indexerv1.IngestDocumentRequest{SourceType: indexerv1.SourceType_SOURCE_TYPE_OTHER, Title: "notool", RawContent: "Lunch menu notool: soup and bread on Friday."},
+		in:   uploadText("notool", "menu.txt", "Lunch menu notool: soup and bread on Friday."),
 		want: want{typ: indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_GENERIC, typeBy: indexerv1.DecidedBy_DECIDED_BY_MODEL,
 			ran: []string{"content_type", "extraction", "indexing", "routing"}, routing: indexerv1.Routing_ROUTING_DONE, routingBy: indexerv1.DecidedBy_DECIDED_BY_FALLBACK,
 			check: func(t *testing.T, doc *indexerv1.Document) {
@@ -422,27 +466,29 @@ func TestQualifierScenarios(t *testing.T) {
 			}},
 	}, {
 		name: "model calls the routing tool with a decision it does not offer",
-		req:  &indexerv1.IngestDocumentRequest{SourceType: indexerv1.SourceType_SOURCE_TYPE_OTHER, Title: "badargs", RawContent: "Parking badargs: the garage closes at nine."},
+		in:   uploadText("badargs", "parking.txt", "Parking badargs: the garage closes at nine."),
 		want: want{typ: indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_GENERIC, typeBy: indexerv1.DecidedBy_DECIDED_BY_MODEL,
 			ran: []string{"content_type", "extraction", "indexing", "routing"}, routing: indexerv1.Routing_ROUTING_DONE, routingBy: indexerv1.DecidedBy_DECIDED_BY_FALLBACK,
 			errors: []string{"routing model"}},
 	}, {
 		name: "model answers garbage",
-		req:  &indexerv1.IngestDocumentRequest{SourceType: indexerv1.SourceType_SOURCE_TYPE_OTHER, Title: "zebracorn", RawContent: "The zebracorn sighting was near the river."},
+		in:   uploadText("zebracorn", "sighting.txt", "The zebracorn sighting was near the river."),
 		want: want{typ: indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_GENERIC, typeBy: indexerv1.DecidedBy_DECIDED_BY_FALLBACK,
 			ran: []string{"content_type", "extraction", "indexing", "routing"}, routing: indexerv1.Routing_ROUTING_DONE, routingBy: indexerv1.DecidedBy_DECIDED_BY_MODEL,
 			errors: []string{"content type model"}},
 	}, {
 		name: "model never answers",
-		req:  &indexerv1.IngestDocumentRequest{SourceType: indexerv1.SourceType_SOURCE_TYPE_OTHER, Title: "slowpoke", RawContent: "The slowpoke report has no structure at all."},
+		in:   uploadText("slowpoke", "report.txt", "The slowpoke report has no structure at all."),
 		want: want{typ: indexerv1.IntakeContentType_INTAKE_CONTENT_TYPE_GENERIC, typeBy: indexerv1.DecidedBy_DECIDED_BY_FALLBACK,
 			ran: []string{"content_type", "extraction", "indexing", "routing"}, routing: indexerv1.Routing_ROUTING_DONE, routingBy: indexerv1.DecidedBy_DECIDED_BY_FALLBACK,
 			errors: []string{"content type model", "routing model"}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.req.Scope = sc
-			doc := m.finished(t, tc.req)
+			doc := finishedThroughGateway(t, url, tc.in)
+			if !proto.Equal(doc.GetScope(), sc) {
+				t.Errorf("scope %v, want the key's %v", doc.GetScope(), sc)
+			}
 			p, w := doc.GetPipeline(), tc.want
 			if ct := p.GetContentType(); ct.GetType() != w.typ || ct.GetDecidedBy() != w.typeBy || ct.GetReason() == "" {
 				t.Errorf("content type %v, want %v by %v", ct, w.typ, w.typeBy)

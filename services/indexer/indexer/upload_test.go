@@ -101,9 +101,22 @@ func upload(t *testing.T, url, key string, body []byte, contentType string) (int
 // chunked, unless r is a bytes.Reader.
 func uploadFrom(t *testing.T, url, key string, r io.Reader, contentType string) (int, map[string]any) {
 	t.Helper()
+	status, raw := gatewayCall(t, http.MethodPost, url+"/v1/documents:upload", key, r, contentType)
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("status %d, not JSON: %s", status, raw)
+	}
+	return status, out
+}
+
+// gatewayCall sends a request with body r (none when nil) to the gateway
+// with key (none when empty) and returns the status and the answer's
+// bytes.
+func gatewayCall(t *testing.T, method, url, key string, r io.Reader, contentType string) (int, []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/documents:upload", r)
+	req, err := http.NewRequestWithContext(ctx, method, url, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +135,7 @@ func uploadFrom(t *testing.T, url, key string, r io.Reader, contentType string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out map[string]any
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("status %d, not JSON: %s", resp.StatusCode, raw)
-	}
-	return resp.StatusCode, out
+	return resp.StatusCode, raw
 }
 
 // TestUploadThroughTheGateway sends multipart uploads through the real
