@@ -1,4 +1,4 @@
-package modelgateway
+package service
 
 import (
 	"runtime"
