@@ -124,18 +124,22 @@ func (cw *chunkWriter) close() {
 	cw.timer.Stop()
 }
 
-// write sends c as one event and flushes it.
-func (cw *chunkWriter) write(c *chunk) error {
+// write sends c as one event, flushed unless more is to follow at once
+// (then the next flushed event carries it).
+func (cw *chunkWriter) write(c *chunk, flush bool) error {
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
 	}
-	return cw.event(b)
+	return cw.eventFlush(b, flush)
 }
 
 // event sends data as one event and flushes it, starting the stream if
 // it has not started.
-func (cw *chunkWriter) event(data []byte) error {
+func (cw *chunkWriter) event(data []byte) error { return cw.eventFlush(data, true) }
+
+// eventFlush sends data as one event, flushing it when flush is set.
+func (cw *chunkWriter) eventFlush(data []byte, flush bool) error {
 	cw.mu.Lock()
 	defer cw.mu.Unlock()
 	if !cw.started {
@@ -146,18 +150,21 @@ func (cw *chunkWriter) event(data []byte) error {
 		return err
 	}
 	cw.timer.Reset(cw.every)
+	if !flush {
+		return nil
+	}
 	return cw.rc.Flush()
 }
 
 // delta sends one delta; the first carries the role, as OpenAI's first
 // chunk does.
-func (cw *chunkWriter) delta(d delta, finish *string) error {
+func (cw *chunkWriter) delta(d delta, finish *string, flush bool) error {
 	if !cw.role {
 		d.Role, cw.role = "assistant", true
 	}
 	c := cw.base
 	c.Choices = []chunkChoice{{Index: 0, Delta: d, FinishReason: finish}}
-	return cw.write(&c)
+	return cw.write(&c, flush)
 }
 
 // chatStream serves a chat completion with stream: true. It waits for the
@@ -217,9 +224,9 @@ func (h *Handler) relay(cw *chunkWriter, st interface {
 		var err error
 		switch c := m.GetChunk().(type) {
 		case *modelv1.ChatStreamResponse_ContentDelta:
-			err = cw.delta(delta{Content: &c.ContentDelta}, nil)
+			err = cw.delta(delta{Content: &c.ContentDelta}, nil, true)
 		case *modelv1.ChatStreamResponse_ReasoningDelta:
-			err = cw.delta(delta{ReasoningContent: &c.ReasoningDelta}, nil)
+			err = cw.delta(delta{ReasoningContent: &c.ReasoningDelta}, nil, true)
 		case *modelv1.ChatStreamResponse_ToolCall:
 			// ModelService assembles each call from the provider's
 			// fragments; it goes out whole, as one delta with its index.
@@ -227,7 +234,7 @@ func (h *Handler) relay(cw *chunkWriter, st interface {
 			cw.calls++
 			tc := c.ToolCall
 			err = cw.delta(delta{ToolCalls: []toolCall{{Index: &i, ID: tc.GetId(), Type: "function",
-				Function: functionCall{Name: tc.GetName(), Arguments: tc.GetArgumentsJson()}}}}, nil)
+				Function: functionCall{Name: tc.GetName(), Arguments: tc.GetArgumentsJson()}}}}, nil, true)
 		case *modelv1.ChatStreamResponse_End:
 			return h.finish(cw, c.End, cr)
 		}
@@ -244,18 +251,20 @@ func (h *Handler) relay(cw *chunkWriter, st interface {
 }
 
 // finish sends the chunk with the finish reason, the usage chunk when the
-// request asked for it, and [DONE].
+// request asked for it, and [DONE], in one flush: they are ready at the
+// same moment, and a write and a client wake-up each would be spent for
+// nothing.
 func (h *Handler) finish(cw *chunkWriter, end *modelv1.StreamEnd, cr *chatRequest) error {
 	h.usage.add(cw.caller, cr.req.GetModel(), end.GetUsage())
 	reason := finishReason(end.GetFinishReason())
-	if err := cw.delta(delta{}, &reason); err != nil {
+	if err := cw.delta(delta{}, &reason, false); err != nil {
 		return err
 	}
 	if cr.includeUsage {
 		c := cw.base
 		c.Choices = []chunkChoice{}
 		c.Usage = usageOf(end.GetUsage())
-		if err := cw.write(&c); err != nil {
+		if err := cw.write(&c, false); err != nil {
 			return err
 		}
 	}
