@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
@@ -156,13 +157,20 @@ func setProvider(w http.ResponseWriter, provider, model string) {
 	}
 }
 
-// writeJSON answers 200 with v.
+// writeJSON answers 200 with v, and sends it at once: net/http would send
+// it only when every handler wrapping this one has returned, after the
+// gateway's span, metrics and log line, which the caller need not wait for.
+// With its length set the answer still goes out in one write.
 func writeJSON(w http.ResponseWriter, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, failure{body: apiError{Message: "encoding the response: " + err.Error(), Type: "server_error"}})
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(append(b, '\n'))
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	_, _ = w.Write(b)
+	_ = http.NewResponseController(w).Flush()
 }
