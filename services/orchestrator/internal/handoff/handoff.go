@@ -67,6 +67,16 @@ func New(sub Submitter, log *slog.Logger) *Handler {
 	return &Handler{sub: sub, log: log}
 }
 
+// testHook, when set, is called by every handler at two points of each
+// delivery: "received" (the event decoded, nothing submitted yet) and
+// "submitted" (the analysis started, the delivery not yet acknowledged),
+// with the document's id and, at "submitted", the job's. Only this
+// package's tests set it (export_test.go), in a child process that runs
+// the whole orchestrator and is killed with SIGKILL at one of the points
+// (net/http's testHook variables are the model): a field of Handler would
+// not reach the handler orchestrator.Run builds.
+var testHook func(point, documentID, jobID string)
+
 // jobNamespace derives a job id from an event id, for lifted_up events
 // of indexers that name no job.
 var jobNamespace = uuid.MustParse("2b0c4f7e-8d3a-4e51-9a6c-1f7d2e9b5c30")
@@ -82,6 +92,9 @@ func (h *Handler) Handle(ctx context.Context, d *events.Delivery) error {
 	sc := doc.GetScope()
 	if doc.GetId() == "" || sc.GetTenantId() == "" {
 		return events.Permanent(errors.New("handoff: lifted_up event names no document or tenant"))
+	}
+	if testHook != nil {
+		testHook("received", doc.GetId(), "")
 	}
 	id := doc.GetLiftedJobId()
 	if id == "" {
@@ -106,6 +119,9 @@ func (h *Handler) Handle(ctx context.Context, d *events.Delivery) error {
 		if err := h.afterSubmit(job); err != nil {
 			return err
 		}
+	}
+	if testHook != nil {
+		testHook("submitted", doc.GetId(), job.ID)
 	}
 	h.log.Info("lifted document handed to an analysis", slog.String("document_id", doc.GetId()),
 		slog.String("job_id", job.ID), slog.String("tenant", sc.GetTenantId()), slog.Uint64("delivery", d.NumDelivered))
