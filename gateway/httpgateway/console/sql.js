@@ -157,7 +157,7 @@ views.sql = {
     showSqlSession(s);
     rememberSql(s.id);
     for (const t of s.turns || []) line($("sqlTurns"), t.role === "user" ? "you" : "agent", t.text);
-    showSqlToConfirm(s.pendingSql);
+    showSqlToConfirm(s.pendingSql, s.stage === "CONFIRM_GENERATED_SQL" ? s.schemaNote : "");
     // A session read back holds no options: the reply that offered them
     // is not kept with it.
     if (s.stage !== "DONE") $("sqlOptions").append(el("span", "muted small", "The choices of the agent's last reply are not kept with the session: type the answer" + (s.pendingSql ? " (yes runs the SQL shown)." : ".")));
@@ -177,10 +177,17 @@ function sqlClear() {
   $("sqlResult").classList.remove("diff");
 }
 
-function showSqlToConfirm(sql) {
+// showSqlToConfirm shows the SQL to confirm and, under it, which tables
+// the model was shown to write it when the schema was too long to show
+// whole (schemaNote).
+function showSqlToConfirm(sql, schemaNote) {
   const confirm = $("sqlToConfirm");
   confirm.replaceChildren(...highlightSQL(sql || ""));
   confirm.hidden = !sql;
+  let note = document.getElementById("sqlSchemaNote");
+  if (!note) confirm.after((note = Object.assign(el("p", "muted small"), { id: "sqlSchemaNote" })));
+  note.textContent = (sql && schemaNote) || "";
+  note.hidden = !note.textContent;
 }
 
 // highlightSQL marks the tokens of SQL (sqlTokens, format.js) as spans, so
@@ -321,7 +328,7 @@ async function sqlReply(r) {
   line($("sqlTurns"), "agent", r.reply);
   sqlClear();
   // The e-mail's preview card shows its query already.
-  showSqlToConfirm($("sqlCard").dataset.kind === "email" && !$("sqlCard").hidden ? "" : r.sqlToConfirm);
+  showSqlToConfirm($("sqlCard").dataset.kind === "email" && !$("sqlCard").hidden ? "" : r.sqlToConfirm, r.schemaNote);
   renderSqlChoices(r.options || [], r.action);
   if (r.result) showSqlResult(r.result, (r.job && r.job.parameters) || (r.session && r.session.parameters) || {});
   if (r.job) await listSqlJobs();

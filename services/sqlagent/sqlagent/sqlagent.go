@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
@@ -17,6 +18,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/grpcapi"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/knowledge"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/mailer"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session/mongostore"
@@ -58,6 +60,11 @@ type Config struct {
 	SMTPPassword string `env:"SQLAGENT_SMTP_PASSWORD" secret:"true" help:"SMTP password (from a secret)"`
 	// ConfirmationWords overrides session.DefaultConfirmationWords.
 	ConfirmationWords string `env:"SQLAGENT_CONFIRMATION_WORDS" help:"comma-separated words that confirm a pending SQL, write or e-mail and are never taken as a parameter (a question, a table name, a subject) when nothing was asked; empty: yes, ok, okay, sure, correct and the like"`
+	// SchemaChars caps the schema text in a prompt.
+	SchemaChars int `env:"SQLAGENT_SCHEMA_CHARS" default:"24000" help:"longest schema text (one line per table) the model is shown to write SQL; a longer schema shows only the tables the question names (by table, column or comment words, and, with INDEXER_ADDR set, by the session's knowledge base passages naming a table) and their foreign-key neighbours, and the reply says which"`
+	// IndexerAddr is the indexer, whose knowledge base helps pick tables;
+	// empty: no search.
+	IndexerAddr string `env:"INDEXER_ADDR" help:"indexer gRPC address; when set, a schema too long for the prompt (SQLAGENT_SCHEMA_CHARS) is narrowed with a search of the session's knowledge base too: a passage naming a table makes it relevant. A search that fails or takes over 3s is logged and skipped. Empty: no search"`
 	// EmailRowLimit caps the rows one e-mail carries.
 	EmailRowLimit int `env:"SQLAGENT_EMAIL_ROW_LIMIT" default:"10000" help:"most rows one SEND_EMAIL attachment carries; more are cut and the message says so"`
 }
@@ -111,7 +118,11 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		closeListener(rt)
 		return err
 	}
-	registry, err := connections.Open(specs, connections.Options{})
+	if cfg.SchemaChars <= 0 {
+		closeListener(rt)
+		return fmt.Errorf("SQLAGENT_SCHEMA_CHARS must be positive, got %d", cfg.SchemaChars)
+	}
+	registry, err := connections.Open(specs, connections.Options{MaxSchemaChars: cfg.SchemaChars})
 	if err != nil {
 		closeListener(rt)
 		return fmt.Errorf("SQLAGENT_CONNECTIONS: %w", err)
@@ -135,10 +146,22 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	}
 	defer modelGateway.Close()
 
+	var kb session.Knowledge
+	if cfg.IndexerAddr != "" {
+		indexer, err := service.DialPeer(cfg.IndexerAddr)
+		if err != nil {
+			closeListener(rt)
+			return err
+		}
+		defer indexer.Close()
+		kb = knowledge.New(indexerv1.NewSearchServiceClient(indexer))
+	}
+
 	gen := sqlgen.New(modelv1.NewModelServiceClient(modelGateway), cfg.SQLModel)
 	agent := session.NewAgent(store, registry, gen,
 		session.Options{RowLimit: cfg.RowLimit, QueryTimeout: cfg.QueryTimeout, Mailer: mail, EmailRowLimit: cfg.EmailRowLimit,
-			ConfirmationWords: splitList(cfg.ConfirmationWords), Router: gen, PromptLogging: cfg.PromptLogging})
+			ConfirmationWords: splitList(cfg.ConfirmationWords), Router: gen, PromptLogging: cfg.PromptLogging,
+			Knowledge: kb, Logger: rt.Logger})
 	if cfg.PromptLogging {
 		gen.SetLog(agent.LogPrompt)
 	}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -177,68 +176,4 @@ func jsonValue(v any) any {
 	default:
 		return fmt.Sprint(x)
 	}
-}
-
-// SchemaText describes the named connection's tables and columns for a
-// prompt, one line per table: "table(col TYPE, ...)". It is cut at the
-// registry's MaxSchemaChars with a note saying so.
-func (r *Registry) SchemaText(ctx context.Context, name string) (string, error) {
-	c, err := r.get(name)
-	if err != nil {
-		return "", err
-	}
-	q := `SELECT m.name, p.name, p.type
-		FROM sqlite_master m JOIN pragma_table_info(m.name) p
-		WHERE m.type IN ('table', 'view') AND m.name NOT LIKE 'sqlite\_%' ESCAPE '\'
-		ORDER BY m.name, p.cid`
-	switch c.spec.Dialect {
-	case Postgres:
-		q = `SELECT CASE WHEN table_schema = 'public' THEN table_name ELSE table_schema || '.' || table_name END,
-			column_name, data_type
-		FROM information_schema.columns
-		WHERE table_schema NOT IN ('pg_catalog', 'information_schema') AND table_schema NOT LIKE 'pg\_%'
-		ORDER BY table_schema, table_name, ordinal_position`
-	case MySQL:
-		// Tables of the connection's database unqualified, others
-		// qualified; the system schemas left out.
-		q = `SELECT CASE WHEN TABLE_SCHEMA = DATABASE() THEN TABLE_NAME ELSE CONCAT(TABLE_SCHEMA, '.', TABLE_NAME) END,
-			COLUMN_NAME, COLUMN_TYPE
-		FROM information_schema.COLUMNS
-		WHERE TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')
-		ORDER BY TABLE_SCHEMA = DATABASE() DESC, TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION`
-	}
-	rows, err := c.read.QueryContext(ctx, q)
-	if err != nil {
-		return "", dbError(err)
-	}
-	defer rows.Close()
-	var b strings.Builder
-	current := ""
-	for rows.Next() {
-		var table, col, typ string
-		if err := rows.Scan(&table, &col, &typ); err != nil {
-			return "", dbError(err)
-		}
-		if table != current {
-			if current != "" {
-				b.WriteString(")\n")
-			}
-			if b.Len() > r.opts.MaxSchemaChars {
-				b.WriteString("-- (schema cut: more tables exist)\n")
-				return b.String(), nil
-			}
-			current = table
-			b.WriteString(table + "(")
-		} else {
-			b.WriteString(", ")
-		}
-		b.WriteString(strings.TrimSpace(col + " " + typ))
-	}
-	if err := rows.Err(); err != nil {
-		return "", dbError(err)
-	}
-	if current != "" {
-		b.WriteString(")\n")
-	}
-	return b.String(), nil
 }

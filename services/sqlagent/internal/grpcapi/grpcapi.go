@@ -127,6 +127,7 @@ func (s *Server) SendInput(ctx context.Context, req *sqlagentv1.SendInputRequest
 	resp := &sqlagentv1.SendInputResponse{
 		Session: toProto(sess), Reply: reply.Text, Options: toOptions(reply.Options), SqlToConfirm: reply.SQLToConfirm,
 		Action: actions[reply.Action], Job: jobProto(reply.Job),
+		SchemaTablesShown: reply.SchemaShown, SchemaNote: reply.SchemaNote,
 	}
 	if reply.Result != nil {
 		if resp.Result, err = toTable(reply.Result); err != nil {
@@ -282,6 +283,7 @@ func toProto(s *session.Session) *sqlagentv1.Session {
 		Id: s.ID, Scope: &commonv1.Scope{TenantId: s.Scope.TenantID, ProjectId: s.Scope.ProjectID},
 		JobKind: jobKinds[s.JobKind], Stage: string(s.Stage), Parameters: params, PendingSql: s.PendingSQL,
 		CreateTime: timestamppb.New(s.Created), UpdateTime: timestamppb.New(s.Updated),
+		SchemaTablesShown: s.SchemaShown, SchemaNote: s.SchemaNote,
 	}
 	for _, t := range s.Turns {
 		out.Turns = append(out.Turns, &sqlagentv1.Turn{Role: t.Role, Text: t.Text, Time: timestamppb.New(t.Time)})

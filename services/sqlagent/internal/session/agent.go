@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -44,6 +45,12 @@ func NewAgent(store Store, dbs Databases, gen SQLWriter, opts Options) *Agent {
 	}
 	if opts.ExecutionLeaseTTL <= 0 {
 		opts.ExecutionLeaseTTL = defaultExecutionLeaseTTL
+	}
+	if opts.KnowledgeTimeout <= 0 {
+		opts.KnowledgeTimeout = defaultKnowledgeTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -344,7 +351,9 @@ func (a *Agent) propose(ctx context.Context, s *Session, question, previous, fee
 	}
 	s.Stage, s.PendingSQL = StageConfirmGeneratedSQL, sql
 	delete(s.Params, paramJobName) // named for the SQL it replaces
-	return confirmReply("Here is the SQL I would run. Shall I run it? Reply yes to run it, or tell me what to change.", sql), nil
+	r := confirmReply(strings.TrimSpace("Here is the SQL I would run. Shall I run it? Reply yes to run it, or tell me what to change. "+s.SchemaNote), sql)
+	r.SchemaShown, r.SchemaNote = s.SchemaShown, s.SchemaNote
+	return r, nil
 }
 
 // generate asks the model for a query on connection conn, grounded on its
@@ -352,12 +361,13 @@ func (a *Agent) propose(ctx context.Context, s *Session, question, previous, fee
 // user when the model wrote none or wrote one that fails the check.
 // ErrUnavailable when the schema or the model cannot be reached.
 func (a *Agent) generate(ctx context.Context, s *Session, conn, dialect, question, previous, feedback string) (sql, refusal string, err error) {
-	schema, err := a.db(s).SchemaText(ctx, conn)
+	schema, err := a.db(s).Schema(ctx, conn, connections.SchemaRequest{Question: question, Hints: a.hints(s.Scope, question)})
 	if err != nil {
 		return "", "", fmt.Errorf("%w: read the schema of %s: %w", ErrUnavailable, conn, err)
 	}
+	s.SchemaShown, s.SchemaNote = schema.Shown, schema.Note()
 	sql, err = a.gen.Generate(ctx, sqlgen.Request{
-		Dialect: dialect, Schema: schema, Question: question,
+		Dialect: dialect, Schema: schema.Text, Question: question,
 		PreviousSQL: previous, Feedback: feedback,
 	})
 	switch {
@@ -371,6 +381,27 @@ func (a *Agent) generate(ctx context.Context, s *Session, conn, dialect, questio
 		return "", fmt.Sprintf("I won't run the query the model wrote: %s. Only read-only SELECT queries are allowed; try rephrasing the question.", reason(err)), nil
 	}
 	return checked, "", nil
+}
+
+// hints searches the knowledge base of scope for question, when one is
+// configured, for Schema to call only when it must pick tables: a search
+// that fails or runs past KnowledgeTimeout is logged and gives no hints,
+// so the job goes on without them.
+func (a *Agent) hints(scope Scope, question string) func(context.Context) []string {
+	if a.opts.Knowledge == nil {
+		return nil
+	}
+	return func(ctx context.Context) []string {
+		ctx, cancel := context.WithTimeout(ctx, a.opts.KnowledgeTimeout)
+		defer cancel()
+		texts, err := a.opts.Knowledge.Search(ctx, scope, question)
+		if err != nil {
+			a.opts.Logger.WarnContext(ctx, "knowledge base search failed; the tables are picked without it",
+				"tenant", scope.TenantID, "project", scope.ProjectID, "error", err)
+			return nil
+		}
+		return texts
+	}
 }
 
 // proposeUserSQL checks the user's SQL and asks for confirmation, or refuses it.

@@ -48,6 +48,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
@@ -95,6 +96,7 @@ const (
 	defaultExecutionLeaseTTL                    = 6 * time.Second
 	defaultEmailRowLimit                        = 10000
 	defaultCompareRowLimit                      = 100000
+	defaultKnowledgeTimeout                     = 3 * time.Second
 	roleUser, roleAgent                         = "user", "agent"
 	paramConnection, paramDialect               = "connection", "dialect"
 	paramMethod, paramQuestion                  = "sql_method", "question"
@@ -137,6 +139,11 @@ type Session struct {
 	// Execution is the confirmed SQL being run; set only in
 	// StageExecuting.
 	Execution *Execution
+	// SchemaShown are the tables the model was shown for the last SQL it
+	// generated; SchemaNote says so in a sentence when the schema was too
+	// long for the prompt and only these were shown ("" otherwise).
+	SchemaShown []string
+	SchemaNote  string
 	// Version counts writes; the store updates only the version it read.
 	Version int64
 	Created time.Time
@@ -186,6 +193,10 @@ type Reply struct {
 	Action string
 	// Job is the job that ran, when one did.
 	Job *Job
+	// SchemaShown and SchemaNote are the session's, on the reply that
+	// shows SQL the model generated.
+	SchemaShown []string
+	SchemaNote  string
 }
 
 // Errors of the session domain. The gRPC layer maps them to codes.
@@ -256,7 +267,9 @@ type Store interface {
 type Databases interface {
 	List() []connections.Info
 	Dialect(name string) (string, error)
-	SchemaText(ctx context.Context, name string) (string, error)
+	// Schema is the named connection's schema for a prompt about
+	// req.Question (connections.Registry.Schema).
+	Schema(ctx context.Context, name string, req connections.SchemaRequest) (*connections.Schema, error)
 	Schemas(ctx context.Context, name string) ([]string, error)
 	Query(ctx context.Context, name, sql string, limit int, timeout time.Duration) (*connections.Result, error)
 	WriteTableIn(ctx context.Context, name, sql, schema, table string, mode connections.WriteMode, timeout time.Duration) (int64, error)
@@ -269,6 +282,12 @@ type Databases interface {
 	// Visible reports whether tenant may use the named connection
 	// (tenants.go).
 	Visible(tenant, name string) bool
+}
+
+// Knowledge searches the knowledge base of a scope: the texts of the
+// passages best matching query, best first.
+type Knowledge interface {
+	Search(ctx context.Context, scope Scope, query string) ([]string, error)
 }
 
 // SQLWriter proposes SQL for a question.
@@ -301,6 +320,15 @@ type Options struct {
 	Mailer Mailer
 	// EmailRowLimit caps the rows an e-mail carries (default 10000).
 	EmailRowLimit int
+	// Knowledge, when set, is searched for the question when a schema is
+	// too long for the prompt: a passage naming a table makes it
+	// relevant (a data dictionary, a runbook). A search that fails or
+	// takes longer than KnowledgeTimeout (default 3s) is logged to Logger
+	// and the tables are picked without it.
+	Knowledge        Knowledge
+	KnowledgeTimeout time.Duration
+	// Logger logs what fails without failing the job (nil: discarded).
+	Logger *slog.Logger
 	// CompareRowLimit caps the rows each query of a comparison may return
 	// (default 100000); a comparison of more is refused, not cut.
 	CompareRowLimit int

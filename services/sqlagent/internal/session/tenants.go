@@ -54,11 +54,11 @@ func (t tenantDBs) Dialect(name string) (string, error) {
 	return t.all.Dialect(name)
 }
 
-func (t tenantDBs) SchemaText(ctx context.Context, name string) (string, error) {
+func (t tenantDBs) Schema(ctx context.Context, name string, req connections.SchemaRequest) (*connections.Schema, error) {
 	if err := t.check(name); err != nil {
-		return "", err
+		return nil, err
 	}
-	return t.all.SchemaText(ctx, name)
+	return t.all.Schema(ctx, name, req)
 }
 
 func (t tenantDBs) Schemas(ctx context.Context, name string) ([]string, error) {

@@ -524,7 +524,16 @@ type Session struct {
 	// Creation time.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Last update time.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// The tables whose schema the model was shown for the last SQL it
+	// generated in this session (all of them when the whole schema fitted
+	// the prompt); empty before any generation.
+	SchemaTablesShown []string `protobuf:"bytes,10,rep,name=schema_tables_shown,json=schemaTablesShown,proto3" json:"schema_tables_shown,omitempty"`
+	// Says which tables the model was shown and how they were picked, when
+	// the schema was too large for the prompt and only some were shown
+	// ("Shown to the model: customers, invoices (2 of 412 tables, picked by
+	// the question)"); empty when the whole schema was shown.
+	SchemaNote    string `protobuf:"bytes,11,opt,name=schema_note,json=schemaNote,proto3" json:"schema_note,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -620,6 +629,20 @@ func (x *Session) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *Session) GetSchemaTablesShown() []string {
+	if x != nil {
+		return x.SchemaTablesShown
+	}
+	return nil
+}
+
+func (x *Session) GetSchemaNote() string {
+	if x != nil {
+		return x.SchemaNote
+	}
+	return ""
 }
 
 // CreateSessionRequest starts a session.
@@ -966,7 +989,13 @@ type SendInputResponse struct {
 	// reply asks.
 	Action Action `protobuf:"varint,6,opt,name=action,proto3,enum=agentmesh.sqlagent.v1.Action" json:"action,omitempty"`
 	// The job that ran, when one did (also kept: ListSqlJobs, GetSqlJob).
-	Job           *SqlJob `protobuf:"bytes,7,opt,name=job,proto3" json:"job,omitempty"`
+	Job *SqlJob `protobuf:"bytes,7,opt,name=job,proto3" json:"job,omitempty"`
+	// The tables whose schema the model was shown to write sql_to_confirm,
+	// when the model wrote it (as Session.schema_tables_shown).
+	SchemaTablesShown []string `protobuf:"bytes,8,rep,name=schema_tables_shown,json=schemaTablesShown,proto3" json:"schema_tables_shown,omitempty"`
+	// Which tables the model was shown and how they were picked, when only
+	// some were (as Session.schema_note).
+	SchemaNote    string `protobuf:"bytes,9,opt,name=schema_note,json=schemaNote,proto3" json:"schema_note,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1048,6 +1077,20 @@ func (x *SendInputResponse) GetJob() *SqlJob {
 		return x.Job
 	}
 	return nil
+}
+
+func (x *SendInputResponse) GetSchemaTablesShown() []string {
+	if x != nil {
+		return x.SchemaTablesShown
+	}
+	return nil
+}
+
+func (x *SendInputResponse) GetSchemaNote() string {
+	if x != nil {
+		return x.SchemaNote
+	}
+	return ""
 }
 
 // SqlJob is one job that ran: a read, a write, an e-mail or a comparison.
@@ -1671,7 +1714,7 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\x04Turn\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xa3\x03\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xf4\x03\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
 	"\x05scope\x18\x02 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x129\n" +
@@ -1686,7 +1729,11 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xd6\x01\n" +
+	"updateTime\x12.\n" +
+	"\x13schema_tables_shown\x18\n" +
+	" \x03(\tR\x11schemaTablesShown\x12\x1f\n" +
+	"\vschema_note\x18\v \x01(\tR\n" +
+	"schemaNote\"\xd6\x01\n" +
 	"\x14CreateSessionRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12(\n" +
 	"\n" +
@@ -1710,7 +1757,7 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\tsessionId\x12\x1d\n" +
 	"\x04text\x18\x03 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04R\x04text\x12&\n" +
-	"\tselection\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tselection\"\xe6\x02\n" +
+	"\tselection\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tselection\"\xb7\x03\n" +
 	"\x11SendInputResponse\x128\n" +
 	"\asession\x18\x01 \x01(\v2\x1e.agentmesh.sqlagent.v1.SessionR\asession\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\x127\n" +
@@ -1718,7 +1765,10 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\x0esql_to_confirm\x18\x04 \x01(\tR\fsqlToConfirm\x12:\n" +
 	"\x06result\x18\x05 \x01(\v2\".agentmesh.sqlagent.v1.ResultTableR\x06result\x125\n" +
 	"\x06action\x18\x06 \x01(\x0e2\x1d.agentmesh.sqlagent.v1.ActionR\x06action\x12/\n" +
-	"\x03job\x18\a \x01(\v2\x1d.agentmesh.sqlagent.v1.SqlJobR\x03job\"\xba\x03\n" +
+	"\x03job\x18\a \x01(\v2\x1d.agentmesh.sqlagent.v1.SqlJobR\x03job\x12.\n" +
+	"\x13schema_tables_shown\x18\b \x03(\tR\x11schemaTablesShown\x12\x1f\n" +
+	"\vschema_note\x18\t \x01(\tR\n" +
+	"schemaNote\"\xba\x03\n" +
 	"\x06SqlJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +

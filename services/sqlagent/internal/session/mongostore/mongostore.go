@@ -123,6 +123,8 @@ type doc struct {
 	Params        map[string]string `bson:"params"`
 	PendingSQL    string            `bson:"pending_sql"`
 	Execution     *executionDoc     `bson:"execution"`
+	SchemaShown   []string          `bson:"schema_tables_shown,omitempty"`
+	SchemaNote    string            `bson:"schema_note,omitempty"`
 	Turns         []turnDoc         `bson:"turns"`
 	Created       time.Time         `bson:"created"`
 	Updated       time.Time         `bson:"updated"`
@@ -133,6 +135,7 @@ func toDoc(s *session.Session) doc {
 		ID: s.ID, TenantID: s.Scope.TenantID, ProjectID: s.Scope.ProjectID, SchemaVersion: schemaVersion,
 		Version: s.Version, JobKind: s.JobKind, Stage: string(s.Stage), Params: s.Params,
 		PendingSQL: s.PendingSQL, Created: s.Created, Updated: s.Updated, Turns: []turnDoc{},
+		SchemaShown: s.SchemaShown, SchemaNote: s.SchemaNote,
 	}
 	for _, t := range s.Turns {
 		d.Turns = append(d.Turns, turnDoc{Role: t.Role, Text: t.Text, Time: t.Time})
@@ -148,6 +151,7 @@ func fromDoc(d doc) *session.Session {
 		ID: d.ID, Scope: session.Scope{TenantID: d.TenantID, ProjectID: d.ProjectID},
 		JobKind: d.JobKind, Stage: session.Stage(d.Stage), Params: d.Params, PendingSQL: d.PendingSQL,
 		Version: d.Version, Created: d.Created.UTC(), Updated: d.Updated.UTC(),
+		SchemaShown: d.SchemaShown, SchemaNote: d.SchemaNote,
 	}
 	if s.Params == nil {
 		s.Params = map[string]string{}
@@ -195,6 +199,7 @@ func (st *Store) Update(ctx context.Context, s *session.Session) error {
 	err := mongox.UpdateVersioned(ctx, st.coll, scopeFilter(s.Scope, s.ID), s.Version, bson.M{"$set": bson.M{
 		"job_kind": d.JobKind, "stage": d.Stage, "params": d.Params, "pending_sql": d.PendingSQL,
 		"execution": d.Execution, "turns": d.Turns, "updated": d.Updated, "schema_version": schemaVersion,
+		"schema_tables_shown": d.SchemaShown, "schema_note": d.SchemaNote,
 	}})
 	switch {
 	case errors.Is(err, mongox.ErrConflict):
