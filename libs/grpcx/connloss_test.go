@@ -2,9 +2,7 @@ package grpcx_test
 
 import (
 	"context"
-	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/libs/testkit"
 )
 
 // flakyHealth answers Check. Its first call waits until its client's
@@ -44,55 +43,7 @@ func (h *flakyHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest)
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
-// cutter forwards TCP connections to addr and, when cut is called, closes
-// the connections open at that moment, as the death of the server's
-// process would.
-type cutter struct {
-	addr  string
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func startCutter(t *testing.T, addr string) (string, *cutter) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	c := &cutter{addr: addr}
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", addr)
-			if err != nil {
-				_ = in.Close()
-				continue
-			}
-			c.mu.Lock()
-			c.conns = append(c.conns, in, out)
-			c.mu.Unlock()
-			go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
-			go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
-		}
-	}()
-	t.Cleanup(c.cut)
-	return ln.Addr().String(), c
-}
-
-func (c *cutter) cut() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, conn := range c.conns {
-		_ = conn.Close()
-	}
-	c.conns = nil
-}
-
-func healthBehindCutter(t *testing.T, h *flakyHealth) (healthpb.HealthClient, *cutter) {
+func healthBehindCutter(t *testing.T, h *flakyHealth) (healthpb.HealthClient, *testkit.Cutter) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -102,7 +53,7 @@ func healthBehindCutter(t *testing.T, h *flakyHealth) (healthpb.HealthClient, *c
 	healthpb.RegisterHealthServer(srv, h)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
-	addr, c := startCutter(t, ln.Addr().String())
+	addr, c := testkit.StartCutter(t, ln.Addr().String())
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +70,7 @@ func TestRetryConnectionLoss(t *testing.T) {
 	t.Run("a call cut mid-flight runs again on a new connection", func(t *testing.T) {
 		h := &flakyHealth{arrived: make(chan struct{})}
 		client, c := healthBehindCutter(t, h)
-		go func() { <-h.arrived; c.cut() }()
+		go func() { <-h.arrived; c.Cut() }()
 		var first error
 		err := grpcx.RetryConnectionLoss(ctx, 3, func(ctx context.Context) error {
 			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
