@@ -9,15 +9,21 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/agentmesh/agentmesh/libs/config"
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
+	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
+	"github.com/agentmesh/agentmesh/services/indexer/indexer"
 )
 
 // fillerTables is how many unrelated tables the synthetic schemas carry:
@@ -182,7 +188,9 @@ func TestSchemaTooLongShowsTheQuestionsTables(t *testing.T) {
 }
 
 // knowledgeBase is a SearchService on loopback: the indexer's contract,
-// answering each query with the passages set for it.
+// answering each query with the passages set for it. It shows what the
+// real indexer (TestIndexerPicksTables) cannot be made to do on cue: fail,
+// and refuse a query too long.
 type knowledgeBase struct {
 	indexerv1.UnimplementedSearchServiceServer
 	mu       sync.Mutex
@@ -322,4 +330,68 @@ func TestPostgresSchemaComments(t *testing.T) {
 	if strings.Contains(system, "audit_metric_") || !strings.Contains(r.GetSchemaNote(), "(2 of 82 tables, picked by the question)") {
 		t.Fatalf("note %q, prompt:\n%s", r.GetSchemaNote(), system)
 	}
+}
+
+// TestIndexerPicksTables runs the real indexer in-process: a data
+// dictionary ingested into the session's tenant and project, naming
+// zz_attrition_evt, puts that table in front of the model for a question
+// none of whose words it matches; the same dictionary in another tenant
+// does not.
+func TestIndexerPicksTables(t *testing.T) {
+	t.Parallel()
+	const question = "How many subscriptions were cancelled in March?"
+	sim, modelAddr := startModel(t)
+	sim.When(providersim.Match{}).Text("```sql\nSELECT 1\n```")
+	uri, db := testkit.MongoURI(t)
+	var cfg indexer.Config
+	if err := config.Load("", &cfg, config.Map(map[string]string{
+		"MONGO_URI": uri, "MONGO_DATABASE": db, "NATS_URL": testkit.NewNATS(t).URL(), "INDEXER_DATA_DIR": t.TempDir(),
+		"INDEXER_LLM_EXTRACTION": "false", "MODELGATEWAY_ADDR": modelAddr, "VISION_ADDR": unreachable(t),
+	})); err != nil {
+		t.Fatal(err)
+	}
+	idxAddr := testkit.RunService(t, "indexer", func(ctx context.Context, rt service.Runtime) error { return indexer.Run(ctx, &cfg, rt) })
+	conn, err := grpc.NewClient(idxAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx := ctxTimeout(t)
+	ingest := func(scope *commonv1.Scope, text string) {
+		t.Helper()
+		if _, err := indexerv1.NewDocumentServiceClient(conn).IngestDocument(ctx, &indexerv1.IngestDocumentRequest{
+			Scope: scope, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, Title: "Data dictionary: churn", RawContent: text,
+		}); err != nil {
+			t.Fatalf("IngestDocument: %v", err)
+		}
+		testkit.Eventually(t, 20*time.Second, func() bool {
+			r, err := indexerv1.NewSearchServiceClient(conn).Search(ctx, &indexerv1.SearchRequest{Scope: scope, Query: question})
+			return err == nil && len(r.GetHits()) > 0
+		}, "the dictionary to be searchable")
+	}
+	ingest(&commonv1.Scope{TenantId: "globex", ProjectId: scopeA.GetProjectId()},
+		"Subscriptions cancelled are recorded in audit_metric_299, one row per cancelled subscription.")
+	c := startAgent(t, modelAddr, "wide=sqlite:"+wideSchema(t), map[string]string{"SQLAGENT_SCHEMA_CHARS": "2000", "INDEXER_ADDR": idxAddr})
+
+	// Only another tenant's dictionary: nothing picks a table.
+	r := askGenerated(t, c, "wide", question)
+	if slices.Contains(r.GetSchemaTablesShown(), "audit_metric_299") || !strings.Contains(r.GetSchemaNote(), "none matched") {
+		t.Fatalf("another tenant's dictionary picked tables: shown %q, note %q", r.GetSchemaTablesShown(), r.GetSchemaNote())
+	}
+
+	ingest(scopeA, "Subscriptions cancelled are recorded in zz_attrition_evt, one row per cancelled subscription.")
+	r = askGenerated(t, c, "wide", question)
+	wantShown(t, c, r, systemPrompt(t, sim), "zz_attrition_evt")
+	if !strings.Contains(r.GetSchemaNote(), "picked by the knowledge base") {
+		t.Fatalf("schema_note = %q", r.GetSchemaNote())
+	}
+}
+
+// unreachable is a loopback address nobody listens on.
+func unreachable(t *testing.T) string {
+	t.Helper()
+	lis := testkit.Listen(t)
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	return addr
 }
