@@ -44,8 +44,9 @@ func Components() []Component {
 // one row per variable with the services that read it.
 func PrintVarsTable(w io.Writer) {
 	type row struct {
-		v    config.Var
-		used []string
+		v      config.Var
+		used   []string
+		others []string // readers whose default differs from v's, with theirs
 	}
 	rows := map[string]*row{}
 	for _, c := range Components() {
@@ -56,6 +57,9 @@ func PrintVarsTable(w io.Writer) {
 				rows[v.Name] = r
 			}
 			r.used = append(r.used, c.Name)
+			if v.Default != r.v.Default || v.Required != r.v.Required {
+				r.others = append(r.others, c.Name+": "+shownDefault(v))
+			}
 		}
 	}
 	names := make([]string, 0, len(rows))
@@ -67,12 +71,9 @@ func PrintVarsTable(w io.Writer) {
 	fmt.Fprintln(w, "|---|---|---|---|")
 	for _, n := range names {
 		r := rows[n]
-		def := r.v.Default
-		if r.v.Required {
-			def = "**required**"
-		}
-		if def != "" && def != "**required**" {
-			def = "`" + def + "`"
+		def := shownDefault(r.v)
+		if len(r.others) > 0 {
+			def += " (" + strings.Join(r.others, "; ") + ")"
 		}
 		used := strings.Join(r.used, ", ")
 		if len(r.used) >= 6 {
@@ -84,4 +85,15 @@ func PrintVarsTable(w io.Writer) {
 		}
 		fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", n, def, used, strings.ReplaceAll(help, "|", "\\|"))
 	}
+}
+
+// shownDefault is a variable's default as the table shows it.
+func shownDefault(v config.Var) string {
+	switch {
+	case v.Required:
+		return "**required**"
+	case v.Default == "":
+		return "none"
+	}
+	return "`" + v.Default + "`"
 }
