@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -118,4 +119,18 @@ func checkPlain(cond bson.D) error {
 		}
 	}
 	return nil
+}
+
+// TimeRange is the condition of a time field for a listing's range: at or
+// after from, before to; a zero bound is open. It is empty when both are,
+// so callers add it to a filter only when len > 0.
+func TimeRange(from, to time.Time) bson.D {
+	var d bson.D
+	if !from.IsZero() {
+		d = append(d, bson.E{Key: "$gte", Value: from})
+	}
+	if !to.IsZero() {
+		d = append(d, bson.E{Key: "$lt", Value: to})
+	}
+	return d
 }

@@ -627,14 +627,7 @@ func (s *Store) List(ctx context.Context, scope *commonv1.Scope, o ListOptions) 
 	if o.State != "" {
 		f = append(f, bson.E{Key: "state", Value: string(o.State)})
 	}
-	var created bson.D
-	if !o.CreatedFrom.IsZero() {
-		created = append(created, bson.E{Key: "$gte", Value: o.CreatedFrom})
-	}
-	if !o.CreatedTo.IsZero() {
-		created = append(created, bson.E{Key: "$lt", Value: o.CreatedTo})
-	}
-	if len(created) > 0 {
+	if created := mongox.TimeRange(o.CreatedFrom, o.CreatedTo); len(created) > 0 {
 		f = append(f, bson.E{Key: "create_time", Value: created})
 	}
 	// Each collection gives its first Offset+Limit; the merge keeps the

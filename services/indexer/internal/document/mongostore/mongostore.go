@@ -625,14 +625,7 @@ func (s *Store) ListDocuments(ctx context.Context, sc document.Scope, lf ListFil
 	if lf.SourceType != indexerv1.SourceType_SOURCE_TYPE_UNSPECIFIED {
 		f = append(f, bson.E{Key: "source_type", Value: int32(lf.SourceType)})
 	}
-	var created bson.D
-	if !lf.CreatedFrom.IsZero() {
-		created = append(created, bson.E{Key: "$gte", Value: lf.CreatedFrom})
-	}
-	if !lf.CreatedTo.IsZero() {
-		created = append(created, bson.E{Key: "$lt", Value: lf.CreatedTo})
-	}
-	if len(created) > 0 {
+	if created := mongox.TimeRange(lf.CreatedFrom, lf.CreatedTo); len(created) > 0 {
 		f = append(f, bson.E{Key: "create_time", Value: created})
 	}
 	f = append(f, bson.E{Key: "deleting", Value: false})

@@ -333,7 +333,7 @@ func (s *Store) List(ctx context.Context, scope conversation.Scope, q conversati
 	if q.Caller != "" {
 		filter = append(filter, bson.E{Key: "caller", Value: q.Caller})
 	}
-	if created := createdRange(q); len(created) > 0 {
+	if created := mongox.TimeRange(q.CreatedFrom, q.CreatedTo); len(created) > 0 {
 		filter = append(filter, bson.E{Key: "create_time", Value: created})
 	}
 	if cur != nil {
@@ -365,19 +365,6 @@ func (s *Store) List(ctx context.Context, scope conversation.Scope, q conversati
 	}
 	last := out[len(out)-1]
 	return out, conversation.EncodeCursor(conversation.Cursor{CreateTime: last.CreateTime, ID: last.ID, Caller: q.Caller}), nil
-}
-
-// createdRange is the create_time condition of q's time range, empty
-// when q has none.
-func createdRange(q conversation.ListQuery) bson.D {
-	var d bson.D
-	if !q.CreatedFrom.IsZero() {
-		d = append(d, bson.E{Key: "$gte", Value: q.CreatedFrom})
-	}
-	if !q.CreatedTo.IsZero() {
-		d = append(d, bson.E{Key: "$lt", Value: q.CreatedTo})
-	}
-	return d
 }
 
 // deleteLeaseTTL is how long a deletion holds the conversation's lease:
