@@ -44,7 +44,9 @@ type ledger struct {
 	mu      sync.Mutex
 	rows    map[usageKey]*usageTotals // guarded by mu
 	callers map[[2]string]bool        // guarded by mu: label pairs seen
-	attrs   map[any]metric.AddOption  // guarded by mu: attribute sets by label values
+	// attribute sets by label values, guarded by mu
+	tokenAttrs   map[tokenKey]metric.AddOption
+	requestAttrs map[requestKey]metric.AddOption
 }
 
 func newLedger(mp metric.MeterProvider) (*ledger, error) {
@@ -60,7 +62,8 @@ func newLedger(mp metric.MeterProvider) (*ledger, error) {
 		return nil, err
 	}
 	return &ledger{tokens: tokens, requests: requests, since: time.Now(), rows: map[usageKey]*usageTotals{},
-		callers: map[[2]string]bool{}, attrs: map[any]metric.AddOption{}}, nil
+		callers:    map[[2]string]bool{},
+		tokenAttrs: map[tokenKey]metric.AddOption{}, requestAttrs: map[requestKey]metric.AddOption{}}, nil
 }
 
 // labels returns c's tenant and key labels, folded into overflowLabel
@@ -81,15 +84,26 @@ func (l *ledger) labels(c Caller) (tenant, key string) {
 	return tenant, key
 }
 
-// option returns the cached attribute set for k, building it with kv the
-// first time: building one per measurement would allocate on every call.
-// l.mu must be held.
-func (l *ledger) option(k any, kv ...attribute.KeyValue) metric.AddOption {
-	if o, ok := l.attrs[k]; ok {
+// tokenKey and requestKey are the label values of the two counters.
+type (
+	tokenKey   struct{ tenant, key, model, kind string }
+	requestKey struct {
+		tenant, key, endpoint string
+		status                int
+	}
+)
+
+// option returns the attribute set cached in m for k, building it with kv
+// the first time: building one per measurement would allocate on every
+// call, and so would the attributes, which is why kv is a function (and m
+// is typed: a key boxed in an interface would allocate too). The ledger's
+// mu must be held.
+func option[K comparable](m map[K]metric.AddOption, k K, kv func() []attribute.KeyValue) metric.AddOption {
+	if o, ok := m[k]; ok {
 		return o
 	}
-	o := metric.WithAttributes(kv...)
-	l.attrs[k] = o
+	o := metric.WithAttributes(kv()...)
+	m[k] = o
 	return o
 }
 
@@ -99,7 +113,6 @@ func (l *ledger) add(c Caller, model string, u *modelv1.Usage) {
 	if total == 0 {
 		total = u.GetPromptTokens() + u.GetCompletionTokens()
 	}
-	type tokenKey struct{ tenant, key, model, kind string }
 	l.mu.Lock()
 	tenant, key := l.labels(c)
 	row := l.rows[usageKey{tenant, key, model}]
@@ -114,8 +127,10 @@ func (l *ledger) add(c Caller, model string, u *modelv1.Usage) {
 	row.total += total
 	var opts [3]metric.AddOption
 	for i, kind := range []string{"prompt", "completion", "reasoning"} {
-		opts[i] = l.option(tokenKey{tenant, key, model, kind}, attribute.String("tenant", tenant),
-			attribute.String("key", key), attribute.String("model", model), attribute.String("kind", kind))
+		opts[i] = option(l.tokenAttrs, tokenKey{tenant, key, model, kind}, func() []attribute.KeyValue {
+			return []attribute.KeyValue{attribute.String("tenant", tenant), attribute.String("key", key),
+				attribute.String("model", model), attribute.String("kind", kind)}
+		})
 	}
 	l.mu.Unlock()
 	ctx := context.Background()
@@ -128,14 +143,12 @@ func (l *ledger) add(c Caller, model string, u *modelv1.Usage) {
 
 // count records one request to endpoint with its HTTP status.
 func (l *ledger) count(c Caller, endpoint string, httpStatus int) {
-	type requestKey struct {
-		tenant, key, endpoint string
-		status                int
-	}
 	l.mu.Lock()
 	tenant, key := l.labels(c)
-	opt := l.option(requestKey{tenant, key, endpoint, httpStatus}, attribute.String("tenant", tenant),
-		attribute.String("key", key), attribute.String("endpoint", endpoint), attribute.Int("http_status", httpStatus))
+	opt := option(l.requestAttrs, requestKey{tenant, key, endpoint, httpStatus}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("tenant", tenant), attribute.String("key", key),
+			attribute.String("endpoint", endpoint), attribute.Int("http_status", httpStatus)}
+	})
 	l.mu.Unlock()
 	l.requests.Add(context.Background(), 1, opt)
 }
