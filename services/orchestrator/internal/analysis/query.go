@@ -160,23 +160,16 @@ func (w *treeWatch) rootFinalDelivered(ctx context.Context, root *Job, afterSeq 
 
 // recheckWhileIdle ends the watch (cancel with errWatchDone) when, after
 // watchRecheck without events, the finished tree turns out to be sent.
+// Cancelling ctx's watch also ends the loop.
 func (w *treeWatch) recheckWhileIdle(ctx context.Context, cancel context.CancelCauseFunc) {
-	t := time.NewTicker(watchRecheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, watchRecheck, func() {
 		w.mu.Lock()
 		idle := w.finishing && time.Since(w.last) >= watchRecheck
 		w.mu.Unlock()
-		if idle && w.done(ctx) {
+		if idle && ctx.Err() == nil && w.done(ctx) {
 			cancel(errWatchDone)
-			return
 		}
-	}
+	})
 }
 
 // jobMark is what a watch remembers of the last event it sent for a job:
