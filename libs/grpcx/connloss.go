@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -16,6 +17,30 @@ import (
 func ConnectionLost(err error) bool {
 	st, ok := status.FromError(err)
 	return ok && st.Code() == codes.Unavailable && Reason(err) == ""
+}
+
+// connectionLossRetried are the methods Dial's connections send again, up
+// to connectionLossAttempts times, when a call lost its server mid-flight
+// (ConnectionLost): model calls, whose answer nothing keeps until the
+// caller stores it, so a second call is safe, and the balancer sends it to
+// another replica once the dead one's connection is gone. Without it a
+// model gateway replica's death failed the classification run or analysis
+// whose call it relayed.
+var connectionLossRetried = map[string]bool{"/agentmesh.model.v1.ModelService/Chat": true}
+
+// connectionLossAttempts is how many times a connectionLossRetried call is
+// sent at most.
+const connectionLossAttempts = 3
+
+// retryConnectionLossUnary is the client interceptor Dial installs for
+// connectionLossRetried.
+func retryConnectionLossUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if !connectionLossRetried[method] {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	return RetryConnectionLoss(ctx, connectionLossAttempts, func(ctx context.Context) error {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
 }
 
 // RetryConnectionLoss runs call up to attempts times while it fails with a

@@ -18,7 +18,8 @@ import (
 // it could apply it twice (approve the next batch, ingest twice); gRPC's
 // transparent retry still covers calls that never reached a server. Model
 // calls are not retried here either: the model gateway retries upstream
-// itself, and a second layer would multiply its attempts.
+// itself, and a second layer would multiply its attempts; only a model
+// call that lost its connection is sent again (connectionLossRetried).
 var retriedMethods = map[string][]string{
 	"agentmesh.model.v1.ModelService":               {"ListModels", "Embed"},
 	"agentmesh.orchestrator.v1.ConversationService": {"GetConversation", "ListConversations"},
@@ -72,7 +73,9 @@ var retryServiceConfig = func() string {
 // such as "dns:///svc:9090") with OpenTelemetry stats, the mesh's retry
 // service config and plaintext transport (the mesh runs behind the cluster
 // network or a service mesh that adds mTLS). Model calls carry the scope
-// they are made for (see WithScope). Extra options are appended.
+// they are made for (see WithScope), and are sent again when the replica
+// serving them dies mid-call (see connectionLossRetried). Extra options are
+// appended.
 // The connection is lazy: it connects on first use.
 func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	base := []grpc.DialOption{
@@ -82,7 +85,7 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32 << 20)),
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),
-		grpc.WithChainUnaryInterceptor(forwardScopeUnary),
+		grpc.WithChainUnaryInterceptor(forwardScopeUnary, retryConnectionLossUnary),
 		grpc.WithChainStreamInterceptor(forwardScopeStream),
 	}
 	cc, err := grpc.NewClient(target, append(base, opts...)...)

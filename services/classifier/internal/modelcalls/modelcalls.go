@@ -290,10 +290,6 @@ func (c *Client) Summarize(ctx context.Context, r statemachine.Run, saved []Summ
 	return content, nil
 }
 
-// modelCallAttempts is how many times a model call whose connection was lost
-// is sent.
-const modelCallAttempts = 3
-
 // chat runs one Chat call; with a schema it asks for JSON-schema output.
 func (c *Client) chat(ctx context.Context, model, system, user, schemaName, schema string) (string, error) {
 	req := &modelv1.ChatRequest{
@@ -313,16 +309,9 @@ func (c *Client) chat(ctx context.Context, model, system, user, schemaName, sche
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	// A model gateway replica that dies mid-call cuts the connection; the
-	// answer was never kept, so the call runs again on another replica
-	// rather than stopping the run. An Unavailable the gateway answered
-	// itself (providers down) is not retried: the gateway has retried them.
-	var resp *modelv1.ChatResponse
-	err := grpcx.RetryConnectionLoss(ctx, modelCallAttempts, func(ctx context.Context) error {
-		var err error
-		resp, err = c.svc.Chat(ctx, req)
-		return err
-	})
+	// A call cut by a dying model gateway replica is sent again by the
+	// connection (grpcx.Dial); what fails here has failed for good.
+	resp, err := c.svc.Chat(ctx, req)
 	if err != nil {
 		if grpcx.Reason(err) == reasonSchemaValidation {
 			// The model answered (its tokens are spent), unusably.

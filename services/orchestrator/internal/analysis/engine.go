@@ -21,7 +21,6 @@ import (
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
-	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/planner"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/schemas"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/synthesis"
@@ -119,29 +118,6 @@ func (c Config) withDefaults() Config {
 // generated modelv1.ModelServiceClient is one.
 type Model interface {
 	Chat(ctx context.Context, in *modelv1.ChatRequest, opts ...grpc.CallOption) (*modelv1.ChatResponse, error)
-}
-
-// modelCallAttempts is how many times a model call whose connection was
-// lost is sent.
-const modelCallAttempts = 3
-
-// retryingModel sends a model call again when the model gateway replica
-// serving it died mid-call (grpcx.ConnectionLost): nothing of a cut call is
-// kept until the job stores its answer, so a second call is safe, and the
-// balancer sends it to another replica. Without it a replica's death failed
-// the planning or synthesis job, and with it the analysis. An Unavailable
-// the gateway answered itself (every provider down) is not sent again: the
-// gateway has retried its providers.
-type retryingModel struct{ Model }
-
-func (m retryingModel) Chat(ctx context.Context, in *modelv1.ChatRequest, opts ...grpc.CallOption) (*modelv1.ChatResponse, error) {
-	var resp *modelv1.ChatResponse
-	err := grpcx.RetryConnectionLoss(ctx, modelCallAttempts, func(ctx context.Context) error {
-		var err error
-		resp, err = m.Model.Chat(ctx, in, opts...)
-		return err
-	})
-	return resp, err
 }
 
 // Hooks let tests observe or interrupt the engine at points a crash
@@ -242,8 +218,8 @@ func New(cfg Config, d Deps) (*Engine, error) {
 		tools:     d.Tools,
 		toolbox:   d.Toolbox,
 		schemas:   d.Schemas,
-		planner:   planner.New(retryingModel{d.Model}, cfg.PlannerModel),
-		synth:     synthesis.New(retryingModel{d.Model}, cfg.SynthesisModel),
+		planner:   planner.New(d.Model, cfg.PlannerModel),
+		synth:     synthesis.New(d.Model, cfg.SynthesisModel),
 		log:       log.With(slog.String("component", "analysis")),
 		hooks:     d.Hooks,
 		clock:     clock,

@@ -22,6 +22,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
@@ -154,6 +155,18 @@ func dial(t testing.TB, addr string) *grpc.ClientConn {
 	return conn
 }
 
+// dialMesh connects to a service of the mesh as the service binaries do
+// (grpcx.Dial: the mesh's retries and interceptors), closed in t.Cleanup.
+func dialMesh(t testing.TB, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpcx.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
 // testConfig is a configuration with short timings for tests.
 func testConfig(market string) jobservice.Config {
 	return jobservice.Config{
@@ -256,7 +269,7 @@ func (e *env) start(hooks analysis.Hooks) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	svc, err := jobservice.Start(ctx, e.cfg, jobservice.Deps{
-		DB: e.db, Bus: e.bus, ModelGateway: dial(e.t, e.gwAddr), Hooks: hooks,
+		DB: e.db, Bus: e.bus, ModelGateway: dialMesh(e.t, e.gwAddr), Hooks: hooks,
 		Logger: testLogger(),
 	})
 	if err != nil {

@@ -12,7 +12,8 @@ import (
 // The model gateway replica relaying the planning call dies mid-call (its
 // connections cut, as a kill -9 does): the call is sent again and the
 // analysis completes, instead of failing on "error reading from server:
-// EOF" as it did in the cluster suite.
+// EOF" as it did in the cluster suite. The connection, made as the
+// service makes it (grpcx.Dial), sends the call again.
 func TestModelGatewayDeathMidCallIsRetried(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
