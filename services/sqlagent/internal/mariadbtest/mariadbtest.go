@@ -70,6 +70,13 @@ func Start(t testing.TB, setup ...string) *Server {
 	if err := os.Mkdir(s.Files, 0o777); err != nil {
 		t.Fatal(err)
 	}
+	// Its own temporary directory: mariadbd's temporary tables under the shared /tmp
+	// were deleted under a bootstrap running beside other tests (CI: "Error on delete of
+	// '/tmp/#sql-temptable-…'").
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	initFile := filepath.Join(dir, "init.sql")
 	if err := os.WriteFile(initFile, []byte("CREATE USER 'am'@'%' IDENTIFIED BY '';\nGRANT ALL PRIVILEGES ON *.* TO 'am'@'%' WITH GRANT OPTION;\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -81,23 +88,35 @@ func Start(t testing.TB, setup ...string) *Server {
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
-		for _, p := range []string{dir, s.Files, initFile} {
+		for _, p := range []string{dir, s.Files, tmp, initFile} {
 			if err := os.Chown(p, uid, gid); err != nil {
 				t.Fatal(err)
 			}
 		}
 		attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
-	inst := exec.Command(install, "--no-defaults", "--datadir="+s.DataDir, "--auth-root-authentication-method=socket",
-		"--skip-test-db", "--skip-name-resolve")
-	inst.SysProcAttr = attr
-	if out, err := inst.CombinedOutput(); err != nil {
-		t.Fatalf("mariadbtest: mariadb-install-db: %v\n%s", err, out)
+	// The bootstrap is tried twice on a fresh data directory: a failed one leaves a
+	// half-made directory that a second run would refuse.
+	for attempt := 1; ; attempt++ {
+		inst := exec.Command(install, "--no-defaults", "--datadir="+s.DataDir, "--auth-root-authentication-method=socket",
+			"--skip-test-db", "--skip-name-resolve", "--tmpdir="+tmp)
+		inst.SysProcAttr = attr
+		out, err := inst.CombinedOutput()
+		if err == nil {
+			break
+		}
+		if attempt == 2 {
+			t.Fatalf("mariadbtest: mariadb-install-db: %v\n%s", err, out)
+		}
+		t.Logf("mariadbtest: mariadb-install-db failed, trying once more: %v\n%s", err, out)
+		if err := os.RemoveAll(s.DataDir); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s.Port = freePort(t)
 	var logs bytes.Buffer
 	srv := exec.Command(server, "--no-defaults", "--datadir="+s.DataDir, "--socket="+filepath.Join(dir, "sock"),
-		"--port="+strconv.Itoa(s.Port), "--bind-address=127.0.0.1", "--skip-name-resolve", "--init-file="+initFile,
+		"--port="+strconv.Itoa(s.Port), "--bind-address=127.0.0.1", "--tmpdir="+tmp, "--skip-name-resolve", "--init-file="+initFile,
 		"--secure-file-priv="+s.Files, "--pid-file="+filepath.Join(dir, "pid"), "--log-error="+filepath.Join(dir, "error.log"),
 		"--innodb-buffer-pool-size=16M", "--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0", "--skip-log-bin")
 	srv.SysProcAttr = attr
