@@ -36,6 +36,15 @@ type MongoOptions struct {
 	// Logger receives FerretDB's logs. Nil discards them (FerretDB would
 	// otherwise log to slog.Default).
 	Logger *slog.Logger
+	// SyncEveryCommit makes SQLite flush its write-ahead log to disk at
+	// every commit (synchronous=FULL). By default it flushes at
+	// checkpoints only (synchronous=NORMAL in WAL mode): a commit survives
+	// the process being killed, and only an operating-system crash or
+	// power loss can lose the last commits, as with the embedded NATS
+	// server, whose file store syncs on an interval. It halves the cost of
+	// a write: 50 concurrent updates by _id at 10,000 documents went from
+	// 615–1,213/s to 1,339–1,720/s on 2 cores.
+	SyncEveryCommit bool
 }
 
 // Mongo is an embedded FerretDB v1 server with the SQLite backend, speaking
@@ -77,7 +86,11 @@ func StartMongo(ctx context.Context, opts MongoOptions) (*Mongo, error) {
 	}
 	// url.URL escapes characters such as '?' and '#' in the directory name;
 	// for ordinary paths this is "file:" + dir + "/".
-	sqliteURL := (&url.URL{Scheme: "file", Path: dir + "/"}).String()
+	syncMode := "synchronous(normal)"
+	if opts.SyncEveryCommit {
+		syncMode = "synchronous(full)"
+	}
+	sqliteURL := (&url.URL{Scheme: "file", Path: dir + "/", RawQuery: url.Values{"_pragma": {syncMode}}.Encode()}).String()
 
 	// ferretdb.New leaks its SQLite backend when it cannot listen, and
 	// FerretDB's leak detector then panics in a finalizer, which kills the

@@ -35,6 +35,8 @@ import (
 type Config struct {
 	// DataDir holds the embedded databases.
 	DataDir string `env:"AGENTMESH_DATA_DIR" default:".agentmesh" help:"directory for embedded NATS and FerretDB data (agentmesh up)"`
+	// SyncEveryCommit makes the embedded database flush every commit to disk.
+	SyncEveryCommit bool `env:"AGENTMESH_SYNC_EVERY_COMMIT" default:"false" help:"flush every commit of the embedded FerretDB to disk (SQLite synchronous=FULL); by default commits survive a killed process and only an OS crash or power loss can lose the last ones, at twice the write rate (agentmesh up)"`
 	// Host is the interface services listen on.
 	Host string `env:"AGENTMESH_HOST" default:"127.0.0.1" help:"interface the in-process services listen on (agentmesh up)"`
 	// GRPCBasePort is the first of six consecutive gRPC ports.
@@ -99,7 +101,8 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 		// services may take the single-writer paths (see mongox).
 		singleWriter = "true"
 		m, err := testkit.StartMongo(infraCtx, testkit.MongoOptions{
-			Dir: filepath.Join(cfg.DataDir, "mongo"),
+			Dir:             filepath.Join(cfg.DataDir, "mongo"),
+			SyncEveryCommit: cfg.SyncEveryCommit,
 			// FerretDB warns about every command it lacks (endSessions on each
 			// disconnect): only its errors are worth a user's attention.
 			Logger: telemetry.NewLogger(os.Stderr, format, "error", "ferretdb"),
