@@ -753,15 +753,17 @@ func (s *Store) Archive(ctx context.Context, jobs []*analysis.Job, relayed func(
 	if err := s.insertArchive(ctx, moving); err != nil {
 		return false, err
 	}
-	// On FerretDB one delete (and one commit) for them all; the locks
-	// keep the jobs as checked.
+	// On FerretDB one command for them all, of deletes by _id: FerretDB
+	// serves an exact {_id} from its index but reads and parses the whole
+	// live collection for {_id: {$in: ids}} (a third of the mesh's CPU in
+	// the growth bench's analyses). The locks keep the jobs as checked.
 	if s.mirror != nil {
-		ids := make(bson.A, 0, len(moving))
+		deletes := make([]mongo.WriteModel, 0, len(moving))
 		for _, j := range moving {
-			ids = append(ids, j.ID)
+			deletes = append(deletes, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: j.ID}}))
 		}
 		unlock := s.writing(false)
-		res, err := s.live.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+		res, err := s.live.BulkWrite(ctx, deletes, options.BulkWrite().SetOrdered(false))
 		unlock()
 		done := err == nil && res.DeletedCount == int64(len(moving))
 		for _, j := range moving {
