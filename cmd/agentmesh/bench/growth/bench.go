@@ -36,6 +36,8 @@ type options struct {
 	retries int
 	env     map[string]string
 	keep    bool
+	// cpuProfile is the directory of the mesh processes' CPU profiles; empty: none.
+	cpuProfile string
 }
 
 // bench is one run of the growth bench.
@@ -120,7 +122,16 @@ func (b *bench) workload(ctx context.Context, self, dir, name string) error {
 		return err
 	}
 	defer logFile.Close()
-	m, err := startMesh(ctx, self, meshEnv(filepath.Join(dir, "data"), b.opt.env), logFile)
+	profile := ""
+	if b.opt.cpuProfile != "" {
+		if err := os.MkdirAll(b.opt.cpuProfile, 0o755); err != nil {
+			return err
+		}
+		if profile, err = filepath.Abs(filepath.Join(b.opt.cpuProfile, name+".pprof")); err != nil {
+			return err
+		}
+	}
+	m, err := startMesh(ctx, self, meshEnv(filepath.Join(dir, "data"), b.opt.env), logFile, profile)
 	if err != nil {
 		return fmt.Errorf("%w; the mesh's log ends:\n%s", err, tail(logPath, 20))
 	}

@@ -31,6 +31,9 @@
 // Usage:
 //
 //	go run ./cmd/agentmesh/bench/growth -levels 0,1000,10000 -workloads chat,analysis,classify,ingest -concurrency 50 -count 200
+//
+// With -cpuprofile DIR, each workload's mesh process writes its CPU profile
+// to DIR/<workload>.pprof (go tool pprof reads it).
 package main
 
 import (
@@ -50,8 +53,8 @@ import (
 var workloadNames = []string{"chat", "analysis", "classify", "ingest"}
 
 func main() {
-	if len(os.Args) == 3 && os.Args[1] == serveArg {
-		if err := serveMesh(os.Args[2]); err != nil {
+	if len(os.Args) >= 3 && os.Args[1] == serveArg {
+		if err := serveMesh(os.Args[2], os.Args[3:]...); err != nil {
 			slog.Error("mesh failed", "error", err)
 			os.Exit(1)
 		}
@@ -94,6 +97,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	fs.Float64Var(&opt.noisy, "noisy", 0.3, "CPU, in cores, other processes may use during a row before it is run again")
 	fs.IntVar(&opt.retries, "retries", 2, "most repeats of a row that other processes disturbed")
 	fs.BoolVar(&opt.keep, "keep", false, "keep the data directory and the mesh's log")
+	fs.StringVar(&opt.cpuProfile, "cpuprofile", "", "directory to write each workload's mesh CPU profile to, as <workload>.pprof (the mesh's whole life: seeding, warm-up and rows)")
 	fs.Func("env", "KEY=VALUE for the mesh's environment, on top of the defaults (repeatable), e.g. to measure another storage option", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -29,10 +30,21 @@ const serveArg = "serve-mesh"
 // serveMesh runs the mesh with up.Run on exactly the variables in envJSON
 // (nothing from this process's environment), until stdin reaches its end
 // (the bench closed it, or died) or a signal arrives.
-func serveMesh(envJSON string) error {
+func serveMesh(envJSON string, cpuProfile ...string) error {
 	var env map[string]string
 	if err := json.Unmarshal([]byte(envJSON), &env); err != nil {
 		return fmt.Errorf("%s: environment: %w", serveArg, err)
+	}
+	if len(cpuProfile) > 0 {
+		f, err := os.Create(cpuProfile[0])
+		if err != nil {
+			return fmt.Errorf("%s: CPU profile: %w", serveArg, err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("%s: CPU profile: %w", serveArg, err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -78,12 +90,16 @@ type mesh struct {
 // startMesh starts self in serve mode with env, its log going to logFile,
 // and waits until the gateway answers /healthz with 200 (every service
 // serving).
-func startMesh(ctx context.Context, self string, env map[string]string, logFile io.Writer) (*mesh, error) {
+func startMesh(ctx context.Context, self string, env map[string]string, logFile io.Writer, cpuProfile string) (*mesh, error) {
 	envJSON, err := json.Marshal(env)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, serveArg, string(envJSON))
+	args := []string{serveArg, string(envJSON)}
+	if cpuProfile != "" {
+		args = append(args, cpuProfile)
+	}
+	cmd := exec.Command(self, args...)
 	cmd.Stderr = logFile
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
