@@ -14,7 +14,11 @@ const cacheSize = 4096
 // writes them.
 type cached struct {
 	window *windowDoc // nil: not known
-	conv   *convDoc   // nil: not known
+	// stored is the last_seq of the window document in the database, as
+	// a single writer last wrote or read it (it writes the document only
+	// every windowEvery messages; see cacheRecent).
+	stored int64
+	conv   *convDoc // nil: not known
 	// lease is the newest lease generation (nil: none) when leaseKnown.
 	lease      *leaseDoc
 	leaseKnown bool
