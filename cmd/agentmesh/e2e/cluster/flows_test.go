@@ -973,13 +973,17 @@ func (d *driver) sqlJob(ctx context.Context, n int, slow bool, r *result) error 
 		if hook := d.sqlHook(); slow && hook != nil {
 			hook(i+1, st.value)
 		}
+		requestID := fmt.Sprintf("step-%d", i+1)
 		for attempt := 1; ; attempt++ {
 			if attempt > 60 {
 				return fmt.Errorf("step %d (%s=%s): no answer after %d attempts", i+1, st.field, st.value, attempt)
 			}
 			var out sqlSession
 			err := func() error {
-				resp, _, err := d.api.do(ctx, http.MethodPost, "/v1/sql/sessions/"+r.id+":input", map[string]string{st.field: st.value}, nil)
+				// The request id makes a resend of an input that was applied
+				// answer as it did, not act again.
+				body := map[string]string{st.field: st.value, "requestId": requestID}
+				resp, _, err := d.api.do(ctx, http.MethodPost, "/v1/sql/sessions/"+r.id+":input", body, nil)
 				if err != nil {
 					return err
 				}
@@ -994,6 +998,7 @@ func (d *driver) sqlJob(ctx context.Context, n int, slow bool, r *result) error 
 				// user confirms again.
 				r.note("step %d: %s", i+1, oneLine(out.Reply))
 				r.interrupted++
+				requestID = fmt.Sprintf("step-%d-again-%d", i+1, attempt) // a new input
 				continue
 			case err == nil:
 				if out.Result != nil && i == 2 {

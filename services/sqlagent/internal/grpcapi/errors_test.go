@@ -25,6 +25,7 @@ func TestToStatus(t *testing.T) {
 		{fmt.Errorf("send: %w", session.ErrExecuting), codes.FailedPrecondition, "SQL_RUNNING"},
 		{session.ErrConflict, codes.Aborted, "SESSION_CONFLICT"},
 		{session.ErrFinished, codes.FailedPrecondition, "SESSION_FINISHED"},
+		{session.ErrInputSuperseded, codes.FailedPrecondition, "INPUT_SUPERSEDED"},
 		{session.ErrNotFound, codes.NotFound, "SESSION_NOT_FOUND"},
 	}
 	for _, tc := range tests {

@@ -120,7 +120,7 @@ func (s *Server) SendInput(ctx context.Context, req *sqlagentv1.SendInputRequest
 	if len(req.GetText()) > 64<<10 {
 		return nil, grpcx.InvalidArgument("text", "is longer than 64 KiB")
 	}
-	sess, reply, err := s.agent.Send(ctx, toScope(scope), req.GetSessionId(), req.GetText(), req.GetSelection())
+	sess, reply, err := s.agent.SendRequest(ctx, toScope(scope), req.GetSessionId(), req.GetRequestId(), req.GetText(), req.GetSelection())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -213,6 +213,8 @@ func toStatus(err error) error {
 		return grpcx.Errorf(codes.NotFound, "JOB_NOT_FOUND", "job not found")
 	case errors.Is(err, session.ErrNotFound):
 		return grpcx.Errorf(codes.NotFound, "SESSION_NOT_FOUND", "session not found")
+	case errors.Is(err, session.ErrInputSuperseded):
+		return grpcx.Errorf(codes.FailedPrecondition, "INPUT_SUPERSEDED", "request_id: this input was applied before, and the session has moved on since; reload the session")
 	case errors.Is(err, session.ErrFinished):
 		return grpcx.Errorf(codes.FailedPrecondition, "SESSION_FINISHED", "the session is finished; create a new one")
 	case errors.Is(err, session.ErrExecuting):

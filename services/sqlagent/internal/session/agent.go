@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -97,6 +98,15 @@ func (a *Agent) Get(ctx context.Context, scope Scope, id string) (*Session, erro
 // database is down (the session is then unchanged, or, when the database
 // failed a confirmed SQL, back at the confirmation with a reply saying so).
 func (a *Agent) Send(ctx context.Context, scope Scope, id, text, selection string) (*Session, Reply, error) {
+	return a.SendRequest(ctx, scope, id, "", text, selection)
+}
+
+// SendRequest is Send for an input the client named requestID (empty: not
+// named). A repeat of the input that last moved the session gets that
+// input's reply again, without acting (its result table is not kept: the
+// reply's Job says what ran); a repeat of an earlier one fails with
+// ErrInputSuperseded. So a client whose answer was lost can send again.
+func (a *Agent) SendRequest(ctx context.Context, scope Scope, id, requestID, text, selection string) (*Session, Reply, error) {
 	text, selection = strings.TrimSpace(text), strings.TrimSpace(selection)
 	if text == "" && selection == "" {
 		return nil, Reply{}, inputErr("text", "give text or a selection")
@@ -105,6 +115,15 @@ func (a *Agent) Send(ctx context.Context, scope Scope, id, text, selection strin
 	if err != nil {
 		return nil, Reply{}, err
 	}
+	if requestID != "" {
+		if last := s.LastInput; last != nil && last.RequestID == requestID {
+			return a.replay(ctx, s)
+		}
+		if slices.Contains(s.EarlierInputs, requestID) {
+			return nil, Reply{}, ErrInputSuperseded
+		}
+	}
+	s.requestID = requestID
 	ctx = withSession(ctx, s)
 	said := text
 	if said == "" {
@@ -147,8 +166,44 @@ func (a *Agent) record(ctx context.Context, s *Session, r Reply, now time.Time) 
 	}
 	s.Turns = append(s.Turns, Turn{Role: roleAgent, Text: turn, Time: now})
 	s.Updated = now
+	s.noteInput(r)
 	if err := a.store.Update(ctx, s); err != nil {
 		return nil, Reply{}, err
+	}
+	return s, r, nil
+}
+
+// noteInput records the input being answered by r as the session's last
+// one, when the client named it; an input it did not name forgets the
+// last one's reply (a repeat of it is then superseded).
+func (s *Session) noteInput(r Reply) {
+	if last := s.LastInput; last != nil {
+		s.EarlierInputs = append(s.EarlierInputs, last.RequestID)
+		if n := len(s.EarlierInputs); n > maxEarlierInputs {
+			s.EarlierInputs = slices.Clone(s.EarlierInputs[n-maxEarlierInputs:])
+		}
+		s.LastInput = nil
+	}
+	if s.requestID == "" {
+		return
+	}
+	in := &AppliedInput{RequestID: s.requestID, Reply: r}
+	in.Reply.Result = nil
+	if r.Job != nil {
+		in.JobID, in.Reply.Job = r.Job.ID, nil
+	}
+	s.LastInput = in
+}
+
+// replay answers a repeat of the session's last input with its reply.
+func (a *Agent) replay(ctx context.Context, s *Session) (*Session, Reply, error) {
+	r := s.LastInput.Reply
+	if id := s.LastInput.JobID; id != "" {
+		j, err := a.store.GetJob(ctx, s.Scope, id)
+		if err != nil && !errors.Is(err, ErrJobNotFound) {
+			return nil, Reply{}, err
+		}
+		r.Job = j
 	}
 	return s, r, nil
 }

@@ -144,6 +144,11 @@ type Session struct {
 	// long for the prompt and only these were shown ("" otherwise).
 	SchemaShown []string
 	SchemaNote  string
+	// LastInput is the input with a request id that last moved the
+	// session, and what it was answered; EarlierInputs are the request ids
+	// of the inputs before it, newest last, at most maxEarlierInputs.
+	LastInput     *AppliedInput
+	EarlierInputs []string
 	// Version counts writes; the store updates only the version it read.
 	Version int64
 	Created time.Time
@@ -151,6 +156,9 @@ type Session struct {
 	// ran is set by the run function of an execution that completed: the
 	// job to keep. Never stored with the session.
 	ran *ranJob
+	// requestID is the client's id of the input being handled (see
+	// Agent.SendRequest). Never stored with the session.
+	requestID string
 }
 
 // Execution is a confirmed SQL being run (see the package doc).
@@ -181,6 +189,18 @@ type Option struct {
 	Label string
 }
 
+// AppliedInput is an input a client named by a request id, and the reply
+// it got without its result table (the job keeps what ran).
+type AppliedInput struct {
+	RequestID string
+	Reply     Reply
+	// JobID is the job the input ran, if it ran one.
+	JobID string
+}
+
+// maxEarlierInputs bounds Session.EarlierInputs.
+const maxEarlierInputs = 15
+
 // Reply is what the agent answers to one input.
 type Reply struct {
 	Text         string
@@ -205,6 +225,9 @@ var (
 	ErrNotFound = errors.New("session not found")
 	// ErrConflict means another input changed the session first.
 	ErrConflict = errors.New("session changed concurrently")
+	// ErrInputSuperseded means the input's request id is that of an input
+	// applied before the session's last one: it is not applied again.
+	ErrInputSuperseded = errors.New("input applied before, and the session has moved on since")
 	// ErrFinished means the session is done and takes no more input.
 	ErrFinished = errors.New("session is finished")
 	// ErrExecuting means a confirmed SQL of the session is being run (by

@@ -907,7 +907,14 @@ type SendInputRequest struct {
 	// Free text, at most 64 KiB.
 	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
 	// A value from the options of the previous reply.
-	Selection     string `protobuf:"bytes,4,opt,name=selection,proto3" json:"selection,omitempty"`
+	Selection string `protobuf:"bytes,4,opt,name=selection,proto3" json:"selection,omitempty"`
+	// Optional: the client's id of this input, so that it can be sent again
+	// when its answer was lost. A repeat of the input that last moved the
+	// session answers as that input did (the session now, the reply, its
+	// options, SQL to confirm and job; a result table is not kept: read the
+	// job) without acting again; a repeat of an earlier one is refused with
+	// FAILED_PRECONDITION. The last 16 ids of a session are remembered.
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -966,6 +973,13 @@ func (x *SendInputRequest) GetText() string {
 func (x *SendInputRequest) GetSelection() string {
 	if x != nil {
 		return x.Selection
+	}
+	return ""
+}
+
+func (x *SendInputRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -1751,13 +1765,15 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\tsessionId\"N\n" +
 	"\x12GetSessionResponse\x128\n" +
-	"\asession\x18\x01 \x01(\v2\x1e.agentmesh.sqlagent.v1.SessionR\asession\"\xb7\x01\n" +
+	"\asession\x18\x01 \x01(\v2\x1e.agentmesh.sqlagent.v1.SessionR\asession\"\xe0\x01\n" +
 	"\x10SendInputRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12*\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\tsessionId\x12\x1d\n" +
 	"\x04text\x18\x03 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04R\x04text\x12&\n" +
-	"\tselection\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tselection\"\xb7\x03\n" +
+	"\tselection\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tselection\x12'\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\trequestId\"\xb7\x03\n" +
 	"\x11SendInputResponse\x128\n" +
 	"\asession\x18\x01 \x01(\v2\x1e.agentmesh.sqlagent.v1.SessionR\asession\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\x127\n" +

@@ -112,6 +112,24 @@ type executionDoc struct {
 	Deadline time.Time `bson:"deadline"`
 }
 
+// inputDoc is the session's last input with a request id (new fields:
+// older documents read as having none).
+type inputDoc struct {
+	RequestID    string      `bson:"request_id"`
+	Text         string      `bson:"text"`
+	Options      []optionDoc `bson:"options,omitempty"`
+	SQLToConfirm string      `bson:"sql_to_confirm,omitempty"`
+	Action       string      `bson:"action,omitempty"`
+	SchemaShown  []string    `bson:"schema_tables_shown,omitempty"`
+	SchemaNote   string      `bson:"schema_note,omitempty"`
+	JobID        string      `bson:"job_id,omitempty"`
+}
+
+type optionDoc struct {
+	Value string `bson:"value"`
+	Label string `bson:"label"`
+}
+
 type doc struct {
 	ID            string            `bson:"_id"`
 	TenantID      string            `bson:"tenant_id"`
@@ -126,6 +144,8 @@ type doc struct {
 	SchemaShown   []string          `bson:"schema_tables_shown,omitempty"`
 	SchemaNote    string            `bson:"schema_note,omitempty"`
 	Turns         []turnDoc         `bson:"turns"`
+	LastInput     *inputDoc         `bson:"last_input,omitempty"`
+	EarlierInputs []string          `bson:"earlier_inputs,omitempty"`
 	Created       time.Time         `bson:"created"`
 	Updated       time.Time         `bson:"updated"`
 }
@@ -143,6 +163,15 @@ func toDoc(s *session.Session) doc {
 	if e := s.Execution; e != nil {
 		d.Execution = &executionDoc{ID: e.ID, From: string(e.From), Started: e.Started.UTC(), Deadline: e.Deadline.UTC()}
 	}
+	d.EarlierInputs = s.EarlierInputs
+	if in := s.LastInput; in != nil {
+		r := in.Reply
+		d.LastInput = &inputDoc{RequestID: in.RequestID, Text: r.Text, SQLToConfirm: r.SQLToConfirm, Action: r.Action,
+			SchemaShown: r.SchemaShown, SchemaNote: r.SchemaNote, JobID: in.JobID}
+		for _, o := range r.Options {
+			d.LastInput.Options = append(d.LastInput.Options, optionDoc{Value: o.Value, Label: o.Label})
+		}
+	}
 	return d
 }
 
@@ -158,6 +187,15 @@ func fromDoc(d doc) *session.Session {
 	}
 	if e := d.Execution; e != nil {
 		s.Execution = &session.Execution{ID: e.ID, From: session.Stage(e.From), Started: e.Started.UTC(), Deadline: e.Deadline.UTC()}
+	}
+	s.EarlierInputs = d.EarlierInputs
+	if in := d.LastInput; in != nil {
+		s.LastInput = &session.AppliedInput{RequestID: in.RequestID, JobID: in.JobID, Reply: session.Reply{
+			Text: in.Text, SQLToConfirm: in.SQLToConfirm, Action: in.Action, SchemaShown: in.SchemaShown, SchemaNote: in.SchemaNote,
+		}}
+		for _, o := range in.Options {
+			s.LastInput.Reply.Options = append(s.LastInput.Reply.Options, session.Option{Value: o.Value, Label: o.Label})
+		}
 	}
 	for _, t := range d.Turns {
 		s.Turns = append(s.Turns, session.Turn{Role: t.Role, Text: t.Text, Time: t.Time.UTC()})
@@ -200,6 +238,7 @@ func (st *Store) Update(ctx context.Context, s *session.Session) error {
 		"job_kind": d.JobKind, "stage": d.Stage, "params": d.Params, "pending_sql": d.PendingSQL,
 		"execution": d.Execution, "turns": d.Turns, "updated": d.Updated, "schema_version": schemaVersion,
 		"schema_tables_shown": d.SchemaShown, "schema_note": d.SchemaNote,
+		"last_input": d.LastInput, "earlier_inputs": d.EarlierInputs,
 	}})
 	switch {
 	case errors.Is(err, mongox.ErrConflict):

@@ -1,0 +1,116 @@
+package session_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/agentmesh/agentmesh/libs/testkit"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session"
+)
+
+// TestResentInputIsAnsweredNotApplied: a client whose answer was lost
+// (a cut connection, a killed gateway) sends the same input again under
+// its request id. A repeat of the input that last moved the session gets
+// that input's reply — options, SQL to confirm, the job that ran — with
+// the session unchanged and nothing run again, also from another replica
+// (a second agent on the same database); a repeat of an earlier input,
+// or of one an input without an id followed, is refused.
+func TestResentInputIsAnsweredNotApplied(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sh := newShop(t)
+	db := testkit.MongoDB(t)
+	a := session.NewAgent(newStore(t, db), sh.dbs, nil, newClock().opts())
+	other := session.NewAgent(newStore(t, db), sh.dbs, nil, newClock().opts())
+	s0, _, err := a.Create(ctx, scope, connections.SampleName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s0.ID
+	sendAs := func(a *session.Agent, requestID, text string) (*session.Session, session.Reply, error) {
+		return a.SendRequest(ctx, scope, id, requestID, text, "")
+	}
+	// once sends an input, then again from both agents, and checks that
+	// the repeats change nothing and answer alike.
+	once := func(requestID, text string, stage session.Stage) session.Reply {
+		t.Helper()
+		s, r, err := sendAs(a, requestID, text)
+		if err != nil {
+			t.Fatalf("%s %q: %v", requestID, text, err)
+		}
+		if s.Stage != stage {
+			t.Fatalf("%s %q: stage %s (%q), want %s", requestID, text, s.Stage, r.Text, stage)
+		}
+		for _, ag := range []*session.Agent{a, other} {
+			s2, r2, err := sendAs(ag, requestID, text)
+			if err != nil {
+				t.Fatalf("repeat of %s: %v", requestID, err)
+			}
+			if s2.Version != s.Version || len(s2.Turns) != len(s.Turns) || s2.Stage != s.Stage {
+				t.Fatalf("repeat of %s moved the session: version %d → %d, turns %d → %d, stage %s → %s",
+					requestID, s.Version, s2.Version, len(s.Turns), len(s2.Turns), s.Stage, s2.Stage)
+			}
+			if r2.Text != r.Text || r2.SQLToConfirm != r.SQLToConfirm || r2.Action != r.Action || len(r2.Options) != len(r.Options) {
+				t.Fatalf("repeat of %s answered %+v, want %+v", requestID, r2, r)
+			}
+			for i := range r.Options {
+				if r2.Options[i] != r.Options[i] {
+					t.Fatalf("repeat of %s: option %d %+v, want %+v", requestID, i, r2.Options[i], r.Options[i])
+				}
+			}
+			if (r.Job == nil) != (r2.Job == nil) || (r.Job != nil && r2.Job.ID != r.Job.ID) {
+				t.Fatalf("repeat of %s: job %+v, want %+v", requestID, r2.Job, r.Job)
+			}
+			if r2.Result != nil {
+				t.Fatalf("repeat of %s carries a result table; the job keeps what ran", requestID)
+			}
+		}
+		return r
+	}
+	once("r1", "own sql", session.StageNeedUserSQL)
+	if r := once("r2", userSQL, session.StageConfirmUserSQL); r.SQLToConfirm != userSQL {
+		t.Fatalf("SQL to confirm %q", r.SQLToConfirm)
+	}
+	once("r3", "yes", session.StageExecuteSQL)
+	r := once("r4", "customers", session.StageShowResults)
+	if r.Job == nil {
+		t.Fatal("the confirmed read ran no job")
+	}
+	jobs, err := newStore(t, db).ListJobs(ctx, scope, id, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || claims(t, db, id) != 1 {
+		t.Fatalf("after three sends of the run: %d jobs, %d execution claims, want 1 and 1", len(jobs), claims(t, db, id))
+	}
+
+	before, err := a.Get(ctx, scope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := func(requestID, text string) {
+		t.Helper()
+		if _, _, err := sendAs(other, requestID, text); !errors.Is(err, session.ErrInputSuperseded) {
+			t.Fatalf("repeat of %s after later inputs: %v, want ErrInputSuperseded", requestID, err)
+		}
+		after, err := a.Get(ctx, scope, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.Version != before.Version {
+			t.Fatalf("a refused repeat of %s moved the session to version %d", requestID, after.Version)
+		}
+	}
+	refused("r2", userSQL)
+	refused("r1", "own sql")
+	// An input without an id: the last one named is now an earlier one.
+	if _, _, err := a.Send(ctx, scope, id, "write", ""); err != nil {
+		t.Fatal(err)
+	}
+	if before, err = a.Get(ctx, scope, id); err != nil {
+		t.Fatal(err)
+	}
+	refused("r4", "customers")
+}
