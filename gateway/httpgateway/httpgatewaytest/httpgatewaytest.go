@@ -68,6 +68,10 @@ type Event struct {
 	// ID is the last event id at dispatch: it persists from earlier events
 	// until an id field changes it.
 	ID string
+	// OwnID is set when the event carried an id field of its own (a
+	// server that could not store an event sends it without one, and the
+	// ID above is then an earlier event's).
+	OwnID bool
 	// Name is the event type; "message" when the event names none.
 	Name string
 	// Data is the event's data lines joined with "\n".
@@ -91,18 +95,19 @@ func Events(body io.Reader) <-chan Event {
 		var (
 			name, lastID string
 			data         []string
+			ownID        bool
 		)
 		for sc.Scan() {
 			line := sc.Text()
 			if line == "" {
 				if data != nil {
-					ev := Event{ID: lastID, Name: name, Data: strings.Join(data, "\n")}
+					ev := Event{ID: lastID, OwnID: ownID, Name: name, Data: strings.Join(data, "\n")}
 					if ev.Name == "" {
 						ev.Name = "message"
 					}
 					out <- ev
 				}
-				name, data = "", nil
+				name, data, ownID = "", nil, false
 				continue
 			}
 			if comment, ok := strings.CutPrefix(line, ":"); ok {
@@ -118,7 +123,7 @@ func Events(body io.Reader) <-chan Event {
 				data = append(data, value)
 			case "id":
 				if !strings.Contains(value, "\x00") {
-					lastID = value
+					lastID, ownID = value, true
 				}
 			}
 		}

@@ -289,7 +289,10 @@ func (t *chatTurn) add(ev httpgatewaytest.Event) {
 	case "Error", "error":
 		t.failure = ev.Data
 	}
-	if ev.ID != "" {
+	// An event the orchestrator could not store (JetStream down) comes
+	// without an id; an EventSource's id is then still the last one's,
+	// which is not this event's.
+	if ev.ID != "" && ev.OwnID {
 		t.ids = append(t.ids, ev.ID)
 		t.lastID = ev.ID
 	}
@@ -1001,8 +1004,13 @@ func (d *driver) sqlJob(ctx context.Context, n int, slow bool, r *result) error 
 				requestID = fmt.Sprintf("step-%d-again-%d", i+1, attempt) // a new input
 				continue
 			case err == nil:
-				if out.Result != nil && i == 2 {
-					resultRows = len(out.Result.Rows)
+				if i == 2 {
+					// A resent input answered as before carries no result
+					// table (the job says what ran): the rows are unknown.
+					resultRows = -1
+					if out.Result != nil {
+						resultRows = len(out.Result.Rows)
+					}
 				}
 				stage = out.Session.Stage
 			case errors.As(err, &he) && (strings.Contains(he.body, "SQL_RUNNING") || strings.Contains(he.body, "SESSION_CONFLICT")):
@@ -1041,7 +1049,7 @@ func (d *driver) sqlJob(ctx context.Context, n int, slow bool, r *result) error 
 				}
 				r.note("step %d (%s=%s): answer lost (%v) but the session moved on to %s", i+1, st.field, st.value, err, now.Session.Stage)
 				stage = now.Session.Stage
-				if i == 1 {
+				if i == 2 {
 					resultRows = -1 // unknown: the result was in the lost answer
 				}
 			}
