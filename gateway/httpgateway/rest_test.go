@@ -121,11 +121,14 @@ func TestErrorsMapToHTTPStatusWithJSONBody(t *testing.T) {
 	t.Parallel()
 	// get answers with the error named by the conversation id.
 	errs := map[string]error{
-		"invalid":     grpcx.InvalidArgument("scope.tenant_id", "is required"),
-		"missing":     status.Error(codes.NotFound, "conversation missing not found"),
-		"busy":        status.Error(codes.FailedPrecondition, "a message is already running"),
-		"conflict":    status.Error(codes.Aborted, "version conflict"),
-		"down":        status.Error(codes.Unavailable, "mongo is down"),
+		"invalid":  grpcx.InvalidArgument("scope.tenant_id", "is required"),
+		"missing":  status.Error(codes.NotFound, "conversation missing not found"),
+		"busy":     status.Error(codes.FailedPrecondition, "a message is already running"),
+		"conflict": status.Error(codes.Aborted, "version conflict"),
+		"down":     grpcx.Errorf(codes.Unavailable, "DEPENDENCY_UNAVAILABLE", "mongo is down"),
+		// What the gateway's connection reports of itself (no ErrorInfo),
+		// naming an address that must not reach the client.
+		"cut":         status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 10.0.3.7:9092: connect: connection refused"`),
 		"unavailable": grpcx.Unimplemented("conversation export"),
 	}
 	m := startMesh(t, httpgateway.Config{}, fakes{
@@ -158,6 +161,7 @@ func TestErrorsMapToHTTPStatusWithJSONBody(t *testing.T) {
 		{"Aborted", "GET", "/v1/conversations/conflict", "", 409, codes.Aborted, "version conflict"},
 		{"AlreadyExists", "POST", "/v1/sql/sessions", `{}`, 409, codes.AlreadyExists, "already exists"},
 		{"Unavailable", "GET", "/v1/conversations/down", "", 503, codes.Unavailable, "mongo is down"},
+		{"transport error", "GET", "/v1/conversations/cut", "", 503, codes.Unavailable, "ConversationService is unreachable; retry later"},
 		{"Unimplemented", "GET", "/v1/conversations/unavailable", "", 501, codes.Unimplemented, "conversation export"},
 		{"service without an implementation", "POST", "/v1/vision:analyze", `{}`, 501, codes.Unimplemented, "VisionService"},
 		{"concurrent resume of a classifier run", "POST", "/agents/classificationAgent/runs/r1/resume", "", 409, codes.Aborted, "another executor"},
@@ -187,6 +191,9 @@ func TestErrorsMapToHTTPStatusWithJSONBody(t *testing.T) {
 			}
 			if !strings.Contains(got.Message, tc.wantInMessage) {
 				t.Errorf("message %q does not mention %q", got.Message, tc.wantInMessage)
+			}
+			if strings.Contains(string(body), "10.0.3.7") || strings.Contains(string(body), "dial tcp") {
+				t.Errorf("the answer names the backend's address: %s", body)
 			}
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 )
 
 // chatTurn streams one chat-loop turn; it sends the first event, then waits
@@ -168,7 +169,7 @@ func TestChatStreamEventsAndStreamErrors(t *testing.T) {
 				}
 			}
 			if r.GetRequest().GetModel() == "broken" {
-				return status.Error(codes.Unavailable, "provider went away")
+				return grpcx.Errorf(codes.Unavailable, "PROVIDER_ERROR", "provider went away")
 			}
 			return s.Send(&modelv1.ChatStreamResponse{Chunk: &modelv1.ChatStreamResponse_End{End: &modelv1.StreamEnd{FinishReason: modelv1.FinishReason_FINISH_REASON_STOP}}})
 		},

@@ -11,12 +11,18 @@ import (
 
 // ConnectionLost reports whether err is a call that lost its server: gRPC's
 // Unavailable with no ErrorInfo reason, which is what a client sees when
-// the replica serving it dies or the connection breaks mid-call. Every
-// Unavailable the mesh's own services answer carries a reason (a provider
-// failed, a dependency is down), and those are not connection losses.
+// the replica serving it dies or the connection breaks mid-call, or the
+// same as Dial's connections report it (ReasonUnreachable, see
+// maskTransport). Every other Unavailable the mesh's own services answer
+// carries a reason (a provider failed, a dependency is down), and those are
+// not connection losses.
 func ConnectionLost(err error) bool {
 	st, ok := status.FromError(err)
-	return ok && st.Code() == codes.Unavailable && Reason(err) == ""
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	r := Reason(err)
+	return r == "" || r == ReasonUnreachable
 }
 
 // connectionLossRetried are the methods Dial's connections send again, up

@@ -85,8 +85,8 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32 << 20)),
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),
-		grpc.WithChainUnaryInterceptor(forwardScopeUnary, retryConnectionLossUnary),
-		grpc.WithChainStreamInterceptor(forwardScopeStream),
+		grpc.WithChainUnaryInterceptor(maskTransportUnary, forwardScopeUnary, retryConnectionLossUnary),
+		grpc.WithChainStreamInterceptor(maskTransportStream, forwardScopeStream),
 	}
 	cc, err := grpc.NewClient(target, append(base, opts...)...)
 	if err != nil {

@@ -20,7 +20,7 @@ func unaryRecover(log *slog.Logger) grpc.UnaryServerInterceptor {
 		defer func() {
 			if r := recover(); r != nil {
 				log.ErrorContext(ctx, "panic in RPC", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
-				err = status.Error(codes.Internal, "internal error")
+				err = Errorf(codes.Internal, "INTERNAL", "internal error")
 			}
 		}()
 		return handler(ctx, req)
@@ -32,7 +32,7 @@ func streamRecover(log *slog.Logger) grpc.StreamServerInterceptor {
 		defer func() {
 			if r := recover(); r != nil {
 				log.ErrorContext(ss.Context(), "panic in RPC", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
-				err = status.Error(codes.Internal, "internal error")
+				err = Errorf(codes.Internal, "INTERNAL", "internal error")
 			}
 		}()
 		return handler(srv, ss)
@@ -91,7 +91,7 @@ func logResult(ctx context.Context, log *slog.Logger, method string, start time.
 			st = status.New(codes.DeadlineExceeded, "deadline exceeded")
 		} else {
 			log.ErrorContext(ctx, "rpc failed", "method", method, "code", codes.Internal.String(), "error", err.Error(), "duration", time.Since(start))
-			return status.Error(codes.Internal, "internal error")
+			return Errorf(codes.Internal, "INTERNAL", "internal error")
 		}
 	}
 	level := slog.LevelInfo

@@ -57,7 +57,7 @@ func (g *requestGuard) check(ctx context.Context, req any) error {
 	if !errors.As(err, &ve) || len(ve.Violations) == 0 {
 		// A rule that could not run (a compilation or runtime error) is a
 		// defect of the contract, not of the request.
-		return status.Errorf(codes.Internal, "request validation failed: %v", err)
+		return Errorf(codes.Internal, "INTERNAL", "request validation failed: %v", err)
 	}
 	return violationsStatus(ve)
 }

@@ -20,6 +20,7 @@ import (
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
@@ -242,7 +243,7 @@ func TestKnowledgeBasePicksTables(t *testing.T) {
 	sim.When(providersim.Match{}).Text("```sql\nSELECT 1\n```")
 	kb := &knowledgeBase{answer: func(_ context.Context, req *indexerv1.SearchRequest) ([]*indexerv1.SearchHit, error) {
 		if strings.Contains(req.GetQuery(), "down") {
-			return nil, status.Error(codes.Unavailable, "the index is rebuilding")
+			return nil, grpcx.Errorf(codes.Unavailable, "DEPENDENCY_UNAVAILABLE", "the index is rebuilding")
 		}
 		return []*indexerv1.SearchHit{
 			{Title: "Data dictionary: churn", Text: "Cancellations are recorded in zz_attrition_evt, one row per cancelled subscription."},

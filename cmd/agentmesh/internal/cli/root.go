@@ -293,10 +293,12 @@ func (a *app) closeMesh() {
 }
 
 // unreachable rewrites a connection failure to name the service's address
-// and the variable that sets it.
+// and the variable that sets it: the user's own configuration, so the
+// status carries grpcx.ReasonUnreachable and the connection passes it on
+// as it is (grpcx masks addresses only in what it cannot place).
 func unreachable(name, addr, env string, err error) error {
-	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
-		return status.Errorf(codes.Unavailable, "cannot reach the %s at %s (set %s): %s", name, addr, env, st.Message())
+	if grpcx.ConnectionLost(err) {
+		return grpcx.Errorf(codes.Unavailable, grpcx.ReasonUnreachable, "cannot reach the %s at %s (set %s): %s", name, addr, env, status.Convert(err).Message())
 	}
 	return err
 }

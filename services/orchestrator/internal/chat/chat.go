@@ -25,6 +25,7 @@ import (
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/libs/outage"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/strategy"
@@ -285,15 +286,23 @@ func turnStatus(err error) *status.Status {
 	if w := err.Error(); strings.HasPrefix(w, "model ") {
 		msg = strings.SplitN(w, ":", 2)[0] + ": " + msg // "model call: ..." or "model stream: ..."
 	}
+	// The reason the model gateway gave, else MODEL_CALL_FAILED: a status
+	// of the mesh carries one, so that the gateway's connection does not
+	// take this turn's failure for its own (grpcx's maskTransport).
+	reason := grpcx.Reason(err)
+	if reason == "" {
+		reason = "MODEL_CALL_FAILED"
+	}
+	code := codes.Internal
 	switch st.Code() {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted, codes.Canceled, codes.FailedPrecondition, codes.Internal:
-		return status.New(st.Code(), msg)
+		code = st.Code()
 	case codes.Unimplemented:
-		return status.New(codes.Unavailable, msg)
+		code = codes.Unavailable
 	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.OutOfRange, codes.PermissionDenied, codes.Unauthenticated:
-		return status.New(codes.FailedPrecondition, msg)
+		code = codes.FailedPrecondition
 	}
-	return status.New(codes.Internal, msg)
+	return status.Convert(grpcx.Errorf(code, reason, "%s", msg))
 }
 
 // ErrCancelled is the cause of a turn stopped because its caller went away.
