@@ -44,7 +44,9 @@ async function failure(resp) {
     const body = await resp.json();
     if (body.message) msg += ": " + body.message;
   } catch (_) { /* not JSON */ }
-  return new Error(msg);
+  const err = new Error(msg);
+  err.status = resp.status;
+  return err;
 }
 
 async function api(method, path, body, signal) {

@@ -3,11 +3,14 @@ package cli
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -132,7 +135,8 @@ func (a *app) sqlSession(ctx context.Context, client sqlagentv1.SqlAgentServiceC
 				}
 			}
 		}
-		res, err := client.SendInput(ctx, req)
+		req.RequestId = newRequestID()
+		res, err := a.sendInput(ctx, client, req)
 		if err != nil {
 			if c := ExitCode(err); c == ExitUnavailable || c == ExitNotFound || c == ExitInterrupted || c == ExitDenied {
 				return callErr("SQL session "+id, err)
@@ -212,4 +216,36 @@ func printTable(out io.Writer, t *sqlagentv1.ResultTable) {
 	if t.GetTruncated() {
 		fmt.Fprintln(out, "(truncated at the row cap)")
 	}
+}
+
+// sendAttempts is how many times the CLI sends one SQL input while the
+// mesh cannot be reached.
+const sendAttempts = 3
+
+// sendInput sends req, and again while the mesh cannot be reached (a lost
+// connection, a gateway replica going away), at most sendAttempts times:
+// under the same request id, an input that was applied before its answer
+// was lost is answered as it was, never run twice.
+func (a *app) sendInput(ctx context.Context, client sqlagentv1.SqlAgentServiceClient, req *sqlagentv1.SendInputRequest) (*sqlagentv1.SendInputResponse, error) {
+	wait := time.Second
+	for attempt := 1; ; attempt++ {
+		res, err := client.SendInput(ctx, req)
+		if err == nil || attempt == sendAttempts || ExitCode(err) != ExitUnavailable {
+			return res, err
+		}
+		fmt.Fprintf(a.io.Err, "agentmesh: %s; sending the same input again in %s\n", errorText(err), wait)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// newRequestID is a random id for one input.
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
