@@ -496,6 +496,13 @@ func TestQualifierScenarios(t *testing.T) {
 			if _, ran := phases(p); !slices.Equal(ran, w.ran) {
 				t.Errorf("phases that ran %v, want %v", ran, w.ran)
 			}
+			// The vision phases count the tokens of the vision service's
+			// model calls (the simulator reports usage on each).
+			for _, ph := range p.GetPhases() {
+				if strings.HasPrefix(ph.GetName(), "vision_stage") && ph.GetSkipped() == "" && len(ph.GetErrors()) == 0 && ph.GetTokens() <= 0 {
+					t.Errorf("phase %s ran with %d tokens", ph.GetName(), ph.GetTokens())
+				}
+			}
 			if w.chunks != 0 && doc.GetChunkCount() != w.chunks {
 				t.Errorf("%d chunks, want %d", doc.GetChunkCount(), w.chunks)
 			}

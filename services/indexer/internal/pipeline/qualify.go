@@ -177,6 +177,7 @@ func (q *Qualifier) Qualify(ctx context.Context, in Input) *Output {
 			ph.fail("vision stage 1: %v", err)
 			break
 		}
+		ph.tokens = resp.GetTokens()
 		SetVision(p, &indexerv1.IntakeVision{GeneralSummary: resp.GetGeneralSummary(), Model: resp.GetModel()})
 		for _, ia := range resp.GetImages() {
 			if name, page, ok := pdfOf(ia.GetName()); ok {
@@ -228,6 +229,7 @@ func (q *Qualifier) Qualify(ctx context.Context, in Input) *Output {
 			ph.fail("vision stage 2: %v", err)
 			break
 		}
+		ph.tokens = resp.GetTokens()
 		SetVision(p, &indexerv1.IntakeVision{TypeSpecificDetails: resp.GetTypeSpecificDetails()})
 	}
 	q.end(p, ph)

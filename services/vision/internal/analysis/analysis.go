@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 
@@ -91,6 +92,9 @@ type Result struct {
 	TypeSpecificDetails string
 	// Model is the logical model that was asked.
 	Model string
+	// Tokens are the model tokens the request spent, prompt and
+	// completion, over all its calls.
+	Tokens int64
 }
 
 // Options configure an Analyzer.
@@ -202,11 +206,12 @@ func (a *Analyzer) Analyze(ctx context.Context, req Request) (*Result, error) {
 	}
 
 	found := make([]details, len(req.Images))
+	var tokens atomic.Int64
 	err := a.each(ctx, work, func(ctx context.Context, i int) error {
 		img := images[i]
 		summary := res.GeneralSummary
 		if stage1 {
-			desc, err := a.describe(ctx, res.Model, img, contextText)
+			desc, err := a.describe(ctx, res.Model, img, contextText, &tokens)
 			if err != nil {
 				return err
 			}
@@ -214,7 +219,7 @@ func (a *Analyzer) Analyze(ctx context.Context, req Request) (*Result, error) {
 			summary = desc
 		}
 		if stage2 {
-			d, err := a.extract(ctx, res.Model, spec, img, summary, stage1, contextText)
+			d, err := a.extract(ctx, res.Model, spec, img, summary, stage1, contextText, &tokens)
 			if err != nil {
 				return err
 			}
@@ -223,6 +228,7 @@ func (a *Analyzer) Analyze(ctx context.Context, req Request) (*Result, error) {
 		}
 		return nil
 	})
+	res.Tokens = tokens.Load()
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +263,7 @@ func (a *Analyzer) model(images []Image, work []int) string {
 }
 
 // describe is stage 1 for one image.
-func (a *Analyzer) describe(ctx context.Context, model string, img Image, contextText string) (string, error) {
+func (a *Analyzer) describe(ctx context.Context, model string, img Image, contextText string, tokens *atomic.Int64) (string, error) {
 	resp, err := a.client.Chat(ctx, &modelv1.ChatRequest{
 		Model: model,
 		Messages: []*modelv1.Message{
@@ -268,12 +274,13 @@ func (a *Analyzer) describe(ctx context.Context, model string, img Image, contex
 	if err != nil {
 		return "", &ModelError{Stage: 1, Image: img.Name, Err: err}
 	}
+	tokens.Add(spent(resp))
 	return strings.TrimSpace(resp.GetMessage().GetContent()), nil
 }
 
 // extract is stage 2 for one image: JSON constrained by spec's schema,
 // parsed into details.
-func (a *Analyzer) extract(ctx context.Context, model string, spec *kind, img Image, summary string, ownSummary bool, contextText string) (details, error) {
+func (a *Analyzer) extract(ctx context.Context, model string, spec *kind, img Image, summary string, ownSummary bool, contextText string, tokens *atomic.Int64) (details, error) {
 	resp, err := a.client.Chat(ctx, &modelv1.ChatRequest{
 		Model: model,
 		Messages: []*modelv1.Message{
@@ -289,11 +296,17 @@ func (a *Analyzer) extract(ctx context.Context, model string, spec *kind, img Im
 	if err != nil {
 		return details{}, &ModelError{Stage: 2, Image: img.Name, Err: err}
 	}
+	tokens.Add(spent(resp))
 	d, err := spec.parse(resp.GetMessage().GetContent())
 	if err != nil {
 		return details{}, &ModelError{Stage: 2, Image: img.Name, Err: err}
 	}
 	return d, nil
+}
+
+// spent is the tokens a model call used, prompt and completion.
+func spent(resp *modelv1.ChatResponse) int64 {
+	return resp.GetUsage().GetTotalTokens()
 }
 
 // each runs fn for every index in idx, at most MaxParallel at once. The

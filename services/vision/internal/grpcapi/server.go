@@ -59,6 +59,7 @@ func (s *Server) AnalyzeImages(ctx context.Context, req *visionv1.AnalyzeImagesR
 		GeneralSummary:      res.GeneralSummary,
 		TypeSpecificDetails: res.TypeSpecificDetails,
 		Model:               res.Model,
+		Tokens:              res.Tokens,
 	}
 	for _, r := range res.Images {
 		out.Images = append(out.Images, &visionv1.ImageAnalysis{

@@ -317,7 +317,10 @@ type AnalyzeImagesResponse struct {
 	// Stage 2 details over all images.
 	TypeSpecificDetails string `protobuf:"bytes,3,opt,name=type_specific_details,json=typeSpecificDetails,proto3" json:"type_specific_details,omitempty"`
 	// Logical model used.
-	Model         string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// Model tokens spent by the request, prompt and completion, over every
+	// model call it made (one per image and stage).
+	Tokens        int64 `protobuf:"varint,5,opt,name=tokens,proto3" json:"tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -380,6 +383,13 @@ func (x *AnalyzeImagesResponse) GetModel() string {
 	return ""
 }
 
+func (x *AnalyzeImagesResponse) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
 var File_agentmesh_vision_v1_vision_proto protoreflect.FileDescriptor
 
 const file_agentmesh_vision_v1_vision_proto_rawDesc = "" +
@@ -399,12 +409,13 @@ const file_agentmesh_vision_v1_vision_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x13general_description\x18\x02 \x01(\tR\x12generalDescription\x122\n" +
 	"\x15type_specific_details\x18\x03 \x01(\tR\x13typeSpecificDetails\x12%\n" +
-	"\x0eskipped_reason\x18\x04 \x01(\tR\rskippedReason\"\xc6\x01\n" +
+	"\x0eskipped_reason\x18\x04 \x01(\tR\rskippedReason\"\xde\x01\n" +
 	"\x15AnalyzeImagesResponse\x12:\n" +
 	"\x06images\x18\x01 \x03(\v2\".agentmesh.vision.v1.ImageAnalysisR\x06images\x12'\n" +
 	"\x0fgeneral_summary\x18\x02 \x01(\tR\x0egeneralSummary\x122\n" +
 	"\x15type_specific_details\x18\x03 \x01(\tR\x13typeSpecificDetails\x12\x14\n" +
-	"\x05model\x18\x04 \x01(\tR\x05model*\xa3\x01\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x16\n" +
+	"\x06tokens\x18\x05 \x01(\x03R\x06tokens*\xa3\x01\n" +
 	"\vContentType\x12\x1c\n" +
 	"\x18CONTENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CONTENT_TYPE_EMAIL\x10\x01\x12\x17\n" +
