@@ -406,6 +406,13 @@ expect(await page.locator("#sqlToConfirm").isHidden() && await page.locator("#sq
 await page.fill("#sqlInput", "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 60) SELECT i FROM n");
 await page.click("#sqlForm button");
 await page.waitForSelector("#sqlToConfirm:not([hidden])");
+// A reload offers the last reply's choices again, from the session.
+{
+  const before = await page.evaluate(() => [...document.querySelectorAll("#sqlOptions button")].map((b) => b.textContent).join("|"));
+  await page.reload();
+  await page.waitForFunction((want) => [...document.querySelectorAll("#sqlOptions button")].map((b) => b.textContent).join("|") === want, before);
+  expect(/run it/i.test(before) && await page.locator("#sqlToConfirm").isVisible(), "sql: after a reload the SQL to confirm and the same choices again (" + before + ")");
+}
 await choose(/run it/i);
 await choose("query on sample");
 await page.waitForSelector("#sqlPager:not([hidden])");

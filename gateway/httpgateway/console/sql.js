@@ -158,9 +158,8 @@ views.sql = {
     rememberSql(s.id);
     for (const t of s.turns || []) line($("sqlTurns"), t.role === "user" ? "you" : "agent", t.text);
     showSqlToConfirm(s.pendingSql, s.stage === "CONFIRM_GENERATED_SQL" ? s.schemaNote : "");
-    // A session read back holds no options: the reply that offered them
-    // is not kept with it.
-    if (s.stage !== "DONE") $("sqlOptions").append(el("span", "muted small", "The choices of the agent's last reply are not kept with the session: type the answer" + (s.pendingSql ? " (yes runs the SQL shown)." : ".")));
+    // The session keeps the choices of the agent's last reply.
+    renderSqlChoices(s.options || [], s.action);
   },
 };
 

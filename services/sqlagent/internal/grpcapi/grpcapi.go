@@ -290,6 +290,9 @@ func toProto(s *session.Session) *sqlagentv1.Session {
 	for _, t := range s.Turns {
 		out.Turns = append(out.Turns, &sqlagentv1.Turn{Role: t.Role, Text: t.Text, Time: timestamppb.New(t.Time)})
 	}
+	if last := s.LastInput; last != nil && s.Stage != session.StageExecuting && s.Stage != session.StageDone {
+		out.Options, out.Action = toOptions(last.Reply.Options), actions[last.Reply.Action]
+	}
 	return out
 }
 

@@ -173,19 +173,15 @@ func (a *Agent) record(ctx context.Context, s *Session, r Reply, now time.Time) 
 	return s, r, nil
 }
 
-// noteInput records the input being answered by r as the session's last
-// one, when the client named it; an input it did not name forgets the
-// last one's reply (a repeat of it is then superseded).
+// noteInput records r as the reply to the session's last input, under the
+// request id the client named it by, if any (a repeat of the one before
+// is then superseded).
 func (s *Session) noteInput(r Reply) {
-	if last := s.LastInput; last != nil {
+	if last := s.LastInput; last != nil && last.RequestID != "" {
 		s.EarlierInputs = append(s.EarlierInputs, last.RequestID)
 		if n := len(s.EarlierInputs); n > maxEarlierInputs {
 			s.EarlierInputs = slices.Clone(s.EarlierInputs[n-maxEarlierInputs:])
 		}
-		s.LastInput = nil
-	}
-	if s.requestID == "" {
-		return
 	}
 	in := &AppliedInput{RequestID: s.requestID, Reply: r}
 	in.Reply.Result = nil

@@ -113,6 +113,7 @@ func (a *Agent) Start(ctx context.Context, scope Scope, req StartRequest) (*Sess
 		s.Turns = append(s.Turns, Turn{Role: roleUser, Text: req.Text, Time: now})
 	}
 	s.Turns = append(s.Turns, Turn{Role: roleAgent, Text: r.Text, Time: now})
+	s.noteInput(r)
 	if err := a.store.Create(ctx, s); err != nil {
 		return nil, Reply{}, err
 	}

@@ -144,9 +144,10 @@ type Session struct {
 	// long for the prompt and only these were shown ("" otherwise).
 	SchemaShown []string
 	SchemaNote  string
-	// LastInput is the input with a request id that last moved the
-	// session, and what it was answered; EarlierInputs are the request ids
-	// of the inputs before it, newest last, at most maxEarlierInputs.
+	// LastInput is the session's last reply (to its creation or to an
+	// input), with the request id of the input when the client named it;
+	// EarlierInputs are the request ids of the inputs before it, newest
+	// last, at most maxEarlierInputs.
 	LastInput     *AppliedInput
 	EarlierInputs []string
 	// Version counts writes; the store updates only the version it read.
@@ -189,8 +190,9 @@ type Option struct {
 	Label string
 }
 
-// AppliedInput is an input a client named by a request id, and the reply
-// it got without its result table (the job keeps what ran).
+// AppliedInput is a reply without its result table (the job keeps what
+// ran), and the request id of the input it answered, if the client named
+// one.
 type AppliedInput struct {
 	RequestID string
 	Reply     Reply

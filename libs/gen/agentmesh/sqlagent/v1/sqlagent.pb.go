@@ -533,7 +533,14 @@ type Session struct {
 	// the schema was too large for the prompt and only some were shown
 	// ("Shown to the model: customers, invoices (2 of 412 tables, picked by
 	// the question)"); empty when the whole schema was shown.
-	SchemaNote    string `protobuf:"bytes,11,opt,name=schema_note,json=schemaNote,proto3" json:"schema_note,omitempty"`
+	SchemaNote string `protobuf:"bytes,11,opt,name=schema_note,json=schemaNote,proto3" json:"schema_note,omitempty"`
+	// The choices the agent's last reply offered, still open, so that a
+	// client reading the session back (a reload) offers them again; empty
+	// while the confirmed SQL runs and once the session is done.
+	Options []*Option `protobuf:"bytes,12,rep,name=options,proto3" json:"options,omitempty"`
+	// What those options are (connections, schemas, job kinds) or what the
+	// last reply asked.
+	Action        Action `protobuf:"varint,13,opt,name=action,proto3,enum=agentmesh.sqlagent.v1.Action" json:"action,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -643,6 +650,20 @@ func (x *Session) GetSchemaNote() string {
 		return x.SchemaNote
 	}
 	return ""
+}
+
+func (x *Session) GetOptions() []*Option {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *Session) GetAction() Action {
+	if x != nil {
+		return x.Action
+	}
+	return Action_ACTION_UNSPECIFIED
 }
 
 // CreateSessionRequest starts a session.
@@ -1728,7 +1749,7 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\x04Turn\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xf4\x03\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xe4\x04\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
 	"\x05scope\x18\x02 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x129\n" +
@@ -1747,7 +1768,9 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\x13schema_tables_shown\x18\n" +
 	" \x03(\tR\x11schemaTablesShown\x12\x1f\n" +
 	"\vschema_note\x18\v \x01(\tR\n" +
-	"schemaNote\"\xd6\x01\n" +
+	"schemaNote\x127\n" +
+	"\aoptions\x18\f \x03(\v2\x1d.agentmesh.sqlagent.v1.OptionR\aoptions\x125\n" +
+	"\x06action\x18\r \x01(\x0e2\x1d.agentmesh.sqlagent.v1.ActionR\x06action\"\xd6\x01\n" +
 	"\x14CreateSessionRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12(\n" +
 	"\n" +
@@ -1916,50 +1939,52 @@ var file_agentmesh_sqlagent_v1_sqlagent_proto_depIdxs = []int32{
 	7,  // 7: agentmesh.sqlagent.v1.Session.turns:type_name -> agentmesh.sqlagent.v1.Turn
 	26, // 8: agentmesh.sqlagent.v1.Session.create_time:type_name -> google.protobuf.Timestamp
 	26, // 9: agentmesh.sqlagent.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	24, // 10: agentmesh.sqlagent.v1.CreateSessionRequest.scope:type_name -> agentmesh.common.v1.Scope
-	1,  // 11: agentmesh.sqlagent.v1.CreateSessionRequest.job_kind:type_name -> agentmesh.sqlagent.v1.JobKind
-	8,  // 12: agentmesh.sqlagent.v1.CreateSessionResponse.session:type_name -> agentmesh.sqlagent.v1.Session
-	5,  // 13: agentmesh.sqlagent.v1.CreateSessionResponse.options:type_name -> agentmesh.sqlagent.v1.Option
-	0,  // 14: agentmesh.sqlagent.v1.CreateSessionResponse.action:type_name -> agentmesh.sqlagent.v1.Action
-	24, // 15: agentmesh.sqlagent.v1.GetSessionRequest.scope:type_name -> agentmesh.common.v1.Scope
-	8,  // 16: agentmesh.sqlagent.v1.GetSessionResponse.session:type_name -> agentmesh.sqlagent.v1.Session
-	24, // 17: agentmesh.sqlagent.v1.SendInputRequest.scope:type_name -> agentmesh.common.v1.Scope
-	8,  // 18: agentmesh.sqlagent.v1.SendInputResponse.session:type_name -> agentmesh.sqlagent.v1.Session
-	5,  // 19: agentmesh.sqlagent.v1.SendInputResponse.options:type_name -> agentmesh.sqlagent.v1.Option
-	6,  // 20: agentmesh.sqlagent.v1.SendInputResponse.result:type_name -> agentmesh.sqlagent.v1.ResultTable
-	0,  // 21: agentmesh.sqlagent.v1.SendInputResponse.action:type_name -> agentmesh.sqlagent.v1.Action
-	15, // 22: agentmesh.sqlagent.v1.SendInputResponse.job:type_name -> agentmesh.sqlagent.v1.SqlJob
-	1,  // 23: agentmesh.sqlagent.v1.SqlJob.kind:type_name -> agentmesh.sqlagent.v1.JobKind
-	27, // 24: agentmesh.sqlagent.v1.SqlJob.parameters:type_name -> google.protobuf.Struct
-	28, // 25: agentmesh.sqlagent.v1.SqlJob.duration:type_name -> google.protobuf.Duration
-	26, // 26: agentmesh.sqlagent.v1.SqlJob.start_time:type_name -> google.protobuf.Timestamp
-	24, // 27: agentmesh.sqlagent.v1.ListSqlJobsRequest.scope:type_name -> agentmesh.common.v1.Scope
-	15, // 28: agentmesh.sqlagent.v1.ListSqlJobsResponse.jobs:type_name -> agentmesh.sqlagent.v1.SqlJob
-	24, // 29: agentmesh.sqlagent.v1.GetSqlJobRequest.scope:type_name -> agentmesh.common.v1.Scope
-	15, // 30: agentmesh.sqlagent.v1.GetSqlJobResponse.job:type_name -> agentmesh.sqlagent.v1.SqlJob
-	20, // 31: agentmesh.sqlagent.v1.SqlPrompt.messages:type_name -> agentmesh.sqlagent.v1.PromptMessage
-	26, // 32: agentmesh.sqlagent.v1.SqlPrompt.time:type_name -> google.protobuf.Timestamp
-	24, // 33: agentmesh.sqlagent.v1.ListSqlPromptsRequest.scope:type_name -> agentmesh.common.v1.Scope
-	21, // 34: agentmesh.sqlagent.v1.ListSqlPromptsResponse.prompts:type_name -> agentmesh.sqlagent.v1.SqlPrompt
-	3,  // 35: agentmesh.sqlagent.v1.SqlAgentService.ListConnections:input_type -> agentmesh.sqlagent.v1.ListConnectionsRequest
-	9,  // 36: agentmesh.sqlagent.v1.SqlAgentService.CreateSession:input_type -> agentmesh.sqlagent.v1.CreateSessionRequest
-	11, // 37: agentmesh.sqlagent.v1.SqlAgentService.GetSession:input_type -> agentmesh.sqlagent.v1.GetSessionRequest
-	13, // 38: agentmesh.sqlagent.v1.SqlAgentService.SendInput:input_type -> agentmesh.sqlagent.v1.SendInputRequest
-	16, // 39: agentmesh.sqlagent.v1.SqlAgentService.ListSqlJobs:input_type -> agentmesh.sqlagent.v1.ListSqlJobsRequest
-	18, // 40: agentmesh.sqlagent.v1.SqlAgentService.GetSqlJob:input_type -> agentmesh.sqlagent.v1.GetSqlJobRequest
-	22, // 41: agentmesh.sqlagent.v1.SqlAgentService.ListSqlPrompts:input_type -> agentmesh.sqlagent.v1.ListSqlPromptsRequest
-	4,  // 42: agentmesh.sqlagent.v1.SqlAgentService.ListConnections:output_type -> agentmesh.sqlagent.v1.ListConnectionsResponse
-	10, // 43: agentmesh.sqlagent.v1.SqlAgentService.CreateSession:output_type -> agentmesh.sqlagent.v1.CreateSessionResponse
-	12, // 44: agentmesh.sqlagent.v1.SqlAgentService.GetSession:output_type -> agentmesh.sqlagent.v1.GetSessionResponse
-	14, // 45: agentmesh.sqlagent.v1.SqlAgentService.SendInput:output_type -> agentmesh.sqlagent.v1.SendInputResponse
-	17, // 46: agentmesh.sqlagent.v1.SqlAgentService.ListSqlJobs:output_type -> agentmesh.sqlagent.v1.ListSqlJobsResponse
-	19, // 47: agentmesh.sqlagent.v1.SqlAgentService.GetSqlJob:output_type -> agentmesh.sqlagent.v1.GetSqlJobResponse
-	23, // 48: agentmesh.sqlagent.v1.SqlAgentService.ListSqlPrompts:output_type -> agentmesh.sqlagent.v1.ListSqlPromptsResponse
-	42, // [42:49] is the sub-list for method output_type
-	35, // [35:42] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	5,  // 10: agentmesh.sqlagent.v1.Session.options:type_name -> agentmesh.sqlagent.v1.Option
+	0,  // 11: agentmesh.sqlagent.v1.Session.action:type_name -> agentmesh.sqlagent.v1.Action
+	24, // 12: agentmesh.sqlagent.v1.CreateSessionRequest.scope:type_name -> agentmesh.common.v1.Scope
+	1,  // 13: agentmesh.sqlagent.v1.CreateSessionRequest.job_kind:type_name -> agentmesh.sqlagent.v1.JobKind
+	8,  // 14: agentmesh.sqlagent.v1.CreateSessionResponse.session:type_name -> agentmesh.sqlagent.v1.Session
+	5,  // 15: agentmesh.sqlagent.v1.CreateSessionResponse.options:type_name -> agentmesh.sqlagent.v1.Option
+	0,  // 16: agentmesh.sqlagent.v1.CreateSessionResponse.action:type_name -> agentmesh.sqlagent.v1.Action
+	24, // 17: agentmesh.sqlagent.v1.GetSessionRequest.scope:type_name -> agentmesh.common.v1.Scope
+	8,  // 18: agentmesh.sqlagent.v1.GetSessionResponse.session:type_name -> agentmesh.sqlagent.v1.Session
+	24, // 19: agentmesh.sqlagent.v1.SendInputRequest.scope:type_name -> agentmesh.common.v1.Scope
+	8,  // 20: agentmesh.sqlagent.v1.SendInputResponse.session:type_name -> agentmesh.sqlagent.v1.Session
+	5,  // 21: agentmesh.sqlagent.v1.SendInputResponse.options:type_name -> agentmesh.sqlagent.v1.Option
+	6,  // 22: agentmesh.sqlagent.v1.SendInputResponse.result:type_name -> agentmesh.sqlagent.v1.ResultTable
+	0,  // 23: agentmesh.sqlagent.v1.SendInputResponse.action:type_name -> agentmesh.sqlagent.v1.Action
+	15, // 24: agentmesh.sqlagent.v1.SendInputResponse.job:type_name -> agentmesh.sqlagent.v1.SqlJob
+	1,  // 25: agentmesh.sqlagent.v1.SqlJob.kind:type_name -> agentmesh.sqlagent.v1.JobKind
+	27, // 26: agentmesh.sqlagent.v1.SqlJob.parameters:type_name -> google.protobuf.Struct
+	28, // 27: agentmesh.sqlagent.v1.SqlJob.duration:type_name -> google.protobuf.Duration
+	26, // 28: agentmesh.sqlagent.v1.SqlJob.start_time:type_name -> google.protobuf.Timestamp
+	24, // 29: agentmesh.sqlagent.v1.ListSqlJobsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	15, // 30: agentmesh.sqlagent.v1.ListSqlJobsResponse.jobs:type_name -> agentmesh.sqlagent.v1.SqlJob
+	24, // 31: agentmesh.sqlagent.v1.GetSqlJobRequest.scope:type_name -> agentmesh.common.v1.Scope
+	15, // 32: agentmesh.sqlagent.v1.GetSqlJobResponse.job:type_name -> agentmesh.sqlagent.v1.SqlJob
+	20, // 33: agentmesh.sqlagent.v1.SqlPrompt.messages:type_name -> agentmesh.sqlagent.v1.PromptMessage
+	26, // 34: agentmesh.sqlagent.v1.SqlPrompt.time:type_name -> google.protobuf.Timestamp
+	24, // 35: agentmesh.sqlagent.v1.ListSqlPromptsRequest.scope:type_name -> agentmesh.common.v1.Scope
+	21, // 36: agentmesh.sqlagent.v1.ListSqlPromptsResponse.prompts:type_name -> agentmesh.sqlagent.v1.SqlPrompt
+	3,  // 37: agentmesh.sqlagent.v1.SqlAgentService.ListConnections:input_type -> agentmesh.sqlagent.v1.ListConnectionsRequest
+	9,  // 38: agentmesh.sqlagent.v1.SqlAgentService.CreateSession:input_type -> agentmesh.sqlagent.v1.CreateSessionRequest
+	11, // 39: agentmesh.sqlagent.v1.SqlAgentService.GetSession:input_type -> agentmesh.sqlagent.v1.GetSessionRequest
+	13, // 40: agentmesh.sqlagent.v1.SqlAgentService.SendInput:input_type -> agentmesh.sqlagent.v1.SendInputRequest
+	16, // 41: agentmesh.sqlagent.v1.SqlAgentService.ListSqlJobs:input_type -> agentmesh.sqlagent.v1.ListSqlJobsRequest
+	18, // 42: agentmesh.sqlagent.v1.SqlAgentService.GetSqlJob:input_type -> agentmesh.sqlagent.v1.GetSqlJobRequest
+	22, // 43: agentmesh.sqlagent.v1.SqlAgentService.ListSqlPrompts:input_type -> agentmesh.sqlagent.v1.ListSqlPromptsRequest
+	4,  // 44: agentmesh.sqlagent.v1.SqlAgentService.ListConnections:output_type -> agentmesh.sqlagent.v1.ListConnectionsResponse
+	10, // 45: agentmesh.sqlagent.v1.SqlAgentService.CreateSession:output_type -> agentmesh.sqlagent.v1.CreateSessionResponse
+	12, // 46: agentmesh.sqlagent.v1.SqlAgentService.GetSession:output_type -> agentmesh.sqlagent.v1.GetSessionResponse
+	14, // 47: agentmesh.sqlagent.v1.SqlAgentService.SendInput:output_type -> agentmesh.sqlagent.v1.SendInputResponse
+	17, // 48: agentmesh.sqlagent.v1.SqlAgentService.ListSqlJobs:output_type -> agentmesh.sqlagent.v1.ListSqlJobsResponse
+	19, // 49: agentmesh.sqlagent.v1.SqlAgentService.GetSqlJob:output_type -> agentmesh.sqlagent.v1.GetSqlJobResponse
+	23, // 50: agentmesh.sqlagent.v1.SqlAgentService.ListSqlPrompts:output_type -> agentmesh.sqlagent.v1.ListSqlPromptsResponse
+	44, // [44:51] is the sub-list for method output_type
+	37, // [37:44] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_sqlagent_v1_sqlagent_proto_init() }
