@@ -32,7 +32,12 @@ func (c *cluster) eventLog(ctx context.Context, filter string) ([]logEntry, erro
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		out, err := c.readEventLog(ctx, filter)
+		// Each attempt has its own bound: an ordered consumer asked of a
+		// cluster electing a leader can wait out the whole minute (CI: one
+		// attempt, "ordered consumer: context deadline exceeded").
+		actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+		out, err := c.readEventLog(actx, filter)
+		acancel()
 		if err == nil {
 			return out, nil
 		}
