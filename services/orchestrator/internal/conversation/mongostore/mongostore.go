@@ -484,33 +484,43 @@ const windowEvery = 16
 
 // storedWindow reads the window document of id (a zero window if there is
 // none). For a single writer it is then brought up to the conversation's
-// last message (catchUp), unless suspect, and remembered with the stored
-// document's last_seq.
+// last message (loadWindow) and remembered with the stored document's
+// last_seq, unless suspect.
 func (s *Store) storedWindow(ctx context.Context, id string) (windowDoc, error) {
-	var w windowDoc
-	if s.single {
-		// Under the window's lock, as an append moves it: what is cached
-		// then is never older than the stored window and its messages.
-		defer mongox.LockDocument(s.windows, id)()
-		if cw := s.cachedWindow(id); cw != nil {
-			return *cw, nil
-		}
-	}
-	if _, err := findByID(ctx, s.windows, id, &w); err != nil {
+	if !s.single {
+		var w windowDoc
+		_, err := findByID(ctx, s.windows, id, &w)
 		return w, err
 	}
-	if !s.single || w.Suspect {
-		return w, nil
+	// Under the window's lock, as an append moves it: what is cached then
+	// is never older than the stored window and its messages.
+	defer mongox.LockDocument(s.windows, id)()
+	if cw := s.cachedWindow(id); cw != nil {
+		return *cw, nil
 	}
-	stored := w.LastSeq
-	w, err := s.catchUp(ctx, id, w)
-	if err != nil {
+	w, stored, err := s.loadWindow(ctx, id)
+	if err != nil || w.Suspect {
 		return w, err
 	}
 	s.mu.Lock()
 	s.cache.update(id, func(c *cached) { c.window, c.stored = &w, stored })
 	s.mu.Unlock()
 	return w, nil
+}
+
+// loadWindow is a single writer's read of the window document of id (a
+// zero window if there is none): unless suspect, it is brought up to the
+// conversation's last message (catchUp); stored is the document's own
+// last_seq. The caller holds the window's lock.
+func (s *Store) loadWindow(ctx context.Context, id string) (w windowDoc, stored int64, err error) {
+	if _, err := findByID(ctx, s.windows, id, &w); err != nil {
+		return w, 0, err
+	}
+	if stored = w.LastSeq; w.Suspect {
+		return w, stored, nil
+	}
+	w, err = s.catchUp(ctx, id, w)
+	return w, stored, err
 }
 
 // catchUp adds to w the messages stored after it, read by _id from
@@ -780,16 +790,11 @@ func (s *Store) cacheRecentSingle(ctx context.Context, id string, docs []msgDoc)
 	default:
 		// Unknown here, or docs do not follow it: the stored window, and
 		// the messages after it (docs among them: they are stored).
-		if _, err := findByID(ctx, s.windows, id, &w); err != nil {
+		var err error
+		if w, stored, err = s.loadWindow(ctx, id); err != nil {
 			return err
 		}
-		stored, rewrite = w.LastSeq, w.Suspect
-		if !w.Suspect {
-			var err error
-			if w, err = s.catchUp(ctx, id, w); err != nil {
-				return err
-			}
-		}
+		rewrite = w.Suspect
 		if w.Suspect || w.LastSeq < newLast { // a gap before docs stops catchUp
 			recent, err := s.rebuildWindow(ctx, id, docs[0], newLast)
 			if err != nil {
