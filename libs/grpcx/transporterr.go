@@ -8,6 +8,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -110,4 +111,9 @@ func (s *maskedStream) SendMsg(m any) error {
 
 func (s *maskedStream) CloseSend() error {
 	return maskTransport(s.method, s.ClientStream.CloseSend())
+}
+
+func (s *maskedStream) Header() (metadata.MD, error) {
+	md, err := s.ClientStream.Header()
+	return md, maskTransport(s.method, err)
 }

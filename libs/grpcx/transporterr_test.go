@@ -83,6 +83,9 @@ func TestTransportErrorsNameNoAddress(t *testing.T) {
 		leaks(t, err, addr)
 		stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
 		if err == nil {
+			if _, herr := stream.Header(); herr != nil {
+				leaks(t, herr, addr)
+			}
 			_, err = stream.Recv()
 		}
 		if status.Code(err) != codes.Unavailable {

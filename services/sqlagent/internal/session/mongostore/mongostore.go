@@ -112,8 +112,9 @@ type executionDoc struct {
 	Deadline time.Time `bson:"deadline"`
 }
 
-// inputDoc is the session's last input with a request id (new fields:
-// older documents read as having none).
+// inputDoc is the session's last reply (session.AppliedInput), with the
+// request id of the input it answered when the client named one (new
+// fields: older documents read as having none).
 type inputDoc struct {
 	RequestID    string      `bson:"request_id"`
 	Text         string      `bson:"text"`
