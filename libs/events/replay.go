@@ -36,12 +36,25 @@ const replayInactive = 30 * time.Second
 func (b *Bus) Replay(ctx context.Context, stream, subjectFilter string, afterSeq uint64,
 	fn func(seq uint64, ev *commonv1.Event) error,
 ) error {
+	var filters []string
+	if subjectFilter != "" {
+		filters = []string{subjectFilter}
+	}
+	return b.ReplaySubjects(ctx, stream, filters, afterSeq, fn)
+}
+
+// ReplaySubjects is Replay of the events whose subject matches any of
+// filters (none: every subject). The filters must not overlap: the server
+// refuses a consumer whose filters match a subject twice.
+func (b *Bus) ReplaySubjects(ctx context.Context, stream string, filters []string, afterSeq uint64,
+	fn func(seq uint64, ev *commonv1.Event) error,
+) error {
 	if fn == nil {
 		return errors.New("events: replay: nil fn")
 	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: replayInactive}
-	if subjectFilter != "" {
-		cfg.FilterSubjects = []string{subjectFilter}
+	if len(filters) > 0 {
+		cfg.FilterSubjects = filters
 	}
 	if afterSeq > 0 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy

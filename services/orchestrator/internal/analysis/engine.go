@@ -189,7 +189,7 @@ type Engine struct {
 	stopOnce  sync.Once
 	cancel    context.CancelFunc
 	consumers []*events.Consumer
-	cancelSub *nats.Subscription
+	cancelSub []*nats.Subscription
 	loops     sync.WaitGroup
 }
 
@@ -252,12 +252,19 @@ func (e *Engine) now() time.Time { return e.clock().UTC().Truncate(time.Millisec
 func (e *Engine) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	e.cancel = cancel
-	sub, err := e.bus.Conn().Subscribe(events.EventSubjectPrefix+"*.job.*."+string(StatusCancelled), e.onCancelled)
-	if err != nil {
-		cancel()
-		return fmt.Errorf("analysis: subscribe to cancellations: %w", err)
+	// Cancellations in this layout and in the one before it (a replica of
+	// the previous version during a rolling upgrade).
+	for _, subject := range []string{JobEventSubject("*", "*", "*", StatusCancelled), legacyJobSubject("*", "*", StatusCancelled)} {
+		sub, err := e.bus.Conn().Subscribe(subject, e.onCancelled)
+		if err != nil {
+			cancel()
+			for _, s := range e.cancelSub {
+				_ = s.Unsubscribe()
+			}
+			return fmt.Errorf("analysis: subscribe to cancellations: %w", err)
+		}
+		e.cancelSub = append(e.cancelSub, sub)
 	}
-	e.cancelSub = sub
 	if err := e.sweep(ctx, true); err != nil {
 		e.log.Warn("start-up recovery incomplete; the periodic sweep will retry", slog.Any("error", err))
 	}
@@ -296,8 +303,8 @@ func (e *Engine) Start(ctx context.Context) error {
 // another instance picks them up at once) and waits for the workers.
 func (e *Engine) Stop() {
 	e.stopOnce.Do(func() {
-		if e.cancelSub != nil {
-			_ = e.cancelSub.Unsubscribe()
+		for _, sub := range e.cancelSub {
+			_ = sub.Unsubscribe()
 		}
 		if e.cancel != nil {
 			e.cancel()
@@ -418,7 +425,7 @@ func (e *Engine) eventEntry(ctx context.Context, j *Job) (events.OutboxEntry, er
 	if err != nil {
 		return events.OutboxEntry{}, err
 	}
-	entry, err := events.OutboxEntryFor(events.EventSubject(j.Tenant, "job", j.ID, string(j.Status)), ev)
+	entry, err := events.OutboxEntryFor(JobEventSubject(j.Tenant, j.RootID, j.ID, j.Status), ev)
 	if err != nil {
 		return events.OutboxEntry{}, err
 	}
@@ -470,12 +477,15 @@ func childID(rootID, what string) string {
 // onCancelled cancels a locally executing job when its cancellation event
 // arrives (CancelJob may have run on another instance).
 func (e *Engine) onCancelled(msg *nats.Msg) {
-	// am.evt.<tenant>.job.<id>.cancelled
+	// am.evt.<tenant>.job.<root>.<id>.cancelled, or am.evt.<tenant>.job.<id>.cancelled
+	// from a replica of the previous version.
 	parts := strings.Split(msg.Subject, ".")
-	if len(parts) != 6 {
-		return
+	switch len(parts) {
+	case 7:
+		e.cancelLocal(parts[5])
+	case 6:
+		e.cancelLocal(parts[4])
 	}
-	e.cancelLocal(parts[4])
 }
 
 // cancelLocal cancels the execution of job id in this process, if any.

@@ -56,13 +56,13 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 	if root.ParentID != "" {
 		return &FieldError{Field: "job_id", Reason: "is not an analysis (root) job"}
 	}
-	start := afterSeq
-	if start == 0 {
-		if start, err = e.firstSequence(ctx, root); err != nil {
-			return err
-		}
+	start, filters, err := e.treeEvents(ctx, root)
+	if err != nil {
+		return err
 	}
-	filter := events.EventSubjectPrefix + events.SubjectToken(tenant) + ".job.>"
+	if afterSeq > 0 {
+		start = afterSeq
+	}
 	w := &treeWatch{e: e, tenant: tenant, project: project, rootID: rootID, resumed: afterSeq > 0,
 		delivered: map[string]jobMark{}}
 	if w.resumed {
@@ -78,7 +78,7 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go w.recheckWhileIdle(rctx, cancel)
-	err = e.bus.Replay(rctx, events.StreamEvents, filter, start, func(seq uint64, ev *commonv1.Event) error {
+	err = e.bus.ReplaySubjects(rctx, events.StreamEvents, filters, start, func(seq uint64, ev *commonv1.Event) error {
 		if ev.GetCorrelationId() != rootID || ev.GetScope().GetProjectId() != project {
 			return nil
 		}
@@ -147,7 +147,10 @@ func (w *treeWatch) rootFinalDelivered(ctx context.Context, root *Job, afterSeq 
 	if err != nil {
 		return false
 	}
-	msg, err := stream.GetLastMsgForSubject(ctx, events.EventSubject(root.Tenant, "job", root.ID, string(root.Status)))
+	msg, err := stream.GetLastMsgForSubject(ctx, JobEventSubject(root.Tenant, root.ID, root.ID, root.Status))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		msg, err = stream.GetLastMsgForSubject(ctx, legacyJobSubject(root.Tenant, root.ID, root.Status))
+	}
 	if err != nil || msg.Sequence > afterSeq {
 		return false
 	}
@@ -221,38 +224,55 @@ func (e *Engine) treeDelivered(ctx context.Context, tenant, project, rootID stri
 	return true
 }
 
-// firstSequence returns the stream sequence just before the first event of
+// treeEvents returns the stream sequence just before the first event of
 // the analysis's tree, or, if none is in the stream yet, the stream's last
-// sequence (every event of the tree comes later). The first event is
-// usually the analysis's own "pending" event, but events of different jobs
-// reach the stream in no fixed order across processes (a relay retrying
-// after a NATS fault publishes the analysis's event after its planning
-// job's), so the first event of every job of the tree is looked up.
-func (e *Engine) firstSequence(ctx context.Context, root *Job) (uint64, error) {
+// sequence (every event of the tree comes later), and the subject filters
+// of the tree's events: treeFilter, and for an analysis whose events are in
+// the previous layout (see subjects.go) each child's own. The first event
+// is usually the analysis's own "pending" event, but events of different
+// jobs reach the stream in no fixed order across processes (a relay
+// retrying after a NATS fault publishes the analysis's event after its
+// planning job's), so it is the first of any job of the tree.
+func (e *Engine) treeEvents(ctx context.Context, root *Job) (uint64, []string, error) {
+	filters := []string{treeFilter(root.Tenant, root.ID)}
 	stream, err := e.eventStream(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("analysis: watch: %w", err)
+		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("analysis: watch: %w", err)
+		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	}
 	first := info.State.LastSeq
-	// The jobs are read after the stream's last sequence: a job with an
-	// event at or before it was stored before that event was published.
+	msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filters[0]))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return first, filters, nil
+	case err != nil:
+		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
+	case !isLegacySubject(msg.Subject):
+		return min(first, msg.Sequence-1), filters, nil
+	}
+	// An analysis of the previous layout: its children's events are
+	// under their own ids. The jobs are read after the stream's last
+	// sequence: a job with an event at or before it was stored before that
+	// event was published.
+	first = min(first, msg.Sequence-1)
 	children, err := e.children(ctx, root)
 	if err != nil {
-		return 0, fmt.Errorf("analysis: watch: %w", err)
+		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	}
-	for _, j := range append([]*Job{root}, children...) {
-		msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.EntityEventsSubject(root.Tenant, "job", j.ID)))
+	for _, j := range children {
+		filter := legacyJobFilter(root.Tenant, j.ID)
+		filters = append(filters, filter)
+		msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filter))
 		switch {
 		case err == nil:
 			first = min(first, msg.Sequence-1)
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 		default:
-			return 0, fmt.Errorf("analysis: watch: %w", err)
+			return 0, nil, fmt.Errorf("analysis: watch: %w", err)
 		}
 	}
-	return first, nil
+	return first, filters, nil
 }

@@ -798,7 +798,8 @@ func (x *WatchJobRequest) GetAfterSequence() uint64 {
 }
 
 // JobEvent is the payload of every job state change event
-// (am.evt.<tenant>.job.<id>.<status>).
+// (am.evt.<tenant>.job.<root_id>.<id>.<status>: one filter,
+// am.evt.<tenant>.job.<root_id>.>, reads an analysis's whole tree).
 type JobEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The job as it is after the change, without children.

@@ -2,8 +2,12 @@ package jobservice_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh/agentmesh/libs/events"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
@@ -31,7 +35,7 @@ func TestWatchStartsAtTheTreesFirstEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pendingSubject := events.EventSubject(e.scope.GetTenantId(), "job", root.GetId(), "pending")
+	pendingSubject := analysis.JobEventSubject(e.scope.GetTenantId(), root.GetId(), root.GetId(), analysis.StatusPending)
 	msg, err := stream.GetLastMsgForSubject(ctx, pendingSubject)
 	if err != nil {
 		t.Fatalf("the analysis's pending event: %v", err)
@@ -57,4 +61,91 @@ func TestWatchStartsAtTheTreesFirstEvent(t *testing.T) {
 			t.Errorf("events of %s: %v, want %v", id, byJob[id], w)
 		}
 	}
+}
+
+// Job events were published on am.evt.<tenant>.job.<job>.<status> before
+// they carried their tree (am.evt.<tenant>.job.<root>.<job>.<status>), and
+// the stream keeps them for a week: a watch of an analysis whose events are
+// in the old layout, from the start or resumed, still gets every job's.
+func TestWatchReadsThePreviousSubjectLayout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.scriptBHPPlan()
+	e.scriptSynthesis(stockAnswer)
+	e.start(analysis.Hooks{})
+
+	root := e.submit("Analyse BHP for investment", "stock_analysis")
+	final := e.waitStatus(root.GetId(), complete, 30*time.Second)
+	want, err := e.watch(root.GetId(), 0)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) < 8 {
+		t.Fatalf("the watch in today's layout got %d events: %v", len(want), want)
+	}
+
+	// Move the tree's events to the old layout, in their order.
+	ctx := e.ctx(20 * time.Second)
+	js := e.bus.JetStream()
+	tenant := e.scope.GetTenantId()
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.EventSubjectPrefix + tenant + ".job." + root.GetId() + ".>"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.FetchNoWait(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for msg := range batch.Messages() {
+		tok := strings.Split(msg.Subject(), ".") // am evt <tenant> job <root> <job> <status>
+		if len(tok) != 7 {
+			t.Fatalf("job event subject %q: want am.evt.<tenant>.job.<root>.<job>.<status>", msg.Subject())
+		}
+		old := &nats.Msg{Subject: strings.Join(append(tok[:4:4], tok[5], tok[6]), "."), Data: msg.Data()}
+		if _, err := js.PublishMsg(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.DeleteMsg(ctx, meta.Sequence.Stream); err != nil {
+			t.Fatal(err)
+		}
+		moved++
+	}
+	if moved != len(want) {
+		t.Fatalf("moved %d events of the tree, the watch got %d", moved, len(want))
+	}
+
+	got, err := e.watch(root.GetId(), 0)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameEvents(got, want) {
+		t.Errorf("watch of the old layout from the start:\n got %v\nwant %v", got, want)
+	}
+	rest, err := e.watch(root.GetId(), got[2].seq)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameEvents(rest, want[3:]) {
+		t.Errorf("watch of the old layout after its third event:\n got %v\nwant %v", rest, want[3:])
+	}
+	if n := len(final.GetChildren()); len(statusesByJob(got)) != n+1 {
+		t.Errorf("events of %d jobs, want the analysis and its %d children", len(statusesByJob(got)), n)
+	}
+}
+
+// sameEvents reports whether two watches got the same job states in the
+// same order (their stream sequences differ).
+func sameEvents(a, b []watched) bool {
+	return slices.EqualFunc(a, b, func(x, y watched) bool { return x.id == y.id && x.status == y.status && x.typ == y.typ })
 }
