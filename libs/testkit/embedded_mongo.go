@@ -15,6 +15,8 @@ import (
 	"github.com/FerretDB/FerretDB/ferretdb"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/agentmesh/agentmesh/libs/telemetry"
 )
 
 // mongoReadyTimeout bounds how long StartMongo waits for FerretDB to answer
@@ -80,9 +82,11 @@ func StartMongo(ctx context.Context, opts MongoOptions) (*Mongo, error) {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+	logger := slog.New(slog.DiscardHandler)
+	if opts.Logger != nil {
+		// FerretDB derives a logger with each SQL statement's arguments
+		// for a debug line (see telemetry.DeferAttrs).
+		logger = slog.New(telemetry.DeferAttrs(opts.Logger.Handler()))
 	}
 	// url.URL escapes characters such as '?' and '#' in the directory name;
 	// for ordinary paths this is "file:" + dir + "/".
