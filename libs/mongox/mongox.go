@@ -244,6 +244,25 @@ func UpdateVersioned(ctx context.Context, coll *mongo.Collection, filter bson.D,
 	return ErrConflict
 }
 
+// UpdateKnownVersion is UpdateVersioned for a single writer that knows the
+// document's version because it made the document's last write (a store
+// that remembers the versions it wrote): one update by _id that increments
+// the version, without UpdateVersioned's read. It returns ErrNotFound when
+// no document has that _id. The caller answers for the version: it must
+// be the document's only writer, serialise its writes to it, and forget
+// what it knew after any write whose outcome it did not see.
+func UpdateKnownVersion(ctx context.Context, coll *mongo.Collection, id any, update bson.M) error {
+	defer LockDocument(coll, id)()
+	res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, withVersionInc(update))
+	if err != nil {
+		return Translate(err)
+	}
+	if res.MatchedCount == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
 // withVersionInc returns a copy of update that also increments `version`.
 func withVersionInc(update bson.M) bson.M {
 	u := bson.M{}

@@ -196,6 +196,13 @@ type Store struct {
 	now     func() time.Time
 	mu      sync.Mutex // serialises updates of checkpoint documents, outbox removals and archiving
 
+	// known is, for a declared single writer, the version and scope of each
+	// live run as this store last wrote it (guarded by mu): a write at that
+	// version needs no read to check it (mongox.UpdateKnownVersion). Every
+	// change of a run's version goes through mu; a write whose outcome is
+	// unknown, and archiving, drop the entry, and the next write reads.
+	known map[string]knownRun
+
 	// finishing holds the runs this store wrote in a finished state and
 	// has not archived yet: Drained archives only those, so the relay's
 	// notice after every step costs no read, and no wait for mu.
@@ -205,10 +212,24 @@ type Store struct {
 	transitions metric.Int64Counter // runs entering each state
 }
 
+// knownRun is what a single writer knows of a run it wrote.
+type knownRun struct {
+	version         int64
+	tenant, project string
+}
+
+// learn records, for a single writer, that run id is at version in scope;
+// s.mu is held.
+func (s *Store) learn(id string, scope *commonv1.Scope, version int64) {
+	if mongox.SingleWriter(s.coll.Database()) {
+		s.known[id] = knownRun{version: version, tenant: scope.GetTenantId(), project: scope.GetProjectId()}
+	}
+}
+
 // NewStore returns a store on db's checkpoint collections.
 func NewStore(db *mongo.Database) *Store {
 	return &Store{coll: db.Collection(Collection), archive: db.Collection(ArchiveCollection), now: time.Now, finishing: map[string]bool{},
-		transitions: newTransitions()}
+		known: map[string]knownRun{}, transitions: newTransitions()}
 }
 
 // Collection is the collection of runs that can still change: the one
@@ -342,6 +363,9 @@ func (s *Store) Create(ctx context.Context, run statemachine.Run, lease *Lease, 
 	if _, err := s.coll.InsertOne(ctx, d); err != nil {
 		return Record{}, fmt.Errorf("checkpoint: create %s: %w", run.ID, mongox.Translate(err))
 	}
+	s.mu.Lock()
+	s.learn(run.ID, &commonv1.Scope{TenantId: run.TenantID, ProjectId: run.ProjectID}, 1)
+	s.mu.Unlock()
 	s.entered(ctx, run.State)
 	return Record{Run: run, Version: 1, Lease: lease, LastEventID: lastID(entries), EventCount: uint64(len(entries))}, nil
 }
@@ -402,7 +426,17 @@ func (s *Store) RenewLease(ctx context.Context, rec Record, lease Lease) (Record
 
 func (s *Store) updateVersioned(ctx context.Context, scope *commonv1.Scope, id string, version int64, update bson.M) error {
 	s.mu.Lock()
-	err := mongox.UpdateVersioned(ctx, s.coll, idFilter(scope, id), version, update)
+	var err error
+	if k, ok := s.known[id]; ok && k == (knownRun{version: version, tenant: scope.GetTenantId(), project: scope.GetProjectId()}) {
+		err = mongox.UpdateKnownVersion(ctx, s.coll, id, update)
+	} else {
+		err = mongox.UpdateVersioned(ctx, s.coll, idFilter(scope, id), version, update)
+	}
+	if err == nil {
+		s.learn(id, scope, version+1)
+	} else {
+		delete(s.known, id)
+	}
 	s.mu.Unlock()
 	switch {
 	case err == nil:
@@ -445,6 +479,7 @@ func (s *Store) markCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *Co
 	set["version"] = int64(1)
 	s.mu.Lock()
 	res, err := s.coll.UpdateOne(ctx, idFilter(scope, cerr.ID), update)
+	delete(s.known, cerr.ID)
 	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("checkpoint: stop corrupt run %s: %w", cerr.ID, mongox.Translate(err))
@@ -545,6 +580,7 @@ func (s *Store) moveLocked(ctx context.Context, id string, raw bson.Raw) (archiv
 		return eventsLeft, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
 	}
 	deleted, err := mongox.DeleteIf(ctx, s.coll, id, bson.D{{Key: "version", Value: version}})
+	delete(s.known, id)
 	if err != nil {
 		return eventsLeft, fmt.Errorf("checkpoint: archive %s: %w", id, err)
 	}

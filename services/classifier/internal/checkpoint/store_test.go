@@ -203,6 +203,74 @@ func testStaleVersionConflicts(t *testing.T, db *mongo.Database) {
 	}
 }
 
+// A single writer writes a run it wrote last without reading its version
+// first. That shortcut keeps every check of the read: a write in another
+// scope, at a version the run has not reached, or after the run was
+// archived is refused as before, in both writer modes. (Stale versions:
+// TestStaleVersionConflicts, TestConcurrentCommitsExactlyOneWins.)
+func TestKnownVersionsKeepTheChecks(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, testKnownVersionsKeepTheChecks)
+}
+
+func testKnownVersionsKeepTheChecks(t *testing.T, db *mongo.Database) {
+	s := openStore(t, db)
+	m := machine(t)
+	ctx := context.Background()
+	start := m.Start("known", scope.GetTenantId(), scope.GetProjectId(), "i")
+	rec, err := s.Create(ctx, start.Run, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err = s.Commit(ctx, rec, start.Run, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	other := rec
+	other.Run.TenantID = "globex"
+	if _, err := s.Commit(ctx, other, other.Run, nil, nil); !errors.Is(err, ErrNotFound) {
+		t.Errorf("commit in another tenant at the run's version: %v, want ErrNotFound", err)
+	}
+	ahead := rec
+	ahead.Version++
+	if _, err := s.Commit(ctx, ahead, ahead.Run, nil, nil); !errors.Is(err, ErrConflict) {
+		t.Errorf("commit at a version the run has not reached: %v, want ErrConflict", err)
+	}
+
+	got, err := s.Load(ctx, scope, "known")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != rec.Version || got.Run.TenantID != scope.GetTenantId() {
+		t.Errorf("after the refused writes: version %d tenant %s, want %d %s", got.Version, got.Run.TenantID, rec.Version, scope.GetTenantId())
+	}
+
+	// Finished, drained and archived: a write at its last version finds no
+	// live run and leaves the archive as it was.
+	done, err := s.Commit(ctx, got, m.Stop(got.Run, "done").Run, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ArchiveFinished(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := db.Collection(Collection).CountDocuments(ctx, bson.D{{Key: "_id", Value: "known"}}); n != 0 {
+		t.Fatal("the finished run was not archived")
+	}
+	s.mu.Lock()
+	_, kept := s.known["known"]
+	s.mu.Unlock()
+	if kept {
+		t.Error("the store still holds the archived run's version (memory would grow with every run)")
+	}
+	if _, err := s.RenewLease(ctx, done, Lease{Owner: "x", ExpiresAt: time.Now()}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("write of an archived run: %v, want ErrNotFound", err)
+	}
+	if after, err := s.Load(ctx, scope, "known"); err != nil || after.Version != done.Version || after.Lease != nil {
+		t.Errorf("archived run after the refused write: version %d lease %v (%v), want %d and none", after.Version, after.Lease, err, done.Version)
+	}
+}
+
 // Writers racing on one version: exactly one wins, every time. On FerretDB
 // this holds only because the store serialises its writes (see Store).
 func TestConcurrentCommitsExactlyOneWins(t *testing.T) {
