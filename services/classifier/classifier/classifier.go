@@ -174,7 +174,6 @@ func run(ctx context.Context, cfg *Config, rt service.Runtime, afterCommit runne
 		Conversations: convs,
 		Labels:        saved,
 		Model:         modelcalls.New(modelv1.NewModelServiceClient(modelGateway), cfg.Runs.Model, cfg.Runs.SummaryModel, cfg.Runs.ModelTimeout),
-		Notify:        func(runID string) { relay.NotifyDocument(runID) },
 		Logger:        log,
 	}, runner.Config{LeaseTTL: cfg.Runs.LeaseTTL, AfterCommit: afterCommit})
 

@@ -20,18 +20,31 @@ const (
 	// FerretDB decodes every live run, about half a millisecond each, so
 	// it is rarer than the relay's default; named runs go out at once.
 	SweepInterval = 30 * time.Second
+
+	// relayConcurrency is how many runs the relay publishes at once.
+	relayConcurrency = 16
+	// relayRemovalDelay is how long published events stay in their run
+	// before they are removed: the events of the steps that follow within
+	// it go with the same write.
+	relayRemovalDelay = 250 * time.Millisecond
 )
 
 // NewRelay returns the events relay of the store's outboxes, as the service
-// runs it: removals of published events take the store's write lock, and a
-// finished run is archived once its last events are out. Name each written
-// run with NotifyDocument(runID) after the write; everything else waits
-// for the next sweep (SweepInterval).
+// runs it, and makes the store tell it about every entry it writes (see
+// wrote): removals of published events take the store's write lock, and a
+// finished run is archived once its last events are out. What the store
+// did not write (a previous process's events) waits for a sweep: at start,
+// and every SweepInterval. Call it before the store's first write.
 func (s *Store) NewRelay(bus *events.Bus, log *slog.Logger) *events.Relay {
 	r := events.NewRelay(bus, s.coll, log)
 	r.SetDocumentLock(s.LockDocument)
 	r.SetDrained(s.Drained)
 	r.SetPollInterval(SweepInterval)
+	r.SetConcurrency(relayConcurrency)
+	r.SetRemovalDelay(relayRemovalDelay)
+	s.mu.Lock()
+	s.relay = r
+	s.mu.Unlock()
 	return r
 }
 

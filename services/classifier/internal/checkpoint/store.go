@@ -203,6 +203,11 @@ type Store struct {
 	// unknown, and archiving, drop the entry, and the next write reads.
 	known map[string]knownRun
 
+	// relay is told of every outbox entry the store writes (NewRelay sets
+	// it), under mu, so a single writer's entries reach it in the order of
+	// the writes and it need not read them back (see wrote).
+	relay *events.Relay
+
 	// finishing holds the runs this store wrote in a finished state and
 	// has not archived yet: Drained archives only those, so the relay's
 	// notice after every step costs no read, and no wait for mu.
@@ -216,6 +221,20 @@ type Store struct {
 type knownRun struct {
 	version         int64
 	tenant, project string
+}
+
+// wrote tells the relay that run id was just written with entries; s.mu
+// is held. A single writer hands the entries over in the order of its
+// writes (events.Relay.NotifyEntries); with many writers the relay reads
+// the run.
+func (s *Store) wrote(id string, entries []events.OutboxEntry) {
+	switch {
+	case s.relay == nil || len(entries) == 0:
+	case mongox.SingleWriter(s.coll.Database()):
+		s.relay.NotifyEntries(id, entries...)
+	default:
+		s.relay.NotifyDocument(id)
+	}
 }
 
 // learn records, for a single writer, that run id is at version in scope;
@@ -365,6 +384,7 @@ func (s *Store) Create(ctx context.Context, run statemachine.Run, lease *Lease, 
 	}
 	s.mu.Lock()
 	s.learn(run.ID, &commonv1.Scope{TenantId: run.TenantID, ProjectId: run.ProjectID}, 1)
+	s.wrote(run.ID, entries)
 	s.mu.Unlock()
 	s.entered(ctx, run.State)
 	return Record{Run: run, Version: 1, Lease: lease, LastEventID: lastID(entries), EventCount: uint64(len(entries))}, nil
@@ -400,7 +420,7 @@ func (s *Store) Commit(ctx context.Context, rec Record, run statemachine.Run, le
 	if run.State.Finished() {
 		s.finish(run.ID)
 	}
-	if err := s.updateVersioned(ctx, scope, run.ID, rec.Version, update); err != nil {
+	if err := s.updateVersioned(ctx, scope, run.ID, rec.Version, update, entries); err != nil {
 		if run.State.Finished() {
 			s.unfinish(run.ID)
 		}
@@ -416,7 +436,7 @@ func (s *Store) Commit(ctx context.Context, rec Record, run statemachine.Run, le
 func (s *Store) RenewLease(ctx context.Context, rec Record, lease Lease) (Record, error) {
 	scope := &commonv1.Scope{TenantId: rec.Run.TenantID, ProjectId: rec.Run.ProjectID}
 	update := bson.M{"$set": bson.M{"lease": toLeaseDoc(&lease)}}
-	if err := s.updateVersioned(ctx, scope, rec.Run.ID, rec.Version, update); err != nil {
+	if err := s.updateVersioned(ctx, scope, rec.Run.ID, rec.Version, update, nil); err != nil {
 		return Record{}, err
 	}
 	rec.Version++
@@ -424,7 +444,9 @@ func (s *Store) RenewLease(ctx context.Context, rec Record, lease Lease) (Record
 	return rec, nil
 }
 
-func (s *Store) updateVersioned(ctx context.Context, scope *commonv1.Scope, id string, version int64, update bson.M) error {
+// updateVersioned writes update to run id at version, and tells the relay
+// about the entries it pushed.
+func (s *Store) updateVersioned(ctx context.Context, scope *commonv1.Scope, id string, version int64, update bson.M, entries []events.OutboxEntry) error {
 	s.mu.Lock()
 	var err error
 	if k, ok := s.known[id]; ok && k == (knownRun{version: version, tenant: scope.GetTenantId(), project: scope.GetProjectId()}) {
@@ -434,6 +456,7 @@ func (s *Store) updateVersioned(ctx context.Context, scope *commonv1.Scope, id s
 	}
 	if err == nil {
 		s.learn(id, scope, version+1)
+		s.wrote(id, entries)
 	} else {
 		delete(s.known, id)
 	}
@@ -463,7 +486,7 @@ func (s *Store) MarkCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *Co
 	}
 	update := bson.M{"$set": set, "$push": events.OutboxPush(entries...)}
 	s.finish(cerr.ID)
-	if err := s.markCorrupt(ctx, scope, cerr, set, update); err != nil {
+	if err := s.markCorrupt(ctx, scope, cerr, set, update, entries); err != nil {
 		s.unfinish(cerr.ID)
 		return 0, err
 	}
@@ -472,14 +495,17 @@ func (s *Store) MarkCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *Co
 
 // markCorrupt writes MarkCorrupt's update, guarded by the header's version
 // when that was readable.
-func (s *Store) markCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *CorruptError, set, update bson.M) error {
+func (s *Store) markCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *CorruptError, set, update bson.M, entries []events.OutboxEntry) error {
 	if cerr.Version >= 0 {
-		return s.updateVersioned(ctx, scope, cerr.ID, cerr.Version, update)
+		return s.updateVersioned(ctx, scope, cerr.ID, cerr.Version, update, entries)
 	}
 	set["version"] = int64(1)
 	s.mu.Lock()
 	res, err := s.coll.UpdateOne(ctx, idFilter(scope, cerr.ID), update)
 	delete(s.known, cerr.ID)
+	if err == nil && res.MatchedCount > 0 && s.relay != nil {
+		s.relay.NotifyDocument(cerr.ID) // what its outbox holds is not known here: read it
+	}
 	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("checkpoint: stop corrupt run %s: %w", cerr.ID, mongox.Translate(err))

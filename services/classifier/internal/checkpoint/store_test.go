@@ -679,7 +679,7 @@ func testDrainedWhileTheFinishingWriteIsOnItsWay(t *testing.T, db *mongo.Databas
 		t.Fatal(err)
 	}
 	update := bson.M{"$set": bson.M{"state": string(stop.Run.State), "context": encodeContext(stop.Run)}}
-	if err := s.updateVersioned(ctx, scope, "r", rec.Version, update); err != nil {
+	if err := s.updateVersioned(ctx, scope, "r", rec.Version, update, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Drained(ctx, "r"); err != nil {

@@ -108,9 +108,6 @@ type Deps struct {
 	Labels *labels.Store
 	// Model makes the model calls.
 	Model *modelcalls.Client
-	// Notify is called with the run id after each write that added events
-	// (the events relay's NotifyDocument); may be nil.
-	Notify func(runID string)
 	// Logger logs executor failures; nil discards.
 	Logger *slog.Logger
 }
@@ -227,9 +224,6 @@ func (r *Runner) commit(ctx context.Context, rec checkpoint.Record, t statemachi
 	if err != nil {
 		return checkpoint.Record{}, err
 	}
-	if r.deps.Notify != nil && len(ents) > 0 {
-		r.deps.Notify(t.Run.ID)
-	}
 	return next, nil
 }
 
@@ -254,9 +248,6 @@ func (r *Runner) Start(ctx context.Context, scope *commonv1.Scope, instruction s
 	rec, err := r.deps.Checkpoints.Create(ctx, t.Run, lease, ents)
 	if err != nil {
 		return nil, err
-	}
-	if r.deps.Notify != nil {
-		r.deps.Notify(id)
 	}
 	return r.claim(ctx, rec, owner), nil
 }
@@ -293,9 +284,6 @@ func (r *Runner) stopCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *c
 		return nil, err
 	}
 	r.log.Error("stopped a run whose checkpoint cannot be decoded", slog.String("run_id", cerr.ID), slog.Any("error", cerr))
-	if r.deps.Notify != nil {
-		r.deps.Notify(cerr.ID)
-	}
 	return finished(cerr.ID, last, cerr), nil
 }
 
