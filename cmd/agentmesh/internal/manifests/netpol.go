@@ -277,10 +277,11 @@ func (c *checker) networkPolicies() Result {
 			want(true, from, collector, 4317, corev1.ProtocolTCP, "the mesh exports telemetry to the OTel collector")
 			want(true, from, collector, 4318, corev1.ProtocolTCP, "the mesh exports telemetry to the OTel collector over OTLP/HTTP")
 		}
-		// The internet: HTTPS only for the provider-facing model gateway and
-		// vision's model pull; nothing else, and never the private ranges.
-		https := uses(from, hasEnv("*_API_KEY_FILE")) || uses(from, pullsModel)
-		want(https, from, internet, 443, corev1.ProtocolTCP, "HTTPS only for model providers and the model pull")
+		// The internet: HTTPS only for the provider-facing model gateway,
+		// vision's model pull and the orchestrator's MCP servers; nothing
+		// else, and never the private ranges.
+		https := uses(from, hasEnv("*_API_KEY_FILE", "ORCHESTRATOR_MCP_SERVERS")) || uses(from, pullsModel)
+		want(https, from, internet, 443, corev1.ProtocolTCP, "HTTPS only for model providers, the model pull and MCP servers")
 		want(false, from, internet, 80, corev1.ProtocolTCP, "no plain HTTP out")
 		want(false, from, private, 443, corev1.ProtocolTCP, "provider egress excludes private ranges")
 		want(false, from, metadata, 80, corev1.ProtocolTCP, "no pod reads the cloud metadata service")

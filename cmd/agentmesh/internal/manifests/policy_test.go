@@ -271,7 +271,7 @@ func TestPolicyCatchesViolations(t *testing.T) {
 		{"internet egress for every service", "production", func(t *testing.T, o []Object) []Object {
 			find[*networkingv1.NetworkPolicy](t, o, "NetworkPolicy", "vision-model-pull-egress").Spec.PodSelector = metav1.LabelSelector{}
 			return o
-		}, "NetworkPolicies", "Deployment/orchestrator → an internet address port 443/TCP is allowed"},
+		}, "NetworkPolicies", "Deployment/classifier → an internet address port 443/TCP is allowed"},
 		{"NATS clients cut off", "production", func(t *testing.T, o []Object) []Object {
 			return drop(o, "NetworkPolicy", "nats-clients-egress")
 		}, "NetworkPolicies", "Deployment/classifier → StatefulSet/nats port 4222/TCP is denied"},
