@@ -64,7 +64,15 @@ func (s *Service) Ingest(ctx context.Context, in IngestInput) (IngestResult, err
 			existing.RawContent = ""
 			return IngestResult{Document: existing, Unchanged: true}, nil
 		}
-		res, err := s.ingestVersion(ctx, in, id, hash, existing, priorRun{})
+		var prior priorRun
+		if existing != nil && existing.ContentHash == hash {
+			// An earlier ingest of this content stopped before the end (a
+			// work item delivered again after a crash): finish it, as
+			// reconciliation would, under its correlation id, reusing
+			// its vision results.
+			prior = priorRun{pipeline: existing.Pipeline, attachmentText: existing.AttachmentText}
+		}
+		res, err := s.ingestVersion(ctx, in, id, hash, existing, prior)
 		if errors.Is(err, document.ErrConflict) && !errors.Is(err, errSuperseded) && attempt < 3 {
 			continue
 		}
@@ -86,11 +94,17 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 	log := s.Logger.With(slog.String("document_id", id), slog.String("tenant", in.Scope.Tenant))
 	now := s.now()
 	jobID := document.JobID(id, now)
+	// The intake's correlation id names its phase events and base node: a
+	// run that finishes an interrupted one keeps that one's.
+	correlation := prior.pipeline.GetCorrelationId()
+	if correlation == "" {
+		correlation = jobID
+	}
 	urn := in.SourceURL
 	if urn == "" {
 		urn = "urn:agentmesh:indexer:document:" + id
 	}
-	q := s.qualifier.Qualify(ctx, pipeline.Input{Scope: in.Scope.Proto(), CorrelationID: jobID, SourceURN: urn, SourceType: in.SourceType,
+	q := s.qualifier.Qualify(ctx, pipeline.Input{Scope: in.Scope.Proto(), CorrelationID: correlation, SourceURN: urn, SourceType: in.SourceType,
 		Title: in.Title, Text: in.RawContent, Attachments: in.Attachments, Prior: prior.pipeline, PriorAttachmentText: prior.attachmentText})
 	p := q.Pipeline
 	pipelineErrors := pipeline.Errors(p)
@@ -129,7 +143,7 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 	// The document first: from here on a crash leaves it not indexed, and
 	// reconciliation redoes the rest — after IngestGrace, which bounds the
 	// rest, so that it never redoes an ingest still under way.
-	phaseEvents, err := s.phaseEvents(ctx, doc, jobID, p.GetPhases()...)
+	phaseEvents, err := s.phaseEvents(ctx, doc, correlation, correlation, p.GetPhases()...)
 	if err != nil {
 		return IngestResult{}, err
 	}
@@ -158,7 +172,7 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 	// Every chunk is stored and linked PART_OF the base node (index).
 	p.Indexing.ProcessedCount = int32(len(chunks))
 	indexed := indexing.end(p)
-	ev, err := s.phaseEvents(ctx, doc, jobID, indexed)
+	ev, err := s.phaseEvents(ctx, doc, correlation, correlation, indexed)
 	if err != nil {
 		return IngestResult{}, err
 	}

@@ -274,13 +274,18 @@ func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 		return err
 	}
 	if doc.Pipeline != nil {
-		// The routing phase and the pipeline's end, named after the job,
-		// so a retried job publishes them once.
-		ev, err := s.phaseEvents(ctx, doc, j.ID, routed)
+		// The routing phase and the pipeline's end, under the intake's
+		// correlation id (its watchers follow that), named after the
+		// job, so a retried job publishes them once.
+		correlation := doc.Pipeline.GetCorrelationId()
+		if correlation == "" {
+			correlation = j.ID
+		}
+		ev, err := s.phaseEvents(ctx, doc, correlation, j.ID, routed)
 		if err != nil {
 			return err
 		}
-		fin, err := s.finishedEvent(ctx, doc, j.ID, routed)
+		fin, err := s.finishedEvent(ctx, doc, correlation, j.ID, routed)
 		if err != nil {
 			return err
 		}

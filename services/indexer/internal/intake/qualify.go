@@ -47,13 +47,14 @@ func (t *timedPhase) end(p *indexerv1.IntakePipeline) *indexerv1.IntakePhase {
 }
 
 // phaseEvents are the outbox entries announcing phases of doc's pipeline,
-// with ids derived from the intake's correlation id, so a retried write
-// publishes each once.
-func (s *Service) phaseEvents(ctx context.Context, doc *document.Document, correlation string, phases ...*indexerv1.IntakePhase) ([]events.OutboxEntry, error) {
+// under the intake's correlation id, with ids derived from key (the
+// correlation id, or the extraction job's id for the phases a job runs),
+// so a retried write publishes each once.
+func (s *Service) phaseEvents(ctx context.Context, doc *document.Document, correlation, key string, phases ...*indexerv1.IntakePhase) ([]events.OutboxEntry, error) {
 	snapshot := pipeline.ForEvent(doc.Pipeline)
 	out := make([]events.OutboxEntry, 0, len(phases))
 	for _, ph := range phases {
-		e, err := outboxEvent(ctx, doc.Scope, intakeDomain, doc.ID, ph.GetName(), correlation, ":"+correlation,
+		e, err := outboxEvent(ctx, doc.Scope, intakeDomain, doc.ID, ph.GetName(), correlation, ":"+key,
 			&indexerv1.IntakePhaseEvent{DocumentId: doc.ID, Phase: ph, Pipeline: snapshot})
 		if err != nil {
 			return nil, err
@@ -63,9 +64,10 @@ func (s *Service) phaseEvents(ctx context.Context, doc *document.Document, corre
 	return out, nil
 }
 
-// finishedEvent announces the end of doc's pipeline.
-func (s *Service) finishedEvent(ctx context.Context, doc *document.Document, correlation string, last *indexerv1.IntakePhase) (events.OutboxEntry, error) {
-	return outboxEvent(ctx, doc.Scope, intakeDomain, doc.ID, EventIntakeFinished, correlation, ":"+correlation,
+// finishedEvent announces the end of doc's pipeline; correlation and key
+// as for phaseEvents.
+func (s *Service) finishedEvent(ctx context.Context, doc *document.Document, correlation, key string, last *indexerv1.IntakePhase) (events.OutboxEntry, error) {
+	return outboxEvent(ctx, doc.Scope, intakeDomain, doc.ID, EventIntakeFinished, correlation, ":"+key,
 		&indexerv1.IntakePhaseEvent{DocumentId: doc.ID, Phase: last, Pipeline: pipeline.ForEvent(doc.Pipeline)})
 }
 

@@ -7,11 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/agentmesh/agentmesh/libs/events"
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
+	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/intake"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/pdftest"
 )
@@ -115,6 +120,9 @@ func TestReconcileKeepsAttachments(t *testing.T) {
 		if err != nil || !after.Indexed || after.ExtractionJobID == before.ExtractionJobID {
 			t.Fatalf("after reconciliation: indexed %v, job %s (was %s), %v; want indexed by a new ingest", after.Indexed, after.ExtractionJobID, before.ExtractionJobID, err)
 		}
+		if c := after.Pipeline.GetCorrelationId(); c == "" || c != before.Pipeline.GetCorrelationId() {
+			t.Errorf("correlation id %q after reconciliation, %q before: want the interrupted intake's", c, before.Pipeline.GetCorrelationId())
+		}
 		atts := after.Pipeline.GetAttachments()
 		if len(atts) != 1 || atts[0].GetName() != "q3.pdf" || atts[0].GetMimeType() != "application/pdf" || !atts[0].GetVisual() {
 			t.Errorf("attachments %v: want the PDF listed as the killed ingest read it", atts)
@@ -129,6 +137,92 @@ func TestReconcileKeepsAttachments(t *testing.T) {
 		}
 		if !pdfChunk {
 			t.Errorf("no chunk of the %d holds the PDF's page 2: its text layer was lost", len(chunks))
+		}
+	})
+}
+
+// A work item delivered again after a crash in the middle of its ingest
+// (the intake queue's redelivery) finishes that intake: the same
+// correlation id, so its watchers see one intake and the graph one base
+// node, and the vision results the first run got are reused, not asked for
+// again.
+func TestRedeliveredIntakeFinishesTheInterruptedOne(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		svc, docs := newService(t, db, intake.Config{})
+		sc := document.Scope{Tenant: "acme"}
+		killed := errors.New("killed after the first write")
+		intake.SetAfterSave(svc, func(string) error { return killed })
+		in := intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_TICKET, Title: "OPS-7",
+			RawContent: "OPS-7: the nightly export to the data lake fails with a timeout since Monday."}
+		if _, err := svc.Ingest(ctx, in); !errors.Is(err, killed) {
+			t.Fatalf("ingest: %v, want it killed", err)
+		}
+		intake.SetAfterSave(svc, nil)
+		id := document.ID(sc, "", document.Hash(in.RawContent))
+		before, err := docs.GetDocument(ctx, sc, id)
+		if err != nil || before.Indexed || before.Pipeline.GetCorrelationId() == "" {
+			t.Fatalf("after the kill: indexed %v, correlation %q, %v; want saved with a pipeline, not indexed",
+				before.Indexed, before.Pipeline.GetCorrelationId(), err)
+		}
+
+		res, err := svc.Ingest(ctx, in) // the same work item again
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := docs.GetDocument(ctx, sc, id)
+		if err != nil || !after.Indexed {
+			t.Fatalf("after the redelivery: indexed %v, %v", after.Indexed, err)
+		}
+		if got, want := after.Pipeline.GetCorrelationId(), before.Pipeline.GetCorrelationId(); got != want {
+			t.Errorf("correlation id %q, want the interrupted intake's %q", got, want)
+		}
+		if got, want := after.Pipeline.GetIndexing().GetBaseNodeKey(), before.Pipeline.GetIndexing().GetBaseNodeKey(); got != want || got == "" {
+			t.Errorf("base node %q, want the interrupted intake's %q", got, want)
+		}
+		if res.JobID == "" || res.JobID == before.ExtractionJobID {
+			t.Errorf("extraction job %q (the killed run's %q): want a job of its own", res.JobID, before.ExtractionJobID)
+		}
+
+		// Its extraction job ends the intake (routing, finished) under the
+		// same correlation id: every intake event of the document, the
+		// killed run's and the rest, is one intake's.
+		var job struct {
+			Outbox []events.OutboxEntry `bson:"outbox"`
+		}
+		if err := db.Collection(docstore.JobsCollection).FindOne(ctx, bson.D{{Key: "_id", Value: res.JobID}}).Decode(&job); err != nil {
+			t.Fatal(err)
+		}
+		var work commonv1.Event
+		if err := proto.Unmarshal(job.Outbox[len(job.Outbox)-1].Data, &work); err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.HandleJob(ctx, &events.Delivery{Event: &work, Subject: job.Outbox[len(job.Outbox)-1].Subject, NumDelivered: 1}); err != nil {
+			t.Fatal(err)
+		}
+		var stored struct {
+			Outbox []events.OutboxEntry `bson:"outbox"`
+		}
+		if err := db.Collection(docstore.DocumentsCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&stored); err != nil {
+			t.Fatal(err)
+		}
+		var phases []string
+		for _, e := range stored.Outbox {
+			if !strings.HasPrefix(e.Subject, events.EventSubjectPrefix+"acme.intake.") {
+				continue
+			}
+			var ev commonv1.Event
+			if err := proto.Unmarshal(e.Data, &ev); err != nil {
+				t.Fatal(err)
+			}
+			phases = append(phases, e.Subject[strings.LastIndex(e.Subject, ".")+1:])
+			if ev.GetCorrelationId() != before.Pipeline.GetCorrelationId() {
+				t.Errorf("intake event %s under correlation %q, want %q", e.Subject, ev.GetCorrelationId(), before.Pipeline.GetCorrelationId())
+			}
+		}
+		if len(phases) == 0 || phases[len(phases)-1] != intake.EventIntakeFinished {
+			t.Errorf("intake events %v: want them to end with %q", phases, intake.EventIntakeFinished)
 		}
 	})
 }
