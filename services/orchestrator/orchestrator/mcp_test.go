@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
@@ -355,4 +356,57 @@ func TestMCPStreamableHTTPServers(t *testing.T) {
 	if r := res["mcp__wiki__search_wiki"]; r == nil || r.GetIsError() || !strings.Contains(r.GetResult(), "Runbook: restart the ingest worker (ingest)") {
 		t.Errorf("search_wiki result %v", r)
 	}
+}
+
+// TestMCPToolListChangesAreFollowed: a server that adds or removes tools
+// while the orchestrator holds a session with it (the SDK sends
+// notifications/tools/list_changed) has its new list offered from the next
+// ListTools on, without a reconnect, and a removed tool is no longer
+// offered.
+func TestMCPToolListChangesAreFollowed(t *testing.T) {
+	t.Parallel()
+	url, wiki := startWikiServer(t, "wiki-s3cret")
+	secret := filepath.Join(t.TempDir(), "authorization")
+	if err := os.WriteFile(secret, []byte("Bearer wiki-s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	model := chattest.StartModel(t, providersim.Options{Flavor: providersim.DeepSeek})
+	conn := startWithMCP(t, model, map[string]any{"acme": []any{map[string]any{"name": "wiki", "url": url,
+		"headers": map[string]any{"Authorization": map[string]string{"file": secret}}}}},
+		map[string]string{"ORCHESTRATOR_MCP_CONNECT_TIMEOUT": "5s"})
+
+	first := listTools(t, conn, "acme")
+	if names := toolNames(first); !slices.Contains(names, "mcp__wiki__search_wiki") || slices.Contains(names, "mcp__wiki__open_page") {
+		t.Fatalf("before the change: %v", names)
+	}
+	connected := first.GetMcpServers()[0].GetConnectTime().AsTime()
+
+	mcp.AddTool(wiki, &mcp.Tool{Name: "open_page", Description: "Open a wiki page by its path."},
+		func(context.Context, *mcp.CallToolRequest, struct {
+			Path string `json:"path"`
+		}) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "page"}}}, nil, nil
+		})
+	waitTools := func(what string, ok func([]string) bool) *orchestratorv1.ListToolsResponse {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp := listTools(t, conn, "acme")
+			if ok(toolNames(resp)) {
+				return resp
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: ListTools still offers %v", what, toolNames(resp))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	added := waitTools("a tool added", func(n []string) bool { return slices.Contains(n, "mcp__wiki__open_page") })
+	if got := added.GetMcpServers()[0].GetConnectTime().AsTime(); !got.Equal(connected) {
+		t.Errorf("the session was opened again (%v, first %v): the change should be followed in it", got, connected)
+	}
+	wiki.RemoveTools("search_wiki")
+	waitTools("a tool removed", func(n []string) bool {
+		return !slices.Contains(n, "mcp__wiki__search_wiki") && slices.Contains(n, "mcp__wiki__open_page")
+	})
 }

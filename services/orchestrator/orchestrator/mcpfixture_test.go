@@ -99,6 +99,14 @@ func crmServer() *mcp.Server {
 // token (others get 401, as a real server behind auth does).
 func startWiki(t *testing.T, token string) string {
 	t.Helper()
+	url, _ := startWikiServer(t, token)
+	return url
+}
+
+// startWikiServer is startWiki, returning the server too, so a test can
+// change its tools while clients are connected.
+func startWikiServer(t *testing.T, token string) (string, *mcp.Server) {
+	t.Helper()
 	s := mcp.NewServer(&mcp.Implementation{Name: "wiki-fixture", Version: "v1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "search_wiki", Description: "Search the team wiki."},
 		func(_ context.Context, _ *mcp.CallToolRequest, in struct {
@@ -115,5 +123,5 @@ func startWiki(t *testing.T, token string) string {
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	return srv.URL + "/mcp"
+	return srv.URL + "/mcp", s
 }
