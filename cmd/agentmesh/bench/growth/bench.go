@@ -34,8 +34,11 @@ type options struct {
 	// before it is run again, at most retries times.
 	noisy   float64
 	retries int
-	env     map[string]string
-	keep    bool
+	// repeat is how many times each row is measured (each on the same mesh
+	// and level, one after the other); the summary takes the median.
+	repeat int
+	env    map[string]string
+	keep   bool
 	// cpuProfile is the directory of the mesh processes' CPU profiles; empty: none.
 	cpuProfile string
 }
@@ -159,17 +162,21 @@ func (b *bench) levels(ctx context.Context, w workload) error {
 		if err := b.seed(ctx, w, level); err != nil {
 			return fmt.Errorf("not measured at %d stored or more: %w", level, err)
 		}
-		for attempt := 0; ; attempt++ {
-			b.waitIdle(ctx)
-			r, err := b.measure(ctx, w, level)
-			if err != nil {
-				return err
-			}
-			r.attempt = attempt
-			b.rows = append(b.rows, r)
-			r.print(b.out)
-			if r.cpu.others <= b.opt.noisy || attempt >= b.opt.retries {
-				break
+		attempt := 0
+		for range max(b.opt.repeat, 1) {
+			for retry := 0; ; retry++ {
+				b.waitIdle(ctx)
+				r, err := b.measure(ctx, w, level)
+				if err != nil {
+					return err
+				}
+				r.attempt = attempt
+				attempt++
+				b.rows = append(b.rows, r)
+				r.print(b.out)
+				if r.cpu.others <= b.opt.noisy || retry >= b.opt.retries {
+					break
+				}
 			}
 		}
 	}

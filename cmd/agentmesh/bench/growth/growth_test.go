@@ -127,3 +127,24 @@ func TestParseFlags(t *testing.T) {
 		})
 	}
 }
+
+// The summary's row of a level is the median of its undisturbed runs: a
+// run other processes disturbed counts only when all were, and of an even
+// number the slower middle one is taken.
+func TestSummaryTakesTheMedianRun(t *testing.T) {
+	w := workload{name: "chat"}
+	run := func(level, ops int, others float64) row {
+		return row{workload: w, level: level, window: time.Second, samples: make([]sample, ops), cpu: cpuUse{others: others}}
+	}
+	b := &bench{opt: options{noisy: 0.3}, rows: []row{
+		run(0, 300, 0), run(0, 100, 0), run(0, 900, 1.5), run(0, 200, 0),
+		run(1000, 50, 0), run(1000, 70, 0),
+		run(10000, 40, 0.9), run(10000, 60, 0.8),
+	}}
+	best := b.best()["chat"]
+	for level, want := range map[int]float64{0: 200, 1000: 50, 10000: 40} {
+		if got := best[level].opsPerSecond(); got != want {
+			t.Errorf("level %d: %v ops/s, want %v", level, got, want)
+		}
+	}
+}

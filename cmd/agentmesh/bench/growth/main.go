@@ -24,8 +24,9 @@
 // ops/s, time to the first event and to the end (p50, p99), errors (a
 // non-2xx answer, an `event: error`, a failed job or run, a stream that
 // ends early). The load average before and after, the CPU the mesh used
-// and the CPU other processes used during the window go beside it; a row
-// that other processes disturbed runs again. The summary sets the drop from
+// and the CPU other processes used during the window go beside it; each
+// row is measured -repeat times, and one that other processes disturbed
+// runs again. The summary takes each row's median and sets the drop from
 // the lowest level to the highest beside the issue's targets.
 //
 // Usage:
@@ -96,6 +97,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	fs.DurationVar(&opt.settle, "settle", 10*time.Minute, "longest wait before a row for the mesh to go idle, e.g. to finish extracting ingested documents (0 = no wait)")
 	fs.Float64Var(&opt.noisy, "noisy", 0.3, "CPU, in cores, other processes may use during a row before it is run again")
 	fs.IntVar(&opt.retries, "retries", 2, "most repeats of a row that other processes disturbed")
+	fs.IntVar(&opt.repeat, "repeat", 3, "times each row is measured; the summary takes the median of the undisturbed ones (this machine's throughput varies by a third between runs minutes apart)")
 	fs.BoolVar(&opt.keep, "keep", false, "keep the data directory and the mesh's log")
 	fs.StringVar(&opt.cpuProfile, "cpuprofile", "", "directory to write each workload's mesh CPU profile to, as <workload>.pprof (the mesh's whole life: seeding, warm-up and rows)")
 	fs.Func("env", "KEY=VALUE for the mesh's environment, on top of the defaults (repeatable), e.g. to measure another storage option", func(s string) error {

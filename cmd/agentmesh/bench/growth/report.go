@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -117,19 +118,35 @@ func cores(c float64) string {
 	return fmt.Sprintf("%.2f", c)
 }
 
-// best returns, for each workload and level, the row measured on the
-// quietest machine (the fewest cores used by other processes).
+// best returns, for each workload and level, the row of median ops/s
+// among those measured while other processes stayed under -noisy cores
+// (all of them if none did); of an even number, the slower middle one.
 func (b *bench) best() map[string]map[int]row {
-	out := map[string]map[int]row{}
+	type key struct {
+		name  string
+		level int
+	}
+	groups := map[key][]row{}
+	var keys []key
 	for _, r := range b.rows {
-		byLevel := out[r.workload.name]
-		if byLevel == nil {
-			byLevel = map[int]row{}
-			out[r.workload.name] = byLevel
+		k := key{r.workload.name, r.level}
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
 		}
-		if old, ok := byLevel[r.level]; !ok || r.cpu.others < old.cpu.others {
-			byLevel[r.level] = r
+		groups[k] = append(groups[k], r)
+	}
+	out := map[string]map[int]row{}
+	for _, k := range keys {
+		rows := groups[k]
+		quiet := slices.DeleteFunc(slices.Clone(rows), func(r row) bool { return r.cpu.others > b.opt.noisy })
+		if len(quiet) > 0 {
+			rows = quiet
 		}
+		slices.SortStableFunc(rows, func(a, c row) int { return cmp.Compare(a.opsPerSecond(), c.opsPerSecond()) })
+		if out[k.name] == nil {
+			out[k.name] = map[int]row{}
+		}
+		out[k.name][k.level] = rows[(len(rows)-1)/2]
 	}
 	return out
 }
@@ -141,7 +158,7 @@ func (b *bench) summary() {
 		return
 	}
 	best := b.best()
-	fmt.Fprintf(b.out, "\nsummary (the quietest run of each row; targets of issue 21 on a quiet 2-core machine at 50 concurrent clients):\n")
+	fmt.Fprintf(b.out, "\nsummary (the median of each row's undisturbed runs; targets of issue 21 on a quiet 2-core machine at 50 concurrent clients):\n")
 	fmt.Fprintf(b.out, "%-34s %10s %10s %8s %11s   %s\n", "", "ops/s low", "ops/s high", "change", "first p99", "targets")
 	var order []string
 	for _, r := range b.rows {
