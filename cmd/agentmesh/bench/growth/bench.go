@@ -90,7 +90,7 @@ func run(ctx context.Context, opt options, self string, out io.Writer) ([]row, e
 	} else {
 		fmt.Fprintf(out, "each row: %d clients, %d operations", opt.concurrency, opt.count)
 	}
-	fmt.Fprintf(out, " after %d warm-up operation(s) per client", opt.warmup)
+	fmt.Fprintf(out, " after %d warm-up operation(s) per client, measured %d time(s)", opt.warmup, max(opt.repeat, 1))
 	if opt.retries > 0 {
 		fmt.Fprintf(out, "; a row during which other processes used more than %.2f cores runs again (at most %d times)", opt.noisy, opt.retries)
 	}
