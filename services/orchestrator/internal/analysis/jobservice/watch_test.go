@@ -22,13 +22,7 @@ import (
 // that event is still on its way.
 func TestWatchStartsAtTheTreesFirstEvent(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.scriptBHPPlan()
-	e.scriptSynthesis(stockAnswer)
-	e.start(analysis.Hooks{})
-
-	root := e.submit("Analyse BHP for investment", "stock_analysis")
-	final := e.waitStatus(root.GetId(), complete, 30*time.Second)
+	e, root, final := completedStockAnalysis(t)
 
 	ctx := e.ctx(10 * time.Second)
 	stream, err := e.bus.JetStream().Stream(ctx, events.StreamEvents)
@@ -69,13 +63,7 @@ func TestWatchStartsAtTheTreesFirstEvent(t *testing.T) {
 // in the old layout, from the start or resumed, still gets every job's.
 func TestWatchReadsThePreviousSubjectLayout(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.scriptBHPPlan()
-	e.scriptSynthesis(stockAnswer)
-	e.start(analysis.Hooks{})
-
-	root := e.submit("Analyse BHP for investment", "stock_analysis")
-	final := e.waitStatus(root.GetId(), complete, 30*time.Second)
+	e, root, final := completedStockAnalysis(t)
 	want, err := e.watch(root.GetId(), 0)()
 	if err != nil {
 		t.Fatal(err)
@@ -148,4 +136,16 @@ func TestWatchReadsThePreviousSubjectLayout(t *testing.T) {
 // same order (their stream sequences differ).
 func sameEvents(a, b []watched) bool {
 	return slices.EqualFunc(a, b, func(x, y watched) bool { return x.id == y.id && x.status == y.status && x.typ == y.typ })
+}
+
+// completedStockAnalysis runs the scripted BHP stock analysis to its end
+// and returns the env, the analysis as submitted and as it ended.
+func completedStockAnalysis(t *testing.T) (e *env, root, final *orchestratorv1.Job) {
+	t.Helper()
+	e = newEnv(t)
+	e.scriptBHPPlan()
+	e.scriptSynthesis(stockAnswer)
+	e.start(analysis.Hooks{})
+	root = e.submit("Analyse BHP for investment", "stock_analysis")
+	return e, root, e.waitStatus(root.GetId(), complete, 30*time.Second)
 }
