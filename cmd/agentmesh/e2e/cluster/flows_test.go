@@ -462,9 +462,10 @@ func (d *driver) analysis(ctx context.Context, n int, slow bool, r *result) erro
 		return err
 	}
 	tree.Job.collect(jobs)
-	// Every event of every job of the tree, read from the stream itself.
+	// Every event of every job of the tree, read from the stream itself
+	// (am.evt.<tenant>.job.<root>.<job>.<status>, see JobEvent).
 	for id := range jobs {
-		log, err := d.c.eventLog(ctx, "am.evt.default.job."+events.SubjectToken(id)+".*")
+		log, err := d.c.eventLog(ctx, "am.evt.default.job."+events.SubjectToken(root)+"."+events.SubjectToken(id)+".*")
 		if err != nil {
 			return fmt.Errorf("reading job %s's events: %w", id, err)
 		}
