@@ -237,12 +237,21 @@ func (s *Store) wrote(id string, entries []events.OutboxEntry) {
 	}
 }
 
+// maxKnown bounds the runs a single writer remembers (see Store.known):
+// runs left waiting for an approval stay live, and past this many the
+// store forgets them all, each next write reading its run once.
+const maxKnown = 100_000
+
 // learn records, for a single writer, that run id is at version in scope;
 // s.mu is held.
 func (s *Store) learn(id string, scope *commonv1.Scope, version int64) {
-	if mongox.SingleWriter(s.coll.Database()) {
-		s.known[id] = knownRun{version: version, tenant: scope.GetTenantId(), project: scope.GetProjectId()}
+	if !mongox.SingleWriter(s.coll.Database()) {
+		return
 	}
+	if _, ok := s.known[id]; !ok && len(s.known) >= maxKnown {
+		clear(s.known)
+	}
+	s.known[id] = knownRun{version: version, tenant: scope.GetTenantId(), project: scope.GetProjectId()}
 }
 
 // NewStore returns a store on db's checkpoint collections.

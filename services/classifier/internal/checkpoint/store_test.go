@@ -259,9 +259,19 @@ func testKnownVersionsKeepTheChecks(t *testing.T, db *mongo.Database) {
 	}
 	s.mu.Lock()
 	_, kept := s.known["known"]
+	// Runs that stay live (waiting for an approval) are forgotten past
+	// maxKnown: the map never grows without bound.
+	for i := range maxKnown + 10 {
+		s.learn(fmt.Sprintf("waiting-%d", i), scope, 1)
+	}
+	size := len(s.known)
+	clear(s.known)
 	s.mu.Unlock()
 	if kept {
 		t.Error("the store still holds the archived run's version (memory would grow with every run)")
+	}
+	if mongox.SingleWriter(db) && (size == 0 || size > maxKnown) {
+		t.Errorf("after %d runs learned, %d remembered: want at most %d", maxKnown+10, size, maxKnown)
 	}
 	if _, err := s.RenewLease(ctx, done, Lease{Owner: "x", ExpiresAt: time.Now()}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("write of an archived run: %v, want ErrNotFound", err)
