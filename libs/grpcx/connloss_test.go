@@ -43,7 +43,9 @@ func (h *flakyHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest)
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
-func healthBehindCutter(t *testing.T, h *flakyHealth) (healthpb.HealthClient, *testkit.Cutter) {
+// serveHealthBehindCutter serves h and returns the address of a cutter in
+// front of it, whose Cut drops every connection through it.
+func serveHealthBehindCutter(t *testing.T, h healthpb.HealthServer) (string, *testkit.Cutter) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -53,7 +55,12 @@ func healthBehindCutter(t *testing.T, h *flakyHealth) (healthpb.HealthClient, *t
 	healthpb.RegisterHealthServer(srv, h)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
-	addr, c := testkit.StartCutter(t, ln.Addr().String())
+	return testkit.StartCutter(t, ln.Addr().String())
+}
+
+func healthBehindCutter(t *testing.T, h *flakyHealth) (healthpb.HealthClient, *testkit.Cutter) {
+	t.Helper()
+	addr, c := serveHealthBehindCutter(t, h)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

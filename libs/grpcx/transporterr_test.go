@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agentmesh/agentmesh/libs/grpcx"
-	"github.com/agentmesh/agentmesh/libs/testkit"
 )
 
 // answeringHealth fails every Check and Watch with err.
@@ -96,15 +95,7 @@ func TestTransportErrorsNameNoAddress(t *testing.T) {
 
 	t.Run("cut mid-call", func(t *testing.T) {
 		h := &blockingHealth{arrived: make(chan struct{})}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer()
-		healthpb.RegisterHealthServer(srv, h)
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(srv.Stop)
-		addr, cutter := testkit.StartCutter(t, ln.Addr().String())
+		addr, cutter := serveHealthBehindCutter(t, h)
 		conn, err := grpcx.Dial(addr)
 		if err != nil {
 			t.Fatal(err)
