@@ -252,9 +252,7 @@ func (e *Engine) now() time.Time { return e.clock().UTC().Truncate(time.Millisec
 func (e *Engine) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	e.cancel = cancel
-	// Cancellations in this layout and in the one before it (a replica of
-	// the previous version during a rolling upgrade).
-	for _, subject := range []string{JobEventSubject("*", "*", "*", StatusCancelled), legacyJobSubject("*", "*", StatusCancelled)} {
+	for _, subject := range cancelledSubjects {
 		sub, err := e.bus.Conn().Subscribe(subject, e.onCancelled)
 		if err != nil {
 			cancel()

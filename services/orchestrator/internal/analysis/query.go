@@ -149,7 +149,7 @@ func (w *treeWatch) rootFinalDelivered(ctx context.Context, root *Job, afterSeq 
 	}
 	msg, err := stream.GetLastMsgForSubject(ctx, JobEventSubject(root.Tenant, root.ID, root.ID, root.Status))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		msg, err = stream.GetLastMsgForSubject(ctx, legacyJobSubject(root.Tenant, root.ID, root.Status))
+		msg, err = stream.GetLastMsgForSubject(ctx, events.EventSubject(root.Tenant, "job", root.ID, string(root.Status)))
 	}
 	if err != nil || msg.Sequence > afterSeq {
 		return false
@@ -263,7 +263,7 @@ func (e *Engine) treeEvents(ctx context.Context, root *Job) (uint64, []string, e
 		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	}
 	for _, j := range children {
-		filter := legacyJobFilter(root.Tenant, j.ID)
+		filter := events.EntityEventsSubject(root.Tenant, "job", j.ID)
 		filters = append(filters, filter)
 		msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filter))
 		switch {
