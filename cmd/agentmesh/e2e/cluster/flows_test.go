@@ -238,7 +238,7 @@ func (d *driver) chat(ctx context.Context, n int, r *result) error {
 				}
 				return true
 			})
-		for resume := 1; t.id != "" && !t.ended() && (err == nil || transient(err)) && resume <= 60; resume++ {
+		for resume := 1; t.resumable && !t.ended() && (err == nil || transient(err)) && resume <= 60; resume++ {
 			r.note("turn %s via %s cut after id %q (%v); resuming with Last-Event-ID", t.id, backend, t.lastID, err)
 			if err := pause(ctx, 300*time.Millisecond); err != nil {
 				return err
@@ -257,6 +257,11 @@ func (d *driver) chat(ctx context.Context, n int, r *result) error {
 			last = failed("turn failed: %s", t.failure)
 		case err != nil && !transient(err):
 			return err
+		case t.id != "":
+			// TurnStarted said the turn's events could not be stored (the
+			// event bus was away longer than the orchestrator waits): no
+			// watch finds it, so the message is sent again.
+			last = failed("turn %s, not resumable, cut after %d events (via %s): %v", t.id, len(t.ids), backend, err)
 		default:
 			last = failed("stream cut after %d events (via %s) before the turn named itself: %v", len(t.ids), backend, err)
 		}
@@ -271,6 +276,7 @@ func (d *driver) chat(ctx context.Context, n int, r *result) error {
 // chatTurn is what a client got of a chat turn, over however many streams.
 type chatTurn struct {
 	id, lastID string
+	resumable  bool     // TurnStarted said so: its events are stored
 	ids        []string // every event id received, in order
 	// unnamed counts events received without an id of their own: sent
 	// while the orchestrator could not store them. The first of them may
@@ -285,10 +291,11 @@ func (t *chatTurn) add(ev httpgatewaytest.Event) {
 	switch ev.Name {
 	case "TurnStarted":
 		var ts struct {
-			TurnID string `json:"turnId"`
+			TurnID    string `json:"turnId"`
+			Resumable bool   `json:"resumable"`
 		}
 		_ = json.Unmarshal([]byte(ev.Data), &ts)
-		t.id = ts.TurnID
+		t.id, t.resumable = ts.TurnID, ts.Resumable
 	case "Completed":
 		t.completed = true
 	case "Error", "error":

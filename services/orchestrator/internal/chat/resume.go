@@ -50,10 +50,6 @@ const eventSource = "orchestrator"
 
 // Resume timing.
 const (
-	// publishTimeout bounds the publish of one event; the first that fails
-	// stops the turn's publishing, so an outage of the bus delays a turn
-	// once, by at most this.
-	publishTimeout = 2 * time.Second
 	// probeInterval is how often a watch asks whether its turn still runs.
 	probeInterval = 2 * time.Second
 	// probeTimeout bounds one such question; no answer in time is taken
@@ -113,7 +109,11 @@ type publisher struct {
 	scope  *commonv1.Scope
 	turnID string
 	log    *slog.Logger
-	failed bool // a publish failed: the rest of the turn is not stored
+	// timeout bounds the publish of one event (Config.EventStoreTimeout);
+	// the first that fails stops the turn's publishing, so an outage of
+	// the bus delays a turn once, by at most this.
+	timeout time.Duration
+	failed  bool // a publish failed: the rest of the turn is not stored
 }
 
 // publish stores ev and returns its stream sequence, or 0 once the bus has
@@ -127,7 +127,7 @@ func (p *publisher) publish(ctx context.Context, ev *orchestratorv1.StreamMessag
 	env, err := eventbus.NewEvent("chat.turn."+kind, eventSource, p.scope, p.turnID, ev)
 	var seq uint64
 	if err == nil {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
 		seq, err = p.bus.Publish(pctx, turnSubject(p.scope.GetTenantId(), p.turnID, kind), env)
 		cancel()
 	}

@@ -122,8 +122,8 @@ func (e *resumeEnv) cutTurn(t *testing.T, cut func(*orchestratorv1.StreamMessage
 		got = append(got, ev)
 		if ts := ev.GetTurnStarted(); ts != nil {
 			turnID = ts.GetTurnId()
-			if !ts.GetResumable() || ts.GetConversationId() != e.conv {
-				t.Fatalf("TurnStarted = %v, want a resumable turn of %s", ts, e.conv)
+			if ts.GetResumable() != (ev.GetSequence() != 0) || ts.GetConversationId() != e.conv {
+				t.Fatalf("TurnStarted = %v with sequence %d, want a turn of %s, resumable if and only if stored", ts, ev.GetSequence(), e.conv)
 			}
 		}
 		if cut(ev) {
@@ -325,4 +325,65 @@ func TestWatchOfLostTurn(t *testing.T) {
 		t.Fatalf("watch of a lost turn sent %v, want its TurnStarted (seq %d), then an ABORTED ErrorEvent", got, seq)
 	}
 	t.Logf("the lost turn's watch ended after %v", time.Since(begin).Round(time.Millisecond))
+}
+
+// TestTurnOutlastsAnEventStoreOutage: the events stream is away when a turn
+// starts, as while JetStream elects a new leader for it after its leader
+// died (4-9 s). A turn that starts then waits for the stream instead of
+// going on unstored: its client gets TurnStarted with an id, resumable, and
+// resumes it after a cut. Where the stream stays away longer than
+// EventStoreTimeout, the turn goes on, and its TurnStarted says it cannot
+// be resumed (WatchTurn would not find it).
+func TestTurnOutlastsAnEventStoreOutage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		storeWait time.Duration
+		resumable bool
+	}{
+		{"the stream is back within the wait", 0, true}, // the default wait
+		{"the stream is back after the wait", time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newResumeEnv(t, chat.Config{EventStoreTimeout: tc.storeWait})
+			ctx := ctxTimeout(t, 30*time.Second)
+			if err := e.bus.JetStream().DeleteStream(ctx, events.StreamEvents); err != nil {
+				t.Fatal(err)
+			}
+			const away = 3 * time.Second // longer than the previous fixed wait, 2s
+			returned := make(chan struct{})
+			back := time.AfterFunc(away, func() {
+				defer close(returned)
+				if err := e.bus.EnsureStreams(context.Background()); err != nil {
+					t.Error(err)
+				}
+			})
+			defer back.Stop()
+			begin := time.Now()
+			turnID, got := e.cutTurn(t, atToolCall)
+			ts := got[0].GetTurnStarted()
+			if ts.GetResumable() != tc.resumable || (got[0].GetSequence() != 0) != tc.resumable {
+				t.Fatalf("TurnStarted %v with sequence %d after %v, want resumable %v (with an id iff resumable)",
+					ts, got[0].GetSequence(), time.Since(begin).Round(time.Millisecond), tc.resumable)
+			}
+			close(e.gate.release)
+			if !tc.resumable {
+				<-returned
+				_, err := e.watch(t, turnID, 0)
+				if status.Code(err) != codes.NotFound {
+					t.Fatalf("WatchTurn of the turn that was not stored = %v, want NotFound", err)
+				}
+				return
+			}
+			rest, err := e.watch(t, turnID, got[len(got)-1].GetSequence())
+			if err != nil {
+				t.Fatalf("WatchTurn: %v", err)
+			}
+			if len(rest) == 0 || rest[len(rest)-1].GetCompleted() == nil {
+				t.Fatalf("resumed with %v, want the rest of the turn ending with Completed", rest)
+			}
+			checkSequences(t, "the whole turn", append(got, rest...))
+		})
+	}
 }

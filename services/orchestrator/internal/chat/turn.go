@@ -84,7 +84,7 @@ func newTurn(ctx context.Context, l *Loop, conv *conversation.Conversation, req 
 		client: ctx,
 	}
 	if resumable {
-		t.events.pub = &publisher{bus: l.bus, scope: req.Scope, turnID: id, log: l.log}
+		t.events.pub = &publisher{bus: l.bus, scope: req.Scope, turnID: id, log: l.log, timeout: l.cfg.EventStoreTimeout}
 	}
 	return t
 }

@@ -1121,7 +1121,11 @@ type TurnStarted struct {
 	// The conversation.
 	ConversationId string `protobuf:"bytes,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	// True when the turn's events are stored on the event bus, so that
-	// WatchTurn can resume it after a cut.
+	// WatchTurn can resume it after a cut. False when the orchestrator has no
+	// event bus or could not store this event in time (the bus unreachable
+	// for longer than a leader election takes): WatchTurn will not find the
+	// turn, and a client whose stream is cut learns its outcome from the
+	// conversation's messages.
 	Resumable     bool `protobuf:"varint,3,opt,name=resumable,proto3" json:"resumable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
