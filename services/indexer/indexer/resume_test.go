@@ -41,7 +41,6 @@ func TestExtractionResumeChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &env); err != nil {
 		t.Fatal(err)
 	}
-	env["INDEXER_DATA_DIR"] = t.TempDir()
 	cfg := load(t, env)
 	svc := testkit.StartService(t, "indexer", func(ctx context.Context, rt service.Runtime) error {
 		return indexer.Run(ctx, cfg, rt)
