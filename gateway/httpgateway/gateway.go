@@ -159,8 +159,9 @@ func (g *gateway) apiMux() (*runtime.ServeMux, error) {
 		// first). A tenant's key sees its tenant, another tenantId is 403; an
 		// operator key (tenant *; without keys X-Tenant-Id: *) sees all
 		// tenants ("other" past the limit, "none" for calls on no tenant's
-		// behalf).
-		modelv1.RegisterModelServiceHandlerClient(ctx, mux, modelv1.NewModelServiceClient(model)),
+		// behalf). The answer sums every model gateway replica's counts
+		// ("replicas", "replicasUnanswered"; see everyReplicaUsage).
+		modelv1.RegisterModelServiceHandlerClient(ctx, mux, everyReplicaUsage{ModelServiceClient: modelv1.NewModelServiceClient(model), target: b.Model.Target()}),
 		orchestratorv1.RegisterConversationServiceHandlerClient(ctx, mux, orchestratorv1.NewConversationServiceClient(orch)),
 		orchestratorv1.RegisterToolServiceHandlerClient(ctx, mux, orchestratorv1.NewToolServiceClient(orch)),
 		orchestratorv1.RegisterJobServiceHandlerClient(ctx, mux, orchestratorv1.NewJobServiceClient(orch)),

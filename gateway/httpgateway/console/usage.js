@@ -30,7 +30,9 @@ async function showUsage() {
   const by = $("usageBy").value;
   const r = await api("GET", "/v1/usage" + "?" + new URLSearchParams({ resolution: usageResolutions[res] }));
   const u = usageSeries(r, by);
-  $("usageNote").textContent = "Counted in memory by the model gateway since it started (each replica its own calls), per " + res +
+  const replicas = (r.replicas || 1) + " model gateway replica" + ((r.replicas || 1) === 1 ? "" : "s") +
+    (r.replicasUnanswered ? " (" + r.replicasUnanswered + " did not answer: their calls are missing)" : "");
+  $("usageNote").textContent = "Counted in memory by " + replicas + ", each since it started, per " + res +
     "; tenants past the first " + count(r.tenantLimit) + " are counted as “other”, calls on no tenant's behalf as “none”. " +
     "A tenant's key sees its own tenant; an operator key (or tenant * without keys) every tenant.";
   renderUsageChart(u, res);

@@ -7,13 +7,10 @@ package cluster
 // able to report the failure it exists to find.
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net"
-	"net/netip"
 	"os"
-	"sort"
 	"testing"
 	"time"
 )
@@ -139,31 +136,6 @@ func TestModelCallExecution(t *testing.T) {
 	}
 }
 
-func TestDNSAnswersWithEveryReplica(t *testing.T) {
-	d, err := startDNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.close()
-	d.set("svc.mesh.test", netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"))
-	// As gRPC's DNS resolver asks a dns://authority/ server.
-	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, d.addr())
-	}}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	addrs, err := r.LookupHost(ctx, "svc.mesh.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(addrs)
-	if len(addrs) != 2 || addrs[0] != "127.0.0.1" || addrs[1] != "127.0.0.2" {
-		t.Errorf("svc.mesh.test = %v, want both replicas", addrs)
-	}
-	if addrs, err := r.LookupHost(ctx, "other.mesh.test"); err == nil {
-		t.Errorf("an unknown name resolved to %v", addrs)
-	}
-}
 
 func TestPeerPIDFindsTheClientProcess(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

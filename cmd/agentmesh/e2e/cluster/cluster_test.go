@@ -27,6 +27,7 @@ import (
 	_ "modernc.org/sqlite" // the shop database the SQL agent reads
 
 	"github.com/agentmesh/agentmesh/libs/events"
+	"github.com/agentmesh/agentmesh/libs/testkit"
 )
 
 // replicaCounts is the topology: two replicas of every service whose
@@ -62,7 +63,7 @@ type cluster struct {
 	natsURLs []string
 	mongo    *proc
 	mongoURI string
-	dns      *dnsServer
+	dns      *testkit.DNS
 	front    *front
 	sim      *simServer
 	market   *marketData
@@ -120,10 +121,10 @@ func startCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.market.close)
-	if c.dns, err = startDNS(); err != nil {
+	if c.dns, err = testkit.StartDNS(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.dns.close)
+	t.Cleanup(c.dns.Close)
 	c.shopDB = createShop(t, c.dir)
 	t.Logf("infrastructure up in %v: NATS %s, FerretDB %s", time.Since(start).Round(time.Millisecond), strings.Join(c.natsURLs, ","), c.mongoURI)
 
@@ -142,7 +143,7 @@ func startCluster(t *testing.T) *cluster {
 			t.Fatal(err)
 		}
 		c.ports[svc] = port
-		c.dns.set(svc+".mesh.test", addrs...)
+		c.dns.Set(svc+".mesh.test", addrs...)
 	}
 	for _, svc := range services {
 		for i, ip := range ips[svc] {
@@ -199,7 +200,7 @@ func (c *cluster) processCount() int {
 
 // target is the gRPC target of svc: its DNS name on the suite's resolver.
 func (c *cluster) target(svc string) string {
-	return fmt.Sprintf("dns://%s/%s.mesh.test:%d", c.dns.addr(), svc, c.ports[svc])
+	return fmt.Sprintf("dns://%s/%s.mesh.test:%d", c.dns.Addr(), svc, c.ports[svc])
 }
 
 // env is a replica's whole environment: the configuration table's

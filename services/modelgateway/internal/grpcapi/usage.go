@@ -57,6 +57,7 @@ func (s *Server) GetUsage(ctx context.Context, in *modelv1.GetUsageRequest) (*mo
 		EndTime:     timestamppb.Now(),
 		BucketWidth: durationpb.New(res.Width),
 		TenantLimit: int32(rec.Limit()),
+		Replicas:    1,
 		Points:      make([]*modelv1.UsagePoint, len(points)),
 	}
 	for i, p := range points {

@@ -1917,9 +1917,18 @@ type GetUsageResponse struct {
 	Points []*UsagePoint `protobuf:"bytes,5,rep,name=points,proto3" json:"points,omitempty"`
 	// How many tenants are counted by name (MODELGATEWAY_USAGE_TENANTS); the
 	// calls of tenants first seen after that many are counted as "other".
-	TenantLimit   int32 `protobuf:"varint,6,opt,name=tenant_limit,json=tenantLimit,proto3" json:"tenant_limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TenantLimit int32 `protobuf:"varint,6,opt,name=tenant_limit,json=tenantLimit,proto3" json:"tenant_limit,omitempty"`
+	// How many model gateway replicas' counts the points sum: 1 from a
+	// replica itself; through the REST gateway, every replica that answered
+	// (its DNS name resolved to each pod's address, as gRPC's round_robin
+	// does). A replica counts from its own start, so a restarted one's
+	// earlier calls are gone from here (the token metric keeps them).
+	Replicas int32 `protobuf:"varint,7,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	// Replicas that were asked and did not answer (their counts are missing
+	// from the points); 0 when every replica answered.
+	ReplicasUnanswered int32 `protobuf:"varint,8,opt,name=replicas_unanswered,json=replicasUnanswered,proto3" json:"replicas_unanswered,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *GetUsageResponse) Reset() {
@@ -1990,6 +1999,20 @@ func (x *GetUsageResponse) GetPoints() []*UsagePoint {
 func (x *GetUsageResponse) GetTenantLimit() int32 {
 	if x != nil {
 		return x.TenantLimit
+	}
+	return 0
+}
+
+func (x *GetUsageResponse) GetReplicas() int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *GetUsageResponse) GetReplicasUnanswered() int32 {
+	if x != nil {
+		return x.ReplicasUnanswered
 	}
 	return 0
 }
@@ -2237,7 +2260,7 @@ const file_agentmesh_model_v1_model_proto_rawDesc = "" +
 	"\n" +
 	"resolution\x18\x01 \x01(\x0e2#.agentmesh.model.v1.UsageResolutionB\b\xbaH\x05\x82\x01\x02\x10\x01R\n" +
 	"resolution\x12%\n" +
-	"\ttenant_id\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\btenantId\"\xe2\x02\n" +
+	"\ttenant_id\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\btenantId\"\xaf\x03\n" +
 	"\x10GetUsageResponse\x12C\n" +
 	"\n" +
 	"resolution\x18\x01 \x01(\x0e2#.agentmesh.model.v1.UsageResolutionR\n" +
@@ -2247,7 +2270,9 @@ const file_agentmesh_model_v1_model_proto_rawDesc = "" +
 	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12<\n" +
 	"\fbucket_width\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vbucketWidth\x126\n" +
 	"\x06points\x18\x05 \x03(\v2\x1e.agentmesh.model.v1.UsagePointR\x06points\x12!\n" +
-	"\ftenant_limit\x18\x06 \x01(\x05R\vtenantLimit\"\xb8\x02\n" +
+	"\ftenant_limit\x18\x06 \x01(\x05R\vtenantLimit\x12\x1a\n" +
+	"\breplicas\x18\a \x01(\x05R\breplicas\x12/\n" +
+	"\x13replicas_unanswered\x18\b \x01(\x05R\x12replicasUnanswered\"\xb8\x02\n" +
 	"\n" +
 	"UsagePoint\x129\n" +
 	"\n" +

@@ -53,7 +53,9 @@ type ModelServiceClient interface {
 	// GetUsage reports the tokens this gateway replica counted, per logical
 	// model, provider and tenant, in time buckets: per minute over the last
 	// hour or per hour over the last day, from memory (a restart starts
-	// again; each replica counts its own calls). The tenant comes from the
+	// again; each replica counts its own calls). The REST gateway's
+	// GET /v1/usage asks every replica behind MODELGATEWAY_ADDR and sums
+	// their answers (see GetUsageResponse.replicas). The tenant comes from the
 	// caller's scope (x-agentmesh-tenant metadata): a scoped caller sees only
 	// its own tenant, and naming another tenant is PERMISSION_DENIED; an
 	// unscoped caller (inside the mesh, or a gateway operator key) sees every
@@ -155,7 +157,9 @@ type ModelServiceServer interface {
 	// GetUsage reports the tokens this gateway replica counted, per logical
 	// model, provider and tenant, in time buckets: per minute over the last
 	// hour or per hour over the last day, from memory (a restart starts
-	// again; each replica counts its own calls). The tenant comes from the
+	// again; each replica counts its own calls). The REST gateway's
+	// GET /v1/usage asks every replica behind MODELGATEWAY_ADDR and sums
+	// their answers (see GetUsageResponse.replicas). The tenant comes from the
 	// caller's scope (x-agentmesh-tenant metadata): a scoped caller sees only
 	// its own tenant, and naming another tenant is PERMISSION_DENIED; an
 	// unscoped caller (inside the mesh, or a gateway operator key) sees every

@@ -1,54 +1,66 @@
-//go:build e2ecluster
-
-package cluster
+package testkit
 
 import (
 	"net"
 	"net/netip"
 	"strings"
 	"sync"
+	"testing"
 
 	"golang.org/x/net/dns/dnsmessage"
 )
 
-// dnsServer answers A queries for the mesh's service names with the
-// loopback addresses of their replicas, as a Kubernetes headless Service
-// answers with its pods' addresses. Services dial their peers as
-// dns://<this server>/<name>:<port>, so gRPC's own DNS resolver and its
-// round_robin balancer (libs/grpcx) spread calls over the replicas and
-// steer around a dead one, exactly as in a cluster. Every other query gets
-// an empty answer (AAAA) or NXDOMAIN.
-type dnsServer struct {
+// NewDNS starts a DNS server (see DNS) and closes it in t.Cleanup.
+func NewDNS(t testing.TB) *DNS {
+	t.Helper()
+	d, err := StartDNS()
+	if err != nil {
+		t.Fatalf("testkit.NewDNS: %v", err)
+	}
+	t.Cleanup(d.Close)
+	return d
+}
+
+
+// DNS answers A queries for the names it is given with their addresses,
+// as a Kubernetes headless Service answers with its pods' addresses: a
+// process dialing dns://<DNS.Addr>/<name>:<port> gets every replica of
+// name, so gRPC's own DNS resolver and its round_robin balancer
+// (libs/grpcx) spread calls over the replicas and steer around a dead one,
+// exactly as in a cluster. Every other query gets an empty answer (AAAA)
+// or NXDOMAIN.
+type DNS struct {
 	conn *net.UDPConn
 
 	mu    sync.Mutex // guards names
 	names map[string][]netip.Addr
 }
 
-// startDNS serves on a random UDP port of 127.0.0.1 until close.
-func startDNS() (*dnsServer, error) {
+// StartDNS serves on a random UDP port of 127.0.0.1 until Close.
+func StartDNS() (*DNS, error) {
 	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		return nil, err
 	}
-	d := &dnsServer{conn: conn, names: map[string][]netip.Addr{}}
+	d := &DNS{conn: conn, names: map[string][]netip.Addr{}}
 	go d.serve()
 	return d, nil
 }
 
-// addr is the server's address, the authority of a dns:// target.
-func (d *dnsServer) addr() string { return d.conn.LocalAddr().String() }
+// Addr is the server's address, the authority of a dns:// target.
+func (d *DNS) Addr() string { return d.conn.LocalAddr().String() }
 
-// set makes name resolve to addrs.
-func (d *dnsServer) set(name string, addrs ...netip.Addr) {
+// Set makes name resolve to addrs.
+func (d *DNS) Set(name string, addrs ...netip.Addr) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.names[strings.ToLower(strings.TrimSuffix(name, "."))] = addrs
 }
 
-func (d *dnsServer) close() { d.conn.Close() }
+// Close stops the server.
+func (d *DNS) Close() { d.conn.Close() }
 
-func (d *dnsServer) serve() {
+func (d *DNS) serve() {
 	buf := make([]byte, 1500)
 	for {
 		n, from, err := d.conn.ReadFromUDP(buf)
@@ -62,7 +74,7 @@ func (d *dnsServer) serve() {
 }
 
 // answer builds the response to one query message.
-func (d *dnsServer) answer(query []byte) ([]byte, bool) {
+func (d *DNS) answer(query []byte) ([]byte, bool) {
 	var p dnsmessage.Parser
 	h, err := p.Start(query)
 	if err != nil {
