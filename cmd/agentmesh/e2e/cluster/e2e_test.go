@@ -36,6 +36,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -117,6 +118,23 @@ func TestCluster(t *testing.T) {
 			t.Errorf("the chat stream cut by the gateway kill: %d resumes, %d events lost, %d twice, completed=%v: %v", resumes, r.lost, r.duplicateEvents, r.completed, r.notes)
 		}
 	}
+	// The flows' model calls went to both model gateway replicas, each of
+	// which counts its own: GET /v1/usage sums every replica's.
+	var usage struct {
+		Replicas, ReplicasUnanswered int
+		Points                       []struct {
+			Calls int64 `json:",string"`
+		}
+	}
+	uctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if err := d.api.call(uctx, http.MethodGet, "/v1/usage", nil, &usage); err != nil {
+		t.Errorf("GET /v1/usage: %v", err)
+	} else if usage.Replicas != replicaCounts["modelgateway"] || usage.ReplicasUnanswered != 0 || len(usage.Points) == 0 {
+		t.Errorf("GET /v1/usage summed %d replicas (%d unanswered) into %d points, want every one of the %d replicas",
+			usage.Replicas, usage.ReplicasUnanswered, len(usage.Points), replicaCounts["modelgateway"])
+	}
+	cancel()
+
 	s := &summary{
 		results: d.results.list(), faults: c.faults.list(), execs: c.rec.executions(),
 		outages: outages, startupCrashes: c.startupCrashes,
