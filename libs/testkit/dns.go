@@ -21,7 +21,6 @@ func NewDNS(t testing.TB) *DNS {
 	return d
 }
 
-
 // DNS answers A queries for the names it is given with their addresses,
 // as a Kubernetes headless Service answers with its pods' addresses: a
 // process dialing dns://<DNS.Addr>/<name>:<port> gets every replica of

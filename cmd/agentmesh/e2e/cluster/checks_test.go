@@ -136,7 +136,6 @@ func TestModelCallExecution(t *testing.T) {
 	}
 }
 
-
 func TestPeerPIDFindsTheClientProcess(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
