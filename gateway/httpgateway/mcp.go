@@ -27,7 +27,10 @@ func (g *gateway) mcpHandler() http.Handler {
 		// A client that goes away cancels the services' calls it made.
 		PropagateRequestCancellation: true,
 	})
-	return g.authenticate(h)
+	// The body is read whole under GATEWAY_BODY_TIMEOUT as on the REST
+	// routes: the SDK reads it without a deadline, so a client that stops
+	// sending would hold its connection forever.
+	return g.authenticate(g.readBody(h))
 }
 
 // mcpScope is the scope of a tool call: the principal authenticate put in

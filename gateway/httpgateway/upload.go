@@ -96,10 +96,10 @@ func tooLarge(format string, args ...any) *uploadError {
 func (g *gateway) serveUpload(w http.ResponseWriter, r *http.Request) {
 	req, files, uerr := g.readUpload(w, r)
 	if uerr != nil {
-		if uerr.httpStatus == http.StatusRequestEntityTooLarge || uerr.httpStatus == http.StatusRequestTimeout {
-			// What is left of the body is not read: close the connection.
-			w.Header().Set("Connection", "close")
-		}
+		// What is left of the body is not read: close the connection, or
+		// the server would wait to read it (forever, from a client that
+		// stopped sending a body it was refused before any of it was read).
+		w.Header().Set("Connection", "close")
 		writeStatus(w, uerr.httpStatus, status.Convert(uerr.err))
 		return
 	}
@@ -126,6 +126,10 @@ func (g *gateway) serveUpload(w http.ResponseWriter, r *http.Request) {
 // readUpload reads and checks the upload and builds the request.
 func (g *gateway) readUpload(w http.ResponseWriter, r *http.Request) (*indexerv1.IngestDocumentRequest, []uploadedFile, *uploadError) {
 	maxTotal, maxFile := g.cfg.UploadMaxBytes, g.cfg.UploadMaxFileBytes
+	// From the start, refusals included: after a refusal the server still
+	// reads what is left of the body before it closes the connection.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
 	// Its fields are parts of the body; a query parameter would be ignored,
 	// so it is refused by name like an unknown parameter of any route.
 	if q, err := url.ParseQuery(r.URL.RawQuery); err != nil || len(q) > 0 {
@@ -142,8 +146,6 @@ func (g *gateway) readUpload(w http.ResponseWriter, r *http.Request) (*indexerv1
 	if r.ContentLength > maxTotal+multipartOverhead {
 		return nil, nil, tooLarge("the upload is %d bytes; its files may hold at most %d (GATEWAY_UPLOAD_MAX_BYTES)", r.ContentLength, maxTotal)
 	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
 	mr := multipart.NewReader(http.MaxBytesReader(w, r.Body, maxTotal+multipartOverhead), params["boundary"])
 
 	var files []uploadedFile
