@@ -558,7 +558,15 @@ func (a *Agent) runQuery(ctx context.Context, s *Session) (Reply, error) {
 	if res.Truncated {
 		text = fmt.Sprintf("The query returned more than %d rows; here are the first %d.", a.opts.RowLimit, len(res.Rows))
 	}
-	return Reply{Text: text + " " + whatNext, Options: resultOptions, Result: res}, nil
+	shown, cut, full := fitReply(res)
+	if full {
+		text = fmt.Sprintf("The result is larger than a reply holds (%d MiB of values); here are its first %d rows.",
+			replyResultBytes>>20, len(shown.Rows))
+	}
+	if cut > 0 {
+		text += fmt.Sprintf(" %d values longer than %d KiB are shown cut.", cut, replyValueBytes>>10)
+	}
+	return Reply{Text: text + " " + whatNext, Options: resultOptions, Result: shown}, nil
 }
 
 const whatNext = "What next? Ask another question, write the result to a table, or finish."
