@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -59,6 +60,13 @@ func (g *gateway) handleError(ctx context.Context, _ *runtime.ServeMux, _ runtim
 		httpStatus, err = he.HTTPStatus, he.Err
 	}
 	st := status.Convert(err)
+	if st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), tooLargeAnswer) {
+		// Not the caller's quota: a service answered more than the
+		// gateway's gRPC client takes (grpcx.Dial's 32 MiB).
+		httpStatus = http.StatusBadGateway
+		st = status.New(codes.Internal, "the service's answer is larger than the gateway takes"+
+			strings.TrimSuffix(strings.TrimPrefix(st.Message(), tooLargeAnswer), ")")+" bytes); ask for less (a narrower query, a smaller page)")
+	}
 	if httpStatus == 0 {
 		httpStatus = runtime.HTTPStatusFromCode(st.Code())
 	}
@@ -67,6 +75,10 @@ func (g *gateway) handleError(ctx context.Context, _ *runtime.ServeMux, _ runtim
 	}
 	writeStatus(w, httpStatus, st)
 }
+
+// tooLargeAnswer begins the status grpc-go's client gives an answer over
+// its receive limit: "grpc: received message larger than max (N vs. M)".
+const tooLargeAnswer = "grpc: received message larger than max"
 
 // handleRoutingError answers unknown paths with 404 and known paths with the
 // wrong method with 405, in the same JSON error shape.
