@@ -89,7 +89,7 @@ type Config struct {
 	// PDFPages is how many first pages of a PDF attachment go to vision.
 	PDFPages int `env:"INDEXER_PDF_PAGES" default:"3" help:"first pages of a PDF attachment rendered to PNG (poppler-utils pdftoppm) and sent through vision; its whole text layer (pdftotext) joins the document's text"`
 	// PDFTimeout bounds one poppler-utils run on one PDF.
-	PDFTimeout time.Duration `env:"INDEXER_PDF_TIMEOUT" default:"30s" help:"time limit of one pdftotext or pdftoppm run on one PDF attachment; past it the PDF is kept and listed with the error recorded"`
+	PDFTimeout time.Duration `env:"INDEXER_PDF_TIMEOUT" default:"30s" help:"time limit of one pdftotext or pdftoppm run on one PDF attachment; past it the PDF is kept and listed with the error recorded. The PDFs of an intake also share two thirds of the time its call has left (the gRPC deadline, 60s by default), so a few PDFs that each take this long cannot fail the intake: those past it are kept and listed, unread"`
 	// ExtractorTimeout bounds one extractor on one document.
 	ExtractorTimeout time.Duration `env:"INDEXER_EXTRACTOR_TIMEOUT" default:"2m" help:"time limit of one extractor on one document"`
 	// ExtractionWorkers is how many extraction jobs run at once.

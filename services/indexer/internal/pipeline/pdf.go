@@ -172,10 +172,14 @@ func (x *PDF) Render(ctx context.Context, data []byte) ([]PDFPage, error) {
 	return pages, nil
 }
 
+// errPDFBudget is a PDF left unread, or stopped, because the PDFs before
+// it spent the time its intake gives PDFs.
+var errPDFBudget = errors.New("the intake's time for reading PDFs (two thirds of its call's) was spent")
+
 // run runs bin with args under the time limit, stdout to out; its error
 // carries the end of what the program wrote to stderr.
-func (x *PDF) run(ctx context.Context, out *capped, bin string, args ...string) error {
-	ctx, cancel := context.WithTimeout(ctx, x.timeout())
+func (x *PDF) run(parent context.Context, out *capped, bin string, args ...string) error {
+	ctx, cancel := context.WithTimeout(parent, x.timeout())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	stderr := &capped{max: 2048}
@@ -187,6 +191,8 @@ func (x *PDF) run(ctx context.Context, out *capped, bin string, args ...string) 
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(parent.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("%s: stopped: %w", filepath.Base(bin), errPDFBudget)
 	case ctx.Err() != nil:
 		return fmt.Errorf("%s: no result within %s", filepath.Base(bin), x.timeout())
 	}

@@ -225,3 +225,46 @@ func TestPDFToolsNamesWhatIsMissing(t *testing.T) {
 		}
 	}
 }
+
+// TestPDFsShareTheIntakeTime: the PDFs of an intake share two thirds of
+// the time its call has left, so that PDFs that each take poppler's whole
+// time limit (a compressed page that unpacks to hundreds of MB) do not run
+// the intake past its deadline and fail it whole: the PDF under way when
+// the share is spent is stopped, those after it are kept and listed,
+// unread, each saying why, and the intake goes on.
+func TestPDFsShareTheIntakeTime(t *testing.T) {
+	t.Parallel()
+	hang := filepath.Join(t.TempDir(), "hang")
+	if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	q := &pipeline.Qualifier{PDF: &pipeline.PDF{Find: func(string) (string, error) { return hang, nil }, Timeout: 20 * time.Second}}
+	var atts []pipeline.Attachment
+	for _, name := range []string{"a.pdf", "b.pdf", "c.pdf"} {
+		atts = append(atts, pipeline.Attachment{Name: name, MimeType: "application/pdf", Data: []byte("%PDF-1.4\n% " + name + "\n")})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	began := time.Now()
+	out := q.Qualify(ctx, pipeline.Input{CorrelationID: "c-1", Title: "Bombs", Text: "Uploaded files: a.pdf, b.pdf, c.pdf", Attachments: atts})
+	took := time.Since(began)
+	if took > 2800*time.Millisecond {
+		t.Errorf("the intake took %v with a 3 s deadline, want its PDFs stopped at two thirds of it", took)
+	}
+	notes := map[string]string{}
+	for _, a := range out.Pipeline.GetAttachments() {
+		notes[a.GetName()] = a.GetNote()
+	}
+	if n := notes["a.pdf"]; !strings.Contains(n, "stopped: the intake's time for reading PDFs") {
+		t.Errorf("a.pdf, under way when the time was spent: note %q", n)
+	}
+	for _, name := range []string{"b.pdf", "c.pdf"} {
+		if n := notes[name]; !strings.HasPrefix(n, "PDF kept and listed, not read: the intake's time for reading PDFs") {
+			t.Errorf("%s, after the time was spent: note %q", name, n)
+		}
+	}
+	if got := strings.Join(out.Pipeline.GetPhases()[0].GetErrors(), "\n"); strings.Count(got, "the intake's time for reading PDFs") != 3 {
+		t.Errorf("vision stage 1 errors %q, want each PDF's", got)
+	}
+	t.Logf("three PDFs that hang: the intake went on after %v", took.Round(time.Millisecond))
+}

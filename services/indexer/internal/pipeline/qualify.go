@@ -343,11 +343,26 @@ func (q *Qualifier) attachments(ctx context.Context, atts []Attachment) attachme
 	}
 	var r attachmentsRead
 	var pdfTexts []string
+	// The PDFs of an intake share two thirds of the time its call has
+	// left: each run of poppler may take PDF.Timeout, and a few PDFs that
+	// each take it (a compressed page that unpacks to hundreds of MB)
+	// would otherwise run the intake past its deadline and fail it whole.
+	// The PDFs past the budget are kept and listed, unread.
+	pdfCtx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		pdfCtx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(dl)*2/3))
+		defer cancel()
+	}
 	for _, a := range atts {
 		img, sniffed := SniffImage(a.Data)
 		ia := &indexerv1.IntakeAttachment{Name: a.Name, MimeType: sniffed, DeclaredMimeType: a.MimeType, SizeBytes: int64(len(a.Data))}
 		switch {
+		case sniffed == "application/pdf" && pdfCtx.Err() != nil && ctx.Err() == nil:
+			ia.Note = "PDF kept and listed, not read: " + errPDFBudget.Error()
+			r.errs = append(r.errs, a.Name+": "+errPDFBudget.Error())
 		case sniffed == "application/pdf":
+			ctx := pdfCtx
 			render := len(r.images) < maxImages
 			text, pages, note, errs := q.readPDF(ctx, a, render)
 			ia.Note, r.errs = note, append(r.errs, errs...)
