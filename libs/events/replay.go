@@ -110,3 +110,14 @@ func (b *Bus) deleteReplayConsumer(stream string, cons jetstream.Consumer) {
 			slog.String("consumer", info.Name), slog.Any("error", err))
 	}
 }
+
+// LastSequence is the sequence of the newest message of stream: no client
+// of a watch that replays stream can hold an event id beyond it, so a
+// resume from one is a malformed request, not a wait for events.
+func (b *Bus) LastSequence(ctx context.Context, stream string) (uint64, error) {
+	s, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("events: stream %s: %w", stream, err)
+	}
+	return s.CachedInfo().State.LastSeq, nil
+}

@@ -172,6 +172,11 @@ func TestWatchIntakeThroughTheGateway(t *testing.T) {
 	if code, rest := watchIntake(t, url, "k-intake", id, evs[6].id); code != http.StatusNoContent || len(rest) != 0 {
 		t.Errorf("resumed after finished: status %d, events %v", code, rest)
 	}
+	// After an id beyond every event of the stream, which no watch sent:
+	// 400, not the 204 of a client that holds the whole intake.
+	if code, rest := watchIntake(t, url, "k-intake", id, "99999999999"); code != http.StatusBadRequest || len(rest) != 0 {
+		t.Errorf("resumed after an id beyond the stream: status %d, events %v, want 400", code, rest)
+	}
 
 	// Another tenant, or no such document: 404.
 	for _, tc := range []struct{ key, doc string }{{"k-other", id}, {"k-intake", "no-such-document"}} {

@@ -14,6 +14,7 @@ import (
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	"github.com/agentmesh/agentmesh/libs/events"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
 	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
@@ -270,6 +271,15 @@ func (d *Documents) WatchIntake(req *indexerv1.WatchIntakeRequest, stream indexe
 	sc, err := resolve(ctx, req.GetScope())
 	if err != nil {
 		return err
+	}
+	if after := req.GetAfterSequence(); after > 0 && d.svc.Events != nil {
+		last, err := d.svc.Events.LastSequence(ctx, events.StreamEvents)
+		if err != nil {
+			return toStatus(err)
+		}
+		if after > last {
+			return grpcx.InvalidArgument("after_sequence", "%d is beyond the events (the newest is %d): it is no event id of this watch", after, last)
+		}
 	}
 	err = d.svc.Watch(ctx, sc, req.GetDocumentId(), req.GetAfterSequence(), func(seq uint64, name string, ev *indexerv1.IntakePhaseEvent) error {
 		return stream.Send(&indexerv1.WatchIntakeResponse{Sequence: seq, Name: name, Event: ev})

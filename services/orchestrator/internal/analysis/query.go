@@ -61,6 +61,13 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 		return err
 	}
 	if afterSeq > 0 {
+		last, err := e.bus.LastSequence(ctx, events.StreamEvents)
+		if err != nil {
+			return err
+		}
+		if afterSeq > last {
+			return &FieldError{Field: "after_sequence", Reason: fmt.Sprintf("%d is beyond the events (the newest is %d): it is no event id of this watch", afterSeq, last)}
+		}
 		start = afterSeq
 	}
 	w := &treeWatch{e: e, tenant: tenant, project: project, rootID: rootID, resumed: afterSeq > 0,

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/agentmesh/agentmesh/libs/events"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
@@ -148,4 +150,28 @@ func completedStockAnalysis(t *testing.T) (e *env, root, final *orchestratorv1.J
 	e.start(analysis.Hooks{})
 	root = e.submit("Analyse BHP for investment", "stock_analysis")
 	return e, root, e.waitStatus(root.GetId(), complete, 30*time.Second)
+}
+
+// TestWatchAfterAnIDBeyondTheStream: a resume from an event id beyond the
+// newest event of the stream (no watch ever sent it) is refused naming
+// after_sequence, as a turn's watch refuses it, instead of answering as if
+// the client held the whole analysis; a resume from the analysis's last
+// event still sends nothing.
+func TestWatchAfterAnIDBeyondTheStream(t *testing.T) {
+	t.Parallel()
+	e, root, _ := completedStockAnalysis(t)
+	all, err := e.watch(root.GetId(), 0)()
+	if err != nil || len(all) == 0 {
+		t.Fatalf("watch from the start: %d events, %v", len(all), err)
+	}
+	last := all[len(all)-1].seq
+	if rest, err := e.watch(root.GetId(), last)(); err != nil || len(rest) != 0 {
+		t.Errorf("watch after the last event: %v, %v; want nothing", rest, err)
+	}
+	for _, after := range []uint64{last + 1_000_000, 1 << 62} {
+		_, err := e.watch(root.GetId(), after)()
+		if s := status.Convert(err); s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), "after_sequence") {
+			t.Errorf("watch after %d: %v, want InvalidArgument naming after_sequence", after, err)
+		}
+	}
 }
