@@ -179,7 +179,14 @@ func (g *gateway) readUpload(w http.ResponseWriter, r *http.Request) (*indexerv1
 			continue
 		}
 		if field != uploadFileField {
+			if field == "" {
+				return nil, nil, badUpload(uploadFileField, "part %d is a file without a part name: files go in parts named %q (Content-Disposition: form-data; name=%q; filename=...)",
+					len(files)+len(fields)+1, uploadFileField, uploadFileField)
+			}
 			return nil, nil, badUpload(field, "is a file part: files go in parts named %q", uploadFileField)
+		}
+		if raw := part.FileName(); len(raw) > maxFileName {
+			return nil, nil, badUpload(uploadFileField, "part %d's file name is %d bytes; at most %d", len(files)+1, len(raw), maxFileName)
 		}
 		name := fileName(part.FileName())
 		if name == "" {
@@ -255,11 +262,14 @@ func readFailure(err error, what string, maxTotal int64, limit time.Duration) *u
 	return badUpload(uploadFileField, "reading %s: malformed multipart body: %v", what, err)
 }
 
+// maxFileName bounds a file's name, in bytes.
+const maxFileName = 256
+
 // fileName is the base name of a part's file name, whichever separator
 // the client's system uses; empty when nothing is left.
 func fileName(s string) string {
 	s = s[strings.LastIndexAny(s, `/\`)+1:]
-	if s == "." || s == ".." || !utf8.ValidString(s) || len(s) > 256 {
+	if s == "." || s == ".." || !utf8.ValidString(s) || len(s) > maxFileName {
 		return ""
 	}
 	return strings.TrimSpace(s)

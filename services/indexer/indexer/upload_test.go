@@ -345,6 +345,10 @@ func TestUploadThroughTheGateway(t *testing.T) {
 				http.StatusRequestEntityTooLarge, "file: the upload is 1434"},
 			{"an unknown field", "k-other", []filePart{good, {field: "colour", data: []byte("red")}}, "", http.StatusBadRequest, "colour: is not a field of an upload"},
 			{"a file under another name", "k-other", []filePart{{field: "attachment", file: "ok.txt", data: []byte("x")}}, "", http.StatusBadRequest, `attachment: is a file part`},
+			{"a file part without a part name", "k-other", []filePart{{field: "", file: "ok.txt", data: []byte("x")}}, "", http.StatusBadRequest,
+				`file: part 1 is a file without a part name: files go in parts named "file"`},
+			{"a file name too long", "k-other", []filePart{{field: "file", file: strings.Repeat("a", 300) + ".txt", data: []byte("x")}}, "", http.StatusBadRequest,
+				"file: part 1's file name is 304 bytes; at most 256"},
 			{"an unknown source type", "k-other", []filePart{good, {field: "source_type", data: []byte("fax")}}, "", http.StatusBadRequest, `source_type: "fax" is not one of`},
 			{"a source that is not a URL", "k-other", []filePart{good, {field: "source_urn", data: []byte("not a url")}}, "", http.StatusBadRequest, "source_urn: must be an absolute URL or URN"},
 		} {
