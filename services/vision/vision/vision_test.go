@@ -101,7 +101,7 @@ func TestImagesReachTheProviderInItsWireFormat(t *testing.T) {
 		path   string
 		want   func(b64 string) string
 	}{
-		{"qwen data URI in image_url part", providersim.Qwen, "/chat/completions", func(b64 string) string { return "data:image/jpeg;base64," + b64 }},
+		{"qwen data URI in image_url part", providersim.Qwen, "/chat/completions", func(b64 string) string { return "data:image/png;base64," + b64 }},
 		{"ollama base64 in images", providersim.Ollama, "/api/chat", func(b64 string) string { return b64 }},
 	}
 	for _, tc := range cases {
@@ -109,7 +109,7 @@ func TestImagesReachTheProviderInItsWireFormat(t *testing.T) {
 			t.Parallel()
 			m := startMesh(t, tc.flavor, nil)
 			m.sim.When(providersim.Match{WithImages: true}).Text("A photo of a server rack.")
-			data := pngImage(t, 7) // declared as JPEG: the declared type travels, normalised
+			data := pngImage(t, 7) // declared as JPEG: the type of the bytes travels
 			resp, err := m.client.AnalyzeImages(ctxTimeout(t), &visionv1.AnalyzeImagesRequest{
 				Scope:  scope(),
 				Images: []*visionv1.Image{{Name: "rack.jpg", Data: data, MimeType: "Image/JPEG; q=0.9"}},

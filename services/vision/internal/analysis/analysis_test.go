@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"image"
 	"image/png"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -22,14 +23,16 @@ func TestAdmit(t *testing.T) {
 		skipped  string
 	}{
 		{"png", Image{Data: pngBytes, MIMEType: "image/png"}, "image/png", ""},
-		{"mixed case with parameters", Image{Data: pngBytes, MIMEType: " Image/WebP ; q=1"}, "image/webp", ""},
+		{"mixed case with parameters", Image{Data: pngBytes, MIMEType: " Image/PNG ; q=1"}, "image/png", ""},
+		{"declared as another image type", Image{Data: pngBytes, MIMEType: "image/webp"}, "image/png", ""},
+		{"text declared as an image", Image{Data: []byte("hello"), MIMEType: "image/png"}, "", "declared image/png, but the bytes look like text/plain"},
 		{"sniffed", Image{Data: pngBytes}, "image/png", ""},
 		{"sniffed non-image", Image{Data: []byte("%PDF-1.7 ...")}, "", "bytes look like application/pdf"},
 		{"pdf", Image{Data: []byte("%PDF"), MIMEType: "application/pdf"}, "", "not an image (application/pdf)"},
 		{"svg", Image{Data: []byte("<svg/>"), MIMEType: "image/svg+xml"}, "", "vector image"},
 		{"empty", Image{MIMEType: "image/png"}, "", "empty"},
-		{"too large", Image{Data: bytes.Repeat([]byte{1}, 101), MIMEType: "image/png"}, "", "too large: 101 bytes, over the limit of 100 bytes"},
-		{"at the limit", Image{Data: bytes.Repeat([]byte{1}, 100), MIMEType: "image/jpeg"}, "image/jpeg", ""},
+		{"too large", Image{Data: append(slices.Clip(pngBytes), bytes.Repeat([]byte{1}, 101-len(pngBytes))...), MIMEType: "image/png"}, "", "too large: 101 bytes, over the limit of 100 bytes"},
+		{"at the limit", Image{Data: append(slices.Clip(pngBytes), bytes.Repeat([]byte{1}, 100-len(pngBytes))...), MIMEType: "image/png"}, "image/png", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

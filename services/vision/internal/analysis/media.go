@@ -28,6 +28,14 @@ func admit(img Image, maxBytes int) (mimeType, skipped string) {
 	if mimeType == "image/svg+xml" {
 		return "", "vector image (image/svg+xml): only raster images are analysed"
 	}
+	// The bytes decide, as intake's checks do: a model given text or an
+	// archive labelled image/png fails the call, or describes nothing.
+	if sniffed := normalizeMIME(http.DetectContentType(img.Data)); sniffed != mimeType {
+		if !strings.HasPrefix(sniffed, "image/") {
+			return "", fmt.Sprintf("not an image: declared %s, but the bytes look like %s; only image/* attachments are analysed", mimeType, sniffed)
+		}
+		mimeType = sniffed
+	}
 	if len(img.Data) > maxBytes {
 		return "", fmt.Sprintf("too large: %d bytes, over the limit of %d bytes", len(img.Data), maxBytes)
 	}
