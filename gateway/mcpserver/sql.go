@@ -37,6 +37,9 @@ type ConnectionsOutput struct {
 	Connections []Connection `json:"connections"`
 }
 
+// maxInputBytes bounds a question or SQL: SendInputRequest.text's limit.
+const maxInputBytes = 65536
+
 // PrepareInput is sql_prepare_query's arguments.
 type PrepareInput struct {
 	Connection string `json:"connection" jsonschema:"database connection name, from sql_list_connections"`
@@ -117,6 +120,11 @@ func (t *tools) prepareQuery(ctx context.Context, _ *mcp.CallToolRequest, in Pre
 	question, sql := strings.TrimSpace(in.Question), strings.TrimSpace(in.SQL)
 	if (question == "") == (sql == "") {
 		return nil, PrepareOutput{}, errors.New("give exactly one of question and sql")
+	}
+	for name, v := range map[string]string{"question": question, "sql": sql} {
+		if len(v) > maxInputBytes {
+			return nil, PrepareOutput{}, fmt.Errorf("%s is %d bytes; at most %d", name, len(v), maxInputBytes)
+		}
 	}
 	ctx, scope, err := t.callScope(ctx)
 	if err != nil {

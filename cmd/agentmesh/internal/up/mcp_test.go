@@ -195,6 +195,9 @@ func TestMCPServer(t *testing.T) {
 			t.Errorf("prepare %q: %v %q, want it refused", write, p, errText)
 		}
 	}
+	if _, errText := callTool(t, alpha, "sql_prepare_query", map[string]any{"connection": "sample", "sql": "SELECT '" + strings.Repeat("x", 70000) + "'"}); !strings.Contains(errText, "sql is 70009 bytes; at most 65536") {
+		t.Errorf("prepare of 70 KB of SQL: %q, want it refused naming sql", errText)
+	}
 	prep, errText := callTool(t, alpha, "sql_prepare_query", map[string]any{"connection": "sample", "sql": "SELECT name FROM customers ORDER BY customer_id LIMIT 2"})
 	if errText != "" || prep["sql_to_confirm"] == "" {
 		t.Fatalf("prepare: %v %s", prep, errText)
