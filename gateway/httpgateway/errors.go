@@ -67,6 +67,12 @@ func (g *gateway) handleError(ctx context.Context, _ *runtime.ServeMux, _ runtim
 		st = status.New(codes.Internal, "the service's answer is larger than the gateway takes"+
 			strings.TrimSuffix(strings.TrimPrefix(st.Message(), tooLargeAnswer), ")")+" bytes); ask for less (a narrower query, a smaller page)")
 	}
+	if p, ok := principalFrom(r.Context()); ok && p.tenant == "" && st.Code() == codes.InvalidArgument && st.Message() == operatorNoTenant {
+		// An operator key (or X-Tenant-Id: * without keys) has no tenant
+		// of its own: say where the request names one.
+		st = status.New(codes.InvalidArgument, operatorNoTenant+": an operator key (tenant *, or X-Tenant-Id: * without keys) acts for no tenant "+
+			"of its own; name the tenant of this request in scope.tenantId (in the body, or ?scope.tenantId= on a GET), or use a tenant's key")
+	}
 	if httpStatus == 0 {
 		httpStatus = runtime.HTTPStatusFromCode(st.Code())
 	}
@@ -75,6 +81,10 @@ func (g *gateway) handleError(ctx context.Context, _ *runtime.ServeMux, _ runtim
 	}
 	writeStatus(w, httpStatus, st)
 }
+
+// operatorNoTenant is the services' refusal of a request without a
+// tenant (grpcx.Scope).
+const operatorNoTenant = "scope.tenant_id: is required"
 
 // tooLargeAnswer begins the status grpc-go's client gives an answer over
 // its receive limit: "grpc: received message larger than max (N vs. M)".
