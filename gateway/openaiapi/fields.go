@@ -242,9 +242,12 @@ func (o object) number(name string) (*float64, error) {
 	if !ok {
 		return nil, nil
 	}
-	f, err := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64)
-	if jsonKind(v) != "number" || err != nil {
+	if jsonKind(v) != "number" {
 		return nil, badParam(o.path(name), "want a number, got %s", jsonKind(v))
+	}
+	f, err := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64)
+	if err != nil {
+		return nil, badParam(o.path(name), "%s is out of range for a number", bytes.TrimSpace(v))
 	}
 	return &f, nil
 }

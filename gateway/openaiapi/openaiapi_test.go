@@ -400,6 +400,7 @@ func TestErrors(t *testing.T) {
 		{"no messages", "POST", "/chat/completions", aliceKey, `{"model": "chat", "messages": []}`, 400, "invalid_request_error", "messages", "<null>"},
 		{"temperature of the wrong type", "POST", "/chat/completions", aliceKey, `{"model": "chat", "temperature": "hot", ` + msgs + `}`, 400, "invalid_request_error", "temperature", "<null>"},
 		{"temperature out of range", "POST", "/chat/completions", aliceKey, `{"model": "chat", "temperature": 3, ` + msgs + `}`, 400, "invalid_request_error", "temperature", "<null>"},
+		{"temperature past any float", "POST", "/chat/completions", aliceKey, `{"model": "chat", "temperature": 1e400, ` + msgs + `}`, 400, "invalid_request_error", "temperature", "<null>"},
 		{"max_tokens not an integer", "POST", "/chat/completions", aliceKey, `{"model": "chat", "max_tokens": 1.5, ` + msgs + `}`, 400, "invalid_request_error", "max_tokens", "<null>"},
 		{"too many stop sequences", "POST", "/chat/completions", aliceKey, `{"model": "chat", "stop": ["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"], ` + msgs + `}`, 400, "invalid_request_error", "stop", "<null>"},
 		{"stream not a boolean", "POST", "/chat/completions", aliceKey, `{"model": "chat", "stream": "yes", ` + msgs + `}`, 400, "invalid_request_error", "stream", "<null>"},

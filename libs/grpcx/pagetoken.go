@@ -27,7 +27,7 @@ func DecodePageToken(tok, filterHash string) (*commonv1.PageToken, error) {
 		return nil, InvalidArgument("page_token", "is not a token this service issued")
 	}
 	if pt.GetFilterHash() != filterHash {
-		return nil, InvalidArgument("page_token", "was issued for another scope or filter")
+		return nil, InvalidArgument("page_token", "is not a token of this listing: it was changed, or issued for another scope or filter (send the next_page_token of the previous page, with the same filter)")
 	}
 	return pt, nil
 }
