@@ -108,12 +108,19 @@ const userSQL = "SELECT customer_id, name FROM customers"
 // confirmation of userSQL.
 func toConfirmSQL(t *testing.T, a *session.Agent) string {
 	t.Helper()
+	return toConfirmUserSQL(t, a, userSQL)
+}
+
+// toConfirmUserSQL starts a session on the sample and brings it to the
+// confirmation of sql.
+func toConfirmUserSQL(t *testing.T, a *session.Agent, sql string) string {
+	t.Helper()
 	s, _, err := a.Create(context.Background(), scope, connections.SampleName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	send(t, a, s.ID, "own sql", session.StageNeedUserSQL)
-	send(t, a, s.ID, userSQL, session.StageConfirmUserSQL)
+	send(t, a, s.ID, sql, session.StageConfirmUserSQL)
 	return s.ID
 }
 

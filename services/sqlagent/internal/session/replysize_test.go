@@ -1,13 +1,11 @@
 package session_test
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/agentmesh/agentmesh/libs/testkit"
-	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session"
 )
 
@@ -23,14 +21,9 @@ func TestLargeValuesFitTheReply(t *testing.T) {
 	a := session.NewAgent(newStore(t, testkit.MongoDB(t)), sh.dbs, nil, newClock().opts())
 	run := func(sql string) session.Reply {
 		t.Helper()
-		s, _, err := a.Create(context.Background(), scope, connections.SampleName)
-		if err != nil {
-			t.Fatal(err)
-		}
-		send(t, a, s.ID, "own sql", session.StageNeedUserSQL)
-		send(t, a, s.ID, sql, session.StageConfirmUserSQL)
-		send(t, a, s.ID, "yes", session.StageExecuteSQL)
-		return send(t, a, s.ID, "default", session.StageShowResults)
+		id := toConfirmUserSQL(t, a, sql)
+		send(t, a, id, "yes", session.StageExecuteSQL)
+		return send(t, a, id, "default", session.StageShowResults)
 	}
 
 	// One value of 200,000 characters (and one of 40 MB, which alone would
