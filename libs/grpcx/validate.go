@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
+	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	"buf.build/go/protovalidate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -88,14 +90,21 @@ func violationsStatus(ve *protovalidate.ValidationError) error {
 	return st.Err()
 }
 
+// refusesZero reports whether fd's rules refuse its enum's zero value.
+func refusesZero(fd protoreflect.FieldDescriptor) bool {
+	rules, ok := proto.GetExtension(fd.Options(), validate.E_Field).(*validate.FieldRules)
+	return ok && slices.Contains(rules.GetEnum().GetNotIn(), 0)
+}
+
 // describeViolation is protovalidate's message without its "value" subject
 // ("value must be greater than 0" → "must be greater than 0"), so the field
 // name reads as the subject.
 func describeViolation(v *protovalidate.Violation) string {
 	if fd := v.FieldDescriptor; fd != nil && fd.Enum() != nil && strings.HasPrefix(v.Proto.GetRuleId(), "enum.") {
 		// "must not be in list [0]" says little: name the values it may be.
-		// The contracts exclude only the zero value (not_in: [0]).
-		excludeZero := v.Proto.GetRuleId() == "enum.not_in"
+		// The contracts exclude only the zero value (not_in: [0]), which
+		// an undefined value's message must not offer either.
+		excludeZero := v.Proto.GetRuleId() == "enum.not_in" || refusesZero(fd)
 		var names []string
 		values := fd.Enum().Values()
 		for i := range values.Len() {

@@ -97,7 +97,7 @@ func TestRequestsAreValidatedByTheirContract(t *testing.T) {
 		{"no model", chat(func(r *modelv1.ChatRequest) { r.Model = "" }), "model", "required"},
 		{"no messages", chat(func(r *modelv1.ChatRequest) { r.Messages = nil }), "messages", ""},
 		{"role unset", chat(func(r *modelv1.ChatRequest) { r.Messages[0].Role = 0 }), "messages[0].role", "must be one of ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_TOOL"},
-		{"role out of the enum", chat(func(r *modelv1.ChatRequest) { r.Messages[0].Role = 42 }), "messages[0].role", ""},
+		{"role out of the enum", chat(func(r *modelv1.ChatRequest) { r.Messages[0].Role = 42 }), "messages[0].role", "must be one of ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_TOOL"},
 		{"bad tool name", chat(func(r *modelv1.ChatRequest) { r.Tools = []*modelv1.Tool{{Name: "a b"}} }), "tools[0].name", ""},
 		{"unknown response format", chat(func(r *modelv1.ChatRequest) { r.ResponseFormat = &modelv1.ResponseFormat{Type: 9} }), "response_format.type", ""},
 		{"too many stop sequences", chat(func(r *modelv1.ChatRequest) {
