@@ -19,6 +19,7 @@ import (
 	"github.com/agentmesh/agentmesh/gateway/httpgateway"
 	"github.com/agentmesh/agentmesh/gateway/httpgateway/httpgatewaytest"
 	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
@@ -119,6 +120,7 @@ type fakes struct {
 	jobs          *jobFake
 	classifier    *classifierFake
 	sql           *sqlFake
+	graph         indexerv1.GraphServiceServer
 }
 
 // mesh is the gateway in front of six in-process gRPC servers.
@@ -187,8 +189,12 @@ func startBackends(t *testing.T, f fakes) *mesh {
 				orchestratorv1.RegisterJobServiceServer(s, f.jobs)
 			}
 		}),
-		Vision:  start("vision", func(*grpc.Server) {}),
-		Indexer: start("indexer", func(*grpc.Server) {}),
+		Vision: start("vision", func(*grpc.Server) {}),
+		Indexer: start("indexer", func(s *grpc.Server) {
+			if f.graph != nil {
+				indexerv1.RegisterGraphServiceServer(s, f.graph)
+			}
+		}),
 		Classifier: start("classifier", func(s *grpc.Server) {
 			if f.classifier != nil {
 				classifierv1.RegisterClassifierServiceServer(s, f.classifier)
