@@ -188,6 +188,11 @@ func (g *gateway) authenticateAs(fail statusWriter, next http.Handler) http.Hand
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var p principal
 		if g.keys.open() {
+			if g.crossSiteWrite(r) {
+				fail(w, http.StatusForbidden, status.New(codes.PermissionDenied, "a browser sent this request from another site, and the gateway runs without API keys "+
+					"(development mode), where any page a developer opens could write through it: set GATEWAY_API_KEYS, or allow that origin in GATEWAY_CORS_ORIGINS"))
+				return
+			}
 			p = principal{tenant: strings.TrimSpace(r.Header.Get(tenantHeader)), project: strings.TrimSpace(r.Header.Get(projectHeader)),
 				caller: strings.TrimSpace(r.Header.Get(callerHeader))}
 			switch p.tenant {
@@ -256,4 +261,26 @@ func scopeMetadata(ctx context.Context, _ *http.Request) metadata.MD {
 		md.Set(grpcx.CallerMetadataKey, p.caller)
 	}
 	return md
+}
+
+// crossSiteWrite reports a request that changes something, sent by a
+// browser from a page of another site (Sec-Fetch-Site, which browsers set
+// and pages cannot) and not from an origin GATEWAY_CORS_ORIGINS allows. A
+// browser sends a form or a text/plain POST across sites without asking
+// first, and in development mode nothing else identifies the caller.
+func (g *gateway) crossSiteWrite(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	if r.Header.Get("Sec-Fetch-Site") != "cross-site" {
+		return false
+	}
+	origin := strings.TrimSuffix(r.Header.Get("Origin"), "/")
+	for _, o := range g.cfg.CORSOrigins {
+		if o == "*" || (origin != "" && strings.TrimSuffix(o, "/") == origin) {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,59 @@
+package httpgateway_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/agentmesh/agentmesh/gateway/httpgateway"
+	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+)
+
+// TestCrossSiteWritesRefusedWithoutKeys: without API keys (development
+// mode) nothing identifies a caller, so a page of another site that a
+// developer opens could write through the gateway with a form or a
+// text/plain POST, which browsers send across sites without asking. Such a
+// request (Sec-Fetch-Site: cross-site, set by browsers) is refused unless
+// GATEWAY_CORS_ORIGINS allows its origin; reads, same-site pages, and
+// clients that are not browsers go through, and with API keys the key is
+// what decides.
+func TestCrossSiteWritesRefusedWithoutKeys(t *testing.T) {
+	t.Parallel()
+	var created atomic.Int32
+	conversations := &conversationFake{create: func(context.Context, *orchestratorv1.CreateConversationRequest) (*orchestratorv1.CreateConversationResponse, error) {
+		created.Add(1)
+		return &orchestratorv1.CreateConversationResponse{Conversation: &orchestratorv1.Conversation{Id: "c1"}}, nil
+	}, list: func(context.Context, *orchestratorv1.ListConversationsRequest) (*orchestratorv1.ListConversationsResponse, error) {
+		return &orchestratorv1.ListConversationsResponse{}, nil
+	}}
+	open := startMesh(t, httpgateway.Config{}, fakes{conversations: conversations})
+	withCORS := startMesh(t, httpgateway.Config{CORSOrigins: []string{"https://app.example.com"}}, fakes{conversations: conversations})
+	keyed := startMesh(t, httpgateway.Config{APIKeys: "k1=acme"}, fakes{conversations: conversations})
+	form := map[string]string{"Content-Type": "text/plain", "Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}
+	for _, tc := range []struct {
+		name, url, method string
+		header            map[string]string
+		status            int
+	}{
+		{"a cross-site POST without keys", open.url, http.MethodPost, form, http.StatusForbidden},
+		{"the same POST from curl", open.url, http.MethodPost, map[string]string{"Content-Type": "text/plain"}, http.StatusOK},
+		{"the same POST from the console (same origin)", open.url, http.MethodPost, map[string]string{"Sec-Fetch-Site": "same-origin"}, http.StatusOK},
+		{"from another port of the host (same site)", open.url, http.MethodPost, map[string]string{"Sec-Fetch-Site": "same-site", "Origin": "http://localhost:3000"}, http.StatusOK},
+		{"a cross-site read", open.url, http.MethodGet, form, http.StatusOK},
+		{"a cross-site POST from an allowed origin", withCORS.url, http.MethodPost,
+			map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://app.example.com"}, http.StatusOK},
+		{"a cross-site POST from another origin", withCORS.url, http.MethodPost, form, http.StatusForbidden},
+		{"a cross-site POST with a key", keyed.url, http.MethodPost, map[string]string{"Sec-Fetch-Site": "cross-site", "X-API-Key": "k1"}, http.StatusOK},
+	} {
+		before := created.Load()
+		resp, body := do(t, tc.method, tc.url+"/v1/conversations", map[string]string{http.MethodPost: `{"title":"t"}`}[tc.method], tc.header)
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: %d %s, want %d", tc.name, resp.StatusCode, body, tc.status)
+		}
+		if tc.status == http.StatusForbidden && (created.Load() != before || !strings.Contains(string(body), "GATEWAY_API_KEYS")) {
+			t.Errorf("%s: refused with %s after %d creations, want nothing created and the remedy named", tc.name, body, created.Load()-before)
+		}
+	}
+}
