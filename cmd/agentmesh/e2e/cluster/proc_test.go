@@ -5,6 +5,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -142,19 +143,20 @@ func newProc(logDir, name, path string, env []string, args ...string) *proc {
 }
 
 // freePort returns a TCP port free on every one of ips now. Services bind
-// it themselves later, so another program could take it in between; on a
-// test machine that does not happen in practice, and a bind failure shows
-// in the service's log.
+// it themselves later, so another program could take it in between. The
+// suite's own processes bind their other ports as port 0 (metrics, the
+// simulator), which the kernel takes from its ephemeral range: a port
+// chosen the same way collided with one of them (a CI run's indexer-b
+// found its gRPC port taken by another service's metrics listener). So
+// the ports are drawn at random below that range, where no port-0 bind
+// lands.
 func freePort(ips ...string) (int, error) {
-	for range 50 {
-		first, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
-		if err != nil {
-			return 0, err
-		}
-		port := first.Addr().(*net.TCPAddr).Port
-		ok := true
+	low, high := belowEphemeral()
+	for range 200 {
+		port := low + rand.IntN(high-low)
 		var held []net.Listener
-		for _, ip := range ips[1:] {
+		ok := true
+		for _, ip := range ips {
 			l, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(port)))
 			if err != nil {
 				ok = false
@@ -162,7 +164,6 @@ func freePort(ips ...string) (int, error) {
 			}
 			held = append(held, l)
 		}
-		first.Close()
 		for _, l := range held {
 			l.Close()
 		}
@@ -171,4 +172,17 @@ func freePort(ips ...string) (int, error) {
 		}
 	}
 	return 0, errors.New("no port free on every address")
+}
+
+// belowEphemeral is a range of ports under the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range; 32768 by default).
+func belowEphemeral() (low, high int) {
+	high = 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var first, last int
+		if _, err := fmt.Sscan(string(b), &first, &last); err == nil && first > 12000 {
+			high = first
+		}
+	}
+	return 10000, high
 }
