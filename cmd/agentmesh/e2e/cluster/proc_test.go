@@ -149,11 +149,18 @@ func newProc(logDir, name, path string, env []string, args ...string) *proc {
 // chosen the same way collided with one of them (a CI run's indexer-b
 // found its gRPC port taken by another service's metrics listener). So
 // the ports are drawn at random below that range, where no port-0 bind
-// lands.
+// lands. A port is handed out once: the listeners that test it close at
+// once, so a later draw could find it free again before its process binds
+// it (a CI run's nats-3 drew nats-1's client port for its routes).
 func freePort(ips ...string) (int, error) {
 	low, high := belowEphemeral()
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	for range 200 {
 		port := low + rand.IntN(high-low)
+		if handedOut.ports[port] {
+			continue
+		}
 		var held []net.Listener
 		ok := true
 		for _, ip := range ips {
@@ -168,11 +175,18 @@ func freePort(ips ...string) (int, error) {
 			l.Close()
 		}
 		if ok {
+			handedOut.ports[port] = true
 			return port, nil
 		}
 	}
 	return 0, errors.New("no port free on every address")
 }
+
+// handedOut holds the ports freePort returned.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // belowEphemeral is a range of ports under the kernel's ephemeral range
 // (net.ipv4.ip_local_port_range; 32768 by default).
