@@ -56,15 +56,11 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 	if root.ParentID != "" {
 		return &FieldError{Field: "job_id", Reason: "is not an analysis (root) job"}
 	}
-	start, filters, err := e.treeEvents(ctx, root)
+	start, last, filters, err := e.treeEvents(ctx, root)
 	if err != nil {
 		return err
 	}
 	if afterSeq > 0 {
-		last, err := e.bus.LastSequence(ctx, events.StreamEvents)
-		if err != nil {
-			return err
-		}
 		if afterSeq > last {
 			return &FieldError{Field: "after_sequence", Reason: fmt.Sprintf("%d is beyond the events (the newest is %d): it is no event id of this watch", afterSeq, last)}
 		}
@@ -233,32 +229,34 @@ func (e *Engine) treeDelivered(ctx context.Context, tenant, project, rootID stri
 
 // treeEvents returns the stream sequence just before the first event of
 // the analysis's tree, or, if none is in the stream yet, the stream's last
-// sequence (every event of the tree comes later), and the subject filters
+// sequence (every event of the tree comes later), the stream's last
+// sequence (no event id a client holds is beyond it), and the subject filters
 // of the tree's events: treeFilter, and for an analysis whose events are in
 // the previous layout (see subjects.go) each child's own. The first event
 // is usually the analysis's own "pending" event, but events of different
 // jobs reach the stream in no fixed order across processes (a relay
 // retrying after a NATS fault publishes the analysis's event after its
 // planning job's), so it is the first of any job of the tree.
-func (e *Engine) treeEvents(ctx context.Context, root *Job) (uint64, []string, error) {
-	filters := []string{treeFilter(root.Tenant, root.ID)}
+func (e *Engine) treeEvents(ctx context.Context, root *Job) (start, last uint64, filters []string, err error) {
+	filters = []string{treeFilter(root.Tenant, root.ID)}
 	stream, err := e.eventStream(ctx)
 	if err != nil {
-		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
+		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
-		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
+		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	}
-	first := info.State.LastSeq
+	last = info.State.LastSeq
+	first := last
 	msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filters[0]))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return first, filters, nil
+		return first, last, filters, nil
 	case err != nil:
-		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
+		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	case !isLegacySubject(msg.Subject):
-		return min(first, msg.Sequence-1), filters, nil
+		return min(first, msg.Sequence-1), last, filters, nil
 	}
 	// An analysis of the previous layout: its children's events are
 	// under their own ids. The jobs are read after the stream's last
@@ -267,7 +265,7 @@ func (e *Engine) treeEvents(ctx context.Context, root *Job) (uint64, []string, e
 	first = min(first, msg.Sequence-1)
 	children, err := e.children(ctx, root)
 	if err != nil {
-		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
+		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	}
 	for _, j := range children {
 		filter := events.EntityEventsSubject(root.Tenant, "job", j.ID)
@@ -278,8 +276,8 @@ func (e *Engine) treeEvents(ctx context.Context, root *Job) (uint64, []string, e
 			first = min(first, msg.Sequence-1)
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 		default:
-			return 0, nil, fmt.Errorf("analysis: watch: %w", err)
+			return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
 		}
 	}
-	return first, filters, nil
+	return first, last, filters, nil
 }
