@@ -185,10 +185,11 @@ func (g *gateway) readUpload(w http.ResponseWriter, r *http.Request) (*indexerv1
 			}
 			return nil, nil, badUpload(field, "is a file part: files go in parts named %q", uploadFileField)
 		}
-		if raw := part.FileName(); len(raw) > maxFileName {
+		raw := part.FileName()
+		if len(raw) > maxFileName {
 			return nil, nil, badUpload(uploadFileField, "part %d's file name is %d bytes; at most %d", len(files)+1, len(raw), maxFileName)
 		}
-		name := fileName(part.FileName())
+		name := fileName(raw)
 		if name == "" {
 			return nil, nil, badUpload(uploadFileField, "part %d has no file name (Content-Disposition filename)", len(files)+1)
 		}
@@ -265,11 +266,12 @@ func readFailure(err error, what string, maxTotal int64, limit time.Duration) *u
 // maxFileName bounds a file's name, in bytes.
 const maxFileName = 256
 
-// fileName is the base name of a part's file name, whichever separator
-// the client's system uses; empty when nothing is left.
+// fileName is the base name of a part's file name (at most maxFileName
+// bytes, checked before), whichever separator the client's system uses;
+// empty when nothing is left.
 func fileName(s string) string {
 	s = s[strings.LastIndexAny(s, `/\`)+1:]
-	if s == "." || s == ".." || !utf8.ValidString(s) || len(s) > maxFileName {
+	if s == "." || s == ".." || !utf8.ValidString(s) {
 		return ""
 	}
 	return strings.TrimSpace(s)

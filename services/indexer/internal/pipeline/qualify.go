@@ -362,9 +362,8 @@ func (q *Qualifier) attachments(ctx context.Context, atts []Attachment) attachme
 			ia.Note = "PDF kept and listed, not read: " + errPDFBudget.Error()
 			r.errs = append(r.errs, a.Name+": "+errPDFBudget.Error())
 		case sniffed == "application/pdf":
-			ctx := pdfCtx
 			render := len(r.images) < maxImages
-			text, pages, note, errs := q.readPDF(ctx, a, render)
+			text, pages, note, errs := q.readPDF(pdfCtx, a, render)
 			ia.Note, r.errs = note, append(r.errs, errs...)
 			if text.Text != "" {
 				pdfTexts = append(pdfTexts, fmt.Sprintf("Attachment %s (PDF, %d pages):\n%s", a.Name, text.Pages, text.Text))

@@ -15,9 +15,10 @@ func admit(img Image, maxBytes int) (mimeType, skipped string) {
 	if len(img.Data) == 0 {
 		return "", "empty: the attachment has no bytes"
 	}
+	sniffed := normalizeMIME(http.DetectContentType(img.Data))
 	mimeType = normalizeMIME(img.MIMEType)
 	if mimeType == "" {
-		mimeType = normalizeMIME(http.DetectContentType(img.Data))
+		mimeType = sniffed
 		if !strings.HasPrefix(mimeType, "image/") {
 			return "", fmt.Sprintf("not an image: no MIME type given and the bytes look like %s; only image/* attachments are analysed", mimeType)
 		}
@@ -30,7 +31,7 @@ func admit(img Image, maxBytes int) (mimeType, skipped string) {
 	}
 	// The bytes decide, as intake's checks do: a model given text or an
 	// archive labelled image/png fails the call, or describes nothing.
-	if sniffed := normalizeMIME(http.DetectContentType(img.Data)); sniffed != mimeType {
+	if sniffed != mimeType {
 		if !strings.HasPrefix(sniffed, "image/") {
 			return "", fmt.Sprintf("not an image: declared %s, but the bytes look like %s; only image/* attachments are analysed", mimeType, sniffed)
 		}
