@@ -383,7 +383,16 @@ func (c *cluster) startMongo() {
 		"--handler=sqlite", "--sqlite-url=file:"+data+"/",
 		fmt.Sprintf("--listen-addr=127.0.0.1:%d", port),
 		"--state-dir="+state, "--telemetry=disable", "--debug-addr=-", "--log-level=warn")
-	c.mongoURI = fmt.Sprintf("mongodb://127.0.0.1:%d/", port)
+	// The services reach FerretDB through a relay that gives write
+	// commands their turns: many replicas' versioned updates rely on
+	// MongoDB's single-document isolation, which FerretDB lacks (see
+	// testkit.SerialWrites); the production form runs MongoDB.
+	relay, err := testkit.StartSerialWrites(fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { _ = relay.Close() })
+	c.mongoURI = "mongodb://" + relay.Addr() + "/"
 	if err := c.mongo.start(); err != nil {
 		c.t.Fatal(err)
 	}

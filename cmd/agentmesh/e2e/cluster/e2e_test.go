@@ -159,10 +159,11 @@ func TestCluster(t *testing.T) {
 		t.Errorf("%d executions ran twice with no fault to explain it", len(dr))
 	}
 	for name, check := range map[string]func(r *result) int{
-		"lost events":                 func(r *result) int { return r.lost },
-		"events published twice":      func(r *result) int { return r.duplicateEvents },
-		"duplicated chunks in search": func(r *result) int { return r.duplicateChunks },
-		"SQL writes that ran twice":   func(r *result) int { return r.doubleWrites },
+		"lost events":                                   func(r *result) int { return r.lost },
+		"events published twice":                        func(r *result) int { return r.duplicateEvents },
+		"duplicated chunks in search":                   func(r *result) int { return r.duplicateChunks },
+		"SQL writes that ran twice":                     func(r *result) int { return r.doubleWrites },
+		"job events after their analysis's watch ended": func(r *result) int { return r.afterEnd },
 	} {
 		if n := s.total(check); n > 0 {
 			t.Errorf("%s: %d", name, n)

@@ -128,7 +128,7 @@ func (s *summary) total(f func(r *result) int) int {
 
 func (s *summary) print(w io.Writer) {
 	fmt.Fprintf(w, "\n==== e2e-cluster summary (%v) ====\n", s.took.Round(time.Second))
-	fmt.Fprintf(w, "topology: 3-node NATS JetStream cluster (streams R3), ferretdb process (SQLite), provider simulator and market-data endpoint in the test process;\n")
+	fmt.Fprintf(w, "topology: 3-node NATS JetStream cluster (streams R3), ferretdb process (SQLite; write commands take turns through the suite's relay), provider simulator and market-data endpoint in the test process;\n")
 	fmt.Fprintf(w, "          modelgateway×2 orchestrator×2 classifier×2 indexer×2 gateway×2 (behind a round-robin TCP front), sqlagent×1 vision×1; peers found by DNS (gRPC round_robin)\n")
 
 	fmt.Fprintf(w, "\nflows (run / completed / failed with a reason / of which an internal error / unclean):\n")
