@@ -131,6 +131,11 @@ func decodeMessage(raw json.RawMessage, param string) (*modelv1.Message, error) 
 	if err := decodeContent(o, m); err != nil {
 		return nil, err
 	}
+	// A participant's name is ignored (no provider of the mesh takes it),
+	// but checked as OpenAI checks it.
+	if _, _, err := o.str("name"); err != nil {
+		return nil, err
+	}
 	switch m.Role {
 	case modelv1.Role_ROLE_ASSISTANT:
 		// DeepSeek's thinking models need a turn's chain of thought sent
@@ -185,6 +190,9 @@ func decodeContent(o object, m *modelv1.Message) error {
 	parts, _, err := o.array("content")
 	if err != nil {
 		return err
+	}
+	if len(parts) == 0 {
+		return badParam(o.path("content"), "empty array: want at least one content part")
 	}
 	var text []string
 	for j, raw := range parts {

@@ -51,6 +51,11 @@ func parseObject(raw json.RawMessage, param string) (object, error) {
 	if kind := jsonKind(raw); kind != "object" {
 		return object{}, badParam(paramOr(param, "body"), "want a JSON object, got %s", kind)
 	}
+	if param == "" && !utf8.Valid(raw) {
+		// encoding/json would take it, each bad byte read as U+FFFD: the
+		// model would see text other than the caller's.
+		return object{}, badParam("body", "not valid JSON: the body is not valid UTF-8")
+	}
 	if !json.Valid(raw) {
 		var fields map[string]json.RawMessage
 		err := json.Unmarshal(raw, &fields)
