@@ -103,9 +103,10 @@ func (a *Agent) Send(ctx context.Context, scope Scope, id, text, selection strin
 
 // SendRequest is Send for an input the client named requestID (empty: not
 // named). A repeat of the input that last moved the session gets that
-// input's reply again, without acting (its result table is not kept: the
-// reply's Job says what ran); a repeat of an earlier one fails with
-// ErrInputSuperseded. So a client whose answer was lost can send again.
+// input's reply again, without acting (with its result table when that
+// was at most keptResultBytes; the reply's Job says what ran); a repeat of
+// an earlier one fails with ErrInputSuperseded. So a client whose answer
+// was lost can send again.
 func (a *Agent) SendRequest(ctx context.Context, scope Scope, id, requestID, text, selection string) (*Session, Reply, error) {
 	text, selection = strings.TrimSpace(text), strings.TrimSpace(selection)
 	if text == "" && selection == "" {
@@ -184,11 +185,41 @@ func (s *Session) noteInput(r Reply) {
 		}
 	}
 	in := &AppliedInput{RequestID: s.requestID, Reply: r}
-	in.Reply.Result = nil
+	if resultBytes(r.Result) > keptResultBytes {
+		in.Reply.Result = nil // the session's document stays small
+	}
 	if r.Job != nil {
 		in.JobID, in.Reply.Job = r.Job.ID, nil
 	}
 	s.LastInput = in
+}
+
+// keptResultBytes bounds the result table a session keeps with its last
+// reply, so that a repeat of the input answers with it (as estimated by
+// resultBytes). The session's document is read and written at each of
+// its inputs; a larger table is not kept, and a client that lost it runs
+// the read again.
+const keptResultBytes = 256 << 10
+
+// resultBytes estimates the size of r as stored: its texts, and 8 bytes
+// for any other value.
+func resultBytes(r *connections.Result) int {
+	if r == nil {
+		return 0
+	}
+	n := 0
+	for _, c := range r.Columns {
+		n += len(c) + 8
+	}
+	for _, row := range r.Rows {
+		for _, v := range row {
+			if s, ok := v.(string); ok {
+				n += len(s)
+			}
+			n += 8
+		}
+	}
+	return n
 }
 
 // replay answers a repeat of the session's last input with its reply.

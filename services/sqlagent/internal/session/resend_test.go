@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/agentmesh/agentmesh/libs/testkit"
@@ -63,8 +64,8 @@ func TestResentInputIsAnsweredNotApplied(t *testing.T) {
 			if (r.Job == nil) != (r2.Job == nil) || (r.Job != nil && r2.Job.ID != r.Job.ID) {
 				t.Fatalf("repeat of %s: job %+v, want %+v", requestID, r2.Job, r.Job)
 			}
-			if r2.Result != nil {
-				t.Fatalf("repeat of %s carries a result table; the job keeps what ran", requestID)
+			if !reflect.DeepEqual(r2.Result, r.Result) {
+				t.Fatalf("repeat of %s: result table %+v, want the reply's %+v", requestID, r2.Result, r.Result)
 			}
 		}
 		return r
@@ -77,6 +78,9 @@ func TestResentInputIsAnsweredNotApplied(t *testing.T) {
 	r := once("r4", "customers", session.StageShowResults)
 	if r.Job == nil {
 		t.Fatal("the confirmed read ran no job")
+	}
+	if r.Result == nil || len(r.Result.Rows) == 0 {
+		t.Fatalf("the confirmed read showed no rows: %+v", r.Result)
 	}
 	jobs, err := newStore(t, db).ListJobs(ctx, scope, id, 10)
 	if err != nil {
@@ -113,4 +117,36 @@ func TestResentInputIsAnsweredNotApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused("r4", "customers")
+}
+
+// TestResentReadKeepsOnlyASmallTable: a read's result table comes again
+// with a repeat of its input when it is small (above); a large one is not
+// kept in the session, so the repeat answers with the reply and the job
+// but without the rows.
+func TestResentReadKeepsOnlyASmallTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sh := newShop(t)
+	a := session.NewAgent(newStore(t, testkit.MongoDB(t)), sh.dbs, nil, newClock().opts())
+	// 200 rows of 2,000 characters: about 400 KB.
+	const wide = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200) SELECT i, hex(zeroblob(1000)) AS pad FROM n"
+	id := toConfirmUserSQL(t, a, wide)
+	send(t, a, id, "yes", session.StageExecuteSQL)
+	_, r, err := a.SendRequest(ctx, scope, id, "wide", "wide rows", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Result == nil || len(r.Result.Rows) != 200 {
+		t.Fatalf("the read showed %+v, want 200 rows", r.Result)
+	}
+	_, r2, err := a.SendRequest(ctx, scope, id, "wide", "wide rows", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Result != nil {
+		t.Fatalf("the repeat carries %d rows of a table too large to keep", len(r2.Result.Rows))
+	}
+	if r2.Text != r.Text || r2.Job == nil || r.Job == nil || r2.Job.ID != r.Job.ID {
+		t.Fatalf("the repeat answered %q with job %+v, want %q with job %+v", r2.Text, r2.Job, r.Text, r.Job)
+	}
 }

@@ -190,9 +190,9 @@ type Option struct {
 	Label string
 }
 
-// AppliedInput is a reply without its result table (the job keeps what
-// ran), and the request id of the input it answered, if the client named
-// one.
+// AppliedInput is a reply, with its result table only when that is
+// small (keptResultBytes; the job keeps what ran), and the request id of
+// the input it answered, if the client named one.
 type AppliedInput struct {
 	RequestID string
 	Reply     Reply

@@ -932,8 +932,9 @@ type SendInputRequest struct {
 	// Optional: the client's id of this input, so that it can be sent again
 	// when its answer was lost. A repeat of the input that last moved the
 	// session answers as that input did (the session now, the reply, its
-	// options, SQL to confirm and job; a result table is not kept: read the
-	// job) without acting again; a repeat of an earlier one is refused with
+	// options, SQL to confirm, job, and its result table when that took at
+	// most about 256 KiB; a larger one is not kept: the job says what ran)
+	// without acting again; a repeat of an earlier one is refused with
 	// FAILED_PRECONDITION. The last 16 ids of a session are remembered.
 	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -57,6 +57,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/agentmesh/agentmesh/libs/mongox"
+	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session"
 )
 
@@ -124,6 +125,21 @@ type inputDoc struct {
 	SchemaShown  []string    `bson:"schema_tables_shown,omitempty"`
 	SchemaNote   string      `bson:"schema_note,omitempty"`
 	JobID        string      `bson:"job_id,omitempty"`
+	Result       *resultDoc  `bson:"result,omitempty"`
+}
+
+// resultDoc is a kept result table (connections.Result): its values are
+// nil, bool, int64, float64 or string, which BSON keeps as they are. A
+// row is a document of its own: FerretDB stores no array directly inside
+// another.
+type resultDoc struct {
+	Columns   []string `bson:"columns"`
+	Rows      []rowDoc `bson:"rows"`
+	Truncated bool     `bson:"truncated,omitempty"`
+}
+
+type rowDoc struct {
+	Values []any `bson:"v"`
 }
 
 type optionDoc struct {
@@ -172,6 +188,13 @@ func toDoc(s *session.Session) doc {
 		for _, o := range r.Options {
 			d.LastInput.Options = append(d.LastInput.Options, optionDoc{Value: o.Value, Label: o.Label})
 		}
+		if t := r.Result; t != nil {
+			rd := &resultDoc{Columns: t.Columns, Rows: make([]rowDoc, len(t.Rows)), Truncated: t.Truncated}
+			for i, row := range t.Rows {
+				rd.Rows[i].Values = row
+			}
+			d.LastInput.Result = rd
+		}
 	}
 	return d
 }
@@ -196,6 +219,13 @@ func fromDoc(d doc) *session.Session {
 		}}
 		for _, o := range in.Options {
 			s.LastInput.Reply.Options = append(s.LastInput.Reply.Options, session.Option{Value: o.Value, Label: o.Label})
+		}
+		if t := in.Result; t != nil {
+			r := &connections.Result{Columns: t.Columns, Rows: make([][]any, len(t.Rows)), Truncated: t.Truncated}
+			for i, row := range t.Rows {
+				r.Rows[i] = row.Values
+			}
+			s.LastInput.Reply.Result = r
 		}
 	}
 	for _, t := range d.Turns {
