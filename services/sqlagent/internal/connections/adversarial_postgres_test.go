@@ -70,6 +70,28 @@ var pgAttacks = []attack{
 	{"query_to_xml", "SELECT query_to_xml('SELECT pg_advisory_lock(5)', true, false, '')"},
 	{"table_to_xml over a sneaky view", "SELECT table_to_xml('v_sneaky', true, false, '')"},
 	{"ts_stat", "SELECT * FROM ts_stat('SELECT to_tsvector(v) FROM target WHERE pg_try_advisory_lock(6)')"},
+	// tablefunc and xml2 (contrib): labelled STABLE, they run SQL given as
+	// text or pasted from their arguments.
+	{"crosstab dblink_exec", "SELECT * FROM crosstab('SELECT ''r''::text, ''c''::text, dblink_exec(''{conninfo}'', ''DELETE FROM public.target'')') AS ct(r text, c1 text)"},
+	{"crosstab reads a server file", "SELECT * FROM crosstab('SELECT ''r''::text, ''c''::text, pg_read_file(''/etc/hostname'')') AS ct(r text, c1 text)"},
+	{"crosstab with categories", "SELECT * FROM crosstab('SELECT ''r''::text, ''c''::text, ''v''::text', 'SELECT pg_try_advisory_lock(7)::text') AS ct(r text, c1 text)"},
+	{"crosstab2", "SELECT * FROM crosstab2('SELECT ''r''::text, ''c''::text, pg_try_advisory_lock(8)::text')"},
+	{"crosstab with a column count", "SELECT * FROM crosstab('SELECT ''r''::text, ''c''::text, pg_stat_reset()::text', 1) AS ct(r text, c1 text)"},
+	{"crosstab schema-qualified", "SELECT * FROM public.crosstab('SELECT ''r''::text, ''c''::text, pg_try_advisory_lock(9)::text') AS ct(r text, c1 text)"},
+	{"connectby injected table", "SELECT * FROM connectby('target WHERE pg_try_advisory_lock(18) --', 'id', 'id', '1', 0) AS t(id int, parent int, level int)"},
+	{"xpath_table injected condition", "SELECT * FROM xpath_table('id', 'v', 'target', '/a', 'pg_try_advisory_lock(19)') AS t(id int, a text)"},
+	// XPath that grows with the cube of its input: libxml2 does not stop
+	// at the statement timeout (small here; the shape is what counts).
+	{"xpath", "SELECT xpath('count(//*[count(//*)>0])', ('<a>' || repeat('<b/>', 20) || '</a>')::xml)"},
+	{"xpath_exists", "SELECT xpath_exists('//b', '<a><b/></a>'::xml)"},
+	{"xmltable", "SELECT * FROM XMLTABLE('/a/b' PASSING '<a><b>1</b></a>'::xml COLUMNS x text PATH '.')"},
+	{"xml2 xpath_string", "SELECT xpath_string('<a><b>1</b></a>', '/a/b')"},
+	// Secrets a superuser read role could read.
+	{"password hashes", "SELECT rolname, rolpassword FROM pg_authid WHERE rolpassword IS NOT NULL"},
+	{"password hashes, old view", "SELECT usename, passwd FROM pg_shadow"},
+	{"user mapping options", "SELECT srvname, umoptions FROM pg_user_mappings"},
+	{"user mapping catalog", "SELECT umoptions FROM pg_catalog.pg_user_mapping"},
+	{"password hashes through a subquery", "SELECT * FROM (SELECT rolpassword FROM pg_authid) AS a"},
 	// Spellings of one volatile call.
 	{"catalog-qualified", "SELECT pg_catalog.pg_try_advisory_lock(10)"},
 	{"quoted name", `SELECT "pg_try_advisory_lock"(11)`},

@@ -150,6 +150,10 @@ var sqliteAttacks = []attack{
 	{"view over that view", "SELECT * FROM v_paths2"},
 	// Endless recursion: the row limit ends it.
 	{"endless recursive cte", "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT x FROM r"},
+	// One function call that builds a gigabyte, never looking at an
+	// interrupt: past the statement timeout without the length limit.
+	{"gigabyte blob", "SELECT length(randomblob(999999999))"},
+	{"gigabyte zero blob as text", "SELECT length(hex(zeroblob(600000000)))"},
 }
 
 // sqliteLegitimate are analyst queries on Chinook that must run.
@@ -270,4 +274,39 @@ func TestSQLiteAdversarial(t *testing.T) {
 		"ATTACH '{dir}/new.db' AS n; CREATE TABLE n.t (x); DETACH n",
 		"VACUUM INTO '{dir}/copy.db'",
 	}, func(q string) error { _, err := own.ExecContext(ctx, q); return err })
+}
+
+// TestSQLiteReadEndsNearItsTimeout: a value built by one function call
+// (randomblob, zeroblob made text) never reaches an interrupt, so the
+// timeout alone let a read of one gigabyte run 18 s past a 5 s bound. The
+// length limit fails it at once.
+func TestSQLiteReadEndsNearItsTimeout(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "t.db")
+	own, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := own.Exec("CREATE TABLE t (x)"); err != nil {
+		t.Fatal(err)
+	}
+	own.Close()
+	reg, err := connections.Open([]connections.Spec{{Name: "t", Dialect: connections.SQLite, DSN: db}}, connections.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	const timeout = time.Second
+	for _, q := range []string{
+		"SELECT length(randomblob(999999999))",
+		"SELECT length(hex(zeroblob(600000000)))",
+		"SELECT length(randomblob(400000000)) + length(randomblob(400000000))",
+	} {
+		start := time.Now()
+		_, err := reg.Query(context.Background(), "t", q, 10, timeout)
+		took := time.Since(start)
+		if err == nil || took > timeout+time.Second {
+			t.Errorf("%s: ended after %v (%v); want an error within the %v timeout", q, took.Round(time.Millisecond), err, timeout)
+		}
+	}
 }

@@ -12,6 +12,8 @@ type treeRefs struct {
 	// rowLocks is set by a query with FOR UPDATE/SHARE; notSelect by a
 	// query that is not a plain SELECT (a utility or data-changing one).
 	rowLocks, notSelect bool
+	// xmlTables counts XMLTABLE calls (TableFunc nodes but JSON_TABLE's).
+	xmlTables int
 }
 
 func newTreeRefs() *treeRefs {
@@ -57,6 +59,9 @@ func (r *treeRefs) scan(s string) {
 		switch {
 		case t == "{" || t == "}":
 			set = nil
+			if t == "{" && i+1 < len(toks) && toks[i+1] == "TABLEFUNC" {
+				r.xmlTables++
+			}
 		case strings.HasPrefix(t, ":"):
 			field := t[1:]
 			next := ""
@@ -86,6 +91,12 @@ func (r *treeRefs) scan(s string) {
 				r.notSelect = r.notSelect || next != "<>"
 			case "hasModifyingCTE":
 				r.notSelect = r.notSelect || next == "true"
+			case "functype":
+				// A TableFunc's kind (PostgreSQL 17): 1 is JSON_TABLE,
+				// which evaluates no XPath.
+				if next == "1" {
+					r.xmlTables--
+				}
 			}
 		case set != nil:
 			if n, err := strconv.ParseUint(t, 10, 32); err == nil && n != 0 {

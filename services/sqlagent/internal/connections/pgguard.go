@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,9 +49,13 @@ import (
 //     the planner calls.
 //  4. Every function reached must be IMMUTABLE or STABLE in pg_proc, or on
 //     a short allowlist of harmless volatile built-ins; a few stable
-//     built-ins that read tables named at run time or assign transaction
-//     ids are refused by name. A new extension's volatile function is
-//     therefore refused by default. Row locks are refused too.
+//     built-ins that read tables named at run time, assign transaction
+//     ids or evaluate XPath are refused by name, and every function of
+//     the native libraries of extensionLibraries whatever its label
+//     (tablefunc's crosstab is STABLE and runs any SQL text). A new
+//     extension's volatile function is therefore refused by default. Row
+//     locks, XMLTABLE and naming the catalogs of relationRefused are
+//     refused too.
 //
 // Why a temporary view rather than EXPLAIN: EXPLAIN (VERBOSE) prints
 // expressions deparsed, not resolved; casts and implicit coercions hide
@@ -100,6 +105,42 @@ var stableRefused = map[string]string{
 	"database_to_xml_and_xmlschema": "it reads tables named at run time",
 	"txid_current":                  "it assigns a transaction id",
 	"pg_current_xact_id":            "it assigns a transaction id",
+	"xpath":                         xpathReason,
+	"xpath_exists":                  xpathReason,
+}
+
+// xpathReason is why XPath evaluation is refused: libxml2 does not look
+// at PostgreSQL's interrupts, so a query whose XPath grows with the cube
+// of its input runs on after its statement timeout (measured: a read
+// answered "timed out" at 2 s while its backend ran for 29 s).
+const xpathReason = "its XPath evaluation does not stop at the statement timeout"
+
+// extensionLibraries are the native libraries of extensions whose
+// functions are refused whatever their volatility label says: they run SQL
+// given as text or built from their arguments (tablefunc's crosstab and
+// connectby, xml2's xpath_table, dblink), write files (adminpack), read
+// raw pages past permissions (pageinspect), or evaluate XPath or XSLT that
+// does not stop at the timeout (xml2, whose library is pgxml). crosstab and xpath_table are
+// labelled STABLE, so the volatility rule alone let a read run, through
+// them, any function: a dblink_exec DELETE, a file write, a config reload.
+var extensionLibraries = map[string]string{
+	"tablefunc":   "it runs SQL given as text or built from its arguments",
+	"pgxml":       "it runs SQL built from its arguments, or XPath that does not stop at the statement timeout", // xml2's library
+	"dblink":      "it reaches another database",
+	"adminpack":   "it reads and writes server files",
+	"pageinspect": "it reads raw database pages",
+}
+
+// relationRefused are pg_catalog relations a read may not name: they hold
+// password hashes and user mappings' options (passwords of other
+// servers). Only a superuser read role can read them; the least-privilege
+// role is the first lock (with it, pg_stat_activity shows no other role's
+// statements either).
+var relationRefused = map[string]string{
+	"pg_authid":        "it holds password hashes",
+	"pg_shadow":        "it holds password hashes",
+	"pg_user_mapping":  "it holds passwords of other servers",
+	"pg_user_mappings": "it holds passwords of other servers",
 }
 
 // maxCatalogRounds bounds how far references are followed (views over
@@ -156,6 +197,9 @@ func resolve(ctx context.Context, tx *sql.Tx, refs *treeRefs) error {
 		if refs.notSelect {
 			return refuse("only a plain SELECT query can run")
 		}
+		if refs.xmlTables > 0 {
+			return refuse("XMLTABLE is not allowed: %s", xpathReason)
+		}
 		ops, funcs, rels, types := fresh(refs.ops, seen.ops), fresh(refs.funcs, seen.funcs), fresh(refs.rels, seen.rels), fresh(refs.types, seen.types)
 		if len(ops)+len(funcs)+len(rels)+len(types) == 0 {
 			return nil
@@ -170,7 +214,7 @@ func resolve(ctx context.Context, tx *sql.Tx, refs *treeRefs) error {
 		if err := checkFunctions(ctx, tx, funcs, next, via); err != nil {
 			return err
 		}
-		if err := followRelations(ctx, tx, rels, next); err != nil {
+		if err := followRelations(ctx, tx, rels, round == 0, next); err != nil {
 			return err
 		}
 		if err := followTypes(ctx, tx, types, next, via); err != nil {
@@ -240,18 +284,18 @@ func checkFunctions(ctx context.Context, tx *sql.Tx, funcs []uint32, next *treeR
 	var aggs []uint32
 	// proargdefaults: the planner, not the parser, fills in a call's
 	// omitted arguments, so their default expressions are not in the tree.
-	err := eachRow(ctx, tx, `SELECT p.oid::bigint, n.nspname, p.proname, p.provolatile::text, p.prokind::text, p.proargdefaults::text, p.prosupport::oid::bigint
+	err := eachRow(ctx, tx, `SELECT p.oid::bigint, n.nspname, p.proname, p.provolatile::text, p.prokind::text, p.proargdefaults::text, p.prosupport::oid::bigint, p.probin
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid IN `+oidList(funcs), func(s scanner) error {
 		var oid, support int64
 		var schema, name, volatility, kind string
-		var defaults sql.NullString
-		if err := s.Scan(&oid, &schema, &name, &volatility, &kind, &defaults, &support); err != nil {
+		var defaults, library sql.NullString
+		if err := s.Scan(&oid, &schema, &name, &volatility, &kind, &defaults, &support, &library); err != nil {
 			return err
 		}
 		next.scan(defaults.String)
 		addFuncs(next, via, "function "+schema+"."+name+" (its planner support function)", support)
 		found[uint32(oid)] = true
-		if reason := functionVerdict(schema, name, volatility); reason != "" {
+		if reason := functionVerdict(schema, name, volatility, library.String); reason != "" {
 			how := ""
 			if v := via[uint32(oid)]; v != "" {
 				how = " (called by " + v + ")"
@@ -297,8 +341,12 @@ func checkFunctions(ctx context.Context, tx *sql.Tx, funcs []uint32, next *treeR
 	})
 }
 
-// functionVerdict returns why a function may not run, or "".
-func functionVerdict(schema, name, volatility string) string {
+// functionVerdict returns why a function may not run, or "". library is
+// pg_proc.probin: the native library of a C function ("$libdir/tablefunc").
+func functionVerdict(schema, name, volatility, library string) string {
+	if reason, ok := extensionLibraries[strings.TrimSuffix(path.Base(library), ".so")]; ok && library != "" {
+		return reason
+	}
 	if schema == "pg_catalog" {
 		if reason, ok := stableRefused[name]; ok {
 			return reason
@@ -313,16 +361,41 @@ func functionVerdict(schema, name, volatility string) string {
 	return ""
 }
 
-// followRelations reads the rules of views and the row-level security
+// followRelations refuses the relations a read may not name (named: rels
+// are those the statement itself names, not those of the views it reads:
+// pg_roles and pg_stat_activity are views over pg_authid that show no
+// password), then reads the rules of views and the row-level security
 // policies of tables the query reads: both run as part of the read.
-func followRelations(ctx context.Context, tx *sql.Tx, rels []uint32, next *treeRefs) error {
+func followRelations(ctx context.Context, tx *sql.Tx, rels []uint32, named bool, next *treeRefs) error {
 	if len(rels) == 0 {
 		return nil
+	}
+	if err := refuseRelations(ctx, tx, rels, named); err != nil {
+		return err
 	}
 	if err := scanTrees(ctx, tx, `SELECT ev_action::text FROM pg_rewrite WHERE ev_class IN `+oidList(rels)+` AND rulename = '_RETURN'`, next); err != nil {
 		return err
 	}
 	return scanTrees(ctx, tx, `SELECT polqual::text FROM pg_policy WHERE polrelid IN `+oidList(rels)+` AND polqual IS NOT NULL`, next)
+}
+
+// refuseRelations refuses a statement that names a relation of
+// relationRefused.
+func refuseRelations(ctx context.Context, tx *sql.Tx, rels []uint32, named bool) error {
+	if !named {
+		return nil
+	}
+	return eachRow(ctx, tx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'pg_catalog' AND c.oid IN `+oidList(rels), func(s scanner) error {
+		var name string
+		if err := s.Scan(&name); err != nil {
+			return err
+		}
+		if reason, ok := relationRefused[name]; ok {
+			return refuse("pg_catalog.%s may not be read: %s", name, reason)
+		}
+		return nil
+	})
 }
 
 // scanTrees adds to next what the node trees a catalog query returns (one

@@ -37,6 +37,8 @@ var pgLabSetup = []string{
 	`CREATE EXTENSION dblink`,
 	`CREATE EXTENSION adminpack`,
 	`CREATE EXTENSION tsm_system_rows`,
+	`CREATE EXTENSION tablefunc`,
+	`CREATE EXTENSION xml2`,
 	`CREATE TABLE target (id int PRIMARY KEY, v text)`,
 	`INSERT INTO target VALUES (1, 'a'), (2, 'b')`,
 	`CREATE SEQUENCE order_seq`,

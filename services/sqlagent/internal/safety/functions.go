@@ -44,6 +44,21 @@ var deniedFunctions = map[string]string{
 	"txid_current":                  "it assigns a transaction id",
 	"dblink":                        "it reaches another database",
 	"dblink_exec":                   "it runs SQL on another database",
+	"crosstab":                      "it runs SQL given as text",
+	"crosstab2":                     "it runs SQL given as text",
+	"crosstab3":                     "it runs SQL given as text",
+	"crosstab4":                     "it runs SQL given as text",
+	"connectby":                     "it runs SQL built from its arguments",
+	"xpath_table":                   "it runs SQL built from its arguments",
+	"xpath":                         xpathReason,
+	"xpath_exists":                  xpathReason,
+	"xmltable":                      xpathReason,
+	"xpath_string":                  xpathReason,
+	"xpath_number":                  xpathReason,
+	"xpath_bool":                    xpathReason,
+	"xpath_nodeset":                 xpathReason,
+	"xpath_list":                    xpathReason,
+	"xslt_process":                  xpathReason,
 	// MySQL.
 	"sleep":                      "it sleeps",
 	"benchmark":                  "it burns CPU on purpose",
@@ -60,6 +75,11 @@ var deniedFunctions = map[string]string{
 	"sys_exec":                   "it runs a program on the server",
 	"sys_eval":                   "it runs a program on the server",
 }
+
+// xpathReason is why XPath and XSLT functions are refused: libxml2 does
+// not look at PostgreSQL's interrupts, so a costly expression runs on
+// after the statement timeout.
+const xpathReason = "its XPath evaluation does not stop at the statement timeout"
 
 // allowedPgFunctions are the pg_* functions a read-only query may call; every
 // other pg_* function is refused, because that family holds the server's
