@@ -107,6 +107,12 @@ type Document struct {
 	// narrowed to the extracts' entities after), so a content change or a
 	// delete removes its mentions by id.
 	GraphMentions []string
+	// IngestUntil is the claim of the ingest writing this content while the
+	// document is not yet indexed: that ingest renews it while it runs
+	// (every third of its TTL), so once it has passed, the ingest is dead
+	// and reconciliation finishes the document. Zero on documents written
+	// before the claim existed (their ingest is given IngestGrace).
+	IngestUntil time.Time
 	// CreateTime and UpdateTime are set by the store.
 	CreateTime, UpdateTime time.Time
 	// Version increments on every write (optimistic concurrency).

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	"github.com/agentmesh/agentmesh/libs/heartbeat"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/chunk"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
 	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
@@ -80,6 +81,23 @@ func (s *Service) Ingest(ctx context.Context, in IngestInput) (IngestResult, err
 	}
 }
 
+// keepIngest renews the claim of the ingest of doc every third of its
+// TTL until the returned function is called, or the document is indexed,
+// changed or deleted (then there is nothing left to claim).
+func (s *Service) keepIngest(ctx context.Context, doc *document.Document) (stop func()) {
+	ttl := s.cfg.JobLeaseTTL
+	return heartbeat.Keep(ctx, ttl/3, func(ctx context.Context) bool {
+		rctx, cancel := context.WithTimeout(ctx, ttl/3)
+		defer cancel()
+		ok, err := s.Docs.RenewIngest(rctx, doc.Scope, doc.ID, doc.ContentHash, s.now().Add(ttl))
+		if err != nil {
+			s.Logger.Warn("renewing an ingest's claim failed; retrying", slog.String("document_id", doc.ID), slog.Any("error", err))
+			return true
+		}
+		return ok
+	})
+}
+
 // priorRun is what an interrupted ingest of the same content left, which
 // reconciliation finishes with: the attachments are not stored, so their
 // vision results and their text are reused rather than read again.
@@ -141,15 +159,19 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 	doc.ExtractionJobID = job.ID
 
 	// The document first: from here on a crash leaves it not indexed, and
-	// reconciliation redoes the rest — after IngestGrace, which bounds the
-	// rest, so that it never redoes an ingest still under way.
+	// reconciliation redoes the rest — once this ingest's claim, which it
+	// renews while it runs, has lapsed, so that it never redoes an ingest
+	// still under way and finishes a dead one within a claim's TTL.
 	phaseEvents, err := s.phaseEvents(ctx, doc, correlation, correlation, p.GetPhases()...)
 	if err != nil {
 		return IngestResult{}, err
 	}
+	doc.IngestUntil = now.Add(s.cfg.JobLeaseTTL)
 	if err := s.Docs.SaveContent(ctx, doc, now, phaseEvents...); err != nil {
 		return IngestResult{}, err
 	}
+	stopClaim := s.keepIngest(ctx, doc)
+	defer stopClaim()
 	if s.afterSave != nil {
 		if err := s.afterSave(doc.ID); err != nil {
 			return IngestResult{}, err

@@ -18,9 +18,11 @@
 //     within a lease TTL of that worker's death;
 //   - a job's work item rides in the job record's outbox, written with the
 //     job, so a crash cannot leave a queued job with nothing to run it;
-//   - an ingest finishes its writes within IngestGrace of its first, and
-//     reconciliation leaves documents written more recently than that to
-//     the ingest under way (in this process or another);
+//   - an ingest claims its document from its first write until it is
+//     indexed, renewing the claim every JobLeaseTTL/3 (its writes are also
+//     bounded by IngestGrace), and reconciliation leaves a document whose
+//     claim holds to the ingest under way (in this process or another),
+//     finishing it once the claim has lapsed;
 //   - an ingest, or an extraction, that finds its document changed or
 //     deleted when it comes to record its work removes what it wrote, which
 //     the newer version or the delete may have missed.
@@ -123,7 +125,9 @@ type Config struct {
 	// renewal (every JobLeaseTTL/3 while it runs); 0 means
 	// DefaultJobLeaseTTL.
 	JobLeaseTTL time.Duration
-	// IngestGrace bounds an ingest's writes after its first; 0 means
+	// IngestGrace bounds an ingest's writes after its first, and is how
+	// long reconciliation leaves a document of an earlier version, which
+	// carries no ingest claim, to an ingest that may be under way; 0 means
 	// DefaultIngestGrace.
 	IngestGrace time.Duration
 }

@@ -212,11 +212,11 @@ func (s *Service) Rebuild(ctx context.Context, sc *document.Scope) (RebuildStats
 // jobs whose message may be lost, re-extracts documents handled by an
 // extractor whose schema version has since risen, and rebuilds shards
 // that disagree with the document store (missing, wiped for another
-// embedder, or short of chunks). A document written less than
-// IngestGrace ago may be being ingested by another replica (or a request
-// of this one): it is finished last, once that much time has passed, if
-// it is still unfinished then. Each step logs and continues on error; the
-// joined errors are returned.
+// embedder, or short of chunks). A document whose ingest still holds its
+// claim (ingestClaimEnd) may be being ingested by another replica (or a
+// request of this one): it is finished last, once the claim has lapsed,
+// if it is still unfinished then. Each step logs and continues on error;
+// the joined errors are returned.
 func (s *Service) Reconcile(ctx context.Context) error {
 	var errs []error
 	recent, err := s.finishUnfinished(ctx)
@@ -245,7 +245,7 @@ func (s *Service) finishUnfinished(ctx context.Context) (recent []*document.Docu
 	}
 	var errs []error
 	for _, d := range docs {
-		if !d.Deleting && s.now().Sub(d.UpdateTime) < s.cfg.IngestGrace {
+		if !d.Deleting && s.now().Before(s.ingestClaimEnd(d)) {
 			recent = append(recent, d) // an ingest may be under way
 			continue
 		}
@@ -272,14 +272,24 @@ func (s *Service) finishOne(ctx context.Context, d *document.Document) error {
 	return err
 }
 
-// finishRecent waits until IngestGrace has passed since each document's
-// last write, and finishes those still unfinished then, as they are then:
-// the ingest that wrote them is over, done or dead.
+// ingestClaimEnd is when the claim of the ingest that last wrote d lapses:
+// its IngestUntil, which a live ingest keeps renewing, or for a document
+// written before the claim existed, IngestGrace after its last write.
+func (s *Service) ingestClaimEnd(d *document.Document) time.Time {
+	if !d.IngestUntil.IsZero() {
+		return d.IngestUntil
+	}
+	return d.UpdateTime.Add(s.cfg.IngestGrace)
+}
+
+// finishRecent waits until the ingest claim of each document has lapsed,
+// and finishes those still unfinished then, as they are then: the ingest
+// that wrote them is over, done or dead.
 func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) error {
 	var errs []error
 	for len(docs) > 0 {
 		d := docs[0]
-		if wait := s.cfg.IngestGrace - s.now().Sub(d.UpdateTime); wait > 0 {
+		if wait := s.ingestClaimEnd(d).Sub(s.now()); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -295,8 +305,8 @@ func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) e
 		case err != nil:
 			errs = append(errs, err)
 			docs = docs[1:]
-		case s.now().Sub(cur.UpdateTime) < s.cfg.IngestGrace:
-			docs[0] = cur // written again meanwhile: wait for that write
+		case s.now().Before(s.ingestClaimEnd(cur)):
+			docs[0] = cur // written again or its claim renewed meanwhile: wait for that ingest
 		default:
 			errs = append(errs, s.finishOne(ctx, cur))
 			docs = docs[1:]

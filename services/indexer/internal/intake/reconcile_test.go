@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,6 +87,122 @@ func TestReconcileLeavesIngestsUnderWay(t *testing.T) {
 	})
 }
 
+// TestReconcileFollowsIngestClaims: an ingest claims its document until
+// it is indexed and renews the claim while it runs, so reconciliation
+// finishes a dead ingest a claim's TTL after its last renewal — not
+// IngestGrace after its last write, which left a document a killed mesh
+// was ingesting unfinished for a minute after the restart — and leaves one
+// whose claim is being renewed to its ingest, however long that takes.
+func TestReconcileFollowsIngestClaims(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		const ttl = 900 * time.Millisecond
+		svc, docs := newService(t, db, intake.Config{IngestGrace: time.Minute, JobLeaseTTL: ttl})
+		sc := document.Scope{Tenant: "acme"}
+		if _, err := svc.Ingest(ctx, intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, RawContent: "warm up"}); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		begin := func(name string) *document.Document {
+			t.Helper()
+			text := "Rotate the " + name + " keys every quarter."
+			d := &document.Document{ID: "doc_" + name, Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, Title: name,
+				RawContent: text, ContentHash: document.Hash(text), ChunkCount: 2, ExtractionJobID: "xj_" + name, IngestUntil: now.Add(ttl)}
+			if err := docs.SaveContent(ctx, d, now); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		dead := begin("dead") // its process was killed: no renewal comes
+		live := begin("live") // another replica renews its claim, then ends it
+		renewing, stopRenewing := context.WithCancel(ctx)
+		renewed := make(chan struct{})
+		go func() {
+			defer close(renewed)
+			for renewing.Err() == nil {
+				if ok, err := docs.RenewIngest(ctx, sc, live.ID, live.ContentHash, time.Now().Add(ttl)); !ok || err != nil {
+					t.Errorf("RenewIngest = %v, %v", ok, err)
+					return
+				}
+				select {
+				case <-renewing.Done():
+				case <-time.After(ttl / 3):
+				}
+			}
+		}()
+
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- svc.Reconcile(ctx) }()
+		testkit.Eventually(t, 10*time.Second, func() bool {
+			d, err := docs.GetDocument(ctx, sc, dead.ID)
+			return err == nil && d.Indexed
+		}, "the dead ingest finished")
+		if took := time.Since(start); took > ttl+3*time.Second {
+			t.Errorf("the dead ingest was finished %v after reconciliation began; its claim lapsed %v after its write", took, ttl)
+		}
+		// The live ingest outlives its first claim several times over.
+		time.Sleep(3 * ttl)
+		if d, err := docs.GetDocument(ctx, sc, live.ID); err != nil || d.Indexed || d.ExtractionJobID != live.ExtractionJobID {
+			t.Fatalf("the ingest under way was taken over while it renewed its claim: indexed %v, job %s, %v", d.Indexed, d.ExtractionJobID, err)
+		}
+		stopRenewing()
+		<-renewed
+		if ok, err := docs.MarkIndexed(ctx, sc, live.ID, live.ContentHash, nil); !ok || err != nil {
+			t.Fatalf("MarkIndexed = %v, %v", ok, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > time.Minute/2 {
+			t.Errorf("reconciliation took %v: it waited for IngestGrace, not for the claims", took)
+		}
+		got, err := docs.GetDocument(ctx, sc, live.ID)
+		if err != nil || got.ExtractionJobID != live.ExtractionJobID {
+			t.Fatalf("the ingest under way was redone: job %s, %v; want %s", got.ExtractionJobID, err, live.ExtractionJobID)
+		}
+		if ok, err := docs.RenewIngest(ctx, sc, live.ID, live.ContentHash, time.Now().Add(ttl)); ok || err != nil {
+			t.Errorf("RenewIngest of an indexed document = %v, %v; want false: nothing left to claim", ok, err)
+		}
+
+		// An ingest of this process held after its first write renews its
+		// own claim: reconciliation meanwhile leaves it alone.
+		hold := make(chan struct{})
+		var first atomic.Bool
+		intake.SetAfterSave(svc, func(string) error {
+			if first.CompareAndSwap(false, true) {
+				<-hold
+			}
+			return nil
+		})
+		in := intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, RawContent: "Drain the queue before a deploy."}
+		id := document.ID(sc, "", document.Hash(in.RawContent))
+		ingested := make(chan intake.IngestResult, 1)
+		go func() {
+			r, err := svc.Ingest(ctx, in)
+			if err != nil {
+				t.Error(err)
+			}
+			ingested <- r
+		}()
+		testkit.Eventually(t, 10*time.Second, func() bool { _, err := docs.GetDocument(ctx, sc, id); return err == nil }, "the held ingest saved its document")
+		go func() { done <- svc.Reconcile(ctx) }()
+		time.Sleep(3 * ttl)
+		if d, err := docs.GetDocument(ctx, sc, id); err != nil || d.Indexed {
+			t.Fatalf("reconciliation took over an ingest that renews its claim: indexed %v, %v", d.Indexed, err)
+		}
+		close(hold)
+		r := <-ingested
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if d, err := docs.GetDocument(ctx, sc, id); err != nil || !d.Indexed || d.ExtractionJobID != r.JobID {
+			t.Fatalf("after the held ingest: indexed %v, job %s, %v; want indexed by its own job %s", d.Indexed, d.ExtractionJobID, err, r.JobID)
+		}
+	})
+}
+
 // TestReconcileKeepsAttachments: an ingest killed after its first write
 // (the document saved, nothing indexed) is finished by reconciliation
 // with what its attachments gave: the PDF's text layer is chunked, and
@@ -95,7 +212,7 @@ func TestReconcileKeepsAttachments(t *testing.T) {
 	pdftest.RequireTools(t)
 	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
 		ctx := context.Background()
-		svc, docs := newService(t, db, intake.Config{IngestGrace: 2 * time.Second})
+		svc, docs := newService(t, db, intake.Config{IngestGrace: time.Minute, JobLeaseTTL: time.Second})
 		sc := document.Scope{Tenant: "acme"}
 		killed := errors.New("killed after the first write")
 		intake.SetAfterSave(svc, func(string) error { return killed })

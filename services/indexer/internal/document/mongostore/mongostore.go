@@ -233,6 +233,7 @@ type docRecord struct {
 	PipelineErrors    []string             `bson:"pipeline_errors,omitempty"`
 	Pipeline          *pipelineRecord      `bson:"pipeline,omitempty"`
 	LiftedJobID       string               `bson:"lifted_job_id,omitempty"`
+	IngestUntil       time.Time            `bson:"ingest_until,omitempty"`
 	CreateTime        time.Time            `bson:"create_time"`
 	UpdateTime        time.Time            `bson:"update_time"`
 	Version           int64                `bson:"version"`
@@ -306,7 +307,7 @@ func (r *docRecord) toDocument() (*document.Document, error) {
 		Routing: indexerv1.Routing(r.Routing), RoutingReason: r.RoutingReason,
 		ExtractionJobID: r.ExtractionJobID, ExtractionStatus: indexerv1.ExtractionJobStatus(r.ExtractionStatus),
 		Indexed: r.Indexed, Deleting: r.Deleting, PipelineErrors: r.PipelineErrors, GraphMentions: r.GraphMentions,
-		CreateTime: r.CreateTime, UpdateTime: r.UpdateTime, Version: r.Version,
+		IngestUntil: r.IngestUntil, CreateTime: r.CreateTime, UpdateTime: r.UpdateTime, Version: r.Version,
 	}
 	if d.Pipeline, err = r.Pipeline.toPipeline(); err != nil {
 		return nil, err
@@ -375,7 +376,7 @@ func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.
 		"routing": int32(indexerv1.Routing_ROUTING_UNSPECIFIED), "routing_reason": "",
 		"extraction_job_id": d.ExtractionJobID, "extraction_status": int32(d.ExtractionStatus),
 		"indexed": false, "deleting": false, "pipeline_errors": d.PipelineErrors, "update_time": now, "base_job": "",
-		"pipeline": pipe, "lifted_job_id": "",
+		"pipeline": pipe, "lifted_job_id": "", "ingest_until": d.IngestUntil,
 	}
 	if d.Version == 0 {
 		rec := bson.M{"_id": d.ID, "tenant": d.Scope.Tenant, "project": d.Scope.Project, "create_time": now, "version": int64(1)}
@@ -410,6 +411,15 @@ func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.
 	d.Version++
 	d.UpdateTime = now
 	return nil
+}
+
+// RenewIngest moves the claim of the ingest of content hash to until, if
+// the document still has that content and is neither indexed nor being
+// deleted; it reports whether it did.
+func (s *Store) RenewIngest(ctx context.Context, sc document.Scope, id, hash string, until time.Time) (bool, error) {
+	ok, err := mongox.UpdateIf(ctx, s.docs, id, current(sc, hash, bson.E{Key: "indexed", Value: false}),
+		bson.M{"$set": bson.M{"ingest_until": until}}, nil)
+	return ok, translate(err)
 }
 
 // current is the condition that a document still has content hash and is
