@@ -16,6 +16,7 @@ type SubmitInput struct {
 	Query        string   `json:"query" jsonschema:"the question to analyse"`
 	ResponseType string   `json:"response_type,omitempty" jsonschema:"registered output schema, e.g. stock_analysis; default generic_analysis"`
 	AllowedTools []string `json:"allowed_tools,omitempty" jsonschema:"tools the planner may use; default all"`
+	RequestID    string   `json:"request_id,omitempty" jsonschema:"your id for this submission (at most 128 characters): sent again with the same request_id it returns the analysis the first call started, never a second one"`
 }
 
 // SubmitOutput is submit_analysis' result.
@@ -61,7 +62,7 @@ func (t *tools) submitAnalysis(ctx context.Context, _ *mcp.CallToolRequest, in S
 		return nil, SubmitOutput{}, err
 	}
 	resp, err := t.jobs.SubmitAnalysis(ctx, &orchestratorv1.SubmitAnalysisRequest{
-		Scope: scope, Query: in.Query, ResponseType: in.ResponseType, AllowedTools: in.AllowedTools,
+		Scope: scope, Query: in.Query, ResponseType: in.ResponseType, AllowedTools: in.AllowedTools, RequestId: in.RequestID,
 	})
 	if err != nil {
 		return nil, SubmitOutput{}, serviceError("submit analysis", err)

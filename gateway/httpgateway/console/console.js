@@ -55,6 +55,31 @@ async function api(method, path, body, signal) {
   return resp.json();
 }
 
+// postOnce posts body under a request id of its own, and again under the
+// same id while the mesh cannot be reached (no answer, 502, 503, 504): a
+// request applied before its answer was lost (an SQL input, an analysis
+// submission) is answered as it was, never applied twice.
+async function postOnce(path, body) {
+  body = Object.assign({ requestId: requestID() }, body);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await api("POST", path, body);
+    } catch (err) {
+      const lost = err.status === undefined || [502, 503, 504].includes(err.status);
+      if (!lost || attempt === 3) throw err;
+      await new Promise((done) => setTimeout(done, 1000 * attempt));
+    }
+  }
+}
+
+// requestID is 24 random hex digits (crypto.randomUUID needs a secure
+// context, and the console may be served over plain HTTP).
+function requestID() {
+  const b = new Uint8Array(12);
+  crypto.getRandomValues(b);
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
 // stream calls an SSE endpoint and hands each event ({id, event, data}) to
 // onEvent as it arrives; it resolves when the server ends the stream (or
 // signal aborts it).
@@ -538,7 +563,7 @@ async function showAnalysis(root) {
 
 $("analysisForm").addEventListener("submit", action($("analysisForm"), async () => {
   if (jobAbort) jobAbort.abort();
-  const r = await api("POST", "/v1/analyses", { query: $("analysisQuery").value.trim(), responseType: $("analysisType").value });
+  const r = await postOnce("/v1/analyses", { query: $("analysisQuery").value.trim(), responseType: $("analysisType").value });
   jobs.clear();
   note("jobs", r.job.id);
   resetResult("running…");

@@ -333,34 +333,12 @@ async function sqlReply(r) {
   if (r.job) await listSqlJobs();
 }
 
-// sqlSend sends one input under a request id of its own, and again under
-// the same id while the mesh cannot be reached (no answer, 502, 503, 504):
-// an input applied before its answer was lost is answered as it was, never
+// sqlSend sends one input under a request id of its own (postOnce): an
+// input applied before its answer was lost is answered as it was, never
 // run twice.
 async function sqlSend(body, shown) {
   line($("sqlTurns"), "you", shown);
-  body = Object.assign({ requestId: requestID() }, body);
-  const path = "/v1/sql/sessions/" + encodeURIComponent(sqlSession) + ":input";
-  let reply;
-  for (let attempt = 1; ; attempt++) {
-    try {
-      reply = await api("POST", path, body);
-      break;
-    } catch (err) {
-      const lost = err.status === undefined || [502, 503, 504].includes(err.status);
-      if (!lost || attempt === 3) throw err;
-      await new Promise((done) => setTimeout(done, 1000 * attempt));
-    }
-  }
-  await sqlReply(reply);
-}
-
-// requestID is 24 random hex digits (crypto.randomUUID needs a secure
-// context, and the console may be served over plain HTTP).
-function requestID() {
-  const b = new Uint8Array(12);
-  crypto.getRandomValues(b);
-  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  await sqlReply(await postOnce("/v1/sql/sessions/" + encodeURIComponent(sqlSession) + ":input", body));
 }
 
 $("sqlStart").addEventListener("submit", action($("sqlStart"), async () => {

@@ -136,7 +136,10 @@ func (a *app) jobsSubmitCmd() *cobra.Command {
 		Short: "submit an analysis (planning, tool jobs, synthesis)",
 		Args:  exactArgs(1, "the analysis request, quoted"),
 		RunE: a.run(func(ctx context.Context, _ *cobra.Command, args []string, m *mesh) error {
-			res, err := jobsClient(m).SubmitAnalysis(ctx, &orchestratorv1.SubmitAnalysisRequest{Scope: m.scope(), Query: args[0], ResponseType: responseType})
+			req := &orchestratorv1.SubmitAnalysisRequest{Scope: m.scope(), Query: args[0], ResponseType: responseType, RequestId: newRequestID()}
+			res, err := resend(ctx, a, "submission", func() (*orchestratorv1.SubmitAnalysisResponse, error) {
+				return jobsClient(m).SubmitAnalysis(ctx, req)
+			})
 			if err != nil {
 				return callErr("submit analysis", err)
 			}

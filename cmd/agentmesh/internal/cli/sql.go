@@ -218,25 +218,33 @@ func printTable(out io.Writer, t *sqlagentv1.ResultTable) {
 	}
 }
 
-// sendAttempts is how many times the CLI sends one SQL input while the
-// mesh cannot be reached.
+// sendAttempts is how many times the CLI sends one request that carries a
+// request id (a SQL input, an analysis submission) while the mesh cannot
+// be reached.
 const sendAttempts = 3
 
-// sendInput sends req, and again while the mesh cannot be reached (a lost
-// connection, a gateway replica going away), at most sendAttempts times:
-// under the same request id, an input that was applied before its answer
-// was lost is answered as it was, never run twice.
+// sendInput sends req, and again while the mesh cannot be reached (see
+// resend): under the same request id, an input that was applied before
+// its answer was lost is answered as it was, never run twice.
 func (a *app) sendInput(ctx context.Context, client sqlagentv1.SqlAgentServiceClient, req *sqlagentv1.SendInputRequest) (*sqlagentv1.SendInputResponse, error) {
+	return resend(ctx, a, "input", func() (*sqlagentv1.SendInputResponse, error) { return client.SendInput(ctx, req) })
+}
+
+// resend makes call, and again while the mesh cannot be reached (a lost
+// connection, a gateway replica going away), at most sendAttempts times,
+// waiting 1 s, then 2 s. call must send a request id, so that a request
+// applied before its answer was lost is answered, not applied again.
+func resend[T any](ctx context.Context, a *app, what string, call func() (T, error)) (T, error) {
 	wait := time.Second
 	for attempt := 1; ; attempt++ {
-		res, err := client.SendInput(ctx, req)
+		res, err := call()
 		if err == nil || attempt == sendAttempts || ExitCode(err) != ExitUnavailable {
 			return res, err
 		}
-		fmt.Fprintf(a.io.Err, "agentmesh: %s; sending the same input again in %s\n", errorText(err), wait)
+		fmt.Fprintf(a.io.Err, "agentmesh: %s; sending the same %s again in %s\n", errorText(err), what, wait)
 		select {
 		case <-ctx.Done():
-			return nil, err
+			return res, err
 		case <-time.After(wait):
 		}
 		wait *= 2

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -33,6 +34,12 @@ type SubmitRequest struct {
 	// however often it asks (a redelivered event) derives it, and a
 	// Submit of an id that exists starts nothing and returns that job.
 	ID string
+	// RequestID, when set (and ID is not), is the client's id of this
+	// submission: the analysis id is derived from it and the scope
+	// (RequestJobID), so a repeat returns the analysis the first created,
+	// and a repeat that asks for something else fails with
+	// ErrRequestReused.
+	RequestID string
 	// Input adds fields to the job's input, e.g. the document it is
 	// about; it does not override query, response_type or allowed_tools.
 	Input map[string]any
@@ -63,6 +70,19 @@ func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (*Job, error) {
 	}
 	now := e.now()
 	id := req.ID
+	if id == "" && req.RequestID != "" {
+		id = RequestJobID(req.Tenant, req.Project, req.RequestID)
+	}
+	// same reports whether an analysis found under id is this request's.
+	same := func(j *Job) error {
+		switch {
+		case j.Type != TypeAnalysis:
+			return &FieldError{Field: "id", Reason: "names a job that is not an analysis"}
+		case req.ID == "" && (j.Query != query || j.ResponseType != out.Name() || j.OutputSchema != req.OutputSchema || !slices.Equal(j.AllowedTools, req.AllowedTools)):
+			return fmt.Errorf("%w (analysis %s asked %q)", ErrRequestReused, j.ID, j.Query)
+		}
+		return nil
+	}
 	if id == "" {
 		id = uuid.Must(uuid.NewV7()).String()
 	} else {
@@ -70,9 +90,10 @@ func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (*Job, error) {
 		// (archived), where the insert's unique id does not reach.
 		existing, err := e.store.Get(ctx, req.Tenant, req.Project, id)
 		switch {
-		case err == nil && existing.Type != TypeAnalysis:
-			return nil, &FieldError{Field: "id", Reason: "names a job that is not an analysis"}
 		case err == nil:
+			if err := same(existing); err != nil {
+				return nil, err
+			}
 			return existing, nil
 		case !errors.Is(err, ErrNotFound):
 			return nil, err
@@ -113,8 +134,8 @@ func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (*Job, error) {
 		if err != nil {
 			return nil, err
 		}
-		if existing.Type != TypeAnalysis {
-			return nil, &FieldError{Field: "id", Reason: "names a job that is not an analysis"}
+		if err := same(existing); err != nil {
+			return nil, err
 		}
 	}
 	if err := e.advance(ctx, root.Tenant, root.Project, root.ID); err != nil {
@@ -125,6 +146,16 @@ func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (*Job, error) {
 		return j, nil
 	}
 	return root, nil
+}
+
+// requestNamespace derives analysis ids from clients' request ids.
+var requestNamespace = uuid.MustParse("6f1d0a52-3c47-4b8e-9e21-7a5c3d9f0b14")
+
+// RequestJobID is the id of the analysis a client's submission with
+// request id requestID creates in the scope: the same in every replica,
+// and different in another scope.
+func RequestJobID(tenant, project, requestID string) string {
+	return uuid.NewSHA1(requestNamespace, []byte(tenant+"\x00"+project+"\x00"+requestID)).String()
 }
 
 // advance brings an analysis one step closer to done from what its children

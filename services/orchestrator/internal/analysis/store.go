@@ -19,6 +19,9 @@ var (
 	// ErrWrongState means the command does not apply to the job's status
 	// or type (FailedPrecondition).
 	ErrWrongState = errors.New("job in wrong state")
+	// ErrRequestReused means a submission's request id names an analysis
+	// of another request in the scope.
+	ErrRequestReused = errors.New("request_id was used for another analysis")
 	// ErrInvalid means a request is malformed (InvalidArgument). It is
 	// wrapped in a *FieldError naming the field.
 	ErrInvalid = errors.New("invalid request")

@@ -352,7 +352,15 @@ type SubmitAnalysisRequest struct {
 	// returned.
 	OutputJsonSchema string `protobuf:"bytes,4,opt,name=output_json_schema,json=outputJsonSchema,proto3" json:"output_json_schema,omitempty"`
 	// Tools the planner may use; empty = all.
-	AllowedTools  []string `protobuf:"bytes,5,rep,name=allowed_tools,json=allowedTools,proto3" json:"allowed_tools,omitempty"`
+	AllowedTools []string `protobuf:"bytes,5,rep,name=allowed_tools,json=allowedTools,proto3" json:"allowed_tools,omitempty"`
+	// Optional: the client's id of this submission, so that it can be sent
+	// again when its answer was lost (a cut connection, a killed gateway or
+	// orchestrator). The analysis id is derived from it and the scope: a
+	// repeat answers with the analysis the first submission created (in
+	// whatever state it is now) and starts nothing; the same request_id
+	// with another query, response type, schema or tools is refused with
+	// ALREADY_EXISTS (reason REQUEST_ID_REUSED).
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -420,6 +428,13 @@ func (x *SubmitAnalysisRequest) GetAllowedTools() []string {
 		return x.AllowedTools
 	}
 	return nil
+}
+
+func (x *SubmitAnalysisRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // SubmitAnalysisResponse returns the parent job.
@@ -1135,14 +1150,16 @@ const file_agentmesh_orchestrator_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12:\n" +
-	"\bchildren\x18\x10 \x03(\v2\x1e.agentmesh.orchestrator.v1.JobR\bchildren\"\x8a\x02\n" +
+	"\bchildren\x18\x10 \x03(\v2\x1e.agentmesh.orchestrator.v1.JobR\bchildren\"\xb3\x02\n" +
 	"\x15SubmitAnalysisRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12!\n" +
 	"\x05query\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\xc0>R\x05query\x12,\n" +
 	"\rresponse_type\x18\x03 \x01(\tB\a\xbaH\x04r\x02\x18@R\fresponseType\x127\n" +
 	"\x12output_json_schema\x18\x04 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x10R\x10outputJsonSchema\x125\n" +
 	"\rallowed_tools\x18\x05 \x03(\tB\x10\xbaH\r\x92\x01\n" +
-	"\x10@\"\x06r\x04\x10\x01\x18@R\fallowedTools\"J\n" +
+	"\x10@\"\x06r\x04\x10\x01\x18@R\fallowedTools\x12'\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\trequestId\"J\n" +
 	"\x16SubmitAnalysisResponse\x120\n" +
 	"\x03job\x18\x01 \x01(\v2\x1e.agentmesh.orchestrator.v1.JobR\x03job\"e\n" +
 	"\rGetJobRequest\x120\n" +

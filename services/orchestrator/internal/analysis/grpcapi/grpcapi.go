@@ -48,6 +48,7 @@ func (s *Server) SubmitAnalysis(ctx context.Context, req *orchestratorv1.SubmitA
 		Tenant: scope.GetTenantId(), Project: scope.GetProjectId(),
 		Query: req.GetQuery(), ResponseType: req.GetResponseType(),
 		OutputSchema: req.GetOutputJsonSchema(), AllowedTools: req.GetAllowedTools(),
+		RequestID: req.GetRequestId(),
 	})
 	if err != nil {
 		return nil, toStatus(err)
@@ -177,6 +178,8 @@ func toStatus(err error) error {
 		return grpcx.Errorf(codes.NotFound, "JOB_NOT_FOUND", "job not found")
 	case errors.Is(err, analysis.ErrWrongState):
 		return grpcx.Errorf(codes.FailedPrecondition, "JOB_WRONG_STATE", "%v", err)
+	case errors.Is(err, analysis.ErrRequestReused):
+		return grpcx.Errorf(codes.AlreadyExists, "REQUEST_ID_REUSED", "request_id: %v; send a new request_id for a new analysis", err)
 	case errors.Is(err, analysis.ErrConflict):
 		return grpcx.Errorf(codes.Aborted, "JOB_CONFLICT", "the job changed concurrently; retry")
 	case errors.Is(err, context.DeadlineExceeded):

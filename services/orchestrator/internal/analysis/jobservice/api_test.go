@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
@@ -89,5 +90,69 @@ func TestAPIValidationAndListing(t *testing.T) {
 	_, err := e.client.ListJobs(e.ctx(5*time.Second), &orchestratorv1.ListJobsRequest{Scope: e.scope, PageToken: req.GetPageToken(), Status: complete})
 	if req.GetPageToken() != "" && status.Code(err) != codes.InvalidArgument {
 		t.Errorf("page token reused with another filter: %v", err)
+	}
+}
+
+// TestResentSubmissionStartsOneAnalysis: a client whose answer to a
+// submission was lost sends it again under its request_id: every repeat,
+// concurrent or after the analysis ended, answers with the one analysis
+// the first created, which planned once; the same request_id asking for
+// something else is refused; another scope's request_id is its own.
+func TestResentSubmissionStartsOneAnalysis(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	plan := e.sim.When(providersim.Match{WithTools: true, LastRole: "user", LastUserContains: "BHP"}).Named("plan").
+		Delay(300*time.Millisecond).ToolCall("get_stock_price", map[string]any{"ticker": "BHP"})
+	e.scriptSynthesis(stockAnswer)
+	e.start(analysis.Hooks{})
+
+	req := &orchestratorv1.SubmitAnalysisRequest{Scope: e.scope, Query: "How is BHP doing?", ResponseType: "stock_analysis", RequestId: "req-7f3c"}
+	ids := make(chan string, 5)
+	for range cap(ids) {
+		go func() {
+			resp, err := e.client.SubmitAnalysis(e.ctx(10*time.Second), req)
+			if err != nil {
+				t.Error(err)
+				ids <- ""
+				return
+			}
+			ids <- resp.GetJob().GetId()
+		}()
+	}
+	first := <-ids
+	for range cap(ids) - 1 {
+		if id := <-ids; id != first || id == "" {
+			t.Fatalf("concurrent repeats of one request answered %q and %q", first, id)
+		}
+	}
+	if first != analysis.RequestJobID("acme", "research", "req-7f3c") {
+		t.Errorf("analysis id %s is not derived from the request id", first)
+	}
+	e.waitStatus(first, complete, 20*time.Second)
+	again, err := e.client.SubmitAnalysis(e.ctx(10*time.Second), req)
+	if err != nil || again.GetJob().GetId() != first || again.GetJob().GetStatus() != complete {
+		t.Fatalf("repeat after the end: %v, %v; want analysis %s, complete", again.GetJob(), err, first)
+	}
+	if n := plan.Hits(); n != 1 {
+		t.Errorf("the planner was called %d times for one request", n)
+	}
+
+	other := &orchestratorv1.SubmitAnalysisRequest{Scope: e.scope, Query: "How is RIO doing?", RequestId: "req-7f3c"}
+	_, err = e.client.SubmitAnalysis(e.ctx(5*time.Second), other)
+	st := status.Convert(err)
+	var reason string
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			reason = info.GetReason()
+		}
+	}
+	if st.Code() != codes.AlreadyExists || reason != "REQUEST_ID_REUSED" || !strings.Contains(st.Message(), "request_id") {
+		t.Errorf("the request id reused for another query: %v (reason %q), want AlreadyExists REQUEST_ID_REUSED", err, reason)
+	}
+
+	elsewhere := &orchestratorv1.SubmitAnalysisRequest{Scope: &commonv1.Scope{TenantId: "acme", ProjectId: "ops"}, Query: "How is BHP doing?", RequestId: "req-7f3c"}
+	resp, err := e.client.SubmitAnalysis(e.ctx(5*time.Second), elsewhere)
+	if err != nil || resp.GetJob().GetId() == first {
+		t.Errorf("the same request id in another project: %v, %v; want an analysis of its own", resp.GetJob().GetId(), err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agentmesh/agentmesh/cmd/agentmesh/internal/cli"
+	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
 )
 
@@ -80,5 +81,56 @@ func TestSQLInputIsSentAgainUnderItsRequestID(t *testing.T) {
 	}
 	if next.GetRequestId() == "" || next.GetRequestId() == first.GetRequestId() {
 		t.Errorf("the next input has no id of its own: %q", got)
+	}
+}
+
+// lossyJobs loses the answer to the first submission it gets, as a
+// gateway or orchestrator killed after storing the analysis would, and
+// records every submission.
+type lossyJobs struct {
+	orchestratorv1.UnimplementedJobServiceServer
+	mu   sync.Mutex
+	reqs []*orchestratorv1.SubmitAnalysisRequest
+}
+
+func (f *lossyJobs) SubmitAnalysis(_ context.Context, req *orchestratorv1.SubmitAnalysisRequest) (*orchestratorv1.SubmitAnalysisResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reqs = append(f.reqs, req)
+	if len(f.reqs) == 1 {
+		return nil, status.Error(codes.Unavailable, "connection reset by peer")
+	}
+	return &orchestratorv1.SubmitAnalysisResponse{Job: &orchestratorv1.Job{Id: "a1", Status: orchestratorv1.JobStatus_JOB_STATUS_PENDING}}, nil
+}
+
+// TestSubmissionIsSentAgainUnderItsRequestID: `agentmesh jobs submit`
+// names its submission with a request id and, when the answer is lost,
+// sends it again under that id, which the orchestrator answers with the
+// analysis the first created (TestResentSubmissionStartsOneAnalysis).
+func TestSubmissionIsSentAgainUnderItsRequestID(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := &lossyJobs{}
+	srv := grpc.NewServer()
+	orchestratorv1.RegisterJobServiceServer(srv, jobs)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+
+	cfg := cli.Config{Transport: "grpc", OrchestratorAddr: ln.Addr().String(), ConfigFile: t.TempDir() + "/config.yaml"}
+	r := run(t, cfg, "", "jobs", "submit", "How is BHP doing?")
+	if r.code != 0 || !strings.Contains(r.out, "a1") {
+		t.Fatalf("agentmesh jobs submit: %s", r)
+	}
+	if !strings.Contains(r.err, "sending the same submission again") {
+		t.Errorf("the resend is not said:\n%s", r.err)
+	}
+	jobs.mu.Lock()
+	defer jobs.mu.Unlock()
+	if len(jobs.reqs) != 2 || jobs.reqs[0].GetRequestId() == "" || jobs.reqs[1].GetRequestId() != jobs.reqs[0].GetRequestId() ||
+		jobs.reqs[1].GetQuery() != jobs.reqs[0].GetQuery() {
+		t.Errorf("submissions %v: want the same one twice under one request id", jobs.reqs)
 	}
 }
