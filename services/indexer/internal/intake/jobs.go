@@ -98,6 +98,38 @@ func workEntry(ctx context.Context, j *document.Job) (events.OutboxEntry, error)
 	return e.WithTraceContext(ctx), nil
 }
 
+// errIngestUnfinished fails a job delivery whose document's ingest died
+// before marking it indexed: the job is delivered again later, when
+// reconciliation has finished the ingest (and superseded the job).
+var errIngestUnfinished = errors.New("intake: the document's ingest has not finished; its extraction waits for it")
+
+// ingestPoll is how often awaitIngest reads the document.
+const ingestPoll = 20 * time.Millisecond
+
+// awaitIngest waits while the ingest of doc holds its claim for the
+// document to be indexed, and returns it then; errIngestUnfinished if
+// the claim lapsed first (the ingest died), or the document's error.
+func (s *Service) awaitIngest(ctx context.Context, doc *document.Document) (*document.Document, error) {
+	for !doc.Indexed {
+		if !s.now().Before(s.ingestClaimEnd(doc)) {
+			return nil, errIngestUnfinished
+		}
+		t := time.NewTimer(ingestPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
+		case <-t.C:
+		}
+		next, err := s.Docs.GetDocument(ctx, doc.Scope, doc.ID)
+		if err != nil {
+			return nil, err
+		}
+		doc = next
+	}
+	return doc, nil
+}
+
 // errJobMoved means another worker moved the job on (ended it) while this
 // one was writing it.
 var errJobMoved = errors.New("intake: the job was moved on by another worker")
@@ -178,6 +210,23 @@ func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 	}
 	if doc.ContentHash != j.ContentHash || doc.ExtractionJobID != j.ID {
 		return s.supersede(ctx, j, from, "the document changed; a newer job extracts it")
+	}
+	if !doc.Indexed {
+		// The ingest that queued this job has not finished: it is about to
+		// (the job is queued just before the document is marked indexed),
+		// or it died, and reconciliation finishes it under a new job that
+		// supersedes this one — running now would make that extraction's
+		// model calls twice.
+		doc, err = s.awaitIngest(ctx, doc)
+		if errors.Is(err, document.ErrNotFound) {
+			return s.supersede(ctx, j, from, "the document was deleted")
+		}
+		if err != nil {
+			return err
+		}
+		if doc.ContentHash != j.ContentHash || doc.ExtractionJobID != j.ID {
+			return s.supersede(ctx, j, from, "the document changed; a newer job extracts it")
+		}
 	}
 	j.Status, j.StartTime, j.Error = indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING, s.now(), ""
 	if err := s.writeJob(ctx, j, from); err != nil {

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
@@ -18,6 +19,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
 	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/extract"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/intake"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/pdftest"
 )
@@ -340,6 +342,88 @@ func TestRedeliveredIntakeFinishesTheInterruptedOne(t *testing.T) {
 		}
 		if len(phases) == 0 || phases[len(phases)-1] != intake.EventIntakeFinished {
 			t.Errorf("intake events %v: want them to end with %q", phases, intake.EventIntakeFinished)
+		}
+	})
+}
+
+// counting is an extractor that counts its runs (each would be a model
+// call for the LLM extractor).
+type counting struct{ runs *atomic.Int32 }
+
+func (counting) Name() string                     { return "counting" }
+func (counting) SchemaVersion() int               { return 1 }
+func (counting) CanHandle(*extract.Document) bool { return true }
+func (c counting) Extract(context.Context, *extract.Document) ([]extract.Extract, error) {
+	c.runs.Add(1)
+	return nil, nil
+}
+
+// TestJobOfADeadIngestWaitsForItsReconciliation: a process killed after
+// queueing a document's extraction job but before marking the document
+// indexed leaves both; at the restart the job is delivered at once, while
+// reconciliation redoes the ingest under a new job. The old job must not
+// run its extractors on the unfinished document (a crash test of
+// agentmesh up saw the LLM extraction of four documents run twice): it
+// waits for the ingest, fails its delivery once the claim has lapsed, and
+// is superseded after reconciliation; the extractors run once.
+func TestJobOfADeadIngestWaitsForItsReconciliation(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		var runs atomic.Int32
+		const ttl = 600 * time.Millisecond
+		svc, docs := newService(t, db, intake.Config{JobLeaseTTL: ttl}, counting{&runs})
+		sc := document.Scope{Tenant: "acme"}
+		killed := errors.New("killed after the first write")
+		intake.SetAfterSave(svc, func(string) error { return killed })
+		in := intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, RawContent: "Page the on-call when the ledger lags."}
+		if _, err := svc.Ingest(ctx, in); !errors.Is(err, killed) {
+			t.Fatalf("ingest: %v, want it killed", err)
+		}
+		intake.SetAfterSave(svc, nil)
+		id := document.ID(sc, "", document.Hash(in.RawContent))
+		d, err := docs.GetDocument(ctx, sc, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The job the killed ingest had queued, with its work item.
+		old := &document.Job{ID: d.ExtractionJobID, Scope: sc, DocumentID: id, ContentHash: d.ContentHash, Reason: document.ReasonIngest,
+			Status: indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED, CreateTime: time.Now()}
+		if err := docs.CreateJob(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		deliver := func(jobID string) error {
+			work, err := anypb.New(&indexerv1.ExtractionJob{Id: jobID, Scope: sc.Proto(), DocumentId: id, ContentHash: d.ContentHash})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return svc.HandleJob(ctx, &events.Delivery{Event: &commonv1.Event{Payload: work}, NumDelivered: 1})
+		}
+		start := time.Now()
+		if err := deliver(old.ID); err == nil {
+			t.Fatal("the job of an unfinished ingest ran to its end")
+		}
+		if took := time.Since(start); took > ttl+2*time.Second {
+			t.Errorf("the delivery waited %v; the ingest's claim lapsed %v after its write", took, ttl)
+		}
+		if err := svc.Reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+		after, err := docs.GetDocument(ctx, sc, id)
+		if err != nil || !after.Indexed || after.ExtractionJobID == old.ID {
+			t.Fatalf("after reconciliation: indexed %v, job %s, %v", after.Indexed, after.ExtractionJobID, err)
+		}
+		if err := deliver(old.ID); err != nil {
+			t.Fatalf("the old job delivered again: %v, want it superseded", err)
+		}
+		if j, err := docs.GetJob(ctx, sc, old.ID); err != nil || j.Status != indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_SUPERSEDED {
+			t.Fatalf("the old job: %v, %v; want superseded", j, err)
+		}
+		if err := deliver(after.ExtractionJobID); err != nil {
+			t.Fatal(err)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Errorf("the extractors ran %d times for one content", n)
 		}
 	})
 }
