@@ -98,6 +98,29 @@ func workEntry(ctx context.Context, j *document.Job) (events.OutboxEntry, error)
 	return e.WithTraceContext(ctx), nil
 }
 
+// jobDocument reads the document job j extracts, once the ingest that
+// queued j has marked it indexed, or says why j is superseded. The ingest
+// may not have finished: it is about to (a job is queued just before its
+// document is marked indexed), or it died, and reconciliation finishes it
+// under a new job that supersedes j — running j now would make that
+// extraction's model calls twice (awaitIngest).
+func (s *Service) jobDocument(ctx context.Context, j *document.Job) (doc *document.Document, superseded string, err error) {
+	doc, err = s.Docs.GetDocument(ctx, j.Scope, j.DocumentID)
+	for {
+		switch {
+		case errors.Is(err, document.ErrNotFound):
+			return nil, "the document was deleted", nil
+		case err != nil:
+			return nil, "", err
+		case doc.ContentHash != j.ContentHash || doc.ExtractionJobID != j.ID:
+			return nil, "the document changed; a newer job extracts it", nil
+		case doc.Indexed:
+			return doc, "", nil
+		}
+		doc, err = s.awaitIngest(ctx, doc)
+	}
+}
+
 // errIngestUnfinished fails a job delivery whose document's ingest died
 // before marking it indexed: the job is delivered again later, when
 // reconciliation has finished the ingest (and superseded the job).
@@ -201,32 +224,12 @@ func (s *Service) handleClaimed(ctx context.Context, d *events.Delivery, sc docu
 func (s *Service) runJob(ctx context.Context, j *document.Job) error {
 	log := s.Logger.With(slog.String("job_id", j.ID), slog.String("document_id", j.DocumentID), slog.String("tenant", j.Scope.Tenant))
 	from := j.Status
-	doc, err := s.Docs.GetDocument(ctx, j.Scope, j.DocumentID)
-	if errors.Is(err, document.ErrNotFound) {
-		return s.supersede(ctx, j, from, "the document was deleted")
+	doc, superseded, err := s.jobDocument(ctx, j)
+	if superseded != "" {
+		return s.supersede(ctx, j, from, superseded)
 	}
 	if err != nil {
 		return err
-	}
-	if doc.ContentHash != j.ContentHash || doc.ExtractionJobID != j.ID {
-		return s.supersede(ctx, j, from, "the document changed; a newer job extracts it")
-	}
-	if !doc.Indexed {
-		// The ingest that queued this job has not finished: it is about to
-		// (the job is queued just before the document is marked indexed),
-		// or it died, and reconciliation finishes it under a new job that
-		// supersedes this one — running now would make that extraction's
-		// model calls twice.
-		doc, err = s.awaitIngest(ctx, doc)
-		if errors.Is(err, document.ErrNotFound) {
-			return s.supersede(ctx, j, from, "the document was deleted")
-		}
-		if err != nil {
-			return err
-		}
-		if doc.ContentHash != j.ContentHash || doc.ExtractionJobID != j.ID {
-			return s.supersede(ctx, j, from, "the document changed; a newer job extracts it")
-		}
 	}
 	j.Status, j.StartTime, j.Error = indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING, s.now(), ""
 	if err := s.writeJob(ctx, j, from); err != nil {
