@@ -62,6 +62,9 @@ func run(cfg *httpgateway.Config, log *slog.Logger) error {
 		_ = tel.Shutdown(sctx)
 	}()
 
+	if cfg.MetricsAddr != "" {
+		defer service.ServeMetrics(cfg.MetricsAddr, tel.MetricsHandler(), log)()
+	}
 	lis, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)

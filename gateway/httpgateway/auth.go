@@ -183,6 +183,20 @@ func (g *gateway) authenticate(next http.Handler) http.Handler {
 	return g.authenticateAs(writeStatus, next)
 }
 
+// operatorOnly lets through a request of an operator key (or any in
+// development mode, where every caller may claim to be one) and refuses
+// a tenant's key with 403.
+func (g *gateway) operatorOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, _ := principalFrom(r.Context()); !g.keys.open() && p.tenant != "" {
+			writeStatus(w, http.StatusForbidden, status.New(codes.PermissionDenied,
+				"this holds every tenant's figures: it takes an operator key (GATEWAY_API_KEYS entry key=*), not a tenant's"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // authenticateAs is authenticate answering failures with fail.
 func (g *gateway) authenticateAs(fail statusWriter, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -19,6 +19,11 @@ const Name = "gateway"
 type Config struct {
 	// HTTPAddr is where main listens; Run itself serves on Runtime.Listener.
 	HTTPAddr string `env:"HTTP_ADDR" default:":8080" help:"gateway HTTP listen address"`
+	// MetricsAddr serves /metrics without an API key, for a scraper inside
+	// the cluster (the public port's /metrics takes an operator key); set
+	// to empty, it is off. The gateway binary reads it; agentmesh up has
+	// its own.
+	MetricsAddr string `env:"METRICS_ADDR" default:":9464" allowempty:"true" help:"Prometheus /metrics listen address; set but empty (METRICS_ADDR=) disables it. Under agentmesh up every service's metrics are on the gateway's /metrics, and on this address too only when it is set"`
 
 	// ModelGatewayAddr is the model gateway's gRPC address.
 	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`

@@ -109,9 +109,10 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 	// A browser pointed at the gateway lands in the console.
 	root.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusFound))
 	if metrics != nil {
-		// Metrics name tenants' models and routes: on the public port they
-		// take an API key like the API (scrapers send it as a bearer token).
-		root.Handle("GET /metrics", g.authenticate(metrics))
+		// Metrics name every tenant, their models and key names: on the
+		// public port they take an operator key (tenant *; scrapers send it
+		// as a bearer token), as every tenant's usage does.
+		root.Handle("GET /metrics", g.authenticate(g.operatorOnly(metrics)))
 	}
 	root.Handle("/", api)
 	// Multipart uploads: read and checked whole by upload.go, then one

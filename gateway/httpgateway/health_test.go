@@ -194,18 +194,20 @@ func TestMetricsServedWhenGiven(t *testing.T) {
 	}
 }
 
-func TestMetricsTakeAnAPIKeyWhenKeysAreSet(t *testing.T) {
+func TestMetricsTakeAnOperatorKeyWhenKeysAreSet(t *testing.T) {
 	t.Parallel()
 	m := startBackends(t, fakes{})
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("up 1\n")) })
-	h, err := httpgateway.Handler(&httpgateway.Config{APIKeys: "scrape-key=ops"}, m.backends, nil, metrics)
+	h, err := httpgateway.Handler(&httpgateway.Config{APIKeys: "scrape-key=*,acme-key=acme,alpha-key=acme/alpha"}, m.backends, nil, metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Metrics hold every tenant's usage and key names: a tenant's key,
+	// tenant-wide or of a project, is refused.
 	for _, tc := range []struct {
 		key  string
 		want int
-	}{{"", http.StatusUnauthorized}, {"wrong", http.StatusUnauthorized}, {"scrape-key", http.StatusOK}} {
+	}{{"", http.StatusUnauthorized}, {"wrong", http.StatusUnauthorized}, {"acme-key", http.StatusForbidden}, {"alpha-key", http.StatusForbidden}, {"scrape-key", http.StatusOK}} {
 		req, _ := http.NewRequest("GET", "/metrics", nil)
 		if tc.key != "" {
 			req.Header.Set("Authorization", "Bearer "+tc.key)
