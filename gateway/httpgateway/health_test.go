@@ -198,7 +198,7 @@ func TestMetricsTakeAnOperatorKeyWhenKeysAreSet(t *testing.T) {
 	t.Parallel()
 	m := startBackends(t, fakes{})
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("up 1\n")) })
-	h, err := httpgateway.Handler(&httpgateway.Config{APIKeys: "scrape-key=*,acme-key=acme,alpha-key=acme/alpha"}, m.backends, nil, metrics)
+	h, err := httpgateway.Handler(&httpgateway.Config{APIKeys: "scrape-key=*,acme-key=acme,alpha-key=acme:alpha"}, m.backends, nil, metrics)
 	if err != nil {
 		t.Fatal(err)
 	}

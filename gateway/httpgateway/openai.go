@@ -20,7 +20,7 @@ func (g *gateway) openAIHandler() (http.Handler, error) {
 		Client: modelv1.NewModelServiceClient(g.backends.Model),
 		Caller: func(r *http.Request) (openaiapi.Caller, bool) {
 			p, ok := principalFrom(r.Context())
-			return openaiapi.Caller{Tenant: p.tenant, Key: p.caller}, ok
+			return openaiapi.Caller{Tenant: p.tenant, Project: p.project, Key: p.caller}, ok
 		},
 		Metadata:  func(r *http.Request) metadata.MD { return requestMetadata(r.Context(), r) },
 		KeepAlive: g.cfg.SSEKeepAlive,

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,6 +105,21 @@ func TestUsageSumsEveryModelGatewayReplica(t *testing.T) {
 	}
 	if calls, n, missing := usage(); calls != 5 || n != 2 || missing != 0 {
 		t.Errorf("usage with both replicas: %d calls from %d replicas (%d unanswered), want 5 from 2", calls, n, missing)
+	}
+	// Usage is per tenant, across its projects: a project's key is refused
+	// (a tenancy attack pass saw one read its tenant's other projects'
+	// calls), the tenant's key is not.
+	for _, tc := range []struct {
+		headers map[string]string
+		want    int
+	}{
+		{map[string]string{"X-Tenant-Id": "acme", "X-Project-Id": "alpha"}, http.StatusForbidden},
+		{map[string]string{"X-Tenant-Id": "acme"}, http.StatusOK},
+	} {
+		if resp, body := do(t, http.MethodGet, hs.URL+"/v1/usage", "", tc.headers); resp.StatusCode != tc.want ||
+			(tc.want == http.StatusForbidden && !strings.Contains(string(body), "USAGE_IS_PER_TENANT")) {
+			t.Errorf("GET /v1/usage as %v: %d %s, want %d", tc.headers, resp.StatusCode, body, tc.want)
+		}
 	}
 	replicas[1].Stop()
 	if calls, n, missing := usage(); calls != 2 || n != 1 || missing != 1 {

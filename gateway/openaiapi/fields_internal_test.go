@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -40,7 +41,7 @@ func TestObjectReadsLikeEncodingJSON(t *testing.T) {
 		{name: "spaced", body: " \n{ \"model\" :\t\"chat\" , \"user\":\r\n\"u\" }\n", want: map[string]string{"model": "chat", "user": "u"}},
 		{name: "escaped key", body: `{"mo\u0064el":"chat"}`, want: map[string]string{"model": "chat"}},
 		{name: "escaped value", body: `{"model":"ch\"a\\t\u00e9\n"}`, want: map[string]string{"model": "ch\"a\\t\u00e9\n"}},
-		{name: "invalid utf-8 replaced", body: "{\"model\":\"a\xffb\"}", want: map[string]string{"model": "a\ufffdb"}},
+		{name: "invalid utf-8", body: "{\"model\":\"a\xffb\"}", err: "body: not valid JSON: the body is not valid UTF-8"},
 		{name: "duplicate key, last wins", body: `{"model":"a","model":"b"}`, want: map[string]string{"model": "b"}},
 		{name: "nested values skipped", body: `{"x":{"model":"no","y":[1,{"z":"]}"}]},"s":"}]\"","model":"yes"}`, want: map[string]string{"model": "yes"}},
 		{name: "empty", body: `{}`, want: map[string]string{"model": ""}},
@@ -66,6 +67,19 @@ func TestObjectReadsLikeEncodingJSON(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNestedObjectReplacesInvalidUTF8: the body is checked whole (above);
+// a nested object read on its own replaces a bad byte as encoding/json does.
+func TestNestedObjectReplacesInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	o, err := parseObject([]byte("{\"model\":\"a\xffb\"}"), "messages[0]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := o.str("model"); err != nil || got != "a\ufffdb" {
+		t.Errorf("str(model) = %q, %v; want a\ufffdb", got, err)
 	}
 }
 
@@ -104,6 +118,12 @@ func FuzzParseObject(f *testing.F) {
 		var want map[string]json.RawMessage
 		werr := json.Unmarshal(raw, &want)
 		o, err := parseObject(raw, "")
+		if !utf8.Valid(raw) {
+			if err == nil {
+				t.Fatalf("parseObject(%q) accepted a body that is not UTF-8", raw)
+			}
+			return
+		}
 		if werr != nil || want == nil {
 			if err == nil {
 				t.Fatalf("parseObject(%q) accepted what encoding/json refuses (%v)", raw, werr)

@@ -23,7 +23,11 @@ const (
 	aliceKey = "sk-alice-0123456789"
 	bobKey   = "sk-bob-0123456789"
 	carolKey = "sk-carol-0123456789"
-	apiKeys  = aliceKey + "=acme@alice," + bobKey + "=acme@bob," + carolKey + "=globex@carol"
+	// daveKey and erinKey are bound to projects of acme.
+	daveKey = "sk-dave-0123456789"
+	erinKey = "sk-erin-0123456789"
+	apiKeys = aliceKey + "=acme@alice," + bobKey + "=acme@bob," + carolKey + "=globex@carol," +
+		daveKey + "=acme:alpha@dave," + erinKey + "=acme:beta@erin"
 )
 
 // waitLimit bounds every request of these tests.

@@ -48,6 +48,9 @@ const Prefix = "/openai/v1"
 type Caller struct {
 	// Tenant is the API key's tenant.
 	Tenant string
+	// Project is the project the key is bound to; empty for a tenant-wide
+	// key. A project's key sees only its project's usage.
+	Project string
 	// Key names the key: its configured caller name, or "key-" and 8 hex
 	// digits of its SHA-256; empty in the gateway's open development mode
 	// when the request names no caller.

@@ -27,7 +27,7 @@ const (
 
 // usageKey is one row of the ledger. Model is a logical model that served
 // a successful call, so it is one of the configured few.
-type usageKey struct{ tenant, key, model string }
+type usageKey struct{ tenant, project, key, model string }
 
 // usageTotals are a row's counts.
 type usageTotals struct {
@@ -115,10 +115,11 @@ func (l *ledger) add(c Caller, model string, u *modelv1.Usage) {
 	}
 	l.mu.Lock()
 	tenant, key := l.labels(c)
-	row := l.rows[usageKey{tenant, key, model}]
+	uk := usageKey{tenant, c.Project, key, model}
+	row := l.rows[uk]
 	if row == nil {
 		row = &usageTotals{}
-		l.rows[usageKey{tenant, key, model}] = row
+		l.rows[uk] = row
 	}
 	row.requests++
 	row.prompt += u.GetPromptTokens()
@@ -182,7 +183,8 @@ type usageReport struct {
 }
 
 // usageReport serves GET /usage: the caller's tenant's usage through this
-// API since this gateway replica started, by key and model. Across
+// API since this gateway replica started, by key and model (a key bound to
+// a project: the usage of its project's keys). Across
 // replicas, the Prometheus counters are the sum.
 func (h *Handler) usageReport(w http.ResponseWriter, r *http.Request) {
 	c := h.caller(r)
@@ -190,8 +192,8 @@ func (h *Handler) usageReport(w http.ResponseWriter, r *http.Request) {
 	out := usageReport{Object: "list", Tenant: c.Tenant, Since: l.since.UTC().Format(time.RFC3339), Data: []usageRow{}}
 	l.mu.Lock()
 	for k, t := range l.rows {
-		if k.tenant != c.Tenant {
-			continue
+		if k.tenant != c.Tenant || (c.Project != "" && k.project != c.Project) {
+			continue // another tenant's, or another project's (of a project's key)
 		}
 		out.Data = append(out.Data, usageRow{Object: "usage", Key: k.key, Model: k.model, Requests: t.requests,
 			PromptTokens: t.prompt, CompletionTokens: t.completion, ReasoningTokens: t.reasoning, TotalTokens: t.total})

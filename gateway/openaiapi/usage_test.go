@@ -31,7 +31,9 @@ type usageRow struct {
 }
 
 // Usage is metered per API key and tenant: GET /usage shows a tenant its
-// own keys' rows, streamed calls included, and nobody else's.
+// own keys' rows, streamed calls included, and nobody else's; a key bound
+// to a project, its project's keys' rows only (a tenancy attack pass saw a
+// project's key read another project's key names and counts).
 func TestUsageByKeyAndTenant(t *testing.T) {
 	t.Parallel()
 	m := startMesh(t)
@@ -40,7 +42,7 @@ func TestUsageByKeyAndTenant(t *testing.T) {
 	chat := `{"model": "chat", "messages": [{"role": "user", "content": "usage marker"}]}`
 	stream := `{"model": "chat", "stream": true, "messages": [{"role": "user", "content": "usage marker"}]}`
 	for _, call := range []struct{ key, body string }{
-		{aliceKey, chat}, {aliceKey, stream}, {bobKey, chat}, {carolKey, chat},
+		{aliceKey, chat}, {aliceKey, stream}, {bobKey, chat}, {carolKey, chat}, {daveKey, chat}, {erinKey, chat},
 		{aliceKey, `{"model": "gpt-9", "messages": [{"role": "user", "content": "usage marker"}]}`}, // fails: not counted
 	} {
 		resp, body := post(t, m.base+"/chat/completions", call.key, call.body)
@@ -64,13 +66,20 @@ func TestUsageByKeyAndTenant(t *testing.T) {
 		}
 		return r.Tenant, r.Data
 	}
+	one := usageRow{Model: "chat", Requests: 1, PromptTokens: 10, CompletionTokens: 4, ReasoningTokens: 1, TotalTokens: 14}
+	keyed := func(key string, r usageRow) usageRow { r.Key = key; return r }
 	tenant, rows := report(bobKey)
 	want := []usageRow{
 		{Key: "alice", Model: "chat", Requests: 2, PromptTokens: 20, CompletionTokens: 8, ReasoningTokens: 2, TotalTokens: 28},
-		{Key: "bob", Model: "chat", Requests: 1, PromptTokens: 10, CompletionTokens: 4, ReasoningTokens: 1, TotalTokens: 14},
+		keyed("bob", one), keyed("dave", one), keyed("erin", one),
 	}
-	if tenant != "acme" || len(rows) != len(want) || rows[0] != want[0] || rows[1] != want[1] {
+	if tenant != "acme" || !slices.Equal(rows, want) {
 		t.Errorf("acme's usage: %s %+v, want %+v", tenant, rows, want)
+	}
+	for key, who := range map[string]string{daveKey: "dave", erinKey: "erin"} {
+		if tenant, rows := report(key); tenant != "acme" || !slices.Equal(rows, []usageRow{keyed(who, one)}) {
+			t.Errorf("the usage a key of %s's project reads: %s %+v, want its project's row only", who, tenant, rows)
+		}
 	}
 	tenant, rows = report(carolKey)
 	if tenant != "globex" || len(rows) != 1 || rows[0].Key != "carol" || rows[0].Requests != 1 {

@@ -278,7 +278,9 @@ func (d *Documents) WatchIntake(req *indexerv1.WatchIntakeRequest, stream indexe
 			return toStatus(err)
 		}
 		if after > last {
-			return grpcx.InvalidArgument("after_sequence", "%d is beyond the events (the newest is %d): it is no event id of this watch", after, last)
+			// The stream's newest id is not named: it counts every tenant's
+			// events.
+			return grpcx.InvalidArgument("after_sequence", "%d is beyond the events: it is no event id of this watch", after)
 		}
 	}
 	err = d.svc.Watch(ctx, sc, req.GetDocumentId(), req.GetAfterSequence(), func(seq uint64, name string, ev *indexerv1.IntakePhaseEvent) error {

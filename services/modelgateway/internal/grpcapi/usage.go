@@ -40,6 +40,12 @@ func (s *Server) GetUsage(ctx context.Context, in *modelv1.GetUsageRequest) (*mo
 		res, resolution = tokenusage.Hours, in.GetResolution()
 	}
 	caller := callerTenant(ctx)
+	if project := metadata.ValueFromIncomingContext(ctx, grpcx.ProjectMetadataKey); len(project) > 0 && strings.TrimSpace(project[0]) != "" {
+		// Usage is counted per tenant: what a project's key would read
+		// holds the tenant's other projects.
+		return nil, grpcx.Errorf(codes.PermissionDenied, "USAGE_IS_PER_TENANT",
+			"usage is counted per tenant, across its projects: a key bound to project %q does not read it; a tenant-wide key does", strings.TrimSpace(project[0]))
+	}
 	f := tokenusage.Filter{Tenant: strings.TrimSpace(in.GetTenantId())}
 	switch {
 	case caller == "":

@@ -62,7 +62,9 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 	}
 	if afterSeq > 0 {
 		if afterSeq > last {
-			return &FieldError{Field: "after_sequence", Reason: fmt.Sprintf("%d is beyond the events (the newest is %d): it is no event id of this watch", afterSeq, last)}
+			// The stream's newest id is not named: it counts every
+			// tenant's events.
+			return &FieldError{Field: "after_sequence", Reason: fmt.Sprintf("%d is beyond the events: it is no event id of this watch", afterSeq)}
 		}
 		start = afterSeq
 	}
