@@ -39,7 +39,7 @@ const uploadPath = "/v1/documents:upload"
 const uploadFileField = "file"
 
 // uploadFields are the metadata fields an upload may carry.
-var uploadFields = map[string]bool{"title": true, "source_type": true, "source_urn": true, "source_url": true}
+var uploadFields = map[string]bool{"title": true, "source_type": true, "source_urn": true, "source_url": true, "project_id": true}
 
 // uploadFieldBytes caps one metadata field's value.
 const uploadFieldBytes = 8 << 10
@@ -163,7 +163,7 @@ func (g *gateway) readUpload(w http.ResponseWriter, r *http.Request) (*indexerv1
 		field := part.FormName()
 		if part.FileName() == "" && field != uploadFileField {
 			if !uploadFields[field] {
-				return nil, nil, badUpload(field, "is not a field of an upload (files go in parts named %q; fields: title, source_type, source_urn)", uploadFileField)
+				return nil, nil, badUpload(field, "is not a field of an upload (files go in parts named %q; fields: title, source_type, source_urn, project_id)", uploadFileField)
 			}
 			if _, dup := fields[field]; dup {
 				return nil, nil, badUpload(field, "is given twice")
@@ -320,6 +320,18 @@ func uploadRequest(r *http.Request, files []uploadedFile, fields map[string]stri
 	req := &indexerv1.IngestDocumentRequest{Title: fields["title"]}
 	if p, ok := principalFrom(r.Context()); ok {
 		req.Scope = &commonv1.Scope{TenantId: p.tenant, ProjectId: p.project}
+	}
+	if project := fields["project_id"]; project != "" {
+		// The project to store it in, as scope.project_id of the JSON API:
+		// any of its tenant's for a tenant-wide key; a key bound to a
+		// project may name only that one (the indexer refuses another).
+		if err := grpcx.ValidScopeID(project); err != nil {
+			return nil, badUpload("project_id", "%v", err)
+		}
+		if req.Scope == nil {
+			req.Scope = &commonv1.Scope{}
+		}
+		req.Scope.ProjectId = project
 	}
 	urn, urnField := fields["source_urn"], "source_urn"
 	if u := fields["source_url"]; u != "" {

@@ -79,7 +79,7 @@ func uploadGateway(t *testing.T, m *qualifierMesh) string {
 	}
 	t.Cleanup(func() { _ = nobody.Close() })
 	h, err := httpgateway.Handler(&httpgateway.Config{
-		APIKeys:        "k-intake=acme:intake,k-other=globex",
+		APIKeys:        "k-intake=acme:intake,k-other=globex,k-acme=acme",
 		UploadMaxBytes: 256 << 10, UploadMaxFileBytes: 96 << 10,
 	}, httpgateway.Backends{Model: nobody, Orchestrator: nobody, Vision: nobody, Indexer: m.conn, Classifier: nobody, SQLAgent: nobody}, nil, nil)
 	if err != nil {
@@ -181,6 +181,31 @@ func TestUploadThroughTheGateway(t *testing.T) {
 		}
 		return id
 	}
+
+	t.Run("the project a file goes to", func(t *testing.T) {
+		send := func(key, text string) (int, map[string]any) {
+			body, ct := multipartBody(t, filePart{field: "project_id", data: []byte("reports")},
+				filePart{field: "file", file: "note.txt", data: []byte(text)})
+			return upload(t, url, key, body, ct)
+		}
+		// A tenant-wide key names any project of its tenant.
+		status, res := send("k-acme", "The reports project keeps the quarter's notes.")
+		id := ingested(t, status, res)
+		got, err := m.docs.GetDocument(ctx, &indexerv1.GetDocumentRequest{Scope: &commonv1.Scope{TenantId: "acme", ProjectId: "reports"}, DocumentId: id})
+		if err != nil || got.GetDocument().GetScope().GetProjectId() != "reports" {
+			t.Errorf("a tenant-wide key's upload to project reports: %v, %v", got.GetDocument().GetScope(), err)
+		}
+		// A key bound to project intake names no other.
+		status, res = send("k-intake", "Another project's note.")
+		if msg, _ := res["message"].(string); status != http.StatusBadRequest || !strings.Contains(msg, "project") {
+			t.Errorf("a project's key naming another project: status %d, %v; want 400 naming the project", status, res)
+		}
+		body, ct := multipartBody(t, filePart{field: "project_id", data: []byte("bad.project")}, filePart{field: "file", file: "n.txt", data: []byte("x")})
+		if status, res := upload(t, url, "k-acme", body, ct); status != http.StatusBadRequest || res["message"] == nil ||
+			!strings.Contains(res["message"].(string), "project_id") {
+			t.Errorf("a malformed project_id: status %d, %v; want 400 naming project_id", status, res)
+		}
+	})
 
 	t.Run("a PDF of 5 pages", func(t *testing.T) {
 		var pages []string
