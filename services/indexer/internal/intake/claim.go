@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/agentmesh/agentmesh/libs/heartbeat"
@@ -34,14 +35,30 @@ func claimKey(jobID string) string { return "job/" + jobID }
 
 // claimJob takes the claim of job id for this worker, waiting while
 // another holds it. It returns a nil claim if the job ended meanwhile (the
-// other worker finished it).
+// other worker finished it). A single writer (agentmesh up) waits only for
+// a claim of its own workers: no other process may hold one, so any other
+// is a dead process's (the one this process restarted after), and its job
+// runs now rather than when the claim lapses.
 func (s *Service) claimJob(ctx context.Context, sc document.Scope, id string) (*docstore.Claim, error) {
 	ttl := s.cfg.JobLeaseTTL
+	key := claimKey(id)
+	now := s.Now()
 	for {
-		c, err := s.Docs.TakeClaim(ctx, claimKey(id), s.Instance, s.Now(), ttl)
+		c, err := s.Docs.TakeClaim(ctx, key, s.Instance, now, ttl)
 		var busy *document.BusyError
 		if !errors.As(err, &busy) {
 			return c, err
+		}
+		now = s.Now()
+		if s.local && s.claimers.count(key) == 1 {
+			// Only this worker of this process is after the claim (a
+			// worker counts from before it takes a claim until it lets
+			// it go: HandleJob), so none of them holds it: its holder is
+			// dead.
+			s.Logger.Info("extraction job held by a process that is gone; taking it over", slog.String("job_id", id),
+				slog.String("holder", busy.Holder), slog.Time("until", busy.Until))
+			now = busy.Until.Add(time.Millisecond)
+			continue
 		}
 		j, err := s.Docs.GetJob(ctx, sc, id)
 		if err != nil {
@@ -63,6 +80,38 @@ func (s *Service) claimJob(ctx context.Context, sc document.Scope, id string) (*
 		case <-t.C:
 		}
 	}
+}
+
+// claimers counts, per claim key, the workers of this process trying to
+// take or holding the claim (a job delivered twice, or requeued, may have
+// two).
+type claimers struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// enter counts one more worker after key until the returned function is
+// called.
+func (c *claimers) enter(key string) (leave func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[key]++
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.n[key]--; c.n[key] == 0 {
+			delete(c.n, key)
+		}
+	}
+}
+
+func (c *claimers) count(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[key]
 }
 
 // keepClaim renews c every JobLeaseTTL/3 until the returned function is

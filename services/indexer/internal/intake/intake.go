@@ -185,6 +185,8 @@ type Service struct {
 	local bool
 	locks docLocks
 	stats convergeStats
+	// claimers counts this process's workers after each job's claim.
+	claimers claimers
 	// qualifier runs the ingest's qualifier phases.
 	qualifier *pipeline.Qualifier
 	// afterSave, when set, runs after an ingest's first write; its error

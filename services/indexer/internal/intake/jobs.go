@@ -169,6 +169,7 @@ func (s *Service) HandleJob(ctx context.Context, d *events.Delivery) error {
 		return events.Permanent(fmt.Errorf("intake: job message: %w", err))
 	}
 	sc := document.Scope{Tenant: msg.GetScope().GetTenantId(), Project: msg.GetScope().GetProjectId()}
+	defer s.claimers.enter(claimKey(msg.GetId()))()
 	c, err := s.claimJob(ctx, sc, msg.GetId())
 	if errors.Is(err, document.ErrNotFound) {
 		return events.Permanent(fmt.Errorf("intake: job %s does not exist", msg.GetId()))

@@ -427,3 +427,87 @@ func TestJobOfADeadIngestWaitsForItsReconciliation(t *testing.T) {
 		}
 	})
 }
+
+// blocking is an extractor that counts its runs and waits for release.
+type blocking struct {
+	runs    *atomic.Int32
+	release chan struct{}
+}
+
+func (blocking) Name() string                     { return "blocking" }
+func (blocking) SchemaVersion() int               { return 1 }
+func (blocking) CanHandle(*extract.Document) bool { return true }
+func (b blocking) Extract(ctx context.Context, _ *extract.Document) ([]extract.Extract, error) {
+	b.runs.Add(1)
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return nil, nil
+}
+
+// TestSingleWriterTakesADeadProcesssClaim: the only writer (agentmesh up)
+// restarted after a kill finds the claims of the extraction jobs the dead
+// process was running; no other process may hold one, so it runs them at
+// once instead of waiting up to a claim's TTL with its workers held (a
+// crash test saw both default workers idle 4 s while fresh jobs queued).
+// Several writers wait, since the holder may be alive elsewhere; and the
+// single writer still waits for a claim one of its own workers holds.
+func TestSingleWriterTakesADeadProcesssClaim(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		var runs atomic.Int32
+		ext := blocking{&runs, make(chan struct{})}
+		svc, docs := newService(t, db, intake.Config{}, ext)
+		sc := document.Scope{Tenant: "acme"}
+		res, err := svc.Ingest(ctx, intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, RawContent: "Rotate the ledger keys."})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The dead process's claim, 20 s left to run.
+		if _, err := docs.TakeClaim(ctx, intake.ClaimKey(res.JobID), "gone/1", time.Now(), 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		doc, err := docs.GetDocument(ctx, sc, res.Document.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deliver := func(ctx context.Context) error {
+			work, err := anypb.New(&indexerv1.ExtractionJob{Id: res.JobID, Scope: sc.Proto(), DocumentId: doc.ID, ContentHash: doc.ContentHash})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return svc.HandleJob(ctx, &events.Delivery{Event: &commonv1.Event{Payload: work}, NumDelivered: 1})
+		}
+		first := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			first <- deliver(ctx)
+		}()
+		single := svc.SingleWriter()
+		ran := func() bool { return runs.Load() == 1 }
+		if !single {
+			if err := <-first; err == nil || runs.Load() != 0 {
+				t.Fatalf("several writers: the delivery ended %v with %d runs; want it waiting for the live-looking claim", err, runs.Load())
+			}
+			return
+		}
+		testkit.Eventually(t, 2*time.Second, ran, "the job of the dead process's claim to run")
+		// A second delivery while this process's worker holds the claim
+		// waits for it.
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if err := deliver(wctx); err == nil || runs.Load() != 1 {
+			t.Errorf("a second delivery beside this process's holder ended %v with %d runs; want it waiting", err, runs.Load())
+		}
+		close(ext.release)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if j, err := docs.GetJob(ctx, sc, res.JobID); err != nil || j.Status != indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_SUCCEEDED {
+			t.Fatalf("the job: %v, %v; want succeeded", j, err)
+		}
+	})
+}

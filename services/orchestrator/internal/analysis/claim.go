@@ -153,7 +153,7 @@ func (e *Engine) requeueLapsed(ctx context.Context) error {
 	}
 	var errs []error
 	for _, j := range jobs {
-		if err := e.recoverJob(ctx, j, false); err != nil {
+		if err := e.recoverJob(ctx, j, false, e.now()); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}

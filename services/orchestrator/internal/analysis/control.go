@@ -119,6 +119,17 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 	})
 }
 
+// SoleWriter is implemented by a Store that knows whether this process is
+// its database's only writer (agentmesh up on its embedded FerretDB).
+type SoleWriter interface{ SoleWriter() bool }
+
+// soleWriter reports whether e's store says this process is its
+// database's only writer.
+func (e *Engine) soleWriter() bool {
+	s, ok := e.store.(SoleWriter)
+	return ok && s.SoleWriter()
+}
+
 // every calls fn every interval until ctx is done.
 func every(ctx context.Context, interval time.Duration, fn func()) {
 	t := time.NewTicker(interval)
@@ -145,6 +156,15 @@ func every(ctx context.Context, interval time.Duration, fn func()) {
 // an earlier version does not hold up the start.
 func (e *Engine) sweep(ctx context.Context, startup bool) error {
 	now := e.now()
+	// Claims that end after lapsedBy are held. At start-up, when this
+	// process is the database's only writer (agentmesh up), no job runs
+	// yet and no other process may run one: every claim is a dead
+	// process's, and its job runs again now rather than when the claim
+	// lapses (up to ClaimTTL after the restart).
+	lapsedBy := now
+	if startup && e.soleWriter() {
+		lapsedBy = time.Unix(1<<40, 0)
+	}
 	// A running job was last written when its claim was taken or renewed,
 	// which lasts ClaimTTL from then, so younger jobs need nothing yet.
 	before := now.Add(-min(e.cfg.StaleAfter, e.cfg.ClaimTTL))
@@ -166,7 +186,7 @@ func (e *Engine) sweep(ctx context.Context, startup bool) error {
 				continue
 			}
 			stale := startup || j.UpdateTime.Before(now.Add(-e.cfg.StaleAfter))
-			if err := e.recoverJob(ctx, j, stale); err != nil {
+			if err := e.recoverJob(ctx, j, stale, lapsedBy); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
@@ -189,15 +209,16 @@ func (e *Engine) sweep(ctx context.Context, startup bool) error {
 }
 
 // recoverJob does what an unfinished job needs after a crash. stale says
-// the job has not moved for long enough that its work item may be lost.
-func (e *Engine) recoverJob(ctx context.Context, j *Job, stale bool) error {
+// the job has not moved for long enough that its work item may be lost; a
+// running job whose claim ends by lapsedBy has lost its worker.
+func (e *Engine) recoverJob(ctx context.Context, j *Job, stale bool, lapsedBy time.Time) error {
 	if j.Type == TypeAnalysis {
 		if !stale {
 			return nil
 		}
 		return e.advance(ctx, j.Tenant, j.Project, j.ID)
 	}
-	now := e.now()
+	now := lapsedBy
 	expired := j.Status == StatusRunning && !j.leaseLive(now)
 	if !expired && !(j.Status == StatusPending && stale) {
 		return nil

@@ -121,6 +121,11 @@ type Store struct {
 	relay Relay
 }
 
+// SoleWriter reports whether this process is the database's only writer
+// (it keeps the mirror then): the engine's start-up takes every claim it
+// finds for a dead process's (analysis.SoleWriter).
+func (s *Store) SoleWriter() bool { return s.mirror != nil }
+
 // Relay is what the store tells about the outbox entries it writes;
 // *events.Relay is one.
 type Relay interface {
@@ -146,7 +151,10 @@ func (s *Store) notify(id string, outbox []events.OutboxEntry) {
 	}
 }
 
-var _ analysis.Store = (*Store)(nil)
+var (
+	_ analysis.Store      = (*Store)(nil)
+	_ analysis.SoleWriter = (*Store)(nil)
+)
 
 // listIndex is the index of ListJobs with the equality filter field, if
 // any: the scope, the filter, then the listing's order.
