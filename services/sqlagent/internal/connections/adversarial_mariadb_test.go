@@ -3,6 +3,8 @@ package connections_test
 import (
 	"context"
 	"database/sql"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -153,6 +155,20 @@ var mariaAttacks = []attack{
 	{"explain", "EXPLAIN SELECT 1"},
 	{"create event", "CREATE EVENT e ON SCHEDULE EVERY 1 SECOND DO DELETE FROM target"},
 	{"create trigger", "CREATE TRIGGER tr BEFORE INSERT ON target FOR EACH ROW SET NEW.v = 'x'"},
+	// Single calls that do not look at the statement timeout's kill.
+	{"encrypt with many rounds", "SELECT LENGTH(ENCRYPT('x', '$6$rounds=1000$salt'))"},
+	{"extractvalue xpath", "SELECT ExtractValue('<r><a>x</a></r>', 'count(//a[count(//a)>0])')"},
+	{"updatexml xpath", "SELECT UpdateXML('<r><a>x</a></r>', '//a', '<b/>')"},
+	// A function body with SET GLOBAL, called and through a view.
+	{"stored function sets a global", "SELECT f_glob()"},
+	{"view over a function that sets a global", "SELECT * FROM v_glob"},
+	// Another database's functions, whose bodies resolve names there.
+	{"another database's function over a view of get_lock", "SELECT other.f_cross()"},
+	{"another database's function calling its own same-named function", "SELECT other.f_cross_shadow()"},
+	// The mysql schema: password hashes, other servers' passwords.
+	{"password hashes", "SELECT User, Host, authentication_string FROM mysql.user"},
+	{"password hashes, global_priv", "SELECT User, Host, Priv FROM mysql.global_priv"},
+	{"federated server password", "SELECT Server_name, Password FROM mysql.servers"},
 }
 
 // mariaLegitimate are analyst queries on Chinook that must run.
@@ -212,6 +228,7 @@ var mariaLegitimate = []attack{
 	{"view", "SELECT * FROM v_artist_albums ORDER BY albums DESC LIMIT 3"},
 	{"rand and uuid", "SELECT RAND() >= 0, UUID() IS NOT NULL"},
 	{"is_free_lock reads", "SELECT IS_FREE_LOCK('atk')"},
+	{"recursive CTE with a column list", "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 5) SELECT n FROM c"},
 }
 
 // TestMariaDBAdversarial runs every attack twice against one MariaDB
@@ -283,4 +300,44 @@ func (lab *mariaLab) openAttacker(t *testing.T) *sql.Conn {
 		t.Fatal(err)
 	}
 	return conn
+}
+
+// TestMariaDBClientCharsetIsPinned: under GBK the last byte of 中 and a
+// backslash read as one character, so the server ends a string where the
+// token check does not, and what the check took for a string ran as code
+// (LOAD_FILE returned a server file to a DSN with charset=gbk). A read
+// session's client character set is utf8mb4 whatever the DSN says: the
+// same text is a string.
+func TestMariaDBClientCharsetIsPinned(t *testing.T) {
+	t.Parallel()
+	lab := startMariaLab(t)
+	secret := "server-side secret file"
+	if err := os.WriteFile(filepath.Join(lab.srv.Files, "secret.txt"), []byte(secret+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sep := "?"
+	if strings.Contains(lab.dsn, "?") {
+		sep = "&"
+	}
+	reg, err := connections.Open([]connections.Spec{{Name: "wh", Dialect: connections.MySQL, DSN: lab.dsn + sep + "charset=gbk"}}, connections.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	q := lab.expand("SELECT '\u4e2d\\\\' ', LOAD_FILE('{dir}/secret.txt') AS f -- '\n")
+	checked, err := safety.Check(q, safety.MySQL)
+	if err != nil {
+		t.Fatalf("the token check refused the text (it reads it as strings): %v", err)
+	}
+	res, err := reg.Query(context.Background(), "wh", checked, 10, 5*time.Second)
+	if err != nil {
+		return // refused or failed: nothing read
+	}
+	for _, row := range res.Rows {
+		for _, v := range row {
+			if s, ok := v.(string); ok && strings.Contains(s, secret) {
+				t.Fatalf("a GBK connection read a server file through a string the check saw: %v", res.Rows)
+			}
+		}
+	}
 }

@@ -47,6 +47,18 @@ var mariaLabSetup = []string{
 	"CREATE FUNCTION f_seq() RETURNS BIGINT NO SQL RETURN NEXTVAL(order_seq)",
 	"DELIMITER //\nCREATE FUNCTION f_var() RETURNS INT NO SQL BEGIN SET @leak = 1; RETURN 1; END //\nDELIMITER ",
 	"CREATE PROCEDURE p_wipe() DELETE FROM target",
+	// A function body that changes the server for everyone, and one of
+	// another database whose unqualified names the server resolves there,
+	// not in the session's database.
+	"DELIMITER //\nCREATE FUNCTION f_glob() RETURNS INT NO SQL BEGIN SET GLOBAL max_connections = 7; RETURN 1; END //\nDELIMITER ",
+	`CREATE VIEW v_glob AS SELECT f_glob() AS x`,
+	`CREATE DATABASE other`,
+	`CREATE VIEW other.v_hidden AS SELECT GET_LOCK('atk', 0) AS took`,
+	`CREATE FUNCTION other.f_cross() RETURNS INT READS SQL DATA RETURN (SELECT took FROM v_hidden LIMIT 1)`,
+	`CREATE FUNCTION other.f_discount(x DECIMAL(10,2)) RETURNS INT NO SQL RETURN GET_LOCK('atk', 0)`,
+	`CREATE FUNCTION other.f_cross_shadow() RETURNS INT NO SQL RETURN f_discount(1)`,
+	// A federated server's password, in mysql.servers.
+	`CREATE SERVER remote FOREIGN DATA WRAPPER mysql OPTIONS (HOST '127.0.0.1', USER 'r', PASSWORD 'RemotePw1')`,
 	// Harmless objects a legitimate query may use.
 	`CREATE FUNCTION f_discount(x DECIMAL(10,2)) RETURNS DECIMAL(10,2) DETERMINISTIC NO SQL RETURN x * 0.9`,
 	`CREATE VIEW v_artist_albums AS SELECT ar.Name, COUNT(*) AS albums FROM Artist ar JOIN Album al ON al.ArtistId = ar.ArtistId GROUP BY ar.Name`,

@@ -61,8 +61,14 @@ func (c *conn) mysqlSession(ctx context.Context, timeout time.Duration, fn func(
 	if mariadb {
 		set = fmt.Sprintf("SET SESSION sql_mode = '%s', max_statement_time = %.3f", mysqlSQLMode, timeout.Seconds())
 	}
-	if _, err := conn.ExecContext(ctx, set); err != nil {
-		return dbError(err)
+	// The client character set is utf8mb4 whatever the DSN or the server's
+	// default says: under GBK, Big5 or SJIS a multibyte character can
+	// swallow a backslash, so the server would end a string where package
+	// safety does not (a "string" that is LOAD_FILE(...) to the server).
+	for _, st := range []string{"SET NAMES utf8mb4", set} {
+		if _, err := conn.ExecContext(ctx, st); err != nil {
+			return dbError(err)
+		}
 	}
 	return fn(conn)
 }

@@ -1,6 +1,7 @@
 package connections
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -33,8 +34,11 @@ import (
 //     SQL_FUNCTIONS, MariaDB 10.6 and later) and not one with effects
 //     beyond the query (mysqlDenied), or a stored function of the
 //     database that is not declared MODIFIES SQL DATA and whose body
-//     passes the same check; a loadable function (CREATE FUNCTION ...
-//     SONAME) is neither and is refused. A name that is a view has its
+//     passes the same check (its names resolved in the function's own
+//     database, as the server resolves them; SET GLOBAL refused); a
+//     loadable function (CREATE FUNCTION ... SONAME) is neither and is
+//     refused. The query may not name a table of the mysql schema
+//     (password hashes, other servers' passwords). A name that is a view has its
 //     definition checked the same way, so a view over GET_LOCK is refused
 //     like the call. Names are matched without case and whether or not
 //     they are used as tables, so a column named like a dangerous view
@@ -43,7 +47,9 @@ import (
 //     timeout (max_statement_time on MariaDB, max_execution_time on MySQL)
 //     and sql_select_limit as the row cap, in a session whose sql_mode is
 //     pinned (no ANSI_QUOTES, no NO_BACKSLASH_ESCAPES: the server reads
-//     quotes as package safety does). The transaction is rolled back and
+//     quotes as package safety does) and whose client character set is
+//     utf8mb4 (under GBK, Big5 or SJIS a multibyte character swallows a
+//     backslash, so the server would end a string elsewhere). The transaction is rolled back and
 //     the connection closed, not pooled: user locks, variables, temporary
 //     tables and prepared statements end with the session.
 //
@@ -73,7 +79,16 @@ var mysqlDenied = map[string]string{
 	"nextval":                    "it advances a sequence",
 	"setval":                     "it changes a sequence",
 	"lastval":                    "it reads session state of a sequence",
+	"encrypt":                    "its crypt(3) rounds run on after the statement timeout",
+	"extractvalue":               "its XPath evaluation runs on after the statement timeout",
+	"updatexml":                  "its XPath evaluation runs on after the statement timeout",
 }
+
+// mysqlSecretSchema is the schema whose tables a query may not name: it
+// holds password hashes (user, global_priv), other servers' passwords
+// (servers) and routine bodies (proc). Only a privileged read user can
+// read it; the least-privilege one is the first lock.
+const mysqlSecretSchema = "mysql"
 
 // mysqlBodyWords are words a stored function body reached by a query may
 // not hold: they run other code, reach files or change data. (A READ ONLY
@@ -84,6 +99,10 @@ var mysqlBodyWords = map[string]bool{
 	"HANDLER": true, "LOCK": true, "GRANT": true, "REVOKE": true, "INSERT": true, "UPDATE": true,
 	"DELETE": true, "CREATE": true, "DROP": true, "ALTER": true, "TRUNCATE": true, "RENAME": true,
 	"KILL": true, "FLUSH": true, "SHUTDOWN": true, "PURGE": true,
+	// SET GLOBAL (and MySQL's PERSIST) changes the server for everyone; a
+	// READ ONLY transaction does not stop it. (SET SESSION ends with the
+	// job's session.)
+	"GLOBAL": true, "PERSIST": true, "PERSIST_ONLY": true,
 }
 
 // mysqlSQLMode is the sql_mode of a read session: the server then reads
@@ -169,23 +188,24 @@ func (c *conn) checkMySQL(ctx context.Context, conn *sql.Conn, query string) err
 	if err := conn.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&db); err != nil {
 		return dbError(err)
 	}
-	ch := &mysqlChecker{conn: conn, b: b, db: db.String, seen: map[string]bool{}}
-	return ch.text(ctx, query, "the query", false, 0)
+	ch := &mysqlChecker{conn: conn, b: b, seen: map[string]bool{}}
+	return ch.text(ctx, query, "the query", false, db.String, 0)
 }
 
 // mysqlChecker follows one statement's names through the catalog.
 type mysqlChecker struct {
 	conn *sql.Conn
 	b    *mysqlBuiltins
-	// db is the session's default database.
-	db string
 	// seen holds "view:db.name" and "function:db.name" already checked.
 	seen map[string]bool
 }
 
 // text checks the names in src, which is what (for messages); body marks
-// a stored function body (statements, not a query).
-func (ch *mysqlChecker) text(ctx context.Context, src, what string, body bool, depth int) error {
+// a stored function body (statements, not a query). db is the database
+// src's unqualified names are resolved in, as the server resolves them:
+// the session's for the query, the function's own for its body, the
+// view's own for its definition.
+func (ch *mysqlChecker) text(ctx context.Context, src, what string, body bool, db string, depth int) error {
 	if depth > maxCatalogRounds {
 		return refuse("the query's views and functions nest too deeply to check")
 	}
@@ -209,18 +229,21 @@ func (ch *mysqlChecker) text(ctx context.Context, src, what string, body bool, d
 			return refuse("%s holds %s", what, r.Word)
 		}
 		if r.Call {
-			if err := ch.call(ctx, r, what, depth); err != nil {
+			if err := ch.call(ctx, r, what, db, depth); err != nil {
 				return err
 			}
 			continue
 		}
+		if depth == 0 && strings.EqualFold(cmp.Or(r.Schema, db), mysqlSecretSchema) {
+			return refuse("tables of the %s schema may not be read: it holds password hashes and other servers' passwords", mysqlSecretSchema)
+		}
 		tables = append(tables, r)
 	}
-	return ch.views(ctx, tables, what, depth)
+	return ch.views(ctx, tables, what, db, depth)
 }
 
-// call decides on one function call.
-func (ch *mysqlChecker) call(ctx context.Context, r safety.Ref, what string, depth int) error {
+// call decides on one function call of text resolved in db.
+func (ch *mysqlChecker) call(ctx context.Context, r safety.Ref, what, db string, depth int) error {
 	name := strings.ToLower(r.Name)
 	if r.Schema == "" {
 		if reason, ok := mysqlDenied[name]; ok {
@@ -230,10 +253,7 @@ func (ch *mysqlChecker) call(ctx context.Context, r safety.Ref, what string, dep
 			return nil
 		}
 	}
-	schema := r.Schema
-	if schema == "" {
-		schema = ch.db
-	}
+	schema := cmp.Or(r.Schema, db)
 	key := "function:" + strings.ToLower(schema+"."+name)
 	if ch.seen[key] {
 		return nil
@@ -255,18 +275,15 @@ func (ch *mysqlChecker) call(ctx context.Context, r safety.Ref, what string, dep
 	case !def.Valid || def.String == "":
 		return refuse("the body of stored function %s.%s() cannot be read by this user, so it cannot be checked (in %s)", schema, r.Name, what)
 	}
-	return ch.text(ctx, def.String, fmt.Sprintf("stored function %s.%s()", schema, r.Name), true, depth+1)
+	return ch.text(ctx, def.String, fmt.Sprintf("stored function %s.%s()", schema, r.Name), true, schema, depth+1)
 }
 
-// views checks the definition of every view among names.
-func (ch *mysqlChecker) views(ctx context.Context, names []safety.Ref, what string, depth int) error {
+// views checks the definition of every view among names, resolved in db.
+func (ch *mysqlChecker) views(ctx context.Context, names []safety.Ref, what, db string, depth int) error {
 	type key struct{ schema, name string }
 	var want []key
 	for _, r := range names {
-		schema := r.Schema
-		if schema == "" {
-			schema = ch.db
-		}
+		schema := cmp.Or(r.Schema, db)
 		k := key{strings.ToLower(schema), strings.ToLower(r.Name)}
 		if k.schema == "" || ch.seen["view:"+k.schema+"."+k.name] {
 			continue
@@ -307,7 +324,7 @@ func (ch *mysqlChecker) views(ctx context.Context, names []safety.Ref, what stri
 		if strings.TrimSpace(v.def) == "" {
 			return refuse("the definition of view %s.%s cannot be read by this user (it needs SHOW VIEW), so it cannot be checked (in %s)", v.schema, v.name, what)
 		}
-		if err := ch.text(ctx, v.def, fmt.Sprintf("view %s.%s", v.schema, v.name), false, depth+1); err != nil {
+		if err := ch.text(ctx, v.def, fmt.Sprintf("view %s.%s", v.schema, v.name), false, v.schema, depth+1); err != nil {
 			return err
 		}
 	}

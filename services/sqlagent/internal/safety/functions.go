@@ -72,6 +72,9 @@ var deniedFunctions = map[string]string{
 	"master_gtid_wait":           "it waits on replication",
 	"wsrep_sync_wait_upto_gtid":  "it waits on replication",
 	"binlog_gtid_pos":            "it reads the server's binary log files",
+	"encrypt":                    "its crypt(3) rounds run on after the statement timeout",
+	"extractvalue":               "its XPath evaluation runs on after the statement timeout",
+	"updatexml":                  "its XPath evaluation runs on after the statement timeout",
 	"sys_exec":                   "it runs a program on the server",
 	"sys_eval":                   "it runs a program on the server",
 }

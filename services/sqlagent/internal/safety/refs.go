@@ -42,7 +42,7 @@ func Refs(sql string, d Dialect) (refs []Ref, params bool, err error) {
 			if i+1 < len(toks) && toks[i+1].punct(".") {
 				continue // a qualifier: it is read with the name after it
 			}
-			r := Ref{Name: t.ident, Call: i+1 < len(toks) && toks[i+1].punct("(")}
+			r := Ref{Name: t.ident, Call: i+1 < len(toks) && toks[i+1].punct("(") && !cteColumns(toks, i+1)}
 			switch {
 			case dotted && i >= 2 && (toks[i-2].kind == kWord || toks[i-2].kind == kQuotedID):
 				r.Schema = toks[i-2].ident
@@ -53,4 +53,22 @@ func Refs(sql string, d Dialect) (refs []Ref, params bool, err error) {
 		}
 	}
 	return refs, params, nil
+}
+
+// cteColumns reports whether the "(" at toks[open] opens the column list
+// of a common table expression, "name (a, b) AS (": its match is followed
+// by AS and "(", which a function call's never is ("f(x) AS alias").
+func cteColumns(toks []token, open int) bool {
+	depth := 0
+	for i := open; i < len(toks); i++ {
+		switch {
+		case toks[i].punct("("):
+			depth++
+		case toks[i].punct(")"):
+			if depth--; depth == 0 {
+				return i+2 < len(toks) && toks[i+1].kind == kWord && toks[i+1].text == "AS" && toks[i+2].punct("(")
+			}
+		}
+	}
+	return false
 }

@@ -34,6 +34,9 @@ func TestRefs(t *testing.T) {
 		{"SELECT `db`.`f`(1)", "SELECT/w db.f()"},
 		{"SELECT a.b.c", "SELECT/w b.c"},
 		{"SELECT GET_LOCK /*!99999 x */ ('a', 0)", "SELECT/w GET_LOCK/w x()/w SELECT/w GET_LOCK()/w"},
+		// A common table expression's column list is no call.
+		{"WITH RECURSIVE c(n) AS (SELECT 1) SELECT n FROM c", "WITH/w RECURSIVE/w c/w n/w AS()/w SELECT/w SELECT/w n/w FROM/w c/w"},
+		{"WITH a (x) AS (SELECT f(1)), b(y) AS (SELECT 2) SELECT g(x) AS y FROM a", "WITH/w a/w x/w AS()/w SELECT/w f()/w b/w y/w AS()/w SELECT/w SELECT/w g()/w x/w AS/w y/w FROM/w a/w"},
 	}
 	for _, tc := range cases {
 		refs, vars, err := safety.Refs(tc.sql, safety.MySQL)
