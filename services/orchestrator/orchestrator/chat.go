@@ -40,6 +40,8 @@ type ChatConfig struct {
 	StreamingMode string `env:"ORCHESTRATOR_STREAMING_MODE" default:"PROGRESSIVE" help:"PROGRESSIVE (token deltas as they arrive) or FINAL_ONLY (whole reasoning and answer once complete)"`
 	// MaxIterations bounds tool-using model calls per message.
 	MaxIterations int `env:"ORCHESTRATOR_MAX_ITERATIONS" default:"10" help:"model calls that may use tools per message; at the limit the loop answers with what it has"`
+	// MaxToolCalls bounds the tool calls of one model call.
+	MaxToolCalls int `env:"ORCHESTRATOR_MAX_TOOL_CALLS" default:"16" help:"tool calls one model call of the chat loop may ask for (1 to 256): the first ones run, the rest are dropped and a tool_calls_cut status update says so"`
 	// HistoryWindow is the rolling window of stored messages.
 	HistoryWindow int `env:"ORCHESTRATOR_HISTORY_WINDOW" default:"20" help:"stored messages of a conversation the model sees before the new one"`
 	// ToolParallelism bounds concurrent tool calls of one iteration.
@@ -77,6 +79,7 @@ func (c ChatConfig) validate() error {
 		min  int
 	}{
 		{"ORCHESTRATOR_MAX_ITERATIONS", c.MaxIterations, 1},
+		{"ORCHESTRATOR_MAX_TOOL_CALLS", c.MaxToolCalls, 1},
 		{"ORCHESTRATOR_HISTORY_WINDOW", c.HistoryWindow, 0},
 		{"ORCHESTRATOR_TOOL_PARALLELISM", c.ToolParallelism, 1},
 		{"ORCHESTRATOR_RETRIEVAL_LIMIT", c.RetrievalLimit, 1},
@@ -84,6 +87,9 @@ func (c ChatConfig) validate() error {
 		if v.val < v.min {
 			errs = append(errs, fmt.Sprintf("%s=%d: must be at least %d", v.name, v.val, v.min))
 		}
+	}
+	if c.MaxToolCalls > 256 {
+		errs = append(errs, fmt.Sprintf("ORCHESTRATOR_MAX_TOOL_CALLS=%d: must be at most 256 (ModelService takes no more in one message)", c.MaxToolCalls))
 	}
 	if c.ResumeGrace < 6*time.Second {
 		errs = append(errs, fmt.Sprintf("ORCHESTRATOR_TURN_RESUME_GRACE=%v: must be at least 6s", c.ResumeGrace))
@@ -176,7 +182,7 @@ func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, bu
 	}
 	holder, _ := os.Hostname()
 	loop, err := chat.New(chat.Config{
-		Model: cfg.Model, Models: models, Mode: mode, MaxIterations: cfg.MaxIterations, HistoryWindow: window,
+		Model: cfg.Model, Models: models, Mode: mode, MaxIterations: cfg.MaxIterations, MaxToolCalls: cfg.MaxToolCalls, HistoryWindow: window,
 		ToolParallelism: cfg.ToolParallelism, SystemPrompt: cfg.SystemPrompt, RetrievalLimit: cfg.RetrievalLimit,
 		LeaseTTL: cfg.LeaseTTL, Holder: holder, ResumeGrace: cfg.ResumeGrace,
 	}, chat.Deps{

@@ -44,6 +44,11 @@ type Config struct {
 	Mode strategy.Mode
 	// MaxIterations bounds the model calls of one turn that may use tools.
 	MaxIterations int
+	// MaxToolCalls bounds the tool calls one model call may ask for: the
+	// first ones run, the rest are dropped and a status update says so
+	// (default 16; at most 256, the most ModelService takes in one
+	// message of the history).
+	MaxToolCalls int
 	// HistoryWindow is how many stored messages precede the new one in
 	// what the model sees: 0 means the default of 20, a negative value none.
 	HistoryWindow int
@@ -86,6 +91,10 @@ func (c Config) withDefaults() Config {
 	if c.MaxIterations <= 0 {
 		c.MaxIterations = 10
 	}
+	if c.MaxToolCalls <= 0 {
+		c.MaxToolCalls = 16
+	}
+	c.MaxToolCalls = min(c.MaxToolCalls, maxToolCallsPerMessage)
 	switch {
 	case c.HistoryWindow == 0:
 		c.HistoryWindow = 20

@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"encoding/json"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
 )
@@ -78,7 +79,15 @@ func toModel(m conversation.Message) *modelv1.Message {
 			out.Reasoning = m.Reasoning
 		}
 		for _, c := range m.ToolCalls {
-			out.ToolCalls = append(out.ToolCalls, &modelv1.ToolCall{Id: c.ID, Name: c.Name, ArgumentsJson: c.Arguments})
+			args := c.Arguments
+			if !json.Valid([]byte(args)) {
+				// The model's own malformed arguments (the tool refused
+				// them, its result says so): ModelService refuses a
+				// history holding them, which would fail every later
+				// request of the conversation.
+				args = "{}"
+			}
+			out.ToolCalls = append(out.ToolCalls, &modelv1.ToolCall{Id: c.ID, Name: c.Name, ArgumentsJson: args})
 		}
 	case conversation.RoleTool:
 		out.Role = modelv1.Role_ROLE_TOOL

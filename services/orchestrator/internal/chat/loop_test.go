@@ -1,7 +1,9 @@
 package chat_test
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -378,5 +380,53 @@ func TestModelFailure(t *testing.T) {
 	}
 	if msgs := e.messages(t); len(msgs) != 3 {
 		t.Errorf("after the retry %d messages are stored, want 3", len(msgs))
+	}
+}
+
+// TestMalformedOrTooManyToolCalls: a model steered by what it read asks
+// for a tool with arguments that are no JSON, then for 40 calls in one
+// step. The first is refused by the tool and the conversation goes on:
+// its history, which the model gateway refuses with such arguments, sends
+// "{}" for them (a malformed call broke every later turn of its
+// conversation before). Of the 40, the first MaxToolCalls run, a status
+// update says so, and only they are kept (a message of more than 256
+// broke the conversation the same way).
+func TestMalformedOrTooManyToolCalls(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{sim: providersim.Options{Flavor: providersim.DeepSeek}, tools: []tools.Tool{lookupTool{}}, cfg: chat.Config{MaxToolCalls: 5}})
+	e.sim.When(providersim.Match{LastRole: "user", LastUserContains: "broken"}).ToolCall("lookup", "not json {")
+	storm := e.sim.When(providersim.Match{LastRole: "user", LastUserContains: "storm"})
+	for i := range 40 {
+		storm.ToolCall("lookup", map[string]any{"key": fmt.Sprint(i)})
+	}
+	e.sim.When(providersim.Match{LastRole: "tool"}).Text("done")
+	e.sim.When(providersim.Match{LastRole: "user"}).Text("fine")
+
+	for _, msg := range []string{"broken args", "next", "storm", "and now?"} {
+		_, rec, err := e.send(t, ctxTimeout(t, 30*time.Second), msg)
+		if err != nil {
+			t.Fatalf("%q: %v", msg, err)
+		}
+		if msg == "storm" {
+			if n := len(toolResults(rec)); n != 5 {
+				t.Errorf("%d of 40 calls ran, want 5", n)
+			}
+			if _, ok := statuses(rec)[chat.StatusToolCallsCut]; !ok {
+				t.Errorf("no %s status update in %v", chat.StatusToolCallsCut, statuses(rec))
+			}
+		}
+	}
+	last := e.sim.ChatRequests()[len(e.sim.ChatRequests())-1]
+	var calls int
+	for _, m := range last.Messages {
+		calls += len(m.ToolCalls)
+		for _, c := range m.ToolCalls {
+			if !json.Valid([]byte(c.Arguments)) {
+				t.Errorf("the history sends arguments %q", c.Arguments)
+			}
+		}
+	}
+	if calls != 1+5 {
+		t.Errorf("the last request's history holds %d tool calls, want the malformed one and the 5 that ran", calls)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -33,7 +34,15 @@ const (
 	// StatusFinalizeFailed reports that the closing answer after the limit
 	// could not be generated.
 	StatusFinalizeFailed = "finalize_failed"
+	// StatusToolCallsCut reports that the model asked for more tool calls
+	// in one step than Config.MaxToolCalls: the first ones ran.
+	StatusToolCallsCut = "tool_calls_cut"
 )
+
+// maxToolCallsPerMessage is the most tool calls ModelService takes in one
+// message: a stored assistant message with more would fail every later
+// request of its conversation.
+const maxToolCallsPerMessage = 256
 
 // errLeaseLost is the cause of a turn stopped because another process took
 // over the conversation (this one could not renew its lease in time).
@@ -164,6 +173,14 @@ func (t *turn) iterate(iter int, toolDefs []*modelv1.Tool) (final conversation.M
 	t.tokens += ans.Usage.GetTotalTokens()
 	assistant := t.message(conversation.RoleAssistant)
 	assistant.Content, assistant.Reasoning = ans.Content, ans.Reasoning
+	if limit := t.l.cfg.MaxToolCalls; len(ans.ToolCalls) > limit && len(toolDefs) > 0 {
+		// A model steered by what it read can ask for hundreds at once:
+		// the first ones run, and only they are kept with its message.
+		notice := fmt.Sprintf("The model asked for %d tool calls in one step; the first %d ran (the limit).", len(ans.ToolCalls), limit)
+		t.events.status(StatusToolCallsCut, notice)
+		t.l.log.Warn("tool calls cut", slog.String("conversation_id", t.conv.ID), slog.Int("asked", len(ans.ToolCalls)), slog.Int("ran", limit))
+		ans.ToolCalls = ans.ToolCalls[:limit]
+	}
 	for _, c := range ans.ToolCalls {
 		assistant.ToolCalls = append(assistant.ToolCalls, conversation.ToolCall{ID: c.GetId(), Name: c.GetName(), Arguments: c.GetArgumentsJson()})
 	}

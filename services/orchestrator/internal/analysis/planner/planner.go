@@ -92,6 +92,9 @@ type Planner struct {
 }
 
 // New returns a planner calling logicalModel (e.g. "planner") on model.
+// MaxCalls bounds the tool calls of one plan, each a tool job.
+const MaxCalls = 16
+
 func New(model Model, logicalModel string) *Planner {
 	return &Planner{model: model, logicalModel: logicalModel}
 }
@@ -133,6 +136,21 @@ func (p *Planner) Plan(ctx context.Context, query string, defs []tools.Definitio
 		if len(calls) == 0 {
 			return plan, ErrNoToolCalls
 		}
+		if len(calls) > MaxCalls {
+			// Too many to execute, or to send back one by one (a model
+			// steered by what it read planned 300 tool jobs): asked again
+			// for the most useful ones.
+			problem := fmt.Sprintf("the plan has %d tool calls; at most %d are allowed", len(calls), MaxCalls)
+			if round == 1 {
+				return plan, &InvalidPlanError{Problems: []string{problem}}
+			}
+			plan.Feedback = []string{problem}
+			msgs = append(msgs,
+				&modelv1.Message{Role: modelv1.Role_ROLE_ASSISTANT, Content: fmt.Sprintf("(a plan of %d tool calls)", len(calls))},
+				&modelv1.Message{Role: modelv1.Role_ROLE_USER, Content: fmt.Sprintf(
+					"That plan has %d tool calls; at most %d are allowed. Plan again with the %d most useful calls.", len(calls), MaxCalls, MaxCalls)})
+			continue
+		}
 		valid, problems, results := check(calls, offered, names, v)
 		if len(problems) == 0 {
 			plan.Calls = valid
@@ -145,9 +163,19 @@ func (p *Planner) Plan(ctx context.Context, query string, defs []tools.Definitio
 		// Explain each call's problem as its tool result, as the model
 		// expects after tool calls, then ask for the corrected plan.
 		assistant := resp.GetMessage()
+		echoed := make([]*modelv1.ToolCall, len(calls))
+		for i, c := range calls {
+			echoed[i] = c
+			if !json.Valid([]byte(c.GetArgumentsJson())) {
+				// Sent back as they came, the model's malformed arguments
+				// would fail the request (its tool result says what was
+				// wrong with them).
+				echoed[i] = &modelv1.ToolCall{Id: c.GetId(), Name: c.GetName(), ArgumentsJson: "{}"}
+			}
+		}
 		msgs = append(msgs, &modelv1.Message{
 			Role: modelv1.Role_ROLE_ASSISTANT, Content: assistant.GetContent(),
-			Reasoning: assistant.GetReasoning(), ToolCalls: calls,
+			Reasoning: assistant.GetReasoning(), ToolCalls: echoed,
 		})
 		for i, c := range calls {
 			msgs = append(msgs, &modelv1.Message{

@@ -75,3 +75,23 @@ func TestCheckSourcesWithoutClaims(t *testing.T) {
 		t.Errorf("answer marked: %v", answer)
 	}
 }
+
+// TestPromptCarriesBoundedToolData: 20 tool results of ~200 KB each (each
+// under a job's 512 KiB cap) make a prompt of about MaxPromptDataBytes,
+// not 4 MB: results past what is left are cut, saying so, and every
+// result keeps its heading.
+func TestPromptCarriesBoundedToolData(t *testing.T) {
+	t.Parallel()
+	var outs []synthesis.Outcome
+	for i := range 20 {
+		data, _ := json.Marshal(map[string]string{"filler": strings.Repeat("x", 200_000)})
+		outs = append(outs, synthesis.Outcome{Tool: "get_stock_price", Title: "price " + string(rune('A'+i)), Status: "complete", Data: data})
+	}
+	p := synthesis.Prompt("q", outs, nil)
+	if len(p) > synthesis.MaxPromptDataBytes+64<<10 {
+		t.Errorf("prompt of %d bytes, want about %d", len(p), synthesis.MaxPromptDataBytes)
+	}
+	if !strings.Contains(p, "[cut: ") || !strings.Contains(p, "### price T") {
+		t.Errorf("the prompt does not say what was cut, or lost a heading")
+	}
+}

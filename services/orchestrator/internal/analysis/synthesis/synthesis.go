@@ -116,6 +116,9 @@ func (s *Synthesizer) Synthesize(ctx context.Context, query string, out *schemas
 		return nil, fmt.Errorf("synthesis failed: model: %w", err)
 	}
 	content := strings.TrimSpace(resp.GetMessage().GetContent())
+	if len(content) > MaxAnswerBytes {
+		return nil, fmt.Errorf("synthesis failed: %w: the answer is %d bytes, more than the %d an analysis keeps", ErrInvalidOutput, len(content), MaxAnswerBytes)
+	}
 	dec := json.NewDecoder(strings.NewReader(content))
 	dec.UseNumber()
 	var answer map[string]any
@@ -130,12 +133,22 @@ func (s *Synthesizer) Synthesize(ctx context.Context, query string, out *schemas
 	return answer, nil
 }
 
+// Bounds of a synthesis: what its prompt carries of the tool results (each
+// job's result is at most 512 KiB, but a plan has up to 16), and the
+// answer an analysis keeps (stored on the analysis and its synthesis job,
+// and read back whole by GetJob).
+const (
+	MaxPromptDataBytes = 1 << 20
+	MaxAnswerBytes     = 256 << 10
+)
+
 // Prompt renders the user message: the query, every successful tool result
-// as JSON, and the list of missing data.
+// as JSON (together at most MaxPromptDataBytes: a result past what is left
+// is cut, saying so), and the list of missing data.
 func Prompt(query string, outcomes []Outcome, gaps []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Original query: %s\n\n## Tool results\n\n", query)
-	n := 0
+	n, left := 0, MaxPromptDataBytes
 	for _, o := range outcomes {
 		if !o.gotData() {
 			continue
@@ -146,7 +159,12 @@ func Prompt(query string, outcomes []Outcome, gaps []string) string {
 			pretty.Reset()
 			pretty.Write(o.Data)
 		}
-		fmt.Fprintf(&b, "### %s\n```json\n%s\n```\n\n", o.Title, pretty.String())
+		data := pretty.String()
+		if len(data) > left {
+			data = strings.ToValidUTF8(data[:max(left, 0)], "") + fmt.Sprintf("\n… [cut: %d bytes in all; the tool results together may hold %d]", pretty.Len(), MaxPromptDataBytes)
+		}
+		left -= min(len(data), left)
+		fmt.Fprintf(&b, "### %s\n```json\n%s\n```\n\n", o.Title, data)
 	}
 	if n == 0 {
 		b.WriteString("(no tool returned data)\n\n")
