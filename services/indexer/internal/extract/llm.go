@@ -32,21 +32,22 @@ const ProseSchema = `{
   "additionalProperties": false,
   "required": ["summary", "category", "entities", "key_facts", "action_required"],
   "properties": {
-    "summary": {"type": "string", "description": "Two or three sentences saying what the document is about."},
+    "summary": {"type": "string", "maxLength": 2000, "description": "Two or three sentences saying what the document is about."},
     "category": {"type": "string", "enum": ["financial", "meeting", "technical", "incident", "request", "general"]},
     "entities": {
       "type": "array",
+      "maxItems": 100,
       "items": {
         "type": "object",
         "additionalProperties": false,
         "required": ["name", "kind"],
         "properties": {
-          "name": {"type": "string"},
+          "name": {"type": "string", "maxLength": 200},
           "kind": {"type": "string", "enum": ["person", "organization", "ticker", "product", "service", "location", "other"]}
         }
       }
     },
-    "key_facts": {"type": "array", "items": {"type": "string"}, "description": "Facts stated in the document, each one short sentence, with numbers and dates as written."},
+    "key_facts": {"type": "array", "maxItems": 50, "items": {"type": "string", "maxLength": 1000}, "description": "Facts stated in the document, each one short sentence, with numbers and dates as written."},
     "action_required": {"type": "boolean", "description": "True when the document asks someone to do, decide or answer something."}
   }
 }`

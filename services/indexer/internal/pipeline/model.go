@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 
@@ -98,7 +99,7 @@ const ContentTypeSchema = `{
   "required": ["contentType", "reason"],
   "properties": {
     "contentType": {"type": "string", "enum": ["EMAIL", "JIRA", "CONFLUENCE", "LOG", "GENERIC"]},
-    "reason": {"type": "string", "description": "One sentence: what in the text shows the type."}
+    "reason": {"type": "string", "maxLength": 1000, "description": "One sentence: what in the text shows the type."}
   }
 }`
 
@@ -168,6 +169,18 @@ func (m *Models) SummarizeLog(ctx context.Context, title, digest string, ex *ind
 	return tokens, nil
 }
 
+// maxReasonRunes bounds a reason the model gives (content type, route).
+const maxReasonRunes = 1000
+
+// clipRunes cuts s to at most n runes, marking the cut.
+func clipRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n]) + "…"
+}
+
 // RouteTool is the name of the routing tool offered to the model.
 const RouteTool = "route_task"
 
@@ -177,7 +190,7 @@ const routeToolSchema = `{
   "required": ["decision", "reason"],
   "properties": {
     "decision": {"type": "string", "enum": ["DONE", "LIFT_UP"]},
-    "reason": {"type": "string", "description": "One sentence saying why."}
+    "reason": {"type": "string", "maxLength": 1000, "description": "One sentence saying why."}
   }
 }`
 
@@ -213,11 +226,15 @@ func (m *Models) Route(ctx context.Context, summary string) (routing indexerv1.R
 		if err := json.Unmarshal([]byte(tc.GetArgumentsJson()), &args); err != nil {
 			return 0, "", false, tokens, fmt.Errorf("route_task arguments are not JSON: %w", err)
 		}
+		// A tool call's arguments are the model's: the schema's bound on
+		// the reason is not enforced for them, so it is cut here (a
+		// model steered by the document wrote 2 MiB of reason).
+		reason := clipRunes(strings.TrimSpace(args.Reason), maxReasonRunes)
 		switch strings.ToUpper(strings.TrimSpace(args.Decision)) {
 		case "DONE":
-			return indexerv1.Routing_ROUTING_DONE, args.Reason, true, tokens, nil
+			return indexerv1.Routing_ROUTING_DONE, reason, true, tokens, nil
 		case "LIFT_UP":
-			return indexerv1.Routing_ROUTING_LIFT_UP, args.Reason, true, tokens, nil
+			return indexerv1.Routing_ROUTING_LIFT_UP, reason, true, tokens, nil
 		}
 		return 0, "", false, tokens, fmt.Errorf("route_task decision %q is neither DONE nor LIFT_UP", args.Decision)
 	}
