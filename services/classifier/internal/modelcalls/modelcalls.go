@@ -71,14 +71,23 @@ func New(svc modelv1.ModelServiceClient, classifierModel, chatModel string, time
 	return &Client{svc: svc, classifierModel: classifierModel, chatModel: chatModel, timeout: timeout}
 }
 
+// Bounds of what the model writes that a run keeps (in its checkpoint,
+// rewritten at each step, and in its events): the model is steered by the
+// conversations it reads. The plan's texts are bounded by planSchema, a
+// label's reason and the summary here.
+const (
+	maxReasonChars  = 2000
+	maxSummaryChars = 20000
+)
+
 // planSchema is the JSON schema of a plan answer.
 const planSchema = `{
   "type": "object",
   "properties": {
     "targetSampleSize": {"type": "integer", "minimum": 1},
-    "strategy": {"type": "string"},
-    "planDetails": {"type": "string"},
-    "additionalInstructions": {"type": "string"},
+    "strategy": {"type": "string", "maxLength": 2000},
+    "planDetails": {"type": "string", "maxLength": 8000},
+    "additionalInstructions": {"type": "string", "maxLength": 4000},
     "query": {"type": "object"}
   },
   "required": ["targetSampleSize", "strategy", "planDetails", "additionalInstructions", "query"],
@@ -104,7 +113,7 @@ func classificationSchema(ids []string) string {
 					"properties": map[string]any{
 						"id":     map[string]any{"type": "string", "enum": ids},
 						"label":  map[string]any{"type": "string", "enum": []string{"RESOLVED", "UNRESOLVED"}},
-						"reason": map[string]any{"type": "string"},
+						"reason": map[string]any{"type": "string", "maxLength": maxReasonChars},
 					},
 					"required":             []string{"id", "label", "reason"},
 					"additionalProperties": false,
@@ -164,7 +173,7 @@ func (c *Client) Plan(ctx context.Context, in PlanInput) (statemachine.Plan, err
 	if len(in.Previous) > 0 {
 		u.WriteString("\nPrevious plans of this run:\n")
 		for i, p := range in.Previous {
-			fmt.Fprintf(&u, "%d. strategy: %s; target: %d; query: %s", i+1, p.Strategy, p.TargetSampleSize, p.QueryJSON)
+			fmt.Fprintf(&u, "%d. strategy: %s; target: %d; query: %s", i+1, truncate(p.Strategy, 2000), p.TargetSampleSize, truncate(p.QueryJSON, plan.MaxQueryBytes))
 			if p.Refused != "" {
 				fmt.Fprintf(&u, "; REFUSED: %s", p.Refused)
 			}
@@ -287,7 +296,9 @@ func (c *Client) Summarize(ctx context.Context, r statemachine.Run, saved []Summ
 	if content == "" {
 		return "", fmt.Errorf("%w: empty summary", ErrAnswer)
 	}
-	return content, nil
+	// The summary is kept in the run's checkpoint and streamed: a model
+	// steered by the conversations it read wrote 9 MiB of it.
+	return truncate(content, maxSummaryChars), nil
 }
 
 // chat runs one Chat call; with a schema it asks for JSON-schema output.
