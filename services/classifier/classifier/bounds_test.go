@@ -28,7 +28,9 @@ func TestModelOutputOfARunIsBounded(t *testing.T) {
 	isBatch := func(r *providersim.Request) bool {
 		return !isPlan(r) && !strings.Contains(r.AllText(), modelcalls.SummarizeMarker)
 	}
-	item := func(id, label, reason string) map[string]any { return map[string]any{"id": id, "label": label, "reason": reason} }
+	item := func(id, label, reason string) map[string]any {
+		return map[string]any{"id": id, "label": label, "reason": reason}
+	}
 	run := func(reason, summary string) *classifierv1.Run {
 		t.Helper()
 		sim.Reset()
