@@ -152,7 +152,8 @@ const maxCatalogRounds = 32
 // calls something it must not, ErrQuery with the server's message when the
 // server rejects the statement (or cannot run the check), nil otherwise.
 func checkPostgres(ctx context.Context, conn *sql.Conn, query string, timeout time.Duration) error {
-	tx, err := conn.BeginTx(ctx, nil)
+	// Not bound to ctx (its statements are): see readOnlyTx.
+	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return dbError(err)
 	}

@@ -107,7 +107,13 @@ func (c *conn) readSession(ctx context.Context, fn func(*sql.Conn) error) error 
 // readOnlyTx runs fn in a READ ONLY transaction with a statement timeout,
 // and rolls it back.
 func readOnlyTx(ctx context.Context, conn *sql.Conn, timeout time.Duration, fn func(*sql.Tx) error) error {
-	tx, err := conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	// The transaction is not bound to ctx, whose statements still are: a
+	// Tx bound to it is rolled back from another goroutine when ctx ends,
+	// which closes conn there while readSession goes on to reset it — and
+	// database/sql can then hand that reset a closed connection (a nil
+	// driver connection: it panicked once in CI after a read's timeout).
+	// The deferred Rollback ends it here instead.
+	tx, err := conn.BeginTx(context.WithoutCancel(ctx), &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return dbError(err)
 	}
