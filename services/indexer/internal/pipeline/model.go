@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc"
 
@@ -172,15 +171,6 @@ func (m *Models) SummarizeLog(ctx context.Context, title, digest string, ex *ind
 // maxReasonRunes bounds a reason the model gives (content type, route).
 const maxReasonRunes = 1000
 
-// clipRunes cuts s to at most n runes, marking the cut.
-func clipRunes(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n]) + "…"
-}
-
 // RouteTool is the name of the routing tool offered to the model.
 const RouteTool = "route_task"
 
@@ -229,7 +219,7 @@ func (m *Models) Route(ctx context.Context, summary string) (routing indexerv1.R
 		// A tool call's arguments are the model's: the schema's bound on
 		// the reason is not enforced for them, so it is cut here (a
 		// model steered by the document wrote 2 MiB of reason).
-		reason := clipRunes(strings.TrimSpace(args.Reason), maxReasonRunes)
+		reason := clip(strings.TrimSpace(args.Reason), maxReasonRunes)
 		switch strings.ToUpper(strings.TrimSpace(args.Decision)) {
 		case "DONE":
 			return indexerv1.Routing_ROUTING_DONE, reason, true, tokens, nil

@@ -59,16 +59,6 @@ func Refs(sql string, d Dialect) (refs []Ref, params bool, err error) {
 // of a common table expression, "name (a, b) AS (": its match is followed
 // by AS and "(", which a function call's never is ("f(x) AS alias").
 func cteColumns(toks []token, open int) bool {
-	depth := 0
-	for i := open; i < len(toks); i++ {
-		switch {
-		case toks[i].punct("("):
-			depth++
-		case toks[i].punct(")"):
-			if depth--; depth == 0 {
-				return i+2 < len(toks) && toks[i+1].kind == kWord && toks[i+1].text == "AS" && toks[i+2].punct("(")
-			}
-		}
-	}
-	return false
+	i := matching(toks, open) // the last token when unbalanced: false below
+	return i+2 < len(toks) && toks[i].punct(")") && toks[i+1].kind == kWord && toks[i+1].text == "AS" && toks[i+2].punct("(")
 }
