@@ -34,8 +34,9 @@ func gateFor(uri string) *writeGate {
 	return g.(*writeGate)
 }
 
-// isWrite reports whether a command writes.
-func isWrite(cmd string) bool {
+// IsWrite reports whether a command (by its name, the first key of its
+// document) writes.
+func IsWrite(cmd string) bool {
 	switch cmd {
 	case "insert", "update", "delete", "findAndModify", "create", "createIndexes", "drop", "dropIndexes", "dropDatabase":
 		return true
@@ -49,7 +50,7 @@ func isWrite(cmd string) bool {
 func (g *writeGate) monitor() *event.CommandMonitor {
 	return &event.CommandMonitor{
 		Started: func(ctx context.Context, e *event.CommandStartedEvent) {
-			if !isWrite(e.CommandName) {
+			if !IsWrite(e.CommandName) {
 				return
 			}
 			select {

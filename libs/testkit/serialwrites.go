@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/agentmesh/agentmesh/libs/mongox"
 )
 
 // SerialWrites is a MongoDB wire-protocol relay that lets the write
@@ -219,9 +221,7 @@ func writeTarget(msg []byte) (db string, write bool) {
 	if err != nil || len(elems) == 0 {
 		return "", false
 	}
-	switch elems[0].Key() {
-	case "insert", "update", "delete", "findAndModify", "create", "createIndexes", "drop", "dropIndexes", "dropDatabase":
-	default:
+	if !mongox.IsWrite(elems[0].Key()) {
 		return "", false
 	}
 	if v, err := body.LookupErr("$db"); err == nil {
