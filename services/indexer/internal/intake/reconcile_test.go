@@ -346,18 +346,6 @@ func TestRedeliveredIntakeFinishesTheInterruptedOne(t *testing.T) {
 	})
 }
 
-// counting is an extractor that counts its runs (each would be a model
-// call for the LLM extractor).
-type counting struct{ runs *atomic.Int32 }
-
-func (counting) Name() string                     { return "counting" }
-func (counting) SchemaVersion() int               { return 1 }
-func (counting) CanHandle(*extract.Document) bool { return true }
-func (c counting) Extract(context.Context, *extract.Document) ([]extract.Extract, error) {
-	c.runs.Add(1)
-	return nil, nil
-}
-
 // TestJobOfADeadIngestWaitsForItsReconciliation: a process killed after
 // queueing a document's extraction job but before marking the document
 // indexed leaves both; at the restart the job is delivered at once, while
@@ -372,7 +360,9 @@ func TestJobOfADeadIngestWaitsForItsReconciliation(t *testing.T) {
 		ctx := context.Background()
 		var runs atomic.Int32
 		const ttl = 600 * time.Millisecond
-		svc, docs := newService(t, db, intake.Config{JobLeaseTTL: ttl}, counting{&runs})
+		ext := blocking{&runs, make(chan struct{})}
+		close(ext.release) // runs return at once
+		svc, docs := newService(t, db, intake.Config{JobLeaseTTL: ttl}, ext)
 		sc := document.Scope{Tenant: "acme"}
 		killed := errors.New("killed after the first write")
 		intake.SetAfterSave(svc, func(string) error { return killed })
@@ -392,13 +382,7 @@ func TestJobOfADeadIngestWaitsForItsReconciliation(t *testing.T) {
 		if err := docs.CreateJob(ctx, old); err != nil {
 			t.Fatal(err)
 		}
-		deliver := func(jobID string) error {
-			work, err := anypb.New(&indexerv1.ExtractionJob{Id: jobID, Scope: sc.Proto(), DocumentId: id, ContentHash: d.ContentHash})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return svc.HandleJob(ctx, &events.Delivery{Event: &commonv1.Event{Payload: work}, NumDelivered: 1})
-		}
+		deliver := func(jobID string) error { return deliverJob(ctx, t, svc, d, jobID) }
 		start := time.Now()
 		if err := deliver(old.ID); err == nil {
 			t.Fatal("the job of an unfinished ingest ran to its end")
@@ -428,7 +412,19 @@ func TestJobOfADeadIngestWaitsForItsReconciliation(t *testing.T) {
 	})
 }
 
-// blocking is an extractor that counts its runs and waits for release.
+// deliverJob hands svc the work item of extraction job jobID of doc, as
+// the work queue does on a first delivery.
+func deliverJob(ctx context.Context, t *testing.T, svc *intake.Service, doc *document.Document, jobID string) error {
+	t.Helper()
+	work, err := anypb.New(&indexerv1.ExtractionJob{Id: jobID, Scope: doc.Scope.Proto(), DocumentId: doc.ID, ContentHash: doc.ContentHash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc.HandleJob(ctx, &events.Delivery{Event: &commonv1.Event{Payload: work}, NumDelivered: 1})
+}
+
+// blocking is an extractor that counts its runs (each would be a model
+// call for the LLM extractor) and waits for release.
 type blocking struct {
 	runs    *atomic.Int32
 	release chan struct{}
@@ -473,13 +469,7 @@ func TestSingleWriterTakesADeadProcesssClaim(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deliver := func(ctx context.Context) error {
-			work, err := anypb.New(&indexerv1.ExtractionJob{Id: res.JobID, Scope: sc.Proto(), DocumentId: doc.ID, ContentHash: doc.ContentHash})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return svc.HandleJob(ctx, &events.Delivery{Event: &commonv1.Event{Payload: work}, NumDelivered: 1})
-		}
+		deliver := func(ctx context.Context) error { return deliverJob(ctx, t, svc, doc, res.JobID) }
 		first := make(chan error, 1)
 		go func() {
 			ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
