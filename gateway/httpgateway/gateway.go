@@ -39,8 +39,8 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 
-	"github.com/agentmesh/agentmesh/gateway/openaiapi"
 	"github.com/agentmesh/agentmesh/gateway/openapi"
+	"github.com/agentmesh/agentmesh/libs/frontdoor"
 	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
@@ -48,13 +48,14 @@ import (
 	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
 	visionv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/vision/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/services/modelgateway/openaiapi"
 )
 
 // gateway holds what the handlers share. Immutable after Handler returns.
 type gateway struct {
 	cfg      Config
 	log      *slog.Logger
-	keys     *keyring
+	door     *frontdoor.Door
 	backends Backends
 	metrics  instruments
 	routes   routeTable
@@ -74,7 +75,7 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 			return nil, fmt.Errorf("httpgateway: no connection for %s", b.name)
 		}
 	}
-	keys, err := parseAPIKeys(cfg.APIKeys)
+	keys, err := frontdoor.ParseKeys(cfg.APIKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +87,8 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{cfg: cfg.withDefaults(), log: log, keys: keys, backends: backends, metrics: inst, routes: routes}
+	g := &gateway{cfg: cfg.withDefaults(), log: log, backends: backends, metrics: inst, routes: routes}
+	g.door = &frontdoor.Door{Keys: keys, CORSOrigins: g.cfg.CORSOrigins}
 	if err := checkReadyServices(g.cfg.ReadyServices, backends); err != nil {
 		return nil, err
 	}

@@ -1,25 +1,19 @@
 package httpgateway
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/agentmesh/agentmesh/gateway/openapi"
+	"github.com/agentmesh/agentmesh/libs/frontdoor"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
 )
 
@@ -36,43 +30,7 @@ func (g *gateway) readBody(next http.Handler) http.Handler {
 
 // readBodyAs is readBody answering failures with fail.
 func (g *gateway) readBodyAs(fail statusWriter, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body == nil || r.Body == http.NoBody {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if r.ContentLength > g.cfg.MaxBodyBytes {
-			w.Header().Set("Connection", "close")
-			fail(w, http.StatusRequestEntityTooLarge, status.Newf(codes.InvalidArgument, "request body is larger than %d bytes", g.cfg.MaxBodyBytes))
-			return
-		}
-		rc := http.NewResponseController(w)
-		deadlineSet := rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout)) == nil
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
-		if err != nil {
-			// The connection's read side is unusable now: close it. The
-			// deadline stays, so the server's own read of what is left of
-			// the body cannot block either.
-			w.Header().Set("Connection", "close")
-			var tooLarge *http.MaxBytesError
-			var ne net.Error
-			switch {
-			case errors.As(err, &tooLarge):
-				fail(w, http.StatusRequestEntityTooLarge, status.Newf(codes.InvalidArgument, "request body is larger than %d bytes", g.cfg.MaxBodyBytes))
-			case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-				fail(w, http.StatusRequestTimeout, status.Newf(codes.DeadlineExceeded, "request body not received within %s", g.cfg.BodyTimeout))
-			default:
-				fail(w, http.StatusBadRequest, status.Newf(codes.InvalidArgument, "reading the request body: %v", err))
-			}
-			return
-		}
-		if deadlineSet {
-			_ = rc.SetReadDeadline(time.Time{})
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
-		next.ServeHTTP(w, r)
-	})
+	return frontdoor.ReadBody(frontdoor.BodyLimits{MaxBytes: g.cfg.MaxBodyBytes, Timeout: g.cfg.BodyTimeout}, fail, next)
 }
 
 // gatewayQueryParams are query parameters the gateway itself reads on

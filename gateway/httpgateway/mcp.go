@@ -40,5 +40,5 @@ func mcpScope(ctx context.Context) (mcpserver.Scope, error) {
 	if !ok {
 		return mcpserver.Scope{}, errors.New("the request is not authenticated")
 	}
-	return mcpserver.Scope{Tenant: p.tenant, Project: p.project, Caller: p.caller}, nil
+	return mcpserver.Scope{Tenant: p.Tenant, Project: p.Project, Caller: p.Caller}, nil
 }

@@ -6,8 +6,8 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	"github.com/agentmesh/agentmesh/gateway/openaiapi"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	"github.com/agentmesh/agentmesh/services/modelgateway/openaiapi"
 )
 
 // openAIHandler serves the OpenAI-compatible API under openaiapi.Prefix,
@@ -20,7 +20,7 @@ func (g *gateway) openAIHandler() (http.Handler, error) {
 		Client: modelv1.NewModelServiceClient(g.backends.Model),
 		Caller: func(r *http.Request) (openaiapi.Caller, bool) {
 			p, ok := principalFrom(r.Context())
-			return openaiapi.Caller{Tenant: p.tenant, Project: p.project, Key: p.caller}, ok
+			return openaiapi.Caller{Tenant: p.Tenant, Project: p.Project, Key: p.Caller}, ok
 		},
 		Metadata:  func(r *http.Request) metadata.MD { return requestMetadata(r.Context(), r) },
 		KeepAlive: g.cfg.SSEKeepAlive,

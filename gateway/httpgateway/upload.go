@@ -319,7 +319,7 @@ func classify(name string, data []byte) (uploadedFile, *uploadError) {
 func uploadRequest(r *http.Request, files []uploadedFile, fields map[string]string) (*indexerv1.IngestDocumentRequest, *uploadError) {
 	req := &indexerv1.IngestDocumentRequest{Title: fields["title"]}
 	if p, ok := principalFrom(r.Context()); ok {
-		req.Scope = &commonv1.Scope{TenantId: p.tenant, ProjectId: p.project}
+		req.Scope = &commonv1.Scope{TenantId: p.Tenant, ProjectId: p.Project}
 	}
 	if project := fields["project_id"]; project != "" {
 		// The project to store it in, as scope.project_id of the JSON API:

@@ -8,11 +8,18 @@ import (
 )
 
 // BenchmarkChatCompletion sends one unary chat completion per iteration
-// through the real REST gateway, model gateway and provider simulator, as
+// through each door (the REST gateway or the model gateway's own listener)
+// in front of the real model gateway and provider simulator, as
 // an OpenAI client would: the whole path's cost in one process, for CPU
 // profiles of the API's share (go test -bench ChatCompletion -cpuprofile).
 func BenchmarkChatCompletion(b *testing.B) {
-	m := startMesh(b)
+	for _, d := range []door{restDoor, modelDoor} {
+		b.Run(string(d), func(b *testing.B) { benchmarkChatCompletion(b, d) })
+	}
+}
+
+func benchmarkChatCompletion(b *testing.B, d door) {
+	m := startMesh(b, d)
 	body := `{"model": "chat", "messages": [{"role": "system", "content": "You are a concise financial analyst."},
 		{"role": "user", "content": "Summarise the quarter in one sentence."}]}`
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}

@@ -55,25 +55,56 @@ models:
   embed: [{provider: oa, model: sim-embed}]
 `
 
-// startMesh starts the simulator, the model gateway and the HTTP gateway
-// with the test's API keys; everything stops in t.Cleanup.
-func startMesh(t testing.TB) *mesh {
+// door is where a test's requests enter the mesh: the REST gateway (one
+// gRPC hop in front of the model gateway) or the model gateway's own
+// listener (MODELGATEWAY_OPENAI_ADDR). Both serve the same API, and every
+// test of it runs at both.
+type door string
+
+const (
+	restDoor  door = "rest-gateway"
+	modelDoor door = "modelgateway"
+)
+
+// atEachDoor runs test once per door, one subtest after the other, each
+// starting its own mesh.
+func atEachDoor(t *testing.T, test func(t *testing.T, d door)) {
 	t.Helper()
-	return startMeshWith(t, httpgateway.Config{APIKeys: apiKeys})
+	for _, d := range []door{restDoor, modelDoor} {
+		t.Run(string(d), func(t *testing.T) { test(t, d) })
+	}
 }
 
-// startMeshWith is startMesh with the HTTP gateway's configuration.
-func startMeshWith(t testing.TB, cfg httpgateway.Config) *mesh {
+// startMesh starts the simulator, the model gateway and, for restDoor, the
+// HTTP gateway, with the test's API keys; everything stops in t.Cleanup.
+func startMesh(t testing.TB, d door) *mesh {
+	t.Helper()
+	return startMeshWith(t, d, httpgateway.Config{APIKeys: apiKeys})
+}
+
+// startMeshWith is startMesh with the HTTP gateway's configuration; at the
+// model gateway's door its API keys and keep-alive are the model gateway's.
+func startMeshWith(t testing.TB, d door, cfg httpgateway.Config) *mesh {
 	t.Helper()
 	sim := providersim.Start(t, providersim.Options{Flavor: providersim.DeepSeek})
-	addr := modelgatewaytest.Start(t, fmt.Sprintf(routing, sim.URL, sim.URL+"/v1"), map[string]string{
+	env := map[string]string{
 		"DEEPSEEK_API_KEY":              "sim-key",
 		"OPENAI_API_KEY":                "sim-key",
 		"MODELGATEWAY_MAX_ATTEMPTS":     "1",
 		"MODELGATEWAY_PROBE_INTERVAL":   "1h",
 		"MODELGATEWAY_RETRY_BASE_DELAY": "10ms",
 		"MODELGATEWAY_RETRY_MAX_DELAY":  "20ms",
-	})
+	}
+	table := fmt.Sprintf(routing, sim.URL, sim.URL+"/v1")
+	if d == modelDoor {
+		env["GATEWAY_API_KEYS"] = cfg.APIKeys
+		if cfg.SSEKeepAlive > 0 {
+			env["MODELGATEWAY_OPENAI_KEEPALIVE"] = cfg.SSEKeepAlive.String()
+		}
+		addr, base := modelgatewaytest.StartWithOpenAI(t, table, env)
+		return &mesh{base: base, sim: sim, modelAddr: addr}
+	}
+	addr := modelgatewaytest.Start(t, table, env)
 	url := httpgatewaytest.Start(t, cfg, httpgateway.Backends{Model: httpgatewaytest.Dial(t, addr)})
 	return &mesh{base: url + "/openai/v1", sim: sim, modelAddr: addr}
 }

@@ -14,10 +14,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/agentmesh/agentmesh/gateway/httpgateway/httpgatewaytest"
-	"github.com/agentmesh/agentmesh/gateway/openaiapi"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
+	"github.com/agentmesh/agentmesh/services/modelgateway/openaiapi"
 )
 
 type usageRow struct {
@@ -36,62 +36,64 @@ type usageRow struct {
 // project's key read another project's key names and counts).
 func TestUsageByKeyAndTenant(t *testing.T) {
 	t.Parallel()
-	m := startMesh(t)
-	m.sim.When(providersim.Match{LastUserContains: "usage marker"}).Text("counted").
-		Usage(providersim.Usage{PromptTokens: 10, CompletionTokens: 4, ReasoningTokens: 1})
-	chat := `{"model": "chat", "messages": [{"role": "user", "content": "usage marker"}]}`
-	stream := `{"model": "chat", "stream": true, "messages": [{"role": "user", "content": "usage marker"}]}`
-	for _, call := range []struct{ key, body string }{
-		{aliceKey, chat}, {aliceKey, stream}, {bobKey, chat}, {carolKey, chat}, {daveKey, chat}, {erinKey, chat},
-		{aliceKey, `{"model": "gpt-9", "messages": [{"role": "user", "content": "usage marker"}]}`}, // fails: not counted
-	} {
-		resp, body := post(t, m.base+"/chat/completions", call.key, call.body)
-		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
-			t.Fatalf("status %d: %s", resp.StatusCode, body)
+	atEachDoor(t, func(t *testing.T, d door) {
+		m := startMesh(t, d)
+		m.sim.When(providersim.Match{LastUserContains: "usage marker"}).Text("counted").
+			Usage(providersim.Usage{PromptTokens: 10, CompletionTokens: 4, ReasoningTokens: 1})
+		chat := `{"model": "chat", "messages": [{"role": "user", "content": "usage marker"}]}`
+		stream := `{"model": "chat", "stream": true, "messages": [{"role": "user", "content": "usage marker"}]}`
+		for _, call := range []struct{ key, body string }{
+			{aliceKey, chat}, {aliceKey, stream}, {bobKey, chat}, {carolKey, chat}, {daveKey, chat}, {erinKey, chat},
+			{aliceKey, `{"model": "gpt-9", "messages": [{"role": "user", "content": "usage marker"}]}`}, // fails: not counted
+		} {
+			resp, body := post(t, m.base+"/chat/completions", call.key, call.body)
+			if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
 		}
-	}
-	report := func(key string) (string, []usageRow) {
-		t.Helper()
-		resp, body := send(t, http.MethodGet, m.base+"/usage", key, "")
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		report := func(key string) (string, []usageRow) {
+			t.Helper()
+			resp, body := send(t, http.MethodGet, m.base+"/usage", key, "")
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			var r struct {
+				Object string     `json:"object"`
+				Tenant string     `json:"tenant"`
+				Data   []usageRow `json:"data"`
+			}
+			if err := json.Unmarshal(body, &r); err != nil {
+				t.Fatal(err)
+			}
+			return r.Tenant, r.Data
 		}
-		var r struct {
-			Object string     `json:"object"`
-			Tenant string     `json:"tenant"`
-			Data   []usageRow `json:"data"`
+		one := usageRow{Model: "chat", Requests: 1, PromptTokens: 10, CompletionTokens: 4, ReasoningTokens: 1, TotalTokens: 14}
+		keyed := func(key string, r usageRow) usageRow { r.Key = key; return r }
+		tenant, rows := report(bobKey)
+		want := []usageRow{
+			{Key: "alice", Model: "chat", Requests: 2, PromptTokens: 20, CompletionTokens: 8, ReasoningTokens: 2, TotalTokens: 28},
+			keyed("bob", one), keyed("dave", one), keyed("erin", one),
 		}
-		if err := json.Unmarshal(body, &r); err != nil {
-			t.Fatal(err)
+		if tenant != "acme" || !slices.Equal(rows, want) {
+			t.Errorf("acme's usage: %s %+v, want %+v", tenant, rows, want)
 		}
-		return r.Tenant, r.Data
-	}
-	one := usageRow{Model: "chat", Requests: 1, PromptTokens: 10, CompletionTokens: 4, ReasoningTokens: 1, TotalTokens: 14}
-	keyed := func(key string, r usageRow) usageRow { r.Key = key; return r }
-	tenant, rows := report(bobKey)
-	want := []usageRow{
-		{Key: "alice", Model: "chat", Requests: 2, PromptTokens: 20, CompletionTokens: 8, ReasoningTokens: 2, TotalTokens: 28},
-		keyed("bob", one), keyed("dave", one), keyed("erin", one),
-	}
-	if tenant != "acme" || !slices.Equal(rows, want) {
-		t.Errorf("acme's usage: %s %+v, want %+v", tenant, rows, want)
-	}
-	for key, who := range map[string]string{daveKey: "dave", erinKey: "erin"} {
-		if tenant, rows := report(key); tenant != "acme" || !slices.Equal(rows, []usageRow{keyed(who, one)}) {
-			t.Errorf("the usage a key of %s's project reads: %s %+v, want its project's row only", who, tenant, rows)
+		for key, who := range map[string]string{daveKey: "dave", erinKey: "erin"} {
+			if tenant, rows := report(key); tenant != "acme" || !slices.Equal(rows, []usageRow{keyed(who, one)}) {
+				t.Errorf("the usage a key of %s's project reads: %s %+v, want its project's row only", who, tenant, rows)
+			}
 		}
-	}
-	tenant, rows = report(carolKey)
-	if tenant != "globex" || len(rows) != 1 || rows[0].Key != "carol" || rows[0].Requests != 1 {
-		t.Errorf("globex's usage: %s %+v", tenant, rows)
-	}
+		tenant, rows = report(carolKey)
+		if tenant != "globex" || len(rows) != 1 || rows[0].Key != "carol" || rows[0].Requests != 1 {
+			t.Errorf("globex's usage: %s %+v", tenant, rows)
+		}
+	})
 }
 
 // The Prometheus counters carry tenant, key, model and kind, and count
 // requests by endpoint and HTTP status.
 func TestUsageCounters(t *testing.T) {
 	t.Parallel()
-	m := startMesh(t)
+	m := startMesh(t, restDoor)
 	m.sim.When(providersim.Match{LastUserContains: "metered marker"}).Text("counted").
 		Usage(providersim.Usage{PromptTokens: 12, CompletionTokens: 3})
 	reader := sdkmetric.NewManualReader()

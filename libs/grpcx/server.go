@@ -58,17 +58,8 @@ func NewServer(cfg ServerConfig, log *slog.Logger, opts ...grpc.ServerOption) *S
 	st := &serviceStats{Handler: otelgrpc.NewServerHandler()}
 	base := []grpc.ServerOption{
 		grpc.StatsHandler(st),
-		grpc.ChainUnaryInterceptor(
-			unaryRecover(log),
-			unaryDeadline(cfg.DefaultTimeout),
-			unaryLog(log),
-			unaryValidate(guard),
-		),
-		grpc.ChainStreamInterceptor(
-			streamRecover(log),
-			streamLog(log),
-			streamValidate(guard),
-		),
+		grpc.ChainUnaryInterceptor(unaryInterceptors(cfg, log, guard)...),
+		grpc.ChainStreamInterceptor(streamInterceptors(log, guard)...),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
@@ -85,6 +76,26 @@ func NewServer(cfg ServerConfig, log *slog.Logger, opts ...grpc.ServerOption) *S
 	healthpb.RegisterHealthServer(s.grpc, hs)
 	reflection.Register(s.grpc)
 	return s
+}
+
+// unaryInterceptors are the interceptors of every unary RPC a service
+// serves, outermost first: over the network (Server) or in process (Local).
+func unaryInterceptors(cfg ServerConfig, log *slog.Logger, guard *requestGuard) []grpc.UnaryServerInterceptor {
+	return []grpc.UnaryServerInterceptor{
+		unaryRecover(log),
+		unaryDeadline(cfg.DefaultTimeout),
+		unaryLog(log),
+		unaryValidate(guard),
+	}
+}
+
+// streamInterceptors are unaryInterceptors' counterparts for streams.
+func streamInterceptors(log *slog.Logger, guard *requestGuard) []grpc.StreamServerInterceptor {
+	return []grpc.StreamServerInterceptor{
+		streamRecover(log),
+		streamLog(log),
+		streamValidate(guard),
+	}
 }
 
 // GRPC returns the underlying server for service registration.

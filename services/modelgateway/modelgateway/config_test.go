@@ -16,7 +16,7 @@ import (
 // services by cmd/agentmesh's TestKubernetesEnvMatchesConfig.)
 func TestAPIKeysAreSecret(t *testing.T) {
 	t.Parallel()
-	for _, secret := range []string{"DEEPSEEK_API_KEY", "QWEN_API_KEY", "OPENAI_API_KEY"} {
+	for _, secret := range []string{"DEEPSEEK_API_KEY", "QWEN_API_KEY", "OPENAI_API_KEY", "GATEWAY_API_KEYS"} {
 		found := false
 		for _, v := range config.Vars("", &modelgateway.Config{}) {
 			if v.Name == secret {
@@ -42,6 +42,9 @@ func TestBadConfigurationStopsTheStartNamingIt(t *testing.T) {
 		"missing routing file":      {map[string]string{"MODELGATEWAY_CONFIG": "/nonexistent/routing.yaml"}, "/nonexistent/routing.yaml"},
 		"unreadable key file":       {map[string]string{"DEEPSEEK_API_KEY_FILE": "/nonexistent/key"}, "DEEPSEEK_API_KEY_FILE"},
 		"negative simulator pace":   {map[string]string{"MODELGATEWAY_PROVIDER": "sim", "MODELGATEWAY_SIM_LATENCY": "-1s"}, "MODELGATEWAY_SIM_LATENCY"},
+		"OpenAI listener's bad keys": {map[string]string{"MODELGATEWAY_PROVIDER": "sim", "MODELGATEWAY_OPENAI_ADDR": "127.0.0.1:0", "GATEWAY_API_KEYS": "k1=acme,k1=globex"},
+			"GATEWAY_API_KEYS: entry 2: duplicate key"},
+		"OpenAI listener's address": {map[string]string{"MODELGATEWAY_PROVIDER": "sim", "MODELGATEWAY_OPENAI_ADDR": "256.0.0.1:x"}, "MODELGATEWAY_OPENAI_ADDR"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -7,6 +7,7 @@ package modelgateway
 import (
 	"context"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"time"
@@ -74,6 +75,19 @@ type Config struct {
 	UsageTenants int `env:"MODELGATEWAY_USAGE_TENANTS" default:"100" min:"1" help:"tenants whose tokens are counted by name in the token metric and GetUsage (GET /v1/usage); the calls of tenants first seen after that many count as tenant \"other\""`
 
 	ProbeInterval time.Duration `env:"MODELGATEWAY_PROBE_INTERVAL" default:"30s" help:"how often provider availability is checked in the background"`
+
+	// OpenAIAddr serves the OpenAI-compatible API from this process.
+	OpenAIAddr string `env:"MODELGATEWAY_OPENAI_ADDR" help:"listen address of the OpenAI-compatible HTTP API (/openai/v1) served by the model gateway itself, in the process that runs ModelService: without the REST gateway's hop (an Ingress routes /openai/v1 here); empty = not served here (the REST gateway serves the same API, one hop further)"`
+	// APIKeys authenticate the OpenAI-compatible listener.
+	APIKeys string `env:"GATEWAY_API_KEYS" secret:"true" help:"API keys of the OpenAI-compatible listener, in the REST gateway's GATEWAY_API_KEYS format (give both the same keys); empty = open development mode, tenant from X-Tenant-Id"`
+	// OpenAIMaxBodyBytes and OpenAIBodyTimeout bound a request body.
+	OpenAIMaxBodyBytes int64         `env:"MODELGATEWAY_OPENAI_MAX_BODY_BYTES" default:"33554432" min:"1" help:"largest request body the OpenAI-compatible listener accepts, in bytes"`
+	OpenAIBodyTimeout  time.Duration `env:"MODELGATEWAY_OPENAI_BODY_TIMEOUT" default:"60s" help:"longest time a request body may take to arrive at the OpenAI-compatible listener; a slower client gets 408"`
+	OpenAIKeepAlive    time.Duration `env:"MODELGATEWAY_OPENAI_KEEPALIVE" default:"15s" help:"interval of the : keep-alive comment on a silent stream of the OpenAI-compatible listener"`
+
+	// OpenAIListener, if set, is where the OpenAI-compatible API is served
+	// instead of OpenAIAddr (tests). Run closes it on return.
+	OpenAIListener net.Listener
 }
 
 // Run serves the service on rt.Listener until ctx is done, then shuts down
@@ -94,7 +108,15 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	// stacks) across RPCs instead of starting one per RPC: on the hot path
 	// that saves the stack growth every request otherwise pays.
 	srv := grpcx.NewServer(rt.Server, rt.Logger, grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))))
-	modelv1.RegisterModelServiceServer(srv.GRPC(), grpcapi.New(gw))
+	api := grpcapi.New(gw)
+	modelv1.RegisterModelServiceServer(srv.GRPC(), api)
+
+	openAI, err := startOpenAI(ctx, cfg, rt, api)
+	if err != nil {
+		_ = rt.Listener.Close()
+		return err
+	}
+	defer openAI.stop()
 
 	pctx, stopProbes := context.WithCancel(ctx)
 	defer stopProbes()

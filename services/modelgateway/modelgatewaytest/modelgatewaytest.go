@@ -5,6 +5,7 @@ package modelgatewaytest
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,6 +24,23 @@ func Start(t testing.TB, routing string, env map[string]string) string {
 	return testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
 		return modelgateway.Run(ctx, cfg, rt)
 	})
+}
+
+// StartWithOpenAI is Start with the gateway's own OpenAI-compatible
+// listener on a loopback port too (MODELGATEWAY_OPENAI_ADDR); it returns
+// the gRPC address and the API's base URL, http://127.0.0.1:PORT/openai/v1.
+func StartWithOpenAI(t testing.TB, routing string, env map[string]string) (addr, openAIBase string) {
+	t.Helper()
+	cfg := Config(t, routing, env)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.OpenAIListener = lis
+	addr = testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
+		return modelgateway.Run(ctx, cfg, rt)
+	})
+	return addr, "http://" + lis.Addr().String() + "/openai/v1"
 }
 
 // Config loads the gateway's configuration from env (its variables, as a

@@ -172,7 +172,7 @@ func portsMatch(ports []networkingv1.NetworkPolicyPort, dst *peer, port int32, p
 // DNS, the collector, and NATS, MongoDB, the providers and databases only
 // from the pods whose configuration uses them.
 func (c *checker) networkPolicies() Result {
-	res := Result{Name: "NetworkPolicies: only the gateway takes ingress from outside; services only from the mesh; egress only to what each pod's configuration uses"}
+	res := Result{Name: "NetworkPolicies: only the gateway and the model gateway's OpenAI-compatible port take ingress from outside; services only from the mesh; egress only to what each pod's configuration uses"}
 	pols := of[*networkingv1.NetworkPolicy](c.objs)
 	ns := ""
 	for _, o := range c.objs {
@@ -249,15 +249,17 @@ func (c *checker) networkPolicies() Result {
 	}
 
 	for _, to := range pods {
-		// Ingress from outside the mesh: the gateway's HTTP port only.
+		// Ingress from outside the mesh: the gateway's HTTP port, and the
+		// model gateway's OpenAI-compatible port where it serves one.
 		for _, cp := range to.ports {
 			gatewayHTTP := comp(to) == "gateway" && cp.Name == "http"
+			openAI := comp(to) == "service" && cp.Name == "openai" && uses(to, hasEnv("MODELGATEWAY_OPENAI_ADDR"))
 			for _, from := range []*peer{internet, otherNS} {
-				want(gatewayHTTP, from, to, cp.ContainerPort, corev1.ProtocolTCP, "only the gateway takes ingress from outside the mesh")
+				want(gatewayHTTP || openAI, from, to, cp.ContainerPort, corev1.ProtocolTCP, "only the gateway and the model gateway's OpenAI-compatible port take ingress from outside the mesh")
 			}
 			want(false, stranger, to, cp.ContainerPort, corev1.ProtocolTCP, "a pod of the namespace outside the mesh reaches nothing")
 			scrape := mesh(to) && (cp.Name == "metrics" || cp.Name == "model-metrics")
-			want(scrape || gatewayHTTP, prometheus, to, cp.ContainerPort, corev1.ProtocolTCP, "Prometheus scrapes metrics ports only")
+			want(scrape || gatewayHTTP || openAI, prometheus, to, cp.ContainerPort, corev1.ProtocolTCP, "Prometheus scrapes metrics ports only")
 		}
 		// Services take gRPC from every mesh pod, and from no other.
 		if comp(to) == "service" {

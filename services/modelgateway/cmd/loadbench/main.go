@@ -67,9 +67,9 @@ func main() {
 		latency  = flag.Duration("upstream-latency", 20*time.Millisecond, "mock upstream latency")
 		modes    = flag.String("modes", "unary,stream", "modes to run: unary (Chat), stream (ChatStream time to first chunk)")
 		compare  = flag.String("compare", "", "also run a second gateway with these extra variables (space-separated X=v), in the same rounds, and print its row as \"gateway B\": an A/B of a setting within one run")
-		httpGW   = flag.String("http-gateway", "", "path of the REST gateway's binary (go build ./gateway): also send the same chat request through its OpenAI-compatible API (/openai/v1/chat/completions) in front of the model gateway, in the same rounds (the \"openai http api\" row)")
-		httpGWB  = flag.String("http-gateway-b", "", "path of a second REST gateway binary (another build, say the previous commit's), run like -http-gateway in front of the same model gateway in the same rounds: its row is \"openai http api B\", an A/B of two builds within one run")
-		httpEnvB = flag.String("http-gateway-b-env", "", "extra variables (space-separated X=v) for \"openai http api B\", which runs the -http-gateway binary unless -http-gateway-b names another: an A/B of a setting of the REST gateway within one run")
+		httpGW   = flag.String("http-gateway", "", "path of the REST gateway's binary (go build ./gateway): also send the same chat request through its OpenAI-compatible API (/openai/v1/chat/completions) in front of the model gateway, in the same rounds (the \"openai http api (REST gateway)\" row)")
+		httpGWB  = flag.String("http-gateway-b", "", "path of a second REST gateway binary (another build, say the previous commit's), run like -http-gateway in front of the same model gateway in the same rounds: its row is \"openai http api (REST gateway) B\", an A/B of two builds within one run")
+		httpEnvB = flag.String("http-gateway-b-env", "", "extra variables (space-separated X=v) for \"openai http api (REST gateway) B\", which runs the -http-gateway binary unless -http-gateway-b names another: an A/B of a setting of the REST gateway within one run")
 	)
 	flag.Parse()
 	if *echo {
@@ -159,7 +159,15 @@ func serveGateway() error {
 		return err
 	}
 	defer func() { _ = tel.Shutdown(context.Background()) }()
-	ready := func() { fmt.Printf("ADDR %s\n", lis.Addr()) }
+	// The gateway's own OpenAI-compatible listener, with the REST
+	// gateway's key: the "openai http api (model gateway)" row.
+	olis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	cfg.OpenAIListener = olis
+	cfg.APIKeys = httpAPIKey + "=bench"
+	ready := func() { fmt.Printf("ADDR %s %s\n", lis.Addr(), olis.Addr()) }
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return modelgateway.Run(ctx, &cfg, service.Runtime{Logger: log, Listener: lis, Server: cfg.Server, Ready: ready})
 }
@@ -274,13 +282,14 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 		}
 		defer g.stop()
 	}
-	// The HTTP gateway's OpenAI-compatible API in front of the first
-	// gateway: the same request as an OpenAI client sends it; and, given a
-	// second build, the same through it.
+	// The OpenAI-compatible API: the same request as an OpenAI client
+	// sends it, to the first gateway's own listener; to the REST gateway in
+	// front of it; and, given a second build, the same through that.
+	hops = append(hops, openAIOf(hops[0], b))
 	for _, h := range []struct {
 		name, bin string
 		env       []string
-	}{{"openai http api", httpGW, nil}, {"openai http api B", httpGWB, httpEnvB}} {
+	}{{"openai http api (REST gateway)", httpGW, nil}, {"openai http api (REST gateway) B", httpGWB, httpEnvB}} {
 		if h.bin == "" {
 			continue
 		}
@@ -316,11 +325,12 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 
 	fmt.Printf("model gateway overhead: upstream mock latency %v, %v per rate and path in %d alternating rounds, GOMAXPROCS=%s, %d CPUs, load average %s before the load\n\n",
 		latency, duration, rounds, envOr("GOMAXPROCS", "default"), numCPU(), loadAverage())
+	fmt.Printf("openai http api (model gateway): POST /openai/v1/chat/completions (API key auth, JSON or SSE) on the gateway's own listener (MODELGATEWAY_OPENAI_ADDR), which calls ModelService in process; its CPU and RSS are the gateway's, as in the gateway row\n\n")
 	if httpGW != "" {
-		fmt.Printf("openai http api: the REST gateway's POST /openai/v1/chat/completions (API key auth, JSON or SSE) in front of the gateway above; its overhead includes the gateway's, its CPU and RSS are the REST gateway's own\n\n")
+		fmt.Printf("openai http api (REST gateway): the same request to the REST gateway's /openai/v1 in front of the gateway above; its overhead includes the gateway's, its CPU and RSS are the REST gateway's own\n\n")
 	}
 	if httpGWB != "" {
-		fmt.Printf("openai http api B: the same through %s %s, in the same rounds\n\n", httpGWB, strings.Join(httpEnvB, " "))
+		fmt.Printf("openai http api (REST gateway) B: the same through %s %s, in the same rounds\n\n", httpGWB, strings.Join(httpEnvB, " "))
 	}
 	if len(compare) > 0 {
 		fmt.Printf("gateway B runs with %s, in the same rounds as gateway\n\n", strings.Join(compare, " "))
@@ -402,6 +412,8 @@ type hop struct {
 	extra  []string // variables it runs with beyond the shared ones
 	child  *exec.Cmd
 	addr   string           // where it listens
+	openAI string           // a gateway's OpenAI-compatible listener
+	shared bool             // its child is another hop's, which stops it
 	conn   *grpc.ClientConn // nil for the relay
 	client modelv1.ModelServiceClient
 	// unary and stream send one request through it.
@@ -415,10 +427,12 @@ type hop struct {
 }
 
 func (g *hop) start(self string, env []string) error {
-	child, addr, err := startChild(self, env, "-serve-gateway")
+	child, addrs, err := startChild(self, env, "-serve-gateway")
 	if err != nil {
 		return fmt.Errorf("%s: %w", g.name, err)
 	}
+	addr, openAI, _ := strings.Cut(addrs, " ")
+	g.openAI = openAI
 	// The load calls the gateway as the mesh's services do. A default
 	// grpc-go client instead estimates bandwidth, answering each response
 	// with a window update and a ping the gateway must read and answer: a
@@ -431,6 +445,16 @@ func (g *hop) start(self string, env []string) error {
 	g.child, g.addr, g.conn, g.client = child, addr, conn, modelv1.NewModelServiceClient(conn)
 	g.unary, g.stream = g.chat, g.chatStream
 	return nil
+}
+
+// openAIOf is the hop through gw's own OpenAI-compatible listener: the
+// same process as gw, reached over HTTP with the REST gateway's key.
+func openAIOf(gw *hop, b *bench) *hop {
+	api := "http://" + gw.openAI + "/openai/v1"
+	return &hop{name: "openai http api (model gateway)", child: gw.child, shared: true,
+		unary:  func(ctx context.Context, id int64) error { return b.post1(ctx, api, "chat", httpAPIKey, id) },
+		stream: func(ctx context.Context, id int64) error { return b.postStream1(ctx, api, "chat", httpAPIKey, id) },
+	}
 }
 
 // startRelay starts the tcp relay to the mock at to; requests through it
@@ -495,7 +519,9 @@ func (g *hop) stop() {
 	if g.conn != nil {
 		_ = g.conn.Close()
 	}
-	stopChild(g.child)
+	if !g.shared {
+		stopChild(g.child)
+	}
 }
 
 // reset forgets the measurements of the previous rate.

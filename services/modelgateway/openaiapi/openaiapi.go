@@ -18,9 +18,12 @@
 // matching HTTP status, and Retry-After when the provider gave one. A
 // stream that stays silent gets ": keep-alive" comments.
 //
-// The gateway authenticates requests before they reach this handler (an
-// OpenAI SDK sends its key as Authorization: Bearer); Options.Caller tells
-// the handler who asked, for usage metering.
+// Two doors serve it, with the same keys, limits and answers: the model
+// gateway's own listener (MODELGATEWAY_OPENAI_ADDR), which calls
+// ModelService in process, and the REST gateway, one gRPC hop away from
+// it. Each authenticates requests before they reach this handler (an
+// OpenAI SDK sends its key as Authorization: Bearer; libs/frontdoor);
+// Options.Caller tells the handler who asked, for usage metering.
 package openaiapi
 
 import (

@@ -50,7 +50,7 @@ type ledger struct {
 }
 
 func newLedger(mp metric.MeterProvider) (*ledger, error) {
-	m := mp.Meter("github.com/agentmesh/agentmesh/gateway/openaiapi")
+	m := mp.Meter("github.com/agentmesh/agentmesh/services/modelgateway/openaiapi")
 	tokens, err := m.Int64Counter("agentmesh.gateway.openai.tokens", metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens used through the OpenAI-compatible API, by tenant, API key, logical model and kind (prompt, completion, reasoning)."))
 	if err != nil {

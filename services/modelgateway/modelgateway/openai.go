@@ -1,0 +1,131 @@
+package modelgateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/agentmesh/agentmesh/libs/frontdoor"
+	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/libs/service"
+	"github.com/agentmesh/agentmesh/services/modelgateway/openaiapi"
+)
+
+// openAIServer is the OpenAI-compatible listener of a running gateway.
+type openAIServer struct {
+	done chan struct{} // closed when the server has shut down
+}
+
+// stop waits until the listener has shut down (Run's ctx ends it).
+func (s *openAIServer) stop() {
+	if s.done != nil {
+		<-s.done
+	}
+}
+
+// startOpenAI serves the OpenAI-compatible API (openaiapi) on
+// MODELGATEWAY_OPENAI_ADDR, when set, until ctx ends: the API the REST
+// gateway serves too, here in the process that runs ModelService, whose
+// handlers it calls in process (grpcx.Local) instead of over a second
+// process's gRPC hop. Keys, body limits and error shapes are the REST
+// gateway's (frontdoor). After ctx ends, requests in flight get the gRPC
+// server's shutdown grace.
+func startOpenAI(ctx context.Context, cfg *Config, rt service.Runtime, api modelv1.ModelServiceServer) (*openAIServer, error) {
+	lis := cfg.OpenAIListener
+	if lis == nil && cfg.OpenAIAddr == "" {
+		return &openAIServer{}, nil
+	}
+	log := rt.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	fail := func(err error) (*openAIServer, error) {
+		if lis != nil {
+			_ = lis.Close()
+		}
+		return nil, err
+	}
+	keys, err := frontdoor.ParseKeys(cfg.APIKeys)
+	if err != nil {
+		return fail(err)
+	}
+	local := grpcx.NewLocal(rt.Server, log)
+	modelv1.RegisterModelServiceServer(local, api)
+	h, err := openaiapi.New(openaiapi.Options{
+		Client: modelv1.NewModelServiceClient(local),
+		Caller: func(r *http.Request) (openaiapi.Caller, bool) {
+			p, ok := frontdoor.PrincipalFrom(r.Context())
+			return openaiapi.Caller{Tenant: p.Tenant, Project: p.Project, Key: p.Caller}, ok
+		},
+		Metadata: func(r *http.Request) metadata.MD {
+			p, _ := frontdoor.PrincipalFrom(r.Context())
+			return p.Metadata()
+		},
+		KeepAlive: cfg.OpenAIKeepAlive,
+		Log:       log,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if lis == nil {
+		if lis, err = net.Listen("tcp", cfg.OpenAIAddr); err != nil {
+			return nil, errors.New("MODELGATEWAY_OPENAI_ADDR: " + err.Error())
+		}
+	}
+	door := &frontdoor.Door{Keys: keys}
+	limits := frontdoor.BodyLimits{MaxBytes: cfg.OpenAIMaxBodyBytes, Timeout: cfg.OpenAIBodyTimeout}
+	if limits.MaxBytes <= 0 {
+		limits.MaxBytes = 32 << 20
+	}
+	if limits.Timeout <= 0 {
+		limits.Timeout = time.Minute
+	}
+	// Requests run under their own context, cancelled only when the grace
+	// period is over, so calls in flight can finish after ctx ends.
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	srv := &http.Server{
+		Handler:           door.Authenticate(openaiapi.WriteStatus, frontdoor.ReadBody(limits, openaiapi.WriteStatus, h)),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	mode := "api keys"
+	if keys.Open() {
+		mode = "open (development: tenant from X-Tenant-Id)"
+	}
+	log.Info("serving the OpenAI-compatible API", "addr", lis.Addr().String(), "path", openaiapi.Prefix, "auth", mode)
+	s := &openAIServer{done: make(chan struct{})}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	go func() {
+		defer close(s.done)
+		defer cancelRequests()
+		select {
+		case err := <-served:
+			log.Error("the OpenAI-compatible listener stopped", "error", err)
+			return
+		case <-ctx.Done():
+		}
+		grace := rt.Server.ShutdownTimeout
+		if grace <= 0 {
+			grace = 20 * time.Second
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("grace period over; cancelling the OpenAI-compatible API's requests still running", "error", err)
+			cancelRequests()
+			_ = srv.Close()
+		}
+		<-served
+	}()
+	return s, nil
+}
