@@ -11,10 +11,30 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agentmesh/agentmesh/libs/outage"
+	"github.com/agentmesh/agentmesh/libs/priority"
 )
 
 // unaryRecover turns a panic in a handler into codes.Internal, logging the
 // stack once; the client never sees the panic value.
+// unaryInteractive marks the request's context as one a caller waits on
+// (priority.Interactive): the store's write gate serves its writes before
+// background work's.
+func unaryInteractive(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return handler(priority.Interactive(ctx), req)
+}
+
+// streamInteractive is unaryInteractive for streams.
+func streamInteractive(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, &interactiveStream{ServerStream: ss, ctx: priority.Interactive(ss.Context())})
+}
+
+type interactiveStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *interactiveStream) Context() context.Context { return s.ctx }
+
 func unaryRecover(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		defer func() {

@@ -15,6 +15,7 @@ import (
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/libs/priority"
 )
 
 // localModels answers as each Local test needs: Chat echoes the caller's
@@ -32,6 +33,9 @@ func (s *localModels) Chat(ctx context.Context, in *modelv1.ChatRequest) (*model
 		if out, _ := metadata.FromOutgoingContext(ctx); len(out) > 0 {
 			return nil, status.Error(codes.Internal, "the caller's outgoing metadata reached the handler's outgoing context")
 		}
+	}
+	if !priority.IsInteractive(ctx) {
+		return nil, status.Error(codes.Internal, "the handler's context is not marked interactive")
 	}
 	switch in.GetModel() {
 	case "panic":

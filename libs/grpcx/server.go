@@ -82,6 +82,7 @@ func NewServer(cfg ServerConfig, log *slog.Logger, opts ...grpc.ServerOption) *S
 // serves, outermost first: over the network (Server) or in process (Local).
 func unaryInterceptors(cfg ServerConfig, log *slog.Logger, guard *requestGuard) []grpc.UnaryServerInterceptor {
 	return []grpc.UnaryServerInterceptor{
+		unaryInteractive,
 		unaryRecover(log),
 		unaryDeadline(cfg.DefaultTimeout),
 		unaryLog(log),
@@ -92,6 +93,7 @@ func unaryInterceptors(cfg ServerConfig, log *slog.Logger, guard *requestGuard) 
 // streamInterceptors are unaryInterceptors' counterparts for streams.
 func streamInterceptors(log *slog.Logger, guard *requestGuard) []grpc.StreamServerInterceptor {
 	return []grpc.StreamServerInterceptor{
+		streamInteractive,
 		streamRecover(log),
 		streamLog(log),
 		streamValidate(guard),

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/event"
+
+	"github.com/agentmesh/agentmesh/libs/priority"
 )
 
 // writeGateHold bounds how long one write may keep the gate: a command whose
@@ -20,18 +22,93 @@ var writeGateHold = 30 * time.Second
 // up to 100 ms, which is where a loaded mesh's slow tail came from. Taking
 // turns in Go instead costs the losers only the writes ahead of them.
 // Reads are not gated: in SQLite's WAL mode they do not wait for writers.
+//
+// Writes a caller waits on (priority.Interactive: a gRPC request being
+// served) take their turn before background work's (job execution, event
+// relays, sweeps), so under load a submission waits for the write under
+// way, not for the whole queue; after interactiveRun turns in a row with
+// background writes waiting, one of those goes, so neither starves.
 type writeGate struct {
-	sem  chan struct{}
-	held sync.Map // request id (int64) → func() releasing the gate once
+	mu     sync.Mutex
+	busy   bool            // guarded by mu: a write holds the turn
+	fore   []chan struct{} // guarded by mu: interactive writes waiting, oldest first
+	back   []chan struct{} // guarded by mu: background writes waiting
+	streak int             // guarded by mu: interactive turns since a background one
+	held   sync.Map        // request id (int64) → func() releasing the gate once
 }
+
+// interactiveRun is how many interactive writes may go in a row ahead of a
+// waiting background write.
+const interactiveRun = 4
 
 // writeGates holds one gate per server address: the clients of one process
 // that write to the same server share it.
 var writeGates sync.Map // URI → *writeGate
 
 func gateFor(uri string) *writeGate {
-	g, _ := writeGates.LoadOrStore(uri, &writeGate{sem: make(chan struct{}, 1)})
+	g, _ := writeGates.LoadOrStore(uri, &writeGate{})
 	return g.(*writeGate)
+}
+
+// acquire waits for the turn; it reports false, without the turn, when
+// ctx ends first.
+func (g *writeGate) acquire(ctx context.Context, interactive bool) bool {
+	g.mu.Lock()
+	if !g.busy {
+		g.busy = true
+		g.mu.Unlock()
+		return true
+	}
+	turn := make(chan struct{})
+	if interactive {
+		g.fore = append(g.fore, turn)
+	} else {
+		g.back = append(g.back, turn)
+	}
+	g.mu.Unlock()
+	select {
+	case <-turn:
+		return true
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	waiting := remove(&g.fore, turn) || remove(&g.back, turn)
+	g.mu.Unlock()
+	if !waiting {
+		g.release() // handed the turn as ctx ended: pass it on
+	}
+	return false
+}
+
+// release gives the turn to the next waiting write, or frees the gate.
+func (g *writeGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var next chan struct{}
+	switch {
+	case len(g.fore) > 0 && (len(g.back) == 0 || g.streak < interactiveRun):
+		next, g.fore = g.fore[0], g.fore[1:]
+		g.streak++
+	case len(g.back) > 0:
+		next, g.back = g.back[0], g.back[1:]
+		g.streak = 0
+	default:
+		g.busy = false
+		g.streak = 0
+		return
+	}
+	close(next) // the turn passes on: busy stays set
+}
+
+// remove deletes c from *q, reporting whether it was there.
+func remove(q *[]chan struct{}, c chan struct{}) bool {
+	for i, x := range *q {
+		if x == c {
+			*q = append((*q)[:i], (*q)[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // IsWrite reports whether a command (by its name, the first key of its
@@ -53,13 +130,11 @@ func (g *writeGate) monitor() *event.CommandMonitor {
 			if !IsWrite(e.CommandName) {
 				return
 			}
-			select {
-			case g.sem <- struct{}{}:
-			case <-ctx.Done():
+			if !g.acquire(ctx, priority.IsInteractive(ctx)) {
 				return // the driver fails the command at once
 			}
 			var once sync.Once
-			release := func() { once.Do(func() { <-g.sem }) }
+			release := func() { once.Do(g.release) }
 			timer := time.AfterFunc(writeGateHold, release)
 			g.held.Store(e.RequestID, func() { timer.Stop(); release() })
 		},

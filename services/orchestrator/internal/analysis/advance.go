@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/agentmesh/agentmesh/libs/priority"
 
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/schemas"
 )
@@ -127,16 +130,21 @@ func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !created {
-		// Submitted before under this id: that job, advanced again
-		// (idempotent) in case the first Submit stopped before it.
-		existing, err := e.store.Get(ctx, root.Tenant, root.Project, id)
-		if err != nil {
-			return nil, err
-		}
-		if err := same(existing); err != nil {
-			return nil, err
-		}
+	if created {
+		// Stored, with its first event: the caller has its answer, and
+		// the planning job is created behind it (recovery advances the
+		// analysis if this process stops first).
+		e.advanceAfterSubmit(ctx, root)
+		return root, nil
+	}
+	// Submitted before under this id: that job, advanced again
+	// (idempotent) in case the first Submit stopped before it.
+	existing, err := e.store.Get(ctx, root.Tenant, root.Project, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := same(existing); err != nil {
+		return nil, err
 	}
 	if err := e.advance(ctx, root.Tenant, root.Project, root.ID); err != nil {
 		// The analysis is stored; recovery will advance it.
@@ -147,6 +155,31 @@ func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (*Job, error) {
 	}
 	return root, nil
 }
+
+// advanceAfterSubmit advances a just-stored analysis in the background:
+// its first step (the planning job) costs a submission several more round
+// trips to the store, which the caller need not wait for. Stop waits for
+// it.
+func (e *Engine) advanceAfterSubmit(ctx context.Context, root *Job) {
+	e.submitMu.Lock()
+	defer e.submitMu.Unlock()
+	if e.stopping {
+		return // stopping: recovery advances it at the next start
+	}
+	ctx, cancel := context.WithTimeout(priority.Background(context.WithoutCancel(ctx)), submitAdvanceTimeout)
+	e.submits.Add(1)
+	go func() {
+		defer e.submits.Done()
+		defer cancel()
+		if err := e.advance(ctx, root.Tenant, root.Project, root.ID); err != nil {
+			// The analysis is stored; recovery will advance it.
+			e.log.Warn("advance after submit failed", "job_id", root.ID, "error", err)
+		}
+	}()
+}
+
+// submitAdvanceTimeout bounds advanceAfterSubmit.
+const submitAdvanceTimeout = 30 * time.Second
 
 // requestNamespace derives analysis ids from clients' request ids.
 var requestNamespace = uuid.MustParse("6f1d0a52-3c47-4b8e-9e21-7a5c3d9f0b14")

@@ -191,6 +191,9 @@ type Engine struct {
 	consumers []*events.Consumer
 	cancelSub []*nats.Subscription
 	loops     sync.WaitGroup
+	submitMu  sync.Mutex
+	stopping  bool           // guarded by submitMu: Stop has begun
+	submits   sync.WaitGroup // advanceAfterSubmit's; Add under submitMu
 }
 
 // New builds an engine. It does not start any work; call Start.
@@ -311,6 +314,10 @@ func (e *Engine) Stop() {
 			c.Stop()
 		}
 		e.loops.Wait()
+		e.submitMu.Lock()
+		e.stopping = true
+		e.submitMu.Unlock()
+		e.submits.Wait()
 	})
 }
 
