@@ -26,8 +26,10 @@ const (
 	// daveKey and erinKey are bound to projects of acme.
 	daveKey = "sk-dave-0123456789"
 	erinKey = "sk-erin-0123456789"
-	apiKeys = aliceKey + "=acme@alice," + bobKey + "=acme@bob," + carolKey + "=globex@carol," +
-		daveKey + "=acme:alpha@dave," + erinKey + "=acme:beta@erin"
+	// oscarKey is an operator's.
+	oscarKey = "sk-oscar-0123456789"
+	apiKeys  = aliceKey + "=acme@alice," + bobKey + "=acme@bob," + carolKey + "=globex@carol," +
+		daveKey + "=acme:alpha@dave," + erinKey + "=acme:beta@erin," + oscarKey + "=*@oscar"
 )
 
 // waitLimit bounds every request of these tests.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -21,6 +22,7 @@ import (
 )
 
 type usageRow struct {
+	Tenant           string `json:"tenant"`
 	Key              string `json:"key"`
 	Model            string `json:"model"`
 	Requests         int64  `json:"requests"`
@@ -85,6 +87,15 @@ func TestUsageByKeyAndTenant(t *testing.T) {
 		tenant, rows = report(carolKey)
 		if tenant != "globex" || len(rows) != 1 || rows[0].Key != "carol" || rows[0].Requests != 1 {
 			t.Errorf("globex's usage: %s %+v", tenant, rows)
+		}
+		// An operator key reads every tenant's, each row naming its tenant.
+		tenant, rows = report(oscarKey)
+		var got []string
+		for _, r := range rows {
+			got = append(got, r.Tenant+"/"+r.Key)
+		}
+		if tenant != "" || strings.Join(got, " ") != "acme/alice acme/bob acme/dave acme/erin globex/carol" {
+			t.Errorf("the operator's report: tenant %q, rows %v", tenant, got)
 		}
 	})
 }

@@ -165,7 +165,9 @@ func (h *Handler) count(r *http.Request, endpoint string, err error) {
 
 // usageRow is one row of GET /usage.
 type usageRow struct {
-	Object           string `json:"object"`
+	Object string `json:"object"`
+	// Tenant is set in an operator's report, which holds every tenant's.
+	Tenant           string `json:"tenant,omitempty"`
 	Key              string `json:"key"`
 	Model            string `json:"model"`
 	Requests         int64  `json:"requests"`
@@ -184,21 +186,29 @@ type usageReport struct {
 
 // usageReport serves GET /usage: the caller's tenant's usage through this
 // API since this gateway replica started, by key and model (a key bound to
-// a project: the usage of its project's keys). Across
+// a project: the usage of its project's keys; an operator key, which has
+// no tenant: every tenant's, each row naming its tenant). Across
 // replicas, the Prometheus counters are the sum.
 func (h *Handler) usageReport(w http.ResponseWriter, r *http.Request) {
 	c := h.caller(r)
+	operator := c.Tenant == ""
 	l := h.usage
 	out := usageReport{Object: "list", Tenant: c.Tenant, Since: l.since.UTC().Format(time.RFC3339), Data: []usageRow{}}
 	l.mu.Lock()
 	for k, t := range l.rows {
-		if k.tenant != c.Tenant || (c.Project != "" && k.project != c.Project) {
+		if !operator && (k.tenant != c.Tenant || (c.Project != "" && k.project != c.Project)) {
 			continue // another tenant's, or another project's (of a project's key)
 		}
-		out.Data = append(out.Data, usageRow{Object: "usage", Key: k.key, Model: k.model, Requests: t.requests,
-			PromptTokens: t.prompt, CompletionTokens: t.completion, ReasoningTokens: t.reasoning, TotalTokens: t.total})
+		row := usageRow{Object: "usage", Key: k.key, Model: k.model, Requests: t.requests,
+			PromptTokens: t.prompt, CompletionTokens: t.completion, ReasoningTokens: t.reasoning, TotalTokens: t.total}
+		if operator {
+			row.Tenant = k.tenant
+		}
+		out.Data = append(out.Data, row)
 	}
 	l.mu.Unlock()
-	slices.SortFunc(out.Data, func(a, b usageRow) int { return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Model, b.Model)) })
+	slices.SortFunc(out.Data, func(a, b usageRow) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Model, b.Model))
+	})
 	writeJSON(w, out)
 }
