@@ -73,6 +73,20 @@ func prepare[C service.HasCommon](cfg C, lookup config.Lookup, run func(context.
 	}, nil
 }
 
+// The collector settings of the process that hosts the whole mesh (see
+// service.TuneGC), unless GOGC is set: every service's per-request garbage
+// shares one heap, whose live part (FerretDB, NATS, the indexes, the
+// stores' caches) is tens of MB, so at Go's default the collector ran
+// every few hundred milliseconds under load, a tenth of the process's CPU
+// in the growth bench. With a 256 MiB floor its analyses and
+// classification runs went 12–30% faster, on less CPU, for ~190 MB more
+// peak RSS (166 → 357 MB); 128 MiB gained less and not in every run,
+// 512 MiB no more. GOMEMLIMIT, when set, still wins.
+const (
+	heapFloor    = 256 << 20
+	minGCPercent = 100
+)
+
 // Run starts the mesh and blocks until ctx is done, then shuts everything
 // down in reverse order: gateway, services, NATS, FerretDB. out receives the
 // banner with the URLs.
@@ -87,6 +101,7 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 		format = cfg.Log.Format // checked by Load
 	}
 	log := telemetry.NewLogger(os.Stderr, format, cfg.Log.Level, "")
+	service.TuneGC(heapFloor, minGCPercent)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
