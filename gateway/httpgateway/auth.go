@@ -41,16 +41,9 @@ func (g *gateway) operatorOnly(next http.Handler) http.Handler {
 	})
 }
 
-// authenticateAs is authenticate answering failures with fail. The
-// request's log line names the tenant.
+// authenticateAs is authenticate answering failures with fail.
 func (g *gateway) authenticateAs(fail statusWriter, next http.Handler) http.Handler {
-	return g.door.Authenticate(fail, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if ri := requestInfoFrom(r.Context()); ri != nil {
-			p, _ := principalFrom(r.Context())
-			ri.tenant = p.Tenant
-		}
-		next.ServeHTTP(w, r)
-	}))
+	return g.door.Authenticate(fail, next)
 }
 
 // scopeMetadata is the runtime.WithMetadata annotator: it forwards the

@@ -127,7 +127,13 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 		return nil, err
 	}
 	root.Handle(openaiapi.Prefix+"/", openai)
-	return g.observe(g.recoverPanics(g.cors(root))), nil
+	obs, err := frontdoor.NewObserver(meterScope, log)
+	if err != nil {
+		return nil, fmt.Errorf("httpgateway: metrics: %w", err)
+	}
+	obs.Route = g.route
+	obs.Quiet = func(r *http.Request) bool { return probePaths[r.URL.Path] }
+	return obs.Wrap(g.recoverPanics(g.cors(root))), nil
 }
 
 // apiMux registers every service's generated REST handlers.

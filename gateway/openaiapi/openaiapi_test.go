@@ -591,3 +591,37 @@ func TestModels(t *testing.T) {
 		}
 	})
 }
+
+// Every answer names its request id at either door: the caller's
+// X-Request-Id when it sends a usable one, a new one otherwise.
+func TestRequestID(t *testing.T) {
+	t.Parallel()
+	atEachDoor(t, func(t *testing.T, d door) {
+		m := startMesh(t, d)
+		for _, tc := range []struct{ sent, want string }{
+			{"trace-me-42", "trace-me-42"},
+			{"", ""},
+			{strings.Repeat("x", 200), ""}, // longer than 128 characters
+		} {
+			req, _ := http.NewRequest(http.MethodGet, m.base+"/models", nil)
+			req.Header.Set("Authorization", "Bearer "+aliceKey)
+			if tc.sent != "" {
+				req.Header["X-Request-Id"] = []string{tc.sent}
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			got := resp.Header.Get("X-Request-Id")
+			switch {
+			case resp.StatusCode != http.StatusOK:
+				t.Errorf("sent %q: status %d", tc.sent, resp.StatusCode)
+			case tc.want != "" && got != tc.want:
+				t.Errorf("sent %q: X-Request-Id %q, want it echoed", tc.sent, got)
+			case tc.want == "" && (len(got) != 24 || got == tc.sent):
+				t.Errorf("sent %q: X-Request-Id %q, want a new id", tc.sent, got)
+			}
+		}
+	})
+}

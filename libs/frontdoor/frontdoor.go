@@ -1,5 +1,6 @@
-// Package frontdoor is what the mesh's HTTP entrances do before a handler
-// sees a request: API key authentication (GATEWAY_API_KEYS, or the open
+// Package frontdoor is what the mesh's HTTP entrances do around a handler:
+// a request id, span, duration metric and log line for every request
+// (Observer), API key authentication (GATEWAY_API_KEYS, or the open
 // development mode, where headers name the tenant) and reading the request
 // body whole within a size and a time limit. The REST gateway and the model
 // gateway's OpenAI-compatible listener both use it, so a key means the same
@@ -231,6 +232,7 @@ func (d *Door) Authenticate(fail StatusWriter, next http.Handler) http.Handler {
 			fail(w, code, st)
 			return
 		}
+		noteTenant(r.Context(), p.Tenant)
 		r = r.Clone(context.WithValue(r.Context(), principalKey{}, p))
 		r.Header.Del("Authorization")
 		r.Header.Del(APIKeyHeader)

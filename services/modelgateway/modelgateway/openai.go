@@ -73,6 +73,13 @@ func startOpenAI(ctx context.Context, cfg *Config, rt service.Runtime, api model
 	if err != nil {
 		return fail(err)
 	}
+	// Each request's id, span, duration metric and log line, as at the
+	// REST gateway.
+	obs, err := frontdoor.NewObserver("github.com/agentmesh/agentmesh/services/modelgateway/openaiapi", log)
+	if err != nil {
+		return fail(err)
+	}
+	obs.Route = h.Route
 	if lis == nil {
 		if lis, err = net.Listen("tcp", cfg.OpenAIAddr); err != nil {
 			return nil, errors.New("MODELGATEWAY_OPENAI_ADDR: " + err.Error())
@@ -89,8 +96,10 @@ func startOpenAI(ctx context.Context, cfg *Config, rt service.Runtime, api model
 	// Requests run under their own context, cancelled only when the grace
 	// period is over, so calls in flight can finish after ctx ends.
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	handler := obs.Wrap(frontdoor.Recover(log, openaiapi.WriteStatus,
+		door.Authenticate(openaiapi.WriteStatus, frontdoor.ReadBody(limits, openaiapi.WriteStatus, h))))
 	srv := &http.Server{
-		Handler:           door.Authenticate(openaiapi.WriteStatus, frontdoor.ReadBody(limits, openaiapi.WriteStatus, h)),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    1 << 20,

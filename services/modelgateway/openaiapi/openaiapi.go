@@ -32,6 +32,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -120,6 +121,16 @@ func New(opts Options) (*Handler, error) {
 // ServeHTTP serves one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
+}
+
+// Route returns the pattern of the route that serves r ("" for none), for
+// span names and metric labels: one of the few, never the raw path.
+func (h *Handler) Route(r *http.Request) string {
+	_, pattern := h.mux.Handler(r)
+	if _, path, ok := strings.Cut(pattern, " "); ok {
+		return path
+	}
+	return "" // "/": the not-found route
 }
 
 // notFound answers paths and methods the API does not have, in its error
