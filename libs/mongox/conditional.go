@@ -35,9 +35,9 @@ func UpdateIf(ctx context.Context, coll *mongo.Collection, id any, cond bson.D, 
 		err error
 	)
 	if SingleWriter(coll.Database()) {
-		ok, err := matchesByID(ctx, coll, id, cond)
-		if err != nil || !ok {
-			return false, err
+		ok, merr := matchesByID(ctx, coll, id, cond)
+		if merr != nil || !ok {
+			return false, merr
 		}
 		res, err = coll.UpdateOne(ctx, byID, update)
 	} else {

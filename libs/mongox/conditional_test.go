@@ -56,6 +56,13 @@ func TestUpdateIf(t *testing.T) {
 		if err := coll.FindOne(ctx, bson.M{"_id": "d"}).Decode(&got); err != nil || got.N != want {
 			t.Fatalf("n = %d, %v; want %d", got.N, err, want)
 		}
+		// A write the server refuses after the conditions held is an
+		// error (a single writer's lost its error once, and the nil
+		// result then took the whole process down: a claim's renewal
+		// timing out under load).
+		if ok, err := mongox.UpdateIf(ctx, coll, "d", nil, bson.M{"$bogus": bson.M{"n": 1}}, nil); err == nil || ok {
+			t.Errorf("a refused update: UpdateIf = %v, %v; want an error", ok, err)
+		}
 		for _, cond := range []bson.D{
 			{{Key: "status", Value: bson.M{"$ne": int32(3)}}},
 			{{Key: "$or", Value: bson.A{}}},
