@@ -32,9 +32,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -218,43 +216,12 @@ func Run(ctx context.Context, cfg *Config, rt Runtime) error {
 		return err
 	}
 
-	// Requests run under their own context, cancelled only when the grace
-	// period is over, so in-flight work can finish after ctx ends.
-	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelRequests()
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    1 << 20,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(rt.Listener) }()
 	mode := "api keys"
 	if c.APIKeys == "" {
 		mode = "open (development: tenant from X-Tenant-Id)"
 	}
 	log.Info("serving HTTP", "addr", rt.Listener.Addr().String(), "auth", mode)
-	if rt.Ready != nil {
-		rt.Ready()
-	}
-
-	select {
-	case err := <-served:
-		return fmt.Errorf("httpgateway: serve: %w", err)
-	case <-ctx.Done():
-	}
-	log.Info("shutting down", "grace", c.ShutdownTimeout.String())
-	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("grace period over; cancelling the requests still running", "error", err)
-		cancelRequests()
-		_ = srv.Close()
-	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := frontdoor.Serve(ctx, rt.Listener, h, log, c.ShutdownTimeout, rt.Ready); err != nil {
 		return fmt.Errorf("httpgateway: serve: %w", err)
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -53,9 +52,7 @@ var _ grpc.ServiceRegistrar = (*Local)(nil)
 // Server built with cfg and log runs. Register services on it with the
 // generated Register functions, as on a Server.
 func NewLocal(cfg ServerConfig, log *slog.Logger) *Local {
-	if cfg.DefaultTimeout <= 0 {
-		cfg.DefaultTimeout = 60 * time.Second
-	}
+	cfg = cfg.WithDefaults()
 	guard := sharedGuard()
 	return &Local{
 		unary:   chainUnary(unaryInterceptors(cfg, log, guard)),

@@ -43,17 +43,23 @@ type Server struct {
 	stats  *serviceStats
 }
 
+// WithDefaults is c with its zero fields set to the tags' defaults.
+func (c ServerConfig) WithDefaults() ServerConfig {
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = 60 * time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 20 * time.Second
+	}
+	if c.MaxRecvBytes <= 0 {
+		c.MaxRecvBytes = 32 << 20
+	}
+	return c
+}
+
 // NewServer builds a Server. Extra options are appended to the standard ones.
 func NewServer(cfg ServerConfig, log *slog.Logger, opts ...grpc.ServerOption) *Server {
-	if cfg.DefaultTimeout <= 0 {
-		cfg.DefaultTimeout = 60 * time.Second
-	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 20 * time.Second
-	}
-	if cfg.MaxRecvBytes <= 0 {
-		cfg.MaxRecvBytes = 32 << 20
-	}
+	cfg = cfg.WithDefaults()
 	guard := sharedGuard()
 	st := &serviceStats{Handler: otelgrpc.NewServerHandler()}
 	base := []grpc.ServerOption{

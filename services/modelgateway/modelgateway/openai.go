@@ -93,48 +93,20 @@ func startOpenAI(ctx context.Context, cfg *Config, rt service.Runtime, api model
 	if limits.Timeout <= 0 {
 		limits.Timeout = time.Minute
 	}
-	// Requests run under their own context, cancelled only when the grace
-	// period is over, so calls in flight can finish after ctx ends.
-	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	handler := obs.Wrap(frontdoor.Recover(log, openaiapi.WriteStatus,
 		door.Authenticate(openaiapi.WriteStatus, frontdoor.ReadBody(limits, openaiapi.WriteStatus, h))))
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    1 << 20,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
 	mode := "api keys"
 	if keys.Open() {
 		mode = "open (development: tenant from X-Tenant-Id)"
 	}
 	log.Info("serving the OpenAI-compatible API", "addr", lis.Addr().String(), "path", openaiapi.Prefix, "auth", mode)
+	grace := rt.Server.WithDefaults().ShutdownTimeout // the gRPC server's
 	s := &openAIServer{done: make(chan struct{})}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
 	go func() {
 		defer close(s.done)
-		defer cancelRequests()
-		select {
-		case err := <-served:
+		if err := frontdoor.Serve(ctx, lis, handler, log, grace, nil); err != nil {
 			log.Error("the OpenAI-compatible listener stopped", "error", err)
-			return
-		case <-ctx.Done():
 		}
-		grace := rt.Server.ShutdownTimeout
-		if grace <= 0 {
-			grace = 20 * time.Second
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), grace)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			log.Warn("grace period over; cancelling the OpenAI-compatible API's requests still running", "error", err)
-			cancelRequests()
-			_ = srv.Close()
-		}
-		<-served
 	}()
 	return s, nil
 }

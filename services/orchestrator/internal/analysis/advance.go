@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/agentmesh/agentmesh/libs/priority"
-
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/schemas"
 )
 
