@@ -37,7 +37,8 @@ var OutboxIndex = mongox.Index{Name: "outbox_pending", Keys: bson.D{{Key: Outbox
 const (
 	// RelayPollInterval is how often a [Relay] scans its whole collection
 	// for entries nobody named with NotifyDocument (failed publishes, or
-	// another replica that died before relaying). A scan is expensive on
+	// another replica that died before relaying), or, for a single writer,
+	// relays again the documents whose relay failed. A scan is expensive on
 	// FerretDB, so the fast path is NotifyDocument, not polling.
 	RelayPollInterval = 5 * time.Second
 	// relayPageSize is how many documents one query of a sweep reads.
@@ -117,6 +118,7 @@ type Relay struct {
 	conc   int                          // set before Run: documents relayed at once (SetConcurrency)
 	delay  time.Duration                // set before Run: wait before removing (SetRemovalDelay)
 	poll   time.Duration                // set before Run: between full sweeps (SetPollInterval)
+	single bool                         // set before Run: polls retry failures instead of sweeping (SetSingleWriter)
 	// drained is called with a document's _id once its outbox was read
 	// and everything read was published and removed (SetDrained).
 	drained func(ctx context.Context, id any) error
@@ -126,6 +128,7 @@ type Relay struct {
 	full    bool                  // a full sweep was asked for by Notify
 	known   map[any][]OutboxEntry // entries named by NotifyEntries, per document, in call order
 	reread  map[any]bool          // documents to read before relaying (NotifyDocument, failures)
+	failed  map[any]bool          // documents whose relay or removal failed since the last poll
 }
 
 // SetDocumentLock makes the relay hold lock(id) while it removes published
@@ -174,6 +177,18 @@ func (r *Relay) SetPollInterval(d time.Duration) {
 	}
 }
 
+// SetSingleWriter tells the relay that its process is the only writer of
+// the collection and names to it every write that adds entries
+// (NotifyDocument or NotifyEntries after each write, and NotifyDocument
+// after a write whose outcome is unknown, such as one that timed out). Run
+// then sweeps the whole collection only at start (and again at the next
+// poll if that sweep was incomplete); every poll interval it relays again,
+// reading each by _id, just the documents whose publish or removal failed.
+// On FerretDB a sweep decodes every document of the collection, page after
+// page, so periodic sweeps cost more as the collection grows, and hold up
+// the documents named meanwhile. Call it before Run.
+func (r *Relay) SetSingleWriter() { r.single = true }
+
 // SetDrained makes the relay call drained with a document's _id once it
 // has relayed that document's outbox: every entry it read was published
 // and removed, or the outbox was empty when read. A store that moves
@@ -213,6 +228,7 @@ func NewRelay(bus *Bus, coll *mongo.Collection, logger *slog.Logger) *Relay {
 		poll:   RelayPollInterval,
 		known:  map[any][]OutboxEntry{},
 		reread: map[any]bool{},
+		failed: map[any]bool{},
 	}
 }
 
@@ -272,11 +288,25 @@ func (r *Relay) takeDocument(id any) (entries []OutboxEntry, reread bool) {
 	return entries, reread || len(entries) == 0
 }
 
-// rereadLater makes the next relay of document id read it: entries of it
-// could not be published, and later ones must wait for them.
-func (r *Relay) rereadLater(id any) {
+// failedOn records that relaying document id failed: its next relay
+// reads it (entries of it could not be published, and later ones must
+// wait for them), and for a single writer the next poll relays it again
+// (see SetSingleWriter).
+func (r *Relay) failedOn(id any) {
 	r.mu.Lock()
+	r.failed[id] = true
 	r.reread[id] = true
+	r.mu.Unlock()
+}
+
+// retryFailed names again, to be read and relayed, the documents whose
+// relay failed since the last call.
+func (r *Relay) retryFailed() {
+	r.mu.Lock()
+	for id := range r.failed {
+		r.pending = append(r.pending, id)
+	}
+	clear(r.failed)
 	r.mu.Unlock()
 }
 
@@ -292,7 +322,8 @@ func (r *Relay) poke() {
 // as soon as it is named, and sweeps the whole collection again when Notify
 // is called and every poll interval (SetPollInterval; RelayPollInterval by
 // default), catching entries whose publish failed or that a process died
-// before relaying, until ctx is done. Errors are logged and retried on the next sweep. Run returns nil
+// before relaying (a single writer's relay reads again just the documents
+// whose relay failed; see SetSingleWriter), until ctx is done. Errors are logged and retried on the next sweep. Run returns nil
 // once ctx is done and the documents it was relaying are done.
 //
 // Named documents are relayed in the order named, as many at once as
@@ -311,6 +342,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		done     = make(chan any)
 	)
 	full := true
+	swept := false // the last full sweep read every document
 	for {
 		if full && len(inflight) == 0 {
 			// A full sweep covers every document named so far.
@@ -319,12 +351,15 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.mu.Lock()
 			clear(r.known) // their documents are read by the sweep
 			clear(r.reread)
+			clear(r.failed)
 			r.mu.Unlock()
 			var sweepRM *removals
 			if r.conc > 1 {
 				sweepRM = rm
 			}
-			if _, err := r.sweep(ctx, sweepRM); err != nil && ctx.Err() == nil {
+			_, err := r.sweep(ctx, sweepRM)
+			swept = err == nil
+			if err != nil && ctx.Err() == nil {
 				r.logger.Warn("outbox sweep incomplete; will retry", slog.Any("error", err))
 			}
 		}
@@ -359,7 +394,10 @@ func (r *Relay) Run(ctx context.Context) error {
 				}
 				r.sweeps.RUnlock()
 				if err != nil && ctx.Err() == nil {
-					r.logger.Warn("outbox relay incomplete; will retry on the next sweep", slog.Any("error", err))
+					if r.conc == 1 {
+						r.failedOn(id) // (publishNamed records its own)
+					}
+					r.logger.Warn("outbox relay incomplete; will retry", slog.Any("error", err))
 				}
 				done <- id
 			}()
@@ -384,7 +422,11 @@ func (r *Relay) Run(ctx context.Context) error {
 				}
 			}
 		case <-t.C:
-			full = true
+			if r.single && swept {
+				r.retryFailed()
+			} else {
+				full = true
+			}
 		}
 	}
 }
@@ -409,7 +451,7 @@ func (r *Relay) publishNamed(ctx context.Context, id any, rm *removals) error {
 		err = r.publishGiven(ctx, id, entries, rm)
 	}
 	if err != nil {
-		r.rereadLater(id)
+		r.failedOn(id)
 	}
 	return err
 }
@@ -585,7 +627,8 @@ func (rm *removals) remove(ctx context.Context, id any) {
 		rm.mu.Unlock()
 		err := rm.r.removeEntries(ctx, id, raws)
 		if err != nil && ctx.Err() == nil {
-			rm.r.logger.Warn("outbox removal failed; the next sweep retries", slog.Any("error", err))
+			rm.r.failedOn(id)
+			rm.r.logger.Warn("outbox removal failed; will retry", slog.Any("error", err))
 		}
 		rm.mu.Lock()
 		for _, eid := range ids {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -390,4 +391,58 @@ func TestRelayPollInterval(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	completeJob(ctx, t, coll, "unnamed", newEntry(t, "unnamed", "x"))
 	waitFor(t, RelayPollInterval/2, "unnamed entry found by a sweep", func() bool { return streamMsgs(t, b, StreamEvents) == 1 })
+}
+
+// TestRelaySingleWriterPollsRetryFailuresOnly: a single writer's relay
+// sweeps at start, then at each poll relays again only the documents whose
+// relay failed, read by _id: a failed publish goes out once it can, and an
+// entry nobody named (which only a sweep would find) waits for the next
+// start.
+func TestRelaySingleWriterPollsRetryFailuresOnly(t *testing.T) {
+	t.Parallel()
+	b := newBusWithStreams(t)
+	coll := startFerret(t).Collection("jobs")
+	ctx := testContext(t)
+
+	completeJob(ctx, t, coll, "before", newEntry(t, "before", "a"))
+	r := NewRelay(b, coll, testLogger(t))
+	r.SetSingleWriter()
+	r.SetConcurrency(4)
+	r.SetPollInterval(100 * time.Millisecond)
+	runRelay(t, r)
+	waitFor(t, RelayPollInterval/2, "the start-up sweep's entry published", func() bool { return streamMsgs(t, b, StreamEvents) == 1 })
+
+	// Stream LATER refuses the entry at first (too large): its publish
+	// fails at once, and the entry after it waits.
+	cfg := jetstream.StreamConfig{Name: "LATER", Subjects: []string{"am.later.>"}, MaxMsgSize: 16}
+	if _, err := b.JetStream().CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	later, err := OutboxEntryFor("am.later.j", testEvent(t, "later"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := newEntry(t, "failing", "next")
+	completeJob(ctx, t, coll, "failing", later, next)
+	r.NotifyEntries("failing", later, next)
+	completeJob(ctx, t, coll, "unnamed", newEntry(t, "unnamed", "x"))
+	time.Sleep(300 * time.Millisecond) // polls go by
+	if n := streamMsgs(t, b, StreamEvents); n != 1 {
+		t.Fatalf("%d events published before the failed one could be; want 1 (order kept, unnamed left alone)", n)
+	}
+	cfg.MaxMsgSize = -1
+	if _, err := b.JetStream().UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, RelayPollInterval/2, "the failed document relayed by a poll", func() bool {
+		return streamMsgs(t, b, "LATER") == 1 && streamMsgs(t, b, StreamEvents) == 2
+	})
+	waitFor(t, RelayPollInterval/2, "its outbox emptied", func() bool {
+		var j job
+		return coll.FindOne(ctx, bson.M{"_id": "failing"}).Decode(&j) == nil && len(j.Outbox) == 0
+	})
+	time.Sleep(300 * time.Millisecond)
+	if n := pendingEntries(t, coll); n != 1 {
+		t.Errorf("%d entries pending; want 1: the unnamed one, which a single writer's polls do not scan for", n)
+	}
 }

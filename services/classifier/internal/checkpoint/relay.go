@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/libs/events"
+	"github.com/agentmesh/agentmesh/libs/mongox"
 )
 
 // Intervals of the store's background work.
@@ -34,7 +35,8 @@ const (
 // wrote): removals of published events take the store's write lock, and a
 // finished run is archived once its last events are out. What the store
 // did not write (a previous process's events) waits for a sweep: at start,
-// and every SweepInterval. Call it before the store's first write.
+// and every SweepInterval with many writers (a single writer's relay polls
+// only the runs whose relay failed). Call it before the store's first write.
 func (s *Store) NewRelay(bus *events.Bus, log *slog.Logger) *events.Relay {
 	r := events.NewRelay(bus, s.coll, log)
 	r.SetDocumentLock(s.LockDocument)
@@ -42,6 +44,9 @@ func (s *Store) NewRelay(bus *events.Bus, log *slog.Logger) *events.Relay {
 	r.SetPollInterval(SweepInterval)
 	r.SetConcurrency(relayConcurrency)
 	r.SetRemovalDelay(relayRemovalDelay)
+	if mongox.SingleWriter(s.coll.Database()) {
+		r.SetSingleWriter() // wrote and unsure name every write to it
+	}
 	s.mu.Lock()
 	s.relay = r
 	s.mu.Unlock()

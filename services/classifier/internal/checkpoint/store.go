@@ -237,6 +237,17 @@ func (s *Store) wrote(id string, entries []events.OutboxEntry) {
 	}
 }
 
+// unsure tells a single writer's relay about a write of entries to run id
+// whose outcome is unknown (it failed, but may have been applied): the
+// relay reads the run, since its polls do not sweep the collection
+// (events.Relay.SetSingleWriter); s.mu is held. With many writers the
+// relay's sweeps find them.
+func (s *Store) unsure(id string, entries []events.OutboxEntry) {
+	if s.relay != nil && len(entries) > 0 && mongox.SingleWriter(s.coll.Database()) {
+		s.relay.NotifyDocument(id)
+	}
+}
+
 // maxKnown bounds the runs a single writer remembers (see Store.known):
 // runs left waiting for an approval stay live, and past this many the
 // store forgets them all, each next write reading its run once.
@@ -389,6 +400,9 @@ func (s *Store) Create(ctx context.Context, run statemachine.Run, lease *Lease, 
 		{Key: events.OutboxField, Value: entries},
 	}
 	if _, err := s.coll.InsertOne(ctx, d); err != nil {
+		s.mu.Lock()
+		s.unsure(run.ID, entries)
+		s.mu.Unlock()
 		return Record{}, fmt.Errorf("checkpoint: create %s: %w", run.ID, mongox.Translate(err))
 	}
 	s.mu.Lock()
@@ -468,6 +482,7 @@ func (s *Store) updateVersioned(ctx context.Context, scope *commonv1.Scope, id s
 		s.wrote(id, entries)
 	} else {
 		delete(s.known, id)
+		s.unsure(id, entries)
 	}
 	s.mu.Unlock()
 	switch {
@@ -512,7 +527,10 @@ func (s *Store) markCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *Co
 	s.mu.Lock()
 	res, err := s.coll.UpdateOne(ctx, idFilter(scope, cerr.ID), update)
 	delete(s.known, cerr.ID)
-	if err == nil && res.MatchedCount > 0 && s.relay != nil {
+	switch {
+	case err != nil:
+		s.unsure(cerr.ID, entries)
+	case res.MatchedCount > 0 && s.relay != nil:
 		s.relay.NotifyDocument(cerr.ID) // what its outbox holds is not known here: read it
 	}
 	s.mu.Unlock()

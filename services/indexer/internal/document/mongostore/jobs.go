@@ -71,6 +71,7 @@ func (s *Store) CreateJob(ctx context.Context, j *document.Job, outbox ...events
 	// write, which may follow at once on another goroutine.
 	defer mongox.LockDocument(s.jobs, j.ID)()
 	if _, err := s.jobs.InsertOne(ctx, r); err != nil {
+		s.out.unsure(s.jobs, j.ID, outbox, err)
 		return translate(err)
 	}
 	s.out.wrote(s.jobs, j.ID, outbox)
@@ -110,6 +111,7 @@ func (s *Store) RequeueJob(ctx context.Context, j *document.Job, outbox ...event
 func (s *Store) updateJob(ctx context.Context, j *document.Job, from indexerv1.ExtractionJobStatus, update bson.M, outbox []events.OutboxEntry) (bool, error) {
 	cond := scopeFilter(j.Scope, bson.E{Key: "status", Value: int32(from)})
 	ok, err := mongox.UpdateIf(ctx, s.jobs, j.ID, cond, update, func() { s.out.wrote(s.jobs, j.ID, outbox) })
+	s.out.unsure(s.jobs, j.ID, outbox, err)
 	return ok, translate(err)
 }
 

@@ -391,6 +391,7 @@ func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.
 		if err == nil {
 			s.out.wrote(s.docs, d.ID, outbox)
 		}
+		s.out.unsure(s.docs, d.ID, outbox, err)
 		unlock()
 		if err != nil {
 			return translate(err)
@@ -403,6 +404,7 @@ func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.
 		update["$push"] = events.OutboxPush(outbox...)
 	}
 	if err := mongox.UpdateVersioned(ctx, s.docs, scopeFilter(d.Scope, bson.E{Key: "_id", Value: d.ID}), d.Version, update); err != nil {
+		s.out.unsure(s.docs, d.ID, outbox, err)
 		return translate(err)
 	}
 	// After the write, outside its lock (UpdateVersioned holds it): the
@@ -452,6 +454,7 @@ func (s *Store) MarkIndexedPipeline(ctx context.Context, sc document.Scope, id, 
 		return false, err
 	}
 	ok, err := mongox.UpdateIf(ctx, s.docs, id, current(sc, hash), update, func() { s.out.wrote(s.docs, id, outbox) })
+	s.out.unsure(s.docs, id, outbox, err)
 	return ok, translate(err)
 }
 
@@ -516,6 +519,7 @@ func (s *Store) CompleteExtraction(ctx context.Context, sc document.Scope, id, h
 	}
 	ok, err := mongox.UpdateIf(ctx, s.docs, id, current(sc, hash, bson.E{Key: "extraction_job_id", Value: r.JobID}), update,
 		func() { s.out.wrote(s.docs, id, outbox) })
+	s.out.unsure(s.docs, id, outbox, err)
 	return ok, translate(err)
 }
 
@@ -555,6 +559,7 @@ func (s *Store) MarkDeleting(ctx context.Context, sc document.Scope, id string, 
 			return nil, translate(err)
 		}
 		if _, err := s.docs.UpdateOne(ctx, byID(id), update); err != nil {
+			s.out.unsure(s.docs, id, outbox, err)
 			return nil, translate(err)
 		}
 		s.out.wrote(s.docs, id, outbox)

@@ -58,6 +58,23 @@ func (o *outbox) setRelay(coll *mongo.Collection, r *events.Relay) {
 // otherwise the relay reads the record. Before the relay runs there is
 // none to tell: its first sweep publishes what was written.
 func (o *outbox) wrote(coll *mongo.Collection, id string, entries []events.OutboxEntry) {
+	o.name(coll, id, entries, o.single)
+}
+
+// unsure names record id of coll to a single writer's relay after a write
+// of entries that returned err: if err is not nil the write may still have
+// been applied, and the relay, whose polls do not sweep the collection
+// (events.Relay.SetSingleWriter), reads the record. With many writers the
+// relay's sweeps find such entries.
+func (o *outbox) unsure(coll *mongo.Collection, id string, entries []events.OutboxEntry, err error) {
+	if err != nil && o.single {
+		o.name(coll, id, entries, false)
+	}
+}
+
+// name tells coll's relay about record id, written with entries: given,
+// the entries themselves, else that it must read the record.
+func (o *outbox) name(coll *mongo.Collection, id string, entries []events.OutboxEntry, given bool) {
 	if len(entries) == 0 {
 		return
 	}
@@ -74,7 +91,7 @@ func (o *outbox) wrote(coll *mongo.Collection, id string, entries []events.Outbo
 	o.mu.Unlock()
 	switch {
 	case r == nil:
-	case o.single:
+	case given:
 		r.NotifyEntries(id, entries...)
 	default:
 		r.NotifyDocument(id)
@@ -115,6 +132,9 @@ func (s *Store) newRelay(bus *events.Bus, coll *mongo.Collection, log *slog.Logg
 	r.SetConcurrency(relayConcurrency)
 	r.SetRemovalDelay(relayRemovalDelay)
 	r.SetPollInterval(SweepInterval)
+	if s.single {
+		r.SetSingleWriter() // wrote and unsure name every write to it
+	}
 	r.SetDrained(func(_ context.Context, id any) error {
 		s.out.drained(coll, id)
 		return nil
@@ -125,7 +145,8 @@ func (s *Store) newRelay(bus *events.Bus, coll *mongo.Collection, log *slog.Logg
 // RunOutbox publishes the outbox entries of documents and jobs on bus
 // until ctx is done: at once whatever an earlier process left (a sweep),
 // then each record as a write names it, and every SweepInterval a sweep
-// again. Errors are logged and retried.
+// again (with many writers; a single writer's relay then reads again only
+// the records whose relay failed). Errors are logged and retried.
 func (s *Store) RunOutbox(ctx context.Context, bus *events.Bus, log *slog.Logger) {
 	var wg sync.WaitGroup
 	for _, coll := range []*mongo.Collection{s.docs, s.jobs} {

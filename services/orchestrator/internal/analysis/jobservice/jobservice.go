@@ -178,6 +178,9 @@ func Start(ctx context.Context, cfg Config, d Deps) (*Service, error) {
 	relay.SetDocumentLock(store.RelayLock)
 	relay.SetConcurrency(relayConcurrency)
 	relay.SetRemovalDelay(relayRemovalDelay)
+	if store.SoleWriter() {
+		relay.SetSingleWriter() // the store names every write to it
+	}
 	store.SetRelay(relay)
 	var toolbox analysis.Toolbox
 	if d.MCP != nil && d.MCP.Configured() {

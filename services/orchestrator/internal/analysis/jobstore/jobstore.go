@@ -151,6 +151,17 @@ func (s *Store) notify(id string, outbox []events.OutboxEntry) {
 	}
 }
 
+// unsure tells a single writer's relay about a write of outbox entries to
+// document id whose outcome is unknown (it failed, but may have been
+// applied): the relay reads the document, since its polls do not sweep
+// the collection (events.Relay.SetSingleWriter); the caller holds the
+// document's lock. With many writers the relay's sweeps find them.
+func (s *Store) unsure(id string, outbox []events.OutboxEntry) {
+	if s.relay != nil && len(outbox) > 0 && s.mirror != nil {
+		s.relay.NotifyDocument(id)
+	}
+}
+
 var (
 	_ analysis.Store      = (*Store)(nil)
 	_ analysis.SoleWriter = (*Store)(nil)
@@ -327,6 +338,7 @@ func (s *Store) insertLive(ctx context.Context, op string, j *analysis.Job, outb
 		s.notify(j.ID, outbox)
 	case s.mirror != nil && !errors.Is(err, analysis.ErrExists):
 		s.mirror.forget(j.ID) // the outcome is unknown: read it next time
+		s.unsure(j.ID, outbox)
 	}
 	return err
 }
@@ -404,6 +416,7 @@ func (s *Store) updateMirrored(ctx context.Context, next *analysis.Job, version 
 	}
 	if err != nil {
 		s.mirror.forget(id)
+		s.unsure(id, outbox)
 		return translate("update "+id, err)
 	}
 	s.mirror.stored(next, outbox, false)
