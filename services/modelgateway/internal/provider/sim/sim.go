@@ -29,9 +29,11 @@ type Pace struct {
 }
 
 // New starts a simulator (clean OpenAI dialect, no faults) named name,
-// answering at pace. Close stops it.
+// answering at pace. Close stops it. It records no requests: a test's
+// simulator keeps each one for inspection, which in a mesh that serves for
+// days would hold every request's body until the process ends.
 func New(name string, timeouts upstream.Timeouts, pace Pace) *Provider {
-	s := providersim.New(providersim.Options{Flavor: providersim.OpenAI, Latency: pace.Latency, ChunkDelay: pace.ChunkDelay})
+	s := providersim.New(providersim.Options{Flavor: providersim.OpenAI, Latency: pace.Latency, ChunkDelay: pace.ChunkDelay, NoRecord: true})
 	mem := s.InMemory()
 	up := &upstream.Client{
 		Provider:  name,
