@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -125,16 +126,12 @@ func (b *bench) workload(ctx context.Context, self, dir, name string) error {
 		return err
 	}
 	defer logFile.Close()
-	profile := ""
 	if b.opt.cpuProfile != "" {
 		if err := os.MkdirAll(b.opt.cpuProfile, 0o755); err != nil {
 			return err
 		}
-		if profile, err = filepath.Abs(filepath.Join(b.opt.cpuProfile, name+".pprof")); err != nil {
-			return err
-		}
 	}
-	m, err := startMesh(ctx, self, meshEnv(filepath.Join(dir, "data"), b.opt.env), logFile, profile)
+	m, err := startMesh(ctx, self, meshEnv(filepath.Join(dir, "data"), b.opt.env), logFile)
 	if err != nil {
 		return fmt.Errorf("%w; the mesh's log ends:\n%s", err, tail(logPath, 20))
 	}
@@ -154,6 +151,35 @@ func (b *bench) workload(ctx context.Context, self, dir, name string) error {
 		fmt.Fprintf(b.out, "   (%s: the mesh logged warnings or errors; the last:)\n%s", name, indent(lines))
 	}
 	return err
+}
+
+// profile starts the mesh's CPU profile, with -cpuprofile, as
+// DIR/<name>.pprof, or <name>#2.pprof and so on if taken; stop ends it and
+// writes the profile of the live heap then beside it, as
+// <name>.heap.pprof.
+func (b *bench) profile(name string) (stop func() error, err error) {
+	if b.opt.cpuProfile == "" {
+		return func() error { return nil }, nil
+	}
+	path := filepath.Join(b.opt.cpuProfile, name+".pprof")
+	for k := 2; ; k++ {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		path = filepath.Join(b.opt.cpuProfile, fmt.Sprintf("%s#%d.pprof", name, k))
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return nil, err
+	}
+	if err := b.mesh.profile(path); err != nil {
+		return nil, err
+	}
+	return func() error {
+		if err := b.mesh.profile(""); err != nil {
+			return err
+		}
+		return b.mesh.heapProfile(strings.TrimSuffix(path, ".pprof") + ".heap.pprof")
+	}, nil
 }
 
 // levels measures w at each level, seeding first.
@@ -209,6 +235,11 @@ func (b *bench) seed(ctx context.Context, w workload, level int) error {
 	if need <= 0 {
 		return nil
 	}
+	stopProfile, err := b.profile(fmt.Sprintf("%s-seed-%d", w.name, level))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stopProfile() }()
 	start := time.Now()
 	var (
 		mu       sync.Mutex // guards the counters below
@@ -375,6 +406,10 @@ func (b *bench) measure(ctx context.Context, w workload, level int) (row, error)
 
 	quota := func(i int) int { return b.opt.count/n + boolInt(i < b.opt.count%n) }
 	var deadline time.Time
+	stopProfile, err := b.profile(fmt.Sprintf("%s-%d", w.name, level))
+	if err != nil {
+		return r, err
+	}
 	cpu := startCPU(b.mesh.pid())
 	start := time.Now()
 	if b.opt.duration > 0 {
@@ -393,6 +428,9 @@ func (b *bench) measure(ctx context.Context, w workload, level int) (row, error)
 	wg.Wait()
 	r.window = time.Since(start)
 	r.cpu = cpu.stop()
+	if err := stopProfile(); err != nil {
+		return r, err
+	}
 	r.loadAfter = loadAvg()
 	r.errors -= warmupErrors
 	r.warmupErrors = warmupErrors

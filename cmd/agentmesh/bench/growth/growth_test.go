@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -51,10 +52,20 @@ func runTiny(t *testing.T, opt options) ([]row, string) {
 
 // Every workload runs against the real mesh through the gateway: each row
 // has its operations, timed, without errors, the second level's rows come
-// after seeding, and the summary states the drop beside the targets.
+// after seeding, and the summary states the drop beside the targets. With
+// -cpuprofile, the mesh writes a profile of every row and every seeding.
 func TestBenchMeasuresEveryWorkload(t *testing.T) {
 	t.Parallel()
-	rows, out := runTiny(t, tiny(nil, workloadNames...))
+	opt := tiny(nil, workloadNames...)
+	opt.cpuProfile = t.TempDir()
+	rows, out := runTiny(t, opt)
+	for _, name := range workloadNames {
+		for _, file := range []string{name + "-0.pprof", name + "-0.heap.pprof", name + "-seed-5.pprof", name + "-5.pprof"} {
+			if fi, err := os.Stat(filepath.Join(opt.cpuProfile, file)); err != nil || fi.Size() == 0 {
+				t.Errorf("profile %s: %v (empty: %v)", file, err, err == nil && fi.Size() == 0)
+			}
+		}
+	}
 	if len(rows) != 2*len(workloadNames) {
 		t.Fatalf("%d rows, want one per workload and level", len(rows))
 	}

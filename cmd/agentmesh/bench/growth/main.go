@@ -33,8 +33,11 @@
 //
 //	go run ./cmd/agentmesh/bench/growth -levels 0,1000,10000 -workloads chat,analysis,classify,ingest -concurrency 50 -count 200
 //
-// With -cpuprofile DIR, each workload's mesh process writes its CPU profile
-// to DIR/<workload>.pprof (go tool pprof reads it).
+// With -cpuprofile DIR, the mesh writes a CPU profile of each row's window
+// to DIR/<workload>-<level>.pprof (<workload>-<level>#2.pprof for the next
+// run of the row, and so on) and of each seeding to
+// DIR/<workload>-seed-<level>.pprof (go tool pprof reads them; compare the
+// rows of two levels with -diff_base).
 package main
 
 import (
@@ -55,7 +58,7 @@ var workloadNames = []string{"chat", "analysis", "classify", "ingest"}
 
 func main() {
 	if len(os.Args) >= 3 && os.Args[1] == serveArg {
-		if err := serveMesh(os.Args[2], os.Args[3:]...); err != nil {
+		if err := serveMesh(os.Args[2]); err != nil {
 			slog.Error("mesh failed", "error", err)
 			os.Exit(1)
 		}
@@ -99,7 +102,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	fs.IntVar(&opt.retries, "retries", 2, "most repeats of a row that other processes disturbed")
 	fs.IntVar(&opt.repeat, "repeat", 3, "times each row is measured; the summary takes the median of the undisturbed ones (this machine's throughput varies by a third between runs minutes apart)")
 	fs.BoolVar(&opt.keep, "keep", false, "keep the data directory and the mesh's log")
-	fs.StringVar(&opt.cpuProfile, "cpuprofile", "", "directory to write each workload's mesh CPU profile to, as <workload>.pprof (the mesh's whole life: seeding, warm-up and rows)")
+	fs.StringVar(&opt.cpuProfile, "cpuprofile", "", "directory to write the mesh's CPU profiles to: each row's window as <workload>-<level>.pprof (#2, #3 for its repeats), each seeding as <workload>-seed-<level>.pprof")
 	fs.Func("env", "KEY=VALUE for the mesh's environment, on top of the defaults (repeatable), e.g. to measure another storage option", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" {

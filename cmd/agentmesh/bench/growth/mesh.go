@@ -12,7 +12,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"runtime"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -29,31 +31,77 @@ const serveArg = "serve-mesh"
 
 // serveMesh runs the mesh with up.Run on exactly the variables in envJSON
 // (nothing from this process's environment), until stdin reaches its end
-// (the bench closed it, or died) or a signal arrives.
-func serveMesh(envJSON string, cpuProfile ...string) error {
+// (the bench closed it, or died) or a signal arrives. Lines on stdin
+// "profile PATH" and "stop" start and stop a CPU profile of the process
+// (see mesh.profile).
+func serveMesh(envJSON string) error {
 	var env map[string]string
 	if err := json.Unmarshal([]byte(envJSON), &env); err != nil {
 		return fmt.Errorf("%s: environment: %w", serveArg, err)
 	}
-	if len(cpuProfile) > 0 {
-		f, err := os.Create(cpuProfile[0])
-		if err != nil {
-			return fmt.Errorf("%s: CPU profile: %w", serveArg, err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("%s: CPU profile: %w", serveArg, err)
-		}
-		defer pprof.StopCPUProfile()
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithCancel(ctx)
+	profiled := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
+		defer close(profiled)
+		serveProfiles(os.Stdin, os.Stdout)
 		cancel()
 	}()
-	return up.Run(ctx, config.Map(env), os.Stdout)
+	err := up.Run(ctx, config.Map(env), os.Stdout)
+	cancel()
+	select {
+	case <-profiled: // stdin ended: any profile is written
+	case <-time.After(time.Second):
+	}
+	return err
+}
+
+// profileAck starts the lines serveProfiles answers with on the mesh's
+// stdout.
+const profileAck = "growth-profile:"
+
+// serveProfiles reads commands from in until its end, starting ("profile
+// PATH") and stopping ("stop") the process's CPU profile or writing its
+// live heap's profile after a collection ("heap PATH"), and answers each
+// on out with a line starting with profileAck: "ok" once done, or "error"
+// and why. A profile still running at the end is stopped.
+func serveProfiles(in io.Reader, out io.Writer) {
+	var f *os.File
+	stopProfile := func() error {
+		if f == nil {
+			return nil
+		}
+		pprof.StopCPUProfile()
+		err := f.Close()
+		f = nil
+		return err
+	}
+	defer stopProfile()
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		cmd, arg, _ := strings.Cut(sc.Text(), " ")
+		err := stopProfile()
+		switch {
+		case err != nil:
+		case cmd == "profile":
+			if f, err = os.Create(arg); err == nil {
+				if err = pprof.StartCPUProfile(f); err != nil {
+					_ = f.Close()
+					f = nil
+				}
+			}
+		case cmd == "heap":
+			err = writeHeapProfile(arg)
+		case cmd != "stop":
+			err = fmt.Errorf("unknown command %q", cmd)
+		}
+		if err != nil {
+			fmt.Fprintf(out, "%s error %v\n", profileAck, err)
+		} else {
+			fmt.Fprintf(out, "%s ok\n", profileAck)
+		}
+	}
 }
 
 // meshEnv is the environment of the mesh under test: `agentmesh up`'s
@@ -82,7 +130,8 @@ var bannerGateway = regexp.MustCompile(`gateway\s+http://localhost:(\d+)`)
 type mesh struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
-	done  chan error // receives the process's exit once
+	done  chan error  // receives the process's exit once
+	acks  chan string // the answers to profile commands (see serveProfiles)
 	// URL is the gateway's base URL.
 	URL string
 }
@@ -90,16 +139,12 @@ type mesh struct {
 // startMesh starts self in serve mode with env, its log going to logFile,
 // and waits until the gateway answers /healthz with 200 (every service
 // serving).
-func startMesh(ctx context.Context, self string, env map[string]string, logFile io.Writer, cpuProfile string) (*mesh, error) {
+func startMesh(ctx context.Context, self string, env map[string]string, logFile io.Writer) (*mesh, error) {
 	envJSON, err := json.Marshal(env)
 	if err != nil {
 		return nil, err
 	}
-	args := []string{serveArg, string(envJSON)}
-	if cpuProfile != "" {
-		args = append(args, cpuProfile)
-	}
-	cmd := exec.Command(self, args...)
+	cmd := exec.Command(self, serveArg, string(envJSON))
 	cmd.Stderr = logFile
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -112,11 +157,15 @@ func startMesh(ctx context.Context, self string, env map[string]string, logFile 
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the mesh: %w", err)
 	}
-	m := &mesh{cmd: cmd, stdin: stdin, done: make(chan error, 1)}
+	m := &mesh{cmd: cmd, stdin: stdin, done: make(chan error, 1), acks: make(chan string, 1)}
 	port := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			if ack, ok := strings.CutPrefix(sc.Text(), profileAck+" "); ok {
+				m.acks <- ack
+				continue
+			}
 			if p := bannerGateway.FindStringSubmatch(sc.Text()); p != nil {
 				select {
 				case port <- p[1]:
@@ -161,6 +210,48 @@ func startMesh(ctx context.Context, self string, env map[string]string, logFile 
 			return fail(ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// writeHeapProfile collects garbage and writes the profile of the live heap
+// to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	err = pprof.Lookup("heap").WriteTo(f, 0)
+	return errors.Join(err, f.Close())
+}
+
+// heapProfile writes the mesh process's live heap profile to path.
+func (m *mesh) heapProfile(path string) error { return m.command("heap " + path) }
+
+// profile starts writing the mesh process's CPU profile to path, or, with
+// path "", stops the one running and waits until it is written.
+func (m *mesh) profile(path string) error {
+	cmd := "stop"
+	if path != "" {
+		cmd = "profile " + path
+	}
+	return m.command(cmd)
+}
+
+// command sends a command to the mesh's serveProfiles and waits for its
+// answer.
+func (m *mesh) command(cmd string) error {
+	if _, err := io.WriteString(m.stdin, cmd+"\n"); err != nil {
+		return fmt.Errorf("mesh CPU profile: %w", err)
+	}
+	select {
+	case ack := <-m.acks:
+		if ack != "ok" {
+			return fmt.Errorf("mesh CPU profile: %s", ack)
+		}
+		return nil
+	case <-time.After(30 * time.Second):
+		return errors.New("mesh CPU profile: no answer within 30 s")
 	}
 }
 
