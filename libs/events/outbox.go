@@ -183,7 +183,8 @@ func (r *Relay) SetPollInterval(d time.Duration) {
 // after a write whose outcome is unknown, such as one that timed out). Run
 // then sweeps the whole collection only at start (and again at the next
 // poll if that sweep was incomplete); every poll interval it relays again,
-// reading each by _id, just the documents whose publish or removal failed.
+// reading each by _id, just the documents whose publish or removal failed;
+// its sweeps read everything pending in one query, not in pages.
 // On FerretDB a sweep decodes every document of the collection, page after
 // page, so periodic sweeps cost more as the collection grows, and hold up
 // the documents named meanwhile. Call it before Run.
@@ -707,10 +708,14 @@ func (r *Relay) sweep(ctx context.Context, rm *removals) (int, error) {
 		if lastID != nil {
 			filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: lastID}}})
 		}
-		opts := options.Find().
-			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}}).
-			SetSort(bson.D{{Key: "_id", Value: 1}}).
-			SetLimit(relayPageSize)
+		opts := options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}})
+		if !r.single {
+			// Pages keep each query short on MongoDB, where the sparse
+			// index serves them. A single writer's sweeps run on FerretDB,
+			// which parses the whole collection for each query, and only
+			// at start: one query reads everything pending.
+			opts.SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(relayPageSize)
+		}
 		cur, err := r.coll.Find(ctx, filter, opts)
 		if err != nil {
 			return published, errors.Join(append(errs, fmt.Errorf("events: outbox find: %w", err))...)
@@ -737,7 +742,7 @@ func (r *Relay) sweep(ctx context.Context, rm *removals) (int, error) {
 				errs = append(errs, err)
 			}
 		}
-		if len(docs) < relayPageSize {
+		if r.single || len(docs) < relayPageSize {
 			return published, errors.Join(errs...)
 		}
 		lastID = docs[len(docs)-1].ID

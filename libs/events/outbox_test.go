@@ -394,23 +394,27 @@ func TestRelayPollInterval(t *testing.T) {
 }
 
 // TestRelaySingleWriterPollsRetryFailuresOnly: a single writer's relay
-// sweeps at start, then at each poll relays again only the documents whose
-// relay failed, read by _id: a failed publish goes out once it can, and an
-// entry nobody named (which only a sweep would find) waits for the next
-// start.
+// sweeps at start (more documents than a page), then at each poll relays
+// again only the documents whose relay failed, read by _id: a failed publish
+// goes out once it can, and an entry nobody named (which only a sweep would
+// find) waits for the next start.
 func TestRelaySingleWriterPollsRetryFailuresOnly(t *testing.T) {
 	t.Parallel()
 	b := newBusWithStreams(t)
 	coll := startFerret(t).Collection("jobs")
 	ctx := testContext(t)
 
-	completeJob(ctx, t, coll, "before", newEntry(t, "before", "a"))
+	const before = relayPageSize + 20
+	for i := range before {
+		id := fmt.Sprintf("before%03d", i)
+		completeJob(ctx, t, coll, id, newEntry(t, id, "a"))
+	}
 	r := NewRelay(b, coll, testLogger(t))
 	r.SetSingleWriter()
 	r.SetConcurrency(4)
 	r.SetPollInterval(100 * time.Millisecond)
 	runRelay(t, r)
-	waitFor(t, RelayPollInterval/2, "the start-up sweep's entry published", func() bool { return streamMsgs(t, b, StreamEvents) == 1 })
+	waitFor(t, RelayPollInterval/2, "the start-up sweep's entries published", func() bool { return streamMsgs(t, b, StreamEvents) == before })
 
 	// Stream LATER refuses the entry at first (too large): its publish
 	// fails at once, and the entry after it waits.
@@ -427,15 +431,15 @@ func TestRelaySingleWriterPollsRetryFailuresOnly(t *testing.T) {
 	r.NotifyEntries("failing", later, next)
 	completeJob(ctx, t, coll, "unnamed", newEntry(t, "unnamed", "x"))
 	time.Sleep(300 * time.Millisecond) // polls go by
-	if n := streamMsgs(t, b, StreamEvents); n != 1 {
-		t.Fatalf("%d events published before the failed one could be; want 1 (order kept, unnamed left alone)", n)
+	if n := streamMsgs(t, b, StreamEvents); n != before {
+		t.Fatalf("%d events published before the failed one could be; want %d (order kept, unnamed left alone)", n, before)
 	}
 	cfg.MaxMsgSize = -1
 	if _, err := b.JetStream().UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, RelayPollInterval/2, "the failed document relayed by a poll", func() bool {
-		return streamMsgs(t, b, "LATER") == 1 && streamMsgs(t, b, StreamEvents) == 2
+		return streamMsgs(t, b, "LATER") == 1 && streamMsgs(t, b, StreamEvents) == before+1
 	})
 	waitFor(t, RelayPollInterval/2, "its outbox emptied", func() bool {
 		var j job
