@@ -182,8 +182,9 @@ func (r *Relay) SetPollInterval(d time.Duration) {
 // (NotifyDocument or NotifyEntries after each write, and NotifyDocument
 // after a write whose outcome is unknown, such as one that timed out). Run
 // then sweeps the whole collection only at start (and again at the next
-// poll if that sweep was incomplete); every poll interval it relays again,
-// reading each by _id, just the documents whose publish or removal failed;
+// poll if that sweep could not read it); every poll interval it relays
+// again, reading each by _id, just the documents whose publish or removal
+// failed, in a sweep or since;
 // its sweeps read everything pending in one query, not in pages.
 // On FerretDB a sweep decodes every document of the collection, page after
 // page, so periodic sweeps cost more as the collection grows, and hold up
@@ -343,7 +344,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		done     = make(chan any)
 	)
 	full := true
-	swept := false // the last full sweep read every document
+	swept := false // the last full sweep read every document (failed ones are retried by name)
 	for {
 		if full && len(inflight) == 0 {
 			// A full sweep covers every document named so far.
@@ -358,8 +359,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			if r.conc > 1 {
 				sweepRM = rm
 			}
-			_, err := r.sweep(ctx, sweepRM)
-			swept = err == nil
+			_, read, err := r.sweep(ctx, sweepRM)
+			swept = read
 			if err != nil && ctx.Err() == nil {
 				r.logger.Warn("outbox sweep incomplete; will retry", slog.Any("error", err))
 			}
@@ -689,12 +690,14 @@ func (r *Relay) relayDocument(ctx context.Context, id any) (int, error) {
 // documents were swept. Run calls Sweep; call it directly to flush the outbox
 // synchronously, e.g. at shutdown.
 func (r *Relay) Sweep(ctx context.Context) (int, error) {
-	return r.sweep(ctx, nil)
+	n, _, err := r.sweep(ctx, nil)
+	return n, err
 }
 
 // sweep is Sweep; with rm, entries are published with publishEntries and
-// removed through rm.
-func (r *Relay) sweep(ctx context.Context, rm *removals) (int, error) {
+// removed through rm. It reports whether it read every page; a document
+// whose relay failed is recorded for the next poll (see failedOn).
+func (r *Relay) sweep(ctx context.Context, rm *removals) (int, bool, error) {
 	r.sweeps.Lock()
 	defer r.sweeps.Unlock()
 
@@ -718,11 +721,11 @@ func (r *Relay) sweep(ctx context.Context, rm *removals) (int, error) {
 		}
 		cur, err := r.coll.Find(ctx, filter, opts)
 		if err != nil {
-			return published, errors.Join(append(errs, fmt.Errorf("events: outbox find: %w", err))...)
+			return published, false, errors.Join(append(errs, fmt.Errorf("events: outbox find: %w", err))...)
 		}
 		var docs []outboxDoc
 		if err := cur.All(ctx, &docs); err != nil {
-			return published, errors.Join(append(errs, fmt.Errorf("events: outbox read: %w", err))...)
+			return published, false, errors.Join(append(errs, fmt.Errorf("events: outbox read: %w", err))...)
 		}
 		for _, doc := range docs {
 			var (
@@ -737,13 +740,14 @@ func (r *Relay) sweep(ctx context.Context, rm *removals) (int, error) {
 			published += n
 			if err != nil {
 				if ctx.Err() != nil {
-					return published, errors.Join(append(errs, err)...)
+					return published, false, errors.Join(append(errs, err)...)
 				}
+				r.failedOn(doc.ID)
 				errs = append(errs, err)
 			}
 		}
 		if r.single || len(docs) < relayPageSize {
-			return published, errors.Join(errs...)
+			return published, true, errors.Join(errs...)
 		}
 		lastID = docs[len(docs)-1].ID
 	}

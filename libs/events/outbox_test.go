@@ -395,20 +395,35 @@ func TestRelayPollInterval(t *testing.T) {
 
 // TestRelaySingleWriterPollsRetryFailuresOnly: a single writer's relay
 // sweeps at start (more documents than a page), then at each poll relays
-// again only the documents whose relay failed, read by _id: a failed publish
-// goes out once it can, and an entry nobody named (which only a sweep would
-// find) waits for the next start.
+// again only the documents whose relay failed — in that sweep or after it,
+// each read by _id: a failed publish goes out once it can, the entry after
+// it waits, and an entry nobody named (which only a sweep would find) waits
+// for the next start.
 func TestRelaySingleWriterPollsRetryFailuresOnly(t *testing.T) {
 	t.Parallel()
 	b := newBusWithStreams(t)
 	coll := startFerret(t).Collection("jobs")
 	ctx := testContext(t)
 
+	// Stream LATER refuses its entries at first (too large): their
+	// publishes fail at once.
+	cfg := jetstream.StreamConfig{Name: "LATER", Subjects: []string{"am.later.>"}, MaxMsgSize: 16}
+	if _, err := b.JetStream().CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(id string) OutboxEntry {
+		e, err := OutboxEntryFor("am.later."+id, testEvent(t, "later"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
 	const before = relayPageSize + 20
 	for i := range before {
 		id := fmt.Sprintf("before%03d", i)
 		completeJob(ctx, t, coll, id, newEntry(t, id, "a"))
 	}
+	completeJob(ctx, t, coll, "failing-at-start", refused("s"), newEntry(t, "failing-at-start", "b"))
 	r := NewRelay(b, coll, testLogger(t))
 	r.SetSingleWriter()
 	r.SetConcurrency(4)
@@ -416,35 +431,25 @@ func TestRelaySingleWriterPollsRetryFailuresOnly(t *testing.T) {
 	runRelay(t, r)
 	waitFor(t, RelayPollInterval/2, "the start-up sweep's entries published", func() bool { return streamMsgs(t, b, StreamEvents) == before })
 
-	// Stream LATER refuses the entry at first (too large): its publish
-	// fails at once, and the entry after it waits.
-	cfg := jetstream.StreamConfig{Name: "LATER", Subjects: []string{"am.later.>"}, MaxMsgSize: 16}
-	if _, err := b.JetStream().CreateStream(ctx, cfg); err != nil {
+	completeJob(ctx, t, coll, "failing", refused("f"), newEntry(t, "failing", "c"))
+	var j job
+	if err := coll.FindOne(ctx, bson.M{"_id": "failing"}).Decode(&j); err != nil {
 		t.Fatal(err)
 	}
-	later, err := OutboxEntryFor("am.later.j", testEvent(t, "later"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := newEntry(t, "failing", "next")
-	completeJob(ctx, t, coll, "failing", later, next)
-	r.NotifyEntries("failing", later, next)
+	r.NotifyEntries("failing", j.Outbox...)
 	completeJob(ctx, t, coll, "unnamed", newEntry(t, "unnamed", "x"))
 	time.Sleep(300 * time.Millisecond) // polls go by
 	if n := streamMsgs(t, b, StreamEvents); n != before {
-		t.Fatalf("%d events published before the failed one could be; want %d (order kept, unnamed left alone)", n, before)
+		t.Fatalf("%d events published before the failed ones could be; want %d (order kept, unnamed left alone)", n, before)
 	}
 	cfg.MaxMsgSize = -1
 	if _, err := b.JetStream().UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, RelayPollInterval/2, "the failed document relayed by a poll", func() bool {
-		return streamMsgs(t, b, "LATER") == 1 && streamMsgs(t, b, StreamEvents) == before+1
+	waitFor(t, RelayPollInterval/2, "the failed documents relayed by a poll", func() bool {
+		return streamMsgs(t, b, "LATER") == 2 && streamMsgs(t, b, StreamEvents) == before+2
 	})
-	waitFor(t, RelayPollInterval/2, "its outbox emptied", func() bool {
-		var j job
-		return coll.FindOne(ctx, bson.M{"_id": "failing"}).Decode(&j) == nil && len(j.Outbox) == 0
-	})
+	waitFor(t, RelayPollInterval/2, "their outboxes emptied", func() bool { return pendingEntries(t, coll) == 1 })
 	time.Sleep(300 * time.Millisecond)
 	if n := pendingEntries(t, coll); n != 1 {
 		t.Errorf("%d entries pending; want 1: the unnamed one, which a single writer's polls do not scan for", n)
