@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/go-sql-driver/mysql" // the test's own handle on the server
 
@@ -160,6 +161,7 @@ func TestMariaDBSession(t *testing.T) {
 		t.Fatalf("session after the refused write = %v, %v", got, err)
 	}
 
+	testkit.Eventually(t, 30*time.Second, func() bool { return strings.Contains(logs.String(), "the read role may do more than read") }, "the read user audited")
 	running.Stop()
 	if l := logs.String(); !strings.Contains(l, "the read role may do more than read") || !strings.Contains(l, "FILE") {
 		t.Fatalf("no warning about the all-privileged read user in the log:\n%s", l)

@@ -5,6 +5,7 @@ package sqlagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -203,15 +204,25 @@ func hasConnection(specs []connections.Spec, name string) bool {
 // logReadRoles logs a warning for each PostgreSQL read role or MySQL read
 // user with rights beyond reading, or on which the server-side check
 // cannot run.
+//
+// Each connection's audit ends in one line: these warnings, or "read role
+// audited" at info level when there is nothing to warn about. An audit cut
+// short because the service is stopping (ctx canceled, not timed out) is
+// logged at info level: it says nothing about the role.
 func logReadRoles(ctx context.Context, registry *connections.Registry, log *slog.Logger) {
 	for _, a := range registry.AuditReadRoles(ctx) {
 		switch {
+		case a.Err != nil && errors.Is(ctx.Err(), context.Canceled):
+			log.InfoContext(ctx, "read role not audited: the service stopped first", "connection", a.Connection)
+			continue
 		case a.Err != nil:
 			log.WarnContext(ctx, "could not audit the read role", "connection", a.Connection, "error", a.Err)
 			continue
 		case len(a.Excess) > 0:
 			log.WarnContext(ctx, "the read role may do more than read; configure a least-privilege role as name[read]= in SQLAGENT_CONNECTIONS",
 				"connection", a.Connection, "role", a.Role, "rights", strings.Join(a.Excess, ","))
+		case len(a.Problems) == 0:
+			log.InfoContext(ctx, "read role audited", "connection", a.Connection, "role", a.Role)
 		}
 		for _, p := range a.Problems {
 			log.WarnContext(ctx, "the read connection cannot run the server-side check", "connection", a.Connection, "role", a.Role, "problem", p)
