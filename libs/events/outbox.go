@@ -395,11 +395,11 @@ func (r *Relay) Run(ctx context.Context) error {
 					_, err = r.relayDocument(ctx, id)
 				}
 				r.sweeps.RUnlock()
-				if err != nil && ctx.Err() == nil {
-					if r.conc == 1 {
-						r.failedOn(id) // (publishNamed records its own)
+				if err != nil {
+					r.failedOn(id)
+					if ctx.Err() == nil {
+						r.logger.Warn("outbox relay incomplete; will retry", slog.Any("error", err))
 					}
-					r.logger.Warn("outbox relay incomplete; will retry", slog.Any("error", err))
 				}
 				done <- id
 			}()
@@ -446,16 +446,10 @@ func (r *Relay) publishNamed(ctx context.Context, id any, rm *removals) error {
 			}
 		}
 	}
-	var err error
 	if reread {
-		err = r.publishDocument(ctx, id, rm)
-	} else {
-		err = r.publishGiven(ctx, id, entries, rm)
+		return r.publishDocument(ctx, id, rm)
 	}
-	if err != nil {
-		r.failedOn(id)
-	}
-	return err
+	return r.publishGiven(ctx, id, entries, rm)
 }
 
 // publishGiven publishes, in order, the entries of document id not
