@@ -36,8 +36,9 @@
 // With -cpuprofile DIR, the mesh writes a CPU profile of each row's window
 // to DIR/<workload>-<level>.pprof (<workload>-<level>#2.pprof for the next
 // run of the row, and so on) and of each seeding to
-// DIR/<workload>-seed-<level>.pprof (go tool pprof reads them; compare the
-// rows of two levels with -diff_base).
+// DIR/<workload>-seed-<level>.pprof, each with the profile of the live heap
+// at its end beside it as .heap.pprof (go tool pprof reads them; compare
+// two levels with -diff_base).
 package main
 
 import (
@@ -102,7 +103,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	fs.IntVar(&opt.retries, "retries", 2, "most repeats of a row that other processes disturbed")
 	fs.IntVar(&opt.repeat, "repeat", 3, "times each row is measured; the summary takes the median of the undisturbed ones (this machine's throughput varies by a third between runs minutes apart)")
 	fs.BoolVar(&opt.keep, "keep", false, "keep the data directory and the mesh's log")
-	fs.StringVar(&opt.cpuProfile, "cpuprofile", "", "directory to write the mesh's CPU profiles to: each row's window as <workload>-<level>.pprof (#2, #3 for its repeats), each seeding as <workload>-seed-<level>.pprof")
+	fs.StringVar(&opt.cpuProfile, "cpuprofile", "", "directory to write the mesh's CPU profiles to: each row's window as <workload>-<level>.pprof (#2, #3 for its repeats), each seeding as <workload>-seed-<level>.pprof, each with its live heap at the end as .heap.pprof")
 	fs.Func("env", "KEY=VALUE for the mesh's environment, on top of the defaults (repeatable), e.g. to measure another storage option", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" {

@@ -32,8 +32,7 @@ const serveArg = "serve-mesh"
 // serveMesh runs the mesh with up.Run on exactly the variables in envJSON
 // (nothing from this process's environment), until stdin reaches its end
 // (the bench closed it, or died) or a signal arrives. Lines on stdin
-// "profile PATH" and "stop" start and stop a CPU profile of the process
-// (see mesh.profile).
+// command profiles of the process (see serveProfiles).
 func serveMesh(envJSON string) error {
 	var env map[string]string
 	if err := json.Unmarshal([]byte(envJSON), &env); err != nil {
@@ -81,19 +80,22 @@ func serveProfiles(in io.Reader, out io.Writer) {
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		cmd, arg, _ := strings.Cut(sc.Text(), " ")
-		err := stopProfile()
-		switch {
-		case err != nil:
-		case cmd == "profile":
-			if f, err = os.Create(arg); err == nil {
-				if err = pprof.StartCPUProfile(f); err != nil {
-					_ = f.Close()
-					f = nil
+		var err error
+		switch cmd {
+		case "profile":
+			if err = stopProfile(); err == nil {
+				if f, err = os.Create(arg); err == nil {
+					if err = pprof.StartCPUProfile(f); err != nil {
+						_ = f.Close()
+						f = nil
+					}
 				}
 			}
-		case cmd == "heap":
+		case "stop":
+			err = stopProfile()
+		case "heap":
 			err = writeHeapProfile(arg)
-		case cmd != "stop":
+		default:
 			err = fmt.Errorf("unknown command %q", cmd)
 		}
 		if err != nil {
@@ -242,16 +244,16 @@ func (m *mesh) profile(path string) error {
 // answer.
 func (m *mesh) command(cmd string) error {
 	if _, err := io.WriteString(m.stdin, cmd+"\n"); err != nil {
-		return fmt.Errorf("mesh CPU profile: %w", err)
+		return fmt.Errorf("mesh profile: %w", err)
 	}
 	select {
 	case ack := <-m.acks:
 		if ack != "ok" {
-			return fmt.Errorf("mesh CPU profile: %s", ack)
+			return fmt.Errorf("mesh profile: %s", ack)
 		}
 		return nil
 	case <-time.After(30 * time.Second):
-		return errors.New("mesh CPU profile: no answer within 30 s")
+		return errors.New("mesh profile: no answer within 30 s")
 	}
 }
 
