@@ -782,15 +782,18 @@ func (s *Store) Archive(ctx context.Context, jobs []*analysis.Job, relayed func(
 		deletes := make([]mongo.WriteModel, 0, len(moving))
 		for _, j := range moving {
 			deletes = append(deletes, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: j.ID}}))
+			// Archived in the mirror before the live copy goes: List reads
+			// the live set, then the archive, and takes the mirror's word
+			// on which archived jobs are live, so a mirror updated after
+			// the delete let a List in between find the job in neither.
+			s.mirror.archivedNow(j)
 		}
 		unlock := s.writing(false)
 		res, err := s.live.BulkWrite(ctx, deletes, options.BulkWrite().SetOrdered(false))
 		unlock()
 		done := err == nil && res.DeletedCount == int64(len(moving))
-		for _, j := range moving {
-			if done {
-				s.mirror.archivedNow(j)
-			} else {
+		if !done {
+			for _, j := range moving {
 				s.mirror.forget(j.ID) // read what became of it
 			}
 		}
