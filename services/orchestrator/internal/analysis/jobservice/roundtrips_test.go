@@ -2,6 +2,8 @@ package jobservice_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,6 +44,13 @@ func TestAnalysisRoundTrips(t *testing.T) {
 		archive := observer.Database(e.db.Name()).Collection(jobstore.ArchiveCollection)
 		live := observer.Database(e.db.Name()).Collection(jobstore.Collection)
 
+		if single {
+			// The relay's start-up sweep (a single writer's only one) is
+			// not the analysis's: wait for it before counting.
+			testkit.Eventually(t, 10*time.Second, func() bool {
+				return slices.ContainsFunc(e.rt.NotExact(), func(q string) bool { return strings.Contains(q, `"outbox.0"`) })
+			}, "the relay's start-up sweep")
+		}
 		e.rt.Reset()
 		root := e.submit("Analyse BHP for investment", "stock_analysis")
 		testkit.Eventually(t, 20*time.Second, func() bool {
