@@ -428,6 +428,7 @@ func (b *bench) measure(ctx context.Context, w workload, level int) (row, error)
 	wg.Wait()
 	r.window = time.Since(start)
 	r.cpu = cpu.stop()
+	r.mem = processMemory(b.mesh.pid())
 	if err := stopProfile(); err != nil {
 		return r, err
 	}

@@ -79,6 +79,9 @@ func TestBenchMeasuresEveryWorkload(t *testing.T) {
 				t.Errorf("%s at %d: sample %+v", name, r.level, s)
 			}
 		}
+		if r.mem.rss <= 0 || r.mem.peak < r.mem.rss {
+			t.Errorf("%s at %d: the mesh's memory read as %+v", name, r.level, r.mem)
+		}
 		if r.level == 5 && r.storedBefore < 5 {
 			t.Errorf("%s at level 5 measured with %d stored", name, r.storedBefore)
 		}

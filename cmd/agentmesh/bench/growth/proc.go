@@ -80,6 +80,41 @@ func machineBusy() (time.Duration, error) {
 	return ticksToDuration(ticks), nil
 }
 
+// memUse is a process's resident memory in bytes: now, and the most it has
+// had since it started; negative where /proc cannot tell.
+type memUse struct {
+	rss, peak int64
+}
+
+// processMemory reads VmRSS and VmHWM from /proc/<pid>/status.
+func processMemory(pid int) memUse {
+	use := memUse{rss: -1, peak: -1}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return use
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || k != "VmRSS" && k != "VmHWM" {
+			continue
+		}
+		f := strings.Fields(v) // "123456 kB"
+		if len(f) != 2 || f[1] != "kB" {
+			continue
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		if k == "VmRSS" {
+			use.rss = n << 10
+		} else {
+			use.peak = n << 10
+		}
+	}
+	return use
+}
+
 func ticksToDuration(ticks int64) time.Duration {
 	return time.Duration(ticks) * time.Second / userHZ
 }

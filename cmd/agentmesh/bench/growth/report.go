@@ -29,6 +29,7 @@ type row struct {
 	warmupErrors int
 	errorText    []string
 	cpu          cpuUse
+	mem          memUse // the mesh's at the window's end
 	loadBefore   string
 	loadAfter    string
 }
@@ -63,12 +64,12 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 func firstOf(s sample) time.Duration { return s.first }
 func wholeOf(s sample) time.Duration { return s.whole }
 
-const rowFormat = "%-11s %7s %7s %5s %8s %9s %9s %9s %9s %6s %6s %6s  %s\n"
+const rowFormat = "%-11s %7s %7s %5s %8s %9s %9s %9s %9s %6s %6s %6s %5s %5s  %s\n"
 
 func printHeader(w io.Writer) {
 	fmt.Fprintf(w, rowFormat, "workload", "level", "stored", "ops", "ops/s", "first p50", "first p99", "whole p50", "whole p99",
-		"errors", "mesh", "others", "load before → after")
-	fmt.Fprintf(w, rowFormat, "", "", "", "", "", "", "", "", "", "", "cores", "cores", "")
+		"errors", "mesh", "others", "rss", "peak", "load before → after")
+	fmt.Fprintf(w, rowFormat, "", "", "", "", "", "", "", "", "", "", "cores", "cores", "MB", "MB", "")
 }
 
 // print writes the row as a line of the table, then its first errors.
@@ -91,7 +92,8 @@ func (r row) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, rowFormat, name, fmt.Sprint(r.level), fmt.Sprint(r.storedBefore), fmt.Sprint(len(r.samples)),
 		fmt.Sprintf("%.1f", r.opsPerSecond()), first(50), first(99), whole(50), whole(99),
-		fmt.Sprint(r.errors), cores(r.cpu.mesh), cores(r.cpu.others), r.loadBefore+" → "+r.loadAfter)
+		fmt.Sprint(r.errors), cores(r.cpu.mesh), cores(r.cpu.others),
+		megabytes(r.mem.rss), megabytes(r.mem.peak), r.loadBefore+" → "+r.loadAfter)
 	if r.warmupErrors > 0 {
 		fmt.Fprintf(w, "   (%d errors in the warm-up, not counted)\n", r.warmupErrors)
 	}
@@ -109,6 +111,13 @@ func ms(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
 	}
+}
+
+func megabytes(b int64) string {
+	if b < 0 {
+		return "n/a"
+	}
+	return fmt.Sprint(b / 1e6)
 }
 
 func cores(c float64) string {
