@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +161,17 @@ func TestSummaryTakesTheMedianRun(t *testing.T) {
 		if got := best[level].opsPerSecond(); got != want {
 			t.Errorf("level %d: %v ops/s, want %v", level, got, want)
 		}
+	}
+}
+
+// The Go runtime's settings given with -env reach the mesh's process
+// environment (the rest of -env reaches it as configuration), replacing the
+// bench's own.
+func TestRuntimeSettingsReachTheMeshProcess(t *testing.T) {
+	t.Parallel()
+	got := processEnv([]string{"PATH=/bin", "GOGC=50", "LOG_LEVEL=debug"}, map[string]string{"GOGC": "400", "GOMEMLIMIT": "1GiB", "LOG_LEVEL": "warn"})
+	want := []string{"PATH=/bin", "LOG_LEVEL=debug", "GOGC=400", "GOMEMLIMIT=1GiB"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("processEnv = %q, want %q", got, want)
 	}
 }

@@ -104,7 +104,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	fs.IntVar(&opt.repeat, "repeat", 3, "times each row is measured; the summary takes the median of the undisturbed ones (this machine's throughput varies by a third between runs minutes apart)")
 	fs.BoolVar(&opt.keep, "keep", false, "keep the data directory and the mesh's log")
 	fs.StringVar(&opt.cpuProfile, "cpuprofile", "", "directory to write the mesh's CPU profiles to: each row's window as <workload>-<level>.pprof (#2, #3 for its repeats), each seeding as <workload>-seed-<level>.pprof, each with its live heap at the end as .heap.pprof")
-	fs.Func("env", "KEY=VALUE for the mesh's environment, on top of the defaults (repeatable), e.g. to measure another storage option", func(s string) error {
+	fs.Func("env", "KEY=VALUE for the mesh's environment, on top of the defaults (repeatable), e.g. to measure another storage option; GOGC, GOMEMLIMIT, GOMAXPROCS, GODEBUG and GOTRACEBACK set its process's runtime", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" {
 			return fmt.Errorf("want KEY=VALUE, got %q", s)

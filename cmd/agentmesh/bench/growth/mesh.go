@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -125,6 +126,29 @@ func meshEnv(dataDir string, extra map[string]string) map[string]string {
 	return env
 }
 
+// runtimeVars are the settings the Go runtime reads from the process's
+// environment as it starts, before up.Run reads its configuration (which
+// the mesh gets as a map): GOGC, say, in -env must reach the collector.
+var runtimeVars = []string{"GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GODEBUG", "GOTRACEBACK"}
+
+// processEnv is the mesh process's environment: the bench's own, with the
+// runtime's settings from env in place of the bench's.
+func processEnv(own []string, env map[string]string) []string {
+	out := make([]string, 0, len(own)+len(runtimeVars))
+	for _, kv := range own {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, set := env[k]; !set || !slices.Contains(runtimeVars, k) {
+			out = append(out, kv)
+		}
+	}
+	for _, k := range runtimeVars {
+		if v, ok := env[k]; ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
+}
+
 // bannerGateway finds the gateway's address in up.Run's banner.
 var bannerGateway = regexp.MustCompile(`gateway\s+http://localhost:(\d+)`)
 
@@ -147,6 +171,7 @@ func startMesh(ctx context.Context, self string, env map[string]string, logFile 
 		return nil, err
 	}
 	cmd := exec.Command(self, serveArg, string(envJSON))
+	cmd.Env = processEnv(os.Environ(), env)
 	cmd.Stderr = logFile
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
