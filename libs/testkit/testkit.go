@@ -2,12 +2,16 @@ package testkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -114,12 +118,48 @@ func NewMongo(t testing.TB) *Mongo {
 }
 
 // shared is the FerretDB server used by MongoDB and MongoURI: started on
-// first use, in a directory under os.TempDir, and never stopped before the
-// test binary exits. Each test gets its own database on it.
+// first use, in a directory under os.TempDir named after the test binary's
+// process (sharedDirPrefix<pid>-…), and never stopped before the test
+// binary exits. Each test gets its own database on it. Nothing runs at that
+// exit, so the next test binary to start one removes the directories of
+// processes that are gone (removeStaleDirs): without that, every `make
+// test` left dozens of them behind, up to hundreds of MB each.
 var shared struct {
 	once sync.Once
 	m    *Mongo
 	err  error
+}
+
+// sharedDirPrefix starts the name of a shared server's directory.
+const sharedDirPrefix = "agentmesh-testkit-mongo-"
+
+// removeStaleDirs removes the directories under tmp named
+// prefix<pid>-… whose process has exited. A directory of a live process
+// (another test binary running now) stays, and so does any other name.
+func removeStaleDirs(tmp, prefix string) {
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		digits, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(digits)
+		if !ok || err != nil || pid <= 0 || processAlive(pid) {
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(tmp, e.Name()))
+	}
+}
+
+// processAlive reports whether a process with id pid exists (signal 0
+// checks without sending anything; EPERM means it exists as another user's).
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // sharedMongo returns the shared server, starting it on the first call. It
@@ -127,7 +167,8 @@ var shared struct {
 func sharedMongo(t testing.TB) *Mongo {
 	t.Helper()
 	shared.once.Do(func() {
-		dir, err := os.MkdirTemp("", "agentmesh-testkit-mongo-")
+		removeStaleDirs(os.TempDir(), sharedDirPrefix)
+		dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", sharedDirPrefix, os.Getpid()))
 		if err != nil {
 			shared.err = err
 			return
