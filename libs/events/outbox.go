@@ -182,13 +182,12 @@ func (r *Relay) SetPollInterval(d time.Duration) {
 // (NotifyDocument or NotifyEntries after each write, and NotifyDocument
 // after a write whose outcome is unknown, such as one that timed out). Run
 // then sweeps the whole collection only at start (and again at the next
-// poll if that sweep could not read it); every poll interval it relays
-// again, reading each by _id, just the documents whose publish or removal
-// failed, in a sweep or since;
-// its sweeps read everything pending in one query, not in pages.
-// On FerretDB a sweep decodes every document of the collection, page after
-// page, so periodic sweeps cost more as the collection grows, and hold up
-// the documents named meanwhile. Call it before Run.
+// poll if that sweep could not read it), reading everything pending in one
+// query rather than in pages; every poll interval it relays again, reading
+// each by _id, just the documents whose publish or removal failed, in a
+// sweep or since. On FerretDB every query of a sweep decodes every document
+// of the collection, so periodic sweeps cost more as the collection grows,
+// and hold up the documents named meanwhile. Call it before Run.
 func (r *Relay) SetSingleWriter() { r.single = true }
 
 // SetDrained makes the relay call drained with a document's _id once it
@@ -296,7 +295,9 @@ func (r *Relay) takeDocument(id any) (entries []OutboxEntry, reread bool) {
 // (see SetSingleWriter).
 func (r *Relay) failedOn(id any) {
 	r.mu.Lock()
-	r.failed[id] = true
+	if r.single { // only a single writer's polls take them (retryFailed)
+		r.failed[id] = true
+	}
 	r.reread[id] = true
 	r.mu.Unlock()
 }
