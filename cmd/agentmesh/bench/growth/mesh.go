@@ -30,8 +30,9 @@ import (
 // does not run the mesh's collector.
 const serveArg = "serve-mesh"
 
-// serveMesh runs the mesh with up.Run on exactly the variables in envJSON
-// (nothing from this process's environment), until stdin reaches its end
+// serveMesh runs the mesh with up.Run configured by exactly the variables
+// in envJSON (nothing from this process's environment, which gives only the
+// Go runtime its settings: see processEnv), until stdin reaches its end
 // (the bench closed it, or died) or a signal arrives. Lines on stdin
 // command profiles of the process (see serveProfiles).
 func serveMesh(envJSON string) error {
