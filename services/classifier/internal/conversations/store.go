@@ -40,7 +40,10 @@ var ErrNotFound = errors.New("conversation not found")
 // both read every document of the collection on FerretDB, and on MongoDB
 // use the index scope_id ({tenant_id, project_id, id}) for the scope and
 // the order. Their cost follows the conversations imported, not the runs
-// made: a run fetches once per plan page, not once per batch.
+// made: a run fetches once per plan page, not once per batch, and a single
+// writer queries a plan's first page only, keeping the plan's first
+// matches for its later pages and for other runs of the same query
+// (matchCache).
 //
 // # Queries and indexes (MongoDB)
 //
@@ -73,13 +76,14 @@ var ErrNotFound = errors.New("conversation not found")
 // and id for an id it does not find by key, which covers a document a
 // replica of an earlier version writes during a rolling upgrade.
 type Store struct {
-	coll *mongo.Collection
-	now  func() time.Time
+	coll    *mongo.Collection
+	now     func() time.Time
+	matches *matchCache // single writer only (see matchCache)
 }
 
 // NewStore returns a store on db's conversations collection.
 func NewStore(db *mongo.Database) *Store {
-	return &Store{coll: db.Collection(Collection), now: time.Now}
+	return &Store{coll: db.Collection(Collection), now: time.Now, matches: newMatchCache()}
 }
 
 // key is the _id of conversation id in scope: the tenant and the project
@@ -134,6 +138,8 @@ const indexNotFound = 27
 // migrate moves every document stored under an ObjectID to its key and
 // returns how many it moved.
 func (s *Store) migrate(ctx context.Context) (int, error) {
+	s.matches.written()
+	defer s.matches.written()
 	cur, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}})
 	if err != nil {
 		return 0, fmt.Errorf("conversations: find documents to move: %w", mongox.Translate(err))
@@ -239,6 +245,8 @@ func scopeFilter(scope *commonv1.Scope) bson.D {
 // Upsert stores the conversations, replacing any with the same id in the
 // scope, and returns how many it stored.
 func (s *Store) Upsert(ctx context.Context, scope *commonv1.Scope, convs []Conversation) (int, error) {
+	s.matches.written()
+	defer s.matches.written()
 	now := s.now()
 	stored := 0
 	for start := 0; start < len(convs); start += importChunk {
@@ -268,11 +276,42 @@ func (s *Store) Count(ctx context.Context, scope *commonv1.Scope) (int64, error)
 
 // Find runs a validated plan filter in the scope, skipping the ids in
 // exclude, and returns at most limit ids in id order (so a fetch is
-// repeatable: a resumed run fetches the same conversations).
+// repeatable: a resumed run fetches the same conversations). A single
+// writer answers later pages of a filter from the list its first page
+// kept (see matchCache).
 func (s *Store) Find(ctx context.Context, scope *commonv1.Scope, filter bson.D, exclude []string, limit int) ([]string, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
+	if !mongox.SingleWriter(s.coll.Database()) {
+		ids, _, err := s.find(ctx, scope, filter, exclude, limit)
+		return ids, err
+	}
+	k, err := matchKey(scope, filter)
+	if err != nil {
+		return nil, fmt.Errorf("conversations: find: %w", err)
+	}
+	if ids, ok := s.matches.page(k, exclude, limit); ok {
+		return ids, nil
+	}
+	gen := s.matches.generation()
+	ids, rows, err := s.find(ctx, scope, filter, nil, matchPrefix+1)
+	if err != nil {
+		return nil, err
+	}
+	kept := &matchList{key: k, ids: ids, complete: rows <= matchPrefix}
+	s.matches.keep(kept, gen)
+	if page, ok := kept.page(exclude, limit); ok {
+		return page, nil
+	}
+	ids, _, err = s.find(ctx, scope, filter, exclude, limit)
+	return ids, err
+}
+
+// find queries the filter's matches in the scope not in exclude, at most
+// limit documents, and returns their ids in id order and how many
+// documents the query returned (a document being moved is there twice).
+func (s *Store) find(ctx context.Context, scope *commonv1.Scope, filter bson.D, exclude []string, limit int) ([]string, int, error) {
 	clauses := bson.A{scopeFilter(scope)}
 	if len(filter) > 0 {
 		clauses = append(clauses, filter)
@@ -286,13 +325,13 @@ func (s *Store) Find(ctx context.Context, scope *commonv1.Scope, filter bson.D, 
 		SetLimit(int64(limit))
 	cur, err := s.coll.Find(ctx, bson.D{{Key: "$and", Value: clauses}}, opts)
 	if err != nil {
-		return nil, fmt.Errorf("conversations: find: %w", mongox.Translate(err))
+		return nil, 0, fmt.Errorf("conversations: find: %w", mongox.Translate(err))
 	}
 	var rows []struct {
 		ID string `bson:"id"`
 	}
 	if err := cur.All(ctx, &rows); err != nil {
-		return nil, fmt.Errorf("conversations: find: %w", mongox.Translate(err))
+		return nil, 0, fmt.Errorf("conversations: find: %w", mongox.Translate(err))
 	}
 	ids := make([]string, 0, len(rows))
 	for _, r := range rows {
@@ -301,7 +340,7 @@ func (s *Store) Find(ctx context.Context, scope *commonv1.Scope, filter bson.D, 
 			ids = append(ids, r.ID)
 		}
 	}
-	return ids, nil
+	return ids, len(rows), nil
 }
 
 // Get returns the conversations with the given ids, in the order asked,

@@ -1,0 +1,151 @@
+package conversations
+
+import (
+	"container/list"
+	"slices"
+	"sync"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+)
+
+// A run fetches its plan's matches a page at a time (at most MaxBatch
+// conversations), each page skipping what the run labelled already. On
+// the embedded FerretDB every page reads and parses every conversation of
+// the collection and sorts the matches in Go, whatever the limit, so a
+// run of n pages pays for n whole scans to learn one ordered list.
+//
+// In single-writer mode (mongox.SingleWriter: agentmesh up, whose
+// classifier is the only writer of the collection) the Store keeps that
+// list: the first page of a (scope, filter) queries its first
+// matchPrefix matches in id order, and later pages — of the same run or of
+// another run with the same query — are cut from it in process. Every
+// write of the Store (Upsert, the moves of Prepare) makes the kept lists
+// stale; a list is only kept if no write began or ended while its query
+// ran. A page is the first limit ids of the list not excluded; when the
+// kept prefix holds fewer than that and the scope has more matches than
+// the prefix, the page is queried as before. Plans are deterministic (plan
+// refuses $where, $expr and everything else that is not a plain function
+// of the stored documents), so the same filter on the same data matches
+// the same conversations.
+//
+// With many writers nothing is kept: another process's import would not
+// reach this one's lists.
+
+// matchPrefix is how many matches of a (scope, filter) a kept list holds:
+// enough for the pages of runs with targets in the hundreds, small enough
+// that the first page's query moves little more than a page would.
+const matchPrefix = 1000
+
+// matchLists is how many (scope, filter) lists are kept, least recently
+// used first out: at most matchLists*matchPrefix ids.
+const matchLists = 64
+
+// matchCache holds the kept lists. Its zero value is not usable: see
+// newMatchCache.
+type matchCache struct {
+	mu sync.Mutex
+	// gen counts the Store's writes twice: when each begins and when it
+	// ends, so a query that overlapped any write sees it changed.
+	gen   uint64
+	byKey map[string]*list.Element // of *matchList
+	lru   *list.List               // front: most recently used
+}
+
+type matchList struct {
+	key      string
+	ids      []string // in id order, no duplicates
+	complete bool     // ids holds every match, not only a prefix
+}
+
+func newMatchCache() *matchCache {
+	return &matchCache{byKey: map[string]*list.Element{}, lru: list.New()}
+}
+
+// matchKey names a (scope, filter): the scope's key prefix and the
+// filter's BSON, which marshals its elements in order.
+func matchKey(scope *commonv1.Scope, filter bson.D) (string, error) {
+	if filter == nil {
+		filter = bson.D{} // all: as a nil filter queries
+	}
+	b, err := bson.Marshal(filter)
+	if err != nil {
+		return "", err
+	}
+	return key(scope, "") + string(b), nil
+}
+
+// written marks the start or the end of a write of the Store.
+func (c *matchCache) written() {
+	c.mu.Lock()
+	c.gen++
+	// Every kept list is stale now: free them rather than keep them until
+	// they are pushed out.
+	clear(c.byKey)
+	c.lru.Init()
+	c.mu.Unlock()
+}
+
+// generation returns the write count a query starting now must see
+// unchanged at its end for its list to be kept.
+func (c *matchCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+// page returns the first limit ids of k's kept list not in exclude, and
+// whether the kept list answers: false when none is kept or when it is a
+// prefix too short to fill the page.
+func (c *matchCache) page(k string, exclude []string, limit int) ([]string, bool) {
+	c.mu.Lock()
+	e, ok := c.byKey[k]
+	if !ok {
+		c.mu.Unlock()
+		return nil, false
+	}
+	c.lru.MoveToFront(e)
+	l := e.Value.(*matchList)
+	c.mu.Unlock()
+	// l.ids is never changed once kept: read it outside the lock.
+	return l.page(exclude, limit)
+}
+
+func (l *matchList) page(exclude []string, limit int) ([]string, bool) {
+	skip := make(map[string]struct{}, len(exclude))
+	for _, id := range exclude {
+		skip[id] = struct{}{}
+	}
+	out := make([]string, 0, min(limit, len(l.ids)))
+	for _, id := range l.ids {
+		if _, ok := skip[id]; ok {
+			continue
+		}
+		if out = append(out, id); len(out) == limit {
+			return out, true
+		}
+	}
+	return out, l.complete
+}
+
+// keep keeps l, the first matches of its (scope, filter) in id order, if
+// no write began or ended since gen.
+func (c *matchCache) keep(l *matchList, gen uint64) {
+	l.ids = slices.Clip(l.ids)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen {
+		return
+	}
+	if e, ok := c.byKey[l.key]; ok {
+		e.Value = l
+		c.lru.MoveToFront(e)
+		return
+	}
+	c.byKey[l.key] = c.lru.PushFront(l)
+	for c.lru.Len() > matchLists {
+		old := c.lru.Remove(c.lru.Back()).(*matchList)
+		delete(c.byKey, old.key)
+	}
+}
