@@ -1,7 +1,6 @@
 package conversations
 
 import (
-	"container/list"
 	"slices"
 	"sync"
 
@@ -30,6 +29,11 @@ import (
 // of the stored documents), so the same filter on the same data matches
 // the same conversations.
 //
+// The conversations a single writer reads by key are kept too, up to
+// maxKeptConversationBytes, made stale by the same writes: a run's batch
+// reads the conversations its fetch's sample read, and runs over the same
+// conversations read each once.
+//
 // With many writers nothing is kept: another process's import would not
 // reach this one's lists.
 
@@ -42,15 +46,22 @@ const matchPrefix = 1000
 // used first out: at most matchLists*matchPrefix ids.
 const matchLists = 64
 
-// matchCache holds the kept lists. Its zero value is not usable: see
-// newMatchCache.
-type matchCache struct {
+// maxKeptConversationBytes bounds the conversations a single writer
+// keeps (about: their texts and a little per message), so a run's batch
+// reads the conversations its fetch just read, and runs over the same
+// conversations share them, without a round trip each.
+const maxKeptConversationBytes = 16 << 20
+
+// readCache holds, for a single writer, the kept match lists and the
+// conversations last read. Its zero value is not usable: see
+// newReadCache.
+type readCache struct {
 	mu sync.Mutex
 	// gen counts the Store's writes twice: when each begins and when it
-	// ends, so a query that overlapped any write sees it changed.
+	// ends, so a read that overlapped any write sees it changed.
 	gen   uint64
-	byKey map[string]*list.Element // of *matchList
-	lru   *list.List               // front: most recently used
+	lists *lru[*matchList] // by matchKey, cost 1 each
+	docs  *lru[doc]        // by key(), cost docCost
 }
 
 type matchList struct {
@@ -59,8 +70,17 @@ type matchList struct {
 	complete bool     // ids holds every match, not only a prefix
 }
 
-func newMatchCache() *matchCache {
-	return &matchCache{byKey: map[string]*list.Element{}, lru: list.New()}
+func newReadCache() *readCache {
+	return &readCache{lists: newLRU[*matchList](matchLists), docs: newLRU[doc](maxKeptConversationBytes)}
+}
+
+// docCost estimates what keeping d costs, in bytes.
+func docCost(d doc) int {
+	n := 256 + len(d.ID) + len(d.Channel) + len(d.Customer) + 64*len(d.Metadata)
+	for _, m := range d.Messages {
+		n += 64 + len(m.Role) + len(m.Text)
+	}
+	return n
 }
 
 // matchKey names a (scope, filter): the scope's key prefix and the
@@ -77,19 +97,19 @@ func matchKey(scope *commonv1.Scope, filter bson.D) (string, error) {
 }
 
 // written marks the start or the end of a write of the Store.
-func (c *matchCache) written() {
+func (c *readCache) written() {
 	c.mu.Lock()
 	c.gen++
-	// Every kept list is stale now: free them rather than keep them until
-	// they are pushed out.
-	clear(c.byKey)
-	c.lru.Init()
+	// Everything kept may be stale now: free it rather than keep it until
+	// it is pushed out.
+	c.lists.clear()
+	c.docs.clear()
 	c.mu.Unlock()
 }
 
 // generation returns the write count a query starting now must see
 // unchanged at its end for its list to be kept.
-func (c *matchCache) generation() uint64 {
+func (c *readCache) generation() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.gen
@@ -98,16 +118,13 @@ func (c *matchCache) generation() uint64 {
 // page returns the first limit ids of k's kept list not in exclude, and
 // whether the kept list answers: false when none is kept or when it is a
 // prefix too short to fill the page.
-func (c *matchCache) page(k string, exclude []string, limit int) ([]string, bool) {
+func (c *readCache) page(k string, exclude []string, limit int) ([]string, bool) {
 	c.mu.Lock()
-	e, ok := c.byKey[k]
+	l, ok := c.lists.get(k)
+	c.mu.Unlock()
 	if !ok {
-		c.mu.Unlock()
 		return nil, false
 	}
-	c.lru.MoveToFront(e)
-	l := e.Value.(*matchList)
-	c.mu.Unlock()
 	// l.ids is never changed once kept: read it outside the lock.
 	return l.page(exclude, limit)
 }
@@ -131,21 +148,28 @@ func (l *matchList) page(exclude []string, limit int) ([]string, bool) {
 
 // keep keeps l, the first matches of its (scope, filter) in id order, if
 // no write began or ended since gen.
-func (c *matchCache) keep(l *matchList, gen uint64) {
+func (c *readCache) keep(l *matchList, gen uint64) {
 	l.ids = slices.Clip(l.ids)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen != gen {
-		return
+	if c.gen == gen {
+		c.lists.put(l.key, l, 1)
 	}
-	if e, ok := c.byKey[l.key]; ok {
-		e.Value = l
-		c.lru.MoveToFront(e)
-		return
-	}
-	c.byKey[l.key] = c.lru.PushFront(l)
-	for c.lru.Len() > matchLists {
-		old := c.lru.Remove(c.lru.Back()).(*matchList)
-		delete(c.byKey, old.key)
+}
+
+// conversation returns the conversation kept under key k.
+func (c *readCache) conversation(k string) (doc, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.docs.get(k)
+}
+
+// keepConversation keeps d, read under key k, if no write began or ended
+// since gen.
+func (c *readCache) keepConversation(k string, d doc, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen == gen {
+		c.docs.put(k, d, docCost(d))
 	}
 }

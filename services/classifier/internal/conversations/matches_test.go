@@ -27,6 +27,20 @@ func preparedStore(t *testing.T, db *mongo.Database) *Store {
 	return s
 }
 
+// sampleStore returns a store on db holding the sample in acme.
+func sampleStore(t *testing.T, db *mongo.Database) (*Store, []Conversation) {
+	t.Helper()
+	s := preparedStore(t, db)
+	sample, err := Sample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Upsert(context.Background(), acme, sample); err != nil {
+		t.Fatal(err)
+	}
+	return s, sample
+}
+
 // pages walks a run's fetches of filter: each page skips what the pages
 // before it returned, as a run skips what it labelled.
 func pages(t *testing.T, s *Store, filter bson.D, size int) [][]string {
@@ -54,14 +68,7 @@ func TestPagesOfAPlanQueryTheCollectionOnce(t *testing.T) {
 	t.Parallel()
 	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
 		ctx := context.Background()
-		s := preparedStore(t, db)
-		sample, err := Sample()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Upsert(ctx, acme, sample); err != nil {
-			t.Fatal(err)
-		}
+		s, sample := sampleStore(t, db)
 		filter, err := plan.Compile(`{"channel": {"$in": ["email", "chat"]}}`)
 		if err != nil {
 			t.Fatal(err)
@@ -189,7 +196,7 @@ func TestListsOfQueriesThatOverlappedAWriteAreNotKept(t *testing.T) {
 		{"write began and ended during", 0, 2},
 		{"write done before", 2, 0},
 	} {
-		c := newMatchCache()
+		c := newReadCache()
 		for range tc.before {
 			c.written()
 		}
@@ -208,7 +215,7 @@ func TestListsOfQueriesThatOverlappedAWriteAreNotKept(t *testing.T) {
 // At most matchLists lists are kept, the least recently used leaving first.
 func TestKeptListsAreBounded(t *testing.T) {
 	t.Parallel()
-	c := newMatchCache()
+	c := newReadCache()
 	for i := range matchLists + 1 {
 		c.keep(&matchList{key: fmt.Sprint(i), ids: []string{"a"}, complete: true}, c.generation())
 		if i == 0 {
@@ -216,8 +223,8 @@ func TestKeptListsAreBounded(t *testing.T) {
 		}
 		c.page("0", nil, 1) // keeps "0" the most recently used
 	}
-	if c.lru.Len() != matchLists || len(c.byKey) != matchLists {
-		t.Fatalf("%d lists kept (%d keys), want %d", c.lru.Len(), len(c.byKey), matchLists)
+	if n := c.lists.len(); n != matchLists {
+		t.Fatalf("%d lists kept, want %d", n, matchLists)
 	}
 	if _, ok := c.page("0", nil, 1); !ok {
 		t.Error("the most recently used list left")
@@ -225,4 +232,75 @@ func TestKeptListsAreBounded(t *testing.T) {
 	if _, ok := c.page("1", nil, 1); ok {
 		t.Error("the least recently used list stayed")
 	}
+}
+
+// Kept conversations stay within their byte bound, the least recently
+// read leaving first; one larger than the bound is not kept at all.
+func TestKeptConversationsAreBounded(t *testing.T) {
+	t.Parallel()
+	c := newReadCache()
+	big := func(id string, n int) doc {
+		return doc{ID: id, Messages: []turnDoc{{Role: "customer", Text: strings.Repeat("x", n)}}}
+	}
+	quarter := maxKeptConversationBytes / 4
+	for i := range 4 {
+		c.keepConversation(fmt.Sprint(i), big(fmt.Sprint(i), quarter-1000), c.generation())
+	}
+	if _, ok := c.conversation("0"); !ok { // now the most recently read
+		t.Fatal("a conversation within the bound was not kept")
+	}
+	c.keepConversation("4", big("4", quarter-1000), c.generation())
+	if _, ok := c.conversation("1"); ok {
+		t.Error("the least recently read conversation stayed past the bound")
+	}
+	for _, k := range []string{"0", "2", "3", "4"} {
+		if _, ok := c.conversation(k); !ok {
+			t.Errorf("conversation %s left", k)
+		}
+	}
+	if c.docs.cost > maxKeptConversationBytes {
+		t.Errorf("kept %d bytes, bound %d", c.docs.cost, maxKeptConversationBytes)
+	}
+	c.keepConversation("huge", big("huge", maxKeptConversationBytes), c.generation())
+	if _, ok := c.conversation("huge"); ok {
+		t.Error("a conversation larger than the bound was kept")
+	}
+}
+
+// A single writer reads a conversation once until a write: a batch's
+// conversations that its fetch's sample read, and those another run read,
+// cost no round trip; an import of a changed conversation is seen.
+func TestConversationsReadOnceUntilAWrite(t *testing.T) {
+	t.Parallel()
+	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
+		ctx := context.Background()
+		s, sample := sampleStore(t, db)
+		ids := []string{sample[3].ID, sample[1].ID}
+		rt.Reset()
+		for range 2 {
+			if _, err := s.Get(ctx, acme, ids); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.Get(ctx, globex, ids[:1]); err == nil {
+			t.Error("another scope read acme's kept conversation")
+		}
+		// globex's miss costs two: by key, then by scope.
+		want := fmt.Sprintf("find %s=%d", Collection, 2*len(ids)+2)
+		if mongox.SingleWriter(db) {
+			want = fmt.Sprintf("find %s=%d", Collection, len(ids)+2)
+		}
+		if got := rt.String(); !strings.Contains(got, want) {
+			t.Errorf("round trips %q, want %s", got, want)
+		}
+		changed := sample[3]
+		changed.Channel = "fax"
+		if _, err := s.Upsert(ctx, acme, []Conversation{changed}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Get(ctx, acme, ids)
+		if err != nil || got[0].Channel != "fax" || got[1].ID != ids[1] {
+			t.Errorf("after an import: %+v (%v), want %s on fax", got, err, ids[0])
+		}
+	})
 }

@@ -33,8 +33,9 @@ var ErrNotFound = errors.New("conversation not found")
 // # What is read by _id, and what scans
 //
 // Upsert writes by _id, and Get reads by _id, one conversation per round
-// trip: on the embedded FerretDB v1 only an exact {_id: x} filter is found
-// without parsing every document of the collection, and the collection
+// trip (a single writer keeps what it read until its next write): on the
+// embedded FerretDB v1 only an exact {_id: x} filter is found without
+// parsing every document of the collection, and the collection
 // grows with every import. Find runs a plan's filter (the user's query over
 // conversations: channel, times, text, metadata) and Count counts a scope:
 // both read every document of the collection on FerretDB, and on MongoDB
@@ -43,7 +44,7 @@ var ErrNotFound = errors.New("conversation not found")
 // made: a run fetches once per plan page, not once per batch, and a single
 // writer queries a plan's first page only, keeping the plan's first
 // matches for its later pages and for other runs of the same query
-// (matchCache).
+// (readCache).
 //
 // # Queries and indexes (MongoDB)
 //
@@ -76,14 +77,14 @@ var ErrNotFound = errors.New("conversation not found")
 // and id for an id it does not find by key, which covers a document a
 // replica of an earlier version writes during a rolling upgrade.
 type Store struct {
-	coll    *mongo.Collection
-	now     func() time.Time
-	matches *matchCache // single writer only (see matchCache)
+	coll  *mongo.Collection
+	now   func() time.Time
+	reads *readCache // single writer only (see readCache)
 }
 
 // NewStore returns a store on db's conversations collection.
 func NewStore(db *mongo.Database) *Store {
-	return &Store{coll: db.Collection(Collection), now: time.Now, matches: newMatchCache()}
+	return &Store{coll: db.Collection(Collection), now: time.Now, reads: newReadCache()}
 }
 
 // key is the _id of conversation id in scope: the tenant and the project
@@ -138,8 +139,8 @@ const indexNotFound = 27
 // migrate moves every document stored under an ObjectID to its key and
 // returns how many it moved.
 func (s *Store) migrate(ctx context.Context) (int, error) {
-	s.matches.written()
-	defer s.matches.written()
+	s.reads.written()
+	defer s.reads.written()
 	cur, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}})
 	if err != nil {
 		return 0, fmt.Errorf("conversations: find documents to move: %w", mongox.Translate(err))
@@ -245,8 +246,8 @@ func scopeFilter(scope *commonv1.Scope) bson.D {
 // Upsert stores the conversations, replacing any with the same id in the
 // scope, and returns how many it stored.
 func (s *Store) Upsert(ctx context.Context, scope *commonv1.Scope, convs []Conversation) (int, error) {
-	s.matches.written()
-	defer s.matches.written()
+	s.reads.written()
+	defer s.reads.written()
 	now := s.now()
 	stored := 0
 	for start := 0; start < len(convs); start += importChunk {
@@ -278,7 +279,7 @@ func (s *Store) Count(ctx context.Context, scope *commonv1.Scope) (int64, error)
 // exclude, and returns at most limit ids in id order (so a fetch is
 // repeatable: a resumed run fetches the same conversations). A single
 // writer answers later pages of a filter from the list its first page
-// kept (see matchCache).
+// kept (see readCache).
 func (s *Store) Find(ctx context.Context, scope *commonv1.Scope, filter bson.D, exclude []string, limit int) ([]string, error) {
 	if limit <= 0 {
 		return nil, nil
@@ -291,16 +292,16 @@ func (s *Store) Find(ctx context.Context, scope *commonv1.Scope, filter bson.D, 
 	if err != nil {
 		return nil, fmt.Errorf("conversations: find: %w", err)
 	}
-	if ids, ok := s.matches.page(k, exclude, limit); ok {
+	if ids, ok := s.reads.page(k, exclude, limit); ok {
 		return ids, nil
 	}
-	gen := s.matches.generation()
+	gen := s.reads.generation()
 	ids, rows, err := s.find(ctx, scope, filter, nil, matchPrefix+1)
 	if err != nil {
 		return nil, err
 	}
 	kept := &matchList{key: k, ids: ids, complete: rows <= matchPrefix}
-	s.matches.keep(kept, gen)
+	s.reads.keep(kept, gen)
 	if page, ok := kept.page(exclude, limit); ok {
 		return page, nil
 	}
@@ -344,19 +345,28 @@ func (s *Store) find(ctx context.Context, scope *commonv1.Scope, filter bson.D, 
 }
 
 // Get returns the conversations with the given ids, in the order asked,
-// reading each by its key. A missing id is ErrNotFound naming it.
+// reading each by its key (a single writer keeps those it read: see
+// readCache). A missing id is ErrNotFound naming it. The conversations'
+// Metadata maps may be shared with later callers: read them only.
 func (s *Store) Get(ctx context.Context, scope *commonv1.Scope, ids []string) ([]Conversation, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	single := mongox.SingleWriter(s.coll.Database())
+	gen := s.reads.generation()
 	byID := make(map[string]doc, len(ids))
 	var missing []string
 	for _, id := range ids {
 		if _, ok := byID[id]; ok {
 			continue
 		}
+		k := key(scope, id)
+		if d, ok := s.reads.conversation(k); ok && single {
+			byID[id] = d
+			continue
+		}
 		var d doc
-		err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: key(scope, id)}}).Decode(&d)
+		err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: k}}).Decode(&d)
 		switch {
 		case errors.Is(err, mongo.ErrNoDocuments):
 			missing = append(missing, id)
@@ -364,6 +374,9 @@ func (s *Store) Get(ctx context.Context, scope *commonv1.Scope, ids []string) ([
 			return nil, fmt.Errorf("conversations: get: %w", mongox.Translate(err))
 		default:
 			byID[id] = d
+			if single {
+				s.reads.keepConversation(k, d, gen)
+			}
 		}
 	}
 	if len(missing) > 0 {
