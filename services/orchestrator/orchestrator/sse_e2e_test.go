@@ -306,8 +306,8 @@ func TestSSEThroughGateway(t *testing.T) {
 	}
 	_ = json.NewDecoder(busy.Body).Decode(&body)
 	busy.Body.Close()
-	if busy.StatusCode != http.StatusBadRequest || body.Code != 9 || !strings.Contains(body.Message, "already processing a message") {
-		t.Errorf("second concurrent message: HTTP %d %+v, want 400 FAILED_PRECONDITION (9) saying the conversation is busy", busy.StatusCode, body)
+	if busy.StatusCode != http.StatusConflict || body.Code != 10 || !strings.Contains(body.Message, "already processing a message") {
+		t.Errorf("second concurrent message: HTTP %d %+v, want 409 ABORTED (10) saying the conversation is busy", busy.StatusCode, body)
 	}
 	leave()
 	slow.Body.Close()

@@ -46,11 +46,11 @@ func toStatus(err error) error {
 	case errors.As(err, &te):
 		return te.GRPCStatus().Err()
 	case errors.As(err, &busy):
-		return grpcx.Errorf(codes.FailedPrecondition, ReasonConversationBusy,
+		return grpcx.Errorf(codes.Aborted, ReasonConversationBusy,
 			"the conversation is already processing a message (held by %s until %s unless it finishes first); wait for that turn to complete, then send again",
 			busy.Holder, busy.Until.Format("15:04:05Z07:00"))
 	case errors.Is(err, conversation.ErrBusy):
-		return grpcx.Errorf(codes.FailedPrecondition, ReasonConversationBusy,
+		return grpcx.Errorf(codes.Aborted, ReasonConversationBusy,
 			"the conversation is already processing a message; wait for that turn to complete, then send again")
 	case errors.Is(err, conversation.ErrNotFound):
 		return grpcx.Errorf(codes.NotFound, ReasonConversationNotFound, "conversation not found")

@@ -314,8 +314,8 @@ func TestStreamMessageOverGRPC(t *testing.T) {
 }
 
 // TestBusyConversation: while another replica holds a conversation's turn
-// lease, StreamMessage and SendMessage fail with FAILED_PRECONDITION and
-// reason CONVERSATION_BUSY before any event, and DeleteConversation waits
+// lease, StreamMessage and SendMessage fail with ABORTED (a conflict to
+// retry, as the classifier's busy run) and reason CONVERSATION_BUSY before any event, and DeleteConversation waits
 // its turn too.
 func TestBusyConversation(t *testing.T) {
 	t.Parallel()
@@ -330,14 +330,14 @@ func TestBusyConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs, err := recvAll(st)
-	wantStatus(t, err, codes.FailedPrecondition, grpcapi.ReasonConversationBusy)
+	wantStatus(t, err, codes.Aborted, grpcapi.ReasonConversationBusy)
 	if len(evs) != 0 || !strings.Contains(status.Convert(err).Message(), "replica-2") {
 		t.Errorf("busy stream sent %d events, message %q", len(evs), status.Convert(err).Message())
 	}
 	_, err = s.convs.SendMessage(ctxTimeout(t, 10*time.Second), &orchestratorv1.SendMessageRequest{Scope: scope, ConversationId: c.GetId(), Content: "hi"})
-	wantStatus(t, err, codes.FailedPrecondition, grpcapi.ReasonConversationBusy)
+	wantStatus(t, err, codes.Aborted, grpcapi.ReasonConversationBusy)
 	_, err = s.convs.DeleteConversation(ctxTimeout(t, 10*time.Second), &orchestratorv1.DeleteConversationRequest{Scope: scope, ConversationId: c.GetId()})
-	wantStatus(t, err, codes.FailedPrecondition, grpcapi.ReasonConversationBusy)
+	wantStatus(t, err, codes.Aborted, grpcapi.ReasonConversationBusy)
 }
 
 // TestClientDisconnectOverGRPC: cancelling the gRPC stream cancels the

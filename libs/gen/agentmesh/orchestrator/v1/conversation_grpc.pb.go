@@ -45,10 +45,10 @@ type ConversationServiceClient interface {
 	DeleteConversation(ctx context.Context, in *DeleteConversationRequest, opts ...grpc.CallOption) (*DeleteConversationResponse, error)
 	// StreamMessage adds a user message and streams the loop's events until it
 	// completes. A second concurrent message to the same conversation fails
-	// with FAILED_PRECONDITION (ErrorInfo reason CONVERSATION_BUSY), on every
-	// replica. Failures before the first event end the RPC with a status and
-	// no events; a failure during the turn is an ErrorEvent, after which the
-	// stream ends normally. The first event is TurnStarted; every event
+	// with ABORTED (HTTP 409; ErrorInfo reason CONVERSATION_BUSY), on every
+	// replica: send again once that turn completes. Failures before the
+	// first event end the RPC with a status and no events; a failure during
+	// the turn is an ErrorEvent, after which the stream ends normally. The first event is TurnStarted; every event
 	// carries its sequence, from which WatchTurn resumes the turn. A turn
 	// whose stream goes away keeps running while a WatchTurn follows it; one
 	// that nobody follows within the orchestrator's resume grace is
@@ -182,10 +182,10 @@ type ConversationServiceServer interface {
 	DeleteConversation(context.Context, *DeleteConversationRequest) (*DeleteConversationResponse, error)
 	// StreamMessage adds a user message and streams the loop's events until it
 	// completes. A second concurrent message to the same conversation fails
-	// with FAILED_PRECONDITION (ErrorInfo reason CONVERSATION_BUSY), on every
-	// replica. Failures before the first event end the RPC with a status and
-	// no events; a failure during the turn is an ErrorEvent, after which the
-	// stream ends normally. The first event is TurnStarted; every event
+	// with ABORTED (HTTP 409; ErrorInfo reason CONVERSATION_BUSY), on every
+	// replica: send again once that turn completes. Failures before the
+	// first event end the RPC with a status and no events; a failure during
+	// the turn is an ErrorEvent, after which the stream ends normally. The first event is TurnStarted; every event
 	// carries its sequence, from which WatchTurn resumes the turn. A turn
 	// whose stream goes away keeps running while a WatchTurn follows it; one
 	// that nobody follows within the orchestrator's resume grace is
