@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -302,5 +303,47 @@ func TestConversationsReadOnceUntilAWrite(t *testing.T) {
 		if err != nil || got[0].Channel != "fax" || got[1].ID != ids[1] {
 			t.Errorf("after an import: %+v (%v), want %s on fax", got, err, ids[0])
 		}
+	})
+}
+
+// While other clients fetch the same plan and read the same conversation
+// without pause, every fetch and read that starts after an import ends sees
+// the import: no list or conversation read before it is served after it.
+func TestReadsRacingImportsSeeEveryFinishedImport(t *testing.T) {
+	t.Parallel()
+	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, _ *testkit.RoundTrips) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		s, sample := sampleStore(t, db)
+		filter := bson.D{{Key: "channel", Value: "racing"}}
+		c := sample[0]
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					_, _ = s.Find(ctx, acme, filter, nil, 5)
+					_, _ = s.Get(ctx, acme, []string{c.ID})
+				}
+			})
+		}
+		for i := range 30 {
+			c.Channel = []string{"racing", "fax"}[i%2]
+			if _, err := s.Upsert(ctx, acme, []Conversation{c}); err != nil {
+				t.Fatal(err)
+			}
+			ids, err := s.Find(ctx, acme, filter, nil, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if matched := slices.Equal(ids, []string{c.ID}); matched != (c.Channel == "racing") {
+				t.Fatalf("import %d (channel %s): the plan fetched %v", i, c.Channel, ids)
+			}
+			got, err := s.Get(ctx, acme, []string{c.ID})
+			if err != nil || got[0].Channel != c.Channel {
+				t.Fatalf("import %d (channel %s): read %+v (%v)", i, c.Channel, got, err)
+			}
+		}
+		cancel()
+		wg.Wait()
 	})
 }
