@@ -315,8 +315,8 @@ func TestStreamMessageOverGRPC(t *testing.T) {
 
 // TestBusyConversation: while another replica holds a conversation's turn
 // lease, StreamMessage and SendMessage fail with ABORTED (a conflict to
-// retry, as the classifier's busy run) and reason CONVERSATION_BUSY before any event, and DeleteConversation waits
-// its turn too.
+// retry, as the classifier's busy run) and reason CONVERSATION_BUSY before
+// any event, and DeleteConversation waits its turn too.
 func TestBusyConversation(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
