@@ -7,6 +7,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	"github.com/agentmesh/agentmesh/libs/lru"
 )
 
 // A run fetches its plan's matches a page at a time (at most MaxBatch
@@ -60,18 +61,17 @@ type readCache struct {
 	// gen counts the Store's writes twice: when each begins and when it
 	// ends, so a read that overlapped any write sees it changed.
 	gen   uint64
-	lists *lru[*matchList] // by matchKey, cost 1 each
-	docs  *lru[doc]        // by key(), cost docCost
+	lists *lru.Cache[*matchList] // by matchKey, cost 1 each
+	docs  *lru.Cache[doc]        // by key(), cost docCost
 }
 
 type matchList struct {
-	key      string
 	ids      []string // in id order, no duplicates
 	complete bool     // ids holds every match, not only a prefix
 }
 
 func newReadCache() *readCache {
-	return &readCache{lists: newLRU[*matchList](matchLists), docs: newLRU[doc](maxKeptConversationBytes)}
+	return &readCache{lists: lru.New[*matchList](matchLists), docs: lru.New[doc](maxKeptConversationBytes)}
 }
 
 // docCost estimates what keeping d costs, in bytes.
@@ -102,8 +102,8 @@ func (c *readCache) written() {
 	c.gen++
 	// Everything kept may be stale now: free it rather than keep it until
 	// it is pushed out.
-	c.lists.clear()
-	c.docs.clear()
+	c.lists.Clear()
+	c.docs.Clear()
 	c.mu.Unlock()
 }
 
@@ -120,7 +120,7 @@ func (c *readCache) generation() uint64 {
 // prefix too short to fill the page.
 func (c *readCache) page(k string, exclude []string, limit int) ([]string, bool) {
 	c.mu.Lock()
-	l, ok := c.lists.get(k)
+	l, ok := c.lists.Get(k)
 	c.mu.Unlock()
 	if !ok {
 		return nil, false
@@ -146,14 +146,14 @@ func (l *matchList) page(exclude []string, limit int) ([]string, bool) {
 	return out, l.complete
 }
 
-// keep keeps l, the first matches of its (scope, filter) in id order, if
+// keep keeps l, the first matches of k's (scope, filter) in id order, if
 // no write began or ended since gen.
-func (c *readCache) keep(l *matchList, gen uint64) {
+func (c *readCache) keep(k string, l *matchList, gen uint64) {
 	l.ids = slices.Clip(l.ids)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen == gen {
-		c.lists.put(l.key, l, 1)
+		c.lists.Put(k, l, 1)
 	}
 }
 
@@ -161,7 +161,7 @@ func (c *readCache) keep(l *matchList, gen uint64) {
 func (c *readCache) conversation(k string) (doc, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.docs.get(k)
+	return c.docs.Get(k)
 }
 
 // keepConversation keeps d, read under key k, if no write began or ended
@@ -170,6 +170,6 @@ func (c *readCache) keepConversation(k string, d doc, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen == gen {
-		c.docs.put(k, d, docCost(d))
+		c.docs.Put(k, d, docCost(d))
 	}
 }

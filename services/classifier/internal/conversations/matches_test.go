@@ -205,7 +205,7 @@ func TestListsOfQueriesThatOverlappedAWriteAreNotKept(t *testing.T) {
 		for range tc.during {
 			c.written()
 		}
-		c.keep(&matchList{key: "k", ids: []string{"a", "b"}, complete: true}, gen)
+		c.keep("k", &matchList{ids: []string{"a", "b"}, complete: true}, gen)
 		_, kept := c.page("k", nil, 1)
 		if want := tc.during == 0; kept != want {
 			t.Errorf("%s: kept %v, want %v", tc.name, kept, want)
@@ -218,13 +218,13 @@ func TestKeptListsAreBounded(t *testing.T) {
 	t.Parallel()
 	c := newReadCache()
 	for i := range matchLists + 1 {
-		c.keep(&matchList{key: fmt.Sprint(i), ids: []string{"a"}, complete: true}, c.generation())
+		c.keep(fmt.Sprint(i), &matchList{ids: []string{"a"}, complete: true}, c.generation())
 		if i == 0 {
 			continue
 		}
 		c.page("0", nil, 1) // keeps "0" the most recently used
 	}
-	if n := c.lists.len(); n != matchLists {
+	if n := c.lists.Len(); n != matchLists {
 		t.Fatalf("%d lists kept, want %d", n, matchLists)
 	}
 	if _, ok := c.page("0", nil, 1); !ok {
@@ -259,8 +259,8 @@ func TestKeptConversationsAreBounded(t *testing.T) {
 			t.Errorf("conversation %s left", k)
 		}
 	}
-	if c.docs.cost > maxKeptConversationBytes {
-		t.Errorf("kept %d bytes, bound %d", c.docs.cost, maxKeptConversationBytes)
+	if c.docs.Cost() > maxKeptConversationBytes {
+		t.Errorf("kept %d bytes, bound %d", c.docs.Cost(), maxKeptConversationBytes)
 	}
 	c.keepConversation("huge", big("huge", maxKeptConversationBytes), c.generation())
 	if _, ok := c.conversation("huge"); ok {

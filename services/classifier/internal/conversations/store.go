@@ -300,8 +300,8 @@ func (s *Store) Find(ctx context.Context, scope *commonv1.Scope, filter bson.D, 
 	if err != nil {
 		return nil, err
 	}
-	kept := &matchList{key: k, ids: ids, complete: rows <= matchPrefix}
-	s.reads.keep(kept, gen)
+	kept := &matchList{ids: ids, complete: rows <= matchPrefix}
+	s.reads.keep(k, kept, gen)
 	if page, ok := kept.page(exclude, limit); ok {
 		return page, nil
 	}
@@ -361,9 +361,11 @@ func (s *Store) Get(ctx context.Context, scope *commonv1.Scope, ids []string) ([
 			continue
 		}
 		k := key(scope, id)
-		if d, ok := s.reads.conversation(k); ok && single {
-			byID[id] = d
-			continue
+		if single {
+			if d, ok := s.reads.conversation(k); ok {
+				byID[id] = d
+				continue
+			}
 		}
 		var d doc
 		err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: k}}).Decode(&d)

@@ -1,7 +1,6 @@
 package jobstore
 
 import (
-	"container/list"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/agentmesh/agentmesh/libs/events"
+	"github.com/agentmesh/agentmesh/libs/lru"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
 )
 
@@ -35,10 +35,9 @@ type mirror struct {
 	// archived holds the ids of archived jobs (and of some that failed to
 	// be): looking up a job in neither collection — a child not created
 	// yet — reads nothing. Ids are UUIDs, kept in 16 bytes.
-	archived      map[uuid.UUID]struct{}   // guarded by mu
-	archivedOther map[string]struct{}      // guarded by mu: ids that are not UUIDs
-	cache         map[string]*list.Element // guarded by mu: archived job id → element of lru
-	lru           *list.List               // guarded by mu: *analysis.Job, most recent first
+	archived      map[uuid.UUID]struct{}    // guarded by mu
+	archivedOther map[string]struct{}       // guarded by mu: ids that are not UUIDs
+	cache         *lru.Cache[*analysis.Job] // guarded by mu: archived job id → copy
 }
 
 // newMirror returns a mirror of a live set holding jobs and of an archive
@@ -47,7 +46,7 @@ func newMirror(jobs []*analysis.Job, archived []string) *mirror {
 	m := &mirror{
 		jobs: make(map[string]*analysis.Job, len(jobs)), sent: map[string][]events.OutboxEntry{},
 		archived: make(map[uuid.UUID]struct{}, len(archived)), archivedOther: map[string]struct{}{},
-		cache: map[string]*list.Element{}, lru: list.New(),
+		cache: lru.New[*analysis.Job](archivedCacheSize),
 	}
 	for _, j := range jobs {
 		m.jobs[j.ID] = j
@@ -184,17 +183,7 @@ func (m *mirror) archivedRead(j *analysis.Job) {
 
 func (m *mirror) cacheArchived(j *analysis.Job) {
 	m.addArchived(j.ID)
-	if e, ok := m.cache[j.ID]; ok {
-		e.Value = copyJob(j)
-		m.lru.MoveToFront(e)
-		return
-	}
-	m.cache[j.ID] = m.lru.PushFront(copyJob(j))
-	for m.lru.Len() > archivedCacheSize {
-		last := m.lru.Back()
-		m.lru.Remove(last)
-		delete(m.cache, last.Value.(*analysis.Job).ID)
-	}
+	m.cache.Put(j.ID, copyJob(j), 1)
 }
 
 // archivedJob returns a copy of the cached archived job id, or nil and
@@ -202,9 +191,8 @@ func (m *mirror) cacheArchived(j *analysis.Job) {
 func (m *mirror) archivedJob(id string) (j *analysis.Job, maybe bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e, ok := m.cache[id]; ok {
-		m.lru.MoveToFront(e)
-		return copyJob(e.Value.(*analysis.Job)), true
+	if j, ok := m.cache.Get(id); ok {
+		return copyJob(j), true
 	}
 	return nil, m.isArchived(id)
 }
