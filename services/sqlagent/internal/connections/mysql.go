@@ -255,13 +255,27 @@ func (c *conn) auditMySQL(ctx context.Context) RoleAudit {
 // are in: RENAME TABLE (atomic, also when it swaps two tables) for a new
 // or replaced table, DELETE and INSERT ... SELECT in one transaction to
 // empty and refill one. A failure leaves the target as it was; the
-// staging table is dropped either way.
+// staging table (and a replaced table) is dropped either way.
+//
+// The job's timeout (ctx) cuts the statements that read and write rows,
+// but not the swap: past the last row the renames run to their end, so
+// that a job that reports failure has left its target as it was. A
+// statement cut by ctx closes the job's connection on the client (so the
+// clean-up cannot use it: staging tables stayed behind when it did) while
+// the server may still be running it, or not have read it yet: the
+// clean-up ends that session on the server (KILL, which a user may do to
+// its own), so that no cut statement runs on, or creates a table after
+// the DROP, and drops the tables from another connection.
 func (c *conn) writeMySQL(ctx context.Context, wdb *sql.DB, schema, table string, mode WriteMode, fill func(*tableWriter) error) (int64, error) {
 	wconn, err := wdb.Conn(ctx)
 	if err != nil {
 		return 0, dbError(err)
 	}
 	defer wconn.Close()
+	var session int64
+	if err := wconn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&session); err != nil {
+		return 0, dbError(err)
+	}
 	exists, err := tableExists(ctx, wconn, MySQL, schema, table)
 	if err != nil {
 		return 0, dbError(err)
@@ -276,9 +290,12 @@ func (c *conn) writeMySQL(ctx context.Context, wdb *sql.DB, schema, table string
 	// stays within one database.
 	staging, old := qualified(MySQL, schema, "agentmesh_stage_"+suffix), qualified(MySQL, schema, "agentmesh_old_"+suffix)
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mysqlCleanupTimeout)
 		defer cancel()
-		_, _ = wconn.ExecContext(dctx, "DROP TABLE IF EXISTS "+staging)
+		if ctx.Err() != nil {
+			_, _ = wdb.ExecContext(dctx, fmt.Sprintf("KILL %d", session))
+		}
+		_, _ = wdb.ExecContext(dctx, "DROP TABLE IF EXISTS "+staging+", "+old)
 	}()
 	w := &tableWriter{ctx: ctx, tx: wconn, dialect: MySQL, table: staging, mode: WriteCreate}
 	if err := fill(w); err != nil {
@@ -288,25 +305,35 @@ func (c *conn) writeMySQL(ctx context.Context, wdb *sql.DB, schema, table string
 		return 0, err
 	}
 	target := qualified(MySQL, schema, table)
-	switch {
-	case !exists:
-		_, err = wconn.ExecContext(ctx, "RENAME TABLE "+staging+" TO "+target)
-	case mode == WriteDrop:
-		if _, err = wconn.ExecContext(ctx, "RENAME TABLE "+target+" TO "+old+", "+staging+" TO "+target); err == nil {
-			_, err = wconn.ExecContext(ctx, "DROP TABLE "+old)
+	if !exists || mode == WriteDrop {
+		if err := ctx.Err(); err != nil {
+			return 0, dbError(err) // out of time before the swap
 		}
-	default:
-		err = refill(ctx, wconn, target, staging)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mysqlCleanupTimeout)
+		defer cancel()
+		swap := "RENAME TABLE " + staging + " TO " + target
+		if exists {
+			swap = "RENAME TABLE " + target + " TO " + old + ", " + staging + " TO " + target
+		}
+		if _, err := wconn.ExecContext(sctx, swap); err != nil {
+			return 0, dbError(err)
+		}
+		return w.n, nil // the replaced table, now old, goes in the clean-up
 	}
-	if err != nil {
+	if err := refill(ctx, wconn, target, staging); err != nil {
 		return 0, dbError(err)
 	}
 	return w.n, nil
 }
 
+// mysqlCleanupTimeout bounds a MySQL write's swap, and its clean-up.
+const mysqlCleanupTimeout = 10 * time.Second
+
 // refill empties target and copies staging into it, in one transaction.
+// The statements run under ctx; the transaction is not bound to it (see
+// readOnlyTx): it is rolled back here.
 func refill(ctx context.Context, conn *sql.Conn, target, staging string) error {
-	tx, err := conn.BeginTx(ctx, nil)
+	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return err
 	}

@@ -117,7 +117,8 @@ func (c *conn) writeTo(ctx context.Context, schema, table string, mode WriteMode
 			return 0, dbError(err)
 		}
 	}
-	tx, err := wconn.BeginTx(ctx, nil)
+	// Not bound to ctx (its statements are): see readOnlyTx.
+	tx, err := wconn.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return 0, dbError(err)
 	}
