@@ -66,7 +66,7 @@ func main() {
 		rates    = flag.String("rates", "500,1000,2000", "request rates to run, per second")
 		latency  = flag.Duration("upstream-latency", 20*time.Millisecond, "mock upstream latency")
 		modes    = flag.String("modes", "unary,stream", "modes to run: unary (Chat), stream (ChatStream time to first chunk)")
-		compare  = flag.String("compare", "", "also run a second gateway with these extra variables (space-separated X=v), in the same rounds, and print its row as \"gateway B\": an A/B of a setting within one run")
+		compare  = flag.String("compare", "", "also run a second gateway with these extra variables (space-separated X=v), in the same rounds, and print its rows as \"gateway B\" and \"openai http api (model gateway) B\": an A/B of a setting within one run")
 		httpGW   = flag.String("http-gateway", "", "path of the REST gateway's binary (go build ./gateway): also send the same chat request through its OpenAI-compatible API (/openai/v1/chat/completions) in front of the model gateway, in the same rounds (the \"openai http api (REST gateway)\" row)")
 		httpGWB  = flag.String("http-gateway-b", "", "path of a second REST gateway binary (another build, say the previous commit's), run like -http-gateway in front of the same model gateway in the same rounds: its row is \"openai http api (REST gateway) B\", an A/B of two builds within one run")
 		httpEnvB = flag.String("http-gateway-b-env", "", "extra variables (space-separated X=v) for \"openai http api (REST gateway) B\", which runs the -http-gateway binary unless -http-gateway-b names another: an A/B of a setting of the REST gateway within one run")
@@ -285,7 +285,10 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	// The OpenAI-compatible API: the same request as an OpenAI client
 	// sends it, to the first gateway's own listener; to the REST gateway in
 	// front of it; and, given a second build, the same through that.
-	hops = append(hops, openAIOf(hops[0], b))
+	// With -compare, gateway B's own listener gets a row too.
+	for i, g := range slices.Clone(hops) {
+		hops = append(hops, openAIOf(g, b, "openai http api (model gateway)"+[]string{"", " B"}[i]))
+	}
 	for _, h := range []struct {
 		name, bin string
 		env       []string
@@ -449,9 +452,9 @@ func (g *hop) start(self string, env []string) error {
 
 // openAIOf is the hop through gw's own OpenAI-compatible listener: the
 // same process as gw, reached over HTTP with the REST gateway's key.
-func openAIOf(gw *hop, b *bench) *hop {
+func openAIOf(gw *hop, b *bench, name string) *hop {
 	api := "http://" + gw.openAI + "/openai/v1"
-	return &hop{name: "openai http api (model gateway)", child: gw.child, shared: true,
+	return &hop{name: name, child: gw.child, shared: true,
 		unary:  func(ctx context.Context, id int64) error { return b.post1(ctx, api, "chat", httpAPIKey, id) },
 		stream: func(ctx context.Context, id int64) error { return b.postStream1(ctx, api, "chat", httpAPIKey, id) },
 	}
