@@ -18,39 +18,51 @@ import (
 // them, and a store that updates a document some other way takes
 // LockDocument itself. Several processes sharing one FerretDB are not
 // protected: production runs on MongoDB.
-var docLocks = struct {
+var docLocks Locks
+
+// Locks is a set of mutexes by key, each kept only while it is held or
+// waited for. The zero value is ready to use.
+type Locks struct {
 	mu sync.Mutex
 	m  map[string]*docLock
-}{m: map[string]*docLock{}}
+}
 
 type docLock struct {
 	mu   sync.Mutex
-	refs int // guarded by docLocks.mu
+	refs int // guarded by Locks.mu
+}
+
+// Lock locks key's mutex and returns the unlock func. Different keys
+// never contend; the locks are not reentrant.
+func (ls *Locks) Lock(key string) (unlock func()) {
+	ls.mu.Lock()
+	if ls.m == nil {
+		ls.m = map[string]*docLock{}
+	}
+	l := ls.m[key]
+	if l == nil {
+		l = &docLock{}
+		ls.m[key] = l
+	}
+	l.refs++
+	ls.mu.Unlock()
+
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		ls.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(ls.m, key)
+		}
+		ls.mu.Unlock()
+	}
 }
 
 // LockDocument locks the document with _id id in coll for this process and
 // returns the unlock func. Locks of different documents never contend.
 func LockDocument(coll *mongo.Collection, id any) (unlock func()) {
-	key := coll.Database().Name() + "\x00" + coll.Name() + "\x00" + fmt.Sprint(id)
-	docLocks.mu.Lock()
-	l := docLocks.m[key]
-	if l == nil {
-		l = &docLock{}
-		docLocks.m[key] = l
-	}
-	l.refs++
-	docLocks.mu.Unlock()
-
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		docLocks.mu.Lock()
-		l.refs--
-		if l.refs == 0 {
-			delete(docLocks.m, key)
-		}
-		docLocks.mu.Unlock()
-	}
+	return docLocks.Lock(coll.Database().Name() + "\x00" + coll.Name() + "\x00" + fmt.Sprint(id))
 }
 
 // LockDocuments locks the documents with these _ids in coll (LockDocument

@@ -32,7 +32,7 @@ const (
 
 // NewRelay returns the events relay of the store's outboxes, as the service
 // runs it, and makes the store tell it about every entry it writes (see
-// wrote): removals of published events take the store's write lock, and a
+// wrote): removals of published events take the run's write lock, and a
 // finished run is archived once its last events are out. What the store
 // did not write (a previous process's events) waits for a sweep: at start,
 // and every SweepInterval with many writers (a single writer's relay polls
@@ -47,9 +47,7 @@ func (s *Store) NewRelay(bus *events.Bus, log *slog.Logger) *events.Relay {
 	if mongox.SingleWriter(s.coll.Database()) {
 		r.SetSingleWriter() // wrote and unsure name every write to it
 	}
-	s.mu.Lock()
-	s.relay = r
-	s.mu.Unlock()
+	s.relay = r // before the first write, as the doc says: wrote reads it unlocked
 	return r
 }
 

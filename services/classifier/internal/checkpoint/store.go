@@ -180,32 +180,36 @@ type Record struct {
 
 // Store reads and writes checkpoints. It is safe for concurrent use.
 //
-// Writes of one process are serialised, together with the removals of the
-// events relay serving the collection (give it [Store.LockDocument]) and
-// archiving: FerretDB v1 applies an update as a read followed
-// by an unconditional write of the whole document, so two concurrent updates
-// of one document lose one of them — a relay's $pullAll could undo a
-// checkpoint, and two writers guarded by the same version could both
-// succeed. MongoDB updates are atomic; with it the lock only costs
-// concurrency inside one process. Processes sharing one FerretDB are not
+// The writes of one run in one process are serialised, together with the
+// removals of the events relay serving the collection (give it
+// [Store.LockDocument]) and its archiving: FerretDB v1 applies an update
+// as a read followed by an unconditional write of the whole document, so
+// two concurrent updates of one document lose one of them — a relay's
+// $pullAll could undo a checkpoint, and two writers guarded by the same
+// version could both succeed. MongoDB updates are atomic; with it the lock
+// only orders the writes of a run, which one executor makes anyway.
+// Different runs do not wait for each other here (a lock of the whole
+// store, held across each write, had a started run's first write wait for
+// ~50 other runs' steps under load). Processes sharing one FerretDB are not
 // protected against each other (see the package doc); the embedded store
 // runs one classifier.
 type Store struct {
 	coll    *mongo.Collection // runs that can still change
 	archive *mongo.Collection // finished runs, events published
 	now     func() time.Time
-	mu      sync.Mutex // serialises updates of checkpoint documents, outbox removals and archiving
+	runs    mongox.Locks // by run id: serialises a run's writes, outbox removals and archiving
 
 	// known is, for a declared single writer, the version and scope of each
-	// live run as this store last wrote it (guarded by mu): a write at that
-	// version needs no read to check it (mongox.UpdateKnownVersion). Every
-	// change of a run's version goes through mu; a write whose outcome is
+	// live run as this store last wrote it: a write at that version needs
+	// no read to check it (mongox.UpdateKnownVersion). A run's entry
+	// changes only under the run's lock (runs); a write whose outcome is
 	// unknown, and archiving, drop the entry, and the next write reads.
+	mu    sync.Mutex // guards known
 	known map[string]knownRun
 
 	// relay is told of every outbox entry the store writes (NewRelay sets
-	// it), under mu, so a single writer's entries reach it in the order of
-	// the writes and it need not read them back (see wrote).
+	// it), under the run's lock, so a single writer's entries reach it in
+	// the order of the writes and it need not read them back (see wrote).
 	relay *events.Relay
 
 	// finishing holds the runs this store wrote in a finished state and
@@ -223,8 +227,8 @@ type knownRun struct {
 	tenant, project string
 }
 
-// wrote tells the relay that run id was just written with entries; s.mu
-// is held. A single writer hands the entries over in the order of its
+// wrote tells the relay that run id was just written with entries; the
+// run's lock is held (or the run is new). A single writer hands the entries over in the order of its
 // writes (events.Relay.NotifyEntries); with many writers the relay reads
 // the run.
 func (s *Store) wrote(id string, entries []events.OutboxEntry) {
@@ -240,8 +244,8 @@ func (s *Store) wrote(id string, entries []events.OutboxEntry) {
 // unsure tells a single writer's relay about a write of entries to run id
 // whose outcome is unknown (it failed, but may have been applied): the
 // relay reads the run, since its polls do not sweep the collection
-// (events.Relay.SetSingleWriter); s.mu is held. With many writers the
-// relay's sweeps find them.
+// (events.Relay.SetSingleWriter); the run's lock is held (or the run is
+// new). With many writers the relay's sweeps find them.
 func (s *Store) unsure(id string, entries []events.OutboxEntry) {
 	if s.relay != nil && len(entries) > 0 && mongox.SingleWriter(s.coll.Database()) {
 		s.relay.NotifyDocument(id)
@@ -254,15 +258,33 @@ func (s *Store) unsure(id string, entries []events.OutboxEntry) {
 const maxKnown = 100_000
 
 // learn records, for a single writer, that run id is at version in scope;
-// s.mu is held.
+// the run's lock is held (or the run is new).
 func (s *Store) learn(id string, scope *commonv1.Scope, version int64) {
 	if !mongox.SingleWriter(s.coll.Database()) {
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if _, ok := s.known[id]; !ok && len(s.known) >= maxKnown {
 		clear(s.known)
 	}
 	s.known[id] = knownRun{version: version, tenant: scope.GetTenantId(), project: scope.GetProjectId()}
+}
+
+// knows reports whether this store wrote run id last, as k says; the
+// run's lock is held.
+func (s *Store) knows(id string, k knownRun) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	got, ok := s.known[id]
+	return ok && got == k
+}
+
+// forget drops what this store knows of run id; the run's lock is held.
+func (s *Store) forget(id string) {
+	s.mu.Lock()
+	delete(s.known, id)
+	s.mu.Unlock()
 }
 
 // NewStore returns a store on db's checkpoint collections.
@@ -275,14 +297,14 @@ func NewStore(db *mongo.Database) *Store {
 // whose outboxes the events relay serves.
 func (s *Store) Collection() *mongo.Collection { return s.coll }
 
-// LockDocument takes the store's write lock and returns its release; the
-// events relay holds it while it removes published events from a run
+// LockDocument takes run id's write lock and returns its release; the
+// events relay holds it while it removes published events from the run
 // (events.Relay.SetDocumentLock), so a removal never races a checkpoint
 // write.
-func (s *Store) LockDocument(any) (unlock func()) {
-	s.mu.Lock()
-	return s.mu.Unlock
-}
+func (s *Store) LockDocument(id any) (unlock func()) { return s.lockRun(fmt.Sprint(id)) }
+
+// lockRun takes run id's write lock and returns its release.
+func (s *Store) lockRun(id string) (unlock func()) { return s.runs.Lock(id) }
 
 // finish notes that run id is being written in a finished state, before
 // the write, so the relay's notice that follows it finds the note.
@@ -399,16 +421,13 @@ func (s *Store) Create(ctx context.Context, run statemachine.Run, lease *Lease, 
 		{Key: "context", Value: encodeContext(run)},
 		{Key: events.OutboxField, Value: entries},
 	}
+	// A new run: no other write of it can be under way, so no lock.
 	if _, err := s.coll.InsertOne(ctx, d); err != nil {
-		s.mu.Lock()
 		s.unsure(run.ID, entries)
-		s.mu.Unlock()
 		return Record{}, fmt.Errorf("checkpoint: create %s: %w", run.ID, mongox.Translate(err))
 	}
-	s.mu.Lock()
 	s.learn(run.ID, &commonv1.Scope{TenantId: run.TenantID, ProjectId: run.ProjectID}, 1)
 	s.wrote(run.ID, entries)
-	s.mu.Unlock()
 	s.entered(ctx, run.State)
 	return Record{Run: run, Version: 1, Lease: lease, LastEventID: lastID(entries), EventCount: uint64(len(entries))}, nil
 }
@@ -470,9 +489,9 @@ func (s *Store) RenewLease(ctx context.Context, rec Record, lease Lease) (Record
 // updateVersioned writes update to run id at version, and tells the relay
 // about the entries it pushed.
 func (s *Store) updateVersioned(ctx context.Context, scope *commonv1.Scope, id string, version int64, update bson.M, entries []events.OutboxEntry) error {
-	s.mu.Lock()
+	unlock := s.lockRun(id)
 	var err error
-	if k, ok := s.known[id]; ok && k == (knownRun{version: version, tenant: scope.GetTenantId(), project: scope.GetProjectId()}) {
+	if s.knows(id, knownRun{version: version, tenant: scope.GetTenantId(), project: scope.GetProjectId()}) {
 		err = mongox.UpdateKnownVersion(ctx, s.coll, id, update)
 	} else {
 		err = mongox.UpdateVersioned(ctx, s.coll, idFilter(scope, id), version, update)
@@ -481,10 +500,10 @@ func (s *Store) updateVersioned(ctx context.Context, scope *commonv1.Scope, id s
 		s.learn(id, scope, version+1)
 		s.wrote(id, entries)
 	} else {
-		delete(s.known, id)
+		s.forget(id)
 		s.unsure(id, entries)
 	}
-	s.mu.Unlock()
+	unlock()
 	switch {
 	case err == nil:
 		return nil
@@ -524,16 +543,16 @@ func (s *Store) markCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *Co
 		return s.updateVersioned(ctx, scope, cerr.ID, cerr.Version, update, entries)
 	}
 	set["version"] = int64(1)
-	s.mu.Lock()
+	unlock := s.lockRun(cerr.ID)
 	res, err := s.coll.UpdateOne(ctx, idFilter(scope, cerr.ID), update)
-	delete(s.known, cerr.ID)
+	s.forget(cerr.ID)
 	switch {
 	case err != nil:
 		s.unsure(cerr.ID, entries)
 	case res.MatchedCount > 0 && s.relay != nil:
 		s.relay.NotifyDocument(cerr.ID) // what its outbox holds is not known here: read it
 	}
-	s.mu.Unlock()
+	unlock()
 	if err != nil {
 		return fmt.Errorf("checkpoint: stop corrupt run %s: %w", cerr.ID, mongox.Translate(err))
 	}
@@ -590,7 +609,8 @@ const (
 )
 
 // archiveLocked moves run id to the archive if it is finished and its
-// events are all published, and says what it found; s.mu is held. It is
+// events are all published, and says what it found; the run's lock is
+// held. It is
 // idempotent: a crash between copying and deleting leaves a copy in each
 // collection, which the next call resolves.
 //
@@ -622,7 +642,7 @@ func (s *Store) archiveLocked(ctx context.Context, id string) (archiveOutcome, e
 
 // moveLocked copies raw, the live document of run id as read, to the
 // archive and deletes the live document if it is still at raw's version
-// (see archiveLocked); s.mu is held.
+// (see archiveLocked); the run's lock is held.
 func (s *Store) moveLocked(ctx context.Context, id string, raw bson.Raw) (archiveOutcome, error) {
 	version, ok := raw.Lookup("version").AsInt64OK()
 	if !ok {
@@ -633,7 +653,7 @@ func (s *Store) moveLocked(ctx context.Context, id string, raw bson.Raw) (archiv
 		return eventsLeft, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
 	}
 	deleted, err := mongox.DeleteIf(ctx, s.coll, id, bson.D{{Key: "version", Value: version}})
-	delete(s.known, id)
+	s.forget(id)
 	if err != nil {
 		return eventsLeft, fmt.Errorf("checkpoint: archive %s: %w", id, err)
 	}
@@ -658,9 +678,9 @@ func (s *Store) Drained(ctx context.Context, id any) error {
 	if !noted {
 		return nil
 	}
-	s.mu.Lock()
+	unlock := s.lockRun(runID)
 	out, err := s.archiveLocked(ctx, runID)
-	s.mu.Unlock()
+	unlock()
 	if err == nil && (out == archived || out == gone) {
 		s.fmu.Lock()
 		delete(s.finishing, runID)

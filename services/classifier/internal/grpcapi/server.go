@@ -323,15 +323,13 @@ func (s *Server) drive(ctx context.Context, scope *commonv1.Scope, id string, af
 // tail returns the events stream's last sequence: a request's stream
 // forwards the run's events stored after it.
 func (s *Server) tail(ctx context.Context) (uint64, error) {
+	// Stream reads the stream's info (one request to the server): its
+	// state is the tail, with no second request of Info.
 	st, err := s.bus.JetStream().Stream(ctx, events.StreamEvents)
 	if err != nil {
 		return 0, grpcx.Errorf(codes.Unavailable, "EVENTS_UNAVAILABLE", "event stream unavailable: %v", err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return 0, grpcx.Errorf(codes.Unavailable, "EVENTS_UNAVAILABLE", "event stream unavailable: %v", err)
-	}
-	return info.State.LastSeq, nil
+	return st.CachedInfo().State.LastSeq, nil
 }
 
 // forward sends the run's events stored after JetStream sequence from, as
