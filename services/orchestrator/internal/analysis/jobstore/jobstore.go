@@ -31,9 +31,11 @@
 //     serves reads of live jobs and version checks from it, and remembers
 //     which jobs are archived, with a bounded cache of the recent ones;
 //   - updates by _id alone, the version checked against the mirror under
-//     the document lock, and takes a turn (see turn) for every write —
-//     which the outbox relay's removals take too — so a check and its
-//     write, and the writes to one document, never interleave;
+//     the document lock — which the outbox relay's removals take too — so
+//     a check and its write, and the writes to one document, never
+//     interleave (FerretDB gets one write at a time from mongox's write
+//     gate, which serves the writes of requests first: a submission does
+//     not queue behind the steps of analyses under way);
 //   - hands the outbox entries of each write to the relay in write order
 //     (events.Relay.NotifyEntries), so it need not read them back;
 //   - creates no secondary indexes (and drops those the other mode made).
@@ -107,16 +109,14 @@ const (
 )
 
 // Store is the MongoDB implementation of analysis.Store. It is safe for
-// concurrent use. Its writes of a document hold mongox.LockDocument (on
-// FerretDB, see the package comment, also the write turn), so one process
-// never interleaves a version check with another write of the document.
+// concurrent use. Its writes of a document hold mongox.LockDocument, so
+// one process never interleaves a version check with another write of the
+// document.
 type Store struct {
 	live    *mongo.Collection
 	archive *mongo.Collection
 	// mirror is set for a single writer: see the package comment.
 	mirror *mirror
-	// turn serialises the writes of a single writer (see writing).
-	turn turn
 	// relay is told about the outbox entries written; set before use.
 	relay Relay
 }
@@ -279,33 +279,16 @@ func (s *Store) Collection() *mongo.Collection { return s.live }
 
 // RelayLock is the lock for the outbox relay of Collection (see
 // events.Relay.SetDocumentLock), held while it removes relayed entries
-// from a document. On MongoDB it is the document lock the store's writes
-// take. On FerretDB it is a turn to write (see writing), which every write
-// of the store takes too, so it serialises the relay's removals with the
-// store's writes of the same document as the document lock would; it
-// yields to the store's writes, which carry state changes and events while
-// a removal is housekeeping.
+// from a document: the document lock the store's writes take. A single
+// writer's relay skips the lock of a job its mirror knows is archived (the
+// removal finds nothing to write).
 func (s *Store) RelayLock(id any) (unlock func()) {
-	if s.mirror == nil {
-		return mongox.LockDocument(s.live, id)
-	}
-	if sid, ok := id.(string); ok {
+	if sid, ok := id.(string); ok && s.mirror != nil {
 		if j, known := s.mirror.live(sid); known && j == nil {
-			// Archived: the removal finds nothing to write.
 			return func() {}
 		}
 	}
-	return s.turn.take(false)
-}
-
-// writing waits for this process's turn to write to FerretDB and returns
-// the function that ends it; see turn. State changes are urgent, archiving
-// is not. On MongoDB it does nothing.
-func (s *Store) writing(urgent bool) (done func()) {
-	if s.mirror == nil {
-		return func() {}
-	}
-	return s.turn.take(urgent)
+	return mongox.LockDocument(s.live, id)
 }
 
 // Insert implements analysis.Store. It reports ErrExists for an id taken in
@@ -326,9 +309,7 @@ func (s *Store) insertLive(ctx context.Context, op string, j *analysis.Job, outb
 	if len(outbox) > 0 {
 		doc = append(doc, bson.E{Key: events.OutboxField, Value: outbox})
 	}
-	unlock := s.writing(true)
 	_, err = s.live.InsertOne(ctx, doc)
-	unlock()
 	err = translate(op+" "+j.ID, err)
 	switch {
 	case err == nil:
@@ -408,9 +389,7 @@ func (s *Store) updateMirrored(ctx context.Context, next *analysis.Job, version 
 	if err != nil {
 		return err
 	}
-	unlock := s.writing(true)
 	res, err := s.live.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update)
-	unlock()
 	if err == nil && res.MatchedCount != 1 {
 		err = fmt.Errorf("jobstore: update %s: vanished from the live set", id)
 	}
@@ -788,9 +767,7 @@ func (s *Store) Archive(ctx context.Context, jobs []*analysis.Job, relayed func(
 			// the delete let a List in between find the job in neither.
 			s.mirror.archivedNow(j)
 		}
-		unlock := s.writing(false)
 		res, err := s.live.BulkWrite(ctx, deletes, options.BulkWrite().SetOrdered(false))
-		unlock()
 		done := err == nil && res.DeletedCount == int64(len(moving))
 		if !done {
 			for _, j := range moving {
@@ -852,9 +829,7 @@ func (s *Store) insertArchive(ctx context.Context, jobs []*analysis.Job) error {
 		}
 		copies = append(copies, doc)
 	}
-	unlock := s.writing(false)
 	_, err := s.archive.InsertMany(ctx, copies, options.InsertMany().SetOrdered(false))
-	unlock()
 	if s.mirror != nil {
 		s.mirror.mayBeArchived(jobs) // even on failure: some may be stored
 	}
@@ -866,9 +841,7 @@ func (s *Store) insertArchive(ctx context.Context, jobs []*analysis.Job) error {
 		if !mongo.IsDuplicateKeyError(we) || we.Index < 0 || we.Index >= len(copies) {
 			return translate("archive", err)
 		}
-		unlock := s.writing(false)
 		_, rerr := s.archive.ReplaceOne(ctx, bson.D{{Key: "_id", Value: jobs[we.Index].ID}}, copies[we.Index])
-		unlock()
 		if rerr != nil {
 			return translate("archive "+jobs[we.Index].ID, rerr)
 		}
