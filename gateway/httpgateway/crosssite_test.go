@@ -15,7 +15,8 @@ import (
 // mode) nothing identifies a caller, so a page of another site that a
 // developer opens could write through the gateway with a form or a
 // text/plain POST, which browsers send across sites without asking. Such a
-// request (Sec-Fetch-Site: cross-site, set by browsers) is refused unless
+// request (Sec-Fetch-Site: cross-site, set by browsers; from browsers that
+// predate it, an Origin of another host) is refused unless
 // GATEWAY_CORS_ORIGINS allows its origin; reads, same-site pages, and
 // clients that are not browsers go through, and with API keys the key is
 // what decides.
@@ -46,6 +47,13 @@ func TestCrossSiteWritesRefusedWithoutKeys(t *testing.T) {
 			map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://app.example.com"}, http.StatusOK},
 		{"a cross-site POST from another origin", withCORS.url, http.MethodPost, form, http.StatusForbidden},
 		{"a cross-site POST with a key", keyed.url, http.MethodPost, map[string]string{"Sec-Fetch-Site": "cross-site", "X-API-Key": "k1"}, http.StatusOK},
+		// Browsers that predate Sec-Fetch-Site send Origin alone.
+		{"an older browser's cross-site POST", open.url, http.MethodPost, map[string]string{"Content-Type": "text/plain", "Origin": "https://evil.example"}, http.StatusForbidden},
+		{"an older browser's POST from a sandboxed frame", open.url, http.MethodPost, map[string]string{"Content-Type": "text/plain", "Origin": "null"}, http.StatusForbidden},
+		{"an older browser's POST from a host named like the gateway's", open.url, http.MethodPost, map[string]string{"Origin": "http://127.0.0.1.evil.example"}, http.StatusForbidden},
+		{"an older browser's POST from the console", open.url, http.MethodPost, map[string]string{"Origin": open.url}, http.StatusOK},
+		{"an older browser's POST from another port of the host", open.url, http.MethodPost, map[string]string{"Origin": "http://127.0.0.1:3000"}, http.StatusOK},
+		{"an older browser's POST from an allowed origin", withCORS.url, http.MethodPost, map[string]string{"Origin": "https://app.example.com"}, http.StatusOK},
 	} {
 		before := created.Load()
 		resp, body := do(t, tc.method, tc.url+"/v1/conversations", map[string]string{http.MethodPost: `{"title":"t"}`}[tc.method], tc.header)

@@ -17,6 +17,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -288,22 +289,42 @@ func (d *Door) principal(r *http.Request) (Principal, int, *status.Status) {
 // browser from a page of another site (Sec-Fetch-Site, which browsers set
 // and pages cannot) and not from an origin CORSOrigins allows. A browser
 // sends a form or a text/plain POST across sites without asking first, and
-// in development mode nothing else identifies the caller.
+// in development mode nothing else identifies the caller. A browser that
+// predates Sec-Fetch-Site (Safari before 16.4, Firefox before 90) still
+// sends Origin with such a POST: a page whose host is not the one the
+// request went to is another site (another port of the same host is the
+// same site, as Sec-Fetch-Site has it), and so is the opaque origin "null"
+// of a sandboxed frame or a local file.
 func (d *Door) crossSiteWrite(r *http.Request) bool {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return false
 	}
-	if r.Header.Get("Sec-Fetch-Site") != "cross-site" {
-		return false
-	}
 	origin := strings.TrimSuffix(r.Header.Get("Origin"), "/")
+	switch site := r.Header.Get("Sec-Fetch-Site"); {
+	case site == "cross-site":
+	case site != "" || origin == "":
+		return false
+	case origin != "null":
+		u, err := url.Parse(origin)
+		if err == nil && u.Host != "" && strings.EqualFold(u.Hostname(), hostname(r.Host)) {
+			return false
+		}
+	}
 	for _, o := range d.CORSOrigins {
 		if o == "*" || (origin != "" && strings.TrimSuffix(o, "/") == origin) {
 			return false
 		}
 	}
 	return true
+}
+
+// hostname is host (a request's Host) without its port.
+func hostname(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		return h
+	}
+	return strings.Trim(host, "[]")
 }
 
 // BodyLimits bound how a request body is read.
