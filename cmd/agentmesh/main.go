@@ -20,7 +20,7 @@ import (
 const upLong = `Runs the whole mesh in this process: embedded NATS JetStream and FerretDB
 (unless NATS_URL / MONGO_URI name real ones), every service on loopback
 ports from AGENTMESH_GRPC_BASE_PORT (9091), the gateway and web console on
-HTTP_ADDR (:8080), data under AGENTMESH_DATA_DIR (.agentmesh). It prints the
+HTTP_ADDR (127.0.0.1:8080), data under AGENTMESH_DATA_DIR (.agentmesh). It prints the
 URLs once every component serves; Ctrl-C stops it. Metrics of every service
 are on the gateway's /metrics. Every variable: agentmesh env.`
 

@@ -1,6 +1,7 @@
 package up
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,5 +53,23 @@ func TestServiceConfigErrorNamesMissingVariables(t *testing.T) {
 				t.Errorf("%s: error %q does not name %s", c.Name, err, name)
 			}
 		}
+	}
+}
+
+// TestGatewayServesThisMachineByDefault: without GATEWAY_API_KEYS the
+// gateway is open (development mode), so `agentmesh up` listens on loopback
+// unless HTTP_ADDR says otherwise, as its services do (AGENTMESH_HOST).
+func TestGatewayServesThisMachineByDefault(t *testing.T) {
+	t.Parallel()
+	var cfg Config
+	if err := config.Load("", &cfg, config.Map(map[string]string{})); err != nil {
+		t.Fatal(err)
+	}
+	host, _, err := net.SplitHostPort(cfg.HTTPAddr)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		t.Errorf("HTTP_ADDR defaults to %q, want a loopback address", cfg.HTTPAddr)
+	}
+	if ip := net.ParseIP(cfg.Host); ip == nil || !ip.IsLoopback() {
+		t.Errorf("AGENTMESH_HOST defaults to %q, want a loopback address", cfg.Host)
 	}
 }

@@ -41,8 +41,10 @@ type Config struct {
 	Host string `env:"AGENTMESH_HOST" default:"127.0.0.1" help:"interface the in-process services listen on (agentmesh up)"`
 	// GRPCBasePort is the first of six consecutive gRPC ports.
 	GRPCBasePort int `env:"AGENTMESH_GRPC_BASE_PORT" default:"9091" help:"first of six consecutive service gRPC ports: modelgateway, orchestrator, vision, indexer, classifier, sqlagent; 0 = random ports (agentmesh up)"`
-	// HTTPAddr is the gateway address.
-	HTTPAddr string `env:"HTTP_ADDR" default:":8080" help:"gateway HTTP listen address"`
+	// HTTPAddr is the gateway address: loopback unless set, like the
+	// services' (AGENTMESH_HOST), since without GATEWAY_API_KEYS the gateway
+	// runs open and would serve anyone on the network.
+	HTTPAddr string `env:"HTTP_ADDR" default:"127.0.0.1:8080" help:"gateway HTTP listen address (agentmesh up: loopback only by default; :8080 serves other machines too, set GATEWAY_API_KEYS then)"`
 	// MongoURI points at an external MongoDB; empty starts embedded FerretDB.
 	MongoURI string `env:"MONGO_URI" secret:"true" help:"MongoDB connection string; empty = embedded FerretDB under AGENTMESH_DATA_DIR (agentmesh up)"`
 	// NATSURL points at an external NATS; empty starts embedded NATS.
