@@ -23,12 +23,7 @@ import (
 func TestCrossSiteWritesRefusedWithoutKeys(t *testing.T) {
 	t.Parallel()
 	var created atomic.Int32
-	conversations := &conversationFake{create: func(context.Context, *orchestratorv1.CreateConversationRequest) (*orchestratorv1.CreateConversationResponse, error) {
-		created.Add(1)
-		return &orchestratorv1.CreateConversationResponse{Conversation: &orchestratorv1.Conversation{Id: "c1"}}, nil
-	}, list: func(context.Context, *orchestratorv1.ListConversationsRequest) (*orchestratorv1.ListConversationsResponse, error) {
-		return &orchestratorv1.ListConversationsResponse{}, nil
-	}}
+	conversations := countingConversations(&created)
 	open := startMesh(t, httpgateway.Config{}, fakes{conversations: conversations})
 	withCORS := startMesh(t, httpgateway.Config{CORSOrigins: []string{"https://app.example.com"}}, fakes{conversations: conversations})
 	keyed := startMesh(t, httpgateway.Config{APIKeys: "k1=acme"}, fakes{conversations: conversations})
@@ -64,4 +59,61 @@ func TestCrossSiteWritesRefusedWithoutKeys(t *testing.T) {
 			t.Errorf("%s: refused with %s after %d creations, want nothing created and the remedy named", tc.name, body, created.Load()-before)
 		}
 	}
+}
+
+// TestRebindingRefusedWithoutKeys: a page can point its own name at the
+// developer's machine (DNS rebinding); to the browser its requests are then
+// same-origin, so Sec-Fetch-Site and Origin pass and it may read what it
+// gets. Without API keys, a browser's request that reached the gateway by a
+// name other than localhost or an IP address, and that no origin in
+// GATEWAY_CORS_ORIGINS names, is refused, reads included; clients that are
+// not browsers, and any request with a key, are not.
+func TestRebindingRefusedWithoutKeys(t *testing.T) {
+	t.Parallel()
+	conversations := countingConversations(new(atomic.Int32))
+	open := startMesh(t, httpgateway.Config{}, fakes{conversations: conversations})
+	withCORS := startMesh(t, httpgateway.Config{CORSOrigins: []string{"http://dev.example.com:8080"}}, fakes{conversations: conversations})
+	keyed := startMesh(t, httpgateway.Config{APIKeys: "k1=acme"}, fakes{conversations: conversations})
+	rebound := map[string]string{"Host": "evil.example:8080", "Sec-Fetch-Site": "same-origin"}
+	for _, tc := range []struct {
+		name, url, method string
+		header            map[string]string
+		status            int
+	}{
+		{"a browser's read by a rebound name", open.url, http.MethodGet, rebound, http.StatusForbidden},
+		{"a browser's write by a rebound name", open.url, http.MethodPost, rebound, http.StatusForbidden},
+		{"an older browser's read by a rebound name (Origin only)", open.url, http.MethodGet,
+			map[string]string{"Host": "evil.example", "Origin": "http://evil.example"}, http.StatusForbidden},
+		{"a rebound name written with a trailing dot and capitals", open.url, http.MethodGet,
+			map[string]string{"Host": "Evil.Example.:8080", "Sec-Fetch-Site": "none"}, http.StatusForbidden},
+		{"curl by the same name", open.url, http.MethodGet, map[string]string{"Host": "evil.example:8080"}, http.StatusOK},
+		{"a browser at localhost", open.url, http.MethodGet, map[string]string{"Host": "localhost:8080", "Sec-Fetch-Site": "same-origin"}, http.StatusOK},
+		{"a browser at a .localhost name", open.url, http.MethodPost, map[string]string{"Host": "app.localhost:8080", "Sec-Fetch-Site": "same-origin"}, http.StatusOK},
+		{"a browser at an IP address", open.url, http.MethodGet, map[string]string{"Sec-Fetch-Site": "same-origin"}, http.StatusOK},
+		{"a browser at an IPv6 address", open.url, http.MethodGet, map[string]string{"Host": "[::1]:8080", "Sec-Fetch-Site": "same-origin"}, http.StatusOK},
+		{"a browser at a name an allowed origin has", withCORS.url, http.MethodPost,
+			map[string]string{"Host": "dev.example.com:8080", "Sec-Fetch-Site": "same-origin"}, http.StatusOK},
+		{"a browser at another name with CORS set", withCORS.url, http.MethodGet, rebound, http.StatusForbidden},
+		{"a browser at a rebound name with a key", keyed.url, http.MethodGet,
+			map[string]string{"Host": "evil.example:8080", "Sec-Fetch-Site": "same-origin", "X-API-Key": "k1"}, http.StatusOK},
+	} {
+		resp, body := do(t, tc.method, tc.url+"/v1/conversations", map[string]string{http.MethodPost: `{"title":"t"}`}[tc.method], tc.header)
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: %d %s, want %d", tc.name, resp.StatusCode, body, tc.status)
+		}
+		if tc.status == http.StatusForbidden && !strings.Contains(string(body), "DNS rebinding") {
+			t.Errorf("%s: refused with %s, want the reason and the remedy named", tc.name, body)
+		}
+	}
+}
+
+// countingConversations creates conversation c1, counting the creations in
+// created, and lists none.
+func countingConversations(created *atomic.Int32) *conversationFake {
+	return &conversationFake{create: func(context.Context, *orchestratorv1.CreateConversationRequest) (*orchestratorv1.CreateConversationResponse, error) {
+		created.Add(1)
+		return &orchestratorv1.CreateConversationResponse{Conversation: &orchestratorv1.Conversation{Id: "c1"}}, nil
+	}, list: func(context.Context, *orchestratorv1.ListConversationsRequest) (*orchestratorv1.ListConversationsResponse, error) {
+		return &orchestratorv1.ListConversationsResponse{}, nil
+	}}
 }

@@ -252,6 +252,10 @@ func send(t *testing.T, ctx context.Context, method, url, body string, header ma
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for k, v := range header {
+		if k == "Host" {
+			req.Host = v // the name the request was sent to, as a browser's would carry it
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -260,6 +260,11 @@ func (d *Door) principal(r *http.Request) (Principal, int, *status.Status) {
 		return Principal{}, http.StatusForbidden, status.New(codes.PermissionDenied, "a browser sent this request from another site, and the gateway runs without API keys "+
 			"(development mode), where any page a developer opens could write through it: set GATEWAY_API_KEYS, or allow that origin in GATEWAY_CORS_ORIGINS")
 	}
+	if host, ok := d.rebindable(r); ok {
+		return Principal{}, http.StatusForbidden, status.New(codes.PermissionDenied, "a browser reached the gateway by the name "+host+", and the gateway runs without API keys "+
+			"(development mode), where a page of any site could point its own name at this machine (DNS rebinding) and read and write through it: "+
+			"use localhost or an IP address, set GATEWAY_API_KEYS, or allow that origin in GATEWAY_CORS_ORIGINS")
+	}
 	p := Principal{Tenant: strings.TrimSpace(r.Header.Get(TenantHeader)), Project: strings.TrimSpace(r.Header.Get(ProjectHeader)),
 		Caller: strings.TrimSpace(r.Header.Get(CallerHeader))}
 	switch p.Tenant {
@@ -317,6 +322,33 @@ func (d *Door) crossSiteWrite(r *http.Request) bool {
 		}
 	}
 	return true
+}
+
+// rebindable reports a browser's request (Sec-Fetch-Site or Origin, which
+// browsers set) that reached the gateway by a host name, other than
+// localhost, that no origin in CORSOrigins names, and returns that name.
+// A page's own origin may resolve to this machine (DNS rebinding): to the
+// browser its requests are then same-origin, reads included, and only the
+// name they were sent to tells them apart. An IP address, localhost and
+// *.localhost cannot be a page's name; clients that are not browsers send
+// neither header.
+func (d *Door) rebindable(r *http.Request) (string, bool) {
+	if r.Header.Get("Sec-Fetch-Site") == "" && r.Header.Get("Origin") == "" {
+		return "", false
+	}
+	host := strings.ToLower(strings.TrimSuffix(hostname(r.Host), "."))
+	if net.ParseIP(host) != nil || host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return "", false
+	}
+	for _, o := range d.CORSOrigins {
+		if o == "*" {
+			return "", false
+		}
+		if u, err := url.Parse(strings.TrimSuffix(o, "/")); err == nil && strings.EqualFold(u.Hostname(), host) {
+			return "", false
+		}
+	}
+	return host, true
 }
 
 // hostname is host (a request's Host) without its port.
