@@ -90,7 +90,7 @@ func cutWrites(t *testing.T, spec connections.Spec, driver, query, leftovers str
 		}
 		return first/2 + first*time.Duration(i-firstAt)/16
 	}
-	for i, timeout := 0, 500*time.Microsecond; timeout < 2*time.Second && (first == 0 || i < firstAt+16); i, timeout = i+1, next(i+1, timeout) {
+	for i, timeout := 0, 500*time.Microsecond; timeout < 10*time.Second && (first == 0 || i < firstAt+16); i, timeout = i+1, next(i+1, timeout) {
 		want := int64(3000 - 1 - i%2*1000 - i%1000) // differs from the last write's count
 		mode := []connections.WriteMode{connections.WriteDrop, connections.WriteTruncate}[i%2]
 		n, err := reg.WriteTable(ctx, "db", fmt.Sprintf(query, want), "cut_target", mode, timeout)
