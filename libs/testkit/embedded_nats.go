@@ -22,8 +22,10 @@ import (
 )
 
 // natsReadyTimeout bounds how long StartNATS waits for the server to accept
-// connections.
-const natsReadyTimeout = 5 * time.Second
+// connections. A server starts in well under a second, but a cluster's
+// servers starting together on a machine that runs two test packages at
+// once took more than 5 s once in CI (TestStreamsEnsuredWhileTheClusterForms).
+const natsReadyTimeout = 30 * time.Second
 
 // NATSOptions configures StartNATS. The zero value is valid but keeps
 // JetStream data in the nats-server default location; set StoreDir.
