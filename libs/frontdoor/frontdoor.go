@@ -312,7 +312,7 @@ func (d *Door) crossSiteWrite(r *http.Request) bool {
 		return false
 	case origin != "null":
 		u, err := url.Parse(origin)
-		if err == nil && u.Host != "" && strings.EqualFold(u.Hostname(), hostname(r.Host)) {
+		if err == nil && u.Host != "" && strings.EqualFold(u.Hostname(), requestHost(r)) {
 			return false
 		}
 	}
@@ -336,7 +336,7 @@ func (d *Door) rebindable(r *http.Request) (string, bool) {
 	if r.Header.Get("Sec-Fetch-Site") == "" && r.Header.Get("Origin") == "" {
 		return "", false
 	}
-	host := strings.ToLower(strings.TrimSuffix(hostname(r.Host), "."))
+	host := strings.ToLower(strings.TrimSuffix(requestHost(r), "."))
 	if net.ParseIP(host) != nil || host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		return "", false
 	}
@@ -351,13 +351,9 @@ func (d *Door) rebindable(r *http.Request) (string, bool) {
 	return host, true
 }
 
-// hostname is host (a request's Host) without its port.
-func hostname(host string) string {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		return h
-	}
-	return strings.Trim(host, "[]")
-}
+// requestHost is the host r was sent to, without its port (and an IPv6
+// address without its brackets), as url.URL.Hostname reads an Origin's.
+func requestHost(r *http.Request) string { return (&url.URL{Host: r.Host}).Hostname() }
 
 // BodyLimits bound how a request body is read.
 type BodyLimits struct {
