@@ -51,6 +51,7 @@ package mongostore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
@@ -99,6 +100,12 @@ type Store struct {
 	// single is set when this process is the database's only writer
 	// (mongox.SingleWriter): it then reads messages by _id only.
 	single bool
+	// writer names this store in the leases it takes. A single writer
+	// takes a lease another writer took as free: that writer was the
+	// process this one replaced (killed or stopped), so its turn is not
+	// running, and the conversation takes messages again at once rather
+	// than when the lease lapses.
+	writer string
 
 	mu sync.Mutex // guards cache
 	// cache holds, per recent conversation, the window this process last
@@ -116,7 +123,7 @@ func New(ctx context.Context, db *mongo.Database, opts ...Options) (*Store, erro
 		convs: db.Collection(ConversationsCollection), msgs: db.Collection(MessagesCollection),
 		leases: db.Collection(LeasesCollection), windows: db.Collection(WindowsCollection),
 		recent: DefaultRecentSize, cache: newConvCache(cacheSize),
-		single: mongox.SingleWriter(db),
+		single: mongox.SingleWriter(db), writer: rand.Text(),
 	}
 	if len(opts) > 0 && opts[0].RecentSize > 0 {
 		s.recent = opts[0].RecentSize
@@ -318,7 +325,7 @@ func (s *Store) Get(ctx context.Context, scope conversation.Scope, id string) (*
 		return nil, err
 	}
 	c := d.conversation()
-	c.Lease = latest.lease()
+	c.Lease = s.liveLease(latest)
 	return c, nil
 }
 
@@ -388,7 +395,7 @@ func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string,
 	if err != nil {
 		return err
 	}
-	if l := latest.lease(); l.Held(now) {
+	if l := s.liveLease(latest); l.Held(now) {
 		return &conversation.BusyError{Holder: l.Holder, Until: l.Until}
 	}
 	gen := d.LeaseGen + 1
@@ -396,7 +403,7 @@ func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string,
 		gen = latest.Gen + 1
 	}
 	ld := leaseDoc{ID: leaseDocID(id, gen), ConversationID: id, Gen: gen, LeaseID: "delete/" + id, Holder: "delete",
-		Until: conversation.Millis(now.Add(deleteLeaseTTL))}
+		Writer: s.writer, Until: conversation.Millis(now.Add(deleteLeaseTTL))}
 	if _, err := s.leases.InsertOne(ctx, ld); err != nil {
 		if err = mongox.Translate(err); errors.Is(err, mongox.ErrDuplicate) {
 			return &conversation.BusyError{Holder: "another turn", Until: now.Add(deleteLeaseTTL)}
@@ -833,13 +840,16 @@ func (s *Store) setWindow(id string, w *windowDoc) {
 
 // leaseDoc is one generation of a conversation's turn lease.
 type leaseDoc struct {
-	ID             string    `bson:"_id"`
-	ConversationID string    `bson:"conversation_id"`
-	Gen            int64     `bson:"gen"`
-	LeaseID        string    `bson:"lease_id"`
-	Holder         string    `bson:"holder"`
-	Until          time.Time `bson:"until"`
-	Released       bool      `bson:"released"`
+	ID             string `bson:"_id"`
+	ConversationID string `bson:"conversation_id"`
+	Gen            int64  `bson:"gen"`
+	LeaseID        string `bson:"lease_id"`
+	Holder         string `bson:"holder"`
+	// Writer is the store that took the lease (Store.writer); older
+	// documents have none.
+	Writer   string    `bson:"writer,omitempty"`
+	Until    time.Time `bson:"until"`
+	Released bool      `bson:"released"`
 }
 
 func (d *leaseDoc) lease() conversation.Lease {
@@ -847,6 +857,16 @@ func (d *leaseDoc) lease() conversation.Lease {
 		return conversation.Lease{}
 	}
 	return conversation.Lease{ID: d.LeaseID, Holder: d.Holder, Until: d.Until.UTC(), Gen: d.Gen}
+}
+
+// liveLease is d's lease as other turns must respect it: none when d is
+// released, or, for a single writer, when another writer took it (the
+// process this one replaced, whose turn died with it).
+func (s *Store) liveLease(d *leaseDoc) conversation.Lease {
+	if s.single && d != nil && d.Writer != s.writer {
+		return conversation.Lease{}
+	}
+	return d.lease()
 }
 
 // latestLease returns the newest lease generation of a conversation (nil
@@ -909,7 +929,7 @@ func (s *Store) AcquireLease(ctx context.Context, scope conversation.Scope, id s
 	if err != nil {
 		return nil, err
 	}
-	if l := latest.lease(); l.Held(now) {
+	if l := s.liveLease(latest); l.Held(now) {
 		return nil, &conversation.BusyError{Holder: l.Holder, Until: l.Until}
 	}
 	gen := d.LeaseGen + 1
@@ -918,7 +938,7 @@ func (s *Store) AcquireLease(ctx context.Context, scope conversation.Scope, id s
 	}
 	ld := leaseDoc{
 		ID: leaseDocID(id, gen), ConversationID: id, Gen: gen,
-		LeaseID: lease.ID, Holder: lease.Holder, Until: conversation.Millis(lease.Until),
+		LeaseID: lease.ID, Holder: lease.Holder, Writer: s.writer, Until: conversation.Millis(lease.Until),
 	}
 	if _, err := s.leases.InsertOne(ctx, ld); err != nil {
 		if err = mongox.Translate(err); !errors.Is(err, mongox.ErrDuplicate) {

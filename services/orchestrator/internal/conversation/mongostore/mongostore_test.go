@@ -2,8 +2,10 @@ package mongostore_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -30,21 +32,7 @@ func TestStore(t *testing.T) {
 			t.Parallel()
 			storetest.Run(t, func(t *testing.T) func() conversation.Store {
 				uri, dbName := testkit.MongoURI(t)
-				connect := func() conversation.Store {
-					client, err := mongo.Connect(options.Client().ApplyURI(uri))
-					if err != nil {
-						t.Fatalf("connect: %v", err)
-					}
-					t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-					if single {
-						mongox.MarkSingleWriter(client)
-					}
-					s, err := mongostore.New(context.Background(), client.Database(dbName))
-					if err != nil {
-						t.Fatalf("mongostore.New: %v", err)
-					}
-					return s
-				}
+				connect := func() conversation.Store { return connect(t, uri, dbName, single) }
 				if !single {
 					return connect
 				}
@@ -57,6 +45,24 @@ func TestStore(t *testing.T) {
 			})
 		})
 	}
+}
+
+// connect opens a Store on database dbName at uri with a client of its
+// own, as another process would; single declares it the only writer.
+func connect(t *testing.T, uri, dbName string, single bool) conversation.Store {
+	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	if single {
+		mongox.MarkSingleWriter(client)
+	}
+	s, err := mongostore.New(context.Background(), client.Database(dbName))
+	if err != nil {
+		t.Fatalf("mongostore.New: %v", err)
+	}
+	return s
 }
 
 // TestEveryQueryIsIndexed runs the store suite with many writers (MongoDB
@@ -79,4 +85,64 @@ func TestEveryQueryIsIndexed(t *testing.T) {
 			return s
 		}
 	})
+}
+
+// TestSingleWriterTakesADeadProcesssLease: agentmesh up killed mid-turn
+// leaves the turn's lease in the database; the process started after it
+// is the database's only writer, so that lease is no turn's and the
+// conversation takes a message at once, not when the lease lapses. Its
+// own leases still hold against its own turns and deletes, and many
+// writers still wait for any lease another holds.
+func TestSingleWriterTakesADeadProcesssLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	uri, dbName := testkit.MongoURI(t)
+	open := func(single bool) conversation.Store { return connect(t, uri, dbName, single) }
+	sc := conversation.Scope{TenantID: "acme"}
+	t0 := time.Now()
+	lease := func(id string) conversation.Lease {
+		return conversation.Lease{ID: id, Holder: "orchestrator", Until: t0.Add(30 * time.Second)}
+	}
+	killed := open(true)
+	if err := killed.Create(ctx, &conversation.Conversation{ID: "c1", Scope: sc, CreateTime: t0, UpdateTime: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := killed.AcquireLease(ctx, sc, "c1", lease("turn-of-the-killed-process"), t0); err != nil {
+		t.Fatal(err)
+	}
+	msg := conversation.Message{ID: "m1", Seq: 1, Role: conversation.RoleUser, Content: "m1", CreateTime: t0}
+	if err := killed.Append(ctx, sc, "c1", msg); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := open(false).AcquireLease(ctx, sc, "c1", lease("replica"), t0.Add(time.Second)); !errors.Is(err, conversation.ErrBusy) {
+		t.Fatalf("many writers, a lease another holds: %v, want ErrBusy", err)
+	}
+
+	restarted := open(true)
+	if c, err := restarted.Get(ctx, sc, "c1"); err != nil || c.Lease.Held(t0.Add(time.Second)) {
+		t.Fatalf("Get after the restart = %+v, %v; want the dead turn's lease not held", c, err)
+	}
+	got, err := restarted.AcquireLease(ctx, sc, "c1", lease("next"), t0.Add(time.Second))
+	if err != nil {
+		t.Fatalf("taking the killed process's lease: %v, want it taken at once", err)
+	}
+	if got.Lease.ID != "next" {
+		t.Fatalf("lease = %+v, want next", got.Lease)
+	}
+	if msgs, err := restarted.Messages(ctx, sc, "c1", 10); err != nil || len(msgs) != 1 || msgs[0].Content != "m1" {
+		t.Fatalf("messages after the takeover = %+v, %v; want m1", msgs, err)
+	}
+	if _, err := restarted.AcquireLease(ctx, sc, "c1", lease("second turn"), t0.Add(2*time.Second)); !errors.Is(err, conversation.ErrBusy) {
+		t.Fatalf("a second turn beside this process's own: %v, want ErrBusy", err)
+	}
+	if err := restarted.Delete(ctx, sc, "c1", t0.Add(2*time.Second)); !errors.Is(err, conversation.ErrBusy) {
+		t.Fatalf("a delete beside this process's own turn: %v, want ErrBusy", err)
+	}
+	if err := restarted.ReleaseLease(ctx, sc, "c1", got.Lease, t0.Add(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.Delete(ctx, sc, "c1", t0.Add(3*time.Second)); err != nil {
+		t.Fatalf("delete after the release: %v", err)
+	}
 }
