@@ -162,7 +162,7 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	agent := session.NewAgent(store, registry, gen,
 		session.Options{RowLimit: cfg.RowLimit, QueryTimeout: cfg.QueryTimeout, Mailer: mail, EmailRowLimit: cfg.EmailRowLimit,
 			ConfirmationWords: splitList(cfg.ConfirmationWords), Router: gen, PromptLogging: cfg.PromptLogging,
-			Knowledge: kb, Logger: rt.Logger})
+			Knowledge: kb, Logger: rt.Logger, SoleWriter: mongox.SingleWriter(db)})
 	if cfg.PromptLogging {
 		gen.SetLog(agent.LogPrompt)
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
@@ -27,6 +28,9 @@ type Agent struct {
 	opts  Options
 	// confirmWords is Options.ConfirmationWords, normalised.
 	confirmWords map[string]bool
+	// running holds the executions this agent runs, from before their
+	// EXECUTING write until their result is recorded.
+	running sync.Map
 }
 
 // NewAgent returns an Agent over store, the configured databases and the

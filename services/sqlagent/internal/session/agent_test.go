@@ -361,6 +361,25 @@ func (h heldDBs) Query(ctx context.Context, name, sql string, limit int, timeout
 	return h.Databases.Query(ctx, name, sql, limit, timeout)
 }
 
+// startHeld takes a new session of a, whose databases hold its SQL
+// (heldDBs), to its execution, and returns once the session is EXECUTING;
+// done receives the execution's error when it ends.
+func startHeld(t *testing.T, a *session.Agent, store session.Store) (id string, done <-chan error) {
+	t.Helper()
+	id = toConfirmSQL(t, a)
+	send(t, a, id, "yes", session.StageExecuteSQL)
+	ended := make(chan error, 1)
+	go func() {
+		_, _, err := a.Send(context.Background(), scope, id, "held", "")
+		ended <- err
+	}()
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		s, err := store.Get(context.Background(), scope, id)
+		return err == nil && s.Stage == session.StageExecuting
+	}, "the execution to start")
+	return id, ended
+}
+
 // An execution's claim, not its deadline (the query timeout and a grace,
 // a minute here), says whether it still runs: while its executor renews
 // the claim, the session takes no input however long the SQL runs; once
@@ -382,17 +401,7 @@ func testExecutionClaimOutlivesNoExecutor(t *testing.T, db *mongo.Database) {
 	// A live executor, its SQL held for many TTLs.
 	dbs := heldDBs{Databases: sh.dbs, release: make(chan struct{})}
 	a := session.NewAgent(store, dbs, nil, session.Options{QueryTimeout: 30 * time.Second, ExecutionLeaseTTL: ttl})
-	id := toConfirmSQL(t, a)
-	send(t, a, id, "yes", session.StageExecuteSQL)
-	done := make(chan error, 1)
-	go func() {
-		_, _, err := a.Send(ctx, scope, id, "held", "")
-		done <- err
-	}()
-	testkit.Eventually(t, 10*time.Second, func() bool {
-		s, err := store.Get(ctx, scope, id)
-		return err == nil && s.Stage == session.StageExecuting
-	}, "the execution to start")
+	id, done := startHeld(t, a, store)
 	executing := time.Now()
 	testkit.Eventually(t, 10*time.Second, func() bool { return time.Since(executing) > 4*ttl }, "four claim TTLs to pass")
 	if _, _, err := a.Send(ctx, scope, id, "hello", ""); !errors.Is(err, session.ErrExecuting) {
@@ -433,6 +442,38 @@ func testExecutionClaimOutlivesNoExecutor(t *testing.T, db *mongo.Database) {
 	r := send(t, b, id, "yes", session.StageConfirmUserSQL)
 	if !strings.Contains(r.Text, "interrupted") || r.SQLToConfirm != userSQL {
 		t.Errorf("input after the claim lapsed: %+v, want the interrupted query to confirm again", r)
+	}
+}
+
+// A sole writer (agentmesh up) restarted after a kill finds the killed
+// process's execution recorded as running, its claim renewed a moment
+// before: no executor of its own runs it, so the next input finds it
+// interrupted at once, not when the claim lapses; an execution it runs
+// itself still holds the session.
+func TestSoleWriterTakesADeadProcesssExecution(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testkit.MongoDB(t)
+	mongox.MarkSingleWriter(db.Client())
+	sh := newShop(t)
+	store := newStore(t, db)
+	opts := session.Options{QueryTimeout: 30 * time.Second, ExecutionLeaseTTL: time.Minute, SoleWriter: true}
+
+	dbs := heldDBs{Databases: sh.dbs, release: make(chan struct{})}
+	killed := session.NewAgent(store, dbs, nil, opts)
+	id, done := startHeld(t, killed, store)
+	if _, _, err := killed.Send(ctx, scope, id, "hello", ""); !errors.Is(err, session.ErrExecuting) {
+		t.Fatalf("input while this process runs the execution: %v, want ErrExecuting", err)
+	}
+
+	restarted := session.NewAgent(store, sh.dbs, nil, opts)
+	r := send(t, restarted, id, "yes", session.StageExecuteSQL)
+	if !strings.Contains(r.Text, "interrupted") {
+		t.Errorf("input after the restart: %+v, want the interrupted query to confirm again", r)
+	}
+	close(dbs.release)
+	if err := <-done; err == nil {
+		t.Errorf("the killed process's execution recorded its result over the restarted one's session")
 	}
 }
 

@@ -37,6 +37,8 @@ func (a *Agent) beginExecution(s *Session) Reply {
 // claims the execution, runs the SQL and records the result (see the
 // package doc).
 func (a *Agent) execute(ctx context.Context, s *Session) (*Session, Reply, error) {
+	a.running.Store(s.Execution.ID, struct{}{})
+	defer a.running.Delete(s.Execution.ID)
 	s.Updated = s.Execution.Started
 	if err := a.store.Update(ctx, s); err != nil {
 		return nil, Reply{}, a.lostToAnother(ctx, s, err)
@@ -116,8 +118,14 @@ func (a *Agent) holdClaim(ctx context.Context, id string) (stop func()) {
 // as running before its deadline, lapsed at now: its executor stopped
 // renewing it. A claim not found (the executor died between the EXECUTING
 // write and the claim) or without an expiry (written by an earlier
-// version) counts as held: the deadline decides.
+// version) counts as held: the deadline decides. For a sole writer, an
+// execution it is not running has no executor: the process before it ran
+// it and is gone.
 func (a *Agent) claimLapsed(ctx context.Context, ex *Execution, now time.Time) (bool, error) {
+	if a.opts.SoleWriter {
+		_, mine := a.running.Load(ex.ID)
+		return !mine, nil
+	}
 	until, found, err := a.store.ExecutionUntil(ctx, ex.ID)
 	if err != nil {
 		return false, err

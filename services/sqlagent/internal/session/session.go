@@ -331,6 +331,12 @@ type Options struct {
 	// confirmed SQL ran blocks its session this long, not the whole
 	// Deadline.
 	ExecutionLeaseTTL time.Duration
+	// SoleWriter declares this agent's process the store's only writer
+	// (agentmesh up, mongox.SingleWriter): an execution recorded as
+	// running that this agent is not running was the replaced process's,
+	// and the session takes input again at once instead of after its
+	// claim lapses.
+	SoleWriter bool
 	// ConfirmationWords confirm a pending action and are never taken as a
 	// parameter when nothing was asked (default
 	// DefaultConfirmationWords).
