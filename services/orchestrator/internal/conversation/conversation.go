@@ -9,6 +9,7 @@ package conversation
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -231,27 +232,42 @@ type Cursor struct {
 	CreateTime time.Time
 	// ID breaks ties between equal CreateTimes.
 	ID string
-	// Caller is the query's caller filter, so a token cannot be replayed
-	// against another query.
-	Caller string
+	// Filter fingerprints the scope and filters of the query (Filter), so
+	// a token cannot be replayed against another query or by another
+	// scope.
+	Filter string
 }
 
 type cursorJSON struct {
 	T int64  `json:"t"`
 	I string `json:"i"`
-	C string `json:"c,omitempty"`
+	F string `json:"f"`
+}
+
+// Filter fingerprints a listing of scope with q's filters (not its page
+// size or token): the page tokens of that listing carry it.
+func Filter(scope Scope, q ListQuery) string {
+	ms := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return t.UnixMilli()
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%d\x00%d", scope.TenantID, scope.ProjectID, q.Caller,
+		ms(q.CreatedFrom), ms(q.CreatedTo)))
+	return base64.RawURLEncoding.EncodeToString(sum[:9])
 }
 
 // EncodeCursor returns c as an opaque page token.
 func EncodeCursor(c Cursor) string {
-	b, _ := json.Marshal(cursorJSON{T: c.CreateTime.UnixMilli(), I: c.ID, C: c.Caller})
+	b, _ := json.Marshal(cursorJSON{T: c.CreateTime.UnixMilli(), I: c.ID, F: c.Filter})
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// DecodeCursor parses a page token of a query with caller filter caller.
-// An empty token yields (nil, nil); a malformed or foreign one
-// ErrInvalidPageToken.
-func DecodeCursor(token, caller string) (*Cursor, error) {
+// DecodeCursor parses a page token of a listing whose Filter is filter.
+// An empty token yields (nil, nil); a malformed one, or one of another
+// listing, ErrInvalidPageToken.
+func DecodeCursor(token, filter string) (*Cursor, error) {
 	if token == "" {
 		return nil, nil
 	}
@@ -260,10 +276,10 @@ func DecodeCursor(token, caller string) (*Cursor, error) {
 		return nil, ErrInvalidPageToken
 	}
 	var c cursorJSON
-	if err := json.Unmarshal(b, &c); err != nil || c.I == "" || c.C != caller {
+	if err := json.Unmarshal(b, &c); err != nil || c.I == "" || c.F != filter {
 		return nil, ErrInvalidPageToken
 	}
-	return &Cursor{CreateTime: time.UnixMilli(c.T).UTC(), ID: c.I, Caller: c.C}, nil
+	return &Cursor{CreateTime: time.UnixMilli(c.T).UTC(), ID: c.I, Filter: c.F}, nil
 }
 
 // Before reports whether a conversation with createTime and id sorts after

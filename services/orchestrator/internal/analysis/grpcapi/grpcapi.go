@@ -90,7 +90,7 @@ func (s *Server) ListJobs(ctx context.Context, req *orchestratorv1.ListJobsReque
 	if q.From, q.To, err = grpcx.CreateTimeRange(req.GetCreateTimeFrom(), req.GetCreateTimeTo()); err != nil {
 		return nil, err
 	}
-	hash := filterHash(req)
+	hash := filterHash(scope, req)
 	if req.GetPageToken() != "" {
 		pt, err := grpcx.DecodePageToken(req.GetPageToken(), hash)
 		if err != nil {
@@ -190,11 +190,12 @@ func toStatus(err error) error {
 	return grpcx.Errorf(codes.Internal, "INTERNAL", "internal error")
 }
 
-// filterHash fingerprints the filter of a ListJobs request, so a page token
-// is only accepted with the filter it was issued for.
-func filterHash(req *orchestratorv1.ListJobsRequest) string {
+// filterHash fingerprints the scope a ListJobs request lists (the key's,
+// when the request names none) and its filter, so a page token is only
+// accepted with the scope and filter it was issued for.
+func filterHash(scope *commonv1.Scope, req *orchestratorv1.ListJobsRequest) string {
 	f := &orchestratorv1.ListJobsRequest{
-		Scope: req.GetScope(), Status: req.GetStatus(), Type: req.GetType(), ParentId: req.GetParentId(),
+		Scope: scope, Status: req.GetStatus(), Type: req.GetType(), ParentId: req.GetParentId(),
 		CreateTimeFrom: req.GetCreateTimeFrom(), CreateTimeTo: req.GetCreateTimeTo(),
 	}
 	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(f)

@@ -1,16 +1,19 @@
 package jobservice_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
 )
@@ -90,6 +93,22 @@ func TestAPIValidationAndListing(t *testing.T) {
 	_, err := e.client.ListJobs(e.ctx(5*time.Second), &orchestratorv1.ListJobsRequest{Scope: e.scope, PageToken: req.GetPageToken(), Status: complete})
 	if req.GetPageToken() != "" && status.Code(err) != codes.InvalidArgument {
 		t.Errorf("page token reused with another filter: %v", err)
+	}
+	// Keys name no scope in the request: the gateway sends the key's. A
+	// token one key was given is refused when another key's scope replays
+	// it.
+	asKey := func(tenant, project string) context.Context {
+		return metadata.AppendToOutgoingContext(e.ctx(5*time.Second), grpcx.TenantMetadataKey, tenant, grpcx.ProjectMetadataKey, project)
+	}
+	first, err := e.client.ListJobs(asKey(e.scope.GetTenantId(), e.scope.GetProjectId()), &orchestratorv1.ListJobsRequest{PageSize: 1})
+	if err != nil || first.GetNextPageToken() == "" {
+		t.Fatalf("ListJobs as the key's scope: %v (token %q)", err, first.GetNextPageToken())
+	}
+	for _, other := range [][2]string{{"intruder", ""}, {e.scope.GetTenantId(), "other-project"}} {
+		_, err := e.client.ListJobs(asKey(other[0], other[1]), &orchestratorv1.ListJobsRequest{PageToken: first.GetNextPageToken()})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("page token replayed by scope %v: %v, want InvalidArgument", other, err)
+		}
 	}
 }
 

@@ -74,7 +74,8 @@ func (s *Store) Get(_ context.Context, scope conversation.Scope, id string) (*co
 
 // List implements conversation.Store.
 func (s *Store) List(_ context.Context, scope conversation.Scope, q conversation.ListQuery) ([]*conversation.Conversation, string, error) {
-	cur, err := conversation.DecodeCursor(q.PageToken, q.Caller)
+	filterKey := conversation.Filter(scope, q)
+	cur, err := conversation.DecodeCursor(q.PageToken, filterKey)
 	if err != nil {
 		return nil, "", err
 	}
@@ -100,7 +101,7 @@ func (s *Store) List(_ context.Context, scope conversation.Scope, q conversation
 	}
 	page := all[:size]
 	last := page[len(page)-1]
-	return page, conversation.EncodeCursor(conversation.Cursor{CreateTime: last.CreateTime, ID: last.ID, Caller: q.Caller}), nil
+	return page, conversation.EncodeCursor(conversation.Cursor{CreateTime: last.CreateTime, ID: last.ID, Filter: filterKey}), nil
 }
 
 // Delete implements conversation.Store.

@@ -331,7 +331,8 @@ func (s *Store) Get(ctx context.Context, scope conversation.Scope, id string) (*
 
 // List implements conversation.Store.
 func (s *Store) List(ctx context.Context, scope conversation.Scope, q conversation.ListQuery) ([]*conversation.Conversation, string, error) {
-	cur, err := conversation.DecodeCursor(q.PageToken, q.Caller)
+	filterKey := conversation.Filter(scope, q)
+	cur, err := conversation.DecodeCursor(q.PageToken, filterKey)
 	if err != nil {
 		return nil, "", err
 	}
@@ -371,7 +372,7 @@ func (s *Store) List(ctx context.Context, scope conversation.Scope, q conversati
 		return out, "", nil
 	}
 	last := out[len(out)-1]
-	return out, conversation.EncodeCursor(conversation.Cursor{CreateTime: last.CreateTime, ID: last.ID, Caller: q.Caller}), nil
+	return out, conversation.EncodeCursor(conversation.Cursor{CreateTime: last.CreateTime, ID: last.ID, Filter: filterKey}), nil
 }
 
 // deleteLeaseTTL is how long a deletion holds the conversation's lease:

@@ -175,12 +175,18 @@ func testList(t *testing.T, open func() conversation.Store) {
 		t.Fatalf("List(page size 1): token %q, err %v", tok, err)
 	}
 	for name, q := range map[string]conversation.ListQuery{
-		"garbage":        {PageToken: "%%%"},
-		"another caller": {Caller: "bob", PageToken: tok},
+		"garbage":            {PageToken: "%%%"},
+		"another caller":     {Caller: "bob", PageToken: tok},
+		"another time range": {Caller: "alice", PageToken: tok, CreatedFrom: t0},
 	} {
 		if _, _, err := s.List(ctx, scopeA, q); !errors.Is(err, conversation.ErrInvalidPageToken) {
 			t.Errorf("List with a %s token: got %v, want ErrInvalidPageToken", name, err)
 		}
+	}
+	// Replayed by another scope (a key of another tenant or project), the
+	// token is refused, not taken as a position in that scope's list.
+	if _, _, err := s.List(ctx, scopeB, conversation.ListQuery{Caller: "alice", PageToken: tok}); !errors.Is(err, conversation.ErrInvalidPageToken) {
+		t.Errorf("List in another scope with scope A's token: got %v, want ErrInvalidPageToken", err)
 	}
 }
 
