@@ -175,7 +175,7 @@ func run(ctx context.Context, cfg *Config, rt service.Runtime, afterCommit runne
 		Labels:        saved,
 		Model:         modelcalls.New(modelv1.NewModelServiceClient(modelGateway), cfg.Runs.Model, cfg.Runs.SummaryModel, cfg.Runs.ModelTimeout),
 		Logger:        log,
-	}, runner.Config{LeaseTTL: cfg.Runs.LeaseTTL, AfterCommit: afterCommit})
+	}, runner.Config{LeaseTTL: cfg.Runs.LeaseTTL, AfterCommit: afterCommit, SoleWriter: mongox.SingleWriter(db)})
 
 	classifierv1.RegisterClassifierServiceServer(srv.GRPC(), grpcapi.New(grpcapi.Deps{
 		Runner: runs, Checkpoints: checkpoints, Conversations: convs, Bus: bus, Logger: log,

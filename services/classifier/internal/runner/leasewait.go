@@ -43,7 +43,7 @@ func (r *Runner) awaitLease(ctx context.Context, scope *commonv1.Scope, id strin
 			return rec, d, err
 		}
 		now := r.now()
-		if !rec.Lease.Held(now) {
+		if !r.held(rec.Lease, now) {
 			return rec, nil, nil
 		}
 		if !now.Before(w.deadline) {

@@ -121,8 +121,14 @@ type Config struct {
 	// dies holds its runs this long at most, and a resume waits this long at
 	// most for a run's lease. Executors renew every LeaseTTL/3.
 	LeaseTTL time.Duration
-	// Instance names this process in lease owners.
+	// Instance names this process in lease owners (default: a new id).
 	Instance string
+	// SoleWriter declares this process the checkpoint store's only writer
+	// (agentmesh up, mongox.SingleWriter): a lease whose owner is not of
+	// this Instance is the replaced process's, whose executor died with it,
+	// so a resume or command takes the run at once instead of after the
+	// lease lapses.
+	SoleWriter bool
 	// AfterCommit, if set, is called after every checkpoint (see Hook).
 	AfterCommit Hook
 }
@@ -213,6 +219,15 @@ func (r *Runner) lease(owner string) *checkpoint.Lease {
 }
 
 func (r *Runner) newOwner() string { return r.cfg.Instance + "/" + uuid.NewString() }
+
+// held reports whether l keeps others from taking its run at now: it has
+// not lapsed and, for a sole writer, an executor of this process owns it.
+func (r *Runner) held(l *checkpoint.Lease, now time.Time) bool {
+	if !l.Held(now) {
+		return false
+	}
+	return !r.cfg.SoleWriter || strings.HasPrefix(l.Owner, r.cfg.Instance+"/")
+}
 
 // commit writes a transition and runs the post-commit duties.
 func (r *Runner) commit(ctx context.Context, rec checkpoint.Record, t statemachine.Transition, lease *checkpoint.Lease) (checkpoint.Record, error) {
@@ -373,7 +388,7 @@ func (r *Runner) Command(ctx context.Context, scope *commonv1.Scope, id string, 
 	if d != nil || err != nil {
 		return d, err
 	}
-	if rec.Lease.Held(r.now()) {
+	if r.held(rec.Lease, r.now()) {
 		return nil, &BusyError{RunID: id, Until: rec.Lease.ExpiresAt}
 	}
 	t, err := r.deps.Machine.Command(rec.Run, c, feedback)
