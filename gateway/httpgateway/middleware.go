@@ -17,11 +17,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agentmesh/agentmesh/libs/frontdoor"
+	"github.com/agentmesh/agentmesh/libs/telemetry"
 )
 
 const (
 	requestIDHeader   = frontdoor.RequestIDHeader
-	requestIDMetadata = "x-request-id"
+	requestIDMetadata = telemetry.RequestIDMetadata
 	// reservedMetadataPrefix is the mesh's own metadata namespace: only the
 	// gateway sets it, from authentication.
 	reservedMetadataPrefix = "x-agentmesh-"
@@ -162,14 +163,15 @@ func isCommandPath(p string) bool {
 // incomingHeader decides which HTTP headers reach the services as metadata:
 // runtime's defaults, minus credentials and cookies, and never a header that
 // would land in the mesh's reserved x-agentmesh-* namespace (the tenant and
-// project come from authentication only).
+// project come from authentication only) or on the request id (the
+// gateway's own, checked, goes: requestMetadata).
 func incomingHeader(key string) (string, bool) {
 	switch textproto.CanonicalMIMEHeaderKey(key) {
 	case "Authorization", "Cookie", "X-Api-Key":
 		return "", false
 	}
 	md, ok := runtime.DefaultHeaderMatcher(key)
-	if !ok || strings.HasPrefix(strings.ToLower(md), reservedMetadataPrefix) {
+	if !ok || strings.HasPrefix(strings.ToLower(md), reservedMetadataPrefix) || strings.EqualFold(md, requestIDMetadata) {
 		return "", false
 	}
 	return md, true

@@ -53,6 +53,15 @@ func TestRequestIDAndBodyLimit(t *testing.T) {
 		t.Fatalf("no request id generated: %q", resp.Header.Get("X-Request-Id"))
 	}
 	waitFor(t, ids, "CreateConversation")
+	// The services log the id they are sent: a client cannot put another
+	// beside (or before) the one it was answered with, nor one the
+	// gateway refused (too long, not printable).
+	resp, _ = do(t, "POST", m.url+"/v1/conversations", "{}", map[string]string{
+		"X-Request-Id": strings.Repeat("r", 200), "Grpc-Metadata-X-Request-Id": "forged",
+	})
+	if got := waitFor(t, ids, "CreateConversation"); len(got) != 1 || got[0] != resp.Header.Get("X-Request-Id") || len(got[0]) > 128 {
+		t.Fatalf("x-request-id metadata = %q, want only the gateway's %q", got, resp.Header.Get("X-Request-Id"))
+	}
 
 	resp, body = do(t, "POST", m.url+"/v1/conversations", `{"title":"`+strings.Repeat("x", 100)+`"}`, nil)
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {

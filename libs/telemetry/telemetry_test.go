@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/agentmesh/agentmesh/libs/config"
 	"github.com/agentmesh/agentmesh/libs/telemetry"
@@ -57,6 +58,28 @@ func TestLoggerAddsTraceIDs(t *testing.T) {
 	}
 	if span.IsRecording() {
 		t.Fatal("span recorded with no exporter configured")
+	}
+}
+
+// TestLoggerAddsRequestIDs: a record logged while serving an RPC the
+// gateway sent carries the request id the HTTP client was answered with;
+// one logged elsewhere carries none.
+func TestLoggerAddsRequestIDs(t *testing.T) {
+	var buf bytes.Buffer
+	log := telemetry.NewLogger(&buf, "json", "info", "svc")
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(telemetry.RequestIDMetadata, "req-42"))
+	log.InfoContext(ctx, "served")
+	log.InfoContext(context.Background(), "elsewhere")
+	var recs []map[string]any
+	for line := range strings.Lines(buf.String()) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not JSON: %q", line)
+		}
+		recs = append(recs, rec)
+	}
+	if len(recs) != 2 || recs[0]["request_id"] != "req-42" || recs[1]["request_id"] != nil {
+		t.Fatalf("records = %v, want request_id req-42 on the first only", recs)
 	}
 }
 
