@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	"github.com/agentmesh/agentmesh/libs/telemetry"
 )
 
 // scopedServices are the services whose calls carry the caller's scope in
@@ -73,13 +74,29 @@ func withCallScope(ctx context.Context, method string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, kv...)
 }
 
+// withRequestID passes the request id of the RPC being served (the one
+// the gateway answered the HTTP client with) on to a call made while
+// serving it, so the called service's log lines carry it too
+// (telemetry.RequestIDMetadata).
+func withRequestID(ctx context.Context) context.Context {
+	in, _ := metadata.FromIncomingContext(ctx)
+	id := first(in, telemetry.RequestIDMetadata)
+	if id == "" {
+		return ctx
+	}
+	if out, ok := metadata.FromOutgoingContext(ctx); ok && len(out.Get(telemetry.RequestIDMetadata)) > 0 {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, telemetry.RequestIDMetadata, id)
+}
+
 // forwardScopeUnary and forwardScopeStream are the client interceptors of
-// withCallScope, installed by Dial on every connection: one place instead
-// of every model call site.
+// withCallScope and withRequestID, installed by Dial on every connection:
+// one place instead of every call site.
 func forwardScopeUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	return invoker(withCallScope(ctx, method), method, req, reply, cc, opts...)
+	return invoker(withRequestID(withCallScope(ctx, method)), method, req, reply, cc, opts...)
 }
 
 func forwardScopeStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return streamer(withCallScope(ctx, method), desc, cc, method, opts...)
+	return streamer(withRequestID(withCallScope(ctx, method)), desc, cc, method, opts...)
 }
