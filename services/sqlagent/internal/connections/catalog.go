@@ -75,7 +75,7 @@ var catalogs = map[string]catalogQueries{
 // catalog reads the tables, columns, comments and foreign keys of c.
 func (c *conn) catalog(ctx context.Context) ([]*table, error) {
 	q := catalogs[c.spec.Dialect]
-	rows, err := c.read.QueryContext(ctx, q.columns)
+	rows, err := c.read.QueryContext(c.driverCtx(ctx), q.columns)
 	if err != nil {
 		return nil, dbError(err)
 	}
@@ -98,7 +98,7 @@ func (c *conn) catalog(ctx context.Context) ([]*table, error) {
 	if err := rows.Err(); err != nil {
 		return nil, dbError(err)
 	}
-	fks, err := c.read.QueryContext(ctx, q.foreignKeys)
+	fks, err := c.read.QueryContext(c.driverCtx(ctx), q.foreignKeys)
 	if err != nil {
 		return nil, dbError(err)
 	}

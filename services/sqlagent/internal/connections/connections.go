@@ -404,7 +404,7 @@ func (r *Registry) Schemas(ctx context.Context, name string) ([]string, error) {
 			WHERE SCHEMA_NAME NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')
 			ORDER BY SCHEMA_NAME`
 	}
-	rows, err := c.read.QueryContext(ctx, q)
+	rows, err := c.read.QueryContext(c.driverCtx(ctx), q)
 	if err != nil {
 		return nil, dbError(err)
 	}
@@ -445,6 +445,26 @@ var passwordRE = regexp.MustCompile(`(?i)(password=|://[^:/@\s]+:)[^@\s]*`)
 // redactDSN masks passwords a driver might echo in an error.
 func redactDSN(msg string) string {
 	return passwordRE.ReplaceAllString(msg, "${1}***")
+}
+
+// driverCtx is the context a statement on one of c's database/sql pools
+// runs under: ctx, but on SQLite a context that is never cancelled (the
+// caller bounds the work otherwise). modernc.org/sqlite interrupts the
+// connection from a goroutine when a statement's context ends, and that
+// interrupt can land after the statement returned, on the next statement
+// of the connection; when it lands on a query whose first row is out, the
+// driver drops the query's rows unfinalized, and the pooled connection
+// then answers "interrupted" to every statement of every later job, a
+// writer's keeping its write lock (seen in TestWritesCutByTheirTimeout
+// under load: every write after one cut failed at once). The user's
+// queries run on the guard's own handles, which are cut and discarded
+// (sqliteGuard.stream); these pools run the writer's statements and short
+// catalog reads.
+func (c *conn) driverCtx(ctx context.Context) context.Context {
+	if c.spec.Dialect == SQLite {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }
 
 // CurrentSchema returns the schema unqualified table names resolve to on
@@ -519,7 +539,7 @@ func (r *Registry) Tables(ctx context.Context, name, schema string) ([]string, e
 		if schema == "" {
 			schema = "main"
 		}
-		rows, err = db.QueryContext(ctx, `SELECT name FROM `+QuoteIdent(SQLite, schema)+`.sqlite_master
+		rows, err = db.QueryContext(c.driverCtx(ctx), `SELECT name FROM `+QuoteIdent(SQLite, schema)+`.sqlite_master
 			WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`)
 	}
 	if err != nil {

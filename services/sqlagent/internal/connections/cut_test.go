@@ -82,6 +82,7 @@ func cutWrites(t *testing.T, spec connections.Spec, driver, query, leftovers str
 	// through (first), then sweep the last stretch below it, where the cut
 	// falls past the rows, into the swap or the commit.
 	var cut, done int
+	var lastCut error
 	var first time.Duration
 	firstAt := 0
 	next := func(i int, timeout time.Duration) time.Duration {
@@ -108,6 +109,7 @@ func cutWrites(t *testing.T, spec connections.Spec, driver, query, leftovers str
 			t.Fatalf("write %d cut after %v (%v): the table holds %d rows, want %d as before", i, timeout, err, got, have)
 		default:
 			cut++
+			lastCut = err
 		}
 		var left int
 		var names string
@@ -115,7 +117,7 @@ func cutWrites(t *testing.T, spec connections.Spec, driver, query, leftovers str
 			t.Fatalf("write %d (%v, %v): staging or old tables left behind: %s, %v", i, timeout, err, names, lerr)
 		}
 	}
-	t.Logf("%d writes cut by their timeout, %d done; the first done had %v", cut, done, first)
+	t.Logf("%d writes cut by their timeout, %d done; the first done had %v; the last cut: %v", cut, done, first, lastCut)
 	if cut == 0 || done == 0 {
 		t.Fatalf("%d cut, %d done: the timeouts did not span the write", cut, done)
 	}

@@ -297,7 +297,7 @@ func (c *conn) writeMySQL(ctx context.Context, wdb *sql.DB, schema, table string
 		}
 		_, _ = wdb.ExecContext(dctx, "DROP TABLE IF EXISTS "+staging+", "+old)
 	}()
-	w := &tableWriter{ctx: ctx, tx: wconn, dialect: MySQL, table: staging, mode: WriteCreate}
+	w := &tableWriter{ctx: ctx, sctx: ctx, tx: wconn, dialect: MySQL, table: staging, mode: WriteCreate}
 	if err := fill(w); err != nil {
 		return 0, err
 	}

@@ -103,17 +103,20 @@ func (c *conn) writeTo(ctx context.Context, schema, table string, mode WriteMode
 		return 0, dbError(err)
 	}
 	defer wconn.Close()
+	// The write's statements run under sctx (driverCtx), checked against
+	// ctx before each (tableWriter.stmtCtx).
+	sctx := c.driverCtx(ctx)
 	if c.spec.Dialect == SQLite {
 		// The rows are read through another handle on the same file while
 		// this transaction writes; without spilling its cache the writer
 		// needs the exclusive lock only at COMMIT, after the read is done.
-		if _, err := wconn.ExecContext(ctx, "PRAGMA cache_spill = OFF"); err != nil {
+		if _, err := wconn.ExecContext(sctx, "PRAGMA cache_spill = OFF"); err != nil {
 			return 0, dbError(err)
 		}
 		// Another job writing the file holds its lock until it commits:
 		// wait for it as long as this job may run (the transaction begins
 		// IMMEDIATE, so that wait happens at BEGIN; see openSQLite).
-		if _, err := wconn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", timeout.Milliseconds())); err != nil {
+		if _, err := wconn.ExecContext(sctx, fmt.Sprintf("PRAGMA busy_timeout = %d", max(timeout.Milliseconds(), 1))); err != nil {
 			return 0, dbError(err)
 		}
 	}
@@ -123,14 +126,17 @@ func (c *conn) writeTo(ctx context.Context, schema, table string, mode WriteMode
 		return 0, dbError(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	exists, err := tableExists(ctx, tx, c.spec.Dialect, schema, table)
+	if err := ctx.Err(); err != nil {
+		return 0, dbError(err)
+	}
+	exists, err := tableExists(sctx, tx, c.spec.Dialect, schema, table)
 	if err != nil {
 		return 0, dbError(err)
 	}
 	if exists && mode != WriteDrop && mode != WriteTruncate {
 		return 0, fmt.Errorf("%w: table %s already exists", ErrQuery, table)
 	}
-	w := &tableWriter{ctx: ctx, tx: tx, dialect: c.spec.Dialect, table: qualified(c.spec.Dialect, schema, table), exists: exists, mode: mode}
+	w := &tableWriter{ctx: ctx, sctx: sctx, tx: tx, dialect: c.spec.Dialect, table: qualified(c.spec.Dialect, schema, table), exists: exists, mode: mode}
 	if err := fill(w); err != nil {
 		return 0, err
 	}
@@ -228,12 +234,14 @@ type execer interface {
 // tableWriter creates the target table from the first columns it sees and
 // inserts rows in batches, all through tx.
 type tableWriter struct {
-	ctx     context.Context
-	tx      execer
-	dialect string
-	table   string // quoted
-	exists  bool
-	mode    WriteMode
+	// ctx bounds the job; the rows are read under it. The writer's own
+	// statements run under sctx (stmtCtx).
+	ctx, sctx context.Context
+	tx        execer
+	dialect   string
+	table     string // quoted
+	exists    bool
+	mode      WriteMode
 	// insert is "INSERT INTO t VALUES " and ncols its width, set by columns.
 	insert  string
 	ncols   int
@@ -276,7 +284,11 @@ func (w *tableWriter) columns(cols []column) error {
 		stmts = []string{"CREATE TABLE " + w.table + " (" + strings.Join(defs, ", ") + ")"}
 	}
 	for _, st := range stmts {
-		if _, err := w.tx.ExecContext(w.ctx, st); err != nil {
+		sctx, err := w.stmtCtx()
+		if err != nil {
+			return err
+		}
+		if _, err := w.tx.ExecContext(sctx, st); err != nil {
 			return dbError(err)
 		}
 	}
@@ -309,6 +321,18 @@ func (w *tableWriter) columnType(col column) (string, error) {
 		return "", dbError(err)
 	}
 	return typ, nil
+}
+
+// stmtCtx is the context of the writer's next statement (its sctx, see
+// conn.driverCtx), or the job's timeout when it has passed: on SQLite a
+// statement of the writer is checked against the job's context before it
+// starts, not cut by it. One is a batch of at most 500 rows, or DDL; the
+// read, on handles of the guard's own, is cut at once.
+func (w *tableWriter) stmtCtx() (context.Context, error) {
+	if err := w.ctx.Err(); err != nil {
+		return nil, dbError(err)
+	}
+	return w.sctx, nil
 }
 
 // row adds one row, flushing a full batch.
@@ -347,7 +371,11 @@ func (w *tableWriter) flush() error {
 		}
 		b.WriteByte(')')
 	}
-	if _, err := w.tx.ExecContext(w.ctx, b.String(), w.batch...); err != nil {
+	sctx, err := w.stmtCtx()
+	if err != nil {
+		return err
+	}
+	if _, err := w.tx.ExecContext(sctx, b.String(), w.batch...); err != nil {
 		return dbError(err)
 	}
 	w.n += int64(w.batched)
