@@ -714,7 +714,7 @@ func (r *Relay) sweep(ctx context.Context, rm *removals) (int, bool, error) {
 			// at start: one query reads everything pending.
 			opts.SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(relayPageSize)
 		}
-		cur, err := r.coll.Find(ctx, filter, opts)
+		cur, err := mongox.Find(ctx, r.coll, filter, opts)
 		if err != nil {
 			return published, false, errors.Join(append(errs, fmt.Errorf("events: outbox find: %w", err))...)
 		}

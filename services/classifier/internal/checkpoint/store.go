@@ -695,7 +695,7 @@ func (s *Store) Drained(ctx context.Context, id any) error {
 // behind, or an archiving that failed. Call it at start and now and then.
 func (s *Store) ArchiveFinished(ctx context.Context) error {
 	f := bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{string(statemachine.Completed), string(statemachine.Stopped)}}}}}
-	cur, err := s.coll.Find(ctx, f, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	cur, err := mongox.Find(ctx, s.coll, f, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return fmt.Errorf("checkpoint: find finished runs: %w", mongox.Translate(err))
 	}
@@ -748,7 +748,7 @@ func (s *Store) List(ctx context.Context, scope *commonv1.Scope, o ListOptions) 
 	var all []listed
 	seen := map[string]bool{}
 	for _, c := range []*mongo.Collection{s.coll, s.archive} {
-		cur, err := c.Find(ctx, f, opts)
+		cur, err := mongox.Find(ctx, c, f, opts)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: list: %w", mongox.Translate(err))
 		}

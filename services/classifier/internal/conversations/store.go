@@ -141,7 +141,7 @@ const indexNotFound = 27
 func (s *Store) migrate(ctx context.Context) (int, error) {
 	s.reads.written()
 	defer s.reads.written()
-	cur, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}})
+	cur, err := mongox.Find(ctx, s.coll, bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}})
 	if err != nil {
 		return 0, fmt.Errorf("conversations: find documents to move: %w", mongox.Translate(err))
 	}
@@ -324,7 +324,7 @@ func (s *Store) find(ctx context.Context, scope *commonv1.Scope, filter bson.D, 
 		SetProjection(bson.D{{Key: "id", Value: 1}, {Key: "_id", Value: 0}}).
 		SetSort(bson.D{{Key: "id", Value: 1}}).
 		SetLimit(int64(limit))
-	cur, err := s.coll.Find(ctx, bson.D{{Key: "$and", Value: clauses}}, opts)
+	cur, err := mongox.Find(ctx, s.coll, bson.D{{Key: "$and", Value: clauses}}, opts)
 	if err != nil {
 		return nil, 0, fmt.Errorf("conversations: find: %w", mongox.Translate(err))
 	}
@@ -402,7 +402,7 @@ func (s *Store) Get(ctx context.Context, scope *commonv1.Scope, ids []string) ([
 // made only for ids not found by key.
 func (s *Store) getUnmoved(ctx context.Context, scope *commonv1.Scope, ids []string, byID map[string]doc) error {
 	f := append(scopeFilter(scope), bson.E{Key: "id", Value: bson.D{{Key: "$in", Value: ids}}})
-	cur, err := s.coll.Find(ctx, f)
+	cur, err := mongox.Find(ctx, s.coll, f)
 	if err != nil {
 		return fmt.Errorf("conversations: get: %w", mongox.Translate(err))
 	}

@@ -136,7 +136,7 @@ func (s *Store) deleteChunks(ctx context.Context, ids []string) error {
 // DocumentChunks returns a document's chunks in order. It scans the
 // chunks (tests and tooling; the pipeline names chunks by id).
 func (s *Store) DocumentChunks(ctx context.Context, sc document.Scope, docID string) ([]document.Chunk, error) {
-	cur, err := s.chunks.Find(ctx, scopeFilter(sc, bson.E{Key: "doc_id", Value: docID}), options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}))
+	cur, err := mongox.Find(ctx, s.chunks, scopeFilter(sc, bson.E{Key: "doc_id", Value: docID}), options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}))
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -197,7 +197,7 @@ func (s *Store) EachChunk(ctx context.Context, sc document.Scope, batch int, fn 
 		if after != "" {
 			f = append(f, bson.E{Key: "_id", Value: bson.M{"$gt": after}})
 		}
-		cur, err := s.chunks.Find(ctx, f, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(batch)))
+		cur, err := mongox.Find(ctx, s.chunks, f, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(batch)))
 		if err != nil {
 			return translate(err)
 		}

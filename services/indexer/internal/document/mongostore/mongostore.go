@@ -663,7 +663,7 @@ func (s *Store) findDocs(ctx context.Context, f bson.D, afterID string, limit in
 
 // find decodes the documents matching f.
 func (s *Store) find(ctx context.Context, f bson.D, opts *options.FindOptionsBuilder) ([]*document.Document, error) {
-	cur, err := s.docs.Find(ctx, f, opts)
+	cur, err := mongox.Find(ctx, s.docs, f, opts)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -699,7 +699,7 @@ func (s *Store) HandledBelow(ctx context.Context, extractor string, version int,
 
 // Scopes lists every scope that has documents. It scans.
 func (s *Store) Scopes(ctx context.Context) ([]document.Scope, error) {
-	cur, err := s.docs.Aggregate(ctx, mongo.Pipeline{
+	cur, err := mongox.Aggregate(ctx, s.docs, mongo.Pipeline{
 		{{Key: "$group", Value: bson.M{"_id": bson.M{"tenant": "$tenant", "project": "$project"}}}},
 	})
 	if err != nil {

@@ -373,7 +373,7 @@ func (s *Store) Nodes(ctx context.Context, sc graph.Scope, keys []string) ([]gra
 		for i, k := range keys {
 			ks[i] = k
 		}
-		cur, err := s.nodes.Find(ctx, scopeFilter(sc, bson.E{Key: "key", Value: bson.M{"$in": ks}}))
+		cur, err := mongox.Find(ctx, s.nodes, scopeFilter(sc, bson.E{Key: "key", Value: bson.M{"$in": ks}}))
 		if err != nil {
 			return nil, fmt.Errorf("graph: nodes: %w", err)
 		}
@@ -405,7 +405,7 @@ func (s *Store) Edges(ctx context.Context, sc graph.Scope, keys, types []string,
 			}
 			f = append(f, bson.E{Key: "type", Value: bson.M{"$in": ts}})
 		}
-		cur, err := s.edges.Find(ctx, f, options.Find().SetLimit(int64(limit)))
+		cur, err := mongox.Find(ctx, s.edges, f, options.Find().SetLimit(int64(limit)))
 		if err != nil {
 			return nil, fmt.Errorf("graph: edges: %w", err)
 		}

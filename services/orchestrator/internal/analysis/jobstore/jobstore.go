@@ -257,7 +257,7 @@ func unwanted(keep []mongox.Index) []string {
 
 // archivedIDs returns the ids of the jobs in the archive.
 func archivedIDs(ctx context.Context, archive *mongo.Collection) ([]string, error) {
-	cur, err := archive.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	cur, err := mongox.Find(ctx, archive, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, translate("load archived ids", err)
 	}
@@ -853,7 +853,7 @@ func (s *Store) insertArchive(ctx context.Context, jobs []*analysis.Job) error {
 var noOutbox = bson.D{{Key: events.OutboxField, Value: 0}}
 
 func (s *Store) find(ctx context.Context, coll *mongo.Collection, op string, filter bson.D, opts *options.FindOptionsBuilder) ([]*analysis.Job, error) {
-	cur, err := coll.Find(ctx, filter, opts)
+	cur, err := mongox.Find(ctx, coll, filter, opts)
 	if err != nil {
 		return nil, translate(op, err)
 	}

@@ -353,7 +353,7 @@ func (s *Store) List(ctx context.Context, scope conversation.Scope, q conversati
 	opts := options.Find().
 		SetSort(bson.D{{Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}).
 		SetLimit(int64(size) + 1)
-	c, err := s.convs.Find(ctx, filter, opts)
+	c, err := mongox.Find(ctx, s.convs, filter, opts)
 	if err != nil {
 		return nil, "", fmt.Errorf("mongostore: list: %w", mongox.Translate(err))
 	}
@@ -599,7 +599,7 @@ func (s *Store) readMessages(ctx context.Context, id string, hint int64, last in
 	if last > 0 {
 		opts = options.Find().SetSort(bson.D{{Key: "seq", Value: -1}}).SetLimit(int64(last))
 	}
-	c, err := s.msgs.Find(ctx, bson.D{{Key: "conversation_id", Value: id}}, opts)
+	c, err := mongox.Find(ctx, s.msgs, bson.D{{Key: "conversation_id", Value: id}}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("mongostore: messages of %s: %w", id, mongox.Translate(err))
 	}

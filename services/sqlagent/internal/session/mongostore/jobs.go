@@ -71,7 +71,7 @@ func (st *Store) ListJobs(ctx context.Context, scope session.Scope, sessionID st
 	if sessionID != "" {
 		filter = append(filter, bson.E{Key: "session_id", Value: sessionID})
 	}
-	cur, err := st.jobs.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "started", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(int64(limit)))
+	cur, err := mongox.Find(ctx, st.jobs, filter, options.Find().SetSort(bson.D{{Key: "started", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(int64(limit)))
 	if err != nil {
 		return nil, fmt.Errorf("mongostore: list jobs: %w", mongox.Translate(err))
 	}
