@@ -113,7 +113,16 @@ var sqliteAttacks = []attack{
 	{"edit", "SELECT edit('x')"},
 	{"fts3_tokenizer", "SELECT fts3_tokenizer('simple')"},
 	{"zipfile", "SELECT * FROM zipfile('{dir}/x.zip')"},
+	// Raw pages, freed ones (deleted rows) included.
 	{"sqlite_dbpage", "SELECT * FROM sqlite_dbpage"},
+	{"sqlite_dbpage schema-qualified", "SELECT data FROM main.sqlite_dbpage WHERE pgno = 2"},
+	{"sqlite_dbpage with a schema argument", "SELECT data FROM sqlite_dbpage('main')"},
+	{"sqlite_dbpage double-quoted", `SELECT * FROM "sqlite_dbpage"`},
+	{"sqlite_dbpage upper case", "SELECT * FROM SQLITE_DBPAGE"},
+	{"sqlite_dbpage in a subquery", "SELECT (SELECT count(*) FROM sqlite_dbpage)"},
+	{"sqlite_dbpage in a cte", "WITH p AS (SELECT data FROM sqlite_dbpage) SELECT hex(data) FROM p LIMIT 1"},
+	{"update sqlite_dbpage", "UPDATE sqlite_dbpage SET data = zeroblob(4096) WHERE pgno = 2"},
+	{"view over sqlite_dbpage", "SELECT * FROM v_pages"},
 	{"sqlar_compress", "SELECT sqlar_compress('x')"},
 	// PRAGMA table functions outside the read-only list.
 	{"pragma function without parentheses", "SELECT * FROM pragma_database_list"},
@@ -244,6 +253,7 @@ func TestSQLiteAdversarial(t *testing.T) {
 		"CREATE VIEW v_ext AS SELECT load_extension('x') AS x",
 		"CREATE VIEW v_paths AS SELECT file FROM pragma_database_list",
 		"CREATE VIEW v_paths2 AS SELECT * FROM v_paths",
+		"CREATE VIEW v_pages AS SELECT pgno, data FROM sqlite_dbpage",
 	} {
 		if _, err := own.ExecContext(ctx, q); err != nil {
 			t.Fatal(err)

@@ -24,7 +24,8 @@ import (
 //   - The authorizer, which SQLite consults while it compiles a statement,
 //     sees every table and column read, every function called, every
 //     PRAGMA, ATTACH and transaction statement. It allows SELECT, reads
-//     (but no PRAGMA table function outside a read-only list) and calls of
+//     (but no PRAGMA table function outside a read-only list, and not the
+//     raw pages of sqlite_dbpage) and calls of
 //     functions other than load_extension and fts3_tokenizer, and denies
 //     everything else. The statement must also be a single one, read-only
 //     by sqlite3_stmt_readonly, return columns and take no parameters.
@@ -52,6 +53,16 @@ var sqliteReadOnlyPragmas = map[string]bool{
 var sqliteDeniedFunctions = map[string]string{
 	"load_extension": "it loads native code",
 	"fts3_tokenizer": "it can register native code",
+}
+
+// sqliteDeniedTables are virtual tables of the SQLite build that reach
+// past the query's rows (modernc.org/sqlite builds SQLite with
+// SQLITE_ENABLE_DBPAGE_VTAB since v1.3x; the others are the recovery
+// extension's, refused should a build carry them).
+var sqliteDeniedTables = map[string]string{
+	"sqlite_dbpage": "it reads the file's raw pages, freed ones (deleted rows) included",
+	"sqlite_dbdata": "it reads the file's raw records, freed ones (deleted rows) included",
+	"sqlite_dbptr":  "it reads the file's raw page pointers",
 }
 
 // sqliteGuard hands out authorizer-guarded read-only handles on one
@@ -234,6 +245,9 @@ func sqliteAuthorizer(tls *libc.TLS, pArg uintptr, action int32, z1, z2, z3, z4 
 		table := strings.ToLower(libc.GoString(z1))
 		if p, ok := strings.CutPrefix(table, "pragma_"); ok && !sqliteReadOnlyPragmas[p] {
 			return deny("reading %s is not allowed (a PRAGMA function outside the read-only list)", table)
+		}
+		if reason, ok := sqliteDeniedTables[table]; ok {
+			return deny("reading %s is not allowed: %s", table, reason)
 		}
 		return sqlite3.SQLITE_OK
 	case sqlite3.SQLITE_FUNCTION:
