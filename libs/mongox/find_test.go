@@ -39,22 +39,13 @@ func TestCutFindsLeaveNoCursors(t *testing.T) {
 	if _, err := coll.InsertMany(ctx, docs); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	until := time.Now().Add(3 * time.Second)
-	for range 4 {
-		wg.Go(func() {
-			for time.Now().Before(until) {
-				c, cancel := context.WithTimeout(ctx, time.Duration(rand.IntN(3000))*time.Microsecond)
-				cur, err := mongox.Find(c, coll, bson.M{"v": bson.M{"$gte": 0}})
-				if err == nil {
-					var out []bson.M
-					_ = cur.All(c, &out)
-				}
-				cancel()
-			}
-		})
-	}
-	wg.Wait()
+	cutRepeatedly(3*time.Second, 4, func(c context.Context) {
+		cur, err := mongox.Find(c, coll, bson.M{"v": bson.M{"$gte": 0}})
+		if err == nil {
+			var out []bson.M
+			_ = cur.All(c, &out)
+		}
+	})
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	cur, err := mongox.Find(c, coll, bson.M{"v": bson.M{"$lt": 300}})
@@ -65,6 +56,115 @@ func TestCutFindsLeaveNoCursors(t *testing.T) {
 	if err != nil || len(out) != 300 {
 		t.Fatalf("a find after the cut ones: %d documents, %v; want 300 within 10 s", len(out), err)
 	}
+}
+
+// TestCutCommandsLeaveTheStoreWritable: finds and findAndModify commands
+// cut by their deadlines at every point, for seconds, beside writes, leave
+// the embedded FerretDB writable. The driver sends a context's deadline as
+// maxTimeMS, on which FerretDB cancels the command's SQLite statement;
+// modernc.org/sqlite before v1.62 could deliver that interrupt to the
+// connection's next statement and leave the pooled connection answering
+// "interrupted" to everything, its write lock held: from then on every
+// write failed ("interrupted (9)", "database is locked") until the process
+// restarted (the first failed 1.5–3.4 s into the cuts, every run).
+func TestCutCommandsLeaveTheStoreWritable(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("cuts commands for seconds")
+	}
+	ctx := context.Background()
+	coll := testkit.MongoDB(t).Collection("cut")
+	const n = 300
+	docs := make([]any, n)
+	for i := range docs {
+		docs[i] = bson.M{"_id": fmt.Sprint(i), "v": i, "pad": fmt.Sprintf("%0100d", i)}
+	}
+	if _, err := coll.InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	write := func(timeout time.Duration) error {
+		c, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		_, err := coll.UpdateOne(c, bson.M{"_id": fmt.Sprint(rand.IntN(n))}, bson.M{"$inc": bson.M{"w": 1}})
+		return err
+	}
+	var (
+		mu     sync.Mutex
+		failed []error
+		writes int
+		stop   = make(chan struct{})
+		wg     sync.WaitGroup
+	)
+	start := time.Now()
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				err := write(5 * time.Second)
+				mu.Lock()
+				writes++
+				if err != nil {
+					if len(failed) == 0 {
+						t.Logf("first failed write %v after the cuts began", time.Since(start).Round(time.Millisecond))
+					}
+					failed = append(failed, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	cut := cutRepeatedly(8*time.Second, 6, func(c context.Context) {
+		if rand.IntN(2) == 0 {
+			_ = coll.FindOneAndUpdate(c, bson.M{"_id": fmt.Sprint(rand.IntN(n))}, bson.M{"$inc": bson.M{"f": 1}}).Err()
+			return
+		}
+		cur, err := mongox.Find(c, coll, bson.M{"v": bson.M{"$gte": rand.IntN(n)}})
+		if err == nil {
+			var out []bson.M
+			_ = cur.All(c, &out)
+		}
+	})
+	close(stop)
+	wg.Wait()
+	t.Logf("%d commands cut, %d writes beside them", cut, writes)
+	if len(failed) > 0 {
+		t.Errorf("%d of %d writes beside the cut commands failed, first: %v", len(failed), writes, failed[0])
+	}
+	for range 10 {
+		if err := write(10 * time.Second); err != nil {
+			t.Fatalf("a write after the cut commands: %v", err)
+		}
+	}
+}
+
+// cutRepeatedly calls op from workers goroutines for d, each call under a
+// context whose deadline comes after a random time up to 3 ms, and returns
+// how many calls it made.
+func cutRepeatedly(d time.Duration, workers int, op func(ctx context.Context)) int {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		calls int
+	)
+	until := time.Now().Add(d)
+	for range workers {
+		wg.Go(func() {
+			for time.Now().Before(until) {
+				c, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(3000))*time.Microsecond)
+				op(c)
+				cancel()
+				mu.Lock()
+				calls++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return calls
 }
 
 // TestQueriesGoThroughFind: no service or library queries a collection

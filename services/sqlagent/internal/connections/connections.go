@@ -459,7 +459,9 @@ func redactDSN(msg string) string {
 // under load: every write after one cut failed at once). The user's
 // queries run on the guard's own handles, which are cut and discarded
 // (sqliteGuard.stream); these pools run the writer's statements and short
-// catalog reads.
+// catalog reads. modernc.org/sqlite v1.62 closes that race (the embedded
+// FerretDB met it too: libs/mongox TestCutCommandsLeaveTheStoreWritable);
+// this stays, since no statement here needs cutting mid-way.
 func (c *conn) driverCtx(ctx context.Context) context.Context {
 	if c.spec.Dialect == SQLite {
 		return context.WithoutCancel(ctx)
