@@ -166,6 +166,7 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 	if err != nil {
 		return IngestResult{}, err
 	}
+	defer s.ingests.enter(id)()
 	doc.IngestUntil = now.Add(s.cfg.JobLeaseTTL)
 	if err := s.Docs.SaveContent(ctx, doc, now, phaseEvents...); err != nil {
 		return IngestResult{}, err

@@ -75,7 +75,9 @@
 // other replica: the pipeline writes its shards as it goes, before the
 // write that records the change, and undoes that when superseded; no
 // change is written to outboxes and nothing is followed, so that mode
-// costs nothing more than before.
+// costs nothing more than before. Nor can an ingest claim it did not make
+// belong to a live ingest: reconciliation finishes those documents at once
+// (ingestLive).
 package intake
 
 import (
@@ -187,6 +189,9 @@ type Service struct {
 	stats convergeStats
 	// claimers counts this process's workers after each job's claim.
 	claimers claimers
+	// ingests counts this process's ingests under way, per document id,
+	// from before an ingest's first write until its last (ingestLive).
+	ingests claimers
 	// qualifier runs the ingest's qualifier phases.
 	qualifier *pipeline.Qualifier
 	// afterSave, when set, runs after an ingest's first write; its error

@@ -134,7 +134,7 @@ const ingestPoll = 20 * time.Millisecond
 // the claim lapsed first (the ingest died), or the document's error.
 func (s *Service) awaitIngest(ctx context.Context, doc *document.Document) (*document.Document, error) {
 	for !doc.Indexed {
-		if !s.now().Before(s.ingestClaimEnd(doc)) {
+		if !s.ingestLive(doc) {
 			return nil, errIngestUnfinished
 		}
 		t := time.NewTimer(ingestPoll)

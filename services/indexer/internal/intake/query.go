@@ -245,7 +245,7 @@ func (s *Service) finishUnfinished(ctx context.Context) (recent []*document.Docu
 	}
 	var errs []error
 	for _, d := range docs {
-		if !d.Deleting && s.now().Before(s.ingestClaimEnd(d)) {
+		if !d.Deleting && s.ingestLive(d) {
 			recent = append(recent, d) // an ingest may be under way
 			continue
 		}
@@ -282,6 +282,19 @@ func (s *Service) ingestClaimEnd(d *document.Document) time.Time {
 	return d.UpdateTime.Add(s.cfg.IngestGrace)
 }
 
+// ingestLive reports whether the ingest that last wrote d may still be
+// under way: its claim holds and, for a single writer, an ingest of this
+// process is at work on d. No other process writes a single writer's
+// store, so a claim no ingest of its own holds was left by the process it
+// replaced, dead: its document is finished at once, not when the claim
+// lapses (JobLeaseTTL after the kill).
+func (s *Service) ingestLive(d *document.Document) bool {
+	if !s.now().Before(s.ingestClaimEnd(d)) {
+		return false
+	}
+	return !s.local || s.ingests.count(d.ID) > 0
+}
+
 // finishRecent waits until the ingest claim of each document has lapsed,
 // and finishes those still unfinished then, as they are then: the ingest
 // that wrote them is over, done or dead.
@@ -289,7 +302,7 @@ func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) e
 	var errs []error
 	for len(docs) > 0 {
 		d := docs[0]
-		if wait := s.ingestClaimEnd(d).Sub(s.now()); wait > 0 {
+		if wait := s.ingestClaimEnd(d).Sub(s.now()); wait > 0 && s.ingestLive(d) {
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -305,7 +318,7 @@ func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) e
 		case err != nil:
 			errs = append(errs, err)
 			docs = docs[1:]
-		case s.now().Before(s.ingestClaimEnd(cur)):
+		case s.ingestLive(cur):
 			docs[0] = cur // written again or its claim renewed meanwhile: wait for that ingest
 		default:
 			errs = append(errs, s.finishOne(ctx, cur))

@@ -16,6 +16,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
+	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
 	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
@@ -28,9 +29,10 @@ import (
 // ingests that died, but not one another replica is still doing: a
 // document written less than IngestGrace ago is looked at again only once
 // that much time has passed, and left alone if it was finished meanwhile.
+// (A single writer has no other replica: TestSingleWriterFinishesDeadIngestsAtOnce.)
 func TestReconcileLeavesIngestsUnderWay(t *testing.T) {
 	t.Parallel()
-	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+	manyWriters(t, func(t *testing.T, db *mongo.Database) {
 		ctx := context.Background()
 		const grace = 2 * time.Second
 		svc, docs := newService(t, db, intake.Config{IngestGrace: grace})
@@ -116,60 +118,13 @@ func TestReconcileFollowsIngestClaims(t *testing.T) {
 			}
 			return d
 		}
-		dead := begin("dead") // its process was killed: no renewal comes
-		live := begin("live") // another replica renews its claim, then ends it
-		renewing, stopRenewing := context.WithCancel(ctx)
-		renewed := make(chan struct{})
-		go func() {
-			defer close(renewed)
-			for renewing.Err() == nil {
-				if ok, err := docs.RenewIngest(ctx, sc, live.ID, live.ContentHash, time.Now().Add(ttl)); !ok || err != nil {
-					t.Errorf("RenewIngest = %v, %v", ok, err)
-					return
-				}
-				select {
-				case <-renewing.Done():
-				case <-time.After(ttl / 3):
-				}
-			}
-		}()
-
-		start := time.Now()
-		done := make(chan error, 1)
-		go func() { done <- svc.Reconcile(ctx) }()
-		testkit.Eventually(t, 10*time.Second, func() bool {
-			d, err := docs.GetDocument(ctx, sc, dead.ID)
-			return err == nil && d.Indexed
-		}, "the dead ingest finished")
-		if took := time.Since(start); took > ttl+3*time.Second {
-			t.Errorf("the dead ingest was finished %v after reconciliation began; its claim lapsed %v after its write", took, ttl)
-		}
-		// The live ingest outlives its first claim several times over.
-		time.Sleep(3 * ttl)
-		if d, err := docs.GetDocument(ctx, sc, live.ID); err != nil || d.Indexed || d.ExtractionJobID != live.ExtractionJobID {
-			t.Fatalf("the ingest under way was taken over while it renewed its claim: indexed %v, job %s, %v", d.Indexed, d.ExtractionJobID, err)
-		}
-		stopRenewing()
-		<-renewed
-		if ok, err := docs.MarkIndexed(ctx, sc, live.ID, live.ContentHash, nil); !ok || err != nil {
-			t.Fatalf("MarkIndexed = %v, %v", ok, err)
-		}
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		if took := time.Since(start); took > time.Minute/2 {
-			t.Errorf("reconciliation took %v: it waited for IngestGrace, not for the claims", took)
-		}
-		got, err := docs.GetDocument(ctx, sc, live.ID)
-		if err != nil || got.ExtractionJobID != live.ExtractionJobID {
-			t.Fatalf("the ingest under way was redone: job %s, %v; want %s", got.ExtractionJobID, err, live.ExtractionJobID)
-		}
-		if ok, err := docs.RenewIngest(ctx, sc, live.ID, live.ContentHash, time.Now().Add(ttl)); ok || err != nil {
-			t.Errorf("RenewIngest of an indexed document = %v, %v; want false: nothing left to claim", ok, err)
+		if !mongox.SingleWriter(db) {
+			followOtherReplicas(t, svc, docs, begin, ttl)
 		}
 
 		// An ingest of this process held after its first write renews its
 		// own claim: reconciliation meanwhile leaves it alone.
+		done := make(chan error, 1)
 		hold := make(chan struct{})
 		var first atomic.Bool
 		intake.SetAfterSave(svc, func(string) error {
@@ -203,6 +158,123 @@ func TestReconcileFollowsIngestClaims(t *testing.T) {
 			t.Fatalf("after the held ingest: indexed %v, job %s, %v; want indexed by its own job %s", d.Indexed, d.ExtractionJobID, err, r.JobID)
 		}
 	})
+}
+
+// TestSingleWriterFinishesDeadIngestsAtOnce: a single writer (agentmesh
+// up) restarted after a kill finishes the ingests the kill cut at once,
+// though their claims hold for a minute more: no other process can be
+// ingesting them (they waited for the claim to lapse, JobLeaseTTL after
+// the kill). An extraction job of such a document stops waiting for its
+// ingest at once too. The single writer's own ingests under way are left
+// to them (TestReconcileFollowsIngestClaims).
+func TestSingleWriterFinishesDeadIngestsAtOnce(t *testing.T) {
+	t.Parallel()
+	db := testkit.MongoDB(t)
+	mongox.MarkSingleWriter(db.Client())
+	ctx := context.Background()
+	const ttl = time.Minute
+	svc, docs := newService(t, db, intake.Config{IngestGrace: time.Hour, JobLeaseTTL: ttl})
+	sc := document.Scope{Tenant: "acme"}
+	if _, err := svc.Ingest(ctx, intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, RawContent: "warm up"}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	var cut []*document.Document
+	for _, name := range []string{"payments", "ledger", "billing"} {
+		// The first write of an ingest the kill cut, its claim fresh.
+		text := "Rotate the " + name + " keys every quarter."
+		d := &document.Document{ID: "doc_" + name, Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, Title: name,
+			RawContent: text, ContentHash: document.Hash(text), ChunkCount: 2, ExtractionJobID: "xj_" + name, IngestUntil: now.Add(ttl)}
+		if err := docs.SaveContent(ctx, d, now); err != nil {
+			t.Fatal(err)
+		}
+		cut = append(cut, d)
+	}
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := intake.AwaitIngest(actx, svc, cut[0]); !errors.Is(err, intake.ErrIngestUnfinished) {
+		t.Errorf("an extraction waiting for a cut ingest: %v; want ErrIngestUnfinished at once", err)
+	}
+	start := time.Now()
+	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer rcancel()
+	if err := svc.Reconcile(rctx); err != nil {
+		t.Fatalf("Reconcile: %v (after %v)", err, time.Since(start))
+	}
+	t.Logf("reconciliation finished %d cut ingests in %v", len(cut), time.Since(start))
+	for _, d := range cut {
+		got, err := docs.GetDocument(ctx, sc, d.ID)
+		if err != nil || !got.Indexed || got.ExtractionJobID == d.ExtractionJobID {
+			t.Errorf("%s: indexed %v, job %s, %v; want indexed again with a new job", d.ID, got.Indexed, got.ExtractionJobID, err)
+		}
+	}
+}
+
+// followOtherReplicas is TestReconcileFollowsIngestClaims with many
+// writers: a dead ingest is finished once its claim lapsed, one another
+// replica renews is left to it.
+func followOtherReplicas(t *testing.T, svc *intake.Service, docs *docstore.Store, begin func(string) *document.Document, ttl time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	sc := document.Scope{Tenant: "acme"}
+	dead := begin("dead") // its process was killed: no renewal comes
+	live := begin("live") // another replica renews its claim, then ends it
+	renewing, stopRenewing := context.WithCancel(ctx)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		for renewing.Err() == nil {
+			if ok, err := docs.RenewIngest(ctx, sc, live.ID, live.ContentHash, time.Now().Add(ttl)); !ok || err != nil {
+				t.Errorf("RenewIngest = %v, %v", ok, err)
+				return
+			}
+			select {
+			case <-renewing.Done():
+			case <-time.After(ttl / 3):
+			}
+		}
+	}()
+
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- svc.Reconcile(ctx) }()
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		d, err := docs.GetDocument(ctx, sc, dead.ID)
+		return err == nil && d.Indexed
+	}, "the dead ingest finished")
+	if took := time.Since(start); took > ttl+3*time.Second {
+		t.Errorf("the dead ingest was finished %v after reconciliation began; its claim lapsed %v after its write", took, ttl)
+	}
+	// The live ingest outlives its first claim several times over.
+	time.Sleep(3 * ttl)
+	if d, err := docs.GetDocument(ctx, sc, live.ID); err != nil || d.Indexed || d.ExtractionJobID != live.ExtractionJobID {
+		t.Fatalf("the ingest under way was taken over while it renewed its claim: indexed %v, job %s, %v", d.Indexed, d.ExtractionJobID, err)
+	}
+	stopRenewing()
+	<-renewed
+	if ok, err := docs.MarkIndexed(ctx, sc, live.ID, live.ContentHash, nil); !ok || err != nil {
+		t.Fatalf("MarkIndexed = %v, %v", ok, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > time.Minute/2 {
+		t.Errorf("reconciliation took %v: it waited for IngestGrace, not for the claims", took)
+	}
+	got, err := docs.GetDocument(ctx, sc, live.ID)
+	if err != nil || got.ExtractionJobID != live.ExtractionJobID {
+		t.Fatalf("the ingest under way was redone: job %s, %v; want %s", got.ExtractionJobID, err, live.ExtractionJobID)
+	}
+	if ok, err := docs.RenewIngest(ctx, sc, live.ID, live.ContentHash, time.Now().Add(ttl)); ok || err != nil {
+		t.Errorf("RenewIngest of an indexed document = %v, %v; want false: nothing left to claim", ok, err)
+	}
+}
+
+// manyWriters runs body on a database of its own with many writers (the
+// services' default).
+func manyWriters(t *testing.T, body func(t *testing.T, db *mongo.Database)) {
+	t.Helper()
+	body(t, testkit.MongoDB(t))
 }
 
 // TestReconcileKeepsAttachments: an ingest killed after its first write
