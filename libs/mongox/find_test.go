@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
@@ -30,29 +31,13 @@ func TestCutFindsLeaveNoCursors(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cuts finds for seconds")
 	}
-	ctx := context.Background()
-	coll := testkit.MongoDB(t).Collection("many")
-	docs := make([]any, 400)
-	for i := range docs {
-		docs[i] = bson.M{"_id": fmt.Sprint(i), "v": i, "pad": fmt.Sprintf("%0100d", i)}
-	}
-	if _, err := coll.InsertMany(ctx, docs); err != nil {
-		t.Fatal(err)
-	}
+	coll := padded(t, "many", 400)
 	cutRepeatedly(3*time.Second, 4, func(c context.Context) {
-		cur, err := mongox.Find(c, coll, bson.M{"v": bson.M{"$gte": 0}})
-		if err == nil {
-			var out []bson.M
-			_ = cur.All(c, &out)
-		}
+		_, _ = findAll(c, coll, bson.M{"v": bson.M{"$gte": 0}})
 	})
-	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cur, err := mongox.Find(c, coll, bson.M{"v": bson.M{"$lt": 300}})
-	var out []bson.M
-	if err == nil {
-		err = cur.All(c, &out)
-	}
+	out, err := findAll(c, coll, bson.M{"v": bson.M{"$lt": 300}})
 	if err != nil || len(out) != 300 {
 		t.Fatalf("a find after the cut ones: %d documents, %v; want 300 within 10 s", len(out), err)
 	}
@@ -73,15 +58,8 @@ func TestCutCommandsLeaveTheStoreWritable(t *testing.T) {
 		t.Skip("cuts commands for seconds")
 	}
 	ctx := context.Background()
-	coll := testkit.MongoDB(t).Collection("cut")
 	const n = 300
-	docs := make([]any, n)
-	for i := range docs {
-		docs[i] = bson.M{"_id": fmt.Sprint(i), "v": i, "pad": fmt.Sprintf("%0100d", i)}
-	}
-	if _, err := coll.InsertMany(ctx, docs); err != nil {
-		t.Fatal(err)
-	}
+	coll := padded(t, "cut", n)
 	write := func(timeout time.Duration) error {
 		c, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
@@ -122,11 +100,7 @@ func TestCutCommandsLeaveTheStoreWritable(t *testing.T) {
 			_ = coll.FindOneAndUpdate(c, bson.M{"_id": fmt.Sprint(rand.IntN(n))}, bson.M{"$inc": bson.M{"f": 1}}).Err()
 			return
 		}
-		cur, err := mongox.Find(c, coll, bson.M{"v": bson.M{"$gte": rand.IntN(n)}})
-		if err == nil {
-			var out []bson.M
-			_ = cur.All(c, &out)
-		}
+		_, _ = findAll(c, coll, bson.M{"v": bson.M{"$gte": rand.IntN(n)}})
 	})
 	close(stop)
 	wg.Wait()
@@ -139,6 +113,32 @@ func TestCutCommandsLeaveTheStoreWritable(t *testing.T) {
 			t.Fatalf("a write after the cut commands: %v", err)
 		}
 	}
+}
+
+// padded returns collection name of a database of the test's own, holding
+// n documents with _id "0"… and v 0…n-1, each padded to ~150 bytes.
+func padded(t *testing.T, name string, n int) *mongo.Collection {
+	t.Helper()
+	coll := testkit.MongoDB(t).Collection(name)
+	docs := make([]any, n)
+	for i := range docs {
+		docs[i] = bson.M{"_id": fmt.Sprint(i), "v": i, "pad": fmt.Sprintf("%0100d", i)}
+	}
+	if _, err := coll.InsertMany(context.Background(), docs); err != nil {
+		t.Fatal(err)
+	}
+	return coll
+}
+
+// findAll reads every document of coll that filter matches.
+func findAll(ctx context.Context, coll *mongo.Collection, filter any) ([]bson.M, error) {
+	cur, err := mongox.Find(ctx, coll, filter)
+	if err != nil {
+		return nil, err
+	}
+	var out []bson.M
+	err = cur.All(ctx, &out)
+	return out, err
 }
 
 // cutRepeatedly calls op from workers goroutines for d, each call under a

@@ -32,63 +32,56 @@ import (
 // (A single writer has no other replica: TestSingleWriterFinishesDeadIngestsAtOnce.)
 func TestReconcileLeavesIngestsUnderWay(t *testing.T) {
 	t.Parallel()
-	manyWriters(t, func(t *testing.T, db *mongo.Database) {
-		ctx := context.Background()
-		const grace = 2 * time.Second
-		svc, docs := newService(t, db, intake.Config{IngestGrace: grace})
-		sc := document.Scope{Tenant: "acme"}
-		// Open the scope's search indexes first: the live ingest below must
-		// finish within the grace, after the long dead one is redone.
-		if _, err := svc.Ingest(ctx, intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, RawContent: "warm up"}); err != nil {
-			t.Fatal(err)
-		}
-		now := time.Now().UTC().Truncate(time.Millisecond)
-		// An ingest's first write, as another replica (or a dead one) left it.
-		begin := func(name string, at time.Time) *document.Document {
-			t.Helper()
-			text := "Restart the " + name + " when payments time out."
-			d := &document.Document{ID: "doc_" + name, Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, Title: name,
-				RawContent: text, ContentHash: document.Hash(text), ChunkCount: 2, ExtractionJobID: "xj_" + name}
-			if err := docs.SaveContent(ctx, d, at); err != nil {
-				t.Fatal(err)
-			}
-			return d
-		}
-		dead := begin("dead", now.Add(-2*grace)) // its ingest died long ago
-		deadRecently := begin("recent", now)     // its ingest died just now
-		live := begin("live", now)               // its ingest is under way
+	db := testkit.MongoDB(t) // many writers, the services' default
+	ctx := context.Background()
+	const grace = 2 * time.Second
+	svc, docs := newService(t, db, intake.Config{IngestGrace: grace})
+	sc := document.Scope{Tenant: "acme"}
+	// Open the scope's search indexes first: the live ingest below must
+	// finish within the grace, after the long dead one is redone.
+	if _, err := svc.Ingest(ctx, intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, RawContent: "warm up"}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	// An ingest's first write, as another replica (or a dead one) left it,
+	// with no claim: it holds for IngestGrace after the write.
+	begin := func(name string, at time.Time) *document.Document {
+		return firstWrite(t, docs, sc, name, at, time.Time{})
+	}
+	dead := begin("dead", now.Add(-2*grace)) // its ingest died long ago
+	deadRecently := begin("recent", now)     // its ingest died just now
+	live := begin("live", now)               // its ingest is under way
 
-		done := make(chan error, 1)
-		go func() { done <- svc.Reconcile(ctx) }()
-		// The live ingest finishes while the replica waits, after it
-		// finished the long dead one.
-		testkit.Eventually(t, 10*time.Second, func() bool {
-			d, err := docs.GetDocument(ctx, sc, dead.ID)
-			return err == nil && d.Indexed
-		}, "the long dead ingest finished")
-		if ok, err := docs.MarkIndexed(ctx, sc, live.ID, live.ContentHash, nil); !ok || err != nil {
-			t.Fatalf("MarkIndexed = %v, %v", ok, err)
+	done := make(chan error, 1)
+	go func() { done <- svc.Reconcile(ctx) }()
+	// The live ingest finishes while the replica waits, after it
+	// finished the long dead one.
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		d, err := docs.GetDocument(ctx, sc, dead.ID)
+		return err == nil && d.Indexed
+	}, "the long dead ingest finished")
+	if ok, err := docs.MarkIndexed(ctx, sc, live.ID, live.ContentHash, nil); !ok || err != nil {
+		t.Fatalf("MarkIndexed = %v, %v", ok, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(now); waited < grace {
+		t.Fatalf("reconciliation returned %v after the recent writes; it must wait %v for them", waited, grace)
+	}
+	for _, d := range []*document.Document{dead, deadRecently} {
+		got, err := docs.GetDocument(ctx, sc, d.ID)
+		if err != nil || !got.Indexed || got.ExtractionJobID == d.ExtractionJobID {
+			t.Errorf("%s: indexed %v, job %s, %v; want indexed again with a new job", d.ID, got.Indexed, got.ExtractionJobID, err)
 		}
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		if waited := time.Since(now); waited < grace {
-			t.Fatalf("reconciliation returned %v after the recent writes; it must wait %v for them", waited, grace)
-		}
-		for _, d := range []*document.Document{dead, deadRecently} {
-			got, err := docs.GetDocument(ctx, sc, d.ID)
-			if err != nil || !got.Indexed || got.ExtractionJobID == d.ExtractionJobID {
-				t.Errorf("%s: indexed %v, job %s, %v; want indexed again with a new job", d.ID, got.Indexed, got.ExtractionJobID, err)
-			}
-		}
-		got, err := docs.GetDocument(ctx, sc, live.ID)
-		if err != nil || got.ExtractionJobID != live.ExtractionJobID {
-			t.Fatalf("the ingest under way was redone: job %s, %v; want %s", got.ExtractionJobID, err, live.ExtractionJobID)
-		}
-		if cs, err := docs.DocumentChunks(ctx, sc, live.ID); err != nil || len(cs) != 0 {
-			t.Fatalf("reconciliation wrote %d chunks of the live document, %v", len(cs), err)
-		}
-	})
+	}
+	got, err := docs.GetDocument(ctx, sc, live.ID)
+	if err != nil || got.ExtractionJobID != live.ExtractionJobID {
+		t.Fatalf("the ingest under way was redone: job %s, %v; want %s", got.ExtractionJobID, err, live.ExtractionJobID)
+	}
+	if cs, err := docs.DocumentChunks(ctx, sc, live.ID); err != nil || len(cs) != 0 {
+		t.Fatalf("reconciliation wrote %d chunks of the live document, %v", len(cs), err)
+	}
 }
 
 // TestReconcileFollowsIngestClaims: an ingest claims its document until
@@ -108,16 +101,7 @@ func TestReconcileFollowsIngestClaims(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := time.Now().UTC().Truncate(time.Millisecond)
-		begin := func(name string) *document.Document {
-			t.Helper()
-			text := "Rotate the " + name + " keys every quarter."
-			d := &document.Document{ID: "doc_" + name, Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, Title: name,
-				RawContent: text, ContentHash: document.Hash(text), ChunkCount: 2, ExtractionJobID: "xj_" + name, IngestUntil: now.Add(ttl)}
-			if err := docs.SaveContent(ctx, d, now); err != nil {
-				t.Fatal(err)
-			}
-			return d
-		}
+		begin := func(name string) *document.Document { return firstWrite(t, docs, sc, name, now, now.Add(ttl)) }
 		if !mongox.SingleWriter(db) {
 			followOtherReplicas(t, svc, docs, begin, ttl)
 		}
@@ -181,14 +165,7 @@ func TestSingleWriterFinishesDeadIngestsAtOnce(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	var cut []*document.Document
 	for _, name := range []string{"payments", "ledger", "billing"} {
-		// The first write of an ingest the kill cut, its claim fresh.
-		text := "Rotate the " + name + " keys every quarter."
-		d := &document.Document{ID: "doc_" + name, Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, Title: name,
-			RawContent: text, ContentHash: document.Hash(text), ChunkCount: 2, ExtractionJobID: "xj_" + name, IngestUntil: now.Add(ttl)}
-		if err := docs.SaveContent(ctx, d, now); err != nil {
-			t.Fatal(err)
-		}
-		cut = append(cut, d)
+		cut = append(cut, firstWrite(t, docs, sc, name, now, now.Add(ttl))) // its claim fresh
 	}
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -208,6 +185,21 @@ func TestSingleWriterFinishesDeadIngestsAtOnce(t *testing.T) {
 			t.Errorf("%s: indexed %v, job %s, %v; want indexed again with a new job", d.ID, got.Indexed, got.ExtractionJobID, err)
 		}
 	}
+}
+
+// firstWrite stores what an ingest's first write leaves of a document
+// named name, at now, its claim until until (zero: none, as before
+// claims, so IngestGrace after now): as a killed ingest, or another
+// replica's under way, left it.
+func firstWrite(t *testing.T, docs *docstore.Store, sc document.Scope, name string, now, until time.Time) *document.Document {
+	t.Helper()
+	text := "Rotate the " + name + " keys every quarter."
+	d := &document.Document{ID: "doc_" + name, Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, Title: name,
+		RawContent: text, ContentHash: document.Hash(text), ChunkCount: 2, ExtractionJobID: "xj_" + name, IngestUntil: until}
+	if err := docs.SaveContent(context.Background(), d, now); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // followOtherReplicas is TestReconcileFollowsIngestClaims with many
@@ -268,13 +260,6 @@ func followOtherReplicas(t *testing.T, svc *intake.Service, docs *docstore.Store
 	if ok, err := docs.RenewIngest(ctx, sc, live.ID, live.ContentHash, time.Now().Add(ttl)); ok || err != nil {
 		t.Errorf("RenewIngest of an indexed document = %v, %v; want false: nothing left to claim", ok, err)
 	}
-}
-
-// manyWriters runs body on a database of its own with many writers (the
-// services' default).
-func manyWriters(t *testing.T, body func(t *testing.T, db *mongo.Database)) {
-	t.Helper()
-	body(t, testkit.MongoDB(t))
 }
 
 // TestReconcileKeepsAttachments: an ingest killed after its first write
