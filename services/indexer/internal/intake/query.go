@@ -302,8 +302,8 @@ func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) e
 	var errs []error
 	for len(docs) > 0 {
 		d := docs[0]
-		if wait := s.ingestClaimEnd(d).Sub(s.now()); wait > 0 && s.ingestLive(d) {
-			t := time.NewTimer(wait)
+		if s.ingestLive(d) {
+			t := time.NewTimer(s.ingestClaimEnd(d).Sub(s.now()))
 			select {
 			case <-ctx.Done():
 				t.Stop()
