@@ -714,13 +714,9 @@ func (r *Relay) sweep(ctx context.Context, rm *removals) (int, bool, error) {
 			// at start: one query reads everything pending.
 			opts.SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(relayPageSize)
 		}
-		cur, err := mongox.Find(ctx, r.coll, filter, opts)
-		if err != nil {
-			return published, false, errors.Join(append(errs, fmt.Errorf("events: outbox find: %w", err))...)
-		}
 		var docs []outboxDoc
-		if err := cur.All(ctx, &docs); err != nil {
-			return published, false, errors.Join(append(errs, fmt.Errorf("events: outbox read: %w", err))...)
+		if err := mongox.FindAll(ctx, r.coll, filter, &docs, opts); err != nil {
+			return published, false, errors.Join(append(errs, fmt.Errorf("events: outbox find: %w", err))...)
 		}
 		for _, doc := range docs {
 			var (

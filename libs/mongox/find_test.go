@@ -1,6 +1,7 @@
 package mongox_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io/fs"
@@ -8,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,27 +23,114 @@ import (
 	"github.com/agentmesh/agentmesh/libs/testkit"
 )
 
-// TestCutFindsLeaveNoCursors: clients whose finds of many documents are
-// cut by their contexts at every point, for seconds, leave the embedded
-// FerretDB answering at once (with coll.Find's first batch of 101, each
-// find cut while its reply was on the way kept a server cursor holding a
-// SQLite connection, and after a few seconds of this no find was answered
-// for minutes).
-func TestCutFindsLeaveNoCursors(t *testing.T) {
-	t.Parallel()
+// TestCutReadsLeaveNoCursors: clients whose reads of many documents are
+// cut by their deadlines at every point (before the first reply, during
+// it, between replies, in a getMore), for seconds, leave the embedded
+// FerretDB no cursor, and answering at once. FerretDB keeps a cursor, and
+// one of its 100 SQLite connections with it, until the cursor is killed
+// or the connection that opened it closes: with the deadline passed to the
+// driver (which keeps a connection a deadline cut) and the cursor closed
+// under the cut context, all 100 connections stayed held by cursors and
+// a find after the cuts went unanswered for 10 s.
+//
+// Not parallel: it counts every FerretDB cursor of the process.
+func TestCutReadsLeaveNoCursors(t *testing.T) {
 	if testing.Short() {
-		t.Skip("cuts finds for seconds")
+		t.Skip("cuts reads for seconds")
 	}
-	coll := padded(t, "many", 400)
-	cutRepeatedly(3*time.Second, 4, func(c context.Context) {
-		_, _ = findAll(c, coll, bson.M{"v": bson.M{"$gte": 0}})
-	})
+	coll := padded(t, "many", 2500)
+	var (
+		mu       sync.Mutex
+		outcomes = map[string]int{}
+		most     int
+		stop     = make(chan struct{})
+		sampled  = make(chan struct{})
+	)
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			most = max(most, liveCursors(t))
+		}
+	}()
+	// Cuts up to twice an uncut read's time, in rounds until some landed
+	// before the first document and some within the results.
+	began := time.Now()
+	if out, err := findAll(context.Background(), coll, bson.M{"v": bson.M{"$gte": 0}}); err != nil || len(out) != 2500 {
+		t.Fatalf("an uncut read: %d documents, %v", len(out), err)
+	}
+	whole := time.Since(began)
+	for round := 0; round < 8 && (round < 3 || outcomes["cut after some documents"] == 0 || outcomes["cut before the first document"] == 0); round++ {
+		cutRepeatedly(2*time.Second, 4, 2*whole, func(c context.Context) {
+			out, err := findAll(c, coll, bson.M{"v": bson.M{"$gte": 0}})
+			outcome := "read whole"
+			switch {
+			case err != nil && len(out) == 0:
+				outcome = "cut before the first document"
+			case err != nil:
+				outcome = "cut after some documents"
+			case len(out) != 2500:
+				outcome = fmt.Sprintf("read %d documents", len(out))
+			}
+			mu.Lock()
+			outcomes[outcome]++
+			mu.Unlock()
+		})
+	}
+	close(stop)
+	<-sampled
+	t.Logf("an uncut read took %v; cut reads: %v; at most %d cursors open during the cuts", whole, outcomes, most)
+	if most == 0 {
+		t.Fatal("no FerretDB cursor seen during the reads: liveCursors no longer finds them")
+	}
+	if outcomes["cut after some documents"] == 0 || outcomes["cut before the first document"] == 0 {
+		t.Fatalf("the cuts did not land both before and within the results: %v", outcomes)
+	}
+	left := -1
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if left = liveCursors(t); left == 0 {
+			break
+		}
+	}
+	if left != 0 {
+		t.Errorf("%d FerretDB cursors left 2 s after the cut reads", left)
+	}
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out, err := findAll(c, coll, bson.M{"v": bson.M{"$lt": 300}})
 	if err != nil || len(out) != 300 {
 		t.Fatalf("a find after the cut ones: %d documents, %v; want 300 within 10 s", len(out), err)
 	}
+}
+
+// goroutines is a goroutine profile group's count (pprof's debug=1 form).
+var goroutines = regexp.MustCompile(`(?m)^(\d+) @ `)
+
+// liveCursors counts the cursors of the embedded FerretDB servers of this
+// process: each has a goroutine in the cursor registry until it closes.
+func liveCursors(t *testing.T) int {
+	t.Helper()
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, group := range strings.Split(b.String(), "\n\n") {
+		if !strings.Contains(group, "cursor.(*Registry).NewCursor.func1") {
+			continue
+		}
+		m := goroutines.FindStringSubmatch(group)
+		if m == nil {
+			t.Fatalf("goroutine profile: no count in %q", group[:min(len(group), 80)])
+		}
+		count, _ := strconv.Atoi(m[1])
+		n += count
+	}
+	return n
 }
 
 // TestCutCommandsLeaveTheStoreWritable: finds and findAndModify commands
@@ -95,7 +185,7 @@ func TestCutCommandsLeaveTheStoreWritable(t *testing.T) {
 			}
 		})
 	}
-	cut := cutRepeatedly(8*time.Second, 6, func(c context.Context) {
+	cut := cutRepeatedly(8*time.Second, 6, 3*time.Millisecond, func(c context.Context) {
 		if rand.IntN(2) == 0 {
 			_ = coll.FindOneAndUpdate(c, bson.M{"_id": fmt.Sprint(rand.IntN(n))}, bson.M{"$inc": bson.M{"f": 1}}).Err()
 			return
@@ -130,21 +220,18 @@ func padded(t *testing.T, name string, n int) *mongo.Collection {
 	return coll
 }
 
-// findAll reads every document of coll that filter matches.
+// findAll reads every document of coll that filter matches (those read
+// before an error, with the error).
 func findAll(ctx context.Context, coll *mongo.Collection, filter any) ([]bson.M, error) {
-	cur, err := mongox.Find(ctx, coll, filter)
-	if err != nil {
-		return nil, err
-	}
 	var out []bson.M
-	err = cur.All(ctx, &out)
+	err := mongox.FindAll(ctx, coll, filter, &out)
 	return out, err
 }
 
 // cutRepeatedly calls op from workers goroutines for d, each call under a
-// context whose deadline comes after a random time up to 3 ms, and returns
+// context whose deadline comes after a random time up to most, and returns
 // how many calls it made.
-func cutRepeatedly(d time.Duration, workers int, op func(ctx context.Context)) int {
+func cutRepeatedly(d time.Duration, workers int, most time.Duration, op func(ctx context.Context)) int {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -154,7 +241,7 @@ func cutRepeatedly(d time.Duration, workers int, op func(ctx context.Context)) i
 	for range workers {
 		wg.Go(func() {
 			for time.Now().Before(until) {
-				c, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(3000))*time.Microsecond)
+				c, cancel := context.WithTimeout(context.Background(), rand.N(most))
 				op(c)
 				cancel()
 				mu.Lock()
@@ -168,7 +255,7 @@ func cutRepeatedly(d time.Duration, workers int, op func(ctx context.Context)) i
 }
 
 // TestQueriesGoThroughFind: no service or library queries a collection
-// with the driver's Find or Aggregate directly (see mongox.Find).
+// with the driver's Find or Aggregate directly (see mongox.FindAll).
 func TestQueriesGoThroughFind(t *testing.T) {
 	t.Parallel()
 	direct := regexp.MustCompile(`\b(\w+(\.\w+)*)\.(Find|Aggregate)\(ctx, `)
@@ -186,7 +273,7 @@ func TestQueriesGoThroughFind(t *testing.T) {
 			for i, line := range strings.Split(string(b), "\n") {
 				for _, m := range direct.FindAllStringSubmatch(line, -1) {
 					if m[1] != "mongox" && !strings.HasSuffix(m[1], "Conversations") {
-						t.Errorf("%s:%d: %s.%s: query through mongox.%[4]s", path, i+1, m[1], m[3])
+						t.Errorf("%s:%d: %s.%s: query through mongox.%[4]sAll", path, i+1, m[1], m[3])
 					}
 				}
 			}

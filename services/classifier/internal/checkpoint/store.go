@@ -695,14 +695,10 @@ func (s *Store) Drained(ctx context.Context, id any) error {
 // behind, or an archiving that failed. Call it at start and now and then.
 func (s *Store) ArchiveFinished(ctx context.Context) error {
 	f := bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{string(statemachine.Completed), string(statemachine.Stopped)}}}}}
-	cur, err := mongox.Find(ctx, s.coll, f, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return fmt.Errorf("checkpoint: find finished runs: %w", mongox.Translate(err))
-	}
 	var docs []struct {
 		ID string `bson:"_id"`
 	}
-	if err := cur.All(ctx, &docs); err != nil {
+	if err := mongox.FindAll(ctx, s.coll, f, &docs, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}})); err != nil {
 		return fmt.Errorf("checkpoint: find finished runs: %w", mongox.Translate(err))
 	}
 	var errs []error
@@ -748,17 +744,8 @@ func (s *Store) List(ctx context.Context, scope *commonv1.Scope, o ListOptions) 
 	var all []listed
 	seen := map[string]bool{}
 	for _, c := range []*mongo.Collection{s.coll, s.archive} {
-		cur, err := mongox.Find(ctx, c, f, opts)
-		if err != nil {
-			return nil, fmt.Errorf("checkpoint: list: %w", mongox.Translate(err))
-		}
 		var raws []bson.Raw
-		for cur.Next(ctx) {
-			raws = append(raws, append(bson.Raw(nil), cur.Current...))
-		}
-		err = cur.Err()
-		_ = cur.Close(ctx)
-		if err != nil {
+		if err := mongox.FindAll(ctx, c, f, &raws, opts); err != nil {
 			return nil, fmt.Errorf("checkpoint: list: %w", mongox.Translate(err))
 		}
 		for _, raw := range raws {

@@ -141,43 +141,56 @@ const indexNotFound = 27
 func (s *Store) migrate(ctx context.Context) (int, error) {
 	s.reads.written()
 	defer s.reads.written()
-	cur, err := mongox.Find(ctx, s.coll, bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}})
-	if err != nil {
-		return 0, fmt.Errorf("conversations: find documents to move: %w", mongox.Translate(err))
-	}
-	defer cur.Close(ctx)
 	moved := 0
-	for cur.Next(ctx) {
-		old := append(bson.Raw(nil), cur.Current...)
-		var d doc
-		if err := bson.Unmarshal(old, &d); err != nil {
-			return moved, fmt.Errorf("conversations: move %v: %w", old.Lookup("_id"), err)
-		}
-		scope := &commonv1.Scope{TenantId: d.TenantID, ProjectId: d.ProjectID}
-		moving := bson.D{{Key: "_id", Value: key(scope, d.ID)}}
-		elems, err := old.Elements()
+	for {
+		// Each page is moved (and so deleted) before the next is read.
+		var page []bson.Raw
+		err := mongox.FindAll(ctx, s.coll, bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}}, &page,
+			options.Find().SetLimit(migratePage))
 		if err != nil {
-			return moved, fmt.Errorf("conversations: move %v: %w", old.Lookup("_id"), err)
+			return moved, fmt.Errorf("conversations: find documents to move: %w", mongox.Translate(err))
 		}
-		for _, e := range elems {
-			if e.Key() != "_id" {
-				moving = append(moving, bson.E{Key: e.Key(), Value: e.Value()})
+		if len(page) == 0 {
+			return moved, nil
+		}
+		for _, old := range page {
+			if err := s.move(ctx, old); err != nil {
+				return moved, err
 			}
+			moved++
 		}
-		// A copy already there is newer (written by key) or this move's
-		// own, left by a crash: keep it.
-		if _, err := s.coll.InsertOne(ctx, moving); err != nil && !mongo.IsDuplicateKeyError(err) {
-			return moved, fmt.Errorf("conversations: move %s: %w", d.ID, mongox.Translate(err))
-		}
-		if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: old.Lookup("_id")}}); err != nil {
-			return moved, fmt.Errorf("conversations: move %s: %w", d.ID, mongox.Translate(err))
-		}
-		moved++
 	}
-	if err := cur.Err(); err != nil {
-		return moved, fmt.Errorf("conversations: find documents to move: %w", mongox.Translate(err))
+}
+
+// migratePage is how many documents migrate reads at a time.
+const migratePage = 500
+
+// move stores old, a document under an ObjectID, under its key.
+func (s *Store) move(ctx context.Context, old bson.Raw) error {
+	var d doc
+	if err := bson.Unmarshal(old, &d); err != nil {
+		return fmt.Errorf("conversations: move %v: %w", old.Lookup("_id"), err)
 	}
-	return moved, nil
+	scope := &commonv1.Scope{TenantId: d.TenantID, ProjectId: d.ProjectID}
+	moving := bson.D{{Key: "_id", Value: key(scope, d.ID)}}
+	elems, err := old.Elements()
+	if err != nil {
+		return fmt.Errorf("conversations: move %v: %w", old.Lookup("_id"), err)
+	}
+	for _, e := range elems {
+		if e.Key() != "_id" {
+			moving = append(moving, bson.E{Key: e.Key(), Value: e.Value()})
+		}
+	}
+	// A copy already there is newer (written by key) or this move's
+	// own, left by a crash: keep it.
+	if _, err := s.coll.InsertOne(ctx, moving); err != nil && !mongo.IsDuplicateKeyError(err) {
+		return fmt.Errorf("conversations: move %s: %w", d.ID, mongox.Translate(err))
+	}
+	if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: old.Lookup("_id")}}); err != nil {
+		return fmt.Errorf("conversations: move %s: %w", d.ID, mongox.Translate(err))
+	}
+	return nil
 }
 
 // doc is the stored form. Derived fields (message_count, started_at,
@@ -324,14 +337,10 @@ func (s *Store) find(ctx context.Context, scope *commonv1.Scope, filter bson.D, 
 		SetProjection(bson.D{{Key: "id", Value: 1}, {Key: "_id", Value: 0}}).
 		SetSort(bson.D{{Key: "id", Value: 1}}).
 		SetLimit(int64(limit))
-	cur, err := mongox.Find(ctx, s.coll, bson.D{{Key: "$and", Value: clauses}}, opts)
-	if err != nil {
-		return nil, 0, fmt.Errorf("conversations: find: %w", mongox.Translate(err))
-	}
 	var rows []struct {
 		ID string `bson:"id"`
 	}
-	if err := cur.All(ctx, &rows); err != nil {
+	if err := mongox.FindAll(ctx, s.coll, bson.D{{Key: "$and", Value: clauses}}, &rows, opts); err != nil {
 		return nil, 0, fmt.Errorf("conversations: find: %w", mongox.Translate(err))
 	}
 	ids := make([]string, 0, len(rows))
@@ -402,12 +411,8 @@ func (s *Store) Get(ctx context.Context, scope *commonv1.Scope, ids []string) ([
 // made only for ids not found by key.
 func (s *Store) getUnmoved(ctx context.Context, scope *commonv1.Scope, ids []string, byID map[string]doc) error {
 	f := append(scopeFilter(scope), bson.E{Key: "id", Value: bson.D{{Key: "$in", Value: ids}}})
-	cur, err := mongox.Find(ctx, s.coll, f)
-	if err != nil {
-		return fmt.Errorf("conversations: get: %w", mongox.Translate(err))
-	}
 	var docs []doc
-	if err := cur.All(ctx, &docs); err != nil {
+	if err := mongox.FindAll(ctx, s.coll, f, &docs); err != nil {
 		return fmt.Errorf("conversations: get: %w", mongox.Translate(err))
 	}
 	for _, d := range docs {

@@ -136,11 +136,7 @@ func (s *Store) deleteChunks(ctx context.Context, ids []string) error {
 // DocumentChunks returns a document's chunks in order. It scans the
 // chunks (tests and tooling; the pipeline names chunks by id).
 func (s *Store) DocumentChunks(ctx context.Context, sc document.Scope, docID string) ([]document.Chunk, error) {
-	cur, err := mongox.Find(ctx, s.chunks, scopeFilter(sc, bson.E{Key: "doc_id", Value: docID}), options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}))
-	if err != nil {
-		return nil, translate(err)
-	}
-	return decodeChunks(ctx, cur)
+	return findChunks(ctx, s.chunks, scopeFilter(sc, bson.E{Key: "doc_id", Value: docID}), options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}))
 }
 
 // GetChunks returns the scope's chunks with these ids, without vectors,
@@ -197,11 +193,7 @@ func (s *Store) EachChunk(ctx context.Context, sc document.Scope, batch int, fn 
 		if after != "" {
 			f = append(f, bson.E{Key: "_id", Value: bson.M{"$gt": after}})
 		}
-		cur, err := mongox.Find(ctx, s.chunks, f, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(batch)))
-		if err != nil {
-			return translate(err)
-		}
-		cs, err := decodeChunks(ctx, cur)
+		cs, err := findChunks(ctx, s.chunks, f, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(batch)))
 		if err != nil {
 			return err
 		}
@@ -224,9 +216,11 @@ func (s *Store) CountChunks(ctx context.Context, sc document.Scope) (int64, erro
 	return n, translate(err)
 }
 
-func decodeChunks(ctx context.Context, cur *mongo.Cursor) ([]document.Chunk, error) {
+// findChunks returns the chunks of coll that filter matches, in opts's
+// order.
+func findChunks(ctx context.Context, chunks *mongo.Collection, filter bson.D, opts *options.FindOptionsBuilder) ([]document.Chunk, error) {
 	var recs []chunkRecord
-	if err := cur.All(ctx, &recs); err != nil {
+	if err := mongox.FindAll(ctx, chunks, filter, &recs, opts); err != nil {
 		return nil, translate(err)
 	}
 	out := make([]document.Chunk, len(recs))

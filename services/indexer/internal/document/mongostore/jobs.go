@@ -123,12 +123,8 @@ func (s *Store) PendingJobs(ctx context.Context, cutoff time.Time, limit int) ([
 		{Key: "status", Value: bson.M{"$in": bson.A{int32(indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_QUEUED), int32(indexerv1.ExtractionJobStatus_EXTRACTION_JOB_STATUS_RUNNING)}}},
 		{Key: "create_time", Value: bson.M{"$lt": cutoff}},
 	}
-	cur, err := mongox.Find(ctx, s.jobs, f, options.Find().SetSort(bson.D{{Key: "create_time", Value: 1}}).SetLimit(int64(limit)).SetProjection(bson.D{{Key: "outbox", Value: 0}}))
-	if err != nil {
-		return nil, translate(err)
-	}
 	var recs []jobRecord
-	if err := cur.All(ctx, &recs); err != nil {
+	if err := mongox.FindAll(ctx, s.jobs, f, &recs, options.Find().SetSort(bson.D{{Key: "create_time", Value: 1}}).SetLimit(int64(limit)).SetProjection(bson.D{{Key: "outbox", Value: 0}})); err != nil {
 		return nil, translate(err)
 	}
 	out := make([]*document.Job, len(recs))

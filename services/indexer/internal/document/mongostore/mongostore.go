@@ -663,12 +663,8 @@ func (s *Store) findDocs(ctx context.Context, f bson.D, afterID string, limit in
 
 // find decodes the documents matching f.
 func (s *Store) find(ctx context.Context, f bson.D, opts *options.FindOptionsBuilder) ([]*document.Document, error) {
-	cur, err := mongox.Find(ctx, s.docs, f, opts)
-	if err != nil {
-		return nil, translate(err)
-	}
 	var recs []docRecord
-	if err := cur.All(ctx, &recs); err != nil {
+	if err := mongox.FindAll(ctx, s.docs, f, &recs, opts); err != nil {
 		return nil, translate(err)
 	}
 	out := make([]*document.Document, 0, len(recs))
@@ -699,19 +695,14 @@ func (s *Store) HandledBelow(ctx context.Context, extractor string, version int,
 
 // Scopes lists every scope that has documents. It scans.
 func (s *Store) Scopes(ctx context.Context) ([]document.Scope, error) {
-	cur, err := mongox.Aggregate(ctx, s.docs, mongo.Pipeline{
-		{{Key: "$group", Value: bson.M{"_id": bson.M{"tenant": "$tenant", "project": "$project"}}}},
-	})
-	if err != nil {
-		return nil, translate(err)
-	}
 	var rows []struct {
 		ID struct {
 			Tenant  string `bson:"tenant"`
 			Project string `bson:"project"`
 		} `bson:"_id"`
 	}
-	if err := cur.All(ctx, &rows); err != nil {
+	byScope := mongo.Pipeline{{{Key: "$group", Value: bson.M{"_id": bson.M{"tenant": "$tenant", "project": "$project"}}}}}
+	if err := mongox.AggregateAll(ctx, s.docs, byScope, &rows); err != nil {
 		return nil, translate(err)
 	}
 	out := make([]document.Scope, len(rows))

@@ -373,11 +373,7 @@ func (s *Store) Nodes(ctx context.Context, sc graph.Scope, keys []string) ([]gra
 		for i, k := range keys {
 			ks[i] = k
 		}
-		cur, err := mongox.Find(ctx, s.nodes, scopeFilter(sc, bson.E{Key: "key", Value: bson.M{"$in": ks}}))
-		if err != nil {
-			return nil, fmt.Errorf("graph: nodes: %w", err)
-		}
-		if err := cur.All(ctx, &recs); err != nil {
+		if err := mongox.FindAll(ctx, s.nodes, scopeFilter(sc, bson.E{Key: "key", Value: bson.M{"$in": ks}}), &recs); err != nil {
 			return nil, fmt.Errorf("graph: nodes: %w", err)
 		}
 	}
@@ -405,12 +401,8 @@ func (s *Store) Edges(ctx context.Context, sc graph.Scope, keys, types []string,
 			}
 			f = append(f, bson.E{Key: "type", Value: bson.M{"$in": ts}})
 		}
-		cur, err := mongox.Find(ctx, s.edges, f, options.Find().SetLimit(int64(limit)))
-		if err != nil {
-			return nil, fmt.Errorf("graph: edges: %w", err)
-		}
 		var recs []edgeRecord
-		if err := cur.All(ctx, &recs); err != nil {
+		if err := mongox.FindAll(ctx, s.edges, f, &recs, options.Find().SetLimit(int64(limit))); err != nil {
 			return nil, fmt.Errorf("graph: edges: %w", err)
 		}
 		for _, r := range recs {

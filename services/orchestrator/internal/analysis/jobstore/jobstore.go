@@ -257,14 +257,10 @@ func unwanted(keep []mongox.Index) []string {
 
 // archivedIDs returns the ids of the jobs in the archive.
 func archivedIDs(ctx context.Context, archive *mongo.Collection) ([]string, error) {
-	cur, err := mongox.Find(ctx, archive, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, translate("load archived ids", err)
-	}
 	var docs []struct {
 		ID string `bson:"_id"`
 	}
-	if err := cur.All(ctx, &docs); err != nil {
+	if err := mongox.FindAll(ctx, archive, bson.D{}, &docs, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}})); err != nil {
 		return nil, translate("load archived ids", err)
 	}
 	ids := make([]string, len(docs))
@@ -853,12 +849,8 @@ func (s *Store) insertArchive(ctx context.Context, jobs []*analysis.Job) error {
 var noOutbox = bson.D{{Key: events.OutboxField, Value: 0}}
 
 func (s *Store) find(ctx context.Context, coll *mongo.Collection, op string, filter bson.D, opts *options.FindOptionsBuilder) ([]*analysis.Job, error) {
-	cur, err := mongox.Find(ctx, coll, filter, opts)
-	if err != nil {
-		return nil, translate(op, err)
-	}
 	var jobs []*analysis.Job
-	if err := cur.All(ctx, &jobs); err != nil {
+	if err := mongox.FindAll(ctx, coll, filter, &jobs, opts); err != nil {
 		return nil, translate(op, err)
 	}
 	return jobs, nil

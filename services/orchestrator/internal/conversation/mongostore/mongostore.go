@@ -353,12 +353,8 @@ func (s *Store) List(ctx context.Context, scope conversation.Scope, q conversati
 	opts := options.Find().
 		SetSort(bson.D{{Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}).
 		SetLimit(int64(size) + 1)
-	c, err := mongox.Find(ctx, s.convs, filter, opts)
-	if err != nil {
-		return nil, "", fmt.Errorf("mongostore: list: %w", mongox.Translate(err))
-	}
 	var docs []convDoc
-	if err := c.All(ctx, &docs); err != nil {
+	if err := mongox.FindAll(ctx, s.convs, filter, &docs, opts); err != nil {
 		return nil, "", fmt.Errorf("mongostore: list: %w", mongox.Translate(err))
 	}
 	out := make([]*conversation.Conversation, 0, min(len(docs), size))
@@ -599,12 +595,8 @@ func (s *Store) readMessages(ctx context.Context, id string, hint int64, last in
 	if last > 0 {
 		opts = options.Find().SetSort(bson.D{{Key: "seq", Value: -1}}).SetLimit(int64(last))
 	}
-	c, err := mongox.Find(ctx, s.msgs, bson.D{{Key: "conversation_id", Value: id}}, opts)
-	if err != nil {
-		return nil, fmt.Errorf("mongostore: messages of %s: %w", id, mongox.Translate(err))
-	}
 	var docs []msgDoc
-	if err := c.All(ctx, &docs); err != nil {
+	if err := mongox.FindAll(ctx, s.msgs, bson.D{{Key: "conversation_id", Value: id}}, &docs, opts); err != nil {
 		return nil, fmt.Errorf("mongostore: messages of %s: %w", id, mongox.Translate(err))
 	}
 	out := make([]conversation.Message, len(docs))

@@ -71,12 +71,8 @@ func (st *Store) ListJobs(ctx context.Context, scope session.Scope, sessionID st
 	if sessionID != "" {
 		filter = append(filter, bson.E{Key: "session_id", Value: sessionID})
 	}
-	cur, err := mongox.Find(ctx, st.jobs, filter, options.Find().SetSort(bson.D{{Key: "started", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(int64(limit)))
-	if err != nil {
-		return nil, fmt.Errorf("mongostore: list jobs: %w", mongox.Translate(err))
-	}
 	var docs []jobDoc
-	if err := cur.All(ctx, &docs); err != nil {
+	if err := mongox.FindAll(ctx, st.jobs, filter, &docs, options.Find().SetSort(bson.D{{Key: "started", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(int64(limit))); err != nil {
 		return nil, fmt.Errorf("mongostore: list jobs: %w", mongox.Translate(err))
 	}
 	out := make([]session.Job, 0, len(docs))

@@ -57,12 +57,8 @@ func (st *Store) AddPrompt(ctx context.Context, p *session.PromptRecord) error {
 // first, at most limit.
 func (st *Store) ListPrompts(ctx context.Context, scope session.Scope, sessionID string, limit int) ([]session.PromptRecord, error) {
 	filter := bson.D{{Key: "tenant_id", Value: scope.TenantID}, {Key: "project_id", Value: scope.ProjectID}, {Key: "session_id", Value: sessionID}}
-	cur, err := mongox.Find(ctx, st.prompts, filter, options.Find().SetSort(bson.D{{Key: "time", Value: 1}, {Key: "_id", Value: 1}}).SetLimit(int64(limit)))
-	if err != nil {
-		return nil, fmt.Errorf("mongostore: list prompts: %w", mongox.Translate(err))
-	}
 	var docs []promptDoc
-	if err := cur.All(ctx, &docs); err != nil {
+	if err := mongox.FindAll(ctx, st.prompts, filter, &docs, options.Find().SetSort(bson.D{{Key: "time", Value: 1}, {Key: "_id", Value: 1}}).SetLimit(int64(limit))); err != nil {
 		return nil, fmt.Errorf("mongostore: list prompts: %w", mongox.Translate(err))
 	}
 	out := make([]session.PromptRecord, 0, len(docs))
