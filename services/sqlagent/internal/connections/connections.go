@@ -32,6 +32,8 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
@@ -313,6 +315,13 @@ func openPostgres(dsn string) (*sql.DB, error) {
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	cfg.StatementCacheCapacity = 0
 	cfg.DescriptionCacheCapacity = 0
+	// No message past MaxResultBytes is read: a DataRow's length comes
+	// first, and a longer row fails the query (dbError) before its bytes
+	// are read, where a 1 GB value would be held whole.
+	cfg.AfterConnect = func(_ context.Context, pc *pgconn.PgConn) error {
+		pc.Frontend().SetMaxBodyLen(MaxResultBytes)
+		return nil
+	}
 	return stdlib.OpenDB(*cfg), nil
 }
 
@@ -430,6 +439,9 @@ func dbError(err error) error {
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return fmt.Errorf("%w: timed out", ErrQuery)
+	}
+	if _, ok := errors.AsType[*pgproto3.ExceededMaxBodyLenErr](err); ok {
+		return fmt.Errorf("%w: a row of the result is larger than %d MiB; select fewer or shorter values (left(col, n), length(col))", ErrQuery, MaxResultBytes>>20)
 	}
 	msg := err.Error()
 	for _, s := range []string{"connect:", "connection refused", "no such host", "failed to connect", "unable to open database"} {

@@ -13,15 +13,78 @@ import (
 	"unicode/utf8"
 )
 
-// Result is a query result cut at the row limit.
+// Result is a query result cut at the row limit and at MaxResultBytes.
 type Result struct {
 	// Columns are the column names in order.
 	Columns []string
 	// Rows hold JSON-friendly values: nil, bool, int64, float64, string
 	// (times as RFC 3339, non-UTF-8 bytes as base64).
 	Rows [][]any
-	// Truncated is true when the query had more rows than the limit.
+	// Truncated is true when the query had more rows than Rows holds:
+	// more than the limit, or TooLarge.
 	Truncated bool
+	// TooLarge is true when the rows after Rows were left out because
+	// their values would have passed MaxResultBytes.
+	TooLarge bool
+}
+
+// MaxResultBytes bounds the values one Query holds in memory (a text or
+// bytes value counts its length as the result carries it, any other value
+// 8 bytes): the rows past it are left out, the result marked TooLarge. It
+// also bounds one PostgreSQL protocol message, so a row larger than this
+// (one value may be up to 1 GB) fails the query before the driver reads
+// it (ErrQuery, "a row of the result is larger than 64 MiB"); on SQLite
+// no value passes sqliteMaxValueBytes, and MySQL's server bounds a row by
+// its max_allowed_packet. Without it a read of ten rows of 60 MB blobs
+// took agentmesh up to 1.45 GB, and 200 would have held 12 GB: one user's
+// read could take the whole process down.
+const MaxResultBytes = 64 << 20
+
+// collector gathers a Result up to a row limit and MaxResultBytes.
+type collector struct {
+	res   *Result
+	limit int
+	bytes int
+}
+
+func newCollector(columns []string, limit int) *collector {
+	return &collector{res: &Result{Columns: columns, Rows: [][]any{}}, limit: limit}
+}
+
+// atLimit reports whether the result holds limit rows, and then marks it
+// cut: a row is there past them.
+func (c *collector) atLimit() bool {
+	if len(c.res.Rows) < c.limit {
+		return false
+	}
+	c.res.Truncated = true
+	return true
+}
+
+// add converts vals (jsonValue) and appends them as a row, or marks the
+// result cut and returns errEnough when the row limit is reached or the
+// row would pass MaxResultBytes.
+func (c *collector) add(vals []any) error {
+	if c.atLimit() {
+		return errEnough
+	}
+	size := 0
+	for i, v := range vals {
+		vals[i] = jsonValue(v)
+		switch x := vals[i].(type) {
+		case string:
+			size += len(x)
+		default:
+			size += 8
+		}
+	}
+	if c.bytes+size > MaxResultBytes {
+		c.res.Truncated, c.res.TooLarge = true, true
+		return errEnough
+	}
+	c.bytes += size
+	c.res.Rows = append(c.res.Rows, vals)
+	return nil
 }
 
 // Query runs sqlText (which the caller has checked with package safety) on
@@ -57,30 +120,20 @@ func (r *Registry) Query(ctx context.Context, name, sqlText string, limit int, t
 		})
 		return res, err
 	}
-	res := &Result{Rows: [][]any{}}
+	rows := newCollector(nil, limit)
 	err = c.guard.stream(ctx, sqlText, func(cols []column) error {
 		for _, col := range cols {
-			res.Columns = append(res.Columns, col.name)
+			rows.res.Columns = append(rows.res.Columns, col.name)
 		}
 		return nil
-	}, func(vals []any) error {
-		if len(res.Rows) == limit {
-			res.Truncated = true
-			return errEnough
-		}
-		for i, v := range vals {
-			vals[i] = jsonValue(v)
-		}
-		res.Rows = append(res.Rows, vals)
-		return nil
-	})
+	}, rows.add)
 	if err != nil && !errors.Is(err, errEnough) {
 		return nil, err
 	}
-	return res, nil
+	return rows.res, nil
 }
 
-// errEnough stops a stream once the row limit is passed.
+// errEnough stops a stream once the row limit or MaxResultBytes is passed.
 var errEnough = errors.New("row limit reached")
 
 // readSession runs fn on a PostgreSQL read connection of its own and then
@@ -124,16 +177,16 @@ func readOnlyTx(ctx context.Context, conn *sql.Conn, timeout time.Duration, fn f
 	return fn(tx)
 }
 
-// readRows reads up to limit rows and notes whether more were there.
+// readRows reads up to limit rows and MaxResultBytes, and notes whether
+// more were there.
 func readRows(rows *sql.Rows, limit int) (*Result, error) {
 	cols, err := rows.Columns()
 	if err != nil {
 		return nil, dbError(err)
 	}
-	res := &Result{Columns: cols, Rows: [][]any{}}
+	c := newCollector(cols, limit)
 	for rows.Next() {
-		if len(res.Rows) == limit {
-			res.Truncated = true
+		if c.atLimit() {
 			break
 		}
 		vals := make([]any, len(cols))
@@ -144,15 +197,14 @@ func readRows(rows *sql.Rows, limit int) (*Result, error) {
 		if err := rows.Scan(ptrs...); err != nil {
 			return nil, dbError(err)
 		}
-		for i, v := range vals {
-			vals[i] = jsonValue(v)
+		if c.add(vals) != nil {
+			break
 		}
-		res.Rows = append(res.Rows, vals)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, dbError(err)
 	}
-	return res, nil
+	return c.res, nil
 }
 
 // jsonValue turns a driver value into one JSON can carry.

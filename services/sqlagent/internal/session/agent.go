@@ -590,7 +590,12 @@ func (a *Agent) runQuery(ctx context.Context, s *Session) (Reply, error) {
 	s.ran = &ranJob{sql: sql, rows: int64(len(res.Rows))}
 	s.Stage, s.PendingSQL = StageShowResults, ""
 	text := fmt.Sprintf("The query returned %d rows.", len(res.Rows))
-	if res.Truncated {
+	switch {
+	case res.TooLarge && len(res.Rows) == 0:
+		text = fmt.Sprintf("The query's first row alone passes the %d MiB a result holds; select fewer or shorter values.", connections.MaxResultBytes>>20)
+	case res.TooLarge:
+		text = fmt.Sprintf("The query's values pass the %d MiB a result holds; here are its first %d rows.", connections.MaxResultBytes>>20, len(res.Rows))
+	case res.Truncated:
 		text = fmt.Sprintf("The query returned more than %d rows; here are the first %d.", a.opts.RowLimit, len(res.Rows))
 	}
 	shown, cut, full := fitReply(res)

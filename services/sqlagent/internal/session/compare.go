@@ -777,6 +777,9 @@ func (a *Agent) runCompare(ctx context.Context, s *Session) (Reply, error) {
 				side.name, strings.TrimPrefix(err.Error(), connections.ErrQuery.Error()+": "))), nil
 		case err != nil:
 			return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		case res.TooLarge:
+			return a.confirmCompare(s, fmt.Sprintf("The %s query's values pass the %d MiB a comparison holds; nothing was written. Narrow it (cancel and start again).",
+				side.name, connections.MaxResultBytes>>20)), nil
 		case res.Truncated:
 			return a.confirmCompare(s, fmt.Sprintf("The %s query returns more than %d rows, more than a comparison holds; nothing was written. Narrow it (cancel and start again).",
 				side.name, a.opts.CompareRowLimit)), nil

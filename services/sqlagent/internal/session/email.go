@@ -191,7 +191,10 @@ func (a *Agent) runEmail(ctx context.Context, s *Session) (Reply, error) {
 		return Reply{}, err
 	}
 	summary := fmt.Sprintf("%d rows from %s, attached as CSV.", len(res.Rows), s.Params[paramConnection])
-	if res.Truncated {
+	switch {
+	case res.TooLarge:
+		summary = fmt.Sprintf("The first %d rows from %s (the rest passed the %d MiB a result holds), attached as CSV.", len(res.Rows), s.Params[paramConnection], connections.MaxResultBytes>>20)
+	case res.Truncated:
 		summary = fmt.Sprintf("The first %d rows from %s (the query returned more), attached as CSV.", len(res.Rows), s.Params[paramConnection])
 	}
 	to := strings.Split(s.Params[paramRecipients], ", ")

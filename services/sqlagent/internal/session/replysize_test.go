@@ -46,6 +46,19 @@ func TestLargeValuesFitTheReply(t *testing.T) {
 		t.Errorf("300 rows of 60 KB: %d rows shown, truncated %v, text %q; want the first rows that fit 8 MiB, saying so", n, r.Result.Truncated, r.Text)
 	}
 	checkReplySize(t, r)
+
+	// Past the 64 MiB a result holds (connections.MaxResultBytes): 100
+	// rows of 1 MiB, read up to the bound; and one row of 80 MB (a 60 MB
+	// blob as base64), not at all.
+	r = run("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM r WHERE n < 100) SELECT n, hex(randomblob(524288)) AS v FROM r")
+	if n := len(r.Result.Rows); n == 0 || n >= 64 || !r.Result.Truncated || !strings.Contains(r.Text, "pass the 64 MiB a result holds; here are its first "+itoa(n)+" rows") {
+		t.Errorf("100 rows of 1 MiB: %d rows shown, truncated %v, text %q; want the rows within 64 MiB, saying so", n, r.Result.Truncated, r.Text)
+	}
+	checkReplySize(t, r)
+	r = run("SELECT randomblob(60000000) AS b")
+	if len(r.Result.Rows) != 0 || !r.Result.Truncated || !strings.Contains(r.Text, "first row alone passes the 64 MiB a result holds") {
+		t.Errorf("one row of 80 MB: %d rows shown, text %q; want none, saying why", len(r.Result.Rows), r.Text)
+	}
 }
 
 // checkReplySize fails if r's result holds more than 9 MiB of values:
