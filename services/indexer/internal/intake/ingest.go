@@ -108,7 +108,7 @@ type priorRun struct {
 
 // ingestVersion runs the pipeline for one content version; prior is set
 // when reconciliation finishes an interrupted ingest of this content.
-func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash string, existing *document.Document, prior priorRun) (IngestResult, error) {
+func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash string, existing *document.Document, prior priorRun) (_ IngestResult, err error) {
 	log := s.Logger.With(slog.String("document_id", id), slog.String("tenant", in.Scope.Tenant))
 	now := s.now()
 	jobID := document.JobID(id, now)
@@ -167,6 +167,11 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 		return IngestResult{}, err
 	}
 	defer s.ingests.enter(id)()
+	defer func() {
+		if err != nil {
+			s.failed.add(doc.Scope, doc.ID) // FinishFailedIngests
+		}
+	}()
 	doc.IngestUntil = now.Add(s.cfg.JobLeaseTTL)
 	if err := s.Docs.SaveContent(ctx, doc, now, phaseEvents...); err != nil {
 		return IngestResult{}, err

@@ -192,6 +192,9 @@ type Service struct {
 	// ingests counts this process's ingests under way, per document id,
 	// from before an ingest's first write until its last (ingestLive).
 	ingests claimers
+	// failed holds the documents whose ingest failed once it may have
+	// written, for FinishFailedIngests.
+	failed failedIngests
 	// qualifier runs the ingest's qualifier phases.
 	qualifier *pipeline.Qualifier
 	// afterSave, when set, runs after an ingest's first write; its error
