@@ -167,15 +167,15 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 		return IngestResult{}, err
 	}
 	defer s.ingests.enter(id)()
+	doc.IngestUntil = now.Add(s.cfg.JobLeaseTTL)
+	if err := s.Docs.SaveContent(ctx, doc, now, phaseEvents...); err != nil {
+		return IngestResult{}, err
+	}
 	defer func() {
 		if err != nil {
 			s.failed.add(doc.Scope, doc.ID) // FinishFailedIngests
 		}
 	}()
-	doc.IngestUntil = now.Add(s.cfg.JobLeaseTTL)
-	if err := s.Docs.SaveContent(ctx, doc, now, phaseEvents...); err != nil {
-		return IngestResult{}, err
-	}
 	stopClaim := s.keepIngest(ctx, doc)
 	defer stopClaim()
 	if s.afterSave != nil {

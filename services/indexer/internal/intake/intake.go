@@ -192,8 +192,8 @@ type Service struct {
 	// ingests counts this process's ingests under way, per document id,
 	// from before an ingest's first write until its last (ingestLive).
 	ingests claimers
-	// failed holds the documents whose ingest failed once it may have
-	// written, for FinishFailedIngests.
+	// failed holds the documents whose ingest failed after its first
+	// write, for FinishFailedIngests.
 	failed failedIngests
 	// qualifier runs the ingest's qualifier phases.
 	qualifier *pipeline.Qualifier

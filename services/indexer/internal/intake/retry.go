@@ -1,8 +1,10 @@
 package intake
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -17,9 +19,9 @@ const (
 	failedRetryMost  = time.Minute
 )
 
-// failedIngests is a set of documents whose ingest failed once it may have
-// written (its first write saved the document, unindexed): a store or
-// stream that failed, a caller that went away.
+// failedIngests is a set of documents whose ingest failed after its first
+// write (which saved the document, unindexed): a store or stream that
+// failed, a caller that went away.
 type failedIngests struct {
 	mu   sync.Mutex
 	docs map[string]document.Scope // by document id
@@ -93,15 +95,23 @@ func (s *Service) FinishFailedIngests(ctx context.Context) {
 // finishFailed tries each failed ingest once and returns how many are left
 // to try again.
 func (s *Service) finishFailed(ctx context.Context) (left int) {
+	var (
+		failing int
+		first   error
+	)
 	for id, sc := range s.failed.take() {
 		again, err := s.finishFailedOne(ctx, sc, id)
 		if err != nil {
-			s.Logger.Warn("finishing a failed ingest failed; retrying", slog.String("document_id", id), slog.Any("error", err))
+			failing++
+			first = cmp.Or(first, fmt.Errorf("document %s: %w", id, err))
 		}
 		if again {
 			s.failed.add(sc, id)
 			left++
 		}
+	}
+	if failing > 0 && ctx.Err() == nil {
+		s.Logger.Warn("failed ingests not finished yet; retrying", slog.Int("failing", failing), slog.Any("error", first))
 	}
 	return left
 }
