@@ -91,13 +91,13 @@ func TestCutReadsLeaveNoCursors(t *testing.T) {
 		t.Fatalf("the cuts did not land both before and within the results: %v", outcomes)
 	}
 	left := -1
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if left = liveCursors(t); left == 0 {
 			break
 		}
 	}
 	if left != 0 {
-		t.Errorf("%d FerretDB cursors left 2 s after the cut reads", left)
+		t.Errorf("%d FerretDB cursors left 5 s after the cut reads", left)
 	}
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
