@@ -75,9 +75,16 @@ func readAll[T any](ctx context.Context, out *[]T, open func(context.Context) (*
 		return cutErr(ctx, err)
 	}
 	defer func() {
-		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
-		defer cancel()
-		_ = cur.Close(c)
+		kill := func() {
+			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+			defer cancel()
+			_ = cur.Close(c)
+		}
+		if ctx.Err() != nil {
+			go kill() // the caller is not kept past its deadline
+			return
+		}
+		kill()
 	}()
 	for cur.Next(cut) {
 		var v T
