@@ -13,8 +13,9 @@ type RoleAudit struct {
 	// Role is the role the read DSN logs in as.
 	Role string
 	// Excess lists rights beyond reading: "superuser", or the predefined
-	// roles pg_write_server_files, pg_read_server_files, pg_signal_backend
-	// and pg_execute_server_program that the role is a member of; for
+	// roles pg_write_server_files, pg_read_server_files, pg_signal_backend,
+	// pg_execute_server_program and pg_read_all_stats that the role is a
+	// member of; for
 	// MySQL the privileges beyond SELECT (FILE, SUPER, INSERT, ..., with
 	// where they are granted: " on a database", " on a table").
 	Excess []string
@@ -28,8 +29,10 @@ type RoleAudit struct {
 }
 
 // predefinedRoles are the roles whose membership gives a read role power
-// beyond reading: the server's files, other sessions, programs.
-var predefinedRoles = []string{"pg_write_server_files", "pg_read_server_files", "pg_signal_backend", "pg_execute_server_program"}
+// beyond reading: the server's files, other sessions (signalled, or their
+// SQL read as it runs in pg_stat_activity: pg_read_all_stats, which
+// pg_monitor includes), programs.
+var predefinedRoles = []string{"pg_write_server_files", "pg_read_server_files", "pg_signal_backend", "pg_execute_server_program", "pg_read_all_stats"}
 
 // AuditReadRoles logs in through each PostgreSQL and MySQL connection's
 // read DSN and reports what its role (user) may do beyond reading, and
@@ -58,7 +61,8 @@ func (r *Registry) AuditReadRoles(ctx context.Context) []RoleAudit {
 				pg_has_role(current_user, 'pg_write_server_files', 'MEMBER'),
 				pg_has_role(current_user, 'pg_read_server_files', 'MEMBER'),
 				pg_has_role(current_user, 'pg_signal_backend', 'MEMBER'),
-				pg_has_role(current_user, 'pg_execute_server_program', 'MEMBER')
+				pg_has_role(current_user, 'pg_execute_server_program', 'MEMBER'),
+				pg_has_role(current_user, 'pg_read_all_stats', 'MEMBER')
 			FROM pg_roles r WHERE r.rolname = current_user`).Scan(dest...)
 		if err != nil {
 			out = append(out, RoleAudit{Connection: c.spec.Name, Err: dbError(err)})

@@ -82,10 +82,12 @@ func TestPostgresReadRole(t *testing.T) {
 		`CREATE ROLE writer LOGIN`,
 		`CREATE ROLE signaler LOGIN`,
 		`CREATE ROLE notemp LOGIN`,
+		`CREATE ROLE watcher LOGIN`,
 		`GRANT pg_signal_backend TO signaler`,
+		`GRANT pg_monitor TO watcher`,
 		`GRANT CREATE ON SCHEMA public TO writer`,
 		`REVOKE TEMPORARY ON DATABASE postgres FROM PUBLIC`,
-		`GRANT TEMPORARY ON DATABASE postgres TO reader, writer, signaler`,
+		`GRANT TEMPORARY ON DATABASE postgres TO reader, writer, signaler, watcher`,
 		`CREATE TABLE src (id int, amount numeric(10,2), at timestamptz, tags text[], doc jsonb, raw bytea, note text, span int4range)`,
 		`INSERT INTO src VALUES (1, 12.50, '2026-01-02T03:04:05.123456Z', '{a,"b c"}', '{"k": [1, 2]}', '\x00ff', 'it''s', '[1,5)'),
 			(2, NULL, NULL, NULL, NULL, NULL, NULL, NULL), (3, -0.01, '1999-12-31T23:59:59Z', '{}', 'null', '\x', E'tab\there', 'empty')`,
@@ -97,6 +99,7 @@ func TestPostgresReadRole(t *testing.T) {
 		connections.Spec{Name: "su", Dialect: connections.Postgres, DSN: dsn},
 		connections.Spec{Name: "sig", Dialect: connections.Postgres, DSN: asUser(t, dsn, "signaler")},
 		connections.Spec{Name: "nt", Dialect: connections.Postgres, DSN: asUser(t, dsn, "notemp")},
+		connections.Spec{Name: "mon", Dialect: connections.Postgres, DSN: asUser(t, dsn, "watcher")},
 	)
 	ctx := context.Background()
 
@@ -160,11 +163,28 @@ func TestPostgresReadRole(t *testing.T) {
 		"ro":  {"reader", "", false},
 		"su":  {"am", "superuser", false},
 		"sig": {"signaler", "pg_signal_backend", false},
+		"mon": {"watcher", "pg_read_all_stats", false}, // through pg_monitor
 		"nt":  {"notemp", "", true},
 	} {
 		a := got[name]
 		if a.Err != nil || a.Role != want.role || strings.Join(a.Excess, ",") != want.excess || (len(a.Problems) > 0) != want.problem {
 			t.Errorf("audit of %s = %+v; want role %s, excess %q, a problem: %v", name, a, want.role, want.excess, want.problem)
+		}
+	}
+	// What the audit warns of: a member of pg_read_all_stats reads other
+	// sessions' SQL as it runs.
+	other, err := own.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.ExecContext(ctx, "SELECT 'a secret in another session', pg_sleep(0)"); err != nil {
+		t.Fatal(err)
+	}
+	for name, sees := range map[string]bool{"mon": true, "ro": false} {
+		res, err := reg.Query(ctx, name, "SELECT query FROM pg_stat_activity WHERE query LIKE '%a secret in another%' AND pid <> pg_backend_pid()", 10, 5*time.Second)
+		if err != nil || (len(res.Rows) > 0 && res.Rows[0][0] != nil) != sees {
+			t.Errorf("%s reading another session's SQL: %v, %v; want it seen: %v", name, res, err, sees)
 		}
 	}
 	if !slices.IsSortedFunc(audits, func(a, b connections.RoleAudit) int { return strings.Compare(a.Connection, b.Connection) }) {
