@@ -122,7 +122,7 @@ func (s *Service) finishFailedOne(ctx context.Context, sc document.Scope, id str
 	cur, err := s.Docs.GetDocument(ctx, sc, id)
 	switch {
 	case errors.Is(err, document.ErrNotFound):
-		return false, nil // never written, or deleted
+		return false, nil // deleted
 	case err != nil:
 		return true, err
 	case cur.Indexed && !cur.Deleting:
