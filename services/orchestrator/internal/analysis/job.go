@@ -85,9 +85,14 @@ func (s Status) Terminal() bool {
 }
 
 // Job is one node of an analysis tree as stored. Inputs and outputs are JSON
-// texts, so tool arguments and results with any keys survive storage. No
-// field is omitempty: an update writes every field, so clearing one (an
-// error, a lease) must write the empty value.
+// texts, so tool arguments and results with any keys survive storage. The
+// fields that are empty in most jobs and that no query asks to be empty
+// are omitempty: about half of a job's fields are empty, and the embedded
+// store (FerretDB) parses and rewrites a whole document, with a type entry
+// per field, at every update. An update unsets the omitempty fields it
+// leaves empty (jobstore), so clearing one (an error, a lease) still
+// clears it. The fields queries filter on by equality (project_id may be
+// "") are always written.
 type Job struct {
 	// ID is the job id. Children's ids are derived from the parent id
 	// (see childID), which makes creating them idempotent.
@@ -95,7 +100,7 @@ type Job struct {
 	// RootID is the analysis job id; equal to ID for the analysis itself.
 	RootID string `bson:"root_id"`
 	// ParentID is empty for the analysis.
-	ParentID string `bson:"parent_id"`
+	ParentID string `bson:"parent_id,omitempty"`
 	// Type and Status.
 	Type   Type   `bson:"type"`
 	Status Status `bson:"status"`
@@ -108,20 +113,20 @@ type Job struct {
 	// wrote it.
 	Title string `bson:"title"`
 	// ToolName is set on tool jobs.
-	ToolName string `bson:"tool_name"`
+	ToolName string `bson:"tool_name,omitempty"`
 	// InputJSON and OutputJSON are JSON objects (or empty).
 	InputJSON  string `bson:"input_json"`
-	OutputJSON string `bson:"output_json"`
+	OutputJSON string `bson:"output_json,omitempty"`
 	// Error is set on failed jobs.
-	Error string `bson:"error"`
+	Error string `bson:"error,omitempty"`
 	// Attempts counts claims (executions started).
-	Attempts int32 `bson:"attempts"`
+	Attempts int32 `bson:"attempts,omitempty"`
 	// IdempotencyKey of a tool job: parent, tool, canonical arguments.
-	IdempotencyKey string `bson:"idempotency_key"`
+	IdempotencyKey string `bson:"idempotency_key,omitempty"`
 	// Times. StartTime is the first claim; EndTime the last settle.
 	CreateTime time.Time  `bson:"create_time"`
-	StartTime  *time.Time `bson:"start_time"`
-	EndTime    *time.Time `bson:"end_time"`
+	StartTime  *time.Time `bson:"start_time,omitempty"`
+	EndTime    *time.Time `bson:"end_time,omitempty"`
 	// UpdateTime is the time of the last write; the sweep looks at jobs
 	// that have not moved for a while.
 	UpdateTime time.Time `bson:"update_time"`
@@ -129,24 +134,24 @@ type Job struct {
 	Version int64 `bson:"version"`
 	// LeaseOwner and LeaseUntil are the claim: which execution runs the
 	// job, and until when unless it is renewed.
-	LeaseOwner string     `bson:"lease_owner"`
-	LeaseUntil *time.Time `bson:"lease_until"`
+	LeaseOwner string     `bson:"lease_owner,omitempty"`
+	LeaseUntil *time.Time `bson:"lease_until,omitempty"`
 	// Dispatches counts work items published for the job; the next one's
 	// message id uses it, so a relay re-publish is deduplicated and a
 	// deliberate re-queue is not.
-	Dispatches int32 `bson:"dispatches"`
+	Dispatches int32 `bson:"dispatches,omitempty"`
 	// Round is the synthesis round a tool or synthesis job belongs to;
 	// RetryJob raises it so synthesis runs again over the retried result.
-	Round int32 `bson:"round"`
+	Round int32 `bson:"round,omitempty"`
 
 	// Analysis jobs only.
-	Query        string   `bson:"query"`
-	ResponseType string   `bson:"response_type"`
-	OutputSchema string   `bson:"output_schema"`
-	AllowedTools []string `bson:"allowed_tools"`
+	Query        string   `bson:"query,omitempty"`
+	ResponseType string   `bson:"response_type,omitempty"`
+	OutputSchema string   `bson:"output_schema,omitempty"`
+	AllowedTools []string `bson:"allowed_tools,omitempty"`
 
 	// Plan is the planning job's validated tool calls.
-	Plan []PlannedCall `bson:"plan"`
+	Plan []PlannedCall `bson:"plan,omitempty"`
 }
 
 // PlannedCall is one tool call chosen by planning.

@@ -85,6 +85,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -416,19 +417,31 @@ func (s *Store) revive(ctx context.Context, next *analysis.Job, version int64, o
 	return err
 }
 
-// updateOf is the update that stores next with the outbox entries appended.
+// updateOf is the update that stores next with the outbox entries appended:
+// it sets next's fields, and unsets the omitempty ones next leaves empty.
 func updateOf(next *analysis.Job, outbox []events.OutboxEntry) (bson.M, error) {
 	doc, err := toDoc(next)
 	if err != nil {
 		return nil, err
 	}
 	set := make(bson.D, 0, len(doc))
+	written := make(map[string]bool, len(doc))
 	for _, e := range doc {
+		written[e.Key] = true
 		if e.Key != "_id" {
 			set = append(set, e)
 		}
 	}
 	update := bson.M{"$set": set}
+	var unset bson.D
+	for _, name := range omitted {
+		if !written[name] {
+			unset = append(unset, bson.E{Key: name, Value: ""})
+		}
+	}
+	if len(unset) > 0 {
+		update["$unset"] = unset
+	}
 	if len(outbox) > 0 {
 		update["$push"] = events.OutboxPush(outbox...)
 	}
@@ -855,6 +868,19 @@ func (s *Store) find(ctx context.Context, coll *mongo.Collection, op string, fil
 	}
 	return jobs, nil
 }
+
+// omitted are the job's omitempty fields: stored only when not empty.
+var omitted = func() []string {
+	var out []string
+	t := reflect.TypeFor[analysis.Job]()
+	for i := range t.NumField() {
+		name, opts, _ := strings.Cut(t.Field(i).Tag.Get("bson"), ",")
+		if slices.Contains(strings.Split(opts, ","), "omitempty") {
+			out = append(out, name)
+		}
+	}
+	return out
+}()
 
 // toDoc encodes a job as an ordered document.
 func toDoc(j *analysis.Job) (bson.D, error) {

@@ -298,3 +298,71 @@ func TestJobsDoNotWaitForEachOther(t *testing.T) {
 		}
 	})
 }
+
+// TestClearedFieldsStayCleared: a job's empty fields are not stored (the
+// embedded store parses and rewrites every field at each update), and an
+// update that empties one (a claim released, an error cleared) clears it
+// in the database, not only in this process's copy: a reopened store reads
+// it empty.
+func TestClearedFieldsStayCleared(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, testClearedFieldsStayCleared)
+}
+
+func testClearedFieldsStayCleared(t *testing.T, db *mongo.Database) {
+	ctx := context.Background()
+	s := openStore(t, db)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	root := newJob(uuid.NewString(), "", analysis.StatusWaiting, now)
+	if err := s.Insert(ctx, root); err != nil {
+		t.Fatal(err)
+	}
+	stored := func() bson.M {
+		t.Helper()
+		var doc bson.M
+		if err := db.Collection(jobstore.Collection).FindOne(ctx, bson.D{{Key: "_id", Value: root.ID}}).Decode(&doc); err != nil {
+			t.Fatal(err)
+		}
+		return doc
+	}
+	claimed := []string{"lease_owner", "lease_until", "error", "attempts", "start_time"}
+	for _, f := range claimed {
+		if _, ok := stored()[f]; ok {
+			t.Errorf("the new job stores empty field %s", f)
+		}
+	}
+	if _, ok := stored()["project_id"]; !ok {
+		t.Error("project_id is not stored: queries filter on it")
+	}
+
+	next := *root
+	next.Status, next.LeaseOwner, next.LeaseUntil, next.Error, next.Attempts, next.StartTime =
+		analysis.StatusRunning, "worker", new(now.Add(time.Minute)), "a first try failed", 1, new(now)
+	if err := s.Update(ctx, &next, root.Version); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range claimed {
+		if _, ok := stored()[f]; !ok {
+			t.Errorf("the claimed job does not store %s", f)
+		}
+	}
+	done := next
+	done.Status, done.LeaseOwner, done.LeaseUntil, done.Error = analysis.StatusWaiting, "", nil, ""
+	if err := s.Update(ctx, &done, next.Version); err != nil {
+		t.Fatal(err)
+	}
+	doc := stored()
+	for _, f := range []string{"lease_owner", "lease_until", "error"} {
+		if v, ok := doc[f]; ok {
+			t.Errorf("the released job still stores %s = %v", f, v)
+		}
+	}
+	got, err := openStore(t, db).Get(ctx, root.Tenant, root.Project, root.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.LeaseOwner != "" || got.LeaseUntil != nil || got.Error != "" || got.Attempts != 1 || got.StartTime == nil || got.Status != analysis.StatusWaiting {
+		t.Errorf("read back: owner %q, until %v, error %q, attempts %d, started %v, status %s; want the claim and error cleared, the rest kept",
+			got.LeaseOwner, got.LeaseUntil, got.Error, got.Attempts, got.StartTime, got.Status)
+	}
+}
