@@ -10,34 +10,39 @@ import (
 )
 
 // contextDoc is the stored run context (schema version 1). Field names are
-// part of the stored format: renaming one needs a new SchemaVersion.
+// part of the stored format: renaming one needs a new SchemaVersion. The
+// parts empty in most of a run's steps are omitempty (read back as empty):
+// the context is written whole at every step, and the embedded store
+// (FerretDB) parses and rewrites every field, with a type entry each, at
+// every update. Whether a state needs one of them is checked on load, as
+// before (a state without its pending batch is corrupt).
 type contextDoc struct {
 	Instruction       string           `bson:"instruction"`
 	Plans             []planDoc        `bson:"plans"`
 	FetchedIDs        []string         `bson:"fetched_ids"`
-	FetchSample       *sampleDoc       `bson:"fetch_sample"`
-	ContinuationFetch bool             `bson:"continuation_fetch"`
-	BatchIDs          []string         `bson:"batch_ids"`
-	PendingBatch      []classification `bson:"pending_batch"`
+	FetchSample       *sampleDoc       `bson:"fetch_sample,omitempty"`
+	ContinuationFetch bool             `bson:"continuation_fetch,omitempty"`
+	BatchIDs          []string         `bson:"batch_ids,omitempty"`
+	PendingBatch      []classification `bson:"pending_batch,omitempty"`
 	LabelledIDs       []string         `bson:"labelled_ids"`
 	Resolved          int              `bson:"resolved"`
 	Unresolved        int              `bson:"unresolved"`
 	ModelCalls        int              `bson:"model_calls"`
-	Feedback          string           `bson:"feedback"`
-	ReplanReason      string           `bson:"replan_reason"`
-	ErrorMessage      string           `bson:"error_message"`
-	Summary           string           `bson:"summary"`
+	Feedback          string           `bson:"feedback,omitempty"`
+	ReplanReason      string           `bson:"replan_reason,omitempty"`
+	ErrorMessage      string           `bson:"error_message,omitempty"`
+	Summary           string           `bson:"summary,omitempty"`
 }
 
 type planDoc struct {
 	TargetSampleSize       int    `bson:"target_sample_size"`
 	Strategy               string `bson:"strategy"`
 	DetailsMarkdown        string `bson:"details_markdown"`
-	AdditionalInstructions string `bson:"additional_instructions"`
+	AdditionalInstructions string `bson:"additional_instructions,omitempty"`
 	// QueryJSON is text, not a document: a refused query may hold keys
 	// such as "$where" that must never become stored field names.
 	QueryJSON string `bson:"query_json"`
-	Refused   string `bson:"refused"`
+	Refused   string `bson:"refused,omitempty"`
 }
 
 type sampleDoc struct {

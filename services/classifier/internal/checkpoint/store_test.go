@@ -885,3 +885,38 @@ func testArchiveKeepsTheLastVersion(t *testing.T, db *mongo.Database) {
 		t.Errorf("%d runs left live", n)
 	}
 }
+
+// TestEmptyContextPartsAreNotStored: a run's context leaves out the parts
+// that are empty in most steps (the embedded store parses every stored
+// field at every update), keeps the lists every state reads, and loads
+// back whole (TestRoundTripKeepsTheWholeContext).
+func TestEmptyContextPartsAreNotStored(t *testing.T) {
+	t.Parallel()
+	db := testkit.MongoDB(t)
+	s := openStore(t, db)
+	m := machine(t)
+	ctx := context.Background()
+	start := m.Start("run-slim", scope.GetTenantId(), scope.GetProjectId(), "classify refunds")
+	if _, err := s.Create(ctx, start.Run, nil, outbox(t, start)); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Context bson.M `bson:"context"`
+	}
+	if err := db.Collection(Collection).FindOne(ctx, bson.D{{Key: "_id", Value: "run-slim"}}).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"feedback", "replan_reason", "error_message", "summary", "pending_batch", "batch_ids", "continuation_fetch", "fetch_sample"} {
+		if v, ok := doc.Context[f]; ok {
+			t.Errorf("the new run's context stores empty %s = %v", f, v)
+		}
+	}
+	for _, f := range []string{"instruction", "fetched_ids", "labelled_ids", "model_calls"} {
+		if _, ok := doc.Context[f]; !ok {
+			t.Errorf("the new run's context lacks %s", f)
+		}
+	}
+	if _, err := s.Load(ctx, scope, "run-slim"); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+}
