@@ -194,7 +194,7 @@ type Service struct {
 	ingests claimers
 	// failed holds the documents whose ingest failed after its first
 	// write, for FinishFailedIngests.
-	failed failedIngests
+	failed *failedIngests
 	// qualifier runs the ingest's qualifier phases.
 	qualifier *pipeline.Qualifier
 	// afterSave, when set, runs after an ingest's first write; its error
@@ -246,7 +246,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.Vision != nil {
 		q.Vision = d.Vision
 	}
-	return &Service{cfg: cfg, Deps: d, local: d.Docs.SingleWriter(), qualifier: q}, nil
+	return &Service{cfg: cfg, Deps: d, local: d.Docs.SingleWriter(), qualifier: q, failed: newFailedIngests()}, nil
 }
 
 // ExtractorTimeout returns the per-extractor bound.

@@ -311,21 +311,34 @@ func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) e
 			case <-t.C:
 			}
 		}
-		cur, err := s.Docs.GetDocument(ctx, d.Scope, d.ID)
-		switch {
-		case errors.Is(err, document.ErrNotFound), err == nil && cur.Indexed:
-			docs = docs[1:] // finished, or deleted (a delete finishes itself)
-		case err != nil:
+		wait, err := s.settle(ctx, d.Scope, d.ID)
+		if err != nil {
 			errs = append(errs, err)
-			docs = docs[1:]
-		case s.ingestLive(cur):
-			docs[0] = cur // written again or its claim renewed meanwhile: wait for that ingest
-		default:
-			errs = append(errs, s.finishOne(ctx, cur))
+		}
+		if wait != nil {
+			docs[0] = wait
+		} else {
 			docs = docs[1:]
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// settle reads document id again and finishes its interrupted ingest
+// unless it is gone, finished (a delete finishes itself), or an ingest may
+// be at work on it: written again or its claim renewed meanwhile. Then it
+// returns the document as it is, to wait for that ingest.
+func (s *Service) settle(ctx context.Context, sc document.Scope, id string) (wait *document.Document, err error) {
+	cur, err := s.Docs.GetDocument(ctx, sc, id)
+	switch {
+	case errors.Is(err, document.ErrNotFound), err == nil && cur.Indexed:
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case s.ingestLive(cur):
+		return cur, nil
+	}
+	return nil, s.finishOne(ctx, cur)
 }
 
 // requeueAfter is how old a queued or running job must be before

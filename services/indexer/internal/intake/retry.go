@@ -3,7 +3,6 @@ package intake
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -25,16 +24,16 @@ const (
 type failedIngests struct {
 	mu   sync.Mutex
 	docs map[string]document.Scope // by document id
-	wake chan struct{}
+	wake chan struct{}             // signalled by add
+}
+
+func newFailedIngests() *failedIngests {
+	return &failedIngests{docs: map[string]document.Scope{}, wake: make(chan struct{}, 1)}
 }
 
 func (f *failedIngests) add(sc document.Scope, id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.docs == nil {
-		f.docs = map[string]document.Scope{}
-		f.wake = make(chan struct{}, 1)
-	}
 	f.docs[id] = sc
 	select {
 	case f.wake <- struct{}{}:
@@ -51,16 +50,6 @@ func (f *failedIngests) take() map[string]document.Scope {
 	return docs
 }
 
-// woken is the channel add signals.
-func (f *failedIngests) woken() <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.wake == nil {
-		f.wake = make(chan struct{}, 1)
-	}
-	return f.wake
-}
-
 // FinishFailedIngests finishes, until ctx ends, the documents whose ingest
 // failed after its first write, as reconciliation finishes those a crash
 // cut: the caller got an error, and without it such a document stayed
@@ -68,14 +57,14 @@ func (f *failedIngests) woken() <-chan struct{} {
 // reconciliation. Each is tried a second after its failure, then at
 // growing intervals while it fails again; one whose ingest may still be
 // under way (another replica's, or a retry of the upload) is left to it
-// while its claim holds, and one indexed or deleted meanwhile is dropped.
+// while its claim holds, and one indexed or deleted meanwhile is dropped
+// (settle, as reconciliation does).
 func (s *Service) FinishFailedIngests(ctx context.Context) {
-	wake := s.failed.woken()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-wake:
+		case <-s.failed.wake:
 		}
 		for delay := failedRetryFirst; ; delay = min(2*delay, failedRetryMost) {
 			t := time.NewTimer(delay)
@@ -92,20 +81,21 @@ func (s *Service) FinishFailedIngests(ctx context.Context) {
 	}
 }
 
-// finishFailed tries each failed ingest once and returns how many are left
-// to try again.
+// finishFailed tries each failed ingest once (settle) and returns how many
+// are left to try again: those that failed again, and those another ingest
+// may hold.
 func (s *Service) finishFailed(ctx context.Context) (left int) {
 	var (
 		failing int
 		first   error
 	)
 	for id, sc := range s.failed.take() {
-		again, err := s.finishFailedOne(ctx, sc, id)
+		wait, err := s.settle(ctx, sc, id)
 		if err != nil {
 			failing++
 			first = cmp.Or(first, fmt.Errorf("document %s: %w", id, err))
 		}
-		if again {
+		if wait != nil || err != nil {
 			s.failed.add(sc, id)
 			left++
 		}
@@ -114,24 +104,4 @@ func (s *Service) finishFailed(ctx context.Context) (left int) {
 		s.Logger.Warn("failed ingests not finished yet; retrying", slog.Int("failing", failing), slog.Any("error", first))
 	}
 	return left
-}
-
-// finishFailedOne finishes the failed ingest of document id unless it is
-// gone, finished, or being ingested again, and says whether to try again.
-func (s *Service) finishFailedOne(ctx context.Context, sc document.Scope, id string) (again bool, err error) {
-	cur, err := s.Docs.GetDocument(ctx, sc, id)
-	switch {
-	case errors.Is(err, document.ErrNotFound):
-		return false, nil // deleted
-	case err != nil:
-		return true, err
-	case cur.Indexed && !cur.Deleting:
-		return false, nil // finished
-	case !cur.Deleting && s.ingestLive(cur):
-		return true, nil // another ingest of it under way: its claim first
-	}
-	if err := s.finishOne(ctx, cur); err != nil {
-		return true, err
-	}
-	return false, nil
 }
