@@ -36,7 +36,8 @@
 //     at once and removes published entries without holding up publishing,
 //     and a store that is the only writer of its documents can hand it the
 //     entries it wrote ([Relay.NotifyEntries]) instead of having them read
-//     back.
+//     back, and tell it which documents it deleted ([Relay.SetGone]), whose
+//     entries went with them: no removal is written to those.
 //  3. The relay publishes each entry with Nats-Msg-Id set to the event id, so
 //     a re-publish inside the duplicate window is stored once; consumers are
 //     idempotent (keyed by event id or by the state they converge to), so a

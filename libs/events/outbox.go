@@ -122,6 +122,8 @@ type Relay struct {
 	// drained is called with a document's _id once its outbox was read
 	// and everything read was published and removed (SetDrained).
 	drained func(ctx context.Context, id any) error
+	// gone reports a document known to have left the collection (SetGone).
+	gone func(id any) bool
 
 	mu      sync.Mutex            // guards the fields below
 	pending []any                 // document ids named by NotifyDocument or NotifyEntries, in call order
@@ -160,8 +162,8 @@ func (r *Relay) SetConcurrency(n int) { r.conc = max(n, 1) }
 
 // SetRemovalDelay makes Run, with a concurrency above 1, wait d after
 // publishing a document's entries before removing them: entries published
-// from the document meanwhile are removed by the same write, and nothing is
-// written if the document is gone by then. The entries stay in their
+// from the document meanwhile are removed by the same write, and, with
+// SetGone, nothing is written if the document is gone by then. The entries stay in their
 // document that much longer (a process that dies meanwhile leaves them to
 // be published again, deduplicated by event id). Call it before Run.
 func (r *Relay) SetRemovalDelay(d time.Duration) { r.delay = max(d, 0) }
@@ -199,6 +201,14 @@ func (r *Relay) SetSingleWriter() { r.single = true }
 // store's own lock. drained runs in the relay's goroutine for the
 // document, after the removal; its error is logged. Call it before Run.
 func (r *Relay) SetDrained(drained func(ctx context.Context, id any) error) { r.drained = drained }
+
+// SetGone gives the relay a way to know, without a read, that the
+// document with _id id has left the collection (a single writer's store
+// that deleted or archived it): the removal of its published entries is
+// then not written, as it would match nothing. gone must answer false
+// when unsure, and from memory: it is asked before every removal. Call it
+// before Run.
+func (r *Relay) SetGone(gone func(id any) bool) { r.gone = gone }
 
 // afterDrain calls the drained hook for document id, if there is one. It
 // runs even when ctx has ended (shutting down), as the removal does.
@@ -787,6 +797,9 @@ func (r *Relay) relayDoc(ctx context.Context, doc outboxDoc) (int, error) {
 // removeEntries removes the entries raws, exactly as read, from the outbox
 // of document id.
 func (r *Relay) removeEntries(ctx context.Context, id any, raws bson.A) error {
+	if r.gone != nil && r.gone(id) {
+		return nil // deleted with its entries
+	}
 	update := bson.D{{Key: "$pullAll", Value: bson.D{{Key: OutboxField, Value: raws}}}}
 	// The removal must happen even if ctx was cancelled mid-sweep, or the
 	// entries are published again (harmlessly) by the next process.

@@ -455,3 +455,45 @@ func TestRelaySingleWriterPollsRetryFailuresOnly(t *testing.T) {
 		t.Errorf("%d entries pending; want 1: the unnamed one, which a single writer's polls do not scan for", n)
 	}
 }
+
+// TestRelayWritesNoRemovalToGoneDocuments: a document the store reports
+// gone (SetGone) has its entries published but no removal written; the
+// others' published entries are removed. The "gone" document is left in
+// the collection here, so a removal written to it would show.
+func TestRelayWritesNoRemovalToGoneDocuments(t *testing.T) {
+	t.Parallel()
+	b := newBusWithStreams(t)
+	coll := startFerret(t).Collection("jobs")
+	ctx := testContext(t)
+	r := NewRelay(b, coll, testLogger(t))
+	r.SetSingleWriter()
+	r.SetConcurrency(4)
+	r.SetRemovalDelay(100 * time.Millisecond)
+	var asked sync.Map
+	r.SetGone(func(id any) bool {
+		asked.Store(id, true)
+		return id == "archived"
+	})
+	runRelay(t, r)
+	for _, id := range []string{"archived", "live"} {
+		e := newEntry(t, id, id)
+		completeJob(ctx, t, coll, id, e)
+		r.NotifyEntries(id, e)
+	}
+	waitFor(t, RelayPollInterval/2, "both entries published", func() bool { return streamMsgs(t, b, StreamEvents) == 2 })
+	waitFor(t, RelayPollInterval/2, "the live document's entry removed", func() bool {
+		var j job
+		return coll.FindOne(ctx, bson.M{"_id": "live"}).Decode(&j) == nil && len(j.Outbox) == 0
+	})
+	time.Sleep(300 * time.Millisecond) // the other removal, were it written
+	var j job
+	if err := coll.FindOne(ctx, bson.M{"_id": "archived"}).Decode(&j); err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Outbox) != 1 {
+		t.Errorf("the document reported gone holds %d entries; want its 1 (no removal written)", len(j.Outbox))
+	}
+	if _, ok := asked.Load("archived"); !ok {
+		t.Fatal("the relay did not ask whether the archived document was gone")
+	}
+}

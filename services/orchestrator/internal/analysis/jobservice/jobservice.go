@@ -115,12 +115,15 @@ type Deps struct {
 
 // Outbox relay tuning. With many analyses in flight, relaying one job
 // document after the other let events queue. Removing relayed entries is
-// housekeeping: waiting a second lets one write remove the entries of
-// several state changes, and most jobs are archived by then, which drops
-// their entries without a write.
+// housekeeping: waiting lets one write remove the entries of several state
+// changes, and a job archived by then has its entries dropped with it; a
+// single writer then writes no removal at all (events.Relay.SetGone). Under
+// load an analysis takes a second or two on the embedded store, so 5 s
+// spares most of them: one removal per job had been a third of the
+// updates, every write waiting its turn on the embedded store.
 const (
 	relayConcurrency  = 16
-	relayRemovalDelay = time.Second
+	relayRemovalDelay = 5 * time.Second
 )
 
 // Service is running analysis machinery.
@@ -176,6 +179,7 @@ func Start(ctx context.Context, cfg Config, d Deps) (*Service, error) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	relay := events.NewRelay(d.Bus, store.Collection(), log)
 	relay.SetDocumentLock(store.RelayLock)
+	relay.SetGone(store.Gone)
 	relay.SetConcurrency(relayConcurrency)
 	relay.SetRemovalDelay(relayRemovalDelay)
 	if store.SoleWriter() {

@@ -276,16 +276,18 @@ func (s *Store) Collection() *mongo.Collection { return s.live }
 
 // RelayLock is the lock for the outbox relay of Collection (see
 // events.Relay.SetDocumentLock), held while it removes relayed entries
-// from a document: the document lock the store's writes take. A single
-// writer's relay skips the lock of a job its mirror knows is archived (the
-// removal finds nothing to write).
+// from a document: the document lock the store's writes take.
 func (s *Store) RelayLock(id any) (unlock func()) {
-	if sid, ok := id.(string); ok && s.mirror != nil {
-		if j, known := s.mirror.live(sid); known && j == nil {
-			return func() {}
-		}
-	}
 	return mongox.LockDocument(s.live, id)
+}
+
+// Gone reports, for the outbox relay of Collection (events.Relay.SetGone),
+// whether job id is known to have left the live set: a single writer's
+// mirror knows it is archived, so the removal of its relayed entries
+// (deleted with it) is not written. With many writers it is always false.
+func (s *Store) Gone(id any) bool {
+	sid, ok := id.(string)
+	return ok && s.mirror != nil && s.mirror.gone(sid)
 }
 
 // Insert implements analysis.Store. It reports ErrExists for an id taken in

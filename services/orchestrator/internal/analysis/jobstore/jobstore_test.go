@@ -92,8 +92,16 @@ func testArchiveKeepsJobsReadableAndRevives(t *testing.T, db *mongo.Database) {
 		t.Fatalf("%d jobs archived after refusals", n)
 	}
 
+	if s.Gone(root.ID) || s.Gone(tool.ID) {
+		t.Fatal("Gone reports a live job")
+	}
 	if done, err := s.Archive(ctx, []*analysis.Job{root, tool}, relayed); !done || err != nil {
 		t.Fatalf("Archive = %v, %v", done, err)
+	}
+	// The relay writes no removal of relayed entries to a job Gone
+	// reports: only a single writer knows, from its mirror.
+	if gone := s.Gone(tool.ID); gone != s.SoleWriter() {
+		t.Errorf("Gone of an archived job = %v; want %v (single writer)", gone, s.SoleWriter())
 	}
 	if l, a := count(t, db, jobstore.Collection), count(t, db, jobstore.ArchiveCollection); l != 0 || a != 2 {
 		t.Fatalf("live %d, archived %d; want 0 and 2", l, a)
@@ -123,6 +131,9 @@ func testArchiveKeepsJobsReadableAndRevives(t *testing.T, db *mongo.Database) {
 	}
 	if err := s.Update(ctx, &retried, got.Version); !errors.Is(err, analysis.ErrConflict) {
 		t.Fatalf("Update at a stale version = %v, want ErrConflict", err)
+	}
+	if s.Gone(tool.ID) {
+		t.Error("Gone reports a revived job")
 	}
 	for name, st := range map[string]*jobstore.Store{"same store": s, "reopened": openStore(t, db)} {
 		got, err := st.Get(ctx, "acme", "research", tool.ID)

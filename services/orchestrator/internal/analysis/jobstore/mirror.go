@@ -90,6 +90,14 @@ func (m *mirror) live(id string) (*analysis.Job, bool) {
 	}
 }
 
+// gone reports whether job id is known not to be live.
+func (m *mirror) gone(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.jobs[id] // present with nil: unknown
+	return !ok
+}
+
 // stored records that j is now stored in the live set, with outbox pushed
 // to its document; inserted says the write created the document.
 func (m *mirror) stored(j *analysis.Job, outbox []events.OutboxEntry, inserted bool) {
