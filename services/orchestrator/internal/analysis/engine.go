@@ -341,6 +341,24 @@ const (
 // job it is given only. It returns the job as stored (unchanged if fn
 // returned unchanged or an error).
 func (e *Engine) mutate(ctx context.Context, tenant, project, id string, fn func(j *Job) (effect, error)) (*Job, error) {
+	return e.mutateWith(ctx, tenant, project, id, e.store.Update, fn)
+}
+
+// mutateLazily is mutate with the write held back if the store can
+// (LazyUpdater): for a write nothing waits to be stored.
+func (e *Engine) mutateLazily(ctx context.Context, tenant, project, id string, fn func(j *Job) (effect, error)) (*Job, error) {
+	update := e.store.Update
+	if l, ok := e.store.(LazyUpdater); ok {
+		update = l.UpdateLazily
+	}
+	return e.mutateWith(ctx, tenant, project, id, update, fn)
+}
+
+// mutateWith is mutate, writing with update.
+func (e *Engine) mutateWith(ctx context.Context, tenant, project, id string,
+	update func(ctx context.Context, j *Job, version int64, outbox ...events.OutboxEntry) error,
+	fn func(j *Job) (effect, error),
+) (*Job, error) {
 	for range maxConflictRetries {
 		cur, err := e.store.Get(ctx, tenant, project, id)
 		if err != nil {
@@ -359,7 +377,7 @@ func (e *Engine) mutate(ctx context.Context, tenant, project, id string, fn func
 		if err != nil {
 			return nil, err
 		}
-		err = e.store.Update(ctx, next, cur.Version, outbox...)
+		err = update(ctx, next, cur.Version, outbox...)
 		if errors.Is(err, ErrConflict) {
 			continue
 		}

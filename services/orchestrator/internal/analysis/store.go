@@ -84,6 +84,19 @@ type Store interface {
 	Archive(ctx context.Context, jobs []*Job, relayed func([]events.OutboxEntry) bool) (bool, error)
 }
 
+// LazyUpdater is a Store that can hold a write back briefly: the engine
+// writes a claim that way, since nothing waits for it to be stored (a
+// process that dies before it is written leaves the job pending, which is
+// what dying just before the claim leaves too), and the job's result
+// usually follows within milliseconds: one write then stores both.
+type LazyUpdater interface {
+	// UpdateLazily is Update, except that the store may write it a little
+	// later, or together with the job's next Update. Reads through the
+	// store see it at once; its outbox entries are published once it is
+	// written.
+	UpdateLazily(ctx context.Context, j *Job, version int64, outbox ...events.OutboxEntry) error
+}
+
 // ListQuery filters ListJobs.
 type ListQuery struct {
 	// Tenant and Project are required.

@@ -66,7 +66,9 @@ func (e *Engine) timeout(ctx context.Context, j *Job) time.Duration {
 func (e *Engine) run(ctx context.Context, tenant, project, id string, typ Type) error {
 	token := e.instance + "/" + uuid.NewString()[:8]
 	claimed := false
-	j, err := e.mutate(ctx, tenant, project, id, func(j *Job) (effect, error) {
+	// The claim is held back where the store can (mutateLazily): the
+	// result's write usually stores it too.
+	j, err := e.mutateLazily(ctx, tenant, project, id, func(j *Job) (effect, error) {
 		claimed = false
 		now := e.now()
 		if j.Type != typ {

@@ -131,6 +131,7 @@ type Service struct {
 	engine *analysis.Engine
 	server *grpcapi.Server
 	relay  *events.Relay
+	store  *jobstore.Store
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
@@ -198,7 +199,7 @@ func Start(ctx context.Context, cfg Config, d Deps) (*Service, error) {
 		cancel()
 		return nil, err
 	}
-	s := &Service{engine: engine, server: grpcapi.New(engine), relay: relay, cancel: cancel}
+	s := &Service{engine: engine, server: grpcapi.New(engine), relay: relay, store: store, cancel: cancel}
 	s.wg.Go(func() { _ = relay.Run(ctx) })
 	if err := engine.Start(ctx); err != nil {
 		s.Stop()
@@ -222,6 +223,7 @@ func (s *Service) Engine() *analysis.Engine { return s.engine }
 func (s *Service) Stop() {
 	s.once.Do(func() {
 		s.engine.Stop()
+		s.store.Flush() // the claims held back, before the relay's last sweep
 		s.cancel()
 		s.wg.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -37,7 +37,12 @@
 //     gate, which serves the writes of requests first: a submission does
 //     not queue behind the steps of analyses under way);
 //   - hands the outbox entries of each write to the relay in write order
-//     (events.Relay.NotifyEntries), so it need not read them back;
+//     (events.Relay.NotifyEntries), so it need not read them back, and
+//     tells it which jobs are archived (Gone), whose relayed entries then
+//     need no removal;
+//   - holds a claim back (UpdateLazily) for up to LazyDelay, so that the
+//     job's result, which usually follows within milliseconds, stores both
+//     in one write;
 //   - creates no secondary indexes (and drops those the other mode made).
 //
 // # Many writers: MongoDB, the default
@@ -120,6 +125,8 @@ type Store struct {
 	mirror *mirror
 	// relay is told about the outbox entries written; set before use.
 	relay Relay
+	// held are the writes UpdateLazily holds back (single writer).
+	held held
 }
 
 // SoleWriter reports whether this process is the database's only writer
@@ -384,8 +391,22 @@ func (s *Store) updateMirrored(ctx context.Context, next *analysis.Job, version 
 	if cur.Version != version {
 		return conflict(id, version)
 	}
+	if w := s.take(id); w != nil {
+		// next follows the held write's state: one write stores both,
+		// with the entries of both in order.
+		outbox = append(w.outbox, outbox...)
+	}
+	return s.writeMirrored(ctx, next, outbox)
+}
+
+// writeMirrored writes next, with outbox pushed, over the live job's
+// document by _id and records it in the mirror; on a failure the job
+// becomes unknown to the mirror. The caller holds the job's lock.
+func (s *Store) writeMirrored(ctx context.Context, next *analysis.Job, outbox []events.OutboxEntry) error {
+	id := next.ID
 	update, err := updateOf(next, outbox)
 	if err != nil {
+		s.mirror.forget(id)
 		return err
 	}
 	res, err := s.live.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update)
@@ -750,8 +771,8 @@ func (s *Store) Archive(ctx context.Context, jobs []*analysis.Job, relayed func(
 		if !found {
 			continue // archived already
 		}
-		if version != j.Version {
-			return false, nil // written since it was read
+		if version != j.Version || s.isHeld(j.ID) {
+			return false, nil // written since it was read, or not written yet
 		}
 		if !relayed(outbox) {
 			return false, nil

@@ -90,6 +90,14 @@ func (m *mirror) live(id string) (*analysis.Job, bool) {
 	}
 }
 
+// put records j as the live job's state ahead of its write (a held write,
+// see UpdateLazily): the entries pushed are recorded when it is written.
+func (m *mirror) put(j *analysis.Job) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.jobs[j.ID] = copyJob(j)
+}
+
 // gone reports whether job id is known not to be live.
 func (m *mirror) gone(id string) bool {
 	m.mu.Lock()
