@@ -22,6 +22,11 @@ const (
 	archiveDelay    = 25 * time.Millisecond
 	archiveAttempts = 6
 	archiveQueue    = 4096
+	// archiveBatch is how many analyses one store call archives at most:
+	// their jobs go in one insert and one delete, which keeps the archiver
+	// up with a loaded mesh (an analysis a call, it fell behind and the
+	// live set grew).
+	archiveBatch = 64
 )
 
 // archiveRequest asks the archiver to archive an analysis's tree at a time.
@@ -68,52 +73,127 @@ func (e *Engine) archiveLoop(ctx context.Context) {
 		case r := <-e.archiveCh:
 			enqueue(r)
 		case <-timer.C:
+			// Everything asked for meanwhile joins the batches: under
+			// load an archive call takes tens of milliseconds, and taken
+			// one request at a time the archiver fell behind.
+			for more := true; more; {
+				select {
+				case r := <-e.archiveCh:
+					enqueue(r)
+				default:
+					more = false
+				}
+			}
 			now := time.Now()
 			for len(due) > 0 && !due[0].at.After(now) && ctx.Err() == nil {
-				r := due[0]
-				due = due[1:]
-				done, err := e.archiveTree(ctx, r.tenant, r.project, r.rootID)
-				if err != nil && ctx.Err() == nil && !errors.Is(err, ErrNotFound) {
-					e.log.Warn("archive analysis failed; will retry", slog.String("job_id", r.rootID), slog.Any("error", err))
+				n := 0
+				for n < len(due) && n < archiveBatch && !due[n].at.After(now) {
+					n++
 				}
-				if !done && r.attempt+1 < archiveAttempts {
-					r.attempt++
-					r.at = now.Add(archiveDelay << r.attempt)
-					enqueue(r)
+				batch := due[:n:n]
+				due = due[n:]
+				for _, r := range e.archiveTrees(ctx, batch) {
+					if r.attempt+1 < archiveAttempts {
+						r.attempt++
+						r.at = now.Add(archiveDelay << r.attempt)
+						enqueue(r)
+					}
 				}
 			}
 		}
 	}
 }
 
+// archiveTrees archives the trees of the analyses reqs name, in one
+// store call, and returns the requests to offer again later (the tree's
+// last events are not relayed yet, it changed meanwhile, or the archive
+// failed), logging failures.
+func (e *Engine) archiveTrees(ctx context.Context, reqs []archiveRequest) (again []archiveRequest) {
+	var (
+		trees [][]*Job
+		of    []archiveRequest // the request of each tree
+	)
+	for _, r := range reqs {
+		tree, err := e.finishedTree(ctx, r.tenant, r.project, r.rootID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			if ctx.Err() == nil {
+				e.log.Warn("archive analysis failed; will retry", slog.String("job_id", r.rootID), slog.Any("error", err))
+			}
+			again = append(again, r)
+		case tree != nil:
+			trees = append(trees, tree)
+			of = append(of, r)
+		}
+	}
+	if len(trees) == 0 {
+		return again
+	}
+	if e.hooks.BeforeArchive != nil {
+		ids := make([]string, len(trees))
+		for i, tree := range trees {
+			ids[i] = tree[0].ID
+		}
+		e.hooks.BeforeArchive(ids)
+	}
+	done, err := e.archive(ctx, trees)
+	if err != nil && ctx.Err() == nil {
+		e.log.Warn("archive analyses failed; will retry", slog.Int("analyses", len(trees)), slog.Any("error", err))
+	}
+	for i, r := range of {
+		if !done[i] {
+			again = append(again, r)
+		}
+	}
+	return again
+}
+
 // archiveTree moves the tree of analysis rootID to the archive if it is
-// finished: the analysis and all its children are in a final state. It
-// reports false if the tree should be offered again later (its last events
-// are not relayed yet, or it changed meanwhile).
+// finished. It reports false if the tree should be offered again later
+// (its last events are not relayed yet, or it changed meanwhile).
 func (e *Engine) archiveTree(ctx context.Context, tenant, project, rootID string) (bool, error) {
+	tree, err := e.finishedTree(ctx, tenant, project, rootID)
+	if err != nil || tree == nil {
+		return errors.Is(err, ErrNotFound) || err == nil, err
+	}
+	done, err := e.archive(ctx, [][]*Job{tree})
+	return done[0], err
+}
+
+// finishedTree returns the jobs of analysis rootID, the analysis first, if
+// it is finished: the analysis and all its children are in a final state;
+// nil if it is not (reopened, or children still being cancelled).
+func (e *Engine) finishedTree(ctx context.Context, tenant, project, rootID string) ([]*Job, error) {
 	root, err := e.store.Get(ctx, tenant, project, rootID)
 	if err != nil {
-		return errors.Is(err, ErrNotFound), err
+		return nil, err
 	}
 	if !root.Status.Terminal() {
-		return true, nil // reopened (RetryJob): archived when it finishes again
+		return nil, nil // reopened (RetryJob): archived when it finishes again
 	}
 	children, err := e.children(ctx, root)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	for _, c := range children {
 		if !c.Status.Terminal() {
 			// A cancelled analysis whose children are being cancelled;
 			// advance or the sweep finishes them and archives the tree.
-			return true, nil
+			return nil, nil
 		}
 	}
+	return append([]*Job{root}, children...), nil
+}
+
+// archive moves trees to the archive (Store.Archive), each once its
+// events are in the events stream.
+func (e *Engine) archive(ctx context.Context, trees [][]*Job) ([]bool, error) {
 	stream, err := e.eventStream(ctx)
 	if err != nil {
-		return false, fmt.Errorf("analysis: archive: %w", err)
+		return make([]bool, len(trees)), fmt.Errorf("analysis: archive: %w", err)
 	}
-	return e.store.Archive(ctx, append([]*Job{root}, children...), func(outbox []events.OutboxEntry) bool {
+	return e.store.Archive(ctx, trees, func(outbox []events.OutboxEntry) bool {
 		return e.relayed(ctx, stream, outbox)
 	})
 }

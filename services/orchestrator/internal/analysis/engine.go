@@ -128,6 +128,9 @@ type Hooks struct {
 	AfterSettle func(j *Job)
 	// BeforeExecute runs after a job was claimed, before it executes.
 	BeforeExecute func(j *Job)
+	// BeforeArchive runs before the archiver moves the analyses rootIDs
+	// in one call.
+	BeforeArchive func(rootIDs []string)
 }
 
 // Deps are the engine's collaborators. All are required except Logger,

@@ -74,14 +74,15 @@ type Store interface {
 	// ClaimTTL/3, so it must cost little whatever the number of jobs: an
 	// indexed query, or a look at memory.
 	Lapsed(ctx context.Context, now time.Time, limit int) ([]*Job, error)
-	// Archive moves jobs, the jobs of a finished analysis as last read,
-	// out of the live set into the archive, where Get and List still find
-	// them (a later Update brings a job back). A job that was written since
-	// it was read, or whose outbox entries relayed does not vouch for
-	// (published, or moot; given every entry the outbox may hold, in
-	// order), stays live; the entries of archived jobs are dropped. It
-	// reports whether every job given has left the live set.
-	Archive(ctx context.Context, jobs []*Job, relayed func([]events.OutboxEntry) bool) (bool, error)
+	// Archive moves trees, each the jobs of a finished analysis as last
+	// read, out of the live set into the archive, where Get and List still
+	// find them (a later Update brings a job back). A tree with a job that
+	// was written since it was read, or whose outbox entries relayed does
+	// not vouch for (published, or moot; given every entry the outbox may
+	// hold, in order), stays live; the entries of archived jobs are
+	// dropped. It reports, for each tree, whether every job of it has left
+	// the live set.
+	Archive(ctx context.Context, trees [][]*Job, relayed func([]events.OutboxEntry) bool) ([]bool, error)
 }
 
 // LazyUpdater is a Store that can hold a write back briefly: the engine

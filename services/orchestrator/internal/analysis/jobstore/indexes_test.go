@@ -82,7 +82,7 @@ func TestEveryQueryIsIndexed(t *testing.T) {
 		}
 	}
 	list()
-	if done, err := s.Archive(ctx, []*analysis.Job{root, got}, relayed); !done || err != nil {
+	if done, err := archiveOne(ctx, s, relayed, root, got); !done || err != nil {
 		t.Fatalf("Archive = %v, %v", done, err)
 	}
 	if _, err := s.Get(ctx, "acme", "research", tool.ID); err != nil {

@@ -743,47 +743,52 @@ func lapsed(j *analysis.Job, now time.Time) bool {
 	return j != nil && j.Status == analysis.StatusRunning && j.LeaseUntil != nil && j.LeaseUntil.Before(now)
 }
 
-// Archive implements analysis.Store. The jobs are copied to the archive,
-// then removed from the live set, each only if it is still at the version
-// given (by the delete's filter on MongoDB, under the document locks on
-// FerretDB); as every write bumps the version, its outbox then holds
-// nothing but entries checked with relayed. A job left in both collections
-// is harmless: reads prefer the live copy.
-func (s *Store) Archive(ctx context.Context, jobs []*analysis.Job, relayed func([]events.OutboxEntry) bool) (bool, error) {
-	ids := make([]string, 0, len(jobs))
-	for _, j := range jobs {
-		ids = append(ids, j.ID)
+// Archive implements analysis.Store. The jobs of the trees that may move
+// are copied to the archive in one command, then removed from the live set,
+// each only if it is still at the version given (by the delete's filter on
+// MongoDB, under the document locks on FerretDB, in one command); as every
+// write bumps the version, its outbox then holds nothing but entries
+// checked with relayed. A job left in both collections is harmless: reads
+// prefer the live copy.
+func (s *Store) Archive(ctx context.Context, trees [][]*analysis.Job, relayed func([]events.OutboxEntry) bool) ([]bool, error) {
+	var ids []string
+	for _, tree := range trees {
+		for _, j := range tree {
+			ids = append(ids, j.ID)
+		}
 	}
 	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Compact(ids) {
 		defer mongox.LockDocument(s.live, id)()
 	}
 
-	// Nothing moves unless every job is unchanged and relayed. Jobs are
-	// checked in the order given: the caller puts first the analysis,
-	// written last, so a tree not relayed yet costs one read.
-	var moving []*analysis.Job
-	for _, j := range jobs {
-		version, outbox, found, err := s.liveOutbox(ctx, j.ID)
+	done := make([]bool, len(trees))
+	var (
+		moving []*analysis.Job
+		treeOf []int // the tree of each of moving
+	)
+	for t, tree := range trees {
+		jobs, ok, err := s.movable(ctx, tree, relayed)
 		if err != nil {
-			return false, err
+			return done, err
 		}
-		if !found {
-			continue // archived already
+		if !ok {
+			continue
 		}
-		if version != j.Version || s.isHeld(j.ID) {
-			return false, nil // written since it was read, or not written yet
+		if len(jobs) == 0 {
+			done[t] = true
+			continue
 		}
-		if !relayed(outbox) {
-			return false, nil
+		moving = append(moving, jobs...)
+		for range jobs {
+			treeOf = append(treeOf, t)
 		}
-		moving = append(moving, j)
 	}
 	if len(moving) == 0 {
-		return true, nil
+		return done, nil
 	}
 	if err := s.insertArchive(ctx, moving); err != nil {
-		return false, err
+		return done, err
 	}
 	// On FerretDB one command for them all, of deletes by _id: FerretDB
 	// serves an exact {_id} from its index but reads and parses the whole
@@ -800,26 +805,57 @@ func (s *Store) Archive(ctx context.Context, jobs []*analysis.Job, relayed func(
 			s.mirror.archivedNow(j)
 		}
 		res, err := s.live.BulkWrite(ctx, deletes, options.BulkWrite().SetOrdered(false))
-		done := err == nil && res.DeletedCount == int64(len(moving))
-		if !done {
+		if err != nil || res.DeletedCount != int64(len(moving)) {
 			for _, j := range moving {
-				s.mirror.forget(j.ID) // read what became of it
+				s.mirror.forget(j.ID) // read what became of it; its tree is offered again
 			}
+			return done, translate("archive", err)
 		}
-		if err != nil {
-			return false, translate("archive", err)
+		for _, t := range treeOf {
+			done[t] = true
 		}
 		return done, nil
 	}
-	deleted := 0
-	for _, j := range moving {
+	left := make([]int, len(trees)) // jobs of each tree not deleted
+	for i, j := range moving {
 		res, err := s.live.DeleteOne(ctx, bson.D{{Key: "_id", Value: j.ID}, {Key: "version", Value: j.Version}})
 		if err != nil {
-			return false, translate("archive "+j.ID, err)
+			return done, translate("archive "+j.ID, err)
 		}
-		deleted += int(res.DeletedCount)
+		if res.DeletedCount == 0 {
+			left[treeOf[i]]++
+		}
 	}
-	return deleted == len(moving), nil
+	for _, t := range treeOf {
+		done[t] = left[t] == 0
+	}
+	return done, nil
+}
+
+// movable returns the live jobs of a tree to move to the archive, and
+// whether the tree may move: nothing moves unless every job is unchanged
+// and relayed. Jobs are checked in the order given: the caller puts first
+// the analysis, written last, so a tree not relayed yet costs one read. The
+// caller holds the jobs' locks.
+func (s *Store) movable(ctx context.Context, tree []*analysis.Job, relayed func([]events.OutboxEntry) bool) ([]*analysis.Job, bool, error) {
+	var moving []*analysis.Job
+	for _, j := range tree {
+		version, outbox, found, err := s.liveOutbox(ctx, j.ID)
+		if err != nil {
+			return nil, false, err
+		}
+		if !found {
+			continue // archived already
+		}
+		if version != j.Version || s.isHeld(j.ID) {
+			return nil, false, nil // written since it was read, or not written yet
+		}
+		if !relayed(outbox) {
+			return nil, false, nil
+		}
+		moving = append(moving, j)
+	}
+	return moving, true, nil
 }
 
 // liveOutbox returns the version of live job id and the entries its outbox

@@ -22,6 +22,12 @@ import (
 // events are in the stream.
 func relayed([]events.OutboxEntry) bool { return true }
 
+// archiveOne archives one tree of jobs with s.Archive.
+func archiveOne(ctx context.Context, s *jobstore.Store, relayed func([]events.OutboxEntry) bool, tree ...*analysis.Job) (bool, error) {
+	done, err := s.Archive(ctx, [][]*analysis.Job{tree}, relayed)
+	return done[0], err
+}
+
 func newJob(root, parent string, status analysis.Status, at time.Time) *analysis.Job {
 	id := root
 	typ := analysis.TypeAnalysis
@@ -80,12 +86,12 @@ func testArchiveKeepsJobsReadableAndRevives(t *testing.T, db *mongo.Database) {
 
 	// Not while an entry is not vouched for, nor once a job changed.
 	refuse := func([]events.OutboxEntry) bool { return false }
-	if done, err := s.Archive(ctx, []*analysis.Job{root, tool}, refuse); done || err != nil {
+	if done, err := archiveOne(ctx, s, refuse, root, tool); done || err != nil {
 		t.Fatalf("Archive with unrelayed events = %v, %v", done, err)
 	}
 	stale := *tool
 	stale.Version = 7
-	if done, err := s.Archive(ctx, []*analysis.Job{root, &stale}, relayed); done || err != nil {
+	if done, err := archiveOne(ctx, s, relayed, root, &stale); done || err != nil {
 		t.Fatalf("Archive of a changed job = %v, %v", done, err)
 	}
 	if n := count(t, db, jobstore.ArchiveCollection); n != 0 {
@@ -95,7 +101,7 @@ func testArchiveKeepsJobsReadableAndRevives(t *testing.T, db *mongo.Database) {
 	if s.Gone(root.ID) || s.Gone(tool.ID) {
 		t.Fatal("Gone reports a live job")
 	}
-	if done, err := s.Archive(ctx, []*analysis.Job{root, tool}, relayed); !done || err != nil {
+	if done, err := archiveOne(ctx, s, relayed, root, tool); !done || err != nil {
 		t.Fatalf("Archive = %v, %v", done, err)
 	}
 	// The relay writes no removal of relayed entries to a job Gone
@@ -155,7 +161,7 @@ func testArchiveKeepsJobsReadableAndRevives(t *testing.T, db *mongo.Database) {
 	}
 
 	// Archived again, the new copy replaces the old one.
-	if done, err := s.Archive(ctx, []*analysis.Job{root, &retried}, relayed); !done || err != nil {
+	if done, err := archiveOne(ctx, s, relayed, root, &retried); !done || err != nil {
 		t.Fatalf("second Archive = %v, %v", done, err)
 	}
 	reopened := openStore(t, db)
@@ -375,5 +381,59 @@ func testClearedFieldsStayCleared(t *testing.T, db *mongo.Database) {
 	if got.LeaseOwner != "" || got.LeaseUntil != nil || got.Error != "" || got.Attempts != 1 || got.StartTime == nil || got.Status != analysis.StatusWaiting {
 		t.Errorf("read back: owner %q, until %v, error %q, attempts %d, started %v, status %s; want the claim and error cleared, the rest kept",
 			got.LeaseOwner, got.LeaseUntil, got.Error, got.Attempts, got.StartTime, got.Status)
+	}
+}
+
+// The archiver's batch goes in one call: the trees that may move go in one
+// insert into the archive and (for a single writer) one delete command; a
+// tree that may not (an event not relayed) stays live, alone.
+func TestArchiveMovesTreesTogether(t *testing.T) {
+	t.Parallel()
+	for _, single := range []bool{false, true} {
+		t.Run(map[bool]string{false: "many writers", true: "single writer"}[single], func(t *testing.T) {
+			t.Parallel()
+			db, rt := testkit.MongoDBCounted(t)
+			if single {
+				mongox.MarkSingleWriter(db.Client())
+			}
+			ctx := context.Background()
+			s := openStore(t, db)
+			now := time.Now().UTC().Truncate(time.Millisecond)
+			var trees [][]*analysis.Job
+			for _, name := range []string{"a", "b", "c"} {
+				root := newJob(uuid.NewString(), "", analysis.StatusComplete, now)
+				tool := newJob(root.ID, root.ID, analysis.StatusComplete, now)
+				for _, j := range []*analysis.Job{root, tool} {
+					if err := s.Insert(ctx, j, events.OutboxEntry{ID: name + "-" + j.ID, Subject: "am.evt.acme.job." + j.ID}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				trees = append(trees, []*analysis.Job{root, tool})
+			}
+			notB := func(outbox []events.OutboxEntry) bool {
+				return !slices.ContainsFunc(outbox, func(e events.OutboxEntry) bool { return e.ID[0] == 'b' })
+			}
+			rt.Reset()
+			done, err := s.Archive(ctx, trees, notB)
+			if err != nil || !slices.Equal(done, []bool{true, false, true}) {
+				t.Fatalf("Archive = %v, %v; want a and c archived", done, err)
+			}
+			want := "delete analysis_jobs=4 find analysis_jobs=5 insert analysis_jobs_archive=1" // b: its analysis read, not relayed
+			if single {
+				want = "delete analysis_jobs=1 insert analysis_jobs_archive=1"
+			}
+			if got := rt.String(); got != want {
+				t.Errorf("round trips %q, want %q", got, want)
+			}
+			if l, a := count(t, db, jobstore.Collection), count(t, db, jobstore.ArchiveCollection); l != 2 || a != 4 {
+				t.Errorf("live %d, archived %d; want 2 (tree b) and 4", l, a)
+			}
+			for i, tree := range trees {
+				got, err := s.Get(ctx, "acme", "research", tree[1].ID)
+				if err != nil || got.ID != tree[1].ID {
+					t.Errorf("tree %d: Get = %v, %v", i, got, err)
+				}
+			}
+		})
 	}
 }

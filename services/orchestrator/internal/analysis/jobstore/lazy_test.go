@@ -94,7 +94,7 @@ func TestUpdateLazily(t *testing.T) {
 			t.Fatalf("stored status right after UpdateLazily = %s, want %s", status, want)
 		}
 		if single {
-			if done, err := s.Archive(ctx, []*analysis.Job{&claim}, relayed); done || err != nil {
+			if done, err := archiveOne(ctx, s, relayed, &claim); done || err != nil {
 				t.Fatalf("Archive of a job with a write held back = %v, %v; want it left live", done, err)
 			}
 		}
