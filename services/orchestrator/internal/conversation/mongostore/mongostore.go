@@ -24,7 +24,10 @@
 //     generation, and a message's _id carries its sequence number, so a
 //     holder whose lease was taken over cannot interleave its writes with
 //     the new holder's. Every other document has one writer at a time: the
-//     lease holder.
+//     lease holder. A single writer (mongox.SingleWriter) keeps its leases
+//     in memory: no other process writes, and the one that replaces it
+//     takes any lease it finds as free, so a lease written would serve
+//     nobody.
 //
 // # Queries and indexes (MongoDB)
 //
@@ -107,7 +110,12 @@ type Store struct {
 	// than when the lease lapses.
 	writer string
 
-	mu sync.Mutex // guards cache
+	mu sync.Mutex // guards cache and held
+	// held holds a single writer's turn leases that are not released, by
+	// conversation: they live in memory only (see AcquireLease), and out
+	// of the cache's reach, which may drop a conversation a long turn
+	// holds.
+	held map[string]leaseDoc
 	// cache holds, per recent conversation, the window this process last
 	// wrote, so the lease holder's next Append need not read it back (an
 	// entry is used only if the new messages directly follow it, which no
@@ -122,7 +130,7 @@ func New(ctx context.Context, db *mongo.Database, opts ...Options) (*Store, erro
 	s := &Store{
 		convs: db.Collection(ConversationsCollection), msgs: db.Collection(MessagesCollection),
 		leases: db.Collection(LeasesCollection), windows: db.Collection(WindowsCollection),
-		recent: DefaultRecentSize, cache: newConvCache(cacheSize),
+		recent: DefaultRecentSize, cache: newConvCache(cacheSize), held: map[string]leaseDoc{},
 		single: mongox.SingleWriter(db), writer: rand.Text(),
 	}
 	if len(opts) > 0 && opts[0].RecentSize > 0 {
@@ -868,9 +876,13 @@ func (s *Store) liveLease(d *leaseDoc) conversation.Lease {
 func (s *Store) latestLease(ctx context.Context, id string, gen int64) (*leaseDoc, error) {
 	if s.single {
 		s.mu.Lock()
+		h, holding := s.held[id]
 		c := s.cache.get(id)
 		s.mu.Unlock()
-		if c.leaseKnown {
+		switch {
+		case holding:
+			return &h, nil
+		case c.leaseKnown:
 			return c.lease, nil
 		}
 	}
@@ -933,7 +945,18 @@ func (s *Store) AcquireLease(ctx context.Context, scope conversation.Scope, id s
 		ID: leaseDocID(id, gen), ConversationID: id, Gen: gen,
 		LeaseID: lease.ID, Holder: lease.Holder, Writer: s.writer, Until: conversation.Millis(lease.Until),
 	}
-	if _, err := s.leases.InsertOne(ctx, ld); err != nil {
+	if s.single {
+		// No other process writes the database, and the process that
+		// replaces this one takes its leases as free (liveLease): a turn
+		// lease serves this process alone, so it lives in memory; the
+		// lock above orders it. (Written, it cost a turn three of its six
+		// writes: the lease, its release and the removal of the previous
+		// generation.)
+		s.mu.Lock()
+		s.held[id] = ld
+		s.cache.update(id, func(c *cached) { c.lease, c.leaseKnown = &ld, true })
+		s.mu.Unlock()
+	} else if _, err := s.leases.InsertOne(ctx, ld); err != nil {
 		if err = mongox.Translate(err); !errors.Is(err, mongox.ErrDuplicate) {
 			return nil, fmt.Errorf("mongostore: acquire lease on %s: %w", id, err)
 		}
@@ -985,14 +1008,12 @@ func (s *Store) ownLease(ctx context.Context, id string, lease conversation.Leas
 	}
 	if s.single {
 		s.mu.Lock()
-		c := s.cache.get(id)
+		h, holding := s.held[id]
 		s.mu.Unlock()
-		if c.leaseKnown {
-			if c.lease == nil || c.lease.Gen != lease.Gen || c.lease.LeaseID != lease.ID || c.lease.Released {
-				return nil, fmt.Errorf("%w: %s", conversation.ErrLeaseLost, id)
-			}
-			return c.lease, nil
+		if !holding || h.Gen != lease.Gen || h.LeaseID != lease.ID {
+			return nil, fmt.Errorf("%w: %s", conversation.ErrLeaseLost, id)
 		}
+		return &h, nil
 	}
 	var d leaseDoc
 	found, err := findByID(ctx, s.leases, leaseDocID(id, lease.Gen), &d)
@@ -1044,7 +1065,7 @@ func (s *Store) ReleaseLease(ctx context.Context, scope conversation.Scope, id s
 			c.conv.UpdateTime, c.conv.LeaseGen = conversation.Millis(now), own.Gen
 		}
 	})
-	if own.Gen > 1 {
+	if own.Gen > 1 && !s.single {
 		_, _ = s.leases.DeleteOne(ctx, byID(leaseDocID(id, own.Gen-1))) // history; best effort
 	}
 	return nil
@@ -1053,6 +1074,10 @@ func (s *Store) ReleaseLease(ctx context.Context, scope conversation.Scope, id s
 // setLease updates the holder's own lease generation document; only the
 // holder writes it.
 func (s *Store) setLease(ctx context.Context, own *leaseDoc, set bson.D) error {
+	if s.single {
+		s.setHeld(own, set)
+		return nil
+	}
 	res, err := s.leases.UpdateOne(ctx, byID(own.ID), bson.D{{Key: "$set", Value: set}})
 	if err != nil {
 		s.remember(own.ConversationID, func(c *cached) { c.lease, c.leaseKnown = nil, false })
@@ -1076,4 +1101,27 @@ func (s *Store) setLease(ctx context.Context, own *leaseDoc, set bson.D) error {
 		}
 	})
 	return nil
+}
+
+// setHeld applies set to a single writer's lease own, in memory (see
+// AcquireLease): a released lease leaves held, and the cache keeps it as
+// the conversation's newest generation. The caller holds the lease lock.
+func (s *Store) setHeld(own *leaseDoc, set bson.D) {
+	l := *own
+	for _, e := range set {
+		switch e.Key {
+		case "until":
+			l.Until = e.Value.(time.Time)
+		case "released":
+			l.Released = e.Value.(bool)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.Released {
+		delete(s.held, l.ConversationID)
+	} else {
+		s.held[l.ConversationID] = l
+	}
+	s.cache.update(l.ConversationID, func(c *cached) { c.lease, c.leaseKnown = &l, true })
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -87,12 +88,14 @@ func TestEveryQueryIsIndexed(t *testing.T) {
 	})
 }
 
-// TestSingleWriterTakesADeadProcesssLease: agentmesh up killed mid-turn
-// leaves the turn's lease in the database; the process started after it
-// is the database's only writer, so that lease is no turn's and the
-// conversation takes a message at once, not when the lease lapses. Its
-// own leases still hold against its own turns and deletes, and many
-// writers still wait for any lease another holds.
+// TestSingleWriterTakesADeadProcesssLease: a process killed mid-turn
+// leaves the turn's lease in the database (one that wrote its leases: a
+// replica, or an earlier version of agentmesh up); a process started after
+// it as the database's only writer knows that lease is no turn's, and the
+// conversation takes a message at once, not when the lease lapses. Its own
+// leases live in memory (none is written) and still hold against its own
+// turns and deletes, and many writers still wait for any lease another
+// holds.
 func TestSingleWriterTakesADeadProcesssLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -103,7 +106,7 @@ func TestSingleWriterTakesADeadProcesssLease(t *testing.T) {
 	lease := func(id string) conversation.Lease {
 		return conversation.Lease{ID: id, Holder: "orchestrator", Until: t0.Add(30 * time.Second)}
 	}
-	killed := open(true)
+	killed := open(false)
 	if err := killed.Create(ctx, &conversation.Conversation{ID: "c1", Scope: sc, CreateTime: t0, UpdateTime: t0}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +116,19 @@ func TestSingleWriterTakesADeadProcesssLease(t *testing.T) {
 	msg := conversation.Message{ID: "m1", Seq: 1, Role: conversation.RoleUser, Content: "m1", CreateTime: t0}
 	if err := killed.Append(ctx, sc, "c1", msg); err != nil {
 		t.Fatal(err)
+	}
+	leaseDocs := func() int64 {
+		t.Helper()
+		client, err := mongo.Connect(options.Client().ApplyURI(uri))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = client.Disconnect(ctx) }()
+		n, err := client.Database(dbName).Collection(mongostore.LeasesCollection).CountDocuments(ctx, bson.D{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
 
 	if _, err := open(false).AcquireLease(ctx, sc, "c1", lease("replica"), t0.Add(time.Second)); !errors.Is(err, conversation.ErrBusy) {
@@ -129,6 +145,9 @@ func TestSingleWriterTakesADeadProcesssLease(t *testing.T) {
 	}
 	if got.Lease.ID != "next" {
 		t.Fatalf("lease = %+v, want next", got.Lease)
+	}
+	if n := leaseDocs(); n != 1 {
+		t.Errorf("%d lease documents after the single writer's lease; want the killed process's alone", n)
 	}
 	if msgs, err := restarted.Messages(ctx, sc, "c1", 10); err != nil || len(msgs) != 1 || msgs[0].Content != "m1" {
 		t.Fatalf("messages after the takeover = %+v, %v; want m1", msgs, err)
