@@ -256,7 +256,7 @@ func (e *Engine) advance(ctx context.Context, tenant, project, rootID string) er
 	}
 
 	// Planning is complete: every planned call has its tool job.
-	var toolJobs []*Job
+	var toolJobs, created []*Job
 	for i, call := range planning.Plan {
 		id := childID(rootID, "tool/"+call.Key)
 		if j, ok := toolsByID[id]; ok {
@@ -268,10 +268,11 @@ func (e *Engine) advance(ctx context.Context, tenant, project, rootID string) er
 			Tenant: tenant, Project: project, Seq: i + 1, Title: call.Title, ToolName: call.Tool,
 			InputJSON: call.Args, IdempotencyKey: call.Key, CreateTime: e.now(),
 		}
-		if _, err := e.insert(ctx, j, true); err != nil {
-			return err
-		}
+		created = append(created, j)
 		toolJobs = append(toolJobs, j)
+	}
+	if err := e.insertAll(ctx, created); err != nil {
+		return err
 	}
 	round := int32(0)
 	for _, j := range toolJobs {

@@ -419,6 +419,39 @@ func (e *Engine) insert(ctx context.Context, j *Job, queue bool) (bool, error) {
 	return true, nil
 }
 
+// insertAll is insert for several jobs, queued, in one write where the
+// store can (BatchInserter). Jobs whose id is taken are left as they are.
+func (e *Engine) insertAll(ctx context.Context, jobs []*Job) error {
+	b, ok := e.store.(BatchInserter)
+	if !ok || len(jobs) < 2 {
+		for _, j := range jobs {
+			if _, err := e.insert(ctx, j, true); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	outboxes := make([][]events.OutboxEntry, len(jobs))
+	for i, j := range jobs {
+		j.UpdateTime = j.CreateTime
+		outbox, err := e.outboxFor(ctx, j, announced|queued)
+		if err != nil {
+			return err
+		}
+		outboxes[i] = outbox
+	}
+	var errs []error
+	for i, err := range b.InsertAll(ctx, jobs, outboxes) {
+		switch {
+		case err == nil:
+			entered(ctx, jobs[i])
+		case !errors.Is(err, ErrExists):
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // outboxFor builds the entries a write with effect eff carries: the job
 // event first, then the work item (which bumps j.Dispatches).
 func (e *Engine) outboxFor(ctx context.Context, j *Job, eff effect) ([]events.OutboxEntry, error) {

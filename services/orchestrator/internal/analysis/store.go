@@ -85,6 +85,14 @@ type Store interface {
 	Archive(ctx context.Context, trees [][]*Job, relayed func([]events.OutboxEntry) bool) ([]bool, error)
 }
 
+// BatchInserter is a Store that can insert several jobs in one write: the
+// engine creates an analysis's planned tool jobs that way.
+type BatchInserter interface {
+	// InsertAll is Insert for each job, outboxes[i] the entries of
+	// jobs[i]; errs[i] is its error (ErrExists if the id is taken).
+	InsertAll(ctx context.Context, jobs []*Job, outboxes [][]events.OutboxEntry) (errs []error)
+}
+
 // LazyUpdater is a Store that can hold a write back briefly: the engine
 // writes a claim that way, since nothing waits for it to be stored (a
 // process that dies before it is written leaves the job pending, which is

@@ -26,7 +26,7 @@ import (
 // its own, so its polling is not counted.
 func TestAnalysisRoundTrips(t *testing.T) {
 	t.Parallel()
-	budgets := map[bool]int{false: 100, true: 14} // many writers, single writer (measured 96-97 and 13: no removal written to a job archived by then, each claim written with its result)
+	budgets := map[bool]int{false: 100, true: 13} // many writers, single writer (measured 95-97 and 12: no removal written to a job archived by then, each claim written with its result, the tool jobs inserted together)
 	eachWriterMode(t, func(t *testing.T, single bool) {
 		e := newEnvCounted(t, single)
 		e.scriptBHPPlan()

@@ -171,8 +171,10 @@ func (s *Store) unsure(id string, outbox []events.OutboxEntry) {
 }
 
 var (
-	_ analysis.Store      = (*Store)(nil)
-	_ analysis.SoleWriter = (*Store)(nil)
+	_ analysis.Store         = (*Store)(nil)
+	_ analysis.SoleWriter    = (*Store)(nil)
+	_ analysis.LazyUpdater   = (*Store)(nil)
+	_ analysis.BatchInserter = (*Store)(nil)
 )
 
 // listIndex is the index of ListJobs with the equality filter field, if
@@ -304,6 +306,83 @@ func (s *Store) Insert(ctx context.Context, j *analysis.Job, outbox ...events.Ou
 	unlock := mongox.LockDocument(s.live, j.ID)
 	defer unlock()
 	return s.insertLive(ctx, "insert", j, outbox)
+}
+
+// InsertAll implements analysis.BatchInserter: the jobs go into the live
+// set in one unordered insert; a taken id fails that job alone
+// (ErrExists).
+func (s *Store) InsertAll(ctx context.Context, jobs []*analysis.Job, outboxes [][]events.OutboxEntry) []error {
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	slices.Sort(ids)
+	for _, id := range slices.Compact(ids) {
+		defer mongox.LockDocument(s.live, id)()
+	}
+	errs := make([]error, len(jobs))
+	docs := make([]any, len(jobs))
+	for i, j := range jobs {
+		doc, err := toDoc(j)
+		if err != nil {
+			return fill(errs, err)
+		}
+		if len(outboxes[i]) > 0 {
+			doc = append(doc, bson.E{Key: events.OutboxField, Value: outboxes[i]})
+		}
+		docs[i] = doc
+	}
+	_, err := s.live.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	var bwe mongo.BulkWriteException
+	switch {
+	case err == nil:
+	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0:
+		for _, we := range bwe.WriteErrors {
+			if we.Index < 0 || we.Index >= len(jobs) {
+				return s.insertedUnsure(jobs, outboxes, fill(errs, translate("insert", err)))
+			}
+			if mongo.IsDuplicateKeyError(we) {
+				errs[we.Index] = fmt.Errorf("jobstore: insert %s: %w", jobs[we.Index].ID, analysis.ErrExists)
+			} else {
+				errs[we.Index] = translate("insert "+jobs[we.Index].ID, we)
+			}
+		}
+	default:
+		return s.insertedUnsure(jobs, outboxes, fill(errs, translate("insert", err)))
+	}
+	for i, j := range jobs {
+		switch {
+		case errs[i] == nil:
+			if s.mirror != nil {
+				s.mirror.stored(j, outboxes[i], true)
+			}
+			s.notify(j.ID, outboxes[i])
+		case s.mirror != nil && !errors.Is(errs[i], analysis.ErrExists):
+			s.mirror.forget(j.ID) // the outcome is unknown: read it next time
+			s.unsure(j.ID, outboxes[i])
+		}
+	}
+	return errs
+}
+
+// insertedUnsure handles an insert of jobs whose outcome is unknown for
+// all of them, and returns errs.
+func (s *Store) insertedUnsure(jobs []*analysis.Job, outboxes [][]events.OutboxEntry, errs []error) []error {
+	if s.mirror != nil {
+		for i, j := range jobs {
+			s.mirror.forget(j.ID)
+			s.unsure(j.ID, outboxes[i])
+		}
+	}
+	return errs
+}
+
+// fill sets every element of errs to err and returns errs.
+func fill(errs []error, err error) []error {
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
 }
 
 // insertLive inserts j into the live set; the caller holds j's lock.

@@ -437,3 +437,34 @@ func TestArchiveMovesTreesTogether(t *testing.T) {
 		})
 	}
 }
+
+// InsertAll inserts jobs in one command: a taken id fails that job alone,
+// with ErrExists, and the others are stored and told to the relay.
+func TestInsertAll(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		s, relay, now := openNoted(t, db)
+		root := newJob(uuid.NewString(), "", analysis.StatusWaiting, now)
+		a, b, c := newJob(root.ID, root.ID, analysis.StatusPending, now), newJob(root.ID, root.ID, analysis.StatusPending, now), newJob(root.ID, root.ID, analysis.StatusPending, now)
+		if err := s.Insert(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		before := relay.count()
+		errs := s.InsertAll(ctx, []*analysis.Job{a, b, c}, [][]events.OutboxEntry{{entry("a")}, {entry("b")}, {entry("c")}})
+		if errs[0] != nil || !errors.Is(errs[1], analysis.ErrExists) || errs[2] != nil {
+			t.Fatalf("InsertAll = %v; want a and c stored, b taken", errs)
+		}
+		for _, j := range []*analysis.Job{a, c} {
+			if got, err := s.Get(ctx, "acme", "research", j.ID); err != nil || got.Status != analysis.StatusPending {
+				t.Errorf("Get %s = %+v, %v", j.ID, got, err)
+			}
+		}
+		if _, ids := stored(t, db, b.ID); len(ids) != 0 {
+			t.Errorf("the taken job's document got entries %v", ids)
+		}
+		if n := relay.count() - before; n != 2 {
+			t.Errorf("%d inserts told to the relay, want 2", n)
+		}
+	})
+}
