@@ -163,9 +163,10 @@ func (r *Relay) SetConcurrency(n int) { r.conc = max(n, 1) }
 // SetRemovalDelay makes Run, with a concurrency above 1, wait d after
 // publishing a document's entries before removing them: entries published
 // from the document meanwhile are removed by the same write, and, with
-// SetGone, nothing is written if the document is gone by then. The entries stay in their
-// document that much longer (a process that dies meanwhile leaves them to
-// be published again, deduplicated by event id). Call it before Run.
+// SetGone, nothing is written if the document is gone by then. The entries
+// stay in their document that much longer (a process that dies meanwhile
+// leaves them to be published again, deduplicated by event id). Call it
+// before Run.
 func (r *Relay) SetRemovalDelay(d time.Duration) { r.delay = max(d, 0) }
 
 // SetPollInterval sets how often Run sweeps the whole collection for

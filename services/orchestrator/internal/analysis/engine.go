@@ -399,24 +399,11 @@ func (e *Engine) mutateWith(ctx context.Context, tenant, project, id string,
 // item. It reports false without error if the job exists already, which
 // makes creating derived children idempotent.
 func (e *Engine) insert(ctx context.Context, j *Job, queue bool) (bool, error) {
-	eff := announced
-	if queue {
-		eff |= queued
-	}
-	j.UpdateTime = j.CreateTime
-	outbox, err := e.outboxFor(ctx, j, eff)
+	outbox, err := e.creation(ctx, j, queue)
 	if err != nil {
 		return false, err
 	}
-	err = e.store.Insert(ctx, j, outbox...)
-	if errors.Is(err, ErrExists) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	entered(ctx, j)
-	return true, nil
+	return e.created(ctx, j, e.store.Insert(ctx, j, outbox...))
 }
 
 // insertAll is insert for several jobs, queued, in one write where the
@@ -433,8 +420,7 @@ func (e *Engine) insertAll(ctx context.Context, jobs []*Job) error {
 	}
 	outboxes := make([][]events.OutboxEntry, len(jobs))
 	for i, j := range jobs {
-		j.UpdateTime = j.CreateTime
-		outbox, err := e.outboxFor(ctx, j, announced|queued)
+		outbox, err := e.creation(ctx, j, true)
 		if err != nil {
 			return err
 		}
@@ -442,14 +428,35 @@ func (e *Engine) insertAll(ctx context.Context, jobs []*Job) error {
 	}
 	var errs []error
 	for i, err := range b.InsertAll(ctx, jobs, outboxes) {
-		switch {
-		case err == nil:
-			entered(ctx, jobs[i])
-		case !errors.Is(err, ErrExists):
+		if _, err := e.created(ctx, jobs[i], err); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// creation readies new job j to be stored and returns the entries its
+// insert carries: its creation event and, if queue, its work item.
+func (e *Engine) creation(ctx context.Context, j *Job, queue bool) ([]events.OutboxEntry, error) {
+	eff := announced
+	if queue {
+		eff |= queued
+	}
+	j.UpdateTime = j.CreateTime
+	return e.outboxFor(ctx, j, eff)
+}
+
+// created takes the outcome err of inserting j: true if it stored j, false
+// without error if the id was taken.
+func (e *Engine) created(ctx context.Context, j *Job, err error) (bool, error) {
+	switch {
+	case errors.Is(err, ErrExists):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	entered(ctx, j)
+	return true, nil
 }
 
 // outboxFor builds the entries a write with effect eff carries: the job

@@ -316,10 +316,7 @@ func (s *Store) InsertAll(ctx context.Context, jobs []*analysis.Job, outboxes []
 	for i, j := range jobs {
 		ids[i] = j.ID
 	}
-	slices.Sort(ids)
-	for _, id := range slices.Compact(ids) {
-		defer mongox.LockDocument(s.live, id)()
-	}
+	defer s.lockJobs(ids)()
 	errs := make([]error, len(jobs))
 	docs := make([]any, len(jobs))
 	for i, j := range jobs {
@@ -336,11 +333,9 @@ func (s *Store) InsertAll(ctx context.Context, jobs []*analysis.Job, outboxes []
 	var bwe mongo.BulkWriteException
 	switch {
 	case err == nil:
-	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0:
+	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 &&
+		!slices.ContainsFunc(bwe.WriteErrors, func(we mongo.BulkWriteError) bool { return we.Index < 0 || we.Index >= len(jobs) }):
 		for _, we := range bwe.WriteErrors {
-			if we.Index < 0 || we.Index >= len(jobs) {
-				return s.insertedUnsure(jobs, outboxes, fill(errs, translate("insert", err)))
-			}
 			if mongo.IsDuplicateKeyError(we) {
 				errs[we.Index] = fmt.Errorf("jobstore: insert %s: %w", jobs[we.Index].ID, analysis.ErrExists)
 			} else {
@@ -348,31 +343,10 @@ func (s *Store) InsertAll(ctx context.Context, jobs []*analysis.Job, outboxes []
 			}
 		}
 	default:
-		return s.insertedUnsure(jobs, outboxes, fill(errs, translate("insert", err)))
+		fill(errs, translate("insert", err)) // the outcome of each is unknown
 	}
 	for i, j := range jobs {
-		switch {
-		case errs[i] == nil:
-			if s.mirror != nil {
-				s.mirror.stored(j, outboxes[i], true)
-			}
-			s.notify(j.ID, outboxes[i])
-		case s.mirror != nil && !errors.Is(errs[i], analysis.ErrExists):
-			s.mirror.forget(j.ID) // the outcome is unknown: read it next time
-			s.unsure(j.ID, outboxes[i])
-		}
-	}
-	return errs
-}
-
-// insertedUnsure handles an insert of jobs whose outcome is unknown for
-// all of them, and returns errs.
-func (s *Store) insertedUnsure(jobs []*analysis.Job, outboxes [][]events.OutboxEntry, errs []error) []error {
-	if s.mirror != nil {
-		for i, j := range jobs {
-			s.mirror.forget(j.ID)
-			s.unsure(j.ID, outboxes[i])
-		}
+		s.inserted(j, outboxes[i], errs[i])
 	}
 	return errs
 }
@@ -396,6 +370,13 @@ func (s *Store) insertLive(ctx context.Context, op string, j *analysis.Job, outb
 	}
 	_, err = s.live.InsertOne(ctx, doc)
 	err = translate(op+" "+j.ID, err)
+	s.inserted(j, outbox, err)
+	return err
+}
+
+// inserted records the outcome err of inserting j with outbox: stored, or
+// taken (ErrExists), or unknown; the caller holds j's lock.
+func (s *Store) inserted(j *analysis.Job, outbox []events.OutboxEntry, err error) {
 	switch {
 	case err == nil:
 		if s.mirror != nil {
@@ -406,19 +387,38 @@ func (s *Store) insertLive(ctx context.Context, op string, j *analysis.Job, outb
 		s.mirror.forget(j.ID) // the outcome is unknown: read it next time
 		s.unsure(j.ID, outbox)
 	}
-	return err
+}
+
+// lockJobs takes the document locks of ids, in order (so two callers
+// never wait for each other), and returns what releases them.
+func (s *Store) lockJobs(ids []string) (unlock func()) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	unlocks := make([]func(), len(ids))
+	for i, id := range ids {
+		unlocks[i] = mongox.LockDocument(s.live, id)
+	}
+	return func() {
+		for _, u := range unlocks {
+			u()
+		}
+	}
 }
 
 // Update implements analysis.Store. Updating an archived job brings it back
 // into the live set.
 func (s *Store) Update(ctx context.Context, j *analysis.Job, version int64, outbox ...events.OutboxEntry) error {
+	return s.update(ctx, j, version, outbox, false)
+}
+
+// update is Update, or for a single writer with lazy UpdateLazily.
+func (s *Store) update(ctx context.Context, j *analysis.Job, version int64, outbox []events.OutboxEntry, lazy bool) error {
 	next := *j
 	next.Version = version + 1
 	unlock := mongox.LockDocument(s.live, j.ID)
 	defer unlock()
 	var err error
 	if s.mirror != nil {
-		err = s.updateMirrored(ctx, &next, version, outbox)
+		err = s.updateMirrored(ctx, &next, version, outbox, lazy)
 	} else {
 		err = s.updateVersioned(ctx, &next, version, outbox)
 	}
@@ -457,8 +457,9 @@ func (s *Store) updateVersioned(ctx context.Context, next *analysis.Job, version
 }
 
 // updateMirrored stores next if the job is still at version (FerretDB),
-// checking the version against the mirror; the caller holds the lock.
-func (s *Store) updateMirrored(ctx context.Context, next *analysis.Job, version int64, outbox []events.OutboxEntry) error {
+// checking the version against the mirror, or with lazy holds the write
+// back (see UpdateLazily); the caller holds the lock.
+func (s *Store) updateMirrored(ctx context.Context, next *analysis.Job, version int64, outbox []events.OutboxEntry, lazy bool) error {
 	id := next.ID
 	cur, err := s.liveJob(ctx, id)
 	if err != nil {
@@ -469,6 +470,11 @@ func (s *Store) updateMirrored(ctx context.Context, next *analysis.Job, version 
 	}
 	if cur.Version != version {
 		return conflict(id, version)
+	}
+	if lazy {
+		s.mirror.put(next)
+		s.hold(next, outbox)
+		return nil
 	}
 	if w := s.take(id); w != nil {
 		// next follows the held write's state: one write stores both,
@@ -836,10 +842,7 @@ func (s *Store) Archive(ctx context.Context, trees [][]*analysis.Job, relayed fu
 			ids = append(ids, j.ID)
 		}
 	}
-	slices.Sort(ids)
-	for _, id := range slices.Compact(ids) {
-		defer mongox.LockDocument(s.live, id)()
-	}
+	defer s.lockJobs(ids)()
 
 	done := make([]bool, len(trees))
 	var (

@@ -2,6 +2,7 @@ package jobstore
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -39,32 +40,7 @@ type held struct {
 // meanwhile leaves the job as it was before it in the database, as if it
 // had died just before the write. With many writers it is Update.
 func (s *Store) UpdateLazily(ctx context.Context, j *analysis.Job, version int64, outbox ...events.OutboxEntry) error {
-	if s.mirror == nil {
-		return s.Update(ctx, j, version, outbox...)
-	}
-	next := *j
-	next.Version = version + 1
-	unlock := mongox.LockDocument(s.live, j.ID)
-	defer unlock()
-	cur, err := s.liveJob(ctx, j.ID)
-	if err != nil {
-		return err
-	}
-	if cur == nil {
-		// Archived: bringing it back is an insert, written now.
-		if err := s.revive(ctx, &next, version, outbox); err != nil {
-			return err
-		}
-		j.Version = next.Version
-		return nil
-	}
-	if cur.Version != version {
-		return conflict(j.ID, version)
-	}
-	s.mirror.put(&next)
-	s.hold(&next, outbox)
-	j.Version = next.Version
-	return nil
+	return s.update(ctx, j, version, outbox, true)
 }
 
 // hold keeps the write of next, with outbox, back for LazyDelay, merged
@@ -129,10 +105,7 @@ func (s *Store) writeHeld(id string, w *heldWrite) {
 // Flush writes every held write now: at shutdown, so a stop loses none.
 func (s *Store) Flush() {
 	s.held.mu.Lock()
-	pending := make(map[string]*heldWrite, len(s.held.writes))
-	for id, w := range s.held.writes {
-		pending[id] = w
-	}
+	pending := maps.Clone(s.held.writes)
 	s.held.mu.Unlock()
 	for id, w := range pending {
 		s.writeHeld(id, w)

@@ -949,18 +949,16 @@ func (s *Store) AcquireLease(ctx context.Context, scope conversation.Scope, id s
 		// No other process writes the database, and the process that
 		// replaces this one takes its leases as free (liveLease): a turn
 		// lease serves this process alone, so it lives in memory; the
-		// lock above orders it. (Written, it cost a turn three of its six
-		// writes: the lease, its release and the removal of the previous
-		// generation.)
+		// lock above orders it, and the cache learns it below. (Written,
+		// it cost a turn three of its six writes: the lease, its release
+		// and the removal of the previous generation.)
 		s.mu.Lock()
 		s.held[id] = ld
-		s.cache.update(id, func(c *cached) { c.lease, c.leaseKnown = &ld, true })
 		s.mu.Unlock()
 	} else if _, err := s.leases.InsertOne(ctx, ld); err != nil {
 		if err = mongox.Translate(err); !errors.Is(err, mongox.ErrDuplicate) {
 			return nil, fmt.Errorf("mongostore: acquire lease on %s: %w", id, err)
 		}
-		s.remember(id, func(c *cached) { c.lease, c.leaseKnown = nil, false })
 		var winner leaseDoc
 		if _, err := findByID(ctx, s.leases, leaseDocID(id, gen), &winner); err != nil {
 			return nil, err
@@ -1072,7 +1070,7 @@ func (s *Store) ReleaseLease(ctx context.Context, scope conversation.Scope, id s
 }
 
 // setLease updates the holder's own lease generation document; only the
-// holder writes it.
+// holder writes it. A single writer's lease lives in memory (setHeld).
 func (s *Store) setLease(ctx context.Context, own *leaseDoc, set bson.D) error {
 	if s.single {
 		s.setHeld(own, set)
@@ -1080,26 +1078,11 @@ func (s *Store) setLease(ctx context.Context, own *leaseDoc, set bson.D) error {
 	}
 	res, err := s.leases.UpdateOne(ctx, byID(own.ID), bson.D{{Key: "$set", Value: set}})
 	if err != nil {
-		s.remember(own.ConversationID, func(c *cached) { c.lease, c.leaseKnown = nil, false })
 		return fmt.Errorf("mongostore: lease on %s: %w", own.ConversationID, mongox.Translate(err))
 	}
 	if res.MatchedCount == 0 {
-		s.remember(own.ConversationID, func(c *cached) { c.lease, c.leaseKnown = nil, false })
 		return fmt.Errorf("%w: %s", conversation.ErrLeaseLost, own.ConversationID)
 	}
-	s.remember(own.ConversationID, func(c *cached) {
-		if c.lease == nil || c.lease.Gen != own.Gen {
-			return
-		}
-		for _, e := range set {
-			switch e.Key {
-			case "until":
-				c.lease.Until = e.Value.(time.Time)
-			case "released":
-				c.lease.Released = e.Value.(bool)
-			}
-		}
-	})
 	return nil
 }
 
