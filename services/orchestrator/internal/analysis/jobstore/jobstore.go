@@ -127,6 +127,8 @@ type Store struct {
 	relay Relay
 	// held are the writes UpdateLazily holds back (single writer).
 	held held
+	// inserts gathers concurrent Inserts into one command.
+	inserts *mongox.Batcher[newJob]
 }
 
 // SoleWriter reports whether this process is the database's only writer
@@ -221,6 +223,7 @@ var retiredIndexes = []string{"children", "unfinished"}
 // loads the mirror of the live set.
 func New(ctx context.Context, db *mongo.Database) (*Store, error) {
 	s := &Store{live: db.Collection(Collection), archive: db.Collection(ArchiveCollection)}
+	s.inserts = mongox.NewBatcher(insertBatch, s.insertMany)
 	single := mongox.SingleWriter(db)
 	for _, coll := range []*mongo.Collection{s.live, s.archive} {
 		var keep []mongox.Index
@@ -301,11 +304,12 @@ func (s *Store) Gone(id any) bool {
 
 // Insert implements analysis.Store. It reports ErrExists for an id taken in
 // the live set; the engine creates jobs only in unfinished analyses, which
-// are never archived.
+// are never archived. Jobs inserted while another insert is under way go
+// in the next one together (a burst of submissions costs a few commands,
+// not one each).
 func (s *Store) Insert(ctx context.Context, j *analysis.Job, outbox ...events.OutboxEntry) error {
-	unlock := mongox.LockDocument(s.live, j.ID)
-	defer unlock()
-	return s.insertLive(ctx, "insert", j, outbox)
+	defer mongox.LockDocument(s.live, j.ID)()
+	return s.inserts.Do(ctx, newJob{j, outbox})
 }
 
 // InsertAll implements analysis.BatchInserter: the jobs go into the live
@@ -313,65 +317,68 @@ func (s *Store) Insert(ctx context.Context, j *analysis.Job, outbox ...events.Ou
 // (ErrExists).
 func (s *Store) InsertAll(ctx context.Context, jobs []*analysis.Job, outboxes [][]events.OutboxEntry) []error {
 	ids := make([]string, len(jobs))
+	batch := make([]newJob, len(jobs))
 	for i, j := range jobs {
 		ids[i] = j.ID
+		batch[i] = newJob{j, outboxes[i]}
 	}
 	defer s.lockJobs(ids)()
+	return s.insertMany(ctx, batch)
+}
+
+// newJob is a job to insert with its outbox entries.
+type newJob struct {
+	job    *analysis.Job
+	outbox []events.OutboxEntry
+}
+
+// insertBatch is the most jobs Insert gathers into one command.
+const insertBatch = 64
+
+// insertMany inserts jobs into the live set in one unordered insert and
+// returns each one's outcome: a taken id fails that job alone (ErrExists).
+// The caller holds the jobs' locks.
+func (s *Store) insertMany(ctx context.Context, jobs []newJob) []error {
 	errs := make([]error, len(jobs))
-	docs := make([]any, len(jobs))
-	for i, j := range jobs {
-		doc, err := toDoc(j)
+	docs := make([]any, 0, len(jobs))
+	at := make([]int, 0, len(jobs)) // the job of each of docs
+	for i, n := range jobs {
+		doc, err := toDoc(n.job)
 		if err != nil {
-			return fill(errs, err)
+			errs[i] = err // that job alone
+			continue
 		}
-		if len(outboxes[i]) > 0 {
-			doc = append(doc, bson.E{Key: events.OutboxField, Value: outboxes[i]})
+		if len(n.outbox) > 0 {
+			doc = append(doc, bson.E{Key: events.OutboxField, Value: n.outbox})
 		}
-		docs[i] = doc
+		docs, at = append(docs, doc), append(at, i)
+	}
+	if len(docs) == 0 {
+		return errs
 	}
 	_, err := s.live.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	var bwe mongo.BulkWriteException
 	switch {
 	case err == nil:
 	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 &&
-		!slices.ContainsFunc(bwe.WriteErrors, func(we mongo.BulkWriteError) bool { return we.Index < 0 || we.Index >= len(jobs) }):
+		!slices.ContainsFunc(bwe.WriteErrors, func(we mongo.BulkWriteError) bool { return we.Index < 0 || we.Index >= len(docs) }):
 		for _, we := range bwe.WriteErrors {
+			i := at[we.Index]
 			if mongo.IsDuplicateKeyError(we) {
-				errs[we.Index] = fmt.Errorf("jobstore: insert %s: %w", jobs[we.Index].ID, analysis.ErrExists)
+				errs[i] = fmt.Errorf("jobstore: insert %s: %w", jobs[i].job.ID, analysis.ErrExists)
 			} else {
-				errs[we.Index] = translate("insert "+jobs[we.Index].ID, we)
+				errs[i] = translate("insert "+jobs[i].job.ID, we)
 			}
 		}
 	default:
-		fill(errs, translate("insert", err)) // the outcome of each is unknown
+		for _, i := range at {
+			errs[i] = translate("insert", err) // the outcome of each is unknown
+		}
 	}
-	for i, j := range jobs {
-		s.inserted(j, outboxes[i], errs[i])
-	}
-	return errs
-}
-
-// fill sets every element of errs to err and returns errs.
-func fill(errs []error, err error) []error {
-	for i := range errs {
-		errs[i] = err
+	for _, i := range at {
+		s.inserted(jobs[i].job, jobs[i].outbox, errs[i])
 	}
 	return errs
-}
-
-// insertLive inserts j into the live set; the caller holds j's lock.
-func (s *Store) insertLive(ctx context.Context, op string, j *analysis.Job, outbox []events.OutboxEntry) error {
-	doc, err := toDoc(j)
-	if err != nil {
-		return err
-	}
-	if len(outbox) > 0 {
-		doc = append(doc, bson.E{Key: events.OutboxField, Value: outbox})
-	}
-	_, err = s.live.InsertOne(ctx, doc)
-	err = translate(op+" "+j.ID, err)
-	s.inserted(j, outbox, err)
-	return err
 }
 
 // inserted records the outcome err of inserting j with outbox: stored, or
@@ -518,7 +525,7 @@ func (s *Store) revive(ctx context.Context, next *analysis.Job, version int64, o
 	if old.Version != version {
 		return conflict(next.ID, version)
 	}
-	err = s.insertLive(ctx, "revive", next, outbox)
+	err = s.insertMany(ctx, []newJob{{next, outbox}})[0]
 	if errors.Is(err, analysis.ErrExists) {
 		return conflict(next.ID, version) // revived concurrently
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -384,11 +385,9 @@ func testClearedFieldsStayCleared(t *testing.T, db *mongo.Database) {
 	}
 }
 
-// The archiver's batch goes in one call: the trees that may move go in one
-// insert into the archive and (for a single writer) one delete command; a
-// tree that may not (an event not relayed) stays live, alone.
-func TestArchiveMovesTreesTogether(t *testing.T) {
-	t.Parallel()
+// eachCountedMode runs test in a subtest for each writer mode, on a
+// database whose commands rt counts.
+func eachCountedMode(t *testing.T, test func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips, single bool)) {
 	for _, single := range []bool{false, true} {
 		t.Run(map[bool]string{false: "many writers", true: "single writer"}[single], func(t *testing.T) {
 			t.Parallel()
@@ -396,46 +395,106 @@ func TestArchiveMovesTreesTogether(t *testing.T) {
 			if single {
 				mongox.MarkSingleWriter(db.Client())
 			}
-			ctx := context.Background()
-			s := openStore(t, db)
-			now := time.Now().UTC().Truncate(time.Millisecond)
-			var trees [][]*analysis.Job
-			for _, name := range []string{"a", "b", "c"} {
-				root := newJob(uuid.NewString(), "", analysis.StatusComplete, now)
-				tool := newJob(root.ID, root.ID, analysis.StatusComplete, now)
-				for _, j := range []*analysis.Job{root, tool} {
-					if err := s.Insert(ctx, j, events.OutboxEntry{ID: name + "-" + j.ID, Subject: "am.evt.acme.job." + j.ID}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				trees = append(trees, []*analysis.Job{root, tool})
-			}
-			notB := func(outbox []events.OutboxEntry) bool {
-				return !slices.ContainsFunc(outbox, func(e events.OutboxEntry) bool { return e.ID[0] == 'b' })
-			}
-			rt.Reset()
-			done, err := s.Archive(ctx, trees, notB)
-			if err != nil || !slices.Equal(done, []bool{true, false, true}) {
-				t.Fatalf("Archive = %v, %v; want a and c archived", done, err)
-			}
-			want := "delete analysis_jobs=4 find analysis_jobs=5 insert analysis_jobs_archive=1" // b: its analysis read, not relayed
-			if single {
-				want = "delete analysis_jobs=1 insert analysis_jobs_archive=1"
-			}
-			if got := rt.String(); got != want {
-				t.Errorf("round trips %q, want %q", got, want)
-			}
-			if l, a := count(t, db, jobstore.Collection), count(t, db, jobstore.ArchiveCollection); l != 2 || a != 4 {
-				t.Errorf("live %d, archived %d; want 2 (tree b) and 4", l, a)
-			}
-			for i, tree := range trees {
-				got, err := s.Get(ctx, "acme", "research", tree[1].ID)
-				if err != nil || got.ID != tree[1].ID {
-					t.Errorf("tree %d: Get = %v, %v", i, got, err)
-				}
-			}
+			test(t, db, rt, single)
 		})
 	}
+}
+
+// The archiver's batch goes in one call: the trees that may move go in one
+// insert into the archive and (for a single writer) one delete command; a
+// tree that may not (an event not relayed) stays live, alone.
+func TestArchiveMovesTreesTogether(t *testing.T) {
+	t.Parallel()
+	eachCountedMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips, single bool) {
+		ctx := context.Background()
+		s := openStore(t, db)
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		var trees [][]*analysis.Job
+		for _, name := range []string{"a", "b", "c"} {
+			root := newJob(uuid.NewString(), "", analysis.StatusComplete, now)
+			tool := newJob(root.ID, root.ID, analysis.StatusComplete, now)
+			for _, j := range []*analysis.Job{root, tool} {
+				if err := s.Insert(ctx, j, events.OutboxEntry{ID: name + "-" + j.ID, Subject: "am.evt.acme.job." + j.ID}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			trees = append(trees, []*analysis.Job{root, tool})
+		}
+		notB := func(outbox []events.OutboxEntry) bool {
+			return !slices.ContainsFunc(outbox, func(e events.OutboxEntry) bool { return e.ID[0] == 'b' })
+		}
+		rt.Reset()
+		done, err := s.Archive(ctx, trees, notB)
+		if err != nil || !slices.Equal(done, []bool{true, false, true}) {
+			t.Fatalf("Archive = %v, %v; want a and c archived", done, err)
+		}
+		want := "delete analysis_jobs=4 find analysis_jobs=5 insert analysis_jobs_archive=1" // b: its analysis read, not relayed
+		if single {
+			want = "delete analysis_jobs=1 insert analysis_jobs_archive=1"
+		}
+		if got := rt.String(); got != want {
+			t.Errorf("round trips %q, want %q", got, want)
+		}
+		if l, a := count(t, db, jobstore.Collection), count(t, db, jobstore.ArchiveCollection); l != 2 || a != 4 {
+			t.Errorf("live %d, archived %d; want 2 (tree b) and 4", l, a)
+		}
+		for i, tree := range trees {
+			got, err := s.Get(ctx, "acme", "research", tree[1].ID)
+			if err != nil || got.ID != tree[1].ID {
+				t.Errorf("tree %d: Get = %v, %v", i, got, err)
+			}
+		}
+	})
+}
+
+// Inserts made while another is under way are gathered into the next
+// command: forty submissions at once cost a few inserts, not forty, and
+// each caller gets its own outcome (a taken id fails that one alone).
+func TestInsertsGatherWhileOneIsUnderWay(t *testing.T) {
+	t.Parallel()
+	eachCountedMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips, single bool) {
+		ctx := context.Background()
+		s := openStore(t, db)
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		taken := newJob(uuid.NewString(), "", analysis.StatusPending, now)
+		if err := s.Insert(ctx, taken); err != nil {
+			t.Fatal(err)
+		}
+		const n = 40
+		jobs := make([]*analysis.Job, n)
+		for i := range jobs {
+			jobs[i] = newJob(uuid.NewString(), "", analysis.StatusPending, now)
+		}
+		jobs[n/2] = taken
+		rt.Reset()
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, j := range jobs {
+			wg.Go(func() {
+				<-start
+				errs[i] = s.Insert(ctx, j, events.OutboxEntry{ID: j.ID, Subject: "am.evt.acme.job." + j.ID})
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if i == n/2 {
+				if !errors.Is(err, analysis.ErrExists) {
+					t.Errorf("insert of the taken id = %v, want ErrExists", err)
+				}
+			} else if err != nil {
+				t.Errorf("insert %d: %v", i, err)
+			}
+		}
+		if got := count(t, db, jobstore.Collection); got != n {
+			t.Errorf("%d jobs stored, want %d", got, n)
+		}
+		if c := rt.Total(); c > n/4 {
+			t.Errorf("%d commands for %d concurrent inserts (%s), want them gathered", c, n, rt)
+		}
+		t.Logf("%d concurrent inserts: %s", n, rt)
+	})
 }
 
 // InsertAll inserts jobs in one command: a taken id fails that job alone,

@@ -1,0 +1,13 @@
+package mongox
+
+// Queued is how many callers of b wait for a batch, in both lanes.
+func Queued[T any](b *Batcher[T]) int {
+	n := 0
+	for i := range b.lanes {
+		l := &b.lanes[i]
+		l.mu.Lock()
+		n += len(l.queue)
+		l.mu.Unlock()
+	}
+	return n
+}
