@@ -56,7 +56,7 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 	if root.ParentID != "" {
 		return &FieldError{Field: "job_id", Reason: "is not an analysis (root) job"}
 	}
-	start, last, filters, err := e.treeEvents(ctx, root)
+	start, last, filters, err := e.treeEvents(ctx, root, afterSeq > 0)
 	if err != nil {
 		return err
 	}
@@ -230,41 +230,59 @@ func (e *Engine) treeDelivered(ctx context.Context, tenant, project, rootID stri
 }
 
 // treeEvents returns the stream sequence just before the first event of
-// the analysis's tree, or, if none is in the stream yet, the stream's last
-// sequence (every event of the tree comes later), the stream's last
-// sequence (no event id a client holds is beyond it), and the subject filters
-// of the tree's events: treeFilter, and for an analysis whose events are in
+// the analysis's tree, or 0 if none is in the stream yet (the consumer then
+// starts at the stream's first event and the server's subject index finds
+// the tree's first when it comes); for a resumed watch, or one of the
+// previous layout, the stream's last sequence (no event id a client holds
+// is beyond it; 0 otherwise); and the subject filters of the tree's events: treeFilter, and for an analysis whose events are in
 // the previous layout (see subjects.go) each child's own. The first event
 // is usually the analysis's own "pending" event, but events of different
 // jobs reach the stream in no fixed order across processes (a relay
 // retrying after a NATS fault publishes the analysis's event after its
 // planning job's), so it is the first of any job of the tree.
-func (e *Engine) treeEvents(ctx context.Context, root *Job) (start, last uint64, filters []string, err error) {
+func (e *Engine) treeEvents(ctx context.Context, root *Job, resumed bool) (start, last uint64, filters []string, err error) {
 	filters = []string{treeFilter(root.Tenant, root.ID)}
 	stream, err := e.eventStream(ctx)
 	if err != nil {
 		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
+	// The stream's last sequence bounds a resumed watch's after_sequence;
+	// a watch from the start asks for it only for an analysis of the
+	// previous layout: one JetStream request fewer before its first event.
+	lastSeq := func() error {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("analysis: watch: %w", err)
+		}
+		last = info.State.LastSeq
+		return nil
 	}
-	last = info.State.LastSeq
-	first := last
+	if resumed {
+		if err := lastSeq(); err != nil {
+			return 0, 0, nil, err
+		}
+	}
 	msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filters[0]))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return first, last, filters, nil
+		// No event yet: from the stream's start, whose index of
+		// subjects finds the tree's first event when it comes.
+		return 0, last, filters, nil
 	case err != nil:
 		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	case !isLegacySubject(msg.Subject):
-		return min(first, msg.Sequence-1), last, filters, nil
+		return msg.Sequence - 1, last, filters, nil
+	}
+	if !resumed {
+		if err := lastSeq(); err != nil {
+			return 0, 0, nil, err
+		}
 	}
 	// An analysis of the previous layout: its children's events are
 	// under their own ids. The jobs are read after the stream's last
 	// sequence: a job with an event at or before it was stored before that
 	// event was published.
-	first = min(first, msg.Sequence-1)
+	first := min(last, msg.Sequence-1)
 	children, err := e.children(ctx, root)
 	if err != nil {
 		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
