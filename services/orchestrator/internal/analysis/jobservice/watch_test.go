@@ -134,6 +134,73 @@ func TestWatchReadsThePreviousSubjectLayout(t *testing.T) {
 	}
 }
 
+// A watch opened before any event of its tree is in the stream (the
+// relay has not published the analysis's first one yet) gets every event
+// when they come. The tree's events are taken out of the stream here,
+// the watch opened, and they are published again.
+func TestWatchOpenedBeforeTheTreesFirstEvent(t *testing.T) {
+	t.Parallel()
+	e, root, _ := completedStockAnalysis(t)
+	want, err := e.watch(root.GetId(), 0)()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := e.ctx(20 * time.Second)
+	js := e.bus.JetStream()
+	filter := events.EventSubjectPrefix + e.scope.GetTenantId() + ".job." + root.GetId() + ".>"
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.FetchNoWait(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tree []*nats.Msg
+	for msg := range batch.Messages() {
+		tree = append(tree, &nats.Msg{Subject: msg.Subject(), Data: msg.Data()}) // no message id: not a duplicate
+	}
+	if len(tree) != len(want) {
+		t.Fatalf("read %d events of the tree, the watch got %d", len(tree), len(want))
+	}
+	stream, err := js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	before := consumers()
+
+	collect := e.watch(root.GetId(), 0)
+	for consumers() == before { // the watch has looked for the tree's events
+		if ctx.Err() != nil {
+			t.Fatal("the watch made no consumer")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, m := range tree {
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameEvents(got, want) {
+		t.Errorf("watch opened before the tree's events:\n got %v\nwant %v", got, want)
+	}
+}
+
 // sameEvents reports whether two watches got the same job states in the
 // same order (their stream sequences differ).
 func sameEvents(a, b []watched) bool {
