@@ -2,8 +2,14 @@ package mongox
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/agentmesh/agentmesh/libs/priority"
 )
@@ -124,4 +130,36 @@ func batchContext[T any](batch []*batched[T]) (context.Context, context.CancelFu
 		}
 	}
 	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
+}
+
+// InsertEach inserts docs into coll in one unordered command and returns
+// each one's outcome, errs[i] for docs[i], translated (Translate): a taken
+// _id fails that document alone with ErrDuplicate. When the command fails
+// as a whole, every outcome is its error: unknown (the server may have
+// stored some).
+func InsertEach[D any](ctx context.Context, coll *mongo.Collection, docs []D) []error {
+	errs := make([]error, len(docs))
+	if len(docs) == 0 {
+		return errs
+	}
+	_, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	var bwe mongo.BulkWriteException
+	switch {
+	case err == nil:
+	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 &&
+		!slices.ContainsFunc(bwe.WriteErrors, func(we mongo.BulkWriteError) bool { return we.Index < 0 || we.Index >= len(docs) }):
+		for _, we := range bwe.WriteErrors {
+			if mongo.IsDuplicateKeyError(we) {
+				errs[we.Index] = fmt.Errorf("%w: %w", ErrDuplicate, we)
+			} else {
+				errs[we.Index] = Translate(we)
+			}
+		}
+	default:
+		err = Translate(err)
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	return errs
 }

@@ -219,7 +219,14 @@ type Store struct {
 	finishing map[string]bool
 
 	transitions metric.Int64Counter // runs entering each state
+
+	// creates gathers the new runs Create is asked for while one insert
+	// is under way into the next (a burst of starts costs a few commands).
+	creates *mongox.Batcher[bson.D]
 }
+
+// createBatch is the most new runs Create gathers into one insert.
+const createBatch = 64
 
 // knownRun is what a single writer knows of a run it wrote.
 type knownRun struct {
@@ -289,8 +296,12 @@ func (s *Store) forget(id string) {
 
 // NewStore returns a store on db's checkpoint collections.
 func NewStore(db *mongo.Database) *Store {
-	return &Store{coll: db.Collection(Collection), archive: db.Collection(ArchiveCollection), now: time.Now, finishing: map[string]bool{},
+	s := &Store{coll: db.Collection(Collection), archive: db.Collection(ArchiveCollection), now: time.Now, finishing: map[string]bool{},
 		known: map[string]knownRun{}, transitions: newTransitions()}
+	s.creates = mongox.NewBatcher(createBatch, func(ctx context.Context, docs []bson.D) []error {
+		return mongox.InsertEach(ctx, s.coll, docs)
+	})
+	return s
 }
 
 // Collection is the collection of runs that can still change: the one
@@ -422,9 +433,9 @@ func (s *Store) Create(ctx context.Context, run statemachine.Run, lease *Lease, 
 		{Key: events.OutboxField, Value: entries},
 	}
 	// A new run: no other write of it can be under way, so no lock.
-	if _, err := s.coll.InsertOne(ctx, d); err != nil {
+	if err := s.creates.Do(ctx, d); err != nil {
 		s.unsure(run.ID, entries)
-		return Record{}, fmt.Errorf("checkpoint: create %s: %w", run.ID, mongox.Translate(err))
+		return Record{}, fmt.Errorf("checkpoint: create %s: %w", run.ID, err)
 	}
 	s.learn(run.ID, &commonv1.Scope{TenantId: run.TenantID, ProjectId: run.ProjectID}, 1)
 	s.wrote(run.ID, entries)

@@ -129,6 +129,60 @@ func testRoundTripKeepsTheWholeContext(t *testing.T, db *mongo.Database) {
 	}
 }
 
+// Runs started while another's insert is under way are gathered into the
+// next insert: thirty starts at once cost a few commands, not thirty, and
+// each gets its own outcome (a taken id fails that start alone).
+func TestCreatesGatherWhileOneIsUnderWay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, rt := testkit.MongoDBCounted(t)
+	s := openStore(t, db)
+	m := machine(t)
+	if _, err := s.Create(ctx, m.Start("taken", scope.GetTenantId(), scope.GetProjectId(), "i").Run, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("run-%d", i)
+	}
+	ids[n/2] = "taken"
+	rt.Reset()
+	recs := make([]Record, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			<-start
+			tr := m.Start(id, scope.GetTenantId(), scope.GetProjectId(), "i")
+			recs[i], errs[i] = s.Create(ctx, tr.Run, nil, outbox(t, tr))
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		switch {
+		case i == n/2:
+			if !errors.Is(err, mongox.ErrDuplicate) {
+				t.Errorf("create of the taken id = %v, want ErrDuplicate", err)
+			}
+		case err != nil:
+			t.Errorf("create %s: %v", ids[i], err)
+		case recs[i].Version != 1 || recs[i].Run.ID != ids[i]:
+			t.Errorf("create %s: record %+v", ids[i], recs[i])
+		}
+	}
+	if c := rt.Total(); c > n/3 {
+		t.Errorf("%d commands for %d concurrent creates (%s), want them gathered", c, n, rt)
+	}
+	for _, id := range ids {
+		if _, err := s.Load(ctx, scope, id); err != nil {
+			t.Errorf("load %s: %v", id, err)
+		}
+	}
+}
+
 // The state and its events are one write: after a commit the outbox holds
 // the events of every transition not yet published, in order.
 func TestCommitAppendsEventsInTheSameWrite(t *testing.T) {

@@ -353,27 +353,8 @@ func (s *Store) insertMany(ctx context.Context, jobs []newJob) []error {
 		}
 		docs, at = append(docs, doc), append(at, i)
 	}
-	if len(docs) == 0 {
-		return errs
-	}
-	_, err := s.live.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
-	var bwe mongo.BulkWriteException
-	switch {
-	case err == nil:
-	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 &&
-		!slices.ContainsFunc(bwe.WriteErrors, func(we mongo.BulkWriteError) bool { return we.Index < 0 || we.Index >= len(docs) }):
-		for _, we := range bwe.WriteErrors {
-			i := at[we.Index]
-			if mongo.IsDuplicateKeyError(we) {
-				errs[i] = fmt.Errorf("jobstore: insert %s: %w", jobs[i].job.ID, analysis.ErrExists)
-			} else {
-				errs[i] = translate("insert "+jobs[i].job.ID, we)
-			}
-		}
-	default:
-		for _, i := range at {
-			errs[i] = translate("insert", err) // the outcome of each is unknown
-		}
+	for k, err := range mongox.InsertEach(ctx, s.live, docs) {
+		errs[at[k]] = translate("insert "+jobs[at[k]].job.ID, err)
 	}
 	for _, i := range at {
 		s.inserted(jobs[i].job, jobs[i].outbox, errs[i])
