@@ -18,8 +18,7 @@ import (
 // way into the next batch, written as one command (a group commit). Alone,
 // a caller's write goes at once, as a batch of one; under a burst, a
 // caller waits for the batch ahead of its own instead of for every write
-// ahead of it in the write gate's line, where each costs the embedded
-// store about as much as a batch of ten.
+// ahead of it in the write gate's line.
 //
 // Batcher is safe for concurrent use; the zero value is not usable (see
 // NewBatcher).
@@ -88,17 +87,24 @@ func (b *Batcher[T]) Do(ctx context.Context, item T) error {
 	l.queue = append([]*batched[T](nil), l.queue[n:]...)
 	l.mu.Unlock()
 
+	// Even if write panics, the callers in the batch get an outcome and
+	// the lead passes on: the lane is never left waiting for a leader.
+	defer func() {
+		l.mu.Lock()
+		if len(l.queue) > 0 {
+			close(l.queue[0].lead)
+		} else {
+			l.running = false
+		}
+		l.mu.Unlock()
+	}()
 	b.run(batch)
-
-	l.mu.Lock()
-	if len(l.queue) > 0 {
-		close(l.queue[0].lead)
-	} else {
-		l.running = false
-	}
-	l.mu.Unlock()
 	return p.err
 }
+
+// errBatchPanicked is the outcome of the writes of a batch whose write
+// panicked.
+var errBatchPanicked = errors.New("mongox: the batch's write panicked; its outcome is unknown")
 
 // run writes batch and gives each caller its outcome.
 func (b *Batcher[T]) run(batch []*batched[T]) {
@@ -108,13 +114,23 @@ func (b *Batcher[T]) run(batch []*batched[T]) {
 	for i, p := range batch {
 		items[i] = p.item
 	}
-	errs := b.write(ctx, items)
-	for i, p := range batch {
-		if i < len(errs) {
-			p.err = errs[i]
+	var errs []error
+	defer func() {
+		r := recover()
+		for i, p := range batch {
+			switch {
+			case r != nil:
+				p.err = errBatchPanicked
+			case i < len(errs):
+				p.err = errs[i]
+			}
+			close(p.done)
 		}
-		close(p.done)
-	}
+		if r != nil {
+			panic(r) // the leader's caller's, as if it had written alone
+		}
+	}()
+	errs = b.write(ctx, items)
 }
 
 // batchContext is the context a batch is written with (see NewBatcher).

@@ -204,3 +204,57 @@ func TestBatcherContext(t *testing.T) {
 		}
 	}
 }
+
+// A write that panics panics in its batch's leader, as if it had written
+// alone; the other callers in that batch get an error, not a wait forever,
+// and the next batches are written.
+func TestBatcherSurvivesAPanickingWrite(t *testing.T) {
+	hold := make(chan struct{})
+	started := make(chan struct{}, 10)
+	b := mongox.NewBatcher(8, func(_ context.Context, items []int) []error {
+		started <- struct{}{}
+		if items[0] == 100 {
+			<-hold
+		}
+		if slices.Contains(items, 0) {
+			panic("boom")
+		}
+		return make([]error, len(items))
+	})
+	ctx := context.Background()
+	go func() { _ = b.Do(ctx, 100) }()
+	<-started
+
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		_ = b.Do(ctx, 0)
+	}()
+	waitQueued(t, b, 1)
+	other := make(chan error, 1)
+	go func() { other <- b.Do(ctx, 2) }()
+	waitQueued(t, b, 2)
+	close(hold)
+
+	if r := <-panicked; r != "boom" {
+		t.Fatalf("the leader of the panicking batch recovered %v, want the panic", r)
+	}
+	select {
+	case err := <-other:
+		if err == nil {
+			t.Fatal("a caller in the panicking batch got no error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a caller in the panicking batch is still waiting")
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Do(ctx, 4) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batcher writes nothing after a panicking batch")
+	}
+}

@@ -231,15 +231,16 @@ func (e *Engine) treeDelivered(ctx context.Context, tenant, project, rootID stri
 
 // treeEvents returns the stream sequence just before the first event of
 // the analysis's tree, or 0 if none is in the stream yet (the consumer then
-// starts at the stream's first event and the server's subject index finds
-// the tree's first when it comes); for a resumed watch, or one of the
-// previous layout, the stream's last sequence (no event id a client holds
-// is beyond it; 0 otherwise); and the subject filters of the tree's events: treeFilter, and for an analysis whose events are in
-// the previous layout (see subjects.go) each child's own. The first event
-// is usually the analysis's own "pending" event, but events of different
-// jobs reach the stream in no fixed order across processes (a relay
-// retrying after a NATS fault publishes the analysis's event after its
-// planning job's), so it is the first of any job of the tree.
+// starts at the stream's first event, and the server's subject index finds
+// the tree's first when it comes); for a resumed watch, or an analysis of
+// the previous layout, the stream's last sequence (no event id a client
+// holds is beyond it; 0 otherwise); and the subject filters of the tree's
+// events: treeFilter, and for an analysis whose events are in the previous
+// layout (see subjects.go) each child's own. The first event is usually
+// the analysis's own "pending" event, but events of different jobs reach
+// the stream in no fixed order across processes (a relay retrying after a
+// NATS fault publishes the analysis's event after its planning job's), so
+// it is the first of any job of the tree.
 func (e *Engine) treeEvents(ctx context.Context, root *Job, resumed bool) (start, last uint64, filters []string, err error) {
 	filters = []string{treeFilter(root.Tenant, root.ID)}
 	stream, err := e.eventStream(ctx)
