@@ -1,6 +1,7 @@
 package jobservice_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -77,23 +78,12 @@ func TestWatchReadsThePreviousSubjectLayout(t *testing.T) {
 	// Move the tree's events to the old layout, in their order.
 	ctx := e.ctx(20 * time.Second)
 	js := e.bus.JetStream()
-	tenant := e.scope.GetTenantId()
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.EventSubjectPrefix + tenant + ".job." + root.GetId() + ".>"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := cons.FetchNoWait(1000)
-	if err != nil {
-		t.Fatal(err)
-	}
 	stream, err := js.Stream(ctx, events.StreamEvents)
 	if err != nil {
 		t.Fatal(err)
 	}
 	moved := 0
-	for msg := range batch.Messages() {
+	for _, msg := range treeMessages(ctx, t, e, root.GetId()) {
 		tok := strings.Split(msg.Subject(), ".") // am evt <tenant> job <root> <job> <status>
 		if len(tok) != 7 {
 			t.Fatalf("job event subject %q: want am.evt.<tenant>.job.<root>.<job>.<status>", msg.Subject())
@@ -148,17 +138,8 @@ func TestWatchOpenedBeforeTheTreesFirstEvent(t *testing.T) {
 
 	ctx := e.ctx(20 * time.Second)
 	js := e.bus.JetStream()
-	filter := events.EventSubjectPrefix + e.scope.GetTenantId() + ".job." + root.GetId() + ".>"
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := cons.FetchNoWait(1000)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var tree []*nats.Msg
-	for msg := range batch.Messages() {
+	for _, msg := range treeMessages(ctx, t, e, root.GetId()) {
 		tree = append(tree, &nats.Msg{Subject: msg.Subject(), Data: msg.Data()}) // no message id: not a duplicate
 	}
 	if len(tree) != len(want) {
@@ -168,7 +149,7 @@ func TestWatchOpenedBeforeTheTreesFirstEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(treeSubjects(e, root.GetId()))); err != nil {
 		t.Fatal(err)
 	}
 	consumers := func() int {
@@ -199,6 +180,32 @@ func TestWatchOpenedBeforeTheTreesFirstEvent(t *testing.T) {
 	if !sameEvents(got, want) {
 		t.Errorf("watch opened before the tree's events:\n got %v\nwant %v", got, want)
 	}
+}
+
+// treeSubjects is the subject filter of analysis rootID's events in e's
+// tenant (the layout of today).
+func treeSubjects(e *env, rootID string) string {
+	return events.EventSubjectPrefix + e.scope.GetTenantId() + ".job." + rootID + ".>"
+}
+
+// treeMessages reads the events of analysis rootID's tree in the stream,
+// in their order.
+func treeMessages(ctx context.Context, t *testing.T, e *env, rootID string) []jetstream.Msg {
+	t.Helper()
+	cons, err := e.bus.JetStream().OrderedConsumer(ctx, events.StreamEvents,
+		jetstream.OrderedConsumerConfig{FilterSubjects: []string{treeSubjects(e, rootID)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.FetchNoWait(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []jetstream.Msg
+	for msg := range batch.Messages() {
+		msgs = append(msgs, msg)
+	}
+	return msgs
 }
 
 // sameEvents reports whether two watches got the same job states in the
