@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -124,6 +125,9 @@ type Relay struct {
 	drained func(ctx context.Context, id any) error
 	// gone reports a document known to have left the collection (SetGone).
 	gone func(id any) bool
+	// published is told the ids of a document's entries stored in
+	// JetStream, before their removal is written (SetPublished).
+	published func(ctx context.Context, id any, entryIDs []string) error
 
 	mu      sync.Mutex            // guards the fields below
 	pending []any                 // document ids named by NotifyDocument or NotifyEntries, in call order
@@ -210,6 +214,44 @@ func (r *Relay) SetDrained(drained func(ctx context.Context, id any) error) { r.
 // when unsure, and from memory: it is asked before every removal. Call it
 // before Run.
 func (r *Relay) SetGone(gone func(id any) bool) { r.gone = gone }
+
+// SetPublished makes the relay call published with a document's _id and
+// the ids of its outbox entries that JetStream has stored, in their order,
+// as soon as they are (an entry published again, after a failure or by
+// another relay, may be named again). A single writer's store that
+// remembers which entries it wrote can then tell a document whose every
+// entry is out without reading it, and move it away before the removal,
+// which SetGone then spares. With a concurrency of 1 the call comes before
+// the removal is written, in the relay's goroutine; above 1 it runs in a
+// goroutine of its own, while the removal waits its delay
+// (SetRemovalDelay), so a hook that writes holds up no other document.
+// Its error is logged. Call it before Run.
+func (r *Relay) SetPublished(published func(ctx context.Context, id any, entryIDs []string) error) {
+	r.published = published
+}
+
+// afterPublish calls the published hook for document id, if there is one
+// and ids is not empty. Like the removal, it runs even when ctx has ended.
+// With rm (Run, at a concurrency above 1) it runs in a goroutine of its
+// own, which Run waits for before it returns.
+func (r *Relay) afterPublish(ctx context.Context, rm *removals, id any, ids []string) {
+	if r.published == nil || len(ids) == 0 {
+		return
+	}
+	ids = slices.Clone(ids)
+	call := func() {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayPublishTimeout)
+		defer cancel()
+		if err := r.published(pctx, id, ids); err != nil {
+			r.logger.Warn("outbox published hook failed", slog.Any("document", id), slog.Any("error", err))
+		}
+	}
+	if rm == nil {
+		call()
+		return
+	}
+	rm.wg.Go(call)
+}
 
 // afterDrain calls the drained hook for document id, if there is one. It
 // runs even when ctx has ended (shutting down), as the removal does.
@@ -487,6 +529,7 @@ func (r *Relay) publishGiven(ctx context.Context, id any, entries []OutboxEntry,
 		raws = append(raws, raw)
 		ids = append(ids, e.ID)
 	}
+	r.afterPublish(ctx, rm, id, ids)
 	rm.add(ctx, id, raws, ids)
 	return pubErr
 }
@@ -546,6 +589,7 @@ func (r *Relay) publishEntries(ctx context.Context, doc outboxDoc, rm *removals)
 		done = append(done, raw)
 		doneIDs = append(doneIDs, e.ID)
 	}
+	r.afterPublish(ctx, rm, doc.ID, doneIDs)
 	rm.add(ctx, doc.ID, done, doneIDs)
 	return published, pubErr
 }
@@ -770,6 +814,7 @@ type outboxDoc struct {
 // MongoDB alike, and never removes an entry pushed after the read.
 func (r *Relay) relayDoc(ctx context.Context, doc outboxDoc) (int, error) {
 	done := make(bson.A, 0, len(doc.Outbox))
+	ids := make([]string, 0, len(doc.Outbox))
 	var pubErr error
 	for i, raw := range doc.Outbox {
 		var e OutboxEntry
@@ -782,7 +827,9 @@ func (r *Relay) relayDoc(ctx context.Context, doc outboxDoc) (int, error) {
 			break
 		}
 		done = append(done, raw)
+		ids = append(ids, e.ID)
 	}
+	r.afterPublish(ctx, nil, doc.ID, ids)
 	if len(done) == 0 {
 		return 0, pubErr
 	}

@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -495,5 +496,72 @@ func TestRelayWritesNoRemovalToGoneDocuments(t *testing.T) {
 	}
 	if _, ok := asked.Load("archived"); !ok {
 		t.Fatal("the relay did not ask whether the archived document was gone")
+	}
+}
+
+// TestRelayPublishedHook: the published hook hears each document's
+// entries, in order, once JetStream holds them, whichever way the relay
+// found them: named with their entries, named alone (read back), or swept.
+// One document at a time, it hears them before their removal is written.
+func TestRelayPublishedHook(t *testing.T) {
+	t.Parallel()
+	for _, conc := range []int{1, 4} {
+		t.Run(fmt.Sprintf("concurrency_%d", conc), func(t *testing.T) {
+			t.Parallel()
+			b := newBusWithStreams(t)
+			coll := startFerret(t).Collection("jobs")
+			ctx := testContext(t)
+			swept := newEntry(t, "swept", "a")
+			completeJob(ctx, t, coll, "swept", swept)
+			r := NewRelay(b, coll, testLogger(t))
+			r.SetConcurrency(conc)
+			var (
+				mu    sync.Mutex
+				heard = map[string][]string{}
+				late  []string // entries heard of after their removal
+			)
+			r.SetPublished(func(ctx context.Context, id any, ids []string) error {
+				var j job
+				if err := coll.FindOne(ctx, bson.M{"_id": id}).Decode(&j); err != nil {
+					return err
+				}
+				inStream := streamMsgs(t, b, StreamEvents)
+				mu.Lock()
+				defer mu.Unlock()
+				if (conc == 1 && len(j.Outbox) < len(ids)) || inStream < uint64(len(ids)) {
+					late = append(late, fmt.Sprintf("%v: %d in the outbox, %d in the stream, %d heard", id, len(j.Outbox), inStream, len(ids)))
+				}
+				heard[id.(string)] = append(heard[id.(string)], ids...)
+				return nil
+			})
+			runRelay(t, r)
+			named := []OutboxEntry{newEntry(t, "named", "b"), newEntry(t, "named", "c")}
+			completeJob(ctx, t, coll, "named", named...)
+			r.NotifyEntries("named", named...)
+			read := newEntry(t, "read", "d")
+			completeJob(ctx, t, coll, "read", read)
+			r.NotifyDocument("read")
+			want := map[string][]string{"swept": {swept.ID}, "named": {named[0].ID, named[1].ID}, "read": {read.ID}}
+			waitFor(t, RelayPollInterval/2, "every entry heard of", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				for id, ids := range want {
+					if len(heard[id]) < len(ids) {
+						return false
+					}
+				}
+				return true
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			for id, ids := range want {
+				if !slices.Equal(heard[id], ids) {
+					t.Errorf("%s: heard %q, want %q", id, heard[id], ids)
+				}
+			}
+			if len(late) > 0 {
+				t.Errorf("heard of after their removal or before JetStream held them: %v", late)
+			}
+		})
 	}
 }
