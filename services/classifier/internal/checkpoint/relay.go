@@ -41,6 +41,8 @@ func (s *Store) NewRelay(bus *events.Bus, log *slog.Logger) *events.Relay {
 	r := events.NewRelay(bus, s.coll, log)
 	r.SetDocumentLock(s.LockDocument)
 	r.SetDrained(s.Drained)
+	r.SetPublished(s.published)
+	r.SetGone(s.gone)
 	r.SetPollInterval(SweepInterval)
 	r.SetConcurrency(relayConcurrency)
 	r.SetRemovalDelay(relayRemovalDelay)

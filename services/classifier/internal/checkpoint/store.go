@@ -34,7 +34,12 @@
 // writes by _id and checks the rest in Go, and with many writers is
 // MongoDB's atomic conditional update; the relay reads and clears a named
 // run's outbox by _id; archiving reads, copies and deletes by _id (see
-// archiveLocked for the version it names with many writers). What scans,
+// archiveLocked for the version it names with many writers). A declared
+// single writer also keeps a copy of each live run it wrote: Load reads
+// none of those, and a finished run is archived from its copy as soon as
+// the relay reports its last events published (events.Relay.SetPublished),
+// then deleted by _id, with no read, and the relay writes no removal of
+// those events (events.Relay.SetGone). What scans,
 // on FerretDB, is off the hot path and bounded by the live set or rare:
 // ArchiveFinished (every ArchiveInterval) and the relay's sweep (every
 // SweepInterval, never on a write) read the live collection, which holds
@@ -204,8 +209,20 @@ type Store struct {
 	// no read to check it (mongox.UpdateKnownVersion). A run's entry
 	// changes only under the run's lock (runs); a write whose outcome is
 	// unknown, and archiving, drop the entry, and the next write reads.
-	mu    sync.Mutex // guards known
+	mu    sync.Mutex // guards known, docs, moved and movedBefore
 	known map[string]knownRun
+
+	// docs is, for a declared single writer, the document of live runs
+	// as this store last wrote them (at most maxDocs), with the outbox
+	// entries it wrote that the relay has not reported published: Load
+	// reads no run it holds, and a finished run whose every entry is out
+	// is archived from it as soon as the relay has published them, before
+	// the relay's removal, which it then skips (see published and gone).
+	// An entry changes with its run's known entry, under the run's lock.
+	docs map[string]*liveDoc
+	// moved and movedBefore hold the runs this store archived lately (two
+	// generations of at most maxMoved), for the relay's gone.
+	moved, movedBefore map[string]bool
 
 	// relay is told of every outbox entry the store writes (NewRelay sets
 	// it), under the run's lock, so a single writer's entries reach it in
@@ -233,6 +250,30 @@ type knownRun struct {
 	version         int64
 	tenant, project string
 }
+
+// liveDoc is a single writer's copy of a live run's document.
+type liveDoc struct {
+	// raw is the document as last written, with an empty outbox: what
+	// Load decodes and what the archive keeps.
+	raw bson.Raw
+	// complete says unpublished holds every entry of the run's outbox:
+	// this store created the run and has known every write of it since.
+	complete bool
+	// unpublished holds the ids of the entries this store wrote that the
+	// relay has not reported stored.
+	unpublished map[string]bool
+}
+
+// Bounds of what a single writer keeps of its runs in memory.
+const (
+	// maxDocs bounds Store.docs (a run's document is 1-3 KB): past it,
+	// one run's copy is dropped for each new one, and reads of that run
+	// go to the database.
+	maxDocs = 4096
+	// maxMoved bounds each generation of Store.moved: the relay asks
+	// within a removal delay of the archiving.
+	maxMoved = 4096
+)
 
 // wrote tells the relay that run id was just written with entries; the
 // run's lock is held (or the run is new). A single writer hands the entries over in the order of its
@@ -291,13 +332,112 @@ func (s *Store) knows(id string, k knownRun) bool {
 func (s *Store) forget(id string) {
 	s.mu.Lock()
 	delete(s.known, id)
+	delete(s.docs, id)
 	s.mu.Unlock()
+}
+
+// keep records, for a single writer, the document of run id as rec says
+// it now is, and the entries the write that made it added to its outbox;
+// created says that write created the run. The run's lock is held (or the
+// run is new). It comes before the relay hears of the entries (wrote), so
+// their publication finds them.
+func (s *Store) keep(rec Record, entries []events.OutboxEntry, created bool) {
+	if !mongox.SingleWriter(s.coll.Database()) {
+		return
+	}
+	d := append(document(rec), bson.E{Key: events.OutboxField, Value: bson.A{}})
+	raw, err := bson.Marshal(d)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := rec.Run.ID
+	if err != nil {
+		delete(s.docs, id) // Load reads it
+		return
+	}
+	doc := s.docs[id]
+	if doc == nil {
+		if len(s.docs) >= maxDocs {
+			for other := range s.docs {
+				delete(s.docs, other)
+				break
+			}
+		}
+		doc = &liveDoc{complete: created, unpublished: map[string]bool{}}
+		s.docs[id] = doc
+	}
+	doc.raw = raw
+	for _, e := range entries {
+		doc.unpublished[e.ID] = true
+	}
+}
+
+// dropDoc drops a single writer's copy of run id's document (a write it
+// cannot follow); the run's lock is held.
+func (s *Store) dropDoc(id string) {
+	s.mu.Lock()
+	delete(s.docs, id)
+	s.mu.Unlock()
+}
+
+// cached returns a single writer's copy of run id's document, if it holds
+// one; drained says the relay has reported every entry of its outbox
+// published.
+func (s *Store) cached(id string) (raw bson.Raw, drained bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	doc := s.docs[id]
+	if doc == nil {
+		return nil, false
+	}
+	return doc.raw, doc.complete && len(doc.unpublished) == 0
+}
+
+// published is the relay's report (events.Relay.SetPublished) that the
+// entries ids of run id are stored in JetStream. A single writer's
+// finished run whose every entry is out is archived at once, from its
+// copy: no read, and the relay's removal that follows is not written.
+func (s *Store) published(ctx context.Context, id any, ids []string) error {
+	runID, _ := id.(string)
+	s.mu.Lock()
+	doc := s.docs[runID]
+	if doc != nil {
+		for _, e := range ids {
+			delete(doc.unpublished, e)
+		}
+	}
+	ready := doc != nil && doc.complete && len(doc.unpublished) == 0
+	s.mu.Unlock()
+	if !ready {
+		return nil
+	}
+	return s.Drained(ctx, runID)
+}
+
+// movedOut records that run id left the live collection; the run's lock
+// is held.
+func (s *Store) movedOut(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.moved) >= maxMoved {
+		s.moved, s.movedBefore = map[string]bool{}, s.moved
+	}
+	s.moved[id] = true
+}
+
+// gone reports whether this store archived run id lately (for the relay:
+// events.Relay.SetGone): its live document, outbox and all, is deleted,
+// so a removal of its published entries would match nothing.
+func (s *Store) gone(id any) bool {
+	runID, _ := id.(string)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.moved[runID] || s.movedBefore[runID]
 }
 
 // NewStore returns a store on db's checkpoint collections.
 func NewStore(db *mongo.Database) *Store {
 	s := &Store{coll: db.Collection(Collection), archive: db.Collection(ArchiveCollection), now: time.Now, finishing: map[string]bool{},
-		known: map[string]knownRun{}, transitions: newTransitions()}
+		known: map[string]knownRun{}, docs: map[string]*liveDoc{}, moved: map[string]bool{}, transitions: newTransitions()}
 	s.creates = mongox.NewBatcher(createBatch, func(ctx context.Context, docs []bson.D) []error {
 		return mongox.InsertEach(ctx, s.coll, docs)
 	})
@@ -416,31 +556,40 @@ func (s *Store) Create(ctx context.Context, run statemachine.Run, lease *Lease, 
 	if entries == nil {
 		entries = []events.OutboxEntry{}
 	}
-	d := bson.D{
-		{Key: "_id", Value: run.ID},
-		{Key: "tenant_id", Value: run.TenantID},
-		{Key: "project_id", Value: run.ProjectID},
-		{Key: "schema_version", Value: SchemaVersion},
-		{Key: "version", Value: int64(1)},
-		{Key: "state", Value: string(run.State)},
-		{Key: "stop_reason", Value: run.StopReason},
-		{Key: "last_event_id", Value: lastID(entries)},
-		{Key: "event_count", Value: int64(len(entries))},
-		{Key: "lease", Value: toLeaseDoc(lease)},
-		{Key: "create_time", Value: now},
-		{Key: "update_time", Value: now},
-		{Key: "context", Value: encodeContext(run)},
-		{Key: events.OutboxField, Value: entries},
-	}
+	rec := Record{Run: run, Version: 1, Lease: lease, LastEventID: lastID(entries), EventCount: uint64(len(entries))}
+	d := append(document(rec), bson.E{Key: events.OutboxField, Value: entries})
 	// A new run: no other write of it can be under way, so no lock.
 	if err := s.creates.Do(ctx, d); err != nil {
 		s.unsure(run.ID, entries)
 		return Record{}, fmt.Errorf("checkpoint: create %s: %w", run.ID, err)
 	}
 	s.learn(run.ID, &commonv1.Scope{TenantId: run.TenantID, ProjectId: run.ProjectID}, 1)
+	s.keep(rec, entries, true)
 	s.wrote(run.ID, entries)
 	s.entered(ctx, run.State)
-	return Record{Run: run, Version: 1, Lease: lease, LastEventID: lastID(entries), EventCount: uint64(len(entries))}, nil
+	return rec, nil
+}
+
+// document is the stored form of rec, without the outbox: what Create
+// inserts, and what each later write leaves (Commit and RenewLease set
+// the fields they change).
+func document(rec Record) bson.D {
+	run := rec.Run
+	return bson.D{
+		{Key: "_id", Value: run.ID},
+		{Key: "tenant_id", Value: run.TenantID},
+		{Key: "project_id", Value: run.ProjectID},
+		{Key: "schema_version", Value: SchemaVersion},
+		{Key: "version", Value: rec.Version},
+		{Key: "state", Value: string(run.State)},
+		{Key: "stop_reason", Value: run.StopReason},
+		{Key: "last_event_id", Value: rec.LastEventID},
+		{Key: "event_count", Value: int64(rec.EventCount)},
+		{Key: "lease", Value: toLeaseDoc(rec.Lease)},
+		{Key: "create_time", Value: run.CreateTime},
+		{Key: "update_time", Value: run.UpdateTime},
+		{Key: "context", Value: encodeContext(run)},
+	}
 }
 
 // Commit writes run as the new checkpoint of the document read at version,
@@ -473,7 +622,8 @@ func (s *Store) Commit(ctx context.Context, rec Record, run statemachine.Run, le
 	if run.State.Finished() {
 		s.finish(run.ID)
 	}
-	if err := s.updateVersioned(ctx, scope, run.ID, rec.Version, update, entries); err != nil {
+	next := Record{Run: run, Version: rec.Version + 1, Lease: lease, LastEventID: last, EventCount: count}
+	if err := s.updateVersioned(ctx, scope, run.ID, rec.Version, update, entries, &next); err != nil {
 		if run.State.Finished() {
 			s.unfinish(run.ID)
 		}
@@ -482,24 +632,26 @@ func (s *Store) Commit(ctx context.Context, rec Record, run statemachine.Run, le
 	if run.State != rec.Run.State {
 		s.entered(ctx, run.State)
 	}
-	return Record{Run: run, Version: rec.Version + 1, Lease: lease, LastEventID: last, EventCount: count}, nil
+	return next, nil
 }
 
 // RenewLease extends the lease of the record's run, keeping everything else.
 func (s *Store) RenewLease(ctx context.Context, rec Record, lease Lease) (Record, error) {
 	scope := &commonv1.Scope{TenantId: rec.Run.TenantID, ProjectId: rec.Run.ProjectID}
 	update := bson.M{"$set": bson.M{"lease": toLeaseDoc(&lease)}}
-	if err := s.updateVersioned(ctx, scope, rec.Run.ID, rec.Version, update, nil); err != nil {
+	next := rec
+	next.Version++
+	next.Lease = &lease
+	if err := s.updateVersioned(ctx, scope, rec.Run.ID, rec.Version, update, nil, &next); err != nil {
 		return Record{}, err
 	}
-	rec.Version++
-	rec.Lease = &lease
-	return rec, nil
+	return next, nil
 }
 
 // updateVersioned writes update to run id at version, and tells the relay
-// about the entries it pushed.
-func (s *Store) updateVersioned(ctx context.Context, scope *commonv1.Scope, id string, version int64, update bson.M, entries []events.OutboxEntry) error {
+// about the entries it pushed. next is the record the write makes, nil if
+// not known (a single writer then reads the run the next time).
+func (s *Store) updateVersioned(ctx context.Context, scope *commonv1.Scope, id string, version int64, update bson.M, entries []events.OutboxEntry, next *Record) error {
 	unlock := s.lockRun(id)
 	var err error
 	if s.knows(id, knownRun{version: version, tenant: scope.GetTenantId(), project: scope.GetProjectId()}) {
@@ -509,6 +661,11 @@ func (s *Store) updateVersioned(ctx context.Context, scope *commonv1.Scope, id s
 	}
 	if err == nil {
 		s.learn(id, scope, version+1)
+		if next != nil {
+			s.keep(*next, entries, false)
+		} else {
+			s.dropDoc(id)
+		}
 		s.wrote(id, entries)
 	} else {
 		s.forget(id)
@@ -551,7 +708,7 @@ func (s *Store) MarkCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *Co
 // when that was readable.
 func (s *Store) markCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *CorruptError, set, update bson.M, entries []events.OutboxEntry) error {
 	if cerr.Version >= 0 {
-		return s.updateVersioned(ctx, scope, cerr.ID, cerr.Version, update, entries)
+		return s.updateVersioned(ctx, scope, cerr.ID, cerr.Version, update, entries, nil)
 	}
 	set["version"] = int64(1)
 	unlock := s.lockRun(cerr.ID)
@@ -579,9 +736,12 @@ func (s *Store) Load(ctx context.Context, scope *commonv1.Scope, id string) (Rec
 	// By _id alone, with the scope checked here: FerretDB serves only a
 	// lone _id filter from its index and decodes every document for any
 	// other.
-	raw, err := s.findRaw(ctx, id)
-	if err != nil {
-		return Record{}, err
+	raw, _ := s.cached(id)
+	if raw == nil {
+		var err error
+		if raw, err = s.findRaw(ctx, id); err != nil {
+			return Record{}, err
+		}
 	}
 	tenant, _ := raw.Lookup("tenant_id").StringValueOK()
 	project, _ := raw.Lookup("project_id").StringValueOK()
@@ -632,6 +792,20 @@ const (
 // another process wrote meanwhile stays live, where reads find it first,
 // until a later call archives it again.
 func (s *Store) archiveLocked(ctx context.Context, id string) (archiveOutcome, error) {
+	if raw, drained := s.cached(id); raw != nil {
+		// A single writer's copy: moved once the relay has reported every
+		// entry of its outbox published, with no read before or after.
+		// (ArchiveFinished drops the copy first: a report missed in a race
+		// with a read of the outbox delays the run until then.)
+		state, _ := raw.Lookup("state").StringValueOK()
+		switch {
+		case !statemachine.State(state).Finished():
+			return notFinished, nil
+		case !drained:
+			return eventsLeft, nil
+		}
+		return s.moveLocked(ctx, id, raw)
+	}
 	raw, err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return gone, nil
@@ -663,7 +837,22 @@ func (s *Store) moveLocked(ctx context.Context, id string, raw bson.Raw) (archiv
 	if _, err := s.archive.ReplaceOne(ctx, byID, raw, options.Replace().SetUpsert(true)); err != nil {
 		return eventsLeft, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
 	}
-	deleted, err := mongox.DeleteIf(ctx, s.coll, id, bson.D{{Key: "version", Value: version}})
+	tenant, _ := raw.Lookup("tenant_id").StringValueOK()
+	project, _ := raw.Lookup("project_id").StringValueOK()
+	var deleted bool
+	var err error
+	if s.knows(id, knownRun{version: version, tenant: tenant, project: project}) {
+		// A single writer that wrote this version last: no read to check
+		// it (the run's lock is held).
+		var res *mongo.DeleteResult
+		if res, err = s.coll.DeleteOne(ctx, byID); err == nil {
+			deleted = res.DeletedCount == 1
+		} else {
+			err = mongox.Translate(err)
+		}
+	} else {
+		deleted, err = mongox.DeleteIf(ctx, s.coll, id, bson.D{{Key: "version", Value: version}})
+	}
 	s.forget(id)
 	if err != nil {
 		return eventsLeft, fmt.Errorf("checkpoint: archive %s: %w", id, err)
@@ -671,6 +860,7 @@ func (s *Store) moveLocked(ctx context.Context, id string, raw bson.Raw) (archiv
 	if !deleted {
 		return changed, nil
 	}
+	s.movedOut(id)
 	return archived, nil
 }
 
@@ -714,6 +904,9 @@ func (s *Store) ArchiveFinished(ctx context.Context) error {
 	}
 	var errs []error
 	for _, d := range docs {
+		unlock := s.lockRun(d.ID)
+		s.dropDoc(d.ID) // read it: its outbox is the truth
+		unlock()
 		s.finish(d.ID)
 		if err := s.Drained(ctx, d.ID); err != nil {
 			errs = append(errs, err)
