@@ -96,6 +96,10 @@ func TestArchiverBatchesWhatFinishedMeanwhile(t *testing.T) {
 			calls [][]string
 		)
 		hold := make(chan struct{})
+		// The recovery sweep archives the finished analyses it comes
+		// across, one by one and past the hook: on a loaded machine it
+		// took the analyses the held archiver was to batch.
+		e.cfg.SweepInterval = time.Hour
 		e.start(analysis.Hooks{BeforeArchive: func(ids []string) {
 			mu.Lock()
 			calls = append(calls, ids)
