@@ -118,9 +118,10 @@ func TestRoundTripBudgets(t *testing.T) {
 			want string
 			end  statemachine.State
 		}{
-			// The command reads the run and takes its lease; Saving inserts
-			// the batch's labels and commits; Classifying reads the next
-			// batch (2 conversations by _id) and commits its result.
+			// The command reads the run (many writers) and takes its lease;
+			// Saving inserts the batch's labels and commits; Classifying
+			// reads the next batch (2 conversations by _id, many writers)
+			// and commits its result.
 			{"one batch", batchReads + fmt.Sprintf("insert %s=1 update %s=3",
 				labels.Collection, checkpoint.Collection), statemachine.AwaitingBatchApproval},
 			// The same up to Saving's commit; Summarizing reads the run's 4
