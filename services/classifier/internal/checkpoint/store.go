@@ -380,16 +380,16 @@ func (s *Store) dropDoc(id string) {
 }
 
 // cached returns a single writer's copy of run id's document, if it holds
-// one; drained says the relay has reported every entry of its outbox
-// published.
-func (s *Store) cached(id string) (raw bson.Raw, drained bool) {
+// one. complete says the copy knows every entry of the run's outbox (see
+// liveDoc), and drained that the relay has reported them all published.
+func (s *Store) cached(id string) (raw bson.Raw, complete, drained bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	doc := s.docs[id]
 	if doc == nil {
-		return nil, false
+		return nil, false, false
 	}
-	return doc.raw, doc.complete && len(doc.unpublished) == 0
+	return doc.raw, doc.complete, doc.complete && len(doc.unpublished) == 0
 }
 
 // published is the relay's report (events.Relay.SetPublished) that the
@@ -736,7 +736,7 @@ func (s *Store) Load(ctx context.Context, scope *commonv1.Scope, id string) (Rec
 	// By _id alone, with the scope checked here: FerretDB serves only a
 	// lone _id filter from its index and decodes every document for any
 	// other.
-	raw, _ := s.cached(id)
+	raw, _, _ := s.cached(id)
 	if raw == nil {
 		var err error
 		if raw, err = s.findRaw(ctx, id); err != nil {
@@ -792,11 +792,12 @@ const (
 // another process wrote meanwhile stays live, where reads find it first,
 // until a later call archives it again.
 func (s *Store) archiveLocked(ctx context.Context, id string) (archiveOutcome, error) {
-	if raw, drained := s.cached(id); raw != nil {
-		// A single writer's copy: moved once the relay has reported every
-		// entry of its outbox published, with no read before or after.
-		// (ArchiveFinished drops the copy first: a report missed in a race
-		// with a read of the outbox delays the run until then.)
+	if raw, complete, drained := s.cached(id); complete {
+		// A single writer's copy that knows the run's every entry: moved
+		// once the relay has reported them all published, with no read
+		// before or after. (ArchiveFinished drops the copy first: a report
+		// missed in a race with a read of the outbox delays the run until
+		// then.) A run this store did not create is read, below.
 		state, _ := raw.Lookup("state").StringValueOK()
 		switch {
 		case !statemachine.State(state).Finished():

@@ -1124,3 +1124,38 @@ func TestRelayedRunArchivedWithoutReadsOrRemovals(t *testing.T) {
 		}
 	})
 }
+
+// A run this store did not create (a previous process's, resumed here)
+// has a copy that does not know the entries written before: the relay's
+// drain after the finishing write archives it by reading it, as before the
+// copies, not at the next ArchiveFinished.
+func TestSingleWriterArchivesARunItDidNotCreate(t *testing.T) {
+	t.Parallel()
+	db := testkit.MongoDB(t)
+	mongox.MarkSingleWriter(db.Client())
+	m := machine(t)
+	ctx := context.Background()
+	start := m.Start("r", scope.GetTenantId(), scope.GetProjectId(), "i")
+	if _, err := openStore(t, db).Create(ctx, start.Run, nil, outbox(t, start)); err != nil {
+		t.Fatal(err) // the previous process, which died here
+	}
+	s := openStore(t, db)
+	rec, err := s.Load(ctx, scope, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its earlier events are out by now (published and removed).
+	if _, err := db.Collection(Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: "r"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: events.OutboxField, Value: bson.A{}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, rec, m.Stop(start.Run, "done").Run, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Drained(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.Collection(ArchiveCollection).CountDocuments(ctx, bson.D{{Key: "_id", Value: "r"}}); err != nil || n != 1 {
+		t.Fatalf("the drained finished run is not archived (%d, %v)", n, err)
+	}
+}
