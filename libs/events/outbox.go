@@ -211,8 +211,10 @@ func (r *Relay) SetDrained(drained func(ctx context.Context, id any) error) { r.
 // document with _id id has left the collection (a single writer's store
 // that deleted or archived it): the removal of its published entries is
 // then not written, as it would match nothing. gone must answer false
-// when unsure, and from memory: it is asked before every removal. Call it
-// before Run.
+// when unsure, and from memory: it is asked before every removal, under
+// the document's lock (SetDocumentLock), so a store that holds that lock
+// while it moves the document spares the removal that waited for it. Call
+// it before Run.
 func (r *Relay) SetGone(gone func(id any) bool) { r.gone = gone }
 
 // SetPublished makes the relay call published with a document's _id and
@@ -845,6 +847,11 @@ func (r *Relay) relayDoc(ctx context.Context, doc outboxDoc) (int, error) {
 // removeEntries removes the entries raws, exactly as read, from the outbox
 // of document id.
 func (r *Relay) removeEntries(ctx context.Context, id any, raws bson.A) error {
+	// Under the document's lock: a store that is moving the document away
+	// holds it, and gone then answers once the move is through.
+	if r.lock != nil {
+		defer r.lock(id)()
+	}
 	if r.gone != nil && r.gone(id) {
 		return nil // deleted with its entries
 	}
@@ -853,9 +860,6 @@ func (r *Relay) removeEntries(ctx context.Context, id any, raws bson.A) error {
 	// entries are published again (harmlessly) by the next process.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayPublishTimeout)
 	defer cancel()
-	if r.lock != nil {
-		defer r.lock(id)()
-	}
 	if _, err := r.coll.UpdateOne(pctx, bson.D{{Key: "_id", Value: id}}, update); err != nil {
 		return fmt.Errorf("events: outbox remove from document %v: %w", id, err)
 	}

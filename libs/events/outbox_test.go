@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -563,5 +564,50 @@ func TestRelayPublishedHook(t *testing.T) {
 				t.Errorf("heard of after their removal or before JetStream held them: %v", late)
 			}
 		})
+	}
+}
+
+// TestRelayAsksGoneUnderTheDocumentsLock: a store moving a document away
+// holds its lock; the relay's removal waits for it and then asks whether
+// the document is gone, so a move under way spares the removal too.
+func TestRelayAsksGoneUnderTheDocumentsLock(t *testing.T) {
+	t.Parallel()
+	b := newBusWithStreams(t)
+	coll := startFerret(t).Collection("jobs")
+	ctx := testContext(t)
+	r := NewRelay(b, coll, testLogger(t))
+	r.SetSingleWriter()
+	r.SetConcurrency(4)
+	var (
+		moving  sync.Mutex // held by the "store" while it moves the document
+		gone    atomic.Bool
+		waiting = make(chan struct{})
+		once    sync.Once
+	)
+	r.SetDocumentLock(func(id any) func() {
+		once.Do(func() { close(waiting) })
+		moving.Lock()
+		return moving.Unlock
+	})
+	r.SetGone(func(any) bool { return gone.Load() })
+	moving.Lock() // the move starts before the relay publishes
+	runRelay(t, r)
+	e := newEntry(t, "moved", "a")
+	completeJob(ctx, t, coll, "moved", e)
+	r.NotifyEntries("moved", e)
+	select {
+	case <-waiting: // the removal waits for the document's lock
+	case <-time.After(RelayPollInterval / 2):
+		t.Fatal("the relay never asked for the document's lock")
+	}
+	gone.Store(true) // the move is through
+	moving.Unlock()
+	time.Sleep(300 * time.Millisecond) // the removal, were it written
+	var j job
+	if err := coll.FindOne(ctx, bson.M{"_id": "moved"}).Decode(&j); err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Outbox) != 1 {
+		t.Errorf("a removal was written to the document moved meanwhile (outbox %d, want its 1 entry)", len(j.Outbox))
 	}
 }
