@@ -792,36 +792,31 @@ const (
 // another process wrote meanwhile stays live, where reads find it first,
 // until a later call archives it again.
 func (s *Store) archiveLocked(ctx context.Context, id string) (archiveOutcome, error) {
-	if raw, complete, drained := s.cached(id); complete {
-		// A single writer's copy that knows the run's every entry: moved
-		// once the relay has reported them all published, with no read
-		// before or after. (ArchiveFinished drops the copy first: a report
-		// missed in a race with a read of the outbox delays the run until
-		// then.) A run this store did not create is read, below.
-		state, _ := raw.Lookup("state").StringValueOK()
-		switch {
-		case !statemachine.State(state).Finished():
-			return notFinished, nil
-		case !drained:
-			return eventsLeft, nil
+	// A single writer's copy that knows the run's every entry is moved
+	// once the relay has reported them all published, with no read before
+	// or after. (ArchiveFinished drops the copy first: a report missed in
+	// a race with a read of the outbox delays the run until then.) A run
+	// this store did not create is read.
+	raw, complete, drained := s.cached(id)
+	if !complete {
+		var err error
+		raw, err = s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return gone, nil
 		}
-		return s.moveLocked(ctx, id, raw)
-	}
-	raw, err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return gone, nil
-	}
-	if err != nil {
-		return notFinished, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
+		if err != nil {
+			return notFinished, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
+		}
+		ob, _ := raw.Lookup(events.OutboxField).ArrayOK()
+		vals, _ := ob.Values()
+		drained = len(vals) == 0
 	}
 	state, _ := raw.Lookup("state").StringValueOK()
-	if !statemachine.State(state).Finished() {
+	switch {
+	case !statemachine.State(state).Finished():
 		return notFinished, nil
-	}
-	if ob, ok := raw.Lookup(events.OutboxField).ArrayOK(); ok {
-		if vals, _ := ob.Values(); len(vals) > 0 {
-			return eventsLeft, nil
-		}
+	case !drained:
+		return eventsLeft, nil
 	}
 	return s.moveLocked(ctx, id, raw)
 }
@@ -838,22 +833,15 @@ func (s *Store) moveLocked(ctx context.Context, id string, raw bson.Raw) (archiv
 	if _, err := s.archive.ReplaceOne(ctx, byID, raw, options.Replace().SetUpsert(true)); err != nil {
 		return eventsLeft, fmt.Errorf("checkpoint: archive %s: %w", id, mongox.Translate(err))
 	}
+	cond := bson.D{{Key: "version", Value: version}}
 	tenant, _ := raw.Lookup("tenant_id").StringValueOK()
 	project, _ := raw.Lookup("project_id").StringValueOK()
-	var deleted bool
-	var err error
 	if s.knows(id, knownRun{version: version, tenant: tenant, project: project}) {
-		// A single writer that wrote this version last: no read to check
-		// it (the run's lock is held).
-		var res *mongo.DeleteResult
-		if res, err = s.coll.DeleteOne(ctx, byID); err == nil {
-			deleted = res.DeletedCount == 1
-		} else {
-			err = mongox.Translate(err)
-		}
-	} else {
-		deleted, err = mongox.DeleteIf(ctx, s.coll, id, bson.D{{Key: "version", Value: version}})
+		// A single writer that wrote this version last (the run's lock is
+		// held): nothing to check, so DeleteIf reads nothing.
+		cond = nil
 	}
+	deleted, err := mongox.DeleteIf(ctx, s.coll, id, cond)
 	s.forget(id)
 	if err != nil {
 		return eventsLeft, fmt.Errorf("checkpoint: archive %s: %w", id, err)
