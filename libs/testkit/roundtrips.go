@@ -241,3 +241,17 @@ func MongoDBCounted(t testing.TB) (*mongo.Database, *RoundTrips) {
 	})
 	return db, rt
 }
+
+// Uncounted returns db (of MongoDBCounted) through a client of its own,
+// whose commands no RoundTrips counts: for a test that polls what the
+// code under test wrote while it counts that code's round trips.
+func Uncounted(t testing.TB, db *mongo.Database) *mongo.Database {
+	t.Helper()
+	m := sharedMongo(t)
+	client, err := mongo.Connect(options.Client().ApplyURI(m.URI()))
+	if err != nil {
+		t.Fatalf("testkit: connect to %s: %v", m.URI(), err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	return client.Database(db.Name())
+}

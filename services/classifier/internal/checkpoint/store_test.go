@@ -12,7 +12,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
@@ -1095,13 +1094,7 @@ func TestRelayedRunArchivedWithoutReadsOrRemovals(t *testing.T) {
 		}
 		// Watched through a client of its own, so the polling is not
 		// counted.
-		uri, _ := testkit.MongoURI(t) // the shared server db is on
-		observer, err := mongo.Connect(options.Client().ApplyURI(uri))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = observer.Disconnect(context.Background()) })
-		archive := observer.Database(db.Name()).Collection(ArchiveCollection)
+		archive := testkit.Uncounted(t, db).Collection(ArchiveCollection)
 		testkit.Eventually(t, 10*time.Second, func() bool {
 			n, err := archive.CountDocuments(ctx, bson.D{{Key: "_id", Value: "r"}})
 			return err == nil && n == 1

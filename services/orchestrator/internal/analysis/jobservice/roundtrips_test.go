@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
@@ -36,14 +34,9 @@ func TestAnalysisRoundTrips(t *testing.T) {
 		// its claim at the default ANALYSIS_CLAIM_TTL).
 		e.cfg.SweepInterval, e.cfg.ClaimTTL = time.Hour, time.Hour
 		e.start(analysis.Hooks{})
-		uri, _ := testkit.MongoURI(t) // the shared server e.db is on
-		observer, err := mongo.Connect(options.Client().ApplyURI(uri))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = observer.Disconnect(context.Background()) })
-		archive := observer.Database(e.db.Name()).Collection(jobstore.ArchiveCollection)
-		live := observer.Database(e.db.Name()).Collection(jobstore.Collection)
+		observer := testkit.Uncounted(t, e.db)
+		archive := observer.Collection(jobstore.ArchiveCollection)
+		live := observer.Collection(jobstore.Collection)
 
 		if single {
 			// The relay's start-up sweep (a single writer's only one) is
