@@ -196,6 +196,32 @@ func MongoDB(t testing.TB) *mongo.Database {
 // test both paths with one body.
 func EachWriterMode(t *testing.T, body func(t *testing.T, db *mongo.Database)) {
 	t.Helper()
+	eachWriterMode(t, func(t *testing.T, single bool) {
+		db := MongoDB(t)
+		if single {
+			mongox.MarkSingleWriter(db.Client())
+		}
+		body(t, db)
+	})
+}
+
+// EachWriterModeCounted is EachWriterMode on databases of MongoDBCounted:
+// a store's test holds its hot paths to a budget of round trips in both
+// writer modes.
+func EachWriterModeCounted(t *testing.T, body func(t *testing.T, db *mongo.Database, rt *RoundTrips)) {
+	t.Helper()
+	eachWriterMode(t, func(t *testing.T, single bool) {
+		db, rt := MongoDBCounted(t)
+		if single {
+			mongox.MarkSingleWriter(db.Client())
+		}
+		body(t, db, rt)
+	})
+}
+
+// eachWriterMode runs body in a parallel subtest for each writer mode.
+func eachWriterMode(t *testing.T, body func(t *testing.T, single bool)) {
+	t.Helper()
 	for _, single := range []bool{false, true} {
 		name := "many writers"
 		if single {
@@ -203,11 +229,7 @@ func EachWriterMode(t *testing.T, body func(t *testing.T, db *mongo.Database)) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			db := MongoDB(t)
-			if single {
-				mongox.MarkSingleWriter(db.Client())
-			}
-			body(t, db)
+			body(t, single)
 		})
 	}
 }

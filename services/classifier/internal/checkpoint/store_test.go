@@ -17,7 +17,6 @@ import (
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
-	"github.com/agentmesh/agentmesh/services/classifier/internal/dbbudget"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/runevents"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/statemachine"
 )
@@ -863,7 +862,7 @@ func finishedRun(t *testing.T, s *Store, m statemachine.Machine, id, reason stri
 // wrote last, with no read, and deletes it by _id.
 func TestArchiveRoundTrips(t *testing.T) {
 	t.Parallel()
-	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
 		s := openStore(t, db)
 		m := machine(t)
 		ctx := context.Background()
@@ -1071,7 +1070,7 @@ func TestSingleWriterArchivesFromItsCopyOnceEveryEntryIsOut(t *testing.T) {
 // removal finds the run gone.
 func TestRelayedRunArchivedWithoutReadsOrRemovals(t *testing.T) {
 	t.Parallel()
-	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
 		s := openStore(t, db)
 		m := machine(t)
 		ctx := context.Background()

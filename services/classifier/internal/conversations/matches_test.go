@@ -14,7 +14,6 @@ import (
 
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
-	"github.com/agentmesh/agentmesh/services/classifier/internal/dbbudget"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/plan"
 )
 
@@ -67,7 +66,7 @@ func pages(t *testing.T, s *Store, filter bson.D, size int) [][]string {
 // two pages is seen by the next one.
 func TestPagesOfAPlanQueryTheCollectionOnce(t *testing.T) {
 	t.Parallel()
-	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
 		ctx := context.Background()
 		s, sample := sampleStore(t, db)
 		filter, err := plan.Compile(`{"channel": {"$in": ["email", "chat"]}}`)
@@ -148,7 +147,7 @@ func TestPagesOfAPlanQueryTheCollectionOnce(t *testing.T) {
 // still the matches in id order.
 func TestPagesPastTheKeptPrefix(t *testing.T) {
 	t.Parallel()
-	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, _ *testkit.RoundTrips) {
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, _ *testkit.RoundTrips) {
 		ctx := context.Background()
 		s := preparedStore(t, db)
 		convs := make([]Conversation, matchPrefix+25)
@@ -273,7 +272,7 @@ func TestKeptConversationsAreBounded(t *testing.T) {
 // cost no round trip; an import of a changed conversation is seen.
 func TestConversationsReadOnceUntilAWrite(t *testing.T) {
 	t.Parallel()
-	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
 		ctx := context.Background()
 		s, sample := sampleStore(t, db)
 		ids := []string{sample[3].ID, sample[1].ID}
@@ -311,7 +310,7 @@ func TestConversationsReadOnceUntilAWrite(t *testing.T) {
 // the import: no list or conversation read before it is served after it.
 func TestReadsRacingImportsSeeEveryFinishedImport(t *testing.T) {
 	t.Parallel()
-	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, _ *testkit.RoundTrips) {
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, _ *testkit.RoundTrips) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		s, sample := sampleStore(t, db)

@@ -13,7 +13,6 @@ import (
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
-	"github.com/agentmesh/agentmesh/services/classifier/internal/dbbudget"
 )
 
 // Keys of different (tenant, project, id) differ, even where a separator
@@ -45,7 +44,7 @@ func TestKeysAreDistinct(t *testing.T) {
 // collection. Only an id that is not there costs a query by scope.
 func TestGetAndUpsertGoByKey(t *testing.T) {
 	t.Parallel()
-	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
 		ctx := context.Background()
 		s := NewStore(db)
 		if err := s.Prepare(ctx); err != nil {

@@ -9,7 +9,6 @@ import (
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	"github.com/agentmesh/agentmesh/libs/testkit"
-	"github.com/agentmesh/agentmesh/services/classifier/internal/dbbudget"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/statemachine"
 )
 
@@ -17,7 +16,7 @@ import (
 // List reads back what the run labelled, in its scope only.
 func TestSaveIsIdempotent(t *testing.T) {
 	t.Parallel()
-	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, _ *testkit.RoundTrips) {
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, _ *testkit.RoundTrips) {
 		ctx := context.Background()
 		s := NewStore(db)
 		if err := s.EnsureIndexes(ctx); err != nil {
@@ -62,7 +61,7 @@ func TestSaveIsIdempotent(t *testing.T) {
 // many labels earlier runs left in the collection.
 func TestListCostFollowsTheRun(t *testing.T) {
 	t.Parallel()
-	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
 		ctx := context.Background()
 		s := NewStore(db)
 		if err := s.EnsureIndexes(ctx); err != nil {

@@ -41,7 +41,7 @@ var growing = []string{labels.Collection, conversations.Collection, checkpoint.A
 // counted in the checkpoint store's own tests.
 func TestRoundTripBudgets(t *testing.T) {
 	t.Parallel()
-	dbbudget.EachWriterMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
 		ctx := context.Background()
 		sample, model := scriptedModels(t)
 		scope := &commonv1.Scope{TenantId: "acme", ProjectId: "support"}

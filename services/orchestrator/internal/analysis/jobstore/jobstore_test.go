@@ -385,19 +385,11 @@ func testClearedFieldsStayCleared(t *testing.T, db *mongo.Database) {
 	}
 }
 
-// eachCountedMode runs test in a subtest for each writer mode, on a
-// database whose commands rt counts.
+// eachCountedMode is testkit.EachWriterModeCounted, telling test the mode.
 func eachCountedMode(t *testing.T, test func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips, single bool)) {
-	for _, single := range []bool{false, true} {
-		t.Run(map[bool]string{false: "many writers", true: "single writer"}[single], func(t *testing.T) {
-			t.Parallel()
-			db, rt := testkit.MongoDBCounted(t)
-			if single {
-				mongox.MarkSingleWriter(db.Client())
-			}
-			test(t, db, rt, single)
-		})
-	}
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
+		test(t, db, rt, mongox.SingleWriter(db))
+	})
 }
 
 // The archiver's batch goes in one call: the trees that may move go in one
