@@ -152,17 +152,32 @@ func TestWatchOpenedBeforeTheTreesFirstEvent(t *testing.T) {
 	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(treeSubjects(e, root.GetId()))); err != nil {
 		t.Fatal(err)
 	}
-	consumers := func() int {
-		info, err := stream.Info(ctx)
-		if err != nil {
+	// The consumers by name, not by count: the ordered consumers read
+	// above go away on their own meanwhile, and a count can stay level
+	// while the watch's consumer is added.
+	consumers := func() map[string]bool {
+		names := map[string]bool{}
+		lister := stream.ConsumerNames(ctx)
+		for name := range lister.Name() {
+			names[name] = true
+		}
+		if err := lister.Err(); err != nil {
 			t.Fatal(err)
 		}
-		return info.State.Consumers
+		return names
 	}
 	before := consumers()
+	made := func() bool {
+		for name := range consumers() {
+			if !before[name] {
+				return true
+			}
+		}
+		return false
+	}
 
 	collect := e.watch(root.GetId(), 0)
-	for consumers() == before { // the watch has looked for the tree's events
+	for !made() { // the watch has looked for the tree's events
 		if ctx.Err() != nil {
 			t.Fatal("the watch made no consumer")
 		}
