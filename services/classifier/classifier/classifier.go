@@ -66,7 +66,7 @@ type RunsConfig struct {
 	// renewing (a crashed process). Executors renew every third of it while
 	// they work, whatever a step (a model call) takes, and a resume waits
 	// up to this long for a run another executor holds.
-	LeaseTTL time.Duration `env:"LEASE_TTL" default:"6s" help:"lease of the executor driving a run, renewed every third of it while it works: a crashed executor's runs are free again at most this long after its last renewal, and a resume waits up to this long for a run another executor holds before answering 409"`
+	LeaseTTL time.Duration `env:"LEASE_TTL" default:"6s" help:"lease of the executor driving a run, renewed every third of it while it works: a crashed executor's runs are free again at most this long after its last renewal, and a resume waits up to this long for a run another executor holds before answering 409; a run whose executor died or stopped is driven on by a replica within a third of this after its lease lapses (by a sole writer at its start)"`
 	// SampleData loads the embedded sample conversations at start.
 	SampleData bool `env:"SAMPLE_DATA" default:"false" help:"load 40 sample conversations into the sample scope at start if it has none"`
 	// SampleTenant is the tenant the sample is loaded into.
@@ -177,6 +177,15 @@ func run(ctx context.Context, cfg *Config, rt service.Runtime, afterCommit runne
 		Logger:        log,
 	}, runner.Config{LeaseTTL: cfg.Runs.LeaseTTL, AfterCommit: afterCommit, SoleWriter: mongox.SingleWriter(db)})
 
+	// Runs left mid-step by a process that died or stopped are driven
+	// again without waiting for a client: at once at start by a sole
+	// writer, and by any replica once their leases lapse.
+	recoverDone := make(chan struct{})
+	go func() {
+		defer close(recoverDone)
+		runs.KeepRecovering(ctx)
+	}()
+
 	classifierv1.RegisterClassifierServiceServer(srv.GRPC(), grpcapi.New(grpcapi.Deps{
 		Runner: runs, Checkpoints: checkpoints, Conversations: convs, Bus: bus, Logger: log,
 	}))
@@ -187,6 +196,7 @@ func run(ctx context.Context, cfg *Config, rt service.Runtime, afterCommit runne
 
 	// Executors stop with ctx and release their leases; then the events of
 	// their last writes are published before the bus drains.
+	<-recoverDone
 	runs.Wait()
 	<-relayDone
 	<-archiverDone

@@ -484,7 +484,8 @@ func childLogger() *slog.Logger {
 // client of the original agent, which never retries, sends one resume to
 // the restarted service: it waits for the dead executor's lease to lapse
 // (within one TTL of its last renewal), takes the run over and redoes the
-// batch; the run then completes. A sole writer (agentmesh up) takes the
+// batch, or waits for the restarted process, which takes such a run over by
+// itself, to bring it to its batch approval; the run then completes. A sole writer (agentmesh up) takes the
 // dead executor's run at once: its lease, 30 s here, is waited for not at
 // all.
 func TestResumeAfterCrashMidCommandNeedsNoRetry(t *testing.T) {
@@ -507,27 +508,10 @@ func testResumeAfterCrashMidCommand(t *testing.T, sole bool) {
 	if sole {
 		ttl, bound = 30*time.Second, 5*time.Second
 	}
-	e := newCrashEnv(t, testkit.NewMongo(t).URI(), testkit.NewNATS(t).URL())
-	e.env["CLASSIFIER_LEASE_TTL"] = ttl.String()
-	if sole {
-		e.env["MONGO_SINGLE_WRITER"] = "true"
-	}
-	ids := make([]string, 0, 40)
-	for _, c := range sampleConversations(t) {
-		ids = append(ids, c.ID)
-	}
-	slices.Sort(ids)
-	truth := sampleLabels(ids)
-	e.models.ScriptPlans(meshtest.NewPlan(4, nil))
-	hung := batchAnswer(e.models, ids[:2], truth, time.Hour) // answered only after the process is dead
-	e.models.ScriptClassifications(ids, 2, truth)
-	e.models.ScriptSummary("## Summary\n\nFour conversations classified.")
-
+	e := newLeaseEnv(t, ttl, sole)
 	proc := startChild(t, e.env, "")
-	importSample(t, proc.client)
-	runID, _ := startRun(t, proc.client, "classify four conversations")
-	go func() { _, _ = command(proc.client, testCtx(t), runID, approveFetch, "") }()
-	testkit.Eventually(t, 10*time.Second, func() bool { return hung.Hits() == 1 }, "classification call in flight")
+	run := startHungRun(t, e, proc)
+	runID := run.id
 	if !sole {
 		// Let the heartbeat renew the lease at least once before the kill.
 		renewedBy := time.Now().Add(ttl / 2)
@@ -541,7 +525,9 @@ func testResumeAfterCrashMidCommand(t *testing.T, sole bool) {
 
 	proc = startChild(t, e.env, "")
 	client := seedClient{t: t, url: startGateway(t, proc.addr, time.Second), key: gatewayKey}
-	if code, got := client.status(runID); code != http.StatusOK || got["state"] != "Classifying" {
+	// The restarted process drives the run on by itself too (see
+	// TestRunLeftMidStepIsDrivenOnWithoutAClient): a sole writer at once.
+	if code, got := client.status(runID); code != http.StatusOK || (got["state"] != "Classifying" && got["state"] != "AwaitingBatchApproval") {
 		t.Fatalf("after the crash: HTTP %d %v", code, got)
 	}
 	asked := time.Now()
@@ -567,7 +553,9 @@ func testResumeAfterCrashMidCommand(t *testing.T, sole bool) {
 	if waited > bound {
 		t.Errorf("resume waited %s, more than %s (lease TTL %s)", waited, bound, ttl)
 	}
-	if evs[0].typ() != runevents.RunResumed || evs[len(evs)-1].typ() != runevents.AwaitingBatchApproval || evs[len(evs)-1].Name == "error" {
+	// The stream may begin with the events of the restarted process's own
+	// takeover that were stored after the resume arrived.
+	if !slices.Contains(sseTypes(evs), runevents.RunResumed) || evs[len(evs)-1].typ() != runevents.AwaitingBatchApproval || evs[len(evs)-1].Name == "error" {
 		t.Fatalf("resume streamed %v", sseTypes(evs))
 	}
 
@@ -587,13 +575,7 @@ func testResumeAfterCrashMidCommand(t *testing.T, sole bool) {
 	if code != http.StatusOK || got["state"] != "Completed" || got["totalConversationsClassified"] != 4.0 {
 		t.Fatalf("after the run: HTTP %d %v", code, got)
 	}
-	want := map[string]string{}
-	for _, id := range ids[:4] {
-		want[id] = truth[id]
-	}
-	if labels := savedLabels(t, e.db, runID); !mapsEqual(labels, want) {
-		t.Errorf("labels %v, want %v", labels, want)
-	}
+	run.checkLabels(t)
 	// The batch in flight at the crash was classified again, nothing else.
 	if got := e.models.Calls().Batches; len(got) != 3 || !slices.Equal(got[0], got[1]) {
 		t.Errorf("classification calls %v", got)
@@ -606,4 +588,173 @@ func sseTypes(evs []sseEvent) []string {
 		out[i] = e.typ()
 	}
 	return out
+}
+
+// A run caught mid-step is driven on with no client involved: nobody
+// resumes it, and it reaches its batch approval by itself, from its
+// checkpoint, redoing only the batch in flight, then completes on the
+// human's approvals.
+//   - Killed, sole writer (agentmesh up): the next process takes it at its
+//     start, whatever the dead executor's lease (30 s here).
+//   - Killed, many writers: the next process takes it once the lease has
+//     lapsed, within a third of a lease TTL more.
+//   - Stopped, many writers (a rolling update): the stopping replica
+//     releases the lease, and a replica already running takes the run
+//     within a third of a lease TTL (6 s here).
+func TestRunLeftMidStepIsDrivenOnWithoutAClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts service processes")
+	}
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		sole    bool
+		ttl     time.Duration
+		stop    bool          // SIGTERM to a replica rather than a kill and a restart
+		bound   time.Duration // from the kill (many writers) or the restart or the stop
+		fromEnd string
+	}{
+		// The lease lapses at most one TTL after the kill, a sweep comes
+		// within a third of one, then one classification call.
+		{name: "killed, many writers", ttl: 3 * time.Second, bound: 7 * time.Second, fromEnd: "kill"},
+		{name: "killed, sole writer", sole: true, ttl: 30 * time.Second, bound: 5 * time.Second, fromEnd: "restart"},
+		{name: "stopped, another replica", stop: true, ttl: 6 * time.Second, bound: 5 * time.Second, fromEnd: "stop"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newLeaseEnv(t, tc.ttl, tc.sole)
+			var other *child
+			if tc.stop {
+				other = startChild(t, e.env, "")
+			}
+			proc := startChild(t, e.env, "")
+			run := startHungRun(t, e, proc)
+			if tc.stop {
+				if err := proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := proc.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			<-proc.exited
+			since := time.Now()
+			if tc.stop {
+				proc = other
+			} else {
+				proc = startChild(t, e.env, "")
+				if tc.sole {
+					since = time.Now()
+				}
+			}
+			driveOnWithoutAClient(t, run, proc, since, tc.bound, tc.fromEnd)
+		})
+	}
+}
+
+// driveOnWithoutAClient waits, sending nothing, for run to reach its batch
+// approval within bound of since, checks what was redone and recorded,
+// then approves the run to its end.
+func driveOnWithoutAClient(t *testing.T, run hungRun, proc *child, since time.Time, bound time.Duration, what string) {
+	t.Helper()
+	ctx := testCtx(t)
+	state := func() classifierv1.RunState {
+		resp, err := proc.client.GetRun(ctx, &classifierv1.GetRunRequest{Scope: testScope, RunId: run.id})
+		if err != nil {
+			t.Fatalf("GetRun: %v", err)
+		}
+		return resp.GetRun().GetState()
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		return state() == classifierv1.RunState_RUN_STATE_AWAITING_BATCH_APPROVAL
+	}, "the run at its batch approval, with no client resuming it")
+	took := time.Since(since)
+	t.Logf("the run reached its batch approval %s after the %s", took.Round(time.Millisecond), what)
+	if took > bound {
+		t.Errorf("the run reached its batch approval %s after the %s, more than %s", took, what, bound)
+	}
+	// The batch in flight was classified again, once.
+	if got := run.e.models.Calls().Batches; len(got) != 2 || !slices.Equal(got[0], got[1]) {
+		t.Errorf("classification calls %v", got)
+	}
+	in := &infra{db: run.e.db, natsURL: run.e.env["NATS_URL"]}
+	testkit.Eventually(t, 10*time.Second, func() bool { return pendingOutbox(t, in, run.id) == 0 }, "outbox published")
+	evs := replayAll(t, in, run.id, 0, countEvents(t, in, run.id))
+	types := make([]string, len(evs))
+	for i, ev := range evs {
+		types[i] = ev.GetType()
+		if ev.GetSequence() != uint64(i+1) {
+			t.Errorf("event %d (%s) has sequence %d", i+1, ev.GetType(), ev.GetSequence())
+		}
+	}
+	resumed := slices.Index(types, runevents.RunResumed)
+	if resumed < 0 || slices.Index(types, runevents.ClassifyingStarted) > resumed ||
+		types[len(types)-1] != runevents.AwaitingBatchApproval {
+		t.Errorf("events %v", types)
+	}
+
+	for step := 0; state() != classifierv1.RunState_RUN_STATE_COMPLETED; step++ {
+		if step == 10 {
+			t.Fatalf("run %s did not complete", run.id)
+		}
+		if _, err := command(proc.client, ctx, run.id, approveBatch, ""); err != nil {
+			t.Fatalf("ApproveBatch: %v", err)
+		}
+	}
+	run.checkLabels(t)
+}
+
+// newLeaseEnv is a crash test's infrastructure with a lease TTL of ttl,
+// for a sole writer or many.
+func newLeaseEnv(t *testing.T, ttl time.Duration, sole bool) *crashEnv {
+	t.Helper()
+	e := newCrashEnv(t, testkit.NewMongo(t).URI(), testkit.NewNATS(t).URL())
+	e.env["CLASSIFIER_LEASE_TTL"] = ttl.String()
+	if sole {
+		e.env["MONGO_SINGLE_WRITER"] = "true"
+	}
+	return e
+}
+
+// hungRun is a run of four conversations, in batches of two, whose first
+// batch's classification call is answered only after its process is gone.
+type hungRun struct {
+	e     *crashEnv
+	id    string
+	ids   []string // the sample's, sorted
+	truth map[string]string
+}
+
+// startHungRun scripts the models, starts the run on proc, approves its
+// fetch and returns once the first batch's classification call is in
+// flight.
+func startHungRun(t *testing.T, e *crashEnv, proc *child) hungRun {
+	t.Helper()
+	h := hungRun{e: e}
+	for _, c := range sampleConversations(t) {
+		h.ids = append(h.ids, c.ID)
+	}
+	slices.Sort(h.ids)
+	h.truth = sampleLabels(h.ids)
+	e.models.ScriptPlans(meshtest.NewPlan(4, nil))
+	hung := batchAnswer(e.models, h.ids[:2], h.truth, time.Hour)
+	e.models.ScriptClassifications(h.ids, 2, h.truth)
+	e.models.ScriptSummary("## Summary\n\nFour conversations classified.")
+	importSample(t, proc.client)
+	h.id, _ = startRun(t, proc.client, "classify four conversations")
+	go func() { _, _ = command(proc.client, testCtx(t), h.id, approveFetch, "") }()
+	testkit.Eventually(t, 10*time.Second, func() bool { return hung.Hits() == 1 }, "classification call in flight")
+	return h
+}
+
+// checkLabels checks the labels saved for the run: the four
+// conversations', each once.
+func (h hungRun) checkLabels(t *testing.T) {
+	t.Helper()
+	want := map[string]string{}
+	for _, id := range h.ids[:4] {
+		want[id] = h.truth[id]
+	}
+	if labels := savedLabels(t, h.e.db, h.id); !mapsEqual(labels, want) {
+		t.Errorf("labels %v, want %v", labels, want)
+	}
 }

@@ -66,6 +66,9 @@ func TestEveryQueryIsIndexed(t *testing.T) {
 			t.Fatalf("list %+v: %v", o, err)
 		}
 	}
+	if _, err := s.InFlight(ctx); err != nil {
+		t.Fatal(err)
+	}
 	// No outbox is pending, so the sweep publishes nothing and needs no bus.
 	if _, err := s.NewRelay(nil, slog.New(slog.DiscardHandler)).Sweep(ctx); err != nil {
 		t.Fatal(err)

@@ -41,9 +41,9 @@
 // then deleted by _id, with no read, and the relay writes no removal of
 // those events (events.Relay.SetGone). What scans,
 // on FerretDB, is off the hot path and bounded by the live set or rare:
-// ArchiveFinished (every ArchiveInterval) and the relay's sweep (every
-// SweepInterval, never on a write) read the live collection, which holds
-// the runs in flight; List reads both collections by scope, as a user's
+// ArchiveFinished (every ArchiveInterval), InFlight (Runner.Recover's
+// sweep) and the relay's sweep (every SweepInterval, never on a write) read
+// the live collection, which holds the runs in flight and those waiting; List reads both collections by scope, as a user's
 // listing does; MarkCorrupt of a run whose header has no readable version
 // updates by scope.
 //
@@ -61,6 +61,7 @@
 //	List with a state: {..., state} same sort      both           scope_state_created_id
 //	                                                                {tenant_id, project_id, state, create_time: -1, _id: 1}
 //	ArchiveFinished: {state: {$in: [finished]}}    live           state {state}
+//	InFlight: {state: {$in: [in flight]}}          live           state {state}
 //	relay sweep: {"outbox.0": {$exists: true}}     live           outbox_pending (sparse, events.OutboxIndex)
 //	  paged by _id
 //
@@ -902,6 +903,45 @@ func (s *Store) ArchiveFinished(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// InFlightRun is the header of a live run in a state an executor drives.
+type InFlightRun struct {
+	// ID is the run.
+	ID string
+	// Scope is the run's tenant and project.
+	Scope *commonv1.Scope
+	// State is the state it was checkpointed in.
+	State statemachine.State
+	// Lease is its executor's lease, nil if none holds it.
+	Lease *Lease
+}
+
+// InFlight returns every live run in a state an executor drives (neither
+// waiting for a human nor finished), header only: the runs a process that
+// died or stopped may have left mid-step, which Runner.Recover takes over
+// once no live executor holds them.
+func (s *Store) InFlight(ctx context.Context) ([]InFlightRun, error) {
+	var states bson.A
+	for _, st := range statemachine.States {
+		if !st.Waiting() && !st.Finished() {
+			states = append(states, string(st))
+		}
+	}
+	f := bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: states}}}}
+	var docs []header
+	proj := bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "state", Value: 1}, {Key: "lease", Value: 1}}
+	if err := mongox.FindAll(ctx, s.coll, f, &docs, options.Find().SetProjection(proj)); err != nil {
+		return nil, fmt.Errorf("checkpoint: find runs in flight: %w", mongox.Translate(err))
+	}
+	out := make([]InFlightRun, len(docs))
+	for i, d := range docs {
+		out[i] = InFlightRun{ID: d.ID, Scope: &commonv1.Scope{TenantId: d.TenantID, ProjectId: d.ProjectID}, State: statemachine.State(d.State)}
+		if d.Lease != nil {
+			out[i].Lease = &Lease{Owner: d.Lease.Owner, ExpiresAt: d.Lease.ExpiresAt}
+		}
+	}
+	return out, nil
 }
 
 // ListOptions selects runs.

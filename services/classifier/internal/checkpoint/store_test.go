@@ -1151,3 +1151,56 @@ func TestSingleWriterArchivesARunItDidNotCreate(t *testing.T) {
 		t.Fatalf("the drained finished run is not archived (%d, %v)", n, err)
 	}
 }
+
+// InFlight finds the live runs in a state an executor drives, leased or
+// not, with their scope and lease, and none that waits for a human or has
+// finished (live or archived).
+func TestInFlightFindsTheRunsAnExecutorDrives(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	m := machine(t)
+	other := &commonv1.Scope{TenantId: "globex", ProjectId: "q"}
+	lease := &Lease{Owner: "proc/exec", ExpiresAt: time.Now().Add(time.Minute).UTC().Truncate(time.Millisecond)}
+	create := func(id string, sc *commonv1.Scope, st statemachine.State, l *Lease) {
+		t.Helper()
+		run := m.Start(id, sc.GetTenantId(), sc.GetProjectId(), "i").Run
+		run.State = st
+		if _, err := s.Create(ctx, run, l, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("planning", scope, statemachine.Planning, lease)
+	create("classifying", other, statemachine.Classifying, nil)
+	create("error", scope, statemachine.Error, nil)
+	create("waiting", scope, statemachine.AwaitingFetchApproval, nil)
+	create("batch", scope, statemachine.AwaitingBatchApproval, nil)
+	finishedRun(t, s, m, "stopped", "done")
+	finishedRun(t, s, m, "archived", "done")
+	if err := s.ArchiveFinished(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	runs, err := s.InFlight(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]InFlightRun{}
+	for _, r := range runs {
+		got[r.ID] = r
+	}
+	if len(got) != 3 || len(runs) != 3 {
+		t.Fatalf("in flight %+v, want planning, classifying and error", runs)
+	}
+	if r := got["planning"]; r.State != statemachine.Planning || r.Scope.GetTenantId() != "acme" || r.Lease == nil ||
+		r.Lease.Owner != lease.Owner || !r.Lease.ExpiresAt.Equal(lease.ExpiresAt) {
+		t.Errorf("planning: %+v (lease %+v)", r, r.Lease)
+	}
+	if r := got["classifying"]; r.State != statemachine.Classifying || r.Scope.GetTenantId() != "globex" ||
+		r.Scope.GetProjectId() != "q" || r.Lease != nil {
+		t.Errorf("classifying: %+v", r)
+	}
+	if r := got["error"]; r.State != statemachine.Error || r.Lease != nil {
+		t.Errorf("error: %+v", r)
+	}
+}

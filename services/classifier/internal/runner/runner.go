@@ -22,6 +22,16 @@
 // stops driving (a Stop command wins that way: it is written regardless of
 // the lease, and the executor finds the run Stopped).
 //
+// # Nobody has to resume a run
+//
+// A run left mid-step, by a process that died or stopped or by an executor
+// that gave up after a database error, is taken over without a client:
+// KeepRecovering looks for live runs in flight whose lease nobody holds
+// (at start, then every RecoverInterval) and resumes each as a client's
+// resume would. A sole writer takes its predecessor's runs at its start; with
+// many writers, some replica takes a run within a third of a lease TTL of its
+// lease lapsing. A client that resumes meanwhile waits for that executor.
+//
 // # Resume repeats nothing recorded
 //
 // Each state's result is recorded in the write that leaves the state, so a
