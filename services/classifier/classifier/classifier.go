@@ -64,9 +64,9 @@ type RunsConfig struct {
 	ModelTimeout time.Duration `env:"MODEL_TIMEOUT" default:"2m" help:"timeout of one model call; a call that times out fails the run"`
 	// LeaseTTL is how long a run stays claimed by an executor that stops
 	// renewing (a crashed process). Executors renew every third of it while
-	// they work, whatever a step (a model call) takes, and a resume waits
-	// up to this long for a run another executor holds.
-	LeaseTTL time.Duration `env:"LEASE_TTL" default:"6s" help:"lease of the executor driving a run, renewed every third of it while it works: a crashed executor's runs are free again at most this long after its last renewal, and a resume waits up to this long for a run another executor holds before answering 409; a run whose executor died or stopped is driven on by a replica within a third of this after its lease lapses (by a sole writer at its start)"`
+	// they work, whatever a step (a model call) takes; a run whose lease
+	// lapsed mid-step is then taken over (Runner.KeepRecovering).
+	LeaseTTL time.Duration `env:"LEASE_TTL" default:"6s" help:"lease of the executor driving a run, renewed every third of it while it works: a crashed executor's runs are free again at most this long after its last renewal, and are then driven on by a replica within a third of this (by a sole writer at its start, at once); a resume of a run another executor holds follows that executor's events"`
 	// SampleData loads the embedded sample conversations at start.
 	SampleData bool `env:"SAMPLE_DATA" default:"false" help:"load 40 sample conversations into the sample scope at start if it has none"`
 	// SampleTenant is the tenant the sample is loaded into.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -102,20 +103,47 @@ func (c seedClient) stream(method, path, body string, extra map[string]string) (
 }
 
 // resumeWhileHeld reconnects to run runID, held by its executor, with the
-// last event id the client saw, and returns the resumed stream's events
-// once it has sent its first keep-alive: the resume is waiting for the run.
+// last event id the client saw. It returns the resumed stream once its
+// first event has arrived, while the run is still held: the resume follows
+// the executor, sending at once what the client missed. The returned
+// stream starts with that event. It must be called from the test's
+// goroutine while the run is held, and Fatals there.
 func (c seedClient) resumeWhileHeld(runID, lastID string) <-chan sseEvent {
 	c.t.Helper()
 	resp := c.request(testCtx(c.t), "POST", "/agents/classificationAgent/runs/"+runID+"/resume", "", map[string]string{"Last-Event-ID": lastID})
 	c.t.Cleanup(func() { _ = resp.Body.Close() })
 	if resp.StatusCode != http.StatusOK {
-		c.t.Fatalf("resume: HTTP %d", resp.StatusCode)
+		c.t.Errorf("resume: HTTP %d", resp.StatusCode)
+		return nil
 	}
 	evs := sseEvents(resp.Body)
-	if first := <-evs; first.Comment != "keep-alive" {
-		c.t.Fatalf("while the run is held the resume sent %+v, want a keep-alive", first)
+	out := make(chan sseEvent, 1)
+	timeout := time.After(10 * time.Second)
+	for len(out) == 0 {
+		select {
+		case ev, ok := <-evs:
+			if !ok {
+				c.t.Errorf("the resume ended with no event")
+				close(out)
+				return out
+			}
+			if ev.Comment == "" {
+				out <- ev
+			}
+		case <-timeout:
+			c.t.Errorf("the resume sent no event within 10 s while the run was held")
+			_ = resp.Body.Close()
+			close(out)
+			return out
+		}
 	}
-	return evs
+	go func() {
+		defer close(out)
+		for ev := range evs {
+			out <- ev
+		}
+	}()
+	return out
 }
 
 // eventsOf reads a stream to its end and returns its events, without the
@@ -349,8 +377,9 @@ func TestSeedClientReadsRunStatusInEveryState(t *testing.T) {
 // the run's later events exactly once and in order, then the resume's own.
 // Event ids are the run's own (1, 2, 3...), not a counter that other runs
 // and tenants move. The executor still holds the run when the client
-// reconnects: the resume waits, with keep-alives on the open stream, and
-// takes over once the run waits for approval.
+// reconnects: the resume follows it, sending what the client missed at
+// once, then the executor's events as they come, until the run waits for
+// approval; it takes nothing over.
 func TestSeedClientReconnectsWithLastEventID(t *testing.T) {
 	t.Parallel()
 	in := newInfra(t)
@@ -410,9 +439,8 @@ func TestSeedClientReconnectsWithLastEventID(t *testing.T) {
 		}
 	}
 	t.Logf("the client kept events 1-2 of run %s, the resume with Last-Event-ID 2 delivered %s-%s", runID, got[0].ID, got[len(got)-1].ID)
-	tail := []string{all[len(all)-2].typ(), all[len(all)-1].typ()}
-	if tail[0] != runevents.RunResumed || tail[1] != runevents.AwaitingFetchApproval {
-		t.Errorf("the resumed stream ends with %v", tail)
+	if last := all[len(all)-1].typ(); last != runevents.AwaitingFetchApproval || slices.Contains(types(stored), runevents.RunResumed) {
+		t.Errorf("the resumed stream ends with %s; the run's events %v", last, types(stored))
 	}
 }
 
@@ -433,9 +461,9 @@ func runIDOf(t *testing.T, e sseEvent) string {
 
 // A seed client whose stream is cut just before the run completes
 // reconnects as an EventSource does, with the last event id it saw, while
-// the executor still finishes the run: the resume waits, then sends the
-// events the client missed, up to agent.run.completed and final_data, and
-// ends; nothing runs again. Reconnecting later from any event of the
+// the executor still finishes the run: the resume follows it, sending the
+// events the client missed at once, then the rest up to
+// agent.run.completed and final_data, and ends; nothing runs again. Reconnecting later from any event of the
 // finished run replays the rest; from its last event the answer is 204
 // (nothing to reconnect for); a resume with no event id is refused, the
 // run being finished.

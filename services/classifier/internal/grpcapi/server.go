@@ -115,7 +115,9 @@ func (s *Server) StartRun(req *classifierv1.StartRunRequest, stream classifierv1
 }
 
 // ResumeRun continues a run from its checkpoint. While another executor
-// holds the run it waits, up to one lease TTL, before any event is sent.
+// holds the run, the stream follows it: that executor's events, as they
+// come, until the run waits or finishes; if it lets go of the run mid-step
+// (or dies), this request takes the run over.
 //
 // A finished run (Completed, Stopped) has nothing to continue. With
 // after_sequence the caller is a client whose stream was cut, maybe just
@@ -137,8 +139,6 @@ func (s *Server) ResumeRun(req *classifierv1.ResumeRunRequest, stream classifier
 	resume := func() (*runner.Drive, error) {
 		d, err := s.runner.Resume(ctx, scope, id)
 		if after > 0 && errors.Is(err, statemachine.ErrFinished) {
-			// Also when the run finished while this request waited for
-			// its executor to let go.
 			return s.runner.Recorded(ctx, scope, id)
 		}
 		return d, err

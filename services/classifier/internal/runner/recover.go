@@ -56,7 +56,7 @@ func (r *Runner) KeepRecovering(ctx context.Context) {
 // is resumed as a client's resume would resume it (an agent.run.resumed
 // event, then the step it was in, redone) and driven here until it waits
 // for a human or finishes; its events reach whoever follows the run, and a
-// client's resume meanwhile waits for this executor as for any other. A
+// client's resume meanwhile follows this executor as any other. A
 // run another executor holds is left to it, and so is one a client or
 // another process takes first. It returns how many runs it took over.
 func (r *Runner) Recover(ctx context.Context) (int, error) {

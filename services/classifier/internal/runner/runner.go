@@ -13,11 +13,12 @@
 // timeout); and released in the write that makes the run wait or finish.
 // So the lease of an executor that died lapses at most one TTL after its
 // last renewal. A command while the lease is held, or one that loses the
-// race for it, fails with ErrBusy (the API answers ABORTED). A resume waits
-// instead, up to one TTL, for the lease to be released or to lapse, and then
-// takes the run over: the resume a client sends after a crash succeeds
-// without retries. Only a holder that is alive and keeps renewing makes it
-// fail with ErrBusy. An executor whose write finds
+// race for it, fails with ErrBusy (the API answers ABORTED). A resume
+// follows the holder instead: its stream carries the holder's events until
+// the run waits or finishes, and if the lease is released mid-step or lapses
+// (the holder died) the resume takes the run over: the resume a client
+// sends after a crash succeeds without retries, however long the step of
+// the executor driving the run takes. An executor whose write finds
 // the version moved on has lost the run: it re-reads the checkpoint and
 // stops driving (a Stop command wins that way: it is written regardless of
 // the lease, and the executor finds the run Stopped).
@@ -30,7 +31,7 @@
 // (at start, then every RecoverInterval) and resumes each as a client's
 // resume would. A sole writer takes its predecessor's runs at its start; with
 // many writers, some replica takes a run within a third of a lease TTL of its
-// lease lapsing. A client that resumes meanwhile waits for that executor.
+// lease lapsing. A client that resumes meanwhile follows that executor.
 //
 // # Resume repeats nothing recorded
 //
@@ -80,21 +81,14 @@ type BusyError struct {
 	// Until is when the holder's lease expires (zero if the race was lost
 	// on a write).
 	Until time.Time
-	// Waited is how long a resume waited for the lease before giving up
-	// (zero: it did not wait).
-	Waited time.Duration
 }
 
 // Error implements error.
 func (e *BusyError) Error() string {
-	switch {
-	case e.Until.IsZero():
+	if e.Until.IsZero() {
 		return fmt.Sprintf("run %s changed while this request was applied: another resume or command is driving it", e.RunID)
-	case e.Waited > 0:
-		return fmt.Sprintf("run %s is being executed by another executor, which kept renewing its lease while this resume waited %s; follow its events, or resume again once it waits for a command",
-			e.RunID, e.Waited.Round(time.Millisecond))
 	}
-	return fmt.Sprintf("run %s is being driven by another executor (lease until %s); wait for its events or retry after that",
+	return fmt.Sprintf("run %s is being driven by another executor (lease until %s); a resume follows its events, and the command can be sent once the run waits for one",
 		e.RunID, e.Until.UTC().Format(time.RFC3339))
 }
 
@@ -128,8 +122,8 @@ const DefaultLeaseTTL = 6 * time.Second
 // Config tunes a Runner.
 type Config struct {
 	// LeaseTTL is how long a lease lasts without renewal; an executor that
-	// dies holds its runs this long at most, and a resume waits this long at
-	// most for a run's lease. Executors renew every LeaseTTL/3.
+	// dies holds its runs this long at most. Executors renew every
+	// LeaseTTL/3.
 	LeaseTTL time.Duration
 	// Instance names this process in lease owners (default: a new id).
 	Instance string
@@ -315,24 +309,23 @@ func (r *Runner) stopCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *c
 // Resume continues a run from its checkpoint. A run waiting for a human
 // gets its approval request re-emitted; a run in Error is stopped; a
 // finished run is a *statemachine.StateError. A run another executor holds
-// is waited for (see awaitLease), and so is one whose takeover another
-// request won meanwhile; ErrBusy if the holder is still at work after one
-// lease TTL.
+// is followed (see follow): the Drive is done when that executor lets the
+// run wait or finish, and takes the run over if the executor lets go of it
+// mid-step.
 func (r *Runner) Resume(ctx context.Context, scope *commonv1.Scope, id string) (*Drive, error) {
-	w := r.newLeaseWait()
 	for {
-		rec, d, err := r.awaitLease(ctx, scope, id, w)
+		rec, d, err := r.load(ctx, scope, id)
 		if d != nil || err != nil {
 			return d, err
 		}
+		if r.held(rec.Lease, r.now()) {
+			return r.follow(ctx, scope, id), nil
+		}
 		d, err = r.resume(ctx, rec)
-		if errors.Is(err, checkpoint.ErrConflict) && r.now().Before(w.deadline) {
-			continue // another request took the run first: wait for it
+		if errors.Is(err, checkpoint.ErrConflict) {
+			continue // another request took the run first: follow it
 		}
-		if err != nil {
-			return nil, r.busy(id, err)
-		}
-		return d, nil
+		return d, err
 	}
 }
 

@@ -39,8 +39,9 @@ type ClassifierServiceClient interface {
 	// StartRun starts a run and streams its events until it waits for a human or ends.
 	StartRun(ctx context.Context, in *StartRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StartRunResponse], error)
 	// ResumeRun continues a run from its checkpoint. While another executor
-	// holds the run it waits, up to the lease TTL, for it to let go or die; a
-	// run still being driven after that fails with ABORTED. A finished run
+	// holds the run, the stream follows it (that executor's events as they
+	// come, until the run waits for a human or finishes), and takes the run
+	// over if the executor lets go of it mid-step or dies. A finished run
 	// (completed or stopped) with after_sequence replays its events after that
 	// one and ends; without after_sequence it is FAILED_PRECONDITION
 	// (RUN_FINISHED).
@@ -162,8 +163,9 @@ type ClassifierServiceServer interface {
 	// StartRun starts a run and streams its events until it waits for a human or ends.
 	StartRun(*StartRunRequest, grpc.ServerStreamingServer[StartRunResponse]) error
 	// ResumeRun continues a run from its checkpoint. While another executor
-	// holds the run it waits, up to the lease TTL, for it to let go or die; a
-	// run still being driven after that fails with ABORTED. A finished run
+	// holds the run, the stream follows it (that executor's events as they
+	// come, until the run waits for a human or finishes), and takes the run
+	// over if the executor lets go of it mid-step or dies. A finished run
 	// (completed or stopped) with after_sequence replays its events after that
 	// one and ends; without after_sequence it is FAILED_PRECONDITION
 	// (RUN_FINISHED).
