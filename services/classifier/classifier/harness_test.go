@@ -404,6 +404,17 @@ func pendingOutbox(t *testing.T, in *infra, runID string) int {
 // countEvents counts the run's events stored in JetStream.
 func countEvents(t *testing.T, in *infra, runID string) int {
 	t.Helper()
+	n := 0
+	for _, c := range runSubjects(t, in, runID) {
+		n += int(c)
+	}
+	return n
+}
+
+// runSubjects returns the subjects the run's events are stored on in
+// JetStream, with how many each holds.
+func runSubjects(t *testing.T, in *infra, runID string) map[string]uint64 {
+	t.Helper()
 	bus, err := events.Connect(testCtx(t), in.natsURL, "count-test", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -417,9 +428,5 @@ func countEvents(t *testing.T, in *infra, runID string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, c := range info.State.Subjects {
-		n += int(c)
-	}
-	return n
+	return info.State.Subjects
 }

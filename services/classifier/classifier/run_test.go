@@ -1,6 +1,7 @@
 package classifier
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -195,6 +196,24 @@ func TestHappyPath(t *testing.T) {
 			replayed[i].GetLogMessage() != all[i].GetLogMessage() {
 			t.Fatalf("replayed event %d = %s/%d, streamed %s/%d", i, replayed[i].GetType(), replayed[i].GetSequence(), all[i].GetType(), all[i].GetSequence())
 		}
+	}
+	// JetStream keeps state for every subject: the run's events share four.
+	prefix := "am.evt." + testScope.GetTenantId() + ".classifier." + runID + "."
+	wantSubjects := map[string]uint64{}
+	for _, e := range all {
+		switch e.GetType() {
+		case runevents.RunStarted:
+			wantSubjects[prefix+"started"]++
+		case runevents.AwaitingFetchApproval, runevents.AwaitingBatchApproval:
+			wantSubjects[prefix+"awaiting"]++
+		case runevents.RunCompleted:
+			wantSubjects[prefix+"ended"]++
+		default:
+			wantSubjects[prefix+"event"]++
+		}
+	}
+	if got := runSubjects(t, in, runID); !maps.Equal(got, wantSubjects) {
+		t.Errorf("the run's %d events are stored on subjects %v, want %v", len(all), got, wantSubjects)
 	}
 }
 

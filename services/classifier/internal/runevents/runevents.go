@@ -80,9 +80,36 @@ type Event struct {
 }
 
 // Subject is the NATS subject of an event of type typ of run runID of
-// tenant: am.evt.<tenant>.classifier.<runID>.<type with dots as '_'>.
+// tenant: am.evt.<tenant>.classifier.<runID>.<kind>, where kind is
+// "started" (agent.run.started, agent.run.resumed), "awaiting" (the two
+// approval requests), "ended" (agent.run.completed, agent.run.stopped) or
+// "event" (every other type), as a chat turn's events share three subjects.
+// The type itself is in the envelope. JetStream keeps state for every
+// subject its events stream holds, for as long as it keeps the events: a
+// subject per type was 27 a run. A consumer can still pick the runs
+// waiting for a human (am.evt.*.classifier.*.awaiting) or ended.
 func Subject(tenant, runID, typ string) string {
-	return events.EventSubject(tenant, Domain, runID, typ)
+	return events.EventSubject(tenant, Domain, runID, subjectKind(typ))
+}
+
+// Subject kinds (the last token of a run event's subject).
+const (
+	KindStarted  = "started"
+	KindAwaiting = "awaiting"
+	KindEnded    = "ended"
+	KindEvent    = "event"
+)
+
+func subjectKind(typ string) string {
+	switch typ {
+	case RunStarted, RunResumed:
+		return KindStarted
+	case AwaitingFetchApproval, AwaitingBatchApproval:
+		return KindAwaiting
+	case RunCompleted, RunStopped:
+		return KindEnded
+	}
+	return KindEvent
 }
 
 // SubjectFilter matches every event of one run, for [events.Bus.Replay].

@@ -98,3 +98,21 @@ func matchTokens(f, s []string) bool {
 	}
 	return len(f) == len(s)
 }
+
+// A run's events share four subjects: JetStream keeps state for each
+// subject its events stream holds. The kind says what a consumer may pick
+// by subject: a run's start or resumption, an approval it waits for, its
+// end, or any other event.
+func TestSubjectsByKind(t *testing.T) {
+	t.Parallel()
+	for typ, kind := range map[string]string{
+		RunStarted: "started", RunResumed: "started",
+		AwaitingFetchApproval: "awaiting", AwaitingBatchApproval: "awaiting",
+		RunCompleted: "ended", RunStopped: "ended",
+		RunError: "event", Replanning: "event", SummaryDelta: "event", BatchData: "event", FinalData: "event",
+	} {
+		if got, want := Subject("acme.corp", "run-1", typ), "am.evt.acme_corp.classifier.run-1."+kind; got != want {
+			t.Errorf("%s: subject %s, want %s", typ, got, want)
+		}
+	}
+}
