@@ -607,18 +607,18 @@ func TestRunLeftMidStepIsDrivenOnWithoutAClient(t *testing.T) {
 	}
 	t.Parallel()
 	for _, tc := range []struct {
-		name    string
-		sole    bool
-		ttl     time.Duration
-		stop    bool          // SIGTERM to a replica rather than a kill and a restart
-		bound   time.Duration // from the kill (many writers) or the restart or the stop
-		fromEnd string
+		name  string
+		sole  bool
+		ttl   time.Duration
+		stop  bool          // SIGTERM to a replica rather than a kill and a restart
+		bound time.Duration // from the kill (many writers) or the restart or the stop
+		after string        // what the bound counts from
 	}{
 		// The lease lapses at most one TTL after the kill, a sweep comes
 		// within a third of one, then one classification call.
-		{name: "killed, many writers", ttl: 3 * time.Second, bound: 7 * time.Second, fromEnd: "kill"},
-		{name: "killed, sole writer", sole: true, ttl: 30 * time.Second, bound: 5 * time.Second, fromEnd: "restart"},
-		{name: "stopped, another replica", stop: true, ttl: 6 * time.Second, bound: 5 * time.Second, fromEnd: "stop"},
+		{name: "killed, many writers", ttl: 3 * time.Second, bound: 7 * time.Second, after: "kill"},
+		{name: "killed, sole writer", sole: true, ttl: 30 * time.Second, bound: 5 * time.Second, after: "restart"},
+		{name: "stopped, another replica", stop: true, ttl: 6 * time.Second, bound: 5 * time.Second, after: "stop"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -646,7 +646,7 @@ func TestRunLeftMidStepIsDrivenOnWithoutAClient(t *testing.T) {
 					since = time.Now()
 				}
 			}
-			driveOnWithoutAClient(t, run, proc, since, tc.bound, tc.fromEnd)
+			driveOnWithoutAClient(t, run, proc, since, tc.bound, tc.after)
 		})
 	}
 }

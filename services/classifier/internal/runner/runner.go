@@ -313,7 +313,7 @@ func (r *Runner) stopCorrupt(ctx context.Context, scope *commonv1.Scope, cerr *c
 // run wait or finish, and takes the run over if the executor lets go of it
 // mid-step.
 func (r *Runner) Resume(ctx context.Context, scope *commonv1.Scope, id string) (*Drive, error) {
-	for {
+	for range stopAttempts {
 		rec, d, err := r.load(ctx, scope, id)
 		if d != nil || err != nil {
 			return d, err
@@ -327,6 +327,7 @@ func (r *Runner) Resume(ctx context.Context, scope *commonv1.Scope, id string) (
 		}
 		return d, err
 	}
+	return nil, &BusyError{RunID: id}
 }
 
 // resume applies Resume to rec, whose lease nobody holds.
@@ -406,8 +407,8 @@ func (r *Runner) Command(ctx context.Context, scope *commonv1.Scope, id string, 
 	return r.claim(ctx, next, owner), nil
 }
 
-// stopAttempts bounds how often Stop re-reads a run an executor keeps
-// writing to.
+// stopAttempts bounds how often Stop, or Resume, re-reads a run others
+// keep writing to.
 const stopAttempts = 20
 
 func (r *Runner) stop(ctx context.Context, scope *commonv1.Scope, id string) (*Drive, error) {
