@@ -367,6 +367,19 @@ func TestRelayDrainedHook(t *testing.T) {
 	}
 }
 
+// newSingleWriterRelay returns a bus with the mesh's streams, a new "jobs"
+// collection, the test's context and a single writer's relay of the
+// collection, four documents at a time, configured but not running.
+func newSingleWriterRelay(t *testing.T) (*Bus, *mongo.Collection, context.Context, *Relay) {
+	t.Helper()
+	b := newBusWithStreams(t)
+	coll := startFerret(t).Collection("jobs")
+	r := NewRelay(b, coll, testLogger(t))
+	r.SetSingleWriter()
+	r.SetConcurrency(4)
+	return b, coll, testContext(t), r
+}
+
 // runRelay runs r until the test ends.
 func runRelay(t *testing.T, r *Relay) {
 	t.Helper()
@@ -403,9 +416,7 @@ func TestRelayPollInterval(t *testing.T) {
 // for the next start.
 func TestRelaySingleWriterPollsRetryFailuresOnly(t *testing.T) {
 	t.Parallel()
-	b := newBusWithStreams(t)
-	coll := startFerret(t).Collection("jobs")
-	ctx := testContext(t)
+	b, coll, ctx, r := newSingleWriterRelay(t)
 
 	// Stream LATER refuses its entries at first (too large): their
 	// publishes fail at once.
@@ -426,9 +437,6 @@ func TestRelaySingleWriterPollsRetryFailuresOnly(t *testing.T) {
 		completeJob(ctx, t, coll, id, newEntry(t, id, "a"))
 	}
 	completeJob(ctx, t, coll, "failing-at-start", refused("s"), newEntry(t, "failing-at-start", "b"))
-	r := NewRelay(b, coll, testLogger(t))
-	r.SetSingleWriter()
-	r.SetConcurrency(4)
 	r.SetPollInterval(100 * time.Millisecond)
 	runRelay(t, r)
 	waitFor(t, RelayPollInterval/2, "the start-up sweep's entries published", func() bool { return streamMsgs(t, b, StreamEvents) == before })
@@ -464,12 +472,7 @@ func TestRelaySingleWriterPollsRetryFailuresOnly(t *testing.T) {
 // the collection here, so a removal written to it would show.
 func TestRelayWritesNoRemovalToGoneDocuments(t *testing.T) {
 	t.Parallel()
-	b := newBusWithStreams(t)
-	coll := startFerret(t).Collection("jobs")
-	ctx := testContext(t)
-	r := NewRelay(b, coll, testLogger(t))
-	r.SetSingleWriter()
-	r.SetConcurrency(4)
+	b, coll, ctx, r := newSingleWriterRelay(t)
 	r.SetRemovalDelay(100 * time.Millisecond)
 	var asked sync.Map
 	r.SetGone(func(id any) bool {
@@ -572,12 +575,7 @@ func TestRelayPublishedHook(t *testing.T) {
 // the document is gone, so a move under way spares the removal too.
 func TestRelayAsksGoneUnderTheDocumentsLock(t *testing.T) {
 	t.Parallel()
-	b := newBusWithStreams(t)
-	coll := startFerret(t).Collection("jobs")
-	ctx := testContext(t)
-	r := NewRelay(b, coll, testLogger(t))
-	r.SetSingleWriter()
-	r.SetConcurrency(4)
+	_, coll, ctx, r := newSingleWriterRelay(t)
 	var (
 		moving  sync.Mutex // held by the "store" while it moves the document
 		gone    atomic.Bool
