@@ -154,11 +154,7 @@ func decode(id string, raw bson.Raw) (Record, error) {
 	if h.EventCount < 0 {
 		return Record{}, corrupt("event_count %d is negative", h.EventCount)
 	}
-	rec := Record{Run: run, Version: h.Version, LastEventID: h.LastEventID, EventCount: uint64(h.EventCount)}
-	if h.Lease != nil {
-		rec.Lease = &Lease{Owner: h.Lease.Owner, ExpiresAt: h.Lease.ExpiresAt}
-	}
-	return rec, nil
+	return Record{Run: run, Version: h.Version, Lease: h.Lease.lease(), LastEventID: h.LastEventID, EventCount: uint64(h.EventCount)}, nil
 }
 
 // consistent checks that the context has what its state needs, so that a

@@ -542,6 +542,14 @@ func toLeaseDoc(l *Lease) *leaseDoc {
 	return &leaseDoc{Owner: l.Owner, ExpiresAt: l.ExpiresAt.UTC()}
 }
 
+// lease is the Lease a stored lease stands for, nil for none.
+func (l *leaseDoc) lease() *Lease {
+	if l == nil {
+		return nil
+	}
+	return &Lease{Owner: l.Owner, ExpiresAt: l.ExpiresAt}
+}
+
 func lastID(entries []events.OutboxEntry) string {
 	if len(entries) == 0 {
 		return ""
@@ -936,10 +944,8 @@ func (s *Store) InFlight(ctx context.Context) ([]InFlightRun, error) {
 	}
 	out := make([]InFlightRun, len(docs))
 	for i, d := range docs {
-		out[i] = InFlightRun{ID: d.ID, Scope: &commonv1.Scope{TenantId: d.TenantID, ProjectId: d.ProjectID}, State: statemachine.State(d.State)}
-		if d.Lease != nil {
-			out[i].Lease = &Lease{Owner: d.Lease.Owner, ExpiresAt: d.Lease.ExpiresAt}
-		}
+		out[i] = InFlightRun{ID: d.ID, Scope: &commonv1.Scope{TenantId: d.TenantID, ProjectId: d.ProjectID},
+			State: statemachine.State(d.State), Lease: d.Lease.lease()}
 	}
 	return out, nil
 }
