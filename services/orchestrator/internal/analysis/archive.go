@@ -211,9 +211,10 @@ func (e *Engine) relayed(ctx context.Context, stream jetstream.Stream, outbox []
 		if !strings.HasPrefix(entry.Subject, events.EventSubjectPrefix) {
 			continue
 		}
-		// Each state of a job has its own subject, so the last message on
-		// it is this event unless it is not published yet and an earlier
-		// visit of the same state (before a retry) is.
+		// A finished job's last event is its final one, whose terminal
+		// state has a subject of its own (JobEventSubject), so the last
+		// message on it is this event unless it is not published yet and
+		// an earlier end (before a retry) is.
 		msg, err := stream.GetLastMsgForSubject(ctx, entry.Subject)
 		return err == nil && msg.Header.Get(events.HeaderMsgID) == entry.ID
 	}

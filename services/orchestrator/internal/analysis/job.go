@@ -7,10 +7,11 @@
 //
 // Every job is one MongoDB document. Every state change is one
 // single-document, version-checked write that also appends the job event
-// (am.evt.<tenant>.job.<root>.<id>.<status>, payload orchestratorv1.JobEvent) and,
-// where the change makes the job runnable, its work item (am.work.analysis.*)
-// to the document's outbox; the events relay publishes them. So a state
-// change, its event and its work item are stored together or not at all.
+// (am.evt.<tenant>.job.<root>.<id>.<state>, see JobEventSubject; payload
+// orchestratorv1.JobEvent) and, where the change makes the job runnable, its
+// work item (am.work.analysis.*) to the document's outbox; the events relay
+// publishes them. So a state change, its event and its work item are stored
+// together or not at all.
 //
 // The parent (analysis_request) holds no progress of its own: [Engine.advance]
 // derives what must happen next from the stored children (create the

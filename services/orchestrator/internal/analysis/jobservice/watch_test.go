@@ -2,6 +2,7 @@ package jobservice_test
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -28,12 +29,10 @@ func TestWatchStartsAtTheTreesFirstEvent(t *testing.T) {
 	e, root, final := completedStockAnalysis(t)
 
 	ctx := e.ctx(10 * time.Second)
-	stream, err := e.bus.JetStream().Stream(ctx, events.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pendingSubject := analysis.JobEventSubject(e.scope.GetTenantId(), root.GetId(), root.GetId(), analysis.StatusPending)
-	msg, err := stream.GetLastMsgForSubject(ctx, pendingSubject)
+	stream := eventsStream(ctx, t, e)
+	// The first event on the subject of the analysis's states before its end.
+	activeSubject := analysis.JobEventSubject(e.scope.GetTenantId(), root.GetId(), root.GetId(), analysis.StatusPending)
+	msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(activeSubject))
 	if err != nil {
 		t.Fatalf("the analysis's pending event: %v", err)
 	}
@@ -78,10 +77,7 @@ func TestWatchReadsThePreviousSubjectLayout(t *testing.T) {
 	// Move the tree's events to the old layout, in their order.
 	ctx := e.ctx(20 * time.Second)
 	js := e.bus.JetStream()
-	stream, err := js.Stream(ctx, events.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := eventsStream(ctx, t, e)
 	moved := 0
 	for _, msg := range treeMessages(ctx, t, e, root.GetId()) {
 		tok := strings.Split(msg.Subject(), ".") // am evt <tenant> job <root> <job> <status>
@@ -145,10 +141,7 @@ func TestWatchOpenedBeforeTheTreesFirstEvent(t *testing.T) {
 	if len(tree) != len(want) {
 		t.Fatalf("read %d events of the tree, the watch got %d", len(tree), len(want))
 	}
-	stream, err := js.Stream(ctx, events.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := eventsStream(ctx, t, e)
 	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(treeSubjects(e, root.GetId()))); err != nil {
 		t.Fatal(err)
 	}
@@ -195,6 +188,16 @@ func TestWatchOpenedBeforeTheTreesFirstEvent(t *testing.T) {
 	if !sameEvents(got, want) {
 		t.Errorf("watch opened before the tree's events:\n got %v\nwant %v", got, want)
 	}
+}
+
+// eventsStream returns the events stream of e's bus.
+func eventsStream(ctx context.Context, t *testing.T, e *env) jetstream.Stream {
+	t.Helper()
+	stream, err := e.bus.JetStream().Stream(ctx, events.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
 }
 
 // treeSubjects is the subject filter of analysis rootID's events in e's
@@ -263,4 +266,50 @@ func TestWatchAfterAnIDBeyondTheStream(t *testing.T) {
 			t.Errorf("watch after %d: %v, want InvalidArgument naming after_sequence", after, err)
 		}
 	}
+}
+
+// TestAJobsEventsShareTwoSubjects: each job of a finished analysis has its
+// events on two subjects, one for the states it passed through (pending,
+// running, waiting for its children) and one for how it ended; the status
+// is in each event. The stream keeps state for every subject it holds for
+// a week, so a subject per status made each analysis cost nats-server
+// memory and its collector work in proportion to its states.
+func TestAJobsEventsShareTwoSubjects(t *testing.T) {
+	t.Parallel()
+	e, root, final := completedStockAnalysis(t)
+	ctx := e.ctx(10 * time.Second)
+	stream := eventsStream(ctx, t, e)
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(treeSubjects(e, root.GetId())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := e.scope.GetTenantId()
+	want := map[string]bool{}
+	for _, id := range append([]string{root.GetId()}, jobIDs(final.GetChildren())...) {
+		active := analysis.JobEventSubject(tenant, root.GetId(), id, analysis.StatusPending)
+		for _, s := range []analysis.Status{analysis.StatusRunning, analysis.StatusWaiting} {
+			if got := analysis.JobEventSubject(tenant, root.GetId(), id, s); got != active {
+				t.Errorf("job %s %s on %s, pending on %s: want one subject", id, s, got, active)
+			}
+		}
+		want[active] = true
+		want[analysis.JobEventSubject(tenant, root.GetId(), id, analysis.StatusComplete)] = true
+	}
+	got := map[string]bool{}
+	for s := range info.State.Subjects {
+		got[s] = true
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("the analysis's %d jobs' events are on %d subjects %v, want %d: %v",
+			len(final.GetChildren())+1, len(got), slices.Sorted(maps.Keys(got)), len(want), slices.Sorted(maps.Keys(want)))
+	}
+}
+
+// jobIDs returns the ids of jobs.
+func jobIDs(jobs []*orchestratorv1.Job) []string {
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.GetId()
+	}
+	return ids
 }
