@@ -98,7 +98,7 @@ type Config struct {
 	IntakeQueueWorkers int `env:"INDEXER_INTAKE_QUEUE_WORKERS" default:"2" help:"intakes from other systems (work queue am.work.indexer.intake, see the README) ingested concurrently by this instance"`
 	// JobLeaseTTL is how long an extraction job's claim outlives the last
 	// renewal of the worker running it.
-	JobLeaseTTL time.Duration `env:"INDEXER_JOB_LEASE_TTL" default:"6s" help:"claim of the worker running an extraction job, and of an ingest on its document until it is indexed, renewed every third of it, and the extraction queue's ack wait: a job whose worker died is delivered again and taken over about this long after its last renewal, and a second delivery never runs it meanwhile; an ingest that died is finished by the next start's reconciliation once its claim has lapsed, one that failed by its own process"`
+	JobLeaseTTL time.Duration `env:"INDEXER_JOB_LEASE_TTL" default:"6s" help:"claim of the worker running an extraction job, and of an ingest on its document until it is indexed, renewed every third of it, and the extraction queue's ack wait: a job whose worker died is delivered again and taken over about this long after its last renewal, and a second delivery never runs it meanwhile; an ingest that died is finished once its claim has lapsed: with replicas by any of them (each looks every third of it), alone by the next start; one that failed by its own process"`
 	// HNSWM, HNSWEfConstruction and HNSWEfSearch tune the vector index.
 	HNSWM              int `env:"INDEXER_HNSW_M" default:"16" help:"HNSW links per node (level 0 keeps twice as many)"`
 	HNSWEfConstruction int `env:"INDEXER_HNSW_EF_CONSTRUCTION" default:"160" help:"HNSW candidate list size while inserting"`
@@ -257,6 +257,7 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 		return err
 	}
 	wg.Go(func() { svc.FinishFailedIngests(bg) })
+	wg.Go(func() { svc.FinishDeadIngests(bg) }) // with many writers: another replica's
 	consumer, err := bus.Consume(bg, ExtractionConsumer(cfg.ExtractionWorkers, cfg.JobLeaseTTL), svc.HandleJob)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 	"github.com/agentmesh/agentmesh/services/indexer/indexer"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
 	docstore "github.com/agentmesh/agentmesh/services/indexer/internal/document/mongostore"
 	"github.com/agentmesh/agentmesh/services/modelgateway/modelgatewaytest"
 )
@@ -132,4 +133,60 @@ func observer(t *testing.T, uri string) *mongo.Client {
 	}
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
 	return client
+}
+
+// An indexer replica killed in the middle of an ingest leaves its document
+// saved, unindexed, under a claim nobody renews any more (written here as
+// the killed replica's last write, its claim renewed just before the
+// kill). Another replica, up all along, finishes the ingest within a third
+// of INDEXER_JOB_LEASE_TTL of the claim lapsing — not at the killed
+// replica's next start, which a replica scaled away never has — and the
+// document is then searchable.
+func TestKilledIngestIsFinishedByAnotherReplica(t *testing.T) {
+	t.Parallel()
+	uri, db := testkit.MongoURI(t)
+	nats := testkit.NewNATS(t)
+	env := testEnv(t, uri, db, nats.URL())
+	ttl := load(t, env).JobLeaseTTL
+	replica, _ := startRun(t, env)
+	ctx := context.Background()
+	sc := &commonv1.Scope{TenantId: "acme"}
+	search := indexerv1.NewSearchServiceClient(replica)
+	// The replica is up and serves the scope.
+	if _, err := search.Search(ctx, &indexerv1.SearchRequest{Scope: sc, Query: "warm up"}); err != nil {
+		t.Fatal(err)
+	}
+
+	client := observer(t, uri)
+	text := "Restart the ledger workers when card payments time out."
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	claimEnd := now.Add(ttl)
+	d := &document.Document{ID: "doc_killed", Scope: document.Scope{Tenant: "acme"}, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI,
+		Title: "Ledger runbook", RawContent: text, ContentHash: document.Hash(text), ExtractionJobID: "xj_killed", IngestUntil: claimEnd}
+	if err := docstore.New(client.Database(db)).SaveContent(ctx, d, now); err != nil {
+		t.Fatal(err)
+	}
+	coll := client.Database(db).Collection(docstore.DocumentsCollection)
+	indexed := func() bool {
+		var rec struct {
+			Indexed bool `bson:"indexed"`
+		}
+		err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: d.ID}}).Decode(&rec)
+		return err == nil && rec.Indexed
+	}
+	testkit.Eventually(t, 2*ttl+20*time.Second, indexed, "the other replica to finish the ingest")
+	finished := time.Since(claimEnd)
+	t.Logf("ingest finished by the other replica %s after its claim lapsed (INDEXER_JOB_LEASE_TTL %s)", finished.Round(10*time.Millisecond), ttl)
+	if finished < 0 {
+		t.Errorf("finished %s before its claim lapsed", -finished)
+	}
+	if bound := ttl/3 + 2*time.Second; finished > bound {
+		t.Errorf("finished %s after its claim lapsed, want at most %s", finished, bound)
+	}
+	// The replica's shard has it once its write is applied (the record
+	// shows it indexed a moment before).
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		res, err := search.Search(ctx, &indexerv1.SearchRequest{Scope: sc, Query: "ledger workers card payments"})
+		return err == nil && len(res.GetHits()) > 0 && res.GetHits()[0].GetDocumentId() == d.ID
+	}, "a search to find the finished document")
 }

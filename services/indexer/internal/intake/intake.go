@@ -22,7 +22,10 @@
 //     indexed, renewing the claim every JobLeaseTTL/3 (its writes are also
 //     bounded by IngestGrace), and reconciliation leaves a document whose
 //     claim holds to the ingest under way (in this process or another),
-//     finishing it once the claim has lapsed;
+//     finishing it once the claim has lapsed; while they run, every
+//     replica looks for such lapsed claims every JobLeaseTTL/3 and
+//     finishes their documents (FinishDeadIngests), so a replica killed or
+//     scaled away mid-ingest leaves nothing unindexed for long;
 //   - an ingest, or an extraction, that finds its document changed or
 //     deleted when it comes to record its work removes what it wrote, which
 //     the newer version or the delete may have missed.

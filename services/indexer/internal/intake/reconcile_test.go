@@ -211,21 +211,7 @@ func followOtherReplicas(t *testing.T, svc *intake.Service, docs *docstore.Store
 	sc := document.Scope{Tenant: "acme"}
 	dead := begin("dead") // its process was killed: no renewal comes
 	live := begin("live") // another replica renews its claim, then ends it
-	renewing, stopRenewing := context.WithCancel(ctx)
-	renewed := make(chan struct{})
-	go func() {
-		defer close(renewed)
-		for renewing.Err() == nil {
-			if ok, err := docs.RenewIngest(ctx, sc, live.ID, live.ContentHash, time.Now().Add(ttl)); !ok || err != nil {
-				t.Errorf("RenewIngest = %v, %v", ok, err)
-				return
-			}
-			select {
-			case <-renewing.Done():
-			case <-time.After(ttl / 3):
-			}
-		}
-	}()
+	stopRenewing := renewIngest(t, docs, live, ttl)
 
 	start := time.Now()
 	done := make(chan error, 1)
@@ -243,7 +229,6 @@ func followOtherReplicas(t *testing.T, svc *intake.Service, docs *docstore.Store
 		t.Fatalf("the ingest under way was taken over while it renewed its claim: indexed %v, job %s, %v", d.Indexed, d.ExtractionJobID, err)
 	}
 	stopRenewing()
-	<-renewed
 	if ok, err := docs.MarkIndexed(ctx, sc, live.ID, live.ContentHash, nil); !ok || err != nil {
 		t.Fatalf("MarkIndexed = %v, %v", ok, err)
 	}
@@ -259,6 +244,32 @@ func followOtherReplicas(t *testing.T, svc *intake.Service, docs *docstore.Store
 	}
 	if ok, err := docs.RenewIngest(ctx, sc, live.ID, live.ContentHash, time.Now().Add(ttl)); ok || err != nil {
 		t.Errorf("RenewIngest of an indexed document = %v, %v; want false: nothing left to claim", ok, err)
+	}
+}
+
+// renewIngest renews the claim of d's ingest every third of ttl, as
+// another replica's ingest under way does, until the returned function is
+// called; it returns after the last renewal.
+func renewIngest(t *testing.T, docs *docstore.Store, d *document.Document, ttl time.Duration) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		for ctx.Err() == nil {
+			if ok, err := docs.RenewIngest(ctx, d.Scope, d.ID, d.ContentHash, time.Now().Add(ttl)); (!ok || err != nil) && ctx.Err() == nil {
+				t.Errorf("RenewIngest = %v, %v", ok, err)
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(ttl / 3):
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-renewed
 	}
 }
 

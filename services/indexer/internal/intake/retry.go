@@ -3,6 +3,7 @@ package intake
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -104,4 +105,60 @@ func (s *Service) finishFailed(ctx context.Context) (left int) {
 		s.Logger.Warn("failed ingests not finished yet; retrying", slog.Int("failing", failing), slog.Any("error", first))
 	}
 	return left
+}
+
+// deadIngestsPerSweep bounds the documents one sweep of FinishDeadIngests
+// finishes; the next sweep takes the rest.
+const deadIngestsPerSweep = 100
+
+// FinishDeadIngests, with many writers, finishes until ctx ends the ingests
+// a replica left when it died or was stopped mid-ingest: every third of
+// JobLeaseTTL it lists the documents whose ingest claim has lapsed unindexed
+// (mongostore.Store.DeadIngests) and finishes each (settle). Without it such
+// a document stayed saved and unsearchable until a replica's next start
+// reconciled it, and a replica scaled away is never started again. A
+// claim an ingest renews, in any replica, keeps its document from the
+// sweep; two replicas finishing the same document are told apart by its
+// version, and the one that loses leaves it to the other. A single writer
+// has no other process to outlive: its start's reconciliation finishes
+// what the process before it left, and FinishFailedIngests its own
+// failures; for it this returns at once.
+func (s *Service) FinishDeadIngests(ctx context.Context) {
+	if s.local {
+		return
+	}
+	t := time.NewTicker(s.cfg.JobLeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.finishDead(ctx)
+	}
+}
+
+// finishDead finishes the ingests whose claims have lapsed, once each.
+func (s *Service) finishDead(ctx context.Context) {
+	dead, err := s.Docs.DeadIngests(ctx, s.now(), deadIngestsPerSweep)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.Logger.Warn("dead ingests not listed; the next sweep tries again", slog.Any("error", err))
+		}
+		return
+	}
+	for _, d := range dead {
+		if d.Deleting || s.ingests.count(d.ID) > 0 {
+			continue // a delete's, or this process's own ingest
+		}
+		// settle reads it again: an ingest that renewed its claim or
+		// finished meanwhile keeps it.
+		_, err := s.settle(ctx, d.Scope, d.ID)
+		if err != nil && !errors.Is(err, document.ErrConflict) && ctx.Err() == nil {
+			// (A conflict: another replica's sweep, or an upload of the
+			// same content, wrote it first.)
+			s.Logger.Warn("dead ingest not finished; the next sweep tries again", slog.String("document_id", d.ID), slog.Any("error", err))
+		}
+	}
 }

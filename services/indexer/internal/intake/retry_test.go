@@ -86,3 +86,69 @@ func TestFailedIngestsAreFinished(t *testing.T) {
 		})
 	}
 }
+
+// TestDeadIngestsAreFinishedByAnotherReplica: with many writers, an ingest
+// whose replica died mid-way (its document saved, its claim no longer
+// renewed) is finished by any other replica within a third of JobLeaseTTL
+// of the claim lapsing, while that replica runs; before, it waited for a
+// replica's next start. An ingest another replica still renews is left to
+// it however long it takes, and a document being deleted to its delete. A
+// single writer has no other replica: its sweep returns at once.
+func TestDeadIngestsAreFinishedByAnotherReplica(t *testing.T) {
+	t.Parallel()
+	db := testkit.MongoDB(t) // many writers
+	const ttl = 900 * time.Millisecond
+	svc, docs := newService(t, db, intake.Config{JobLeaseTTL: ttl, IngestGrace: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sc := document.Scope{Tenant: "acme"}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	begin := func(name string) *document.Document { return firstWrite(t, docs, sc, name, now, now.Add(ttl)) }
+	dead, live, deleting := begin("dead"), begin("live"), begin("deleting")
+	stopRenewing := renewIngest(t, docs, live, ttl)
+	defer stopRenewing()
+	if _, err := docs.MarkDeleting(ctx, sc, deleting.ID); err != nil {
+		t.Fatal(err)
+	}
+	sweeping := make(chan struct{})
+	go func() {
+		defer close(sweeping)
+		svc.FinishDeadIngests(ctx)
+	}()
+
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		d, err := docs.GetDocument(ctx, sc, dead.ID)
+		return err == nil && d.Indexed
+	}, "the dead ingest to be finished")
+	if late := time.Since(now.Add(ttl)); late > ttl/3+time.Second {
+		t.Errorf("the dead ingest was finished %v after its claim lapsed; the sweep looks every %v", late, ttl/3)
+	}
+	time.Sleep(3 * ttl) // the live ingest outlives its first claim several times over
+	if d, err := docs.GetDocument(ctx, sc, live.ID); err != nil || d.Indexed || d.ExtractionJobID != live.ExtractionJobID {
+		t.Fatalf("an ingest that renews its claim was taken over: indexed %v, job %s, %v", d.Indexed, d.ExtractionJobID, err)
+	}
+	if d, err := docs.LoadDocument(ctx, sc, deleting.ID); err != nil || !d.Deleting || d.Indexed || d.ExtractionJobID != deleting.ExtractionJobID {
+		t.Fatalf("a document being deleted was ingested again: deleting %v, indexed %v, job %s, %v", d.Deleting, d.Indexed, d.ExtractionJobID, err)
+	}
+	// Its replica dies in turn: the sweep finishes it too.
+	stopRenewing()
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		d, err := docs.GetDocument(ctx, sc, live.ID)
+		return err == nil && d.Indexed
+	}, "the ingest whose renewals stopped to be finished")
+	cancel()
+	<-sweeping
+
+	mongox.MarkSingleWriter(db.Client())
+	single, _ := newService(t, db, intake.Config{JobLeaseTTL: ttl})
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		single.FinishDeadIngests(context.Background())
+	}()
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a single writer's sweep did not return")
+	}
+}

@@ -15,9 +15,9 @@ import (
 // TestEveryQueryIsIndexed: with many writers (MongoDB), an index the store
 // creates at start serves every query it makes (testkit.AssertIndexed):
 // the document lifecycle (reads and conditional writes by _id, chunks,
-// FindByTerms, HandledBelow, Unfinished, ListDocuments), the listings with
-// a source type and a cursor, jobs and PendingJobs, claims, and the relay
-// sweeps of both collections that have an outbox.
+// FindByTerms, HandledBelow, Unfinished, DeadIngests, ListDocuments), the
+// listings with a source type and a cursor, jobs and PendingJobs, claims,
+// and the relay sweeps of both collections that have an outbox.
 func TestEveryQueryIsIndexed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -72,7 +72,9 @@
 //	  with a source type: {..., source_type}              documents    {tenant, project, source_type, deleting, _id, create_time}
 //	FindByTerms: {tenant, project, extract_terms $all,    documents    {tenant, project, extract_terms, deleting, _id}
 //	  deleting: false, _id $gt}, sort {_id: 1}, limit
-//	Unfinished: $or [{deleting: true}, {indexed: false}]  documents    {deleting} and {indexed}
+//	Unfinished: $or [{deleting: true}, {indexed: false}]  documents    {deleting} and {indexed, ingest_until}
+//	DeadIngests: {indexed: false, ingest_until $lt},      documents    {indexed, ingest_until}
+//	  limit
 //	HandledBelow: {extractor_versions.<x> $lt,            documents    none: a scan (below)
 //	  deleting: false, _id $gt}, sort {_id: 1}
 //	Scopes: $group by tenant and project                  documents    none: a scan (below)
@@ -151,7 +153,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		{Keys: scope(deleting, id, created)},
 		{Keys: scope(bson.E{Key: "source_type", Value: 1}, deleting, id, created)},
 		{Keys: scope(bson.E{Key: "extract_terms", Value: 1}, deleting, id)},
-		{Keys: bson.D{{Key: "indexed", Value: 1}}},
+		{Keys: bson.D{{Key: "indexed", Value: 1}, {Key: "ingest_until", Value: 1}}},
 		{Keys: bson.D{{Key: "deleting", Value: 1}}},
 	}
 	jobs := []mongox.Index{{Keys: bson.D{{Key: "status", Value: 1}, {Key: "create_time", Value: 1}}}}
@@ -174,11 +176,11 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		return err
 	}
 	// Those the indexes above superseded (they lacked "deleting", which
-	// every listing filters on, or the creation time a listing may range
-	// over), and one no query uses.
+	// every listing filters on, the creation time a listing may range
+	// over, or the claim DeadIngests ranges over), and one no query uses.
 	if err := mongox.DropIndexes(ctx, s.docs,
 		"tenant_1_project_1__id_1", "tenant_1_project_1_source_type_1__id_1", "tenant_1_project_1_extract_terms_1",
-		"tenant_1_project_1_deleting_1__id_1", "tenant_1_project_1_source_type_1_deleting_1__id_1"); err != nil {
+		"tenant_1_project_1_deleting_1__id_1", "tenant_1_project_1_source_type_1_deleting_1__id_1", "indexed_1"); err != nil {
 		return err
 	}
 	return mongox.DropIndexes(ctx, s.jobs, "tenant_1_project_1_document_id_1")
@@ -684,6 +686,18 @@ func (s *Store) find(ctx context.Context, f bson.D, opts *options.FindOptionsBui
 func (s *Store) Unfinished(ctx context.Context, limit int) ([]*document.Document, error) {
 	f := bson.D{{Key: "$or", Value: bson.A{bson.M{"deleting": true}, bson.M{"indexed": false}}}}
 	return s.find(ctx, f, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "outbox", Value: 0}}))
+}
+
+// DeadIngests returns up to limit documents whose ingest is neither done
+// nor being renewed: not indexed, their ingest claim (IngestUntil) ended
+// before now. Only what names them is read (scope, id, the claim, the
+// version, the flags): the caller reads each it finishes again, and leaves
+// those being deleted (Deleting) to the delete.
+func (s *Store) DeadIngests(ctx context.Context, now time.Time, limit int) ([]*document.Document, error) {
+	f := bson.D{{Key: "indexed", Value: false}, {Key: "ingest_until", Value: bson.M{"$lt": now}}}
+	header := bson.D{{Key: "tenant", Value: 1}, {Key: "project", Value: 1}, {Key: "ingest_until", Value: 1},
+		{Key: "update_time", Value: 1}, {Key: "version", Value: 1}, {Key: "indexed", Value: 1}, {Key: "deleting", Value: 1}}
+	return s.find(ctx, f, options.Find().SetLimit(int64(limit)).SetProjection(header))
 }
 
 // HandledBelow returns up to limit documents (id order, after afterID)

@@ -46,7 +46,8 @@ func testDocumentLifecycleAndQueries(t *testing.T, db *mongo.Database) {
 	acme, other := document.Scope{Tenant: "acme"}, document.Scope{Tenant: "other"}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	d := &document.Document{ID: "doc_1", Scope: acme, SourceType: indexerv1.SourceType_SOURCE_TYPE_REPORT, Title: "BHP",
-		RawContent: "raw", ContentHash: document.Hash("raw"), ContentType: "financial_report", ExtractionJobID: "j1"}
+		RawContent: "raw", ContentHash: document.Hash("raw"), ContentType: "financial_report", ExtractionJobID: "j1",
+		IngestUntil: now.Add(time.Minute)}
 	if err := s.SaveContent(ctx, d, now); err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +118,18 @@ func testDocumentLifecycleAndQueries(t *testing.T, db *mongo.Database) {
 	if err != nil || len(un) != 1 {
 		t.Fatalf("Unfinished before MarkIndexed = %v, %v", un, err)
 	}
+	// An ingest whose claim holds is not dead; once it has lapsed, its
+	// document's header is listed.
+	if dead, err := s.DeadIngests(ctx, now.Add(time.Minute), 10); err != nil || len(dead) != 0 {
+		t.Fatalf("DeadIngests while the claim holds = %v, %v", dead, err)
+	}
+	dead, err := s.DeadIngests(ctx, now.Add(time.Minute+time.Millisecond), 10)
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("DeadIngests after the claim = %v, %v", dead, err)
+	}
+	if h := dead[0]; h.ID != "doc_1" || h.Scope != acme || !h.IngestUntil.Equal(d.IngestUntil) || h.Version != got.Version || h.RawContent != "" {
+		t.Fatalf("DeadIngests = %+v, want doc_1's header only", h)
+	}
 	if ok, err := s.MarkIndexed(ctx, acme, "doc_1", document.Hash("old"), nil); ok || err != nil {
 		t.Fatalf("MarkIndexed of other content = %v, %v", ok, err)
 	}
@@ -128,6 +141,9 @@ func testDocumentLifecycleAndQueries(t *testing.T, db *mongo.Database) {
 	}
 	if un, _ := s.Unfinished(ctx, 10); len(un) != 0 {
 		t.Fatalf("Unfinished after MarkIndexed = %v", un)
+	}
+	if dead, _ := s.DeadIngests(ctx, now.Add(time.Hour), 10); len(dead) != 0 {
+		t.Fatalf("DeadIngests after MarkIndexed = %v", dead)
 	}
 	// Chunks: replace, vectors round-trip, scope isolation.
 	c := func(seq int) document.Chunk {
