@@ -30,8 +30,13 @@ import (
 // directly.
 func newService(t *testing.T, db *mongo.Database, cfg intake.Config, extractors ...extract.Extractor) (*intake.Service, *docstore.Store) {
 	t.Helper()
+	return newServiceEmbedding(t, db, cfg, embed.LocalHash{}, extractors...)
+}
+
+// newServiceEmbedding is newService with emb as its embedder.
+func newServiceEmbedding(t *testing.T, db *mongo.Database, cfg intake.Config, emb embed.Embedder, extractors ...extract.Extractor) (*intake.Service, *docstore.Store) {
+	t.Helper()
 	docs, graphs := docstore.New(db), graphstore.New(db)
-	emb := embed.LocalHash{}
 	indexes, err := hybrid.NewManager(hybrid.ManagerOptions{Dir: t.TempDir(), Embedder: emb.Name(), Dimensions: emb.Dimensions()})
 	if err != nil {
 		t.Fatal(err)

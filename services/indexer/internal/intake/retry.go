@@ -119,28 +119,41 @@ const deadIngestsPerSweep = 100
 // reconciled it, and a replica scaled away is never started again. A
 // claim an ingest renews, in any replica, keeps its document from the
 // sweep; two replicas finishing the same document are told apart by its
-// version, and the one that loses leaves it to the other. A single writer
-// has no other process to outlive: its start's reconciliation finishes
-// what the process before it left, and FinishFailedIngests its own
-// failures; for it this returns at once.
+// version, and the one that loses leaves it to the other. A document whose
+// finish fails (an embedding model that is down, say) is tried again a
+// second later, then each time twice as late, up to a minute apart, as
+// FinishFailedIngests does. A single writer has no other process to
+// outlive: its start's reconciliation finishes what the process before it
+// left, and FinishFailedIngests its own failures; for it this returns at
+// once.
 func (s *Service) FinishDeadIngests(ctx context.Context) {
 	if s.local {
 		return
 	}
 	t := time.NewTicker(s.cfg.JobLeaseTTL / 3)
 	defer t.Stop()
+	failing := map[string]retryAt{} // by document id
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		s.finishDead(ctx)
+		s.finishDead(ctx, failing)
 	}
 }
 
-// finishDead finishes the ingests whose claims have lapsed, once each.
-func (s *Service) finishDead(ctx context.Context) {
+// retryAt is when a document whose finish failed is tried again, and the
+// wait before the try after that.
+type retryAt struct {
+	next  time.Time
+	delay time.Duration
+}
+
+// finishDead finishes the ingests whose claims have lapsed, once each,
+// except those whose last finish failed and whose retry is not due
+// (failing, which it updates).
+func (s *Service) finishDead(ctx context.Context, failing map[string]retryAt) {
 	dead, err := s.Docs.DeadIngests(ctx, s.now(), deadIngestsPerSweep)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -148,17 +161,39 @@ func (s *Service) finishDead(ctx context.Context) {
 		}
 		return
 	}
+	listed := make(map[string]bool, len(dead))
 	for _, d := range dead {
+		listed[d.ID] = true
 		if d.Deleting || s.ingests.count(d.ID) > 0 {
 			continue // a delete's, or this process's own ingest
+		}
+		r, failed := failing[d.ID]
+		if failed && time.Now().Before(r.next) {
+			continue
 		}
 		// settle reads it again: an ingest that renewed its claim or
 		// finished meanwhile keeps it.
 		_, err := s.settle(ctx, d.Scope, d.ID)
-		if err != nil && !errors.Is(err, document.ErrConflict) && ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil && !errors.Is(err, document.ErrConflict):
 			// (A conflict: another replica's sweep, or an upload of the
 			// same content, wrote it first.)
-			s.Logger.Warn("dead ingest not finished; the next sweep tries again", slog.String("document_id", d.ID), slog.Any("error", err))
+			r.delay = cmp.Or(min(2*r.delay, failedRetryMost), failedRetryFirst)
+			r.next = time.Now().Add(r.delay)
+			failing[d.ID] = r
+			s.Logger.Warn("dead ingest not finished; retrying", slog.String("document_id", d.ID),
+				slog.Duration("retry_in", r.delay), slog.Any("error", err))
+		default:
+			delete(failing, d.ID)
+		}
+	}
+	if len(dead) < deadIngestsPerSweep {
+		for id := range failing {
+			if !listed[id] { // finished, deleted or claimed since
+				delete(failing, id)
+			}
 		}
 	}
 }

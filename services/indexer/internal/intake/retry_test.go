@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
+	"github.com/agentmesh/agentmesh/services/indexer/internal/embed"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/intake"
 )
 
@@ -151,4 +153,52 @@ func TestDeadIngestsAreFinishedByAnotherReplica(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a single writer's sweep did not return")
 	}
+}
+
+// TestDeadIngestRetriesBackOff: a dead ingest whose finish fails (here the
+// embedding model is down) is tried again a second later, then each time
+// twice as late, not at every sweep (a third of JobLeaseTTL): the sweep
+// would otherwise call a failing model several times a second for each
+// such document. It is finished once the model is back.
+func TestDeadIngestRetriesBackOff(t *testing.T) {
+	t.Parallel()
+	db := testkit.MongoDB(t) // many writers
+
+	const ttl = 300 * time.Millisecond // a sweep every 100 ms
+	emb := &flakyEmbedder{}
+	emb.down.Store(true)
+	svc, docs := newServiceEmbedding(t, db, intake.Config{JobLeaseTTL: ttl, IngestGrace: time.Minute}, emb)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sc := document.Scope{Tenant: "acme"}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	dead := firstWrite(t, docs, sc, "dead", now.Add(-time.Minute), now.Add(-time.Second)) // its claim lapsed
+	go svc.FinishDeadIngests(ctx)
+
+	time.Sleep(3500 * time.Millisecond)
+	// Tries at about 0.1 s, then 1.1 s and 3.1 s.
+	if n := emb.calls.Load(); n < 2 || n > 4 {
+		t.Errorf("the finish was tried %d times in 3.5 s with the model down, want 2 to 4 (backing off from a second)", n)
+	}
+	emb.down.Store(false)
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		d, err := docs.GetDocument(ctx, sc, dead.ID)
+		return err == nil && d.Indexed
+	}, "the dead ingest to be finished once the model is back")
+}
+
+// flakyEmbedder is the local embedder, failing while down; it counts the
+// calls.
+type flakyEmbedder struct {
+	embed.LocalHash
+	down  atomic.Bool
+	calls atomic.Int32
+}
+
+func (f *flakyEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	f.calls.Add(1)
+	if f.down.Load() {
+		return nil, errors.New("embedding model unavailable")
+	}
+	return f.LocalHash.Embed(ctx, texts)
 }
