@@ -120,6 +120,7 @@ func TestParseFlags(t *testing.T) {
 		{"a before run", []string{"-levels", "0,1000", "-workloads", "chat,analysis", "-env", "K=V"}, ""},
 		{"descending levels", []string{"-levels", "1000,0"}, "levels must ascend"},
 		{"negative level", []string{"-levels", "-1"}, "is not a count"},
+		{"negative rest", []string{"-rest", "-1s"}, "-rest -1s: must not be negative"},
 		{"unknown workload", []string{"-workloads", "chat,search"}, `unknown "search"`},
 		{"no clients", []string{"-concurrency", "0"}, "-concurrency 0"},
 		{"env without =", []string{"-env", "K"}, "want KEY=VALUE"},

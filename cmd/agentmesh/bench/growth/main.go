@@ -19,7 +19,9 @@
 //
 // Before each level it stores items through the same operations (finished
 // conversations, analyses and runs, ingested documents) up to the level,
-// and prints how long that took. Each row then has its clients do their
+// and prints how long that took, then rests until JetStream's duplicate
+// window has passed since (-rest), so that the row measures the stored
+// items and not the ids of the seeding's recent events. Each row then has its clients do their
 // warm-up operations, and measures its operations in one wall-clock window:
 // ops/s, time to the first event and to the end (p50, p99), errors (a
 // non-2xx answer, an `event: error`, a failed job or run, a stream that
@@ -53,6 +55,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agentmesh/agentmesh/libs/events"
 )
 
 var workloadNames = []string{"chat", "analysis", "classify", "ingest"}
@@ -99,6 +103,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	fs.IntVar(&opt.seedTurns, "seed-turns", 2, "turns of each seeded conversation (a turn stores the question and the answer)")
 	fs.DurationVar(&opt.opTimeout, "op-timeout", 5*time.Minute, "longest an operation may take before it counts as an error")
 	fs.DurationVar(&opt.settle, "settle", 10*time.Minute, "longest wait before a row for the mesh to go idle, e.g. to finish extracting ingested documents (0 = no wait)")
+	fs.DurationVar(&opt.rest, "rest", events.DuplicateWindow+5*time.Second, "wait after storing items up to a level before its first row, so that the seeding's event ids have left JetStream's duplicate window, as a fresh mesh's first row has none (0 = no wait)")
 	fs.Float64Var(&opt.noisy, "noisy", 0.3, "CPU, in cores, other processes may use during a row before it is run again")
 	fs.IntVar(&opt.retries, "retries", 2, "most repeats of a row that other processes disturbed")
 	fs.IntVar(&opt.repeat, "repeat", 3, "times each row is measured; the summary takes the median of the undisturbed ones (this machine's throughput varies by a third between runs minutes apart)")
@@ -155,6 +160,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 		return opt, fmt.Errorf("-op-timeout %s: must be positive", opt.opTimeout)
 	case opt.retries < 0:
 		return opt, fmt.Errorf("-retries %d: must not be negative", opt.retries)
+	case opt.rest < 0:
+		return opt, fmt.Errorf("-rest %s: must not be negative", opt.rest)
 	}
 	return opt, nil
 }
