@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
@@ -22,24 +21,11 @@ import (
 // "type→to" → count.
 func transitions(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "agentmesh.orchestrator.job.transitions" {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				typ, _ := dp.Attributes.Value(attribute.Key("type"))
-				to, _ := dp.Attributes.Value(attribute.Key("to"))
-				out[typ.AsString()+"→"+to.AsString()] += dp.Value
-			}
-		}
-	}
-	return out
+	return testkit.CounterSums(t, r, "agentmesh.orchestrator.job.transitions", func(a *attribute.Set) string {
+		typ, _ := a.Value(attribute.Key("type"))
+		to, _ := a.Value(attribute.Key("to"))
+		return typ.AsString() + "→" + to.AsString()
+	})
 }
 
 // TestJobTransitionsCountedOnce: an analysis counts each job's statuses
