@@ -151,6 +151,17 @@ func TestUpTelemetry(t *testing.T) {
 		t.Fatalf("classification run: %d %s", resp.StatusCode, body)
 	}
 
+	resp, err = http.Post(gw+"/v1/documents", "application/json", strings.NewReader(
+		`{"sourceType":"SOURCE_TYPE_WIKI","title":"Runbook","rawContent":"Restart the ingest worker when the queue stalls."}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("document ingest: %d %s", resp.StatusCode, body)
+	}
+
 	var samples []sample
 	var text string
 	testkit.Eventually(t, 30*time.Second, func() bool {
@@ -202,6 +213,9 @@ func TestUpTelemetry(t *testing.T) {
 	}
 	if strings.Contains(text, conv) {
 		t.Errorf("/metrics names the conversation id %s: a label holds a raw path", conv)
+	}
+	if n, _ := sum(samples, "agentmesh_indexer_ingests_total", map[string]string{"outcome": "indexed"}); n != 1 {
+		t.Errorf("document ingests indexed: %v, want 1", n)
 	}
 	for _, state := range []string{"Planning", "Fetching", "AwaitingFetchApproval"} {
 		if n, _ := sum(samples, "agentmesh_classifier_run_transitions_total", map[string]string{"state": state}); n != 1 {

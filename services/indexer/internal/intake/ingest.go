@@ -50,6 +50,12 @@ var ErrDeleting = errors.New("intake: the document is being deleted")
 // structure and extracts (an extraction job recomputes them). Concurrent
 // writers of one document are resolved by optimistic concurrency.
 func (s *Service) Ingest(ctx context.Context, in IngestInput) (IngestResult, error) {
+	res, err := s.ingest(ctx, in)
+	countIngest(ctx, res, err)
+	return res, err
+}
+
+func (s *Service) ingest(ctx context.Context, in IngestInput) (IngestResult, error) {
 	hash := document.Hash(in.RawContent)
 	id := document.ID(in.Scope, in.SourceURL, hash)
 	for attempt := 0; ; attempt++ {

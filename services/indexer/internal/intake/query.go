@@ -249,13 +249,14 @@ func (s *Service) finishUnfinished(ctx context.Context) (recent []*document.Docu
 			recent = append(recent, d) // an ingest may be under way
 			continue
 		}
-		errs = append(errs, s.finishOne(ctx, d))
+		errs = append(errs, s.finishOne(ctx, d, byReconciliation))
 	}
 	return recent, errors.Join(errs...)
 }
 
-// finishOne finishes the interrupted delete or ingest of d.
-func (s *Service) finishOne(ctx context.Context, d *document.Document) error {
+// finishOne finishes the interrupted delete or ingest of d; by names what
+// finishes it, for agentmesh.indexer.ingests.finished.
+func (s *Service) finishOne(ctx context.Context, d *document.Document, by string) error {
 	if d.Deleting {
 		return s.finishDelete(ctx, d)
 	}
@@ -267,7 +268,8 @@ func (s *Service) finishOne(ctx context.Context, d *document.Document) error {
 	}
 	_, err := s.ingestVersion(ctx, in, d.ID, d.ContentHash, d, prior)
 	if err == nil {
-		s.Logger.Info("finished an interrupted ingest", slog.String("document_id", d.ID))
+		countFinished(ctx, by)
+		s.Logger.Info("finished an interrupted ingest", slog.String("document_id", d.ID), slog.String("by", by))
 	}
 	return err
 }
@@ -311,7 +313,7 @@ func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) e
 			case <-t.C:
 			}
 		}
-		wait, err := s.settle(ctx, d.Scope, d.ID)
+		wait, err := s.settle(ctx, d.Scope, d.ID, byReconciliation)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -327,8 +329,9 @@ func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) e
 // settle reads document id again and finishes its interrupted ingest
 // unless it is gone, finished (a delete finishes itself), or an ingest may
 // be at work on it: written again or its claim renewed meanwhile. Then it
-// returns the document as it is, to wait for that ingest.
-func (s *Service) settle(ctx context.Context, sc document.Scope, id string) (wait *document.Document, err error) {
+// returns the document as it is, to wait for that ingest. by names what
+// finishes it (finishOne).
+func (s *Service) settle(ctx context.Context, sc document.Scope, id, by string) (wait *document.Document, err error) {
 	cur, err := s.Docs.GetDocument(ctx, sc, id)
 	switch {
 	case errors.Is(err, document.ErrNotFound), err == nil && cur.Indexed:
@@ -338,7 +341,7 @@ func (s *Service) settle(ctx context.Context, sc document.Scope, id string) (wai
 	case s.ingestLive(cur):
 		return cur, nil
 	}
-	return nil, s.finishOne(ctx, cur)
+	return nil, s.finishOne(ctx, cur, by)
 }
 
 // requeueAfter is how old a queued or running job must be before

@@ -91,7 +91,7 @@ func (s *Service) finishFailed(ctx context.Context) (left int) {
 		first   error
 	)
 	for id, sc := range s.failed.take() {
-		wait, err := s.settle(ctx, sc, id)
+		wait, err := s.settle(ctx, sc, id, byRetry)
 		if err != nil {
 			failing++
 			first = cmp.Or(first, fmt.Errorf("document %s: %w", id, err))
@@ -173,7 +173,7 @@ func (s *Service) finishDead(ctx context.Context, failing map[string]retryAt) {
 		}
 		// settle reads it again: an ingest that renewed its claim or
 		// finished meanwhile keeps it.
-		_, err := s.settle(ctx, d.Scope, d.ID)
+		_, err := s.settle(ctx, d.Scope, d.ID, bySweep)
 		switch {
 		case ctx.Err() != nil:
 			return
