@@ -2,7 +2,6 @@ package intake
 
 import (
 	"context"
-	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -14,25 +13,26 @@ import (
 // after the fact by what finished them, answer whether ingests fail and
 // whether what they leave is picked up, and sum across replicas; a gauge of
 // unindexed documents would need a count of the collection at every
-// scrape.
-var (
-	ingestCount = sync.OnceValue(func() metric.Int64Counter {
-		c, _ := otel.Meter("github.com/agentmesh/agentmesh/services/indexer/internal/intake").Int64Counter(
-			"agentmesh.indexer.ingests",
-			metric.WithUnit("{document}"),
-			metric.WithDescription("Ingests by outcome: indexed (the content stored and indexed), unchanged (already indexed as is), failed (an error answered; a document saved before the failure is finished later: agentmesh.indexer.ingests.finished)."))
-		// Instrument creation fails only on an invalid name; the no-op
-		// counter returned alongside is fine.
-		return c
-	})
-	finishedCount = sync.OnceValue(func() metric.Int64Counter {
-		c, _ := otel.Meter("github.com/agentmesh/agentmesh/services/indexer/internal/intake").Int64Counter(
-			"agentmesh.indexer.ingests.finished",
-			metric.WithUnit("{document}"),
-			metric.WithDescription("Interrupted ingests finished after the fact, by what finished them: reconciliation (at start), retry (this process's own ingest that failed after its first write), sweep (with many writers, an ingest whose claim lapsed: its replica died or was stopped, or it failed and the sweep came before the retry)."))
-		return c
-	})
-)
+// scrape. Each is looked up at every use (the provider keeps the
+// instrument), so it counts on the provider installed last: a process that
+// runs the mesh again (the tests of agentmesh up) installs another.
+const meterName = "github.com/agentmesh/agentmesh/services/indexer/internal/intake"
+
+func ingestCount() metric.Int64Counter {
+	c, _ := otel.Meter(meterName).Int64Counter("agentmesh.indexer.ingests",
+		metric.WithUnit("{document}"),
+		metric.WithDescription("Ingests by outcome: indexed (the content stored and indexed), unchanged (already indexed as is), failed (an error answered; a document saved before the failure is finished later: agentmesh.indexer.ingests.finished)."))
+	// Instrument creation fails only on an invalid name; the no-op
+	// counter returned alongside is fine.
+	return c
+}
+
+func finishedCount() metric.Int64Counter {
+	c, _ := otel.Meter(meterName).Int64Counter("agentmesh.indexer.ingests.finished",
+		metric.WithUnit("{document}"),
+		metric.WithDescription("Interrupted ingests finished after the fact, by what finished them: reconciliation (at start), retry (this process's own ingest that failed after its first write), sweep (with many writers, an ingest whose claim lapsed: its replica died or was stopped, or it failed and the sweep came before the retry)."))
+	return c
+}
 
 // What finished an interrupted ingest (agentmesh.indexer.ingests.finished).
 const (
