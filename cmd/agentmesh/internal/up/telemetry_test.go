@@ -217,6 +217,9 @@ func TestUpTelemetry(t *testing.T) {
 	if n, _ := sum(samples, "agentmesh_indexer_ingests_total", map[string]string{"outcome": "indexed"}); n != 1 {
 		t.Errorf("document ingests indexed: %v, want 1", n)
 	}
+	if n, _ := sum(samples, "agentmesh_orchestrator_job_transitions_total", map[string]string{"type": "analysis_request", "to": "pending"}); n != 1 {
+		t.Errorf("analyses created: %v, want 1", n)
+	}
 	for _, state := range []string{"Planning", "Fetching", "AwaitingFetchApproval"} {
 		if n, _ := sum(samples, "agentmesh_classifier_run_transitions_total", map[string]string{"state": state}); n != 1 {
 			t.Errorf("classification runs entering %s: %v, want 1", state, n)

@@ -2,7 +2,6 @@ package analysis
 
 import (
 	"context"
-	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -15,8 +14,10 @@ import (
 // the collection at every scrape (a full scan on FerretDB) or a running
 // total that every replica would have to agree on; rates of transitions
 // answer the same questions (jobs started, failing, waiting) and sum
-// across replicas.
-var jobTransitions = sync.OnceValue(func() metric.Int64Counter {
+// across replicas. It is looked up at every use (the provider keeps the
+// instrument), so it counts on the provider installed last: a process that
+// runs the mesh again (the tests of agentmesh up) installs another.
+func jobTransitions() metric.Int64Counter {
 	c, _ := otel.Meter("github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis").Int64Counter(
 		"agentmesh.orchestrator.job.transitions",
 		metric.WithUnit("{job}"),
@@ -24,7 +25,7 @@ var jobTransitions = sync.OnceValue(func() metric.Int64Counter {
 	// Instrument creation fails only on an invalid name; the no-op
 	// counter returned alongside is fine.
 	return c
-})
+}
 
 // entered counts j entering its status. Called after the write that
 // stored the change succeeded, and only when the status changed, so a
