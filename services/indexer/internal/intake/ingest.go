@@ -51,7 +51,7 @@ var ErrDeleting = errors.New("intake: the document is being deleted")
 // writers of one document are resolved by optimistic concurrency.
 func (s *Service) Ingest(ctx context.Context, in IngestInput) (IngestResult, error) {
 	res, err := s.ingest(ctx, in)
-	countIngest(ctx, res, err)
+	s.countIngest(ctx, res, err)
 	return res, err
 }
 

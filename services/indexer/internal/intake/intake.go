@@ -198,6 +198,8 @@ type Service struct {
 	// failed holds the documents whose ingest failed after its first
 	// write, for FinishFailedIngests.
 	failed *failedIngests
+	// counters count ingests and their finishes (metrics.go).
+	counters counters
 	// qualifier runs the ingest's qualifier phases.
 	qualifier *pipeline.Qualifier
 	// afterSave, when set, runs after an ingest's first write; its error
@@ -249,7 +251,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.Vision != nil {
 		q.Vision = d.Vision
 	}
-	return &Service{cfg: cfg, Deps: d, local: d.Docs.SingleWriter(), qualifier: q, failed: newFailedIngests()}, nil
+	return &Service{cfg: cfg, Deps: d, local: d.Docs.SingleWriter(), qualifier: q, failed: newFailedIngests(), counters: newCounters()}, nil
 }
 
 // ExtractorTimeout returns the per-extractor bound.

@@ -8,30 +8,29 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// The intake's counters, on the global meter provider the service installs
-// at start. Rates of ingests by outcome, and of interrupted ingests finished
-// after the fact by what finished them, answer whether ingests fail and
-// whether what they leave is picked up, and sum across replicas; a gauge of
-// unindexed documents would need a count of the collection at every
-// scrape. Each is looked up at every use (the provider keeps the
-// instrument), so it counts on the provider installed last: a process that
-// runs the mesh again (the tests of agentmesh up) installs another.
-const meterName = "github.com/agentmesh/agentmesh/services/indexer/internal/intake"
-
-func ingestCount() metric.Int64Counter {
-	c, _ := otel.Meter(meterName).Int64Counter("agentmesh.indexer.ingests",
-		metric.WithUnit("{document}"),
-		metric.WithDescription("Ingests by outcome: indexed (the content stored and indexed), unchanged (already indexed as is), failed (an error answered; a document saved before the failure is finished later: agentmesh.indexer.ingests.finished)."))
-	// Instrument creation fails only on an invalid name; the no-op
-	// counter returned alongside is fine.
-	return c
+// The intake's counters, on the global meter provider installed when the
+// service is built (as the classifier's checkpoint store makes its own): a
+// process that runs the mesh again (the tests of agentmesh up) installs
+// another, and its service counts there. Rates of ingests by outcome, and
+// of interrupted ingests finished after the fact by what finished them,
+// answer whether ingests fail and whether what they leave is picked up,
+// and sum across replicas; a gauge of unindexed documents would need a
+// count of the collection at every scrape.
+type counters struct {
+	ingests, finished metric.Int64Counter
 }
 
-func finishedCount() metric.Int64Counter {
-	c, _ := otel.Meter(meterName).Int64Counter("agentmesh.indexer.ingests.finished",
+func newCounters() counters {
+	meter := otel.Meter("github.com/agentmesh/agentmesh/services/indexer/internal/intake")
+	// Instrument creation fails only on an invalid name; the no-op
+	// counters returned alongside are fine.
+	ingests, _ := meter.Int64Counter("agentmesh.indexer.ingests",
+		metric.WithUnit("{document}"),
+		metric.WithDescription("Ingests by outcome: indexed (the content stored and indexed), unchanged (already indexed as is), failed (an error answered; a document saved before the failure is finished later: agentmesh.indexer.ingests.finished)."))
+	finished, _ := meter.Int64Counter("agentmesh.indexer.ingests.finished",
 		metric.WithUnit("{document}"),
 		metric.WithDescription("Interrupted ingests finished after the fact, by what finished them: reconciliation (at start), retry (this process's own ingest that failed after its first write), sweep (with many writers, an ingest whose claim lapsed: its replica died or was stopped, or it failed and the sweep came before the retry)."))
-	return c
+	return counters{ingests: ingests, finished: finished}
 }
 
 // What finished an interrupted ingest (agentmesh.indexer.ingests.finished).
@@ -42,7 +41,7 @@ const (
 )
 
 // countIngest counts an ingest's outcome.
-func countIngest(ctx context.Context, res IngestResult, err error) {
+func (s *Service) countIngest(ctx context.Context, res IngestResult, err error) {
 	outcome := "indexed"
 	switch {
 	case err != nil:
@@ -50,10 +49,10 @@ func countIngest(ctx context.Context, res IngestResult, err error) {
 	case res.Unchanged:
 		outcome = "unchanged"
 	}
-	ingestCount().Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+	s.counters.ingests.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
 }
 
 // countFinished counts an interrupted ingest finished by by.
-func countFinished(ctx context.Context, by string) {
-	finishedCount().Add(ctx, 1, metric.WithAttributes(attribute.String("by", by)))
+func (s *Service) countFinished(ctx context.Context, by string) {
+	s.counters.finished.Add(ctx, 1, metric.WithAttributes(attribute.String("by", by)))
 }

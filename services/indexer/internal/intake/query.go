@@ -268,7 +268,7 @@ func (s *Service) finishOne(ctx context.Context, d *document.Document, by string
 	}
 	_, err := s.ingestVersion(ctx, in, d.ID, d.ContentHash, d, prior)
 	if err == nil {
-		countFinished(ctx, by)
+		s.countFinished(ctx, by)
 		s.Logger.Info("finished an interrupted ingest", slog.String("document_id", d.ID), slog.String("by", by))
 	}
 	return err

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -180,6 +181,8 @@ type Engine struct {
 	hooks    Hooks
 	clock    func() time.Time
 	instance string
+	// transitions counts jobs entering each status (metrics.go).
+	transitions metric.Int64Counter
 
 	mu      sync.Mutex
 	running map[string]context.CancelFunc // guarded by mu: executing job id → cancel
@@ -232,6 +235,8 @@ func New(cfg Config, d Deps) (*Engine, error) {
 		instance:  fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8]),
 		running:   map[string]context.CancelFunc{},
 		archiveCh: make(chan archiveRequest, archiveQueue),
+
+		transitions: newJobTransitions(),
 	}, nil
 }
 
@@ -388,7 +393,7 @@ func (e *Engine) mutateWith(ctx context.Context, tenant, project, id string,
 			return nil, err
 		}
 		if next.Status != cur.Status {
-			entered(ctx, next)
+			e.entered(ctx, next)
 		}
 		return next, nil
 	}
@@ -455,7 +460,7 @@ func (e *Engine) created(ctx context.Context, j *Job, err error) (bool, error) {
 	case err != nil:
 		return false, err
 	}
-	entered(ctx, j)
+	e.entered(ctx, j)
 	return true, nil
 }
 

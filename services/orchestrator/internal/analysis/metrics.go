@@ -8,16 +8,17 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// jobTransitions counts jobs entering each status, by type, on the global
-// meter provider the service installs at start. A counter of transitions
+// newJobTransitions is the counter of jobs entering each status, by type,
+// on the global meter provider installed when the engine is built (as the
+// classifier's checkpoint store makes its own): a process that runs the
+// mesh again (the tests of agentmesh up) installs another, and its engine
+// counts there. A counter of transitions
 // rather than a gauge of jobs per status: a gauge would need a count of
 // the collection at every scrape (a full scan on FerretDB) or a running
 // total that every replica would have to agree on; rates of transitions
 // answer the same questions (jobs started, failing, waiting) and sum
-// across replicas. It is looked up at every use (the provider keeps the
-// instrument), so it counts on the provider installed last: a process that
-// runs the mesh again (the tests of agentmesh up) installs another.
-func jobTransitions() metric.Int64Counter {
+// across replicas.
+func newJobTransitions() metric.Int64Counter {
 	c, _ := otel.Meter("github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis").Int64Counter(
 		"agentmesh.orchestrator.job.transitions",
 		metric.WithUnit("{job}"),
@@ -31,6 +32,6 @@ func jobTransitions() metric.Int64Counter {
 // stored the change succeeded, and only when the status changed, so a
 // redelivered work item, a retried write or another replica's attempt at
 // the same change counts nothing.
-func entered(ctx context.Context, j *Job) {
-	jobTransitions().Add(ctx, 1, metric.WithAttributes(attribute.String("type", string(j.Type)), attribute.String("to", string(j.Status))))
+func (e *Engine) entered(ctx context.Context, j *Job) {
+	e.transitions.Add(ctx, 1, metric.WithAttributes(attribute.String("type", string(j.Type)), attribute.String("to", string(j.Status))))
 }
