@@ -81,6 +81,15 @@ func (r *RoundTrips) Total() int {
 	return n
 }
 
+// Count is the number of commands counted since the last Reset under
+// name, a command and its collection as String spells them ("update
+// conversations").
+func (r *RoundTrips) Count(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counts[name]
+}
+
 // String lists the counts, e.g. "find conversations=2 insert messages=1".
 func (r *RoundTrips) String() string {
 	r.mu.Lock()

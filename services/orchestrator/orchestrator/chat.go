@@ -134,6 +134,8 @@ func (c ChatConfig) strategyModels() (map[string]string, error) {
 type chatServices struct {
 	conversations *grpcapi.Conversations
 	tools         *grpcapi.Tools
+	// close writes what the store holds back (nil: nothing to write).
+	close func(context.Context) error
 }
 
 // newChatServices builds the chat loop bottom-up: store, retrieval, tool
@@ -143,6 +145,7 @@ func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, bu
 		return nil, err
 	}
 	var store conversation.Store
+	var closeStore func(context.Context) error
 	switch cfg.Store {
 	case "memory":
 		store = memstore.New()
@@ -151,7 +154,7 @@ func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, bu
 		if err != nil {
 			return nil, err
 		}
-		store = s
+		store, closeStore = s, s.Close
 	}
 	searcher := retrieval.New(indexerv1.NewSearchServiceClient(indexer), retrieval.Options{Limit: cfg.RetrievalLimit, Timeout: cfg.RetrievalTimeout})
 	registry, err := tools.NewRegistry(tools.Options{Timeout: cfg.ToolTimeout, Logger: log}, searcher.Tool())
@@ -196,5 +199,6 @@ func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, bu
 	return &chatServices{
 		conversations: grpcapi.NewConversations(store, loop, strategies),
 		tools:         grpcapi.NewTools(registry, box),
+		close:         closeStore,
 	}, nil
 }

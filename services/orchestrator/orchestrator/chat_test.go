@@ -2,12 +2,13 @@ package orchestrator_test
 
 import (
 	"context"
-	"errors"
-	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -18,12 +19,21 @@ import (
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/chat/chattest"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation/mongostore"
 	"github.com/agentmesh/agentmesh/services/orchestrator/orchestrator"
 )
 
 // runOrchestrator starts the whole service with Run, as the binary and
 // `agentmesh up` do, and returns a connection to it.
 func runOrchestrator(t *testing.T, env map[string]string) (*grpc.ClientConn, error) {
+	t.Helper()
+	conn, _, err := runOrchestratorService(t, env)
+	return conn, err
+}
+
+// runOrchestratorService is runOrchestrator that also returns the running
+// service, to stop it.
+func runOrchestratorService(t *testing.T, env map[string]string) (*grpc.ClientConn, *testkit.Running, error) {
 	t.Helper()
 	var cfg orchestrator.Config
 	if err := config.Load("", &cfg, config.Map(env)); err != nil {
@@ -33,14 +43,14 @@ func runOrchestrator(t *testing.T, env map[string]string) (*grpc.ClientConn, err
 		return orchestrator.Run(ctx, &cfg, rt)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	conn, err := grpc.NewClient(svc.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return conn, nil
+	return conn, svc, nil
 }
 
 // TestChatThroughRun runs a tool-using turn through the service as
@@ -63,37 +73,61 @@ func TestChatThroughRun(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			client := orchestratorv1.NewConversationServiceClient(conn)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			scope := &commonv1.Scope{TenantId: "acme"}
-			c, err := client.CreateConversation(ctx, &orchestratorv1.CreateConversationRequest{Scope: scope})
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := client.StreamMessage(ctx, &orchestratorv1.StreamMessageRequest{Scope: scope, ConversationId: c.GetConversation().GetId(), Content: "How much leave?"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var last *orchestratorv1.StreamMessageResponse
-			for {
-				ev, err := st.Recv()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					t.Fatalf("stream: %v", err)
-				}
-				last = ev
-			}
-			if last.GetCompleted().GetIterations() != 2 {
+			_, events := turn(t, conn, "acme", "How much leave?")
+			if last := events[len(events)-1]; last.GetCompleted().GetIterations() != 2 {
 				t.Fatalf("last event %v, want Completed after 2 iterations", last)
 			}
-			tools, err := orchestratorv1.NewToolServiceClient(conn).ListTools(ctx, &orchestratorv1.ListToolsRequest{})
+			tools, err := orchestratorv1.NewToolServiceClient(conn).ListTools(t.Context(), &orchestratorv1.ListToolsRequest{})
 			if err != nil || len(tools.GetTools()) != 1 {
 				t.Errorf("ListTools = %v, %v", tools, err)
 			}
 		})
+	}
+}
+
+// TestStopWritesHeldUpdateTimes: the database's single writer holds a
+// conversation's update time back for up to a second after a turn (see
+// mongostore.touchEvery); a graceful stop writes it before it closes the
+// database.
+func TestStopWritesHeldUpdateTimes(t *testing.T) {
+	t.Parallel()
+	model := chattest.StartModel(t, providersim.Options{Flavor: providersim.DeepSeek})
+	model.Sim.When(providersim.Match{}).Text("Done.")
+	uri, dbName := testkit.MongoURI(t)
+	conn, svc, err := runOrchestratorService(t, map[string]string{
+		"MONGO_URI": uri, "MONGO_DATABASE": dbName, "MONGO_SINGLE_WRITER": "true", "NATS_URL": testkit.NewNATS(t).URL(),
+		"MODELGATEWAY_ADDR": model.Conn.Target(), "INDEXER_ADDR": chattest.UnreachableAddr(t), "ORCHESTRATOR_MODEL": chattest.ModelName,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	id, _ := turn(t, conn, "acme", "Hello?")
+	client := orchestratorv1.NewConversationServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	scope := &commonv1.Scope{TenantId: "acme"}
+	got, err := client.GetConversation(ctx, &orchestratorv1.GetConversationRequest{Scope: scope, ConversationId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := got.GetConversation().GetUpdateTime().AsTime()
+	if created := got.GetConversation().GetCreateTime().AsTime(); !want.After(created) {
+		t.Fatalf("update time after the turn %v; want later than the creation's %v", want, created)
+	}
+	svc.Stop()
+	client2, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client2.Disconnect(ctx) }()
+	var d struct {
+		UpdateTime time.Time `bson:"update_time"`
+	}
+	if err := client2.Database(dbName).Collection(mongostore.ConversationsCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	if !d.UpdateTime.Equal(want) {
+		t.Errorf("stored update time after a graceful stop %v; want the turn's %v", d.UpdateTime.UTC(), want)
 	}
 }
 

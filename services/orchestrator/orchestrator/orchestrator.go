@@ -6,6 +6,7 @@ package orchestrator
 import (
 	"context"
 	"os"
+	"time"
 
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
@@ -83,6 +84,17 @@ func Run(ctx context.Context, cfg *Config, rt service.Runtime) error {
 	chatSvc, err := newChatServices(ctx, cfg.Chat, db, bus, modelGateway, indexer, mcp, rt.Logger)
 	if err != nil {
 		return err
+	}
+	if chatSvc.close != nil {
+		// After the server stops serving turns, before Mongo closes
+		// (defers run last-in first-out).
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := chatSvc.close(cctx); err != nil {
+				rt.Logger.Warn("conversation update times not written", "error", err)
+			}
+		}()
 	}
 	orchestratorv1.RegisterConversationServiceServer(srv.GRPC(), chatSvc.conversations)
 	orchestratorv1.RegisterToolServiceServer(srv.GRPC(), chatSvc.tools)

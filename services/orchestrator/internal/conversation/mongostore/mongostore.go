@@ -27,7 +27,8 @@
 //     lease holder. A single writer (mongox.SingleWriter) keeps its leases
 //     in memory: no other process writes, and the one that replaces it
 //     takes any lease it finds as free, so a lease written would serve
-//     nobody.
+//     nobody. It also writes a conversation's update time up to a second
+//     after a turn ends, once for all the turns of that second (touches).
 //
 // # Queries and indexes (MongoDB)
 //
@@ -123,6 +124,9 @@ type Store struct {
 	// single writer, the conversation and its newest lease, so a turn reads
 	// nothing it wrote itself.
 	cache *convCache
+	// touches holds a single writer's conversation update times not yet
+	// written (see touchEvery).
+	touches *touches
 }
 
 // New returns a Store on db after ensuring its indexes.
@@ -133,6 +137,7 @@ func New(ctx context.Context, db *mongo.Database, opts ...Options) (*Store, erro
 		recent: DefaultRecentSize, cache: newConvCache(cacheSize), held: map[string]leaseDoc{},
 		single: mongox.SingleWriter(db), writer: rand.Text(),
 	}
+	s.touches = newTouches(s.writeTouch)
 	if len(opts) > 0 && opts[0].RecentSize > 0 {
 		s.recent = opts[0].RecentSize
 	}
@@ -267,6 +272,7 @@ func (s *Store) getDoc(ctx context.Context, scope conversation.Scope, id string)
 		if !found {
 			return nil, notFound(id)
 		}
+		s.touches.apply(d)
 		s.remember(id, func(c *cached) { c.conv = d })
 	}
 	if d.TenantID != scope.TenantID || d.ProjectID != scope.ProjectID {
@@ -370,6 +376,7 @@ func (s *Store) List(ctx context.Context, scope conversation.Scope, q conversati
 		if i == size {
 			break
 		}
+		s.touches.apply(&docs[i])
 		out = append(out, docs[i].conversation())
 	}
 	if len(docs) <= size {
@@ -430,6 +437,7 @@ func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string,
 		return fmt.Errorf("mongostore: delete window of %s: %w", id, mongox.Translate(err))
 	}
 	s.forget(id)
+	s.touches.drop(id)
 	if !s.single {
 		for _, coll := range []*mongo.Collection{s.msgs, s.leases} {
 			if _, err := coll.DeleteMany(ctx, bson.D{{Key: "conversation_id", Value: id}}); err != nil {
@@ -1052,11 +1060,15 @@ func (s *Store) ReleaseLease(ctx context.Context, scope conversation.Scope, id s
 	if err := s.setLease(ctx, own, bson.D{{Key: "released", Value: true}}); err != nil {
 		return err
 	}
-	if _, err := s.convs.UpdateOne(ctx, byID(id), bson.D{{Key: "$set", Value: bson.D{
-		{Key: "update_time", Value: conversation.Millis(now)},
-		{Key: "lease_gen", Value: own.Gen},
-	}}}); err != nil {
-		return fmt.Errorf("mongostore: touch %s: %w", id, mongox.Translate(err))
+	// A single writer holds the touch back, so that a conversation's
+	// turns within touchEvery make one write.
+	t := touch{updateTime: conversation.Millis(now), leaseGen: own.Gen}
+	if s.single {
+		if err := s.touches.set(ctx, id, t); err != nil {
+			return err
+		}
+	} else if err := s.writeTouch(ctx, id, t); err != nil {
+		return err
 	}
 	s.remember(id, func(c *cached) {
 		if c.conv != nil {
