@@ -26,6 +26,10 @@ import (
 // convDoc.LeaseGen).
 const touchEvery = time.Second
 
+// touchWriteTimeout bounds a background flush of the touches, so that one
+// stuck on a lost connection cannot hold the next flush, or Close, longer.
+const touchWriteTimeout = 30 * time.Second
+
 // touch is a conversation's update time and lease generation as a
 // release set them, not yet written (a single writer's).
 type touch struct {
@@ -43,12 +47,22 @@ type touches struct {
 	timer   *time.Timer      // guarded by mu: the scheduled flush, nil if none
 	closed  bool             // guarded by mu: Close ran; touches are written at once
 
-	flushMu sync.Mutex // one flush at a time, so a touch never overwrites a newer one
-	write   func(ctx context.Context, id string, t touch) error
+	// flushing admits one flush at a time, so a touch never overwrites a
+	// newer one; a flush waits for its turn only as long as its context
+	// lets it.
+	flushing chan struct{}
+	write    func(ctx context.Context, id string, t touch) error
 }
 
 func newTouches(write func(ctx context.Context, id string, t touch) error) *touches {
-	return &touches{pending: map[string]touch{}, write: write}
+	return &touches{pending: map[string]touch{}, flushing: make(chan struct{}, 1), write: write}
+}
+
+// flushLater is the scheduled flush, bounded by touchWriteTimeout.
+func (ts *touches) flushLater() {
+	ctx, cancel := context.WithTimeout(context.Background(), touchWriteTimeout)
+	defer cancel()
+	_ = ts.flush(ctx) // what failed stays pending, for the next flush
 }
 
 // set records t as id's newest touch, to be written within touchEvery.
@@ -58,7 +72,7 @@ func (ts *touches) set(ctx context.Context, id string, t touch) error {
 	ts.pending[id] = t
 	closed := ts.closed
 	if !closed && ts.timer == nil {
-		ts.timer = time.AfterFunc(touchEvery, func() { _ = ts.flush(context.Background()) })
+		ts.timer = time.AfterFunc(touchEvery, ts.flushLater)
 	}
 	ts.mu.Unlock()
 	if closed {
@@ -92,8 +106,12 @@ func (ts *touches) drop(id string) {
 // is written and no newer one replaced it meanwhile; one whose write
 // failed stays, for the next flush.
 func (ts *touches) flush(ctx context.Context) error {
-	ts.flushMu.Lock()
-	defer ts.flushMu.Unlock()
+	select {
+	case ts.flushing <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("mongostore: touches not written: %w", ctx.Err())
+	}
+	defer func() { <-ts.flushing }()
 	ts.mu.Lock()
 	ts.timer = nil
 	batch := maps.Clone(ts.pending)
@@ -112,7 +130,7 @@ func (ts *touches) flush(ctx context.Context) error {
 	}
 	ts.mu.Lock()
 	if len(ts.pending) > 0 && ts.timer == nil && !ts.closed {
-		ts.timer = time.AfterFunc(touchEvery, func() { _ = ts.flush(context.Background()) })
+		ts.timer = time.AfterFunc(touchEvery, ts.flushLater)
 	}
 	ts.mu.Unlock()
 	return errors.Join(errs...)
