@@ -539,6 +539,16 @@ func TestRelayPublishedHook(t *testing.T) {
 				return nil
 			})
 			runRelay(t, r)
+			// The start's sweep is past "swept" (and so past "named" and
+			// "read", which sort before it) once the hook heard of it: a
+			// sweep that read "named" too would publish its entries as
+			// well as NotifyEntries, and the hook may then hear of them
+			// twice, as SetPublished allows.
+			waitFor(t, RelayPollInterval/2, "the start's sweep", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(heard["swept"]) > 0
+			})
 			named := []OutboxEntry{newEntry(t, "named", "b"), newEntry(t, "named", "c")}
 			completeJob(ctx, t, coll, "named", named...)
 			r.NotifyEntries("named", named...)
