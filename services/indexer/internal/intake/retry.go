@@ -19,6 +19,15 @@ const (
 	failedRetryMost  = time.Minute
 )
 
+// nextRetry is the wait before the next try of a finish that failed after
+// a wait of prev (0: it failed for the first time).
+func nextRetry(prev time.Duration) time.Duration {
+	if prev == 0 {
+		return failedRetryFirst
+	}
+	return min(2*prev, failedRetryMost)
+}
+
 // failedIngests is a set of documents whose ingest failed after its first
 // write (which saved the document, unindexed): a store or stream that
 // failed, a caller that went away.
@@ -67,7 +76,7 @@ func (s *Service) FinishFailedIngests(ctx context.Context) {
 			return
 		case <-s.failed.wake:
 		}
-		for delay := failedRetryFirst; ; delay = min(2*delay, failedRetryMost) {
+		for delay := nextRetry(0); ; delay = nextRetry(delay) {
 			t := time.NewTimer(delay)
 			select {
 			case <-ctx.Done():
@@ -180,7 +189,7 @@ func (s *Service) finishDead(ctx context.Context, failing map[string]retryAt) {
 		case err != nil && !errors.Is(err, document.ErrConflict):
 			// (A conflict: another replica's sweep, or an upload of the
 			// same content, wrote it first.)
-			r.delay = cmp.Or(min(2*r.delay, failedRetryMost), failedRetryFirst)
+			r.delay = nextRetry(r.delay)
 			r.next = time.Now().Add(r.delay)
 			failing[d.ID] = r
 			s.Logger.Warn("dead ingest not finished; retrying", slog.String("document_id", d.ID),

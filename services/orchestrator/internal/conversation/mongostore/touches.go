@@ -71,9 +71,7 @@ func (ts *touches) set(ctx context.Context, id string, t touch) error {
 	ts.mu.Lock()
 	ts.pending[id] = t
 	closed := ts.closed
-	if !closed && ts.timer == nil {
-		ts.timer = time.AfterFunc(touchEvery, ts.flushLater)
-	}
+	ts.scheduleLocked()
 	ts.mu.Unlock()
 	if closed {
 		return ts.flush(ctx)
@@ -129,11 +127,17 @@ func (ts *touches) flush(ctx context.Context) error {
 		ts.mu.Unlock()
 	}
 	ts.mu.Lock()
+	ts.scheduleLocked()
+	ts.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// scheduleLocked schedules a flush touchEvery from now if touches are
+// pending and none is scheduled, unless Close ran; the caller holds mu.
+func (ts *touches) scheduleLocked() {
 	if len(ts.pending) > 0 && ts.timer == nil && !ts.closed {
 		ts.timer = time.AfterFunc(touchEvery, ts.flushLater)
 	}
-	ts.mu.Unlock()
-	return errors.Join(errs...)
 }
 
 // close writes every unwritten touch; touches set after it are written at
