@@ -150,7 +150,7 @@ func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, bu
 	case "memory":
 		store = memstore.New()
 	default:
-		s, err := mongostore.New(ctx, db)
+		s, err := mongostore.New(ctx, db, mongostore.Options{Logger: log})
 		if err != nil {
 			return nil, err
 		}

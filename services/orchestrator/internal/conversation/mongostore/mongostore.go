@@ -58,6 +58,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -91,6 +92,10 @@ type Options struct {
 	// rolling window up to this size costs no message query.
 	// 0 means DefaultRecentSize.
 	RecentSize int
+	// Logger hears of a single writer's background writes of update times
+	// that fail (they are tried again every second) and of their recovery.
+	// nil discards.
+	Logger *slog.Logger
 }
 
 // Store is a conversation.Store on MongoDB. It is safe for concurrent use.
@@ -137,10 +142,14 @@ func New(ctx context.Context, db *mongo.Database, opts ...Options) (*Store, erro
 		recent: DefaultRecentSize, cache: newConvCache(cacheSize), held: map[string]leaseDoc{},
 		single: mongox.SingleWriter(db), writer: rand.Text(),
 	}
-	s.touches = newTouches(s.writeTouch)
-	if len(opts) > 0 && opts[0].RecentSize > 0 {
-		s.recent = opts[0].RecentSize
+	var log *slog.Logger
+	if len(opts) > 0 {
+		if opts[0].RecentSize > 0 {
+			s.recent = opts[0].RecentSize
+		}
+		log = opts[0].Logger
 	}
+	s.touches = newTouches(s.writeTouch, log)
 	if err := mongox.EnsureIndexes(ctx, s.convs,
 		mongox.Index{Name: "scope_created", Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}},
 		mongox.Index{Name: "scope_caller_created", Keys: bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "caller", Value: 1}, {Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}},

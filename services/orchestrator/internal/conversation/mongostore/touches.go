@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sync"
 	"time"
@@ -52,17 +53,41 @@ type touches struct {
 	// lets it.
 	flushing chan struct{}
 	write    func(ctx context.Context, id string, t touch) error
+
+	// log hears of background flushes that fail, and of the first that
+	// succeeds after them: once each, not every second while the
+	// database is away.
+	log     *slog.Logger
+	failing bool // guarded by flushing: the last background flush failed
 }
 
-func newTouches(write func(ctx context.Context, id string, t touch) error) *touches {
-	return &touches{pending: map[string]touch{}, flushing: make(chan struct{}, 1), write: write}
+func newTouches(write func(ctx context.Context, id string, t touch) error, log *slog.Logger) *touches {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &touches{pending: map[string]touch{}, flushing: make(chan struct{}, 1), write: write, log: log}
 }
 
-// flushLater is the scheduled flush, bounded by touchWriteTimeout.
+// flushLater is the scheduled flush, bounded by touchWriteTimeout. What
+// failed stays pending, for the next flush; the log hears when writes
+// start failing and when they work again.
 func (ts *touches) flushLater() {
 	ctx, cancel := context.WithTimeout(context.Background(), touchWriteTimeout)
 	defer cancel()
-	_ = ts.flush(ctx) // what failed stays pending, for the next flush
+	_ = ts.flush(ctx, ts.report)
+}
+
+// report tells the log how a background flush went, if it went otherwise
+// than the one before; the caller holds flushing.
+func (ts *touches) report(err error, left int) {
+	switch {
+	case err != nil && !ts.failing:
+		ts.log.Warn("conversation update times not written; trying again every second",
+			"pending", left, "retry", touchEvery, "err", err)
+	case err == nil && ts.failing:
+		ts.log.Info("conversation update times written again", "pending", left)
+	}
+	ts.failing = err != nil
 }
 
 // set records t as id's newest touch, to be written within touchEvery.
@@ -74,7 +99,7 @@ func (ts *touches) set(ctx context.Context, id string, t touch) error {
 	ts.scheduleLocked()
 	ts.mu.Unlock()
 	if closed {
-		return ts.flush(ctx)
+		return ts.flush(ctx, nil)
 	}
 	return nil
 }
@@ -102,8 +127,9 @@ func (ts *touches) drop(id string) {
 
 // flush writes every unwritten touch. A touch leaves pending only once it
 // is written and no newer one replaced it meanwhile; one whose write
-// failed stays, for the next flush.
-func (ts *touches) flush(ctx context.Context) error {
+// failed stays, for the next flush. done, if not nil, hears the result and
+// how many touches are left pending, before the next flush may start.
+func (ts *touches) flush(ctx context.Context, done func(err error, left int)) error {
 	select {
 	case ts.flushing <- struct{}{}:
 	case <-ctx.Done():
@@ -126,10 +152,15 @@ func (ts *touches) flush(ctx context.Context) error {
 		}
 		ts.mu.Unlock()
 	}
+	err := errors.Join(errs...)
 	ts.mu.Lock()
+	left := len(ts.pending)
 	ts.scheduleLocked()
 	ts.mu.Unlock()
-	return errors.Join(errs...)
+	if done != nil {
+		done(err, left)
+	}
+	return err
 }
 
 // scheduleLocked schedules a flush touchEvery from now if touches are
@@ -150,7 +181,7 @@ func (ts *touches) close(ctx context.Context) error {
 		ts.timer = nil
 	}
 	ts.mu.Unlock()
-	return ts.flush(ctx)
+	return ts.flush(ctx, nil)
 }
 
 // writeTouch stores t on the conversation document id (none if it was
