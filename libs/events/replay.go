@@ -40,14 +40,17 @@ func (b *Bus) Replay(ctx context.Context, stream, subjectFilter string, afterSeq
 	if subjectFilter != "" {
 		filters = []string{subjectFilter}
 	}
-	return b.ReplaySubjects(ctx, stream, filters, afterSeq, fn)
+	return b.ReplaySubjects(ctx, stream, filters, afterSeq, func(seq uint64, _ string, ev *commonv1.Event) error {
+		return fn(seq, ev)
+	})
 }
 
 // ReplaySubjects is Replay of the events whose subject matches any of
-// filters (none: every subject). The filters must not overlap: the server
-// refuses a consumer whose filters match a subject twice.
+// filters (none: every subject), fn hearing each event's subject too. The
+// filters must not overlap: the server refuses a consumer whose filters
+// match a subject twice.
 func (b *Bus) ReplaySubjects(ctx context.Context, stream string, filters []string, afterSeq uint64,
-	fn func(seq uint64, ev *commonv1.Event) error,
+	fn func(seq uint64, subject string, ev *commonv1.Event) error,
 ) error {
 	if fn == nil {
 		return errors.New("events: replay: nil fn")
@@ -89,7 +92,7 @@ func (b *Bus) ReplaySubjects(ctx context.Context, stream string, filters []strin
 				slog.String("subject", msg.Subject()), slog.Uint64("seq", meta.Sequence.Stream), slog.Any("error", err))
 			continue
 		}
-		if err := fn(meta.Sequence.Stream, ev); err != nil {
+		if err := fn(meta.Sequence.Stream, msg.Subject(), ev); err != nil {
 			return err
 		}
 	}

@@ -36,6 +36,10 @@ func (e *Engine) List(ctx context.Context, q ListQuery) ([]*Job, string, error) 
 // errWatchDone ends a watch after the analysis's final event.
 var errWatchDone = errors.New("watch done")
 
+// errLegacyTree ends a watch's replay at an event in the layout before the
+// last: the watch replays again with that layout's filters.
+var errLegacyTree = errors.New("watch: an analysis of the previous layout")
+
 // Watch calls fn for every event of analysis rootID's tree, in stream order,
 // starting after stream sequence afterSeq (0: from the analysis's first
 // event), and then live. It returns nil once the analysis is finished and
@@ -83,23 +87,43 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go w.recheckWhileIdle(rctx, cancel)
-	err = e.bus.ReplaySubjects(rctx, events.StreamEvents, filters, start, func(seq uint64, ev *commonv1.Event) error {
-		if ev.GetCorrelationId() != rootID || ev.GetScope().GetProjectId() != project {
+	// A watch from the start learns the tree's layout from its first
+	// event: one in the layout before the last (see subjects.go) ends this
+	// replay, and the next one adds the children's filters of that layout.
+	var legacyAt uint64 // sequence of such a first event
+	checkLayout := !w.resumed
+	for {
+		err = e.bus.ReplaySubjects(rctx, events.StreamEvents, filters, start, func(seq uint64, subject string, ev *commonv1.Event) error {
+			if checkLayout {
+				checkLayout = false
+				if isLegacySubject(subject) {
+					legacyAt = seq
+					return errLegacyTree
+				}
+			}
+			if ev.GetCorrelationId() != rootID || ev.GetScope().GetProjectId() != project {
+				return nil
+			}
+			var je orchestratorv1.JobEvent
+			if err := ev.GetPayload().UnmarshalTo(&je); err != nil || je.GetRootId() != rootID {
+				return nil // not an event of this tree
+			}
+			if err := fn(seq, &je); err != nil {
+				return err
+			}
+			w.deliver(je.GetJob())
+			if w.done(rctx) {
+				return errWatchDone
+			}
 			return nil
+		})
+		if !errors.Is(err, errLegacyTree) {
+			break
 		}
-		var je orchestratorv1.JobEvent
-		if err := ev.GetPayload().UnmarshalTo(&je); err != nil || je.GetRootId() != rootID {
-			return nil // not an event of this tree
-		}
-		if err := fn(seq, &je); err != nil {
+		if start, filters, err = e.legacyTreeEvents(rctx, root, legacyAt); err != nil {
 			return err
 		}
-		w.deliver(je.GetJob())
-		if w.done(rctx) {
-			return errWatchDone
-		}
-		return nil
-	})
+	}
 	if errors.Is(err, errWatchDone) || errors.Is(context.Cause(rctx), errWatchDone) {
 		return nil
 	}
@@ -229,65 +253,67 @@ func (e *Engine) treeDelivered(ctx context.Context, tenant, project, rootID stri
 	return true
 }
 
-// treeEvents returns the stream sequence just before the first event of
-// the analysis's tree, or 0 if none is in the stream yet (the consumer then
-// starts at the stream's first event, and the server's subject index finds
-// the tree's first when it comes); for a resumed watch, or an analysis of
-// the previous layout, the stream's last sequence (no event id a client
-// holds is beyond it; 0 otherwise); and the subject filters of the tree's
-// events: treeFilter, and for an analysis whose events are in the previous
-// layout (see subjects.go) each child's own. The first event is usually
-// the analysis's own "pending" event, but events of different jobs reach
-// the stream in no fixed order across processes (a relay retrying after a
-// NATS fault publishes the analysis's event after its planning job's), so
-// it is the first of any job of the tree.
+// treeEvents returns where a watch's replay starts and the subject filters
+// of the analysis's tree. A watch from the start replays the stream from
+// its first event with treeFilter, and the server's subject index finds
+// the tree's first event, or waits for it: that asks JetStream nothing
+// before the replay (a lookup of the first event, made before, was a
+// fifth of an analysis's first event p99 in the growth bench). Events of
+// different jobs reach the stream in no fixed order across processes (a
+// relay retrying after a NATS fault publishes the analysis's event after
+// its planning job's), and the filter matches them all. A resumed watch
+// also gets the stream's last sequence (no event id a client holds is
+// beyond it), and the tree's layout is read from its first event now: one
+// in the layout before the last (see subjects.go) adds each child's own
+// filter (legacyTreeEvents).
 func (e *Engine) treeEvents(ctx context.Context, root *Job, resumed bool) (start, last uint64, filters []string, err error) {
 	filters = []string{treeFilter(root.Tenant, root.ID)}
+	if !resumed {
+		return 0, 0, filters, nil
+	}
 	stream, err := e.eventStream(ctx)
 	if err != nil {
 		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	}
-	// The stream's last sequence bounds a resumed watch's after_sequence;
-	// a watch from the start asks for it only for an analysis of the
-	// previous layout: one JetStream request fewer before its first event.
-	lastSeq := func() error {
-		info, err := stream.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("analysis: watch: %w", err)
-		}
-		last = info.State.LastSeq
-		return nil
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	}
-	if resumed {
-		if err := lastSeq(); err != nil {
-			return 0, 0, nil, err
-		}
-	}
+	last = info.State.LastSeq
 	msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filters[0]))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		// No event yet: from the stream's start, whose index of
-		// subjects finds the tree's first event when it comes.
 		return 0, last, filters, nil
 	case err != nil:
 		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	case !isLegacySubject(msg.Subject):
 		return msg.Sequence - 1, last, filters, nil
 	}
-	if !resumed {
-		if err := lastSeq(); err != nil {
-			return 0, 0, nil, err
-		}
+	start, filters, err = e.legacyTreeEvents(ctx, root, msg.Sequence)
+	return start, last, filters, err
+}
+
+// legacyTreeEvents returns the sequence just before the first event of an
+// analysis whose events are in the layout before the last, whose own first
+// event is at sequence firstOwn, and the filters of its tree: treeFilter
+// and each child's own in that layout. The children are read after the
+// stream's last sequence: a job with an event at or before it was stored
+// before that event was published.
+func (e *Engine) legacyTreeEvents(ctx context.Context, root *Job, firstOwn uint64) (start uint64, filters []string, err error) {
+	stream, err := e.eventStream(ctx)
+	if err != nil {
+		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	}
-	// An analysis of the previous layout: its children's events are
-	// under their own ids. The jobs are read after the stream's last
-	// sequence: a job with an event at or before it was stored before that
-	// event was published.
-	first := min(last, msg.Sequence-1)
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
+	}
+	first := min(info.State.LastSeq, firstOwn-1)
 	children, err := e.children(ctx, root)
 	if err != nil {
-		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
+		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
 	}
+	filters = []string{treeFilter(root.Tenant, root.ID)}
 	for _, j := range children {
 		filter := events.EntityEventsSubject(root.Tenant, "job", j.ID)
 		filters = append(filters, filter)
@@ -297,8 +323,8 @@ func (e *Engine) treeEvents(ctx context.Context, root *Job, resumed bool) (start
 			first = min(first, msg.Sequence-1)
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 		default:
-			return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
+			return 0, nil, fmt.Errorf("analysis: watch: %w", err)
 		}
 	}
-	return first, last, filters, nil
+	return first, filters, nil
 }
