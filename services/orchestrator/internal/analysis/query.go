@@ -257,14 +257,15 @@ func (e *Engine) treeDelivered(ctx context.Context, tenant, project, rootID stri
 // of the analysis's tree. A watch from the start replays the stream from
 // its first event with treeFilter, and the server's subject index finds
 // the tree's first event, or waits for it: that asks JetStream nothing
-// before the replay (a lookup of the first event, made before, was a
-// fifth of an analysis's first event p99 in the growth bench). Events of
+// before the replay (a lookup of the first event before it took a fifth
+// to a third of an analysis's first event p99 in the growth bench), and
+// Watch reads the tree's layout from the first event replayed. Events of
 // different jobs reach the stream in no fixed order across processes (a
 // relay retrying after a NATS fault publishes the analysis's event after
 // its planning job's), and the filter matches them all. A resumed watch
-// also gets the stream's last sequence (no event id a client holds is
-// beyond it), and the tree's layout is read from its first event now: one
-// in the layout before the last (see subjects.go) adds each child's own
+// gets the stream's last sequence too (no event id a client holds is
+// beyond it) and looks the tree's first event up, for the layout: one in
+// the layout before the last (see subjects.go) adds each child's own
 // filter (legacyTreeEvents).
 func (e *Engine) treeEvents(ctx context.Context, root *Job, resumed bool) (start, last uint64, filters []string, err error) {
 	filters = []string{treeFilter(root.Tenant, root.ID)}
