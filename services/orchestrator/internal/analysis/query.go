@@ -120,7 +120,12 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 		if !errors.Is(err, errLegacyTree) {
 			break
 		}
-		if start, filters, err = e.legacyTreeEvents(rctx, root, legacyAt); err != nil {
+		var stream jetstream.Stream
+		var last uint64
+		if stream, last, err = e.streamLast(rctx); err != nil {
+			return err
+		}
+		if start, filters, err = e.legacyTreeEvents(rctx, stream, root, legacyAt, last); err != nil {
 			return err
 		}
 	}
@@ -272,15 +277,10 @@ func (e *Engine) treeEvents(ctx context.Context, root *Job, resumed bool) (start
 	if !resumed {
 		return 0, 0, filters, nil
 	}
-	stream, err := e.eventStream(ctx)
+	stream, last, err := e.streamLast(ctx)
 	if err != nil {
-		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
+		return 0, 0, nil, err
 	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return 0, 0, nil, fmt.Errorf("analysis: watch: %w", err)
-	}
-	last = info.State.LastSeq
 	msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filters[0]))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
@@ -290,26 +290,31 @@ func (e *Engine) treeEvents(ctx context.Context, root *Job, resumed bool) (start
 	case !isLegacySubject(msg.Subject):
 		return msg.Sequence - 1, last, filters, nil
 	}
-	start, filters, err = e.legacyTreeEvents(ctx, root, msg.Sequence)
+	start, filters, err = e.legacyTreeEvents(ctx, stream, root, msg.Sequence, last)
 	return start, last, filters, err
+}
+
+// streamLast returns the events stream and its last sequence.
+func (e *Engine) streamLast(ctx context.Context) (jetstream.Stream, uint64, error) {
+	stream, err := e.eventStream(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("analysis: watch: %w", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("analysis: watch: %w", err)
+	}
+	return stream, info.State.LastSeq, nil
 }
 
 // legacyTreeEvents returns the sequence just before the first event of an
 // analysis whose events are in the layout before the last, whose own first
 // event is at sequence firstOwn, and the filters of its tree: treeFilter
-// and each child's own in that layout. The children are read after the
-// stream's last sequence: a job with an event at or before it was stored
-// before that event was published.
-func (e *Engine) legacyTreeEvents(ctx context.Context, root *Job, firstOwn uint64) (start uint64, filters []string, err error) {
-	stream, err := e.eventStream(ctx)
-	if err != nil {
-		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
-	}
-	first := min(info.State.LastSeq, firstOwn-1)
+// and each child's own in that layout. last is the stream's last sequence,
+// read before the children are: a job with an event at or before it was
+// stored before that event was published.
+func (e *Engine) legacyTreeEvents(ctx context.Context, stream jetstream.Stream, root *Job, firstOwn, last uint64) (start uint64, filters []string, err error) {
+	first := min(last, firstOwn-1)
 	children, err := e.children(ctx, root)
 	if err != nil {
 		return 0, nil, fmt.Errorf("analysis: watch: %w", err)
