@@ -83,7 +83,7 @@ func (ts *touches) report(err error, left int) {
 	switch {
 	case err != nil && !ts.failing:
 		ts.log.Warn("conversation update times not written; trying again every second",
-			"pending", left, "retry", touchEvery, "err", err)
+			"pending", left, "retry", touchEvery, slog.Any("error", err))
 	case err == nil && ts.failing:
 		ts.log.Info("conversation update times written again", "pending", left)
 	}
