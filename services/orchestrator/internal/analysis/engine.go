@@ -86,6 +86,11 @@ type Config struct {
 	// PlannerModel and SynthesisModel are logical model names (default
 	// "planner" and "chat").
 	PlannerModel, SynthesisModel string
+	// LiveTrees is how long after an analysis is created the process keeps
+	// its job events in memory, so that a watch of it from the start asks
+	// JetStream nothing (default 10s; negative: every watch replays from
+	// the stream). See liveTrees.
+	LiveTrees time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -106,6 +111,9 @@ func (c Config) withDefaults() Config {
 	def(&c.SweepInterval, 15*time.Second)
 	def(&c.StaleAfter, time.Minute)
 	def(&c.AckWait, 6*time.Second)
+	if c.LiveTrees == 0 {
+		c.LiveTrees = 10 * time.Second
+	}
 	if c.PlannerModel == "" {
 		c.PlannerModel = "planner"
 	}
@@ -191,6 +199,7 @@ type Engine struct {
 	events   jetstream.Stream // guarded by eventsMu: the events stream, once looked up
 
 	archiveCh chan archiveRequest // finished analyses for the archiver
+	live      *liveTrees          // nil if Config.LiveTrees is negative
 
 	stopOnce  sync.Once
 	cancel    context.CancelFunc
@@ -220,7 +229,7 @@ func New(cfg Config, d Deps) (*Engine, error) {
 		clock = time.Now
 	}
 	host, _ := os.Hostname()
-	return &Engine{
+	e := &Engine{
 		cfg:       cfg,
 		store:     d.Store,
 		bus:       d.Bus,
@@ -237,7 +246,11 @@ func New(cfg Config, d Deps) (*Engine, error) {
 		archiveCh: make(chan archiveRequest, archiveQueue),
 
 		transitions: newJobTransitions(),
-	}, nil
+	}
+	if cfg.LiveTrees > 0 {
+		e.live = newLiveTrees(d.Bus, cfg.LiveTrees, clock, e.log)
+	}
+	return e, nil
 }
 
 // Config returns the effective configuration.
@@ -305,6 +318,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.loops.Go(func() { e.sweepLoop(ctx) })
 	e.loops.Go(func() { e.claimLoop(ctx) })
 	e.loops.Go(func() { e.archiveLoop(ctx) })
+	if e.live != nil {
+		e.loops.Go(func() { e.live.run(ctx) })
+	}
 	return nil
 }
 

@@ -50,6 +50,11 @@ var errLegacyTree = errors.New("watch: an analysis of the previous layout")
 // Events of different jobs reach the stream in the order the outbox relay
 // publishes them, which follows each job's own order but not always the
 // order across jobs; each event carries the whole job state.
+//
+// A watch from the start of an analysis created in the last
+// Config.LiveTrees is served from the events the engine keeps in memory
+// (liveTrees), the same events with the same sequences; any other watch
+// replays the stream with a consumer of its own.
 func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afterSeq uint64,
 	fn func(seq uint64, ev *orchestratorv1.JobEvent) error,
 ) error {
@@ -92,31 +97,44 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 	// replay, and the next one adds the children's filters of that layout.
 	var legacyAt uint64 // sequence of such a first event
 	checkLayout := !w.resumed
-	for {
-		err = e.bus.ReplaySubjects(rctx, events.StreamEvents, filters, start, func(seq uint64, subject string, ev *commonv1.Event) error {
-			if checkLayout {
-				checkLayout = false
-				if isLegacySubject(subject) {
-					legacyAt = seq
-					return errLegacyTree
-				}
+	send := func(seq uint64, subject string, ev *commonv1.Event) error {
+		if checkLayout {
+			checkLayout = false
+			if isLegacySubject(subject) {
+				legacyAt = seq
+				return errLegacyTree
 			}
-			if ev.GetCorrelationId() != rootID || ev.GetScope().GetProjectId() != project {
-				return nil
-			}
-			var je orchestratorv1.JobEvent
-			if err := ev.GetPayload().UnmarshalTo(&je); err != nil || je.GetRootId() != rootID {
-				return nil // not an event of this tree
-			}
-			if err := fn(seq, &je); err != nil {
-				return err
-			}
-			w.deliver(je.GetJob())
-			if w.done(rctx) {
-				return errWatchDone
-			}
+		}
+		if ev.GetCorrelationId() != rootID || ev.GetScope().GetProjectId() != project {
 			return nil
-		})
+		}
+		var je orchestratorv1.JobEvent
+		if err := ev.GetPayload().UnmarshalTo(&je); err != nil || je.GetRootId() != rootID {
+			return nil // not an event of this tree
+		}
+		if err := fn(seq, &je); err != nil {
+			return err
+		}
+		w.deliver(je.GetJob())
+		if w.done(rctx) {
+			return errWatchDone
+		}
+		return nil
+	}
+	if !w.resumed && e.live != nil {
+		// A young analysis's events are in memory; if they stop coming,
+		// the stream goes on after the last one sent.
+		var served bool
+		var sent uint64
+		if served, sent, err = e.live.serve(rctx, root, send); served {
+			if !errors.Is(err, errLiveLost) {
+				return watchEnded(rctx, err)
+			}
+			start, checkLayout = sent, false
+		}
+	}
+	for {
+		err = e.bus.ReplaySubjects(rctx, events.StreamEvents, filters, start, send)
 		if !errors.Is(err, errLegacyTree) {
 			break
 		}
@@ -129,6 +147,13 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 			return err
 		}
 	}
+	return watchEnded(rctx, err)
+}
+
+// watchEnded is what Watch returns when its events ended with err: nil
+// once the analysis's tree was sent (errWatchDone, or rctx cancelled with
+// it), err otherwise.
+func watchEnded(rctx context.Context, err error) error {
 	if errors.Is(err, errWatchDone) || errors.Is(context.Cause(rctx), errWatchDone) {
 		return nil
 	}

@@ -180,7 +180,7 @@ func testConfig(market string) jobservice.Config {
 		ToolTimeout: 3 * time.Second, ModelTimeout: 20 * time.Second,
 		ClaimTTL: 3 * time.Second, SweepInterval: 200 * time.Millisecond, StaleAfter: 3 * time.Second,
 		AckWait: time.Second, PlannerModel: "planner", SynthesisModel: "chat",
-		MarketDataURL: market,
+		MarketDataURL: market, LiveTrees: 10 * time.Second,
 	}
 }
 

@@ -6,6 +6,7 @@
 package jobservice
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -63,6 +64,8 @@ type Config struct {
 	MarketDataAPIKey string `env:"MARKET_DATA_API_KEY" secret:"true" help:"bearer token for MARKET_DATA_URL"`
 	// DocumentTools enables search_documents and get_document_extracts.
 	DocumentTools bool `env:"ANALYSIS_DOCUMENT_TOOLS" default:"true" help:"offer the indexer's search_documents and get_document_extracts tools"`
+	// LiveTrees is analysis.Config.LiveTrees; negative or 0 turns it off.
+	LiveTrees time.Duration `env:"ANALYSIS_LIVE_EVENTS" default:"10s" help:"how long after an analysis is created a watch of it is served from the job events this process keeps in memory, asking JetStream nothing (one consumer per process instead of one per watch); 0 = every watch replays from the stream"`
 }
 
 // engineConfig validates c and converts it.
@@ -89,6 +92,7 @@ func (c Config) engineConfig() (analysis.Config, error) {
 		ToolTimeout: c.ToolTimeout, ToolTimeouts: timeouts, ModelTimeout: c.ModelTimeout,
 		ClaimTTL: c.ClaimTTL, SweepInterval: c.SweepInterval, StaleAfter: c.StaleAfter,
 		AckWait: c.AckWait, PlannerModel: c.PlannerModel, SynthesisModel: c.SynthesisModel,
+		LiveTrees: cmp.Or(max(c.LiveTrees, 0), -1),
 	}, nil
 }
 

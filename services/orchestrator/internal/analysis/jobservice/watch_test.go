@@ -63,9 +63,10 @@ func TestWatchStartsAtTheTreesFirstEvent(t *testing.T) {
 	}
 }
 
-// A watch from the start asks JetStream for nothing but its consumer: the
-// server's subject index finds the tree's first event, and the layout is
-// read from that event. A lookup of the first event before the consumer
+// A watch from the start of an analysis whose events are not in memory
+// (see TestWatchOfANewAnalysisIsServedFromMemory) asks JetStream for
+// nothing but its consumer: the server's subject index finds the tree's
+// first event, and the layout is read from that event. A lookup of the first event before the consumer
 // (a message get, served in turn with every JetStream request of the
 // mesh) was a fifth of an analysis's first event p99 in the growth bench.
 func TestWatchFromTheStartAsksOnlyForItsConsumer(t *testing.T) {
@@ -110,6 +111,67 @@ func TestWatchFromTheStartAsksOnlyForItsConsumer(t *testing.T) {
 	}
 	if !created {
 		t.Errorf("no consumer creation among the JetStream requests heard: %q", asked)
+	}
+}
+
+// A watch of an analysis created since the engine started is served from
+// the events the engine's own consumer keeps in memory: it creates no
+// consumer of its own, and gets the tree's events of the stream, each with
+// its stream sequence, from the first to the analysis's end.
+func TestWatchOfANewAnalysisIsServedFromMemory(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.scriptBHPPlan()
+	e.scriptSynthesis(stockAnswer)
+	e.start(analysis.Hooks{})
+	// An analysis created less than a second after the consumer started
+	// is replayed from the stream (another replica's clock may run ahead).
+	time.Sleep(1200 * time.Millisecond)
+	var mu sync.Mutex
+	var creates []string
+	sub, err := e.bus.Conn().Subscribe("$JS.API.CONSUMER.CREATE.>", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		creates = append(creates, m.Subject+" "+string(m.Data))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.bus.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	root := e.submit("Analyse BHP for investment", "stock_analysis")
+	got, err := e.watch(root.GetId(), 0)()
+	if err != nil {
+		t.Fatalf("watch: %d events, %v", len(got), err)
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || got[len(got)-1].id != root.GetId() || got[len(got)-1].status != complete {
+		t.Fatalf("the watch did not end with the analysis's completion: %v", got)
+	}
+	var want []uint64
+	for _, msg := range treeMessages(e.ctx(10*time.Second), t, e, root.GetId()) {
+		meta, err := msg.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, meta.Sequence.Stream)
+	}
+	seqs := make([]uint64, len(got))
+	for i, w := range got {
+		seqs[i] = w.seq
+	}
+	if !slices.Equal(seqs, want) {
+		t.Errorf("watched sequences %v; the tree's in the stream %v", seqs, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, c := range creates {
+		if strings.Contains(c, root.GetId()) {
+			t.Errorf("the watch created a consumer of its own: %s", c)
+		}
 	}
 }
 
@@ -287,10 +349,13 @@ func sameEvents(a, b []watched) bool {
 }
 
 // completedStockAnalysis runs the scripted BHP stock analysis to its end
-// and returns the env, the analysis as submitted and as it ended.
+// and returns the env, the analysis as submitted and as it ended. Every
+// watch of it replays the stream (Config.LiveTrees 0): the tests change
+// the stream under it.
 func completedStockAnalysis(t *testing.T) (e *env, root, final *orchestratorv1.Job) {
 	t.Helper()
 	e = newEnv(t)
+	e.cfg.LiveTrees = 0
 	e.scriptBHPPlan()
 	e.scriptSynthesis(stockAnswer)
 	e.start(analysis.Hooks{})
