@@ -251,7 +251,7 @@ func TestWatchTurnRefusals(t *testing.T) {
 		{"wildcard turn id", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: ">"}, codes.InvalidArgument, "turn_id: "},
 		{"unknown turn", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: uuid.NewString()}, codes.NotFound, "turn_id"},
 		{"turn of another conversation", &orchestratorv1.WatchTurnRequest{ConversationId: other, TurnId: turnID}, codes.NotFound, "turn_id"},
-		{"turn of another project", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: turnID, Scope: &commonv1.Scope{TenantId: testScope.TenantId, ProjectId: "other"}}, codes.NotFound, "turn_id"},
+		{"turn of another project", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: turnID, Scope: &commonv1.Scope{TenantId: testScope.TenantId, ProjectId: "other"}}, codes.NotFound, "conversation"},
 		{"sequence beyond the turn", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: turnID, AfterSequence: end + 1}, codes.InvalidArgument, "after_sequence: "},
 		{"sequence far beyond the stream", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: turnID, AfterSequence: 1 << 62}, codes.InvalidArgument, "after_sequence: "},
 	} {
@@ -267,6 +267,20 @@ func TestWatchTurnRefusals(t *testing.T) {
 				t.Errorf("WatchTurn = %v, want %v naming %q", err, tc.code, tc.want)
 			}
 		})
+	}
+
+	// A deleted conversation's turns are not replayed, though their
+	// events are still in the stream.
+	if _, err := e.client.DeleteConversation(ctxTimeout(t, 10*time.Second), &orchestratorv1.DeleteConversationRequest{Scope: testScope, ConversationId: e.conv}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.client.WatchTurn(ctxTimeout(t, 10*time.Second), &orchestratorv1.WatchTurnRequest{Scope: testScope, ConversationId: e.conv, TurnId: turnID})
+	var ev *orchestratorv1.WatchTurnResponse
+	if err == nil {
+		ev, err = st.Recv()
+	}
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("WatchTurn of a deleted conversation's turn = %v, %v; want NotFound", ev, err)
 	}
 }
 

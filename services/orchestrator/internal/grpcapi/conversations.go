@@ -166,6 +166,11 @@ func (s *Conversations) WatchTurn(req *orchestratorv1.WatchTurnRequest, stream o
 	if err != nil {
 		return err
 	}
+	// A deleted conversation's turns stay in the events stream until they
+	// expire; they are not replayed.
+	if _, err := s.store.Get(ctx, scopeOf(sc), id); err != nil {
+		return toStatus(err)
+	}
 	err = s.loop.Watch(ctx, sc, id, strings.TrimSpace(req.GetTurnId()), req.GetAfterSequence(), func(ev *orchestratorv1.StreamMessageResponse) error {
 		return stream.Send(&orchestratorv1.WatchTurnResponse{Event: ev})
 	})
