@@ -35,6 +35,10 @@ func Compile(name string, raw []byte) (*Schema, error) {
 		}
 	}
 	c := jsonschema.NewCompiler()
+	// A caller's schema is resolved in memory only: the default loader
+	// reads file:// references from this server's disk (its errors quote
+	// what it read) and would block on a FIFO or a device.
+	c.UseLoader(jsonschema.SchemeURLLoader{})
 	c.AssertFormat()
 	const url = "mem://response-schema.json"
 	if err := c.AddResource(url, doc); err != nil {

@@ -2,6 +2,8 @@ package structured_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -61,5 +63,42 @@ func TestPromptsSayJSONAndCarryTheSchema(t *testing.T) {
 	}
 	if structured.ValidateObject(`[1,2]`) == nil || structured.ValidateObject(`{"a":1}`) != nil {
 		t.Error("ValidateObject")
+	}
+}
+
+// A caller's schema cannot make the server read anything: references and
+// metaschemas outside the schema itself are refused (the standard drafts'
+// metaschemas are built in), whatever the scheme.
+func TestCompileReadsNothingOutsideTheSchema(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret.json")
+	if err := os.WriteFile(secret, []byte(`{"type":"string","description":"TOPSECRET"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{
+		`{"$ref":"file://` + secret + `"}`,
+		`{"type":"object","properties":{"a":{"$ref":"file://` + secret + `"}}}`,
+		`{"$schema":"file://` + secret + `","type":"object"}`,
+		`{"$ref":"file:///dev/stdin"}`,
+		`{"$ref":"http://127.0.0.1:1/x.json"}`,
+		`{"$ref":"secret.json"}`,
+	} {
+		_, err := structured.Compile("x", []byte(bad))
+		if err == nil {
+			t.Errorf("schema %s compiled", bad)
+			continue
+		}
+		if strings.Contains(err.Error(), "TOPSECRET") {
+			t.Errorf("schema %s: the error quotes the file: %v", bad, err)
+		}
+	}
+	for _, good := range []string{
+		`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object"}`,
+		`{"$defs":{"a":{"type":"string"}},"type":"object","properties":{"x":{"$ref":"#/$defs/a"}}}`,
+	} {
+		if _, err := structured.Compile("x", []byte(good)); err != nil {
+			t.Errorf("schema %s refused: %v", good, err)
+		}
 	}
 }
