@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	"github.com/agentmesh/agentmesh/services/modelgateway/internal/structured"
 )
 
 // chatRequest is a decoded POST /chat/completions body.
@@ -13,6 +14,26 @@ type chatRequest struct {
 	req          *modelv1.ChatRequest
 	stream       bool
 	includeUsage bool
+}
+
+// droppedChatFields are the fields of a chat completion request that the
+// README's conformance table lists as ignored, with the type OpenAI's API
+// gives each: their values are dropped, their types checked.
+var droppedChatFields = []typed{
+	{"user", aString}, // callers are identified by API key
+	{"parallel_tool_calls", aBoolean},
+	{"top_logprobs", anInteger},
+	{"frequency_penalty", aNumber},
+	{"presence_penalty", aNumber},
+	{"logit_bias", anObject},
+	{"store", aBoolean},
+	{"metadata", anObject},
+	{"service_tier", aString},
+	{"modalities", anArray},
+	{"audio", anObject},
+	{"prediction", anObject},
+	{"web_search_options", anObject},
+	{"verbosity", aString},
 }
 
 // decodeChat turns an OpenAI chat completion request into a ChatRequest.
@@ -44,10 +65,24 @@ func decodeChat(body []byte) (*chatRequest, error) {
 	if !ok || len(msgs) == 0 {
 		return nil, badParam("messages", "is required and must hold at least one message")
 	}
+	var calls map[string]bool // ids of the tool calls of the assistant turns so far
 	for i, raw := range msgs {
-		m, err := decodeMessage(raw, o.index("messages", i))
+		param := o.index("messages", i)
+		m, err := decodeMessage(raw, param)
 		if err != nil {
 			return nil, err
+		}
+		for _, c := range m.GetToolCalls() {
+			if calls == nil {
+				calls = map[string]bool{}
+			}
+			calls[c.GetId()] = true
+		}
+		// A tool result answers a call the model made, as OpenAI requires:
+		// one that answers none would reach the provider as a result of
+		// nothing, which most refuse (or the model misreads).
+		if m.GetRole() == modelv1.Role_ROLE_TOOL && !calls[m.GetToolCallId()] {
+			return nil, badParam(param+".tool_call_id", "%q is not the id of a tool call of an earlier assistant message", m.GetToolCallId())
 		}
 		r.Messages = append(r.Messages, m)
 	}
@@ -80,10 +115,7 @@ func decodeChat(body []byte) (*chatRequest, error) {
 	} else if lp {
 		return nil, badParam("logprobs", "log probabilities are not supported")
 	}
-	if _, _, err := o.str("user"); err != nil {
-		return nil, err
-	}
-	if _, _, err := o.boolean("parallel_tool_calls"); err != nil {
+	if err := o.check(droppedChatFields...); err != nil {
 		return nil, err
 	}
 	if out.stream, _, err = o.boolean("stream"); err != nil {
@@ -133,11 +165,20 @@ func decodeMessage(raw json.RawMessage, param string) (*modelv1.Message, error) 
 	}
 	// A participant's name is ignored (no provider of the mesh takes it),
 	// but checked as OpenAI checks it.
-	if _, _, err := o.str("name"); err != nil {
+	if err := o.check(typed{"name", aString}); err != nil {
 		return nil, err
 	}
+	// The fields of other roles' messages are dropped, and checked too.
+	reasoning, toolCalls, toolCallID := typed{"reasoning_content", aString}, typed{"tool_calls", anArray}, typed{"tool_call_id", aString}
 	switch m.Role {
+	case modelv1.Role_ROLE_SYSTEM, modelv1.Role_ROLE_USER:
+		if err := o.check(reasoning, toolCalls, toolCallID); err != nil {
+			return nil, err
+		}
 	case modelv1.Role_ROLE_ASSISTANT:
+		if err := o.check(toolCallID); err != nil {
+			return nil, err
+		}
 		// DeepSeek's thinking models need a turn's chain of thought sent
 		// back after its tool calls; clients of its OpenAI-style API do so
 		// in reasoning_content.
@@ -156,6 +197,9 @@ func decodeMessage(raw json.RawMessage, param string) (*modelv1.Message, error) 
 			m.ToolCalls = append(m.ToolCalls, tc)
 		}
 	case modelv1.Role_ROLE_TOOL:
+		if err := o.check(reasoning, toolCalls); err != nil {
+			return nil, err
+		}
 		id, ok, err := o.str("tool_call_id")
 		if err != nil {
 			return nil, err
@@ -359,6 +403,12 @@ func decodeTools(o object, r *modelv1.ChatRequest) error {
 		if params, ok := fn.raw("parameters"); ok {
 			if jsonKind(params) != "object" {
 				return badParam(fn.path("parameters"), "want a JSON schema object, got %s", jsonKind(params))
+			}
+			// The check ModelService gives response_format's schema: one
+			// that does not compile (an unknown type, a remote $ref) would
+			// otherwise reach the provider, or fail there.
+			if _, err := structured.Compile(name, params); err != nil {
+				return badParam(fn.path("parameters"), "%v", err)
 			}
 			tool.ParametersJsonSchema = string(params)
 		}

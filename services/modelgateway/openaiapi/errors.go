@@ -53,7 +53,14 @@ type failure struct {
 	status     int
 	body       apiError
 	retryAfter time.Duration
+	header     http.Header // set on the response: Allow of a 405, Accept-Encoding of a 415
 }
+
+// statusError is a failure the API decides itself, with a status of its
+// own (a paramError is always 400).
+type statusError struct{ f failure }
+
+func (e *statusError) Error() string { return e.f.body.Message }
 
 // describe maps a ModelService status to the HTTP status and error object
 // an OpenAI client expects. The status follows the gRPC code, refined by
@@ -136,9 +143,13 @@ func describe(st *status.Status) failure {
 	return f
 }
 
-// failureOf describes any error a handler meets: a paramError, or a gRPC
-// status from ModelService.
+// failureOf describes any error a handler meets: a statusError, a
+// paramError, or a gRPC status from ModelService.
 func failureOf(err error) failure {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.f
+	}
 	var pe *paramError
 	if errors.As(err, &pe) {
 		return failure{status: http.StatusBadRequest, body: apiError{Message: pe.Error(), Type: "invalid_request_error", Param: strPtr(pe.param)}}
@@ -151,6 +162,9 @@ func failureOf(err error) failure {
 // wait; OpenAI's SDKs read either before retrying.
 func writeError(w http.ResponseWriter, httpStatus int, f failure) {
 	h := w.Header()
+	for k, v := range f.header {
+		h[k] = v
+	}
 	h.Del("Content-Length")
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")

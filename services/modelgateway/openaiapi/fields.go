@@ -26,9 +26,10 @@ func badParam(param, format string, args ...any) error {
 
 // object is one JSON object of a request, read field by field so that a
 // value of the wrong type is an error naming its parameter. Fields it is
-// not asked for are ignored: OpenAI clients send many (store, metadata,
-// service_tier, ...). A field that is null counts as absent, as OpenAI
-// treats it.
+// not asked for are ignored: OpenAI clients send many. Those the README's
+// conformance table lists are all asked for, the ones the API drops
+// (store, metadata, service_tier, ...) by check, for their type only. A
+// field that is null counts as absent, as OpenAI treats it.
 type object struct {
 	param  string   // this object's own parameter path; "" for the body
 	fields []member // in the order written; of a duplicate key the last counts, as with encoding/json
@@ -326,6 +327,51 @@ func (o object) strings(name, what string) ([]string, bool, error) {
 		out = append(out, string(unquote(it)))
 	}
 	return out, true, nil
+}
+
+// jsonType is the JSON type OpenAI's API gives a field.
+type jsonType int
+
+const (
+	aString jsonType = iota
+	aBoolean
+	aNumber
+	anInteger
+	anObject
+	anArray
+)
+
+// typed is a field the API accepts and drops, with the type OpenAI gives it.
+type typed struct {
+	name string
+	typ  jsonType
+}
+
+// check reads each field with the reader of its type, and drops its value:
+// a field the API ignores is held to its type as one it uses, a 400 naming
+// it ("metadata: want an object, got number").
+func (o object) check(fields ...typed) error {
+	for _, f := range fields {
+		var err error
+		switch f.typ {
+		case aString:
+			_, _, err = o.str(f.name)
+		case aBoolean:
+			_, _, err = o.boolean(f.name)
+		case aNumber:
+			_, err = o.number(f.name)
+		case anInteger:
+			_, err = o.integer(f.name)
+		case anObject:
+			_, _, err = o.object(f.name)
+		case anArray:
+			_, _, err = o.array(f.name)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // index returns the parameter path of element i of array field name.

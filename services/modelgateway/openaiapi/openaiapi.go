@@ -12,11 +12,15 @@
 //
 // Requests are read field by field: unknown fields are ignored (OpenAI
 // clients send many), a known field of the wrong type is a 400 naming it,
-// and what the mesh cannot do (several choices, log probabilities, remote
-// image URLs) is refused rather than dropped. The README's conformance
-// table lists every field. Failures are OpenAI error objects with the
-// matching HTTP status, and Retry-After when the provider gave one. A
-// stream that stays silent gets ": keep-alive" comments.
+// even one the mesh drops, and what the mesh cannot do (several choices,
+// log probabilities, remote image URLs) is refused rather than dropped.
+// The README's conformance table lists every field. No route takes a
+// query parameter (one is a 400 naming it), a route's path asked with
+// another method is a 405 with Allow, and a compressed body (a
+// Content-Encoding other than identity) a 415. Failures are OpenAI error
+// objects with the matching HTTP status, and Retry-After when the
+// provider gave one. A stream that stays silent gets ": keep-alive"
+// comments.
 //
 // Two doors serve it, with the same keys, limits and answers: the model
 // gateway's own listener (MODELGATEWAY_OPENAI_ADDR), which calls
@@ -31,7 +35,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -85,6 +92,17 @@ type Handler struct {
 	mux     *http.ServeMux
 	usage   *ledger
 	started time.Time
+	// paths matches the routes' paths whatever the method, and allow
+	// holds each path pattern's methods: a known path asked with another
+	// method is a 405, not a 404.
+	paths *http.ServeMux
+	allow map[string][]string
+}
+
+// route is one route of the API: its method, and its path under Prefix.
+type route struct {
+	method, path string
+	serve        http.HandlerFunc
 }
 
 // New returns a Handler serving the routes under Prefix. It fails when a
@@ -106,13 +124,25 @@ func New(opts Options) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{opts: opts, usage: usage, started: time.Now()}
+	h := &Handler{opts: opts, usage: usage, started: time.Now(), paths: http.NewServeMux(), allow: map[string][]string{}}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+Prefix+"/chat/completions", h.chat)
-	mux.HandleFunc("POST "+Prefix+"/embeddings", h.embeddings)
-	mux.HandleFunc("GET "+Prefix+"/models", h.models)
-	mux.HandleFunc("GET "+Prefix+"/models/{model}", h.model)
-	mux.HandleFunc("GET "+Prefix+"/usage", h.usageReport)
+	for _, rt := range []route{
+		{method: "POST", path: "/chat/completions", serve: h.chat},
+		{method: "POST", path: "/embeddings", serve: h.embeddings},
+		{method: "GET", path: "/models", serve: h.models},
+		{method: "GET", path: "/models/{model}", serve: h.model},
+		{method: "GET", path: "/usage", serve: h.usageReport},
+	} {
+		mux.Handle(rt.method+" "+Prefix+rt.path, noQuery(rt))
+		pattern := Prefix + rt.path
+		if h.allow[pattern] == nil {
+			h.paths.Handle(pattern, http.NotFoundHandler()) // only matched, never served
+		}
+		h.allow[pattern] = append(h.allow[pattern], rt.method)
+		if rt.method == http.MethodGet {
+			h.allow[pattern] = append(h.allow[pattern], http.MethodHead) // a GET route serves HEAD too
+		}
+	}
 	mux.HandleFunc("/", h.notFound)
 	h.mux = mux
 	return h, nil
@@ -133,9 +163,46 @@ func (h *Handler) Route(r *http.Request) string {
 	return "" // "/": the not-found route
 }
 
-// notFound answers paths and methods the API does not have, in its error
-// shape (a ServeMux would answer in plain text).
+// noQuery serves rt, refusing any query parameter with a 400 naming it,
+// as the rest of the gateway refuses one a route does not take: no route
+// here takes one (GET /usage shows the caller's own usage, which its key
+// decides), and dropped, a parameter would change nothing unseen
+// (?tenant=other would show the caller's own usage as if another's).
+func noQuery(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery == "" {
+			rt.serve(w, r)
+			return
+		}
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, failureOf(badParam("query", "%v", err)))
+			return
+		}
+		if names := slices.Sorted(maps.Keys(q)); len(names) > 0 {
+			name := names[0]
+			if name == "" {
+				name = "query" // ?=x
+			}
+			writeError(w, http.StatusBadRequest, failureOf(badParam(name, "unknown query parameter of %s %s (it takes none)", rt.method, Prefix+rt.path)))
+			return
+		}
+		rt.serve(w, r)
+	})
+}
+
+// notFound answers paths the API does not have with 404, and a path it
+// has asked with another method with 405 and the methods it takes, in its
+// error shape (a ServeMux would answer in plain text).
 func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := h.paths.Handler(r); pattern != "" {
+		allow := strings.Join(h.allow[pattern], ", ")
+		writeError(w, http.StatusMethodNotAllowed, failure{header: http.Header{"Allow": {allow}}, body: apiError{
+			Message: "method " + r.Method + " is not allowed on " + r.URL.Path + " (allowed: " + allow + ")",
+			Type:    "invalid_request_error", Code: strPtr("method_not_allowed"),
+		}})
+		return
+	}
 	writeError(w, http.StatusNotFound, failure{body: apiError{
 		Message: "unknown route " + r.Method + " " + r.URL.Path + " (this gateway serves chat/completions, embeddings, models and usage under " + Prefix + ")",
 		Type:    "invalid_request_error", Code: strPtr("unknown_url"),
@@ -173,8 +240,19 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // readBody returns the request body; the gateway has already read it
-// whole within its size and time limits.
+// whole within its size and time limits. A compressed body is refused
+// with 415: read as JSON it would be a misleading 400.
 func readBody(r *http.Request) ([]byte, error) {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for _, coding := range strings.Split(v, ",") {
+			if coding = strings.TrimSpace(coding); coding != "" && !strings.EqualFold(coding, "identity") {
+				return nil, &statusError{failure{status: http.StatusUnsupportedMediaType,
+					header: http.Header{"Accept-Encoding": {"identity"}},
+					body: apiError{Message: "Content-Encoding " + coding + " is not supported: send the body uncompressed",
+						Type: "invalid_request_error", Param: strPtr("Content-Encoding"), Code: strPtr("unsupported_content_encoding")}}}
+			}
+		}
+	}
 	if r.Body == nil {
 		return nil, badParam("body", "a JSON object is required")
 	}
