@@ -35,7 +35,9 @@
 // first matching rule that is not used up answers. Requests that match no
 // rule get the default answer: "[simulated] ..." text, reasoning when the
 // request turned thinking on, and, when the request asks for JSON, a JSON
-// value generated from the request's schema (or a small JSON object).
+// value generated from the request's schema (or a small JSON object). A
+// schema whose instance would exceed MaxInstanceBytes (a huge minLength or
+// minItems, or nesting that multiplies them) gets a 400 instead.
 //
 //	// Tool calls when tools are offered and the user asks about BHP; text once
 //	// the tool results are in (LastRole "tool" is tried first).

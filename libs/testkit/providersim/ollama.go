@@ -50,7 +50,11 @@ func (s *Sim) serveOllamaChat(w http.ResponseWriter, hr *http.Request) {
 		s.noteDisconnect()
 		return
 	}
-	a := s.compose(req, rp)
+	a, err := s.compose(req, rp)
+	if err != nil {
+		writeOllamaError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	created := time.Now().UTC().Format(time.RFC3339Nano)
 	msg := func(content, thinking string, calls []ToolCall) map[string]any {
 		m := map[string]any{"role": "assistant", "content": content}

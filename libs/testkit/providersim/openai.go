@@ -57,7 +57,11 @@ func (s *Sim) serveOpenAIChat(w http.ResponseWriter, hr *http.Request) {
 		s.noteDisconnect()
 		return
 	}
-	a := s.compose(req, rp)
+	a, err := s.compose(req, rp)
+	if err != nil {
+		writeOpenAIError(w, http.StatusBadRequest, err.Error(), "invalid_request_error", "invalid_request_error", 0)
+		return
+	}
 	if req.Stream {
 		s.streamOpenAI(w, hr, req, rp, a)
 		return
