@@ -95,7 +95,7 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 	if err != nil {
 		return nil, err
 	}
-	api := g.authenticate(g.readBody(g.checkRequestLine(resumeLastEventID(g.classifierCommands(g.streaming(mux))))))
+	api := g.authenticate(refuseMethodOverride(g.readBody(g.checkRequestLine(resumeLastEventID(g.classifierCommands(g.streaming(mux)))))))
 
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", g.serveHealth)
@@ -146,6 +146,13 @@ func (g *gateway) apiMux() (*runtime.ServeMux, error) {
 		runtime.WithMetadata(requestMetadata),
 		runtime.WithForwardResponseOption(startStream),
 		runtime.WithForwardResponseRewriter(seedResponses),
+		// A request is served by the route of its own method only: no
+		// X-HTTP-Method-Override (refuseMethodOverride answers 400
+		// before this mux), and no form-encoded POST served by the GET
+		// of its path, whose body parameters would skip
+		// checkRequestLine.
+		runtime.WithDisableHTTPMethodOverride(),
+		runtime.WithDisablePathLengthFallback(),
 	)
 	wrap := func(name string, cc *grpc.ClientConn) streamConn {
 		return streamConn{ClientConn: cc, name: name, wait: g.cfg.SSEKeepAlive, log: g.log}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -33,6 +34,26 @@ func (g *gateway) readBodyAs(fail statusWriter, next http.Handler) http.Handler 
 	return frontdoor.ReadBody(frontdoor.BodyLimits{MaxBytes: g.cfg.MaxBodyBytes, Timeout: g.cfg.BodyTimeout}, fail, next)
 }
 
+// methodOverrideHeader is the header grpc-gateway would let a form-encoded
+// POST use to act as another method.
+const methodOverrideHeader = "X-HTTP-Method-Override"
+
+// refuseMethodOverride answers 400 naming the header to any request that
+// carries X-HTTP-Method-Override, whatever its value: the API takes each
+// operation on its own method only, so a POST cannot act as a DELETE, or
+// as a GET whose parameters skip checkRequestLine. (The ServeMux ignores
+// the header too; the 400 tells the client instead of serving the POST.)
+func refuseMethodOverride(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := r.Header[textproto.CanonicalMIMEHeaderKey(methodOverrideHeader)]; ok {
+			writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument(methodOverrideHeader,
+				"is not supported; send the request with the HTTP method of the operation (e.g. DELETE /v1/conversations/{conversationId})")))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // gatewayQueryParams are query parameters the gateway itself reads on
 // every route: lastEventId stands for the Last-Event-ID header, for
 // EventSource clients that cannot set headers.
@@ -40,9 +61,10 @@ var gatewayQueryParams = map[string]bool{"lastEventId": true}
 
 // checkRequestLine refuses, with 400 naming the parameter, what the
 // services could not take or would silently ignore: a path parameter or
-// query value that is not UTF-8 (gRPC strings must be), and a query
+// query value that is not UTF-8 (gRPC strings must be), a query
 // parameter the route does not have (a typo is an error, as an unknown body
-// field is). On routes with an afterSequence parameter it maps an
+// field is), and one that takes a single value given more than once. On
+// routes with an afterSequence parameter it maps an
 // EventSource reconnect onto it: the Last-Event-ID header (or lastEventId)
 // becomes afterSequence unless the request sets that itself. Requests that
 // match no route pass through, for the router to answer 404 or 405.
@@ -88,6 +110,10 @@ func (g *gateway) checkRequestLine(next http.Handler) http.Handler {
 				}
 			}
 		}
+		if err := rt.checkSingleValues(q); err != nil {
+			writeStatus(w, http.StatusBadRequest, grpcStatus(err))
+			return
+		}
 		if rt.query["afterSequence"] {
 			id := strings.TrimSpace(q.Get("lastEventId"))
 			if id == "" {
@@ -105,6 +131,36 @@ func (g *gateway) checkRequestLine(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// checkSingleValues refuses a field that is not repeated given more than
+// one value in q, under one name (?scope.projectId=a&scope.projectId=b) or
+// its two spellings (?pageSize=1&page_size=2), naming it as the request
+// wrote it, with a fieldViolations detail; grpc-gateway would refuse them
+// naming only the proto field's last part (`too many values for field
+// "project_id"`, `duplicate field "page_size"`). Map entries
+// (field[key]=value) are left to grpc-gateway.
+func (rt *route) checkSingleValues(q url.Values) error {
+	names := map[string][]string{} // field's JSON path → the keys naming it
+	count := map[string]int{}
+	for _, key := range sortedKeys(q) {
+		field := jsonFieldPath(key)
+		if !rt.query[field] || rt.repeated[field] {
+			continue // the gateway's own, a repeated field, or a map entry
+		}
+		names[field] = append(names[field], key)
+		count[field] += len(q[key])
+	}
+	for _, field := range sortedKeys(names) {
+		if n, keys := count[field], names[field]; n > 1 {
+			how := ""
+			if len(keys) > 1 {
+				how = " (as " + strings.Join(keys, " and ") + ")"
+			}
+			return grpcx.InvalidArgument(keys[0], "takes one value, got %d%s", n, how)
+		}
+	}
+	return nil
 }
 
 func grpcStatus(err error) *status.Status { return status.Convert(err) }
@@ -145,6 +201,9 @@ type route struct {
 	segs     []routeSeg
 	// query holds the operation's query parameters by JSON name.
 	query map[string]bool
+	// repeated holds those of them that take several values (repeated
+	// fields: ?edgeTypes=a&edgeTypes=b).
+	repeated map[string]bool
 }
 
 // routeSeg is one path segment of a template: a literal, or a parameter
@@ -176,6 +235,7 @@ func loadRoutes(spec []byte) (routeTable, error) {
 			Parameters []struct {
 				Name string `json:"name"`
 				In   string `json:"in"`
+				Type string `json:"type"`
 			} `json:"parameters"`
 		} `json:"paths"`
 	}
@@ -185,7 +245,7 @@ func loadRoutes(spec []byte) (routeTable, error) {
 	var t routeTable
 	for _, path := range sortedKeys(doc.Paths) {
 		for method, op := range doc.Paths[path] {
-			rt := &route{method: strings.ToUpper(method), template: path, query: map[string]bool{}}
+			rt := &route{method: strings.ToUpper(method), template: path, query: map[string]bool{}, repeated: map[string]bool{}}
 			for _, s := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
 				seg := routeSeg{literal: s}
 				if rest, ok := strings.CutPrefix(s, "{"); ok {
@@ -198,6 +258,7 @@ func loadRoutes(spec []byte) (routeTable, error) {
 			for _, p := range op.Parameters {
 				if p.In == "query" {
 					rt.query[p.Name] = true
+					rt.repeated[p.Name] = p.Type == "array"
 				}
 			}
 			t = append(t, rt)
