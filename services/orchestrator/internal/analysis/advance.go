@@ -27,8 +27,9 @@ type SubmitRequest struct {
 	// ResponseType names a registered output schema; default
 	// generic_analysis.
 	ResponseType string
-	// OutputSchema is a caller-supplied JSON schema; it overrides
-	// ResponseType.
+	// OutputSchema is a caller-supplied JSON schema; the analysis's
+	// response type is then schemas.Custom, and ResponseType must be
+	// empty or that.
 	OutputSchema string
 	// AllowedTools restricts the planner; empty means every tool.
 	AllowedTools []string
@@ -56,6 +57,13 @@ func (e *Engine) Submit(ctx context.Context, req SubmitRequest) (*Job, error) {
 		return nil, &FieldError{Field: "query", Reason: "is required"}
 	case utf8.RuneCountInString(query) > MaxQueryLength:
 		return nil, &FieldError{Field: "query", Reason: fmt.Sprintf("is longer than %d characters", MaxQueryLength)}
+	}
+	if req.OutputSchema != "" && req.ResponseType != "" && req.ResponseType != schemas.Custom {
+		// Two answers to one question: refuse rather than silently
+		// drop the response type the caller named.
+		return nil, &FieldError{Field: "response_type", Reason: fmt.Sprintf(
+			"is %q, but output_json_schema is set too: send a registered response_type, or your own output_json_schema with response_type empty (or %q), not both",
+			req.ResponseType, schemas.Custom)}
 	}
 	out, err := e.schemas.Resolve(req.ResponseType, req.OutputSchema)
 	if err != nil {

@@ -345,7 +345,9 @@ type SubmitAnalysisRequest struct {
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
 	// Registered output schema name, e.g. "stock_analysis"; default "generic_analysis".
 	ResponseType string `protobuf:"bytes,3,opt,name=response_type,json=responseType,proto3" json:"response_type,omitempty"`
-	// Caller-supplied output JSON schema; overrides response_type. At most 256 KiB.
+	// Caller-supplied output JSON schema; the analysis's response type is then
+	// "custom", so response_type must be empty or "custom" (another is an
+	// INVALID_ARGUMENT naming response_type). At most 256 KiB.
 	// The service adds data_sources and data_gaps (set by code, never by the
 	// model) and, on every object with a "source", supported and
 	// unsupported_reason: whether the source is among the data the tools

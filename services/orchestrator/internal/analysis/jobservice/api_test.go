@@ -35,6 +35,7 @@ func TestAPIValidationAndListing(t *testing.T) {
 		{"no query", &orchestratorv1.SubmitAnalysisRequest{Scope: e.scope, Query: "  "}, "query"},
 		{"unknown response type", &orchestratorv1.SubmitAnalysisRequest{Scope: e.scope, Query: "q", ResponseType: "poem"}, "response_type"},
 		{"bad schema", &orchestratorv1.SubmitAnalysisRequest{Scope: e.scope, Query: "q", OutputJsonSchema: `{"type":"array"}`}, "output_json_schema"},
+		{"schema and another response type", &orchestratorv1.SubmitAnalysisRequest{Scope: e.scope, Query: "q", OutputJsonSchema: `{"type":"object"}`, ResponseType: "stock_analysis"}, "response_type"},
 		{"unknown tool", &orchestratorv1.SubmitAnalysisRequest{Scope: e.scope, Query: "q", AllowedTools: []string{"rm_rf"}}, "allowed_tools"},
 	} {
 		_, err := e.client.SubmitAnalysis(e.ctx(5*time.Second), tc.req)
@@ -47,6 +48,16 @@ func TestAPIValidationAndListing(t *testing.T) {
 		}
 		if st.Code() != codes.InvalidArgument || field != tc.field {
 			t.Errorf("%s: %v (field %q), want InvalidArgument on %s", tc.name, err, field, tc.field)
+		}
+	}
+	// A caller's own schema goes with response_type empty or "custom"
+	// (in another project, out of the listing below).
+	ownSchema := &commonv1.Scope{TenantId: e.scope.GetTenantId(), ProjectId: "own-schema"}
+	for _, rt := range []string{"", "custom"} {
+		resp, err := e.client.SubmitAnalysis(e.ctx(5*time.Second), &orchestratorv1.SubmitAnalysisRequest{
+			Scope: ownSchema, Query: "q", OutputJsonSchema: `{"type":"object"}`, ResponseType: rt})
+		if got := resp.GetJob().GetInput().GetFields()["response_type"].GetStringValue(); err != nil || got != "custom" {
+			t.Errorf("own schema with response_type %q: %v (response_type %q)", rt, err, got)
 		}
 	}
 	if _, err := e.client.GetJob(e.ctx(5*time.Second), &orchestratorv1.GetJobRequest{Scope: e.scope, JobId: "nope"}); status.Code(err) != codes.NotFound {
