@@ -18,9 +18,9 @@ import (
 // TestAnalysisRoundTrips holds one analysis (planning, two tool jobs,
 // synthesis, then the move to the archive) to its budget of database round
 // trips, counted from submission until the tree is archived and the relay
-// is done with it (the relay's periodic sweep, once per 5 s, may fall in
-// the window: the budgets allow for it). Only exact-_id operations and inserts: none grows with
-// the analyses stored. The test watches the database through a client of
+// is done with it (the relay's periodic sweeps, once per 5 s, may fall in
+// the window: they are not counted). Only exact-_id operations and
+// inserts: none grows with the analyses stored. The test watches the database through a client of
 // its own, so its polling is not counted.
 func TestAnalysisRoundTrips(t *testing.T) {
 	t.Parallel()
@@ -63,9 +63,19 @@ func TestAnalysisRoundTrips(t *testing.T) {
 			time.Sleep(600 * time.Millisecond)
 			return settled
 		}, "round trips to settle")
-		t.Logf("one analysis (2 tools) made %d round trips: %s", e.rt.Total(), e.rt)
-		if e.rt.Total() > budgets[single] {
-			t.Errorf("one analysis made %d round trips, budget %d: %s", e.rt.Total(), budgets[single], e.rt)
+		// The relay's periodic sweeps (a find on pending outbox entries,
+		// every 5 s) are not the analysis's: how many fall in the window
+		// depends on how long the analysis took on a busy machine.
+		sweeps := 0
+		for _, q := range e.rt.NotExact() {
+			if strings.Contains(q, `"outbox.0"`) {
+				sweeps++
+			}
+		}
+		n := e.rt.Total() - sweeps
+		t.Logf("one analysis (2 tools) made %d round trips, besides %d of the relay's sweeps: %s", n, sweeps, e.rt)
+		if n > budgets[single] {
+			t.Errorf("one analysis made %d round trips (besides %d of the relay's sweeps), budget %d: %s", n, sweeps, budgets[single], e.rt)
 		}
 		// FerretDB reads and parses the whole collection for any other
 		// filter, {_id: {$in: ids}} included.
