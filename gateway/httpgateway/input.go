@@ -66,7 +66,7 @@ var gatewayQueryParams = map[string]bool{"lastEventId": true}
 // field is), and one that takes a single value given more than once. On
 // routes with an afterSequence parameter it maps an
 // EventSource reconnect onto it: the Last-Event-ID header (or lastEventId)
-// becomes afterSequence unless the request sets that itself. Requests that
+// becomes afterSequence, or replaces an earlier one the URL holds. Requests that
 // match no route pass through, for the router to answer 404 or 405.
 func (g *gateway) checkRequestLine(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -119,13 +119,24 @@ func (g *gateway) checkRequestLine(next http.Handler) http.Handler {
 			if id == "" {
 				id = strings.TrimSpace(r.Header.Get("Last-Event-ID"))
 			}
-			if id != "" && !q.Has("afterSequence") && !q.Has("after_sequence") {
-				if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+			if id != "" {
+				last, err := strconv.ParseUint(id, 10, 64)
+				if err != nil {
 					writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument("Last-Event-ID", "must be the id of an event of this stream (a sequence number)")))
 					return
 				}
+				// An EventSource reconnects to the URL it was opened with,
+				// afterSequence included, sending the id of the last event
+				// it got: the later of the two is where the client is. (A
+				// malformed afterSequence is left for the route to refuse.)
+				name := "afterSequence"
+				if q.Has("after_sequence") {
+					name = "after_sequence"
+				}
+				if after, err := strconv.ParseUint(strings.TrimSpace(q.Get(name)), 10, 64); !q.Has(name) || err == nil && last > after {
+					q.Set(name, id)
+				}
 				q.Del("lastEventId")
-				q.Set("afterSequence", id)
 				r.URL.RawQuery = q.Encode()
 			}
 		}
