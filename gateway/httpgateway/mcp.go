@@ -40,5 +40,10 @@ func mcpScope(ctx context.Context) (mcpserver.Scope, error) {
 	if !ok {
 		return mcpserver.Scope{}, errors.New("the request is not authenticated")
 	}
+	if p.Tenant == "" {
+		// An operator key names the tenant in each REST request's scope;
+		// an MCP tool call has no scope to name it in.
+		return mcpserver.Scope{}, errors.New("an operator key (tenant *) acts in no one tenant, and MCP tool calls name none: connect with a tenant's API key")
+	}
 	return mcpserver.Scope{Tenant: p.Tenant, Project: p.Project, Caller: p.Caller}, nil
 }

@@ -20,6 +20,7 @@ import (
 const (
 	mcpAlphaKey = "mcp-alpha-key-0123456789"
 	mcpBetaKey  = "mcp-beta-key-0123456789"
+	mcpOpsKey   = "mcp-operator-key-0123456789"
 )
 
 // keyTransport sends an API key with every request, as an MCP client
@@ -87,7 +88,7 @@ func hitIDs(out map[string]any) []string {
 func TestMCPServer(t *testing.T) {
 	gw, _, _ := startMeshWith(t, t.TempDir(), map[string]string{
 		"MODELGATEWAY_PROVIDER": "sim",
-		"GATEWAY_API_KEYS":      mcpAlphaKey + "=acme:alpha@alpha-user," + mcpBetaKey + "=acme:beta@beta-user",
+		"GATEWAY_API_KEYS":      mcpAlphaKey + "=acme:alpha@alpha-user," + mcpBetaKey + "=acme:beta@beta-user," + mcpOpsKey + "=*@ops",
 	})
 	waitServing(t, gw)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -113,6 +114,17 @@ func TestMCPServer(t *testing.T) {
 		t.Fatalf("connect with beta's key: %v", err)
 	}
 	defer beta.Close()
+
+	// An operator key names its tenant in each REST request; a tool call
+	// has nowhere to name one, and says so.
+	ops, err := mcpClient(ctx, gw, mcpOpsKey)
+	if err != nil {
+		t.Fatalf("connect with the operator key: %v", err)
+	}
+	defer ops.Close()
+	if _, msg := callTool(t, ops, "search_documents", map[string]any{"query": "zebra"}); !strings.Contains(msg, "operator key") {
+		t.Errorf("search_documents with the operator key: %q, want an error saying an operator key acts in no one tenant", msg)
+	}
 
 	var names []string
 	for tool, err := range alpha.Tools(ctx, nil) {
