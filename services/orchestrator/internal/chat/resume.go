@@ -6,12 +6,17 @@ package chat
 // turn's events after the id a cut-off client last got and follow it live
 // (Watch), the way analyses are watched. Subjects:
 //
-//	am.evt.<tenant>.chat.<turn>.started   TurnStarted (the first event)
-//	am.evt.<tenant>.chat.<turn>.event     every event in between
-//	am.evt.<tenant>.chat.<turn>.ended     Completed or ErrorEvent (the last)
+//	am.evt.<tenant>.chat.<conversation>.<turn>.started   TurnStarted (the first event)
+//	am.evt.<tenant>.chat.<conversation>.<turn>.event     every event in between
+//	am.evt.<tenant>.chat.<conversation>.<turn>.ended     Completed or ErrorEvent (the last)
 //
-// so that the start and the end are found with one direct read each, and a
-// watch filters on am.evt.<tenant>.chat.<turn>.>.
+// so that the start and the end are found with one direct read each, a
+// watch filters on am.evt.<tenant>.chat.<conversation>.<turn>.>, and
+// deleting a conversation purges am.evt.<tenant>.chat.<conversation>.>
+// (ForgetConversation). Turns stored before 2026-11-28 are on
+// am.evt.<tenant>.chat.<turn>.<kind>, without the conversation: a watch
+// still finds them there, and they leave the stream after
+// events.EventsMaxAge, not when their conversation is deleted.
 //
 // A turn's process also answers, on the core NATS subject
 // am.chat.turn.<turn> (stored nowhere), whether the turn still runs. A
@@ -81,13 +86,30 @@ type FieldError struct {
 // Error implements error.
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
-func turnSubject(tenant, turnID, kind string) string {
-	return eventbus.EventSubject(tenant, "chat", turnID, kind)
+// turnEvents names the subjects of one turn's events: the prefix of
+// their subjects, to which each adds its kind.
+type turnEvents struct{ prefix string }
+
+// conversationPrefix is the start of the subjects of every turn of
+// conversation conv.
+func conversationPrefix(tenant, conv string) string {
+	return eventbus.EventSubjectPrefix + eventbus.SubjectToken(tenant) + ".chat." + eventbus.SubjectToken(conv) + "."
 }
 
-func turnFilter(tenant, turnID string) string {
-	return eventbus.EventSubjectPrefix + eventbus.SubjectToken(tenant) + ".chat." + eventbus.SubjectToken(turnID) + ".>"
+// eventsOfTurn is where turn turnID of conversation conv stores its events.
+func eventsOfTurn(tenant, conv, turnID string) turnEvents {
+	return turnEvents{conversationPrefix(tenant, conv) + eventbus.SubjectToken(turnID) + "."}
 }
+
+// legacyEventsOfTurn is where a turn stored before its subjects carried
+// its conversation has its events.
+func legacyEventsOfTurn(tenant, turnID string) turnEvents {
+	return turnEvents{eventbus.EventSubjectPrefix + eventbus.SubjectToken(tenant) + ".chat." + eventbus.SubjectToken(turnID) + "."}
+}
+
+func (t turnEvents) subject(kind string) string { return t.prefix + kind }
+
+func (t turnEvents) filter() string { return t.prefix + ">" }
 
 func aliveSubject(turnID string) string { return "am.chat.turn." + eventbus.SubjectToken(turnID) }
 
@@ -105,10 +127,11 @@ func kindOf(ev *orchestratorv1.StreamMessageResponse) string {
 // publisher stores one turn's events. Its methods are called under
 // events.mu, one at a time.
 type publisher struct {
-	bus    *eventbus.Bus
-	scope  *commonv1.Scope
-	turnID string
-	log    *slog.Logger
+	bus      *eventbus.Bus
+	scope    *commonv1.Scope
+	turnID   string
+	subjects turnEvents
+	log      *slog.Logger
 	// timeout bounds the publish of one event (Config.EventStoreTimeout);
 	// the first that fails stops the turn's publishing, so an outage of
 	// the bus delays a turn once, by at most this.
@@ -128,7 +151,7 @@ func (p *publisher) publish(ctx context.Context, ev *orchestratorv1.StreamMessag
 	var seq uint64
 	if err == nil {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
-		seq, err = p.bus.Publish(pctx, turnSubject(p.scope.GetTenantId(), p.turnID, kind), env)
+		seq, err = p.bus.Publish(pctx, p.subjects.subject(kind), env)
 		cancel()
 	}
 	if err != nil {
@@ -239,7 +262,12 @@ func (l *Loop) Watch(ctx context.Context, scope *commonv1.Scope, conversationID,
 		return fmt.Errorf("chat: watch: %w", err)
 	}
 	lastSeq := stream.CachedInfo().State.LastSeq // every id a client can hold is at most this
-	started, err := lastEvent(ctx, stream, turnSubject(tenant, turnID, kindStarted))
+	subjects := eventsOfTurn(tenant, conversationID, turnID)
+	started, err := lastEvent(ctx, stream, subjects.subject(kindStarted))
+	if err == nil && started == nil {
+		subjects = legacyEventsOfTurn(tenant, turnID)
+		started, err = lastEvent(ctx, stream, subjects.subject(kindStarted))
+	}
 	if err != nil {
 		return err
 	}
@@ -250,7 +278,7 @@ func (l *Loop) Watch(ctx context.Context, scope *commonv1.Scope, conversationID,
 	if started.env.GetScope().GetProjectId() != scope.GetProjectId() || ts.GetConversationId() != conversationID {
 		return ErrTurnNotFound
 	}
-	end, err := lastEvent(ctx, stream, turnSubject(tenant, turnID, kindEnded))
+	end, err := lastEvent(ctx, stream, subjects.subject(kindEnded))
 	if err != nil {
 		return err
 	}
@@ -268,8 +296,8 @@ func (l *Loop) Watch(ctx context.Context, scope *commonv1.Scope, conversationID,
 
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	go l.probe(rctx, cancel, stream, tenant, turnID)
-	err = l.bus.Replay(rctx, eventbus.StreamEvents, turnFilter(tenant, turnID), from, func(seq uint64, env *commonv1.Event) error {
+	go l.probe(rctx, cancel, stream, subjects, turnID)
+	err = l.bus.Replay(rctx, eventbus.StreamEvents, subjects.filter(), from, func(seq uint64, env *commonv1.Event) error {
 		ev := &orchestratorv1.StreamMessageResponse{}
 		if env.GetCorrelationId() != turnID || env.GetPayload().UnmarshalTo(ev) != nil {
 			return nil // not an event of this turn
@@ -299,7 +327,7 @@ func (l *Loop) Watch(ctx context.Context, scope *commonv1.Scope, conversationID,
 // in a row no process answers for it and its last event is not stored, it
 // cancels the watch with errTurnLost. Twice: on a NATS cluster the turn's
 // subscription reaches the other servers a moment after its first event.
-func (l *Loop) probe(ctx context.Context, cancel context.CancelCauseFunc, stream jetstream.Stream, tenant, turnID string) {
+func (l *Loop) probe(ctx context.Context, cancel context.CancelCauseFunc, stream jetstream.Stream, subjects turnEvents, turnID string) {
 	tick := time.NewTicker(probeInterval)
 	defer tick.Stop()
 	misses := 0
@@ -311,7 +339,7 @@ func (l *Loop) probe(ctx context.Context, cancel context.CancelCauseFunc, stream
 			// The turn has ended, or its process died. The end event is
 			// stored before the turn stops answering, so its absence now
 			// means it never will be.
-			end, err := lastEvent(ctx, stream, turnSubject(tenant, turnID, kindEnded))
+			end, err := lastEvent(ctx, stream, subjects.subject(kindEnded))
 			if err == nil && end == nil {
 				if misses++; misses >= 2 {
 					cancel(errTurnLost)
@@ -325,6 +353,25 @@ func (l *Loop) probe(ctx context.Context, cancel context.CancelCauseFunc, stream
 		case <-tick.C:
 		}
 	}
+}
+
+// ForgetConversation removes from the events stream the events of every
+// turn of conversation conv, which deleting it calls for: a turn's answer
+// is in its events. Turns stored before their subjects carried their
+// conversation stay until they expire (see the package doc). Without an
+// event bus there is nothing to remove.
+func (l *Loop) ForgetConversation(ctx context.Context, scope *commonv1.Scope, conv string) error {
+	if l.bus == nil {
+		return nil
+	}
+	stream, err := l.bus.JetStream().Stream(ctx, eventbus.StreamEvents)
+	if err != nil {
+		return fmt.Errorf("chat: forget conversation %s: %w", conv, err)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(conversationPrefix(scope.GetTenantId(), conv)+">")); err != nil {
+		return fmt.Errorf("chat: forget conversation %s: %w", conv, err)
+	}
+	return nil
 }
 
 // storedEvent is a turn event read directly from the stream.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -284,6 +285,77 @@ func TestWatchTurnRefusals(t *testing.T) {
 	}
 }
 
+// TestDeleteConversationRemovesItsTurnEvents: a turn's events hold its
+// answer, so deleting a conversation removes its turns' events from the
+// stream; another conversation's stay, and so do the events of a turn
+// stored before subjects carried the conversation (they expire).
+func TestDeleteConversationRemovesItsTurnEvents(t *testing.T) {
+	t.Parallel()
+	e := newResumeEnv(t, chat.Config{})
+	close(e.gate.release)
+	completed := func(ev *orchestratorv1.StreamMessageResponse) bool { return ev.GetCompleted() != nil }
+	deleted := e.conv
+	e.cutTurn(t, completed)
+	kept := e.newConversation(t, "")
+	e.conv = kept
+	keptTurn, _ := e.cutTurn(t, completed)
+	legacyTurn := uuid.NewString()
+	started := &orchestratorv1.StreamMessageResponse{Event: &orchestratorv1.StreamMessageResponse_TurnStarted{
+		TurnStarted: &orchestratorv1.TurnStarted{TurnId: legacyTurn, ConversationId: deleted, Resumable: true},
+	}}
+	ev, err := events.NewEvent("chat.turn.started", "orchestrator", testScope, legacyTurn, started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacySubject := events.EventSubject(testScope.TenantId, "chat", legacyTurn, "started")
+	if _, err := e.bus.Publish(context.Background(), legacySubject, ev); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := ctxTimeout(t, 10*time.Second)
+	subjects := func() map[string]uint64 {
+		stream, err := e.bus.JetStream().Stream(ctx, events.StreamEvents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(events.EventSubjectPrefix+testScope.TenantId+".chat.>"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects
+	}
+	prefix := func(conv string) string {
+		return events.EventSubjectPrefix + testScope.TenantId + ".chat." + events.SubjectToken(conv) + "."
+	}
+	count := func(all map[string]uint64, prefix string) (n int) {
+		for s := range all {
+			if strings.HasPrefix(s, prefix) {
+				n++
+			}
+		}
+		return n
+	}
+	before := subjects()
+	if count(before, prefix(deleted)) == 0 || count(before, prefix(kept)) == 0 {
+		t.Fatalf("before the delete, the turns' subjects are %v: want subjects under %s and %s", before, prefix(deleted), prefix(kept))
+	}
+	if _, err := e.client.DeleteConversation(ctx, &orchestratorv1.DeleteConversationRequest{Scope: testScope, ConversationId: deleted}); err != nil {
+		t.Fatal(err)
+	}
+	after := subjects()
+	if n := count(after, prefix(deleted)); n != 0 {
+		t.Errorf("after the delete, %d subjects of the deleted conversation's turns are left: %v", n, after)
+	}
+	if count(after, prefix(kept)) != count(before, prefix(kept)) || after[legacySubject] != 1 {
+		t.Errorf("after the delete, the subjects are %v: want the other conversation's and the old-layout turn's kept", after)
+	}
+	// The other conversation's turn is still watched from its events, and
+	// so is a turn in the old layout (its started event alone here).
+	if got, err := e.watch(t, keptTurn, 0); err != nil || len(got) == 0 || got[len(got)-1].GetCompleted() == nil {
+		t.Errorf("watch of the other conversation's turn: %v, %v; want it to its end", got, err)
+	}
+}
+
 // TestAbandonedTurnCancelled: a turn whose stream went away and that no
 // watch follows is cancelled after ResumeGrace, its partial answer stored
 // marked cancelled, and a later watch gets the cancelled tool result and a
@@ -325,6 +397,8 @@ func TestWatchOfLostTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// On the subject of a turn stored before subjects carried the
+	// conversation: a watch still finds those.
 	seq, err := e.bus.Publish(context.Background(), events.EventSubject(testScope.TenantId, "chat", turnID, "started"), ev)
 	if err != nil {
 		t.Fatal(err)

@@ -93,7 +93,8 @@ func newTurn(ctx context.Context, l *Loop, conv *conversation.Conversation, req 
 		client: ctx,
 	}
 	if resumable {
-		t.events.pub = &publisher{bus: l.bus, scope: req.Scope, turnID: id, log: l.log, timeout: l.cfg.EventStoreTimeout}
+		t.events.pub = &publisher{bus: l.bus, scope: req.Scope, turnID: id, subjects: eventsOfTurn(req.Scope.GetTenantId(), conv.ID, id),
+			log: l.log, timeout: l.cfg.EventStoreTimeout}
 	}
 	return t
 }

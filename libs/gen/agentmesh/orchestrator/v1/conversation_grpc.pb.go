@@ -41,7 +41,9 @@ type ConversationServiceClient interface {
 	GetConversation(ctx context.Context, in *GetConversationRequest, opts ...grpc.CallOption) (*GetConversationResponse, error)
 	// ListConversations lists the caller's conversations, newest first.
 	ListConversations(ctx context.Context, in *ListConversationsRequest, opts ...grpc.CallOption) (*ListConversationsResponse, error)
-	// DeleteConversation deletes a conversation and its messages.
+	// DeleteConversation deletes a conversation, its messages and its turns'
+	// stored events (WatchTurn then finds none). If the events cannot be
+	// removed, nothing is deleted (UNAVAILABLE, reason EVENTS_UNAVAILABLE).
 	DeleteConversation(ctx context.Context, in *DeleteConversationRequest, opts ...grpc.CallOption) (*DeleteConversationResponse, error)
 	// StreamMessage adds a user message and streams the loop's events until it
 	// completes. A second concurrent message to the same conversation fails
@@ -178,7 +180,9 @@ type ConversationServiceServer interface {
 	GetConversation(context.Context, *GetConversationRequest) (*GetConversationResponse, error)
 	// ListConversations lists the caller's conversations, newest first.
 	ListConversations(context.Context, *ListConversationsRequest) (*ListConversationsResponse, error)
-	// DeleteConversation deletes a conversation and its messages.
+	// DeleteConversation deletes a conversation, its messages and its turns'
+	// stored events (WatchTurn then finds none). If the events cannot be
+	// removed, nothing is deleted (UNAVAILABLE, reason EVENTS_UNAVAILABLE).
 	DeleteConversation(context.Context, *DeleteConversationRequest) (*DeleteConversationResponse, error)
 	// StreamMessage adds a user message and streams the loop's events until it
 	// completes. A second concurrent message to the same conversation fails
