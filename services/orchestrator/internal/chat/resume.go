@@ -13,7 +13,7 @@ package chat
 // so that the start and the end are found with one direct read each, a
 // watch filters on am.evt.<tenant>.chat.<conversation>.<turn>.>, and
 // deleting a conversation purges am.evt.<tenant>.chat.<conversation>.>
-// (ForgetConversation). Turns stored before 2026-11-28 are on
+// once the store has deleted it (ForgetConversation). Turns stored before 2026-11-28 are on
 // am.evt.<tenant>.chat.<turn>.<kind>, without the conversation: a watch
 // still finds them there, and they leave the stream after
 // events.EventsMaxAge, not when their conversation is deleted.
@@ -358,21 +358,38 @@ func (l *Loop) probe(ctx context.Context, cancel context.CancelCauseFunc, stream
 // ForgetConversation removes from the events stream the events of every
 // turn of conversation conv, which deleting it calls for: a turn's answer
 // is in its events. Turns stored before their subjects carried their
-// conversation stay until they expire (see the package doc). Without an
-// event bus there is nothing to remove.
-func (l *Loop) ForgetConversation(ctx context.Context, scope *commonv1.Scope, conv string) error {
+// conversation stay until they expire (see the package doc). It tries for
+// up to forgetPatience (a stream's leader election takes seconds); if the
+// events stay, it logs so with the subject to purge: the conversation is
+// deleted by then, Watch finds none of its turns, and they expire with the
+// stream's age limit. Without an event bus there is nothing to remove.
+func (l *Loop) ForgetConversation(ctx context.Context, scope *commonv1.Scope, conv string) {
 	if l.bus == nil {
-		return nil
+		return
 	}
-	stream, err := l.bus.JetStream().Stream(ctx, eventbus.StreamEvents)
-	if err != nil {
-		return fmt.Errorf("chat: forget conversation %s: %w", conv, err)
+	filter := conversationPrefix(scope.GetTenantId(), conv) + ">"
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetPatience)
+	defer cancel()
+	var err error
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		var stream jetstream.Stream
+		if stream, err = l.bus.JetStream().Stream(ctx, eventbus.StreamEvents); err == nil {
+			if err = stream.Purge(ctx, jetstream.WithPurgeSubject(filter)); err == nil {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			l.log.Error("a deleted conversation's turn events are left in the stream until they expire; purge them with the subject filter",
+				"conversation", conv, "subject", filter, "error", err)
+			return
+		case <-time.After(wait):
+		}
 	}
-	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(conversationPrefix(scope.GetTenantId(), conv)+">")); err != nil {
-		return fmt.Errorf("chat: forget conversation %s: %w", conv, err)
-	}
-	return nil
 }
+
+// forgetPatience bounds ForgetConversation's tries.
+const forgetPatience = 15 * time.Second
 
 // storedEvent is a turn event read directly from the stream.
 type storedEvent struct {

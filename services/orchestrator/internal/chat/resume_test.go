@@ -288,14 +288,23 @@ func TestWatchTurnRefusals(t *testing.T) {
 // TestDeleteConversationRemovesItsTurnEvents: a turn's events hold its
 // answer, so deleting a conversation removes its turns' events from the
 // stream; another conversation's stay, and so do the events of a turn
-// stored before subjects carried the conversation (they expire).
+// stored before subjects carried the conversation (they expire). A delete
+// refused because a turn runs removes nothing: the turn's client may
+// resume it.
 func TestDeleteConversationRemovesItsTurnEvents(t *testing.T) {
 	t.Parallel()
 	e := newResumeEnv(t, chat.Config{})
-	close(e.gate.release)
 	completed := func(ev *orchestratorv1.StreamMessageResponse) bool { return ev.GetCompleted() != nil }
 	deleted := e.conv
-	e.cutTurn(t, completed)
+	running, cut := e.cutTurn(t, atToolCall)
+	_, err := e.client.DeleteConversation(ctxTimeout(t, 10*time.Second), &orchestratorv1.DeleteConversationRequest{Scope: testScope, ConversationId: deleted})
+	if status.Code(err) != codes.Aborted {
+		t.Fatalf("DeleteConversation while a turn runs: %v, want Aborted (busy)", err)
+	}
+	close(e.gate.release)
+	if rest, err := e.watch(t, running, cut[len(cut)-1].GetSequence()); err != nil || len(rest) == 0 || rest[len(rest)-1].GetCompleted() == nil {
+		t.Fatalf("the running turn, resumed after the refused delete: %v, %v; want it to its end", rest, err)
+	}
 	kept := e.newConversation(t, "")
 	e.conv = kept
 	keptTurn, _ := e.cutTurn(t, completed)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
@@ -127,19 +126,14 @@ func (s *Conversations) DeleteConversation(ctx context.Context, req *orchestrato
 	if err != nil {
 		return nil, err
 	}
-	// Its turns' events go first, and only once the conversation is known
-	// to be the caller's: their subjects name the tenant, not the project.
-	// If they cannot be removed, nothing is deleted and the call can be
-	// made again.
-	if _, err := s.store.Get(ctx, scopeOf(scope), id); err != nil {
-		return nil, toStatus(err)
-	}
-	if err := s.loop.ForgetConversation(ctx, scope, id); err != nil {
-		return nil, grpcx.Errorf(codes.Unavailable, "EVENTS_UNAVAILABLE", "the conversation's turn events could not be removed, so it was not deleted; try again: %v", err)
-	}
+	// The store refuses a conversation that is not the caller's or whose
+	// turn is running; only then do its turns' events go (their subjects
+	// name the tenant, not the project), so a refused delete removes
+	// nothing a resume needs.
 	if err := s.store.Delete(ctx, scopeOf(scope), id, s.now()); err != nil {
 		return nil, toStatus(err)
 	}
+	s.loop.ForgetConversation(ctx, scope, id)
 	return &orchestratorv1.DeleteConversationResponse{}, nil
 }
 

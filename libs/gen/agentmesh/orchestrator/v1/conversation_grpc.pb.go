@@ -42,8 +42,8 @@ type ConversationServiceClient interface {
 	// ListConversations lists the caller's conversations, newest first.
 	ListConversations(ctx context.Context, in *ListConversationsRequest, opts ...grpc.CallOption) (*ListConversationsResponse, error)
 	// DeleteConversation deletes a conversation, its messages and its turns'
-	// stored events (WatchTurn then finds none). If the events cannot be
-	// removed, nothing is deleted (UNAVAILABLE, reason EVENTS_UNAVAILABLE).
+	// stored events (WatchTurn then finds none). A conversation whose turn is
+	// running is refused (ABORTED) and keeps everything.
 	DeleteConversation(ctx context.Context, in *DeleteConversationRequest, opts ...grpc.CallOption) (*DeleteConversationResponse, error)
 	// StreamMessage adds a user message and streams the loop's events until it
 	// completes. A second concurrent message to the same conversation fails
@@ -181,8 +181,8 @@ type ConversationServiceServer interface {
 	// ListConversations lists the caller's conversations, newest first.
 	ListConversations(context.Context, *ListConversationsRequest) (*ListConversationsResponse, error)
 	// DeleteConversation deletes a conversation, its messages and its turns'
-	// stored events (WatchTurn then finds none). If the events cannot be
-	// removed, nothing is deleted (UNAVAILABLE, reason EVENTS_UNAVAILABLE).
+	// stored events (WatchTurn then finds none). A conversation whose turn is
+	// running is refused (ABORTED) and keeps everything.
 	DeleteConversation(context.Context, *DeleteConversationRequest) (*DeleteConversationResponse, error)
 	// StreamMessage adds a user message and streams the loop's events until it
 	// completes. A second concurrent message to the same conversation fails
