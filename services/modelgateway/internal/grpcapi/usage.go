@@ -47,6 +47,12 @@ func (s *Server) GetUsage(ctx context.Context, in *modelv1.GetUsageRequest) (*mo
 			"usage is counted per tenant, across its projects: a key bound to project %q does not read it; a tenant-wide key does", strings.TrimSpace(project[0]))
 	}
 	f := tokenusage.Filter{Tenant: strings.TrimSpace(in.GetTenantId())}
+	if f.Tenant != "" {
+		if err := grpcx.ValidScopeID(f.Tenant); err != nil {
+			// "*" among them: every tenant's usage is asked by naming none.
+			return nil, grpcx.InvalidArgument("tenant_id", "%v (leave it empty for every tenant's usage, with an operator key)", err)
+		}
+	}
 	switch {
 	case caller == "":
 		f.All = true
