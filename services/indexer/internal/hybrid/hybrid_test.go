@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/agentmesh/agentmesh/services/indexer/internal/bm25"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/embed"
@@ -225,5 +226,49 @@ func TestReplaceDocumentAndTokens(t *testing.T) {
 	}
 	if _, ok := token("d"); ok {
 		t.Error("a rebuilt shard kept a token")
+	}
+}
+
+// A write that is under way when the manager closes finishes, and Close
+// then returns: a Tx's methods take no read lock of their own, which a
+// sync.RWMutex would hold back behind the close waiting for the write
+// (the indexer hung at shutdown so, and a test's cleanup with it).
+func TestCloseDuringAWriteDoesNotDeadlock(t *testing.T) {
+	t.Parallel()
+	m, err := NewManager(ManagerOptions{Dir: t.TempDir(), Embedder: embed.LocalHashName, Dimensions: embed.LocalHashDimensions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Scope{Tenant: "acme"}
+	first := chunks(map[string]string{"k1": "ledger timeout"}, "d1")
+	if err := m.Write(s, func(tx Tx) error { return tx.Add(first) }); err != nil {
+		t.Fatal(err)
+	}
+	inside, proceed := make(chan struct{}), make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		wrote <- m.Write(s, func(tx Tx) error {
+			close(inside)
+			<-proceed
+			if _, err := tx.ReplaceDocument(context.Background(), "d1", chunks(map[string]string{"k2": "dividend raised"}, "d1")); err != nil {
+				return err
+			}
+			return tx.DeleteDocument(context.Background(), "d0")
+		})
+	}()
+	<-inside
+	closed := make(chan error, 1)
+	go func() { closed <- m.Close() }()
+	time.Sleep(200 * time.Millisecond) // Close now waits for the write
+	close(proceed)
+	for name, ch := range map[string]chan error{"the write": wrote, "Close": closed} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not return: the write and the close deadlocked", name)
+		}
 	}
 }

@@ -130,7 +130,11 @@ func openShard(dir string, m manifest, vopts vector.StoreOptions, vectorWeight f
 // Tx writes to a shard. It is valid only inside the function given to
 // [Manager.Write] (or to a rebuild's fill), which holds the shard's write
 // lock, so a sequence of writes (delete a document's chunks, add new ones)
-// is never interleaved with another writer's or with a rebuild.
+// is never interleaved with another writer's or with a rebuild. Its
+// methods take no lock of their own: Write holds the shard open (its read
+// lock) around the whole function, and a rebuild's new shard is its own.
+// Taking the read lock again inside would deadlock with a close waiting
+// for it: a sync.RWMutex lets no new reader in once a writer waits.
 type Tx struct{ s *Shard }
 
 // Add indexes chunks in both indexes, replacing chunks with the same keys.
@@ -140,42 +144,36 @@ func (t Tx) Add(chunks []Chunk) error {
 	if len(chunks) == 0 {
 		return nil
 	}
-	return s.read(func() error {
-		docs := make([]bm25.Doc, len(chunks))
-		items := make([]vector.Item, len(chunks))
-		for i, c := range chunks {
-			docs[i] = bm25.Doc{Key: c.Key, Doc: c.Doc, Title: c.Title, Text: c.Text, SourceType: c.SourceType, ContentType: c.ContentType}
-			items[i] = vector.Item{Key: c.Key, Vector: c.Vector, Attrs: vector.Attrs{Doc: c.Doc, SourceType: c.SourceType, ContentType: c.ContentType}}
-		}
-		var g errgroup.Group
-		g.Go(func() error { return s.bm.Add(docs) })
-		g.Go(func() error { return s.vec.Add(items...) })
-		return g.Wait()
-	})
+	docs := make([]bm25.Doc, len(chunks))
+	items := make([]vector.Item, len(chunks))
+	for i, c := range chunks {
+		docs[i] = bm25.Doc{Key: c.Key, Doc: c.Doc, Title: c.Title, Text: c.Text, SourceType: c.SourceType, ContentType: c.ContentType}
+		items[i] = vector.Item{Key: c.Key, Vector: c.Vector, Attrs: vector.Attrs{Doc: c.Doc, SourceType: c.SourceType, ContentType: c.ContentType}}
+	}
+	var g errgroup.Group
+	g.Go(func() error { return s.bm.Add(docs) })
+	g.Go(func() error { return s.vec.Add(items...) })
+	return g.Wait()
 }
 
 // Delete removes chunks by key from both indexes.
 func (t Tx) Delete(keys []string) error {
 	s := t.s
-	return s.read(func() error {
-		if err := s.bm.Delete(keys); err != nil {
-			return err
-		}
-		_, err := s.vec.Delete(keys...)
+	if err := s.bm.Delete(keys); err != nil {
 		return err
-	})
+	}
+	_, err := s.vec.Delete(keys...)
+	return err
 }
 
 // DeleteDocument removes every chunk of doc from both indexes.
 func (t Tx) DeleteDocument(ctx context.Context, doc string) error {
 	s := t.s
-	return s.read(func() error {
-		if _, err := s.bm.DeleteDocument(ctx, doc); err != nil {
-			return err
-		}
-		_, err := s.vec.DeleteDocument(doc)
+	if _, err := s.bm.DeleteDocument(ctx, doc); err != nil {
 		return err
-	})
+	}
+	_, err := s.vec.DeleteDocument(doc)
+	return err
 }
 
 // ReplaceDocument makes chunks all of doc's chunks: it removes doc's
@@ -183,7 +181,7 @@ func (t Tx) DeleteDocument(ctx context.Context, doc string) error {
 // how many it removed. With no chunks it removes the document, and writes
 // nothing if neither index holds any of it.
 func (t Tx) ReplaceDocument(ctx context.Context, doc string, chunks []Chunk) (removed int, err error) {
-	keyword, vectors, err := t.s.DocKeys(ctx, doc)
+	keyword, vectors, err := t.s.docKeys(ctx, doc)
 	if err != nil {
 		return 0, err
 	}
@@ -239,11 +237,16 @@ func (t Tx) ForgetApplied(doc string) { delete(t.s.applied, doc) }
 // DocKeys returns the chunk keys of doc in each index.
 func (s *Shard) DocKeys(ctx context.Context, doc string) (keyword, vectors []string, err error) {
 	err = s.read(func() error {
-		keyword, err = s.bm.DocKeys(ctx, doc)
-		vectors = s.vec.DocKeys(doc)
+		keyword, vectors, err = s.docKeys(ctx, doc)
 		return err
 	})
 	return keyword, vectors, err
+}
+
+// docKeys is DocKeys for a caller that holds the shard open.
+func (s *Shard) docKeys(ctx context.Context, doc string) (keyword, vectors []string, err error) {
+	keyword, err = s.bm.DocKeys(ctx, doc)
+	return keyword, s.vec.DocKeys(doc), err
 }
 
 // Counts returns the number of chunks in each index.
