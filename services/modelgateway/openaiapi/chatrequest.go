@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
-	"github.com/agentmesh/agentmesh/services/modelgateway/internal/structured"
 )
 
 // chatRequest is a decoded POST /chat/completions body.
@@ -407,7 +406,7 @@ func decodeTools(o object, r *modelv1.ChatRequest) error {
 			// The check ModelService gives response_format's schema: one
 			// that does not compile (an unknown type, a remote $ref) would
 			// otherwise reach the provider, or fail there.
-			if _, err := structured.Compile(name, params); err != nil {
+			if err := toolSchemas.check(name, params); err != nil {
 				return badParam(fn.path("parameters"), "%v", err)
 			}
 			tool.ParametersJsonSchema = string(params)
