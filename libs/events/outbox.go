@@ -108,7 +108,10 @@ func OutboxPush(entries ...OutboxEntry) bson.M {
 // removes them once JetStream has stored them. See the package comment for
 // the consistency argument. A Relay is safe for concurrent use; several
 // relays (one per service replica) may serve the same collection, at the
-// cost of duplicate publishes that JetStream discards by event id.
+// cost of duplicate publishes that JetStream discards by event id. Its
+// hooks (SetDocumentLock, SetDrained, SetGone, SetPublished) may run while
+// Run relays a document, holding the lock Sweep and SweepDocuments take to
+// write: a hook must not call those two.
 type Relay struct {
 	bus    *Bus
 	coll   *mongo.Collection

@@ -150,7 +150,9 @@ func (m *Manager) Stale(s Scope) bool {
 
 // Write runs fn with write access to the scope's shard, holding its write
 // lock. If a rebuild replaced the shard while fn waited for the lock, fn
-// runs on the new one.
+// runs on the new one. fn must not call the Manager (Close, holding the
+// manager's lock, waits for fn to end) nor the shard's own reads, and
+// should not wait on the network: a close or a rebuild waits for it.
 func (m *Manager) Write(s Scope, fn func(Tx) error) error {
 	for {
 		sh, err := m.Shard(s)

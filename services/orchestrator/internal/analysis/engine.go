@@ -271,7 +271,8 @@ func (e *Engine) now() time.Time { return e.clock().UTC().Truncate(time.Millisec
 // Start recovers unfinished work (re-queues pending and abandoned jobs,
 // re-advances every unfinished analysis, archives finished ones), then
 // starts the work queue consumers, the cancellation listener, the periodic
-// sweep, the check for lapsed claims and the archiver. Work runs until ctx
+// sweep, the check for lapsed claims, the archiver and the follower of job
+// events that serves new analyses' watches (liveTrees). Work runs until ctx
 // is done or Stop is called.
 func (e *Engine) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)

@@ -13,10 +13,10 @@ package chat
 // so that the start and the end are found with one direct read each, a
 // watch filters on am.evt.<tenant>.chat.<conversation>.<turn>.>, and
 // deleting a conversation purges am.evt.<tenant>.chat.<conversation>.>
-// once the store has deleted it (ForgetConversation). Turns stored before 2026-11-28 are on
-// am.evt.<tenant>.chat.<turn>.<kind>, without the conversation: a watch
-// still finds them there, and they leave the stream after
-// events.EventsMaxAge, not when their conversation is deleted.
+// once the store has deleted it (ForgetConversation). Turns stored before
+// 2026-11-28 are on am.evt.<tenant>.chat.<turn>.<kind>, without the
+// conversation: a watch still finds them there, and they leave the stream
+// after events.EventsMaxAge, not when their conversation is deleted.
 //
 // A turn's process also answers, on the core NATS subject
 // am.chat.turn.<turn> (stored nowhere), whether the turn still runs. A
