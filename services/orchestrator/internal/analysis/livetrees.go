@@ -29,7 +29,7 @@ import (
 // of the replica that created the analysis running ahead of this one.
 //
 // If the consumer fails, every tree is dropped and the watches it served
-// go on with their own replays, after the last event each sent (follow
+// go on with their own replays, after the last event each sent (serve
 // returns errLiveLost); the consumer starts again from the stream's end.
 type liveTrees struct {
 	bus   *events.Bus
@@ -41,7 +41,7 @@ type liveTrees struct {
 	running   bool                 // the consumer is delivering; trees are complete after watermark
 	watermark time.Time            // trees created before it (plus liveSkew) may be incomplete here
 	trees     map[string]*liveTree // tenant token + "." + root token → events
-	order     []string             // keys in the order first seen; may hold keys evicted since
+	order     []string             // the keys of trees, in the order first seen
 	lost      chan struct{}        // closed when the consumer fails and the trees are dropped
 }
 
@@ -168,7 +168,9 @@ func (l *liveTrees) evict() {
 		return
 	}
 	cut := l.clock().Add(-l.keep)
-	l.watermark = later(l.watermark, cut)
+	if cut.After(l.watermark) {
+		l.watermark = cut
+	}
 	kept := l.order[:0]
 	for i, key := range l.order {
 		t := l.trees[key]
@@ -184,13 +186,6 @@ func (l *liveTrees) evict() {
 		}
 	}
 	l.order = kept
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // serve calls fn for every event of root's tree, in stream order, from
@@ -214,14 +209,11 @@ func (l *liveTrees) serve(ctx context.Context, root *Job, fn func(seq uint64, su
 		l.mu.Unlock()
 	}()
 	for next := 0; ; {
+		// Events delivered before a loss are the stream's, in order: they
+		// are sent; the loss ends the watch once they are.
 		l.mu.Lock()
 		pending, wake := t.events[next:], t.wake
 		l.mu.Unlock()
-		select {
-		case <-lost:
-			return true, last, errLiveLost
-		default:
-		}
 		for _, e := range pending {
 			if err := fn(e.seq, e.subject, e.ev); err != nil {
 				return true, last, err

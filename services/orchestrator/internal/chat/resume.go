@@ -90,21 +90,21 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 // their subjects, to which each adds its kind.
 type turnEvents struct{ prefix string }
 
-// conversationPrefix is the start of the subjects of every turn of
-// conversation conv.
-func conversationPrefix(tenant, conv string) string {
-	return eventbus.EventSubjectPrefix + eventbus.SubjectToken(tenant) + ".chat." + eventbus.SubjectToken(conv) + "."
+// chatPrefix is am.evt.<tenant>.chat.<id>.: the start of the subjects of
+// every turn of conversation id, or, in the layout before, of turn id.
+func chatPrefix(tenant, id string) string {
+	return eventbus.EventSubjectPrefix + eventbus.SubjectToken(tenant) + ".chat." + eventbus.SubjectToken(id) + "."
 }
 
 // eventsOfTurn is where turn turnID of conversation conv stores its events.
 func eventsOfTurn(tenant, conv, turnID string) turnEvents {
-	return turnEvents{conversationPrefix(tenant, conv) + eventbus.SubjectToken(turnID) + "."}
+	return turnEvents{chatPrefix(tenant, conv) + eventbus.SubjectToken(turnID) + "."}
 }
 
 // legacyEventsOfTurn is where a turn stored before its subjects carried
 // its conversation has its events.
 func legacyEventsOfTurn(tenant, turnID string) turnEvents {
-	return turnEvents{eventbus.EventSubjectPrefix + eventbus.SubjectToken(tenant) + ".chat." + eventbus.SubjectToken(turnID) + "."}
+	return turnEvents{chatPrefix(tenant, turnID)}
 }
 
 func (t turnEvents) subject(kind string) string { return t.prefix + kind }
@@ -367,7 +367,7 @@ func (l *Loop) ForgetConversation(ctx context.Context, scope *commonv1.Scope, co
 	if l.bus == nil {
 		return
 	}
-	filter := conversationPrefix(scope.GetTenantId(), conv) + ">"
+	filter := chatPrefix(scope.GetTenantId(), conv) + ">"
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetPatience)
 	defer cancel()
 	var err error

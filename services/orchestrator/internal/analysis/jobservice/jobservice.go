@@ -6,7 +6,6 @@
 package jobservice
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -87,12 +86,16 @@ func (c Config) engineConfig() (analysis.Config, error) {
 		// renewal's round trip.
 		return analysis.Config{}, fmt.Errorf("ANALYSIS_CLAIM_TTL must be at least 1s, not %s", c.ClaimTTL)
 	}
+	liveTrees := c.LiveTrees
+	if liveTrees <= 0 {
+		liveTrees = -1 // off; the engine reads 0 as its default
+	}
 	return analysis.Config{
 		ToolParallelism: c.ToolParallelism, ModelParallelism: c.ModelParallelism,
 		ToolTimeout: c.ToolTimeout, ToolTimeouts: timeouts, ModelTimeout: c.ModelTimeout,
 		ClaimTTL: c.ClaimTTL, SweepInterval: c.SweepInterval, StaleAfter: c.StaleAfter,
 		AckWait: c.AckWait, PlannerModel: c.PlannerModel, SynthesisModel: c.SynthesisModel,
-		LiveTrees: cmp.Or(max(c.LiveTrees, 0), -1),
+		LiveTrees: liveTrees,
 	}, nil
 }
 

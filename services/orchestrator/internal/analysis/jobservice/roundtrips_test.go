@@ -42,7 +42,7 @@ func TestAnalysisRoundTrips(t *testing.T) {
 			// The relay's start-up sweep (a single writer's only one) is
 			// not the analysis's: wait for it before counting.
 			testkit.Eventually(t, 10*time.Second, func() bool {
-				return slices.ContainsFunc(e.rt.NotExact(), func(q string) bool { return strings.Contains(q, `"outbox.0"`) })
+				return slices.ContainsFunc(e.rt.NotExact(), isRelaySweep)
 			}, "the relay's start-up sweep")
 		}
 		e.rt.Reset()
@@ -68,7 +68,7 @@ func TestAnalysisRoundTrips(t *testing.T) {
 		// depends on how long the analysis took on a busy machine.
 		sweeps := 0
 		for _, q := range e.rt.NotExact() {
-			if strings.Contains(q, `"outbox.0"`) {
+			if isRelaySweep(q) {
 				sweeps++
 			}
 		}
@@ -84,3 +84,7 @@ func TestAnalysisRoundTrips(t *testing.T) {
 		}
 	})
 }
+
+// isRelaySweep reports whether statement q is an outbox relay's sweep: a
+// find of the documents with pending outbox entries.
+func isRelaySweep(q string) bool { return strings.Contains(q, `"outbox.0"`) }
