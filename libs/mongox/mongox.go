@@ -29,9 +29,11 @@ package mongox
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -216,17 +218,29 @@ func Translate(err error) error {
 // for a single writer it is the read and write by _id the package doc
 // describes (filter's other fields must then be plain values).
 func UpdateVersioned(ctx context.Context, coll *mongo.Collection, filter bson.D, version int64, update bson.M) error {
+	return UpdateVersionedIf(ctx, coll, filter, version, nil, update)
+}
+
+// UpdateVersionedIf is UpdateVersioned that also requires the fields of
+// cond (plain values, as UpdateIf's) to hold: when they do not, it is
+// ErrConflict, as a version that moved on — cond holds what the caller
+// read of fields other writers change without moving the version.
+func UpdateVersionedIf(ctx context.Context, coll *mongo.Collection, filter bson.D, version int64, cond bson.D, update bson.M) error {
+	if err := checkPlain(cond); err != nil {
+		return err
+	}
 	for _, e := range filter {
 		if e.Key == "_id" {
 			defer LockDocument(coll, e.Value)()
 			if SingleWriter(coll.Database()) {
-				return updateVersionedByID(ctx, coll, e.Value, filter, version, withVersionInc(update))
+				return updateVersionedByID(ctx, coll, e.Value, filter, version, cond, withVersionInc(update))
 			}
 			break
 		}
 	}
 	f := append(bson.D{}, filter...)
 	f = append(f, bson.E{Key: "version", Value: version})
+	f = append(f, cond...)
 	res, err := coll.UpdateOne(ctx, f, withVersionInc(update))
 	if err != nil {
 		return Translate(err)
@@ -282,9 +296,9 @@ func withVersionInc(update bson.M) bson.M {
 
 // updateVersionedByID is UpdateVersioned for a single writer holding the
 // document's lock: read by _id, check in Go, write by _id.
-func updateVersionedByID(ctx context.Context, coll *mongo.Collection, id any, filter bson.D, version int64, update bson.M) error {
+func updateVersionedByID(ctx context.Context, coll *mongo.Collection, id any, filter bson.D, version int64, cond bson.D, update bson.M) error {
 	proj := bson.D{{Key: "version", Value: 1}} // not the whole document: it may hold a large body
-	for _, e := range filter {
+	for _, e := range slices.Concat(filter, cond) {
 		if e.Key != "_id" && e.Key != "version" {
 			proj = append(proj, bson.E{Key: e.Key, Value: 1})
 		}
@@ -302,6 +316,9 @@ func updateVersionedByID(ctx context.Context, coll *mongo.Collection, id any, fi
 	}
 	if v, ok := raw.Lookup("version").AsInt64OK(); !ok || v != version {
 		return ErrConflict
+	}
+	if ok, err := rawMatches(raw, cond); err != nil || !ok {
+		return cmp.Or(err, ErrConflict)
 	}
 	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update); err != nil {
 		return Translate(err)

@@ -163,7 +163,7 @@ func TestKilledIngestIsFinishedByAnotherReplica(t *testing.T) {
 	claimEnd := now.Add(ttl)
 	d := &document.Document{ID: "doc_killed", Scope: document.Scope{Tenant: "acme"}, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI,
 		Title: "Ledger runbook", RawContent: text, ContentHash: document.Hash(text), ExtractionJobID: "xj_killed", IngestUntil: claimEnd}
-	if err := docstore.New(client.Database(db)).SaveContent(ctx, d, now); err != nil {
+	if err := docstore.New(client.Database(db)).SaveContent(ctx, d, time.Time{}, now); err != nil {
 		t.Fatal(err)
 	}
 	coll := client.Database(db).Collection(docstore.DocumentsCollection)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
@@ -89,13 +90,15 @@ func (s *Service) ingest(ctx context.Context, in IngestInput) (IngestResult, err
 
 // keepIngest renews the claim of the ingest of doc every third of its
 // TTL until the returned function is called, or the document is indexed,
-// changed or deleted (then there is nothing left to claim).
+// changed or deleted, or another ingest took it over after the claim
+// lapsed (its first write names another job): then there is nothing left
+// to claim.
 func (s *Service) keepIngest(ctx context.Context, doc *document.Document) (stop func()) {
 	ttl := s.cfg.JobLeaseTTL
 	return heartbeat.Keep(ctx, ttl/3, func(ctx context.Context) bool {
 		rctx, cancel := context.WithTimeout(ctx, ttl/3)
 		defer cancel()
-		ok, err := s.Docs.RenewIngest(rctx, doc.Scope, doc.ID, doc.ContentHash, s.now().Add(ttl))
+		ok, err := s.Docs.RenewIngest(rctx, doc.Scope, doc.ID, doc.ContentHash, doc.ExtractionJobID, s.now().Add(ttl))
 		if err != nil {
 			s.Logger.Warn("renewing an ingest's claim failed; retrying", slog.String("document_id", doc.ID), slog.Any("error", err))
 			return true
@@ -174,7 +177,13 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 	}
 	defer s.ingests.enter(id)()
 	doc.IngestUntil = now.Add(s.cfg.JobLeaseTTL)
-	if err := s.Docs.SaveContent(ctx, doc, now, phaseEvents...); err != nil {
+	// Over the claim read with existing: should its ingest have renewed
+	// it since (it was slow, not dead), this one stops with a conflict.
+	var over time.Time
+	if existing != nil {
+		over = existing.IngestUntil
+	}
+	if err := s.Docs.SaveContent(ctx, doc, over, now, phaseEvents...); err != nil {
 		return IngestResult{}, err
 	}
 	defer func() {

@@ -249,7 +249,11 @@ func (s *Service) finishUnfinished(ctx context.Context) (recent []*document.Docu
 			recent = append(recent, d) // an ingest may be under way
 			continue
 		}
-		errs = append(errs, s.finishOne(ctx, d, byReconciliation))
+		if err := s.finishOne(ctx, d, byReconciliation); errors.Is(err, document.ErrConflict) {
+			recent = append(recent, d) // written or its claim renewed since it was read: look again
+		} else {
+			errs = append(errs, err)
+		}
 	}
 	return recent, errors.Join(errs...)
 }
@@ -341,7 +345,12 @@ func (s *Service) settle(ctx context.Context, sc document.Scope, id, by string) 
 	case s.ingestLive(cur):
 		return cur, nil
 	}
-	return nil, s.finishOne(ctx, cur, by)
+	if err := s.finishOne(ctx, cur, by); !errors.Is(err, document.ErrConflict) {
+		return nil, err
+	}
+	// Written, or its claim renewed, since it was read: an ingest is at
+	// work after all (a slow one, not dead). Read it again.
+	return s.settle(ctx, sc, id, by)
 }
 
 // requeueAfter is how old a queued or running job must be before

@@ -37,7 +37,7 @@ func TestEveryQueryIsIndexed(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	d := &document.Document{ID: "doc_2", Scope: acme, SourceType: indexerv1.SourceType_SOURCE_TYPE_REPORT, Title: "t",
 		RawContent: "raw", ContentHash: document.Hash("raw"), ExtractionJobID: "j2"}
-	if err := s.SaveContent(ctx, d, now); err != nil {
+	if err := s.SaveContent(ctx, d, time.Time{}, now); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.IndexState(ctx, acme, "doc_2"); err != nil {

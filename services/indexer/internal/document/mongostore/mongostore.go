@@ -363,8 +363,10 @@ func (s *Store) readDocument(ctx context.Context, sc document.Scope, id string, 
 // entries (the phases' events) go in the same write. d.Version must be
 // the version read (0 for a new document); it returns
 // document.ErrConflict if the record moved on, and sets d.Version to the
-// new version.
-func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.Time, outbox ...events.OutboxEntry) error {
+// new version. over is the ingest claim (IngestUntil) read with that
+// version: a renewal since then — an ingest still at work, whose renewals
+// do not move the version — is a conflict too. Zero checks no claim.
+func (s *Store) SaveContent(ctx context.Context, d *document.Document, over time.Time, now time.Time, outbox ...events.OutboxEntry) error {
 	pipe, err := toPipelineRecord(d.Pipeline)
 	if err != nil {
 		return err
@@ -405,7 +407,11 @@ func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.
 	if len(outbox) > 0 {
 		update["$push"] = events.OutboxPush(outbox...)
 	}
-	if err := mongox.UpdateVersioned(ctx, s.docs, scopeFilter(d.Scope, bson.E{Key: "_id", Value: d.ID}), d.Version, update); err != nil {
+	var cond bson.D
+	if !over.IsZero() {
+		cond = bson.D{{Key: "ingest_until", Value: over}}
+	}
+	if err := mongox.UpdateVersionedIf(ctx, s.docs, scopeFilter(d.Scope, bson.E{Key: "_id", Value: d.ID}), d.Version, cond, update); err != nil {
 		s.out.unsure(s.docs, d.ID, outbox, err)
 		return translate(err)
 	}
@@ -420,8 +426,8 @@ func (s *Store) SaveContent(ctx context.Context, d *document.Document, now time.
 // RenewIngest moves the claim of the ingest of content hash to until, if
 // the document still has that content and is neither indexed nor being
 // deleted; it reports whether it did.
-func (s *Store) RenewIngest(ctx context.Context, sc document.Scope, id, hash string, until time.Time) (bool, error) {
-	ok, err := mongox.UpdateIf(ctx, s.docs, id, current(sc, hash, bson.E{Key: "indexed", Value: false}),
+func (s *Store) RenewIngest(ctx context.Context, sc document.Scope, id, hash, jobID string, until time.Time) (bool, error) {
+	ok, err := mongox.UpdateIf(ctx, s.docs, id, current(sc, hash, bson.E{Key: "indexed", Value: false}, bson.E{Key: "extraction_job_id", Value: jobID}),
 		bson.M{"$set": bson.M{"ingest_until": until}}, nil)
 	return ok, translate(err)
 }

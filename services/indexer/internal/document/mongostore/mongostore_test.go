@@ -48,12 +48,12 @@ func testDocumentLifecycleAndQueries(t *testing.T, db *mongo.Database) {
 	d := &document.Document{ID: "doc_1", Scope: acme, SourceType: indexerv1.SourceType_SOURCE_TYPE_REPORT, Title: "BHP",
 		RawContent: "raw", ContentHash: document.Hash("raw"), ContentType: "financial_report", ExtractionJobID: "j1",
 		IngestUntil: now.Add(time.Minute)}
-	if err := s.SaveContent(ctx, d, now); err != nil {
+	if err := s.SaveContent(ctx, d, time.Time{}, now); err != nil {
 		t.Fatal(err)
 	}
 	stale := *d
 	stale.Version = 0
-	if err := s.SaveContent(ctx, &stale, now); !errors.Is(err, document.ErrConflict) {
+	if err := s.SaveContent(ctx, &stale, time.Time{}, now); !errors.Is(err, document.ErrConflict) {
 		t.Fatalf("second insert: %v, want ErrConflict", err)
 	}
 	// Another scope cannot see it.
@@ -218,7 +218,7 @@ func TestContentVersionsAndMentions(t *testing.T) {
 		now := time.Now().UTC().Truncate(time.Millisecond)
 		h1, h2 := document.Hash("one"), document.Hash("two")
 		d := &document.Document{ID: "doc_1", Scope: sc, RawContent: "one", ContentHash: h1, ChunkCount: 3, ExtractionJobID: "j1"}
-		if err := s.SaveContent(ctx, d, now); err != nil {
+		if err := s.SaveContent(ctx, d, time.Time{}, now); err != nil {
 			t.Fatal(err)
 		}
 		for _, tc := range []struct {
@@ -245,7 +245,7 @@ func TestContentVersionsAndMentions(t *testing.T) {
 		// stay until the new content's extraction narrows them.
 		v2 := &document.Document{ID: "doc_1", Scope: sc, RawContent: "two", ContentHash: h2, ChunkCount: 2, ExtractionJobID: "j2",
 			StaleChunks: []document.ChunkSet{{Hash: h1, Count: 3}}, Version: got.Version + 1}
-		if err := s.SaveContent(ctx, v2, now); err != nil {
+		if err := s.SaveContent(ctx, v2, time.Time{}, now); err != nil {
 			t.Fatal(err)
 		}
 		got, err = s.LoadDocument(ctx, sc, "doc_1")
@@ -255,7 +255,7 @@ func TestContentVersionsAndMentions(t *testing.T) {
 		}
 		stale := *v2
 		stale.Version = 1
-		if err := s.SaveContent(ctx, &stale, now); !errors.Is(err, document.ErrConflict) {
+		if err := s.SaveContent(ctx, &stale, time.Time{}, now); !errors.Is(err, document.ErrConflict) {
 			t.Fatalf("SaveContent from a stale read: %v, want ErrConflict", err)
 		}
 		if ok, err := s.MarkIndexed(ctx, sc, "doc_1", h2, got.StaleChunks); !ok || err != nil {
@@ -264,6 +264,61 @@ func TestContentVersionsAndMentions(t *testing.T) {
 		got, err = s.LoadDocument(ctx, sc, "doc_1")
 		if err != nil || !got.Indexed || len(got.StaleChunks) != 0 {
 			t.Fatalf("after MarkIndexed: indexed %v, stale %v, %v", got.Indexed, got.StaleChunks, err)
+		}
+	})
+}
+
+// TestIngestClaimTakeover: an ingest that finishes another's after its
+// claim lapsed writes over the claim it read; should the first ingest
+// renew it meanwhile (slow, not dead), the takeover is a conflict, though
+// renewals do not move the version. Once taken over, the first ingest's
+// renewals fail: its claim names another job now.
+func TestIngestClaimTakeover(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		s := newStore(t, db)
+		sc := document.Scope{Tenant: "acme"}
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		h := document.Hash("one")
+		first := &document.Document{ID: "doc_1", Scope: sc, RawContent: "one", ContentHash: h, ChunkCount: 1,
+			ExtractionJobID: "j1", IngestUntil: now.Add(-time.Second)} // lapsed
+		if err := s.SaveContent(ctx, first, time.Time{}, now.Add(-time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		read, err := s.LoadDocument(ctx, sc, "doc_1")
+		if err != nil || !read.IngestUntil.Equal(first.IngestUntil) {
+			t.Fatalf("LoadDocument: claim %v, %v; want %v", read.IngestUntil, err, first.IngestUntil)
+		}
+		// The first ingest renews after the finisher read the lapsed claim.
+		if ok, err := s.RenewIngest(ctx, sc, "doc_1", h, "j1", now.Add(time.Minute)); !ok || err != nil {
+			t.Fatalf("RenewIngest = %v, %v", ok, err)
+		}
+		takeover := func() *document.Document {
+			return &document.Document{ID: "doc_1", Scope: sc, RawContent: "one", ContentHash: h, ChunkCount: 1,
+				ExtractionJobID: "j2", IngestUntil: now.Add(time.Minute), Version: read.Version}
+		}
+		if err := s.SaveContent(ctx, takeover(), read.IngestUntil, now); !errors.Is(err, document.ErrConflict) {
+			t.Fatalf("takeover over a renewed claim: %v; want ErrConflict", err)
+		}
+		if got, err := s.LoadDocument(ctx, sc, "doc_1"); err != nil || got.ExtractionJobID != "j1" {
+			t.Fatalf("after the refused takeover: job %s, %v; want j1", got.ExtractionJobID, err)
+		}
+		// Read again, the claim lapses for good: the takeover writes.
+		if ok, err := s.RenewIngest(ctx, sc, "doc_1", h, "j1", now.Add(-time.Millisecond)); !ok || err != nil {
+			t.Fatalf("RenewIngest = %v, %v", ok, err)
+		}
+		if read, err = s.LoadDocument(ctx, sc, "doc_1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SaveContent(ctx, takeover(), read.IngestUntil, now); err != nil {
+			t.Fatalf("takeover over a lapsed claim: %v", err)
+		}
+		if ok, err := s.RenewIngest(ctx, sc, "doc_1", h, "j1", now.Add(time.Minute)); ok || err != nil {
+			t.Errorf("the displaced ingest's RenewIngest = %v, %v; want false", ok, err)
+		}
+		if ok, err := s.RenewIngest(ctx, sc, "doc_1", h, "j2", now.Add(time.Minute)); !ok || err != nil {
+			t.Errorf("the new ingest's RenewIngest = %v, %v; want true", ok, err)
 		}
 	})
 }

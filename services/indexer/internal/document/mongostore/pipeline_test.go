@@ -43,7 +43,7 @@ func testPipelinePhasesOnlyAdd(t *testing.T, db *mongo.Database) {
 	}
 	d := &document.Document{ID: "doc_p", Scope: sc, RawContent: "Status: Open", ContentHash: document.Hash("Status: Open"), ChunkCount: 3,
 		ExtractionJobID: "xj_1", Pipeline: proto.Clone(ingest).(*indexerv1.IntakePipeline)}
-	if err := s.SaveContent(ctx, d, now); err != nil {
+	if err := s.SaveContent(ctx, d, time.Time{}, now); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := s.MarkIndexedPipeline(ctx, sc, d.ID, d.ContentHash, nil, PipelineProgress{Phase: phase("indexing"), Processed: 3}); !ok || err != nil {
@@ -73,7 +73,7 @@ func testPipelinePhasesOnlyAdd(t *testing.T, db *mongo.Database) {
 	d.RawContent, d.ContentHash, d.ExtractionJobID = "Status: Closed", document.Hash("Status: Closed"), "xj_2"
 	d.Pipeline = &indexerv1.IntakePipeline{CorrelationId: "xj_2", Phases: []*indexerv1.IntakePhase{phase("content_type")}}
 	d.Version = got.Version
-	if err := s.SaveContent(ctx, d, now); err != nil {
+	if err := s.SaveContent(ctx, d, time.Time{}, now); err != nil {
 		t.Fatal(err)
 	}
 	got, err = s.GetDocument(ctx, sc, d.ID)
