@@ -18,8 +18,11 @@ import (
 // route takes its fields from the body: on POST
 // /agents/classificationAgent/runs/{runId}/resume the Last-Event-ID header
 // (or a lastEventId query parameter) becomes the body's afterSequence,
-// unless the body sets it. Run event ids are sequences within their run, so
-// the resumed stream replays exactly the events after that one.
+// unless the body sets a later one: a client reconnecting sends the body
+// it first sent with the id of the last event it got, so the later of the
+// two is where it is (as on the GET watch routes). Run event ids are
+// sequences within their run, so the resumed stream replays exactly the
+// events after that one.
 func resumeLastEventID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := strings.TrimSpace(r.URL.Query().Get("lastEventId"))
@@ -30,7 +33,8 @@ func resumeLastEventID(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+		last, err := strconv.ParseUint(id, 10, 64)
+		if err != nil {
 			writeStatus(w, http.StatusBadRequest, status.Convert(grpcx.InvalidArgument("Last-Event-ID", "must be the id of an event of this run (a sequence number)")))
 			return
 		}
@@ -44,10 +48,14 @@ func resumeLastEventID(next http.Handler) http.Handler {
 		}
 		fields := map[string]json.RawMessage{}
 		if len(bytes.TrimSpace(body)) == 0 || json.Unmarshal(body, &fields) == nil {
-			// An explicit afterSequence wins; a body that is no JSON object
-			// is left for the handler to refuse.
-			if fields["afterSequence"] == nil && fields["after_sequence"] == nil {
-				fields["afterSequence"], _ = json.Marshal(id)
+			// A body that is no JSON object, or whose afterSequence is no
+			// sequence, is left for the handler to refuse.
+			name := "afterSequence"
+			if fields[name] == nil && fields["after_sequence"] != nil {
+				name = "after_sequence"
+			}
+			if after, set, ok := jsonSequence(fields[name]); ok && (!set || last > after) {
+				fields[name], _ = json.Marshal(id)
 				body, _ = json.Marshal(fields)
 			}
 		}
@@ -55,6 +63,21 @@ func resumeLastEventID(next http.Handler) http.Handler {
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// jsonSequence reads a uint64 field of a JSON body, as protojson writes it
+// (a string) or accepts it (a number too): set is false for an absent or
+// null field, ok false for a value that is no sequence.
+func jsonSequence(v json.RawMessage) (n uint64, set, ok bool) {
+	if v == nil || string(bytes.TrimSpace(v)) == "null" {
+		return 0, false, true
+	}
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		s = string(bytes.TrimSpace(v))
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, true, err == nil
 }
 
 func isResumePath(p string) bool {

@@ -12,7 +12,7 @@ import (
 
 // An SSE client reconnecting to a classification run sends the last event
 // id it saw; the resume replays from there: Last-Event-ID (or lastEventId)
-// becomes ResumeRun's after_sequence, unless the body names one.
+// becomes ResumeRun's after_sequence, unless the body names a later one.
 func TestResumeTakesLastEventID(t *testing.T) {
 	t.Parallel()
 	requests := make(chan *classifierv1.ResumeRunRequest, 1)
@@ -31,7 +31,11 @@ func TestResumeTakesLastEventID(t *testing.T) {
 		{"header, no body", "", "", map[string]string{"Last-Event-ID": "7"}, 7, http.StatusOK},
 		{"header, empty object", "", `{}`, map[string]string{"Last-Event-ID": " 12 "}, 12, http.StatusOK},
 		{"query parameter", "?lastEventId=3", "", nil, 3, http.StatusOK},
-		{"explicit afterSequence wins", "", `{"afterSequence":"2"}`, map[string]string{"Last-Event-ID": "9"}, 2, http.StatusOK},
+		{"a later header than the body's afterSequence", "", `{"afterSequence":"2"}`, map[string]string{"Last-Event-ID": "9"}, 9, http.StatusOK},
+		{"an earlier header than the body's afterSequence", "", `{"afterSequence":"30"}`, map[string]string{"Last-Event-ID": "9"}, 30, http.StatusOK},
+		{"a later header than the body's after_sequence, a number", "", `{"after_sequence":4}`, map[string]string{"Last-Event-ID": "9"}, 9, http.StatusOK},
+		{"a null afterSequence", "", `{"afterSequence":null}`, map[string]string{"Last-Event-ID": "9"}, 9, http.StatusOK},
+		{"a body's afterSequence that is no sequence", "", `{"afterSequence":"x"}`, map[string]string{"Last-Event-ID": "9"}, 0, http.StatusBadRequest},
 		{"no id", "", "", nil, 0, http.StatusOK},
 		{"not a sequence", "", "", map[string]string{"Last-Event-ID": "abc"}, 0, http.StatusBadRequest},
 		{"negative", "", "", map[string]string{"Last-Event-ID": "-1"}, 0, http.StatusBadRequest},
