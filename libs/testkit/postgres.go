@@ -56,7 +56,7 @@ func Postgres(t testing.TB, setup ...string) string {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		t.Fatalf("testkit: initdb: %v\n%s", err, out)
 	}
-	port := freePort(t)
+	port := FreePort(t)
 	var logs bytes.Buffer
 	srv := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
@@ -125,8 +125,8 @@ func postgresBin() string {
 	return ""
 }
 
-// freePort returns a loopback TCP port nobody listens on now.
-func freePort(t testing.TB) int {
+// FreePort returns a loopback TCP port nobody listens on now.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

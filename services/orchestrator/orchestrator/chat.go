@@ -196,6 +196,15 @@ func newChatServices(ctx context.Context, cfg ChatConfig, db *mongo.Database, bu
 		return nil, err
 	}
 	log.Info("chat loop configured", "store", cfg.Store, "strategy", cfg.Strategy, "model", cfg.Model, "mode", mode.String())
+	if closeStore != nil {
+		// The deletes a crash or an unreachable event stream left
+		// unfinished, until the services stop.
+		stopDeletes, writeBack := loop.FinishDeletes(ctx), closeStore
+		closeStore = func(ctx context.Context) error {
+			stopDeletes()
+			return writeBack(ctx)
+		}
+	}
 	return &chatServices{
 		conversations: grpcapi.NewConversations(store, loop, strategies),
 		tools:         grpcapi.NewTools(registry, box),

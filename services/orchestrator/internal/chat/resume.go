@@ -13,7 +13,8 @@ package chat
 // so that the start and the end are found with one direct read each, a
 // watch filters on am.evt.<tenant>.chat.<conversation>.<turn>.>, and
 // deleting a conversation purges am.evt.<tenant>.chat.<conversation>.>
-// once the store has deleted it (ForgetConversation). Turns stored before
+// once the store has deleted it (ForgetConversation; FinishDeletes, if the
+// stream was away or the process died meanwhile). Turns stored before
 // 2026-11-28 are on am.evt.<tenant>.chat.<turn>.<kind>, without the
 // conversation: a watch still finds them there, and they leave the stream
 // after events.EventsMaxAge, not when their conversation is deleted.
@@ -41,6 +42,8 @@ import (
 	eventbus "github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	"github.com/agentmesh/agentmesh/libs/heartbeat"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
 )
 
 // Last subject tokens of a turn's events.
@@ -359,37 +362,76 @@ func (l *Loop) probe(ctx context.Context, cancel context.CancelCauseFunc, stream
 // turn of conversation conv, which deleting it calls for: a turn's answer
 // is in its events. Turns stored before their subjects carried their
 // conversation stay until they expire (see the package doc). It tries for
-// up to forgetPatience (a stream's leader election takes seconds); if the
-// events stay, it logs so with the subject to purge: the conversation is
-// deleted by then, Watch finds none of its turns, and they expire with the
-// stream's age limit. Without an event bus there is nothing to remove.
+// up to forgetPatience (a stream's leader election takes seconds), then
+// drops the store's record of the delete (conversation.DeletionLog). If
+// the events stay, the record does too and FinishDeletes tries again; the
+// conversation is deleted by then, and Watch finds none of its turns.
 func (l *Loop) ForgetConversation(ctx context.Context, scope *commonv1.Scope, conv string) {
-	if l.bus == nil {
-		return
-	}
-	filter := chatPrefix(scope.GetTenantId(), conv) + ">"
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetPatience)
 	defer cancel()
 	var err error
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		var stream jetstream.Stream
-		if stream, err = l.bus.JetStream().Stream(ctx, eventbus.StreamEvents); err == nil {
-			if err = stream.Purge(ctx, jetstream.WithPurgeSubject(filter)); err == nil {
-				return
-			}
+		if err = l.purgeTurnEvents(ctx, scope.GetTenantId(), conv); err == nil {
+			break
 		}
 		select {
 		case <-ctx.Done():
-			l.log.Error("a deleted conversation's turn events are left in the stream until they expire; purge them with the subject filter",
-				"conversation", conv, "subject", filter, "error", err)
+			l.log.Warn("a deleted conversation's turn events are left in the stream for now; they are purged again within a minute or two",
+				"conversation", conv, "subject", chatPrefix(scope.GetTenantId(), conv)+">", "error", err)
 			return
 		case <-time.After(wait):
 		}
 	}
+	if log, ok := l.store.(conversation.DeletionLog); ok {
+		if err := log.Forgotten(ctx, conv); err != nil {
+			l.log.Warn("the record of a conversation's delete stays; its events are purged again", "conversation", conv, "error", err)
+		}
+	}
 }
 
+// purgeTurnEvents removes the events of conversation conv's turns from the
+// events stream, once. Without an event bus there is nothing to remove.
+func (l *Loop) purgeTurnEvents(ctx context.Context, tenant, conv string) error {
+	if l.bus == nil {
+		return nil
+	}
+	stream, err := l.bus.JetStream().Stream(ctx, eventbus.StreamEvents)
+	if err != nil {
+		return err
+	}
+	return stream.Purge(ctx, jetstream.WithPurgeSubject(chatPrefix(tenant, conv)+">"))
+}
+
+// FinishDeletes finishes, every deleteSweep, the conversation deletes that
+// a crash cut or whose turn events stayed in the stream (the store's
+// conversation.DeletionLog), until ctx is done or the returned stop is
+// called. A store that keeps no such log has nothing to finish.
+func (l *Loop) FinishDeletes(ctx context.Context) (stop func()) {
+	dl, ok := l.store.(conversation.DeletionLog)
+	if !ok {
+		return func() {}
+	}
+	return heartbeat.Keep(ctx, deleteSweep, func(ctx context.Context) bool {
+		sctx, cancel := context.WithTimeout(ctx, deleteSweep)
+		defer cancel()
+		n, err := dl.FinishDeletions(sctx, l.now(), func(ctx context.Context, d conversation.Deletion) error {
+			return l.purgeTurnEvents(ctx, d.Scope.TenantID, d.ID)
+		})
+		if n > 0 {
+			l.log.Info("finished conversation deletes", "count", n)
+		}
+		if err != nil {
+			l.log.Warn("conversation deletes left unfinished; tried again later", "error", err)
+		}
+		return true
+	})
+}
+
+// deleteSweep is how often FinishDeletes looks.
+var deleteSweep = 30 * time.Second
+
 // forgetPatience bounds ForgetConversation's tries.
-const forgetPatience = 15 * time.Second
+const forgetPatience = 5 * time.Second
 
 // storedEvent is a turn event read directly from the stream.
 type storedEvent struct {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/chat"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation"
+	"github.com/agentmesh/agentmesh/services/orchestrator/internal/conversation/mongostore"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/grpcapi"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/strategy"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/tools"
@@ -50,20 +52,31 @@ type resumeEnv struct {
 	client orchestratorv1.ConversationServiceClient
 	gate   *gateTool
 	bus    *events.Bus
+	// resumable is the loop behind client (env's loop publishes no events).
+	resumable *chat.Loop
 }
 
 func newResumeEnv(t *testing.T, cfg chat.Config) *resumeEnv {
 	t.Helper()
+	return newResumeEnvWith(t, cfg, nil, nil, nil)
+}
+
+// newResumeEnvWith is newResumeEnv on store (nil: in memory) and bus (nil:
+// a fresh server's), its loop's clock now (nil: time.Now).
+func newResumeEnvWith(t *testing.T, cfg chat.Config, store conversation.Store, bus *events.Bus, now func() time.Time) *resumeEnv {
+	t.Helper()
 	gate := newGate()
-	e := newEnv(t, envOptions{sim: providersim.Options{Flavor: providersim.DeepSeek}, tools: []tools.Tool{gate}})
-	bus := newBus(t)
+	e := newEnv(t, envOptions{store: store, sim: providersim.Options{Flavor: providersim.DeepSeek}, tools: []tools.Tool{gate}})
+	if bus == nil {
+		bus = newBus(t)
+	}
 	reg, err := tools.NewRegistry(tools.Options{}, gate)
 	if err != nil {
 		t.Fatal(err)
 	}
 	set, _ := strategy.NewSet("deepseek_single", strategy.Builtin()...)
 	cfg.Model = "chat"
-	loop, err := chat.New(cfg, chat.Deps{Store: e.store, Model: e.model.Client, Tools: reg, Strategies: set, Events: bus})
+	loop, err := chat.New(cfg, chat.Deps{Store: e.store, Model: e.model.Client, Tools: reg, Strategies: set, Events: bus, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +85,7 @@ func newResumeEnv(t *testing.T, cfg chat.Config) *resumeEnv {
 	})
 	e.sim.When(providersim.Match{LastRole: "user", WithTools: true}).Text("Let me wait.").ToolCall("gate", `{"n":1}`).Times(1)
 	e.sim.When(providersim.Match{}).Text("The gate opened, so the answer is forty-two.")
-	return &resumeEnv{env: e, client: orchestratorv1.NewConversationServiceClient(conn), gate: gate, bus: bus}
+	return &resumeEnv{env: e, client: orchestratorv1.NewConversationServiceClient(conn), gate: gate, bus: bus, resumable: loop}
 }
 
 // watch reads WatchTurn to its end.
@@ -363,6 +376,83 @@ func TestDeleteConversationRemovesItsTurnEvents(t *testing.T) {
 	if got, err := e.watch(t, keptTurn, 0); err != nil || len(got) == 0 || got[len(got)-1].GetCompleted() == nil {
 		t.Errorf("watch of the other conversation's turn: %v, %v; want it to its end", got, err)
 	}
+}
+
+// TestDeleteFinishedOnceTheStreamTakesThePurge: a conversation deleted
+// while the events stream is unreachable (its server down: an outage, a
+// leader election) is deleted at once for its caller, and its turns'
+// events go once the stream is back: the store kept a record of the
+// delete, which FinishDeletes finishes.
+func TestDeleteFinishedOnceTheStreamTakesThePurge(t *testing.T) {
+	t.Parallel()
+	ctx := ctxTimeout(t, 60*time.Second)
+	store, err := mongostore.New(ctx, testkit.MongoDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := testkit.NATSOptions{StoreDir: t.TempDir(), Port: testkit.FreePort(t)}
+	srv, err := testkit.StartNATS(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown() })
+	bus, err := events.Connect(ctx, srv.URL(), "chat-test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	if err := bus.EnsureStreams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ahead atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	e := newResumeEnvWith(t, chat.Config{}, store, bus, now)
+	close(e.gate.release) // the turn runs to its end
+	e.cutTurn(t, func(ev *orchestratorv1.StreamMessageResponse) bool { return ev.GetCompleted() != nil })
+	filter := events.EventSubjectPrefix + testScope.TenantId + ".chat." + events.SubjectToken(e.conv) + ".>"
+	left := func() int {
+		stream, err := bus.JetStream().Stream(ctx, events.StreamEvents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(info.State.Subjects)
+	}
+	if left() == 0 {
+		t.Fatal("the turn published no events")
+	}
+	// The turn releases its lease just after its last event.
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		err := store.Delete(ctx, conversation.Scope{TenantID: testScope.TenantId, ProjectID: testScope.ProjectId}, e.conv, time.Now())
+		if err != nil && !errors.Is(err, conversation.ErrBusy) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}, "the turn's lease released")
+	// The store has deleted it; then the stream is away while the
+	// service removes its events.
+	srv.Shutdown()
+	e.resumable.ForgetConversation(ctx, testScope, e.conv)
+	srv, err = testkit.StartNATS(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, func() bool { return bus.Conn().IsConnected() }, "the bus reconnected")
+	if left() == 0 {
+		t.Fatal("the turn's events went while the stream was down")
+	}
+	defer chat.SetDeleteSweep(50 * time.Millisecond)()
+	stop := e.resumable.FinishDeletes(ctx)
+	defer stop()
+	time.Sleep(300 * time.Millisecond)
+	if left() == 0 {
+		t.Fatal("the events went before the delete's record was old enough not to be a delete under way")
+	}
+	ahead.Store(int64(2 * time.Minute))
+	testkit.Eventually(t, 10*time.Second, func() bool { return left() == 0 }, "the deleted conversation's turn events purged")
 }
 
 // TestAbandonedTurnCancelled: a turn whose stream went away and that no

@@ -188,6 +188,27 @@ type Store interface {
 	ReleaseLease(ctx context.Context, scope Scope, id string, lease Lease, now time.Time) error
 }
 
+// DeletionLog is a Store that records each Delete until what the deleted
+// conversation leaves outside the store is gone too (its turns' events,
+// whose answers a delete must not leave behind), and finishes the deletes
+// a crash or a failure cut. The memory store keeps no such record.
+type DeletionLog interface {
+	// Forgotten drops the record of the delete of conversation id: what it
+	// left elsewhere is gone.
+	Forgotten(ctx context.Context, id string) error
+	// FinishDeletions finishes the deletes recorded a while before now (a
+	// younger one may be under way): the store's part, then forget's, then
+	// the record goes. It reports how many it finished; a record forget
+	// failed on stays for the next call.
+	FinishDeletions(ctx context.Context, now time.Time, forget func(context.Context, Deletion) error) (int, error)
+}
+
+// Deletion is a conversation deleted from its store.
+type Deletion struct {
+	Scope Scope
+	ID    string
+}
+
 // BusyError is the ErrBusy failure with who holds the lease.
 type BusyError struct {
 	// Holder is the process holding the lease.

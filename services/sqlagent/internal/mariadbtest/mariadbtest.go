@@ -10,7 +10,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -113,7 +112,7 @@ func Start(t testing.TB, setup ...string) *Server {
 			t.Fatal(err)
 		}
 	}
-	s.Port = freePort(t)
+	s.Port = testkit.FreePort(t)
 	var logs bytes.Buffer
 	srv := exec.Command(server, "--no-defaults", "--datadir="+s.DataDir, "--socket="+filepath.Join(dir, "sock"),
 		"--port="+strconv.Itoa(s.Port), "--bind-address=127.0.0.1", "--tmpdir="+tmp, "--skip-name-resolve", "--init-file="+initFile,
@@ -196,15 +195,4 @@ func Chinook(t testing.TB) string {
 		}
 		dir = parent
 	}
-}
-
-// freePort returns a loopback TCP port nobody listens on now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().(*net.TCPAddr).Port
 }

@@ -1,8 +1,9 @@
 // Package mongostore keeps conversations in MongoDB or the embedded FerretDB:
 // one document per conversation in "conversations", one per message in
-// "conversation_messages", one per turn lease in "conversation_leases", and
-// one cache of each conversation's latest messages in
-// "conversation_windows".
+// "conversation_messages", one per turn lease in "conversation_leases", one
+// cache of each conversation's latest messages in "conversation_windows",
+// and one record per delete not yet finished everywhere in
+// "conversation_deletions" (conversation.DeletionLog).
 //
 // Two facts about FerretDB v1 (SQLite backend) shape it, and the design
 // holds on MongoDB as well:
@@ -15,8 +16,9 @@
 //     messages have the _id "<conversation>/<seq>", leases
 //     "<conversation>/lease/<gen>", and a conversation's latest messages are
 //     cached in one window document, so the rolling window costs one read.
-//     Only ListConversations, GetConversation of a long conversation and
-//     DeleteConversation query by other fields (indexed on MongoDB).
+//     Only ListConversations, GetConversation of a long conversation,
+//     DeleteConversation and FinishDeletions query by other fields
+//     (indexed on MongoDB; the deletions are a handful at most).
 //   - An update is a read followed by a write, so two clients racing on
 //     "update where version = n" can both match (storetest's LeaseRace
 //     catches exactly that). Mutual exclusion therefore rests on unique _id
@@ -47,6 +49,9 @@
 //	  sort {seq: 1} or {seq: -1} with a limit
 //	Delete: {conversation_id}                           conversation_messages   conversation_seq
 //	Delete: {conversation_id}                           conversation_leases     conversation {conversation_id}
+//	Delete: record, drop by _id                         conversation_deletions  _id_
+//	FinishDeletions: {create_time $lt}, sort            conversation_deletions  created {create_time: 1}
+//	  {create_time: 1}, limit
 //
 // What is assumed of MongoDB: the planner serves the equalities and then
 // the sort from one index (ESR), and bounds the page token's $or on the
@@ -80,6 +85,7 @@ const (
 	MessagesCollection      = "conversation_messages"
 	LeasesCollection        = "conversation_leases"
 	WindowsCollection       = "conversation_windows"
+	DeletionsCollection     = "conversation_deletions"
 )
 
 // DefaultRecentSize is how many of its latest messages a conversation's
@@ -104,7 +110,9 @@ type Store struct {
 	msgs    *mongo.Collection
 	leases  *mongo.Collection
 	windows *mongo.Collection
-	recent  int
+	// deletions records deletes until what they leave elsewhere is gone.
+	deletions *mongo.Collection
+	recent    int
 
 	// single is set when this process is the database's only writer
 	// (mongox.SingleWriter): it then reads messages by _id only.
@@ -138,7 +146,7 @@ type Store struct {
 func New(ctx context.Context, db *mongo.Database, opts ...Options) (*Store, error) {
 	s := &Store{
 		convs: db.Collection(ConversationsCollection), msgs: db.Collection(MessagesCollection),
-		leases: db.Collection(LeasesCollection), windows: db.Collection(WindowsCollection),
+		leases: db.Collection(LeasesCollection), windows: db.Collection(WindowsCollection), deletions: db.Collection(DeletionsCollection),
 		recent: DefaultRecentSize, cache: newConvCache(cacheSize), held: map[string]leaseDoc{},
 		single: mongox.SingleWriter(db), writer: rand.Text(),
 	}
@@ -163,6 +171,11 @@ func New(ctx context.Context, db *mongo.Database, opts ...Options) (*Store, erro
 	}
 	if err := mongox.EnsureIndexes(ctx, s.leases,
 		mongox.Index{Name: "conversation", Keys: bson.D{{Key: "conversation_id", Value: 1}}},
+	); err != nil {
+		return nil, err
+	}
+	if err := mongox.EnsureIndexes(ctx, s.deletions,
+		mongox.Index{Name: "created", Keys: bson.D{{Key: "create_time", Value: 1}}},
 	); err != nil {
 		return nil, err
 	}
@@ -403,9 +416,11 @@ const deleteLeaseTTL = time.Minute
 // Delete implements conversation.Store. It takes the conversation's next
 // lease generation (a unique insert, like a turn), so no turn can start,
 // on any replica, while it deletes, and one that holds the lease makes it
-// ErrBusy. Then the conversation document goes, and its window, messages
-// and leases follow. Documents left behind by a crash between the writes
-// are unreachable.
+// ErrBusy. Then it records the deletion (conversation_deletions), the
+// conversation document goes, and its window, messages and leases follow.
+// The record stays until Forgotten: the conversation's turn events, which
+// another store holds, go after this returns (conversation.DeletionLog),
+// and FinishDeletions finishes a delete a crash or a failure cut.
 func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string, now time.Time) error {
 	defer s.lockLease(id)()
 	d, err := s.getDoc(ctx, scope, id)
@@ -431,6 +446,10 @@ func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string,
 		}
 		return fmt.Errorf("mongostore: delete %s: %w", id, err)
 	}
+	rec := deletionDoc{ID: id, TenantID: scope.TenantID, ProjectID: scope.ProjectID, LeaseGen: gen, CreateTime: conversation.Millis(now)}
+	if _, err := s.deletions.ReplaceOne(ctx, byID(id), rec, options.Replace().SetUpsert(true)); err != nil {
+		return fmt.Errorf("mongostore: record the deletion of %s: %w", id, mongox.Translate(err))
+	}
 	res, err := s.convs.DeleteOne(ctx, byID(id))
 	if err != nil {
 		return fmt.Errorf("mongostore: delete %s: %w", id, mongox.Translate(err))
@@ -438,6 +457,16 @@ func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string,
 	if res.DeletedCount == 0 {
 		return notFound(id)
 	}
+	s.forget(id)
+	s.touches.drop(id)
+	return s.deleteRest(ctx, rec)
+}
+
+// deleteRest deletes what a deleted conversation leaves besides its
+// document: its window, messages and leases. Deleting what is gone
+// already is no error, so it finishes a delete cut at any point.
+func (s *Store) deleteRest(ctx context.Context, rec deletionDoc) error {
+	id := rec.ID
 	var w windowDoc
 	if _, err := findByID(ctx, s.windows, id, &w); err != nil {
 		return err
@@ -445,8 +474,6 @@ func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string,
 	if _, err := s.windows.DeleteOne(ctx, byID(id)); err != nil {
 		return fmt.Errorf("mongostore: delete window of %s: %w", id, mongox.Translate(err))
 	}
-	s.forget(id)
-	s.touches.drop(id)
 	if !s.single {
 		for _, coll := range []*mongo.Collection{s.msgs, s.leases} {
 			if _, err := coll.DeleteMany(ctx, bson.D{{Key: "conversation_id", Value: id}}); err != nil {
@@ -465,7 +492,7 @@ func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string,
 	for _, m := range msgs {
 		ids = append(ids, messageID(id, m.Seq))
 	}
-	for g := max(1, gen-2); g <= gen; g++ { // releases delete older generations
+	for g := max(1, rec.LeaseGen-2); g <= rec.LeaseGen; g++ { // releases delete older generations
 		ids = append(ids, leaseDocID(id, g))
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -483,6 +510,59 @@ func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string,
 		})
 	}
 	return g.Wait()
+}
+
+// deletionDoc records a conversation's delete until what it leaves
+// elsewhere is gone too (conversation.DeletionLog).
+type deletionDoc struct {
+	ID        string `bson:"_id"` // the conversation's
+	TenantID  string `bson:"tenant_id"`
+	ProjectID string `bson:"project_id"`
+	// LeaseGen is the delete's lease generation: the leases to delete.
+	LeaseGen   int64     `bson:"lease_gen"`
+	CreateTime time.Time `bson:"create_time"`
+}
+
+// Forgotten implements conversation.DeletionLog.
+func (s *Store) Forgotten(ctx context.Context, id string) error {
+	if _, err := s.deletions.DeleteOne(ctx, byID(id)); err != nil {
+		return fmt.Errorf("mongostore: drop the deletion record of %s: %w", id, mongox.Translate(err))
+	}
+	return nil
+}
+
+// FinishDeletions implements conversation.DeletionLog. A record younger
+// than a delete's lease may be a delete under way, and is left to it. A
+// record whose conversation is still there is a delete that failed before
+// the conversation went (its caller was told): it is dropped.
+func (s *Store) FinishDeletions(ctx context.Context, now time.Time, forget func(context.Context, conversation.Deletion) error) (int, error) {
+	var recs []deletionDoc
+	filter := bson.D{{Key: "create_time", Value: bson.D{{Key: "$lt", Value: now.Add(-deleteLeaseTTL)}}}}
+	if err := mongox.FindAll(ctx, s.deletions, filter, &recs, options.Find().SetSort(bson.D{{Key: "create_time", Value: 1}}).SetLimit(100)); err != nil {
+		return 0, fmt.Errorf("mongostore: list deletions: %w", mongox.Translate(err))
+	}
+	var errs []error
+	finished := 0
+	for _, rec := range recs {
+		var d convDoc
+		found, err := findByID(ctx, s.convs, rec.ID, &d)
+		if err == nil && !found {
+			if err = s.deleteRest(ctx, rec); err == nil {
+				err = forget(ctx, conversation.Deletion{Scope: conversation.Scope{TenantID: rec.TenantID, ProjectID: rec.ProjectID}, ID: rec.ID})
+			}
+		}
+		if err == nil {
+			err = s.Forgotten(ctx, rec.ID)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("conversation %s: %w", rec.ID, err))
+			continue
+		}
+		if !found {
+			finished++
+		}
+	}
+	return finished, errors.Join(errs...)
 }
 
 // windowDoc caches a conversation's newest messages. With many writers

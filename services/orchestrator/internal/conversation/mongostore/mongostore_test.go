@@ -165,3 +165,144 @@ func TestSingleWriterTakesADeadProcesssLease(t *testing.T) {
 		t.Fatalf("delete after the release: %v", err)
 	}
 }
+
+// TestDeletionLog: a delete is recorded until the conversation's turn
+// events are gone too (Forgotten), and FinishDeletions finishes the deletes
+// left recorded: a failed purge of the events (tried again until it
+// succeeds), a crash after the conversation document went (its messages,
+// window and leases deleted then), never a delete that may still be under
+// way (a younger record), and not a delete that failed before the
+// conversation went (its record dropped, the conversation kept). With many
+// writers an index serves each of its queries.
+func TestDeletionLog(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
+		t.Cleanup(func() {
+			if !mongox.SingleWriter(db) {
+				testkit.AssertIndexed(t, db, rt)
+			}
+		})
+		ctx := context.Background()
+		s, err := mongostore.New(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := conversation.Scope{TenantID: "acme", ProjectID: "p"}
+		t0 := time.Now().UTC().Truncate(time.Millisecond)
+		create := func(id string) {
+			t.Helper()
+			if err := s.Create(ctx, &conversation.Conversation{ID: id, Scope: sc, CreateTime: t0, UpdateTime: t0}); err != nil {
+				t.Fatal(err)
+			}
+			l, err := s.AcquireLease(ctx, sc, id, conversation.Lease{ID: "turn-" + id, Holder: "test", Until: t0.Add(time.Minute)}, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for seq := int64(1); seq <= 3; seq++ {
+				m := conversation.Message{ID: id + "-m", Seq: seq, Role: conversation.RoleUser, Content: "hello", CreateTime: t0}
+				if err := s.Append(ctx, sc, id, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.ReleaseLease(ctx, sc, id, l.Lease, t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		left := func(id string) (n int64) {
+			t.Helper()
+			for _, coll := range []string{mongostore.MessagesCollection, mongostore.LeasesCollection} {
+				c, err := db.Collection(coll).CountDocuments(ctx, bson.D{{Key: "conversation_id", Value: id}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n += c
+			}
+			return n
+		}
+		var forgot []conversation.Deletion
+		var refuse error
+		forget := func(_ context.Context, d conversation.Deletion) error {
+			if refuse != nil {
+				return refuse
+			}
+			forgot = append(forgot, d)
+			return nil
+		}
+		finish := func(at time.Time) int {
+			t.Helper()
+			forgot = nil
+			n, err := s.FinishDeletions(ctx, at, forget)
+			if (err != nil) != (refuse != nil) {
+				t.Fatalf("FinishDeletions: %v (the events' purge failing: %v)", err, refuse)
+			}
+			return n
+		}
+		later := t0.Add(2 * time.Minute)
+
+		// A delete whose events could not be purged: recorded until they are.
+		create("c1")
+		if err := s.Delete(ctx, sc, "c1", t0); err != nil {
+			t.Fatal(err)
+		}
+		if n := finish(t0.Add(time.Second)); n != 0 || len(forgot) != 0 {
+			t.Fatalf("FinishDeletions right after the delete finished %d, forgot %v: a delete under way is not its business", n, forgot)
+		}
+		refuse = errors.New("stream unavailable")
+		finish(later)
+		refuse = nil
+		if n := finish(later); n != 1 || len(forgot) != 1 || forgot[0] != (conversation.Deletion{Scope: sc, ID: "c1"}) {
+			t.Fatalf("FinishDeletions after a failed purge finished %d, forgot %v; want c1 in scope %v", n, forgot, sc)
+		}
+		if n := finish(later); n != 0 || len(forgot) != 0 {
+			t.Fatalf("FinishDeletions again finished %d, forgot %v: the record is gone", n, forgot)
+		}
+
+		// A delete whose events went at once leaves no record.
+		create("c2")
+		if err := s.Delete(ctx, sc, "c2", t0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Forgotten(ctx, "c2"); err != nil {
+			t.Fatal(err)
+		}
+		if n := finish(later); n != 0 || len(forgot) != 0 {
+			t.Fatalf("FinishDeletions after Forgotten finished %d, forgot %v", n, forgot)
+		}
+
+		// A process killed after the conversation document went: its
+		// messages and leases are still stored.
+		create("c3")
+		rec := bson.D{{Key: "_id", Value: "c3"}, {Key: "tenant_id", Value: sc.TenantID}, {Key: "project_id", Value: sc.ProjectID},
+			{Key: "lease_gen", Value: int64(2)}, {Key: "create_time", Value: t0}}
+		if _, err := db.Collection(mongostore.DeletionsCollection).InsertOne(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Collection(mongostore.ConversationsCollection).DeleteOne(ctx, bson.D{{Key: "_id", Value: "c3"}}); err != nil {
+			t.Fatal(err)
+		}
+		if left("c3") == 0 {
+			t.Fatal("the cut delete left nothing to finish")
+		}
+		if n := finish(later); n != 1 || len(forgot) != 1 || forgot[0].ID != "c3" || left("c3") != 0 {
+			t.Fatalf("after the cut delete, FinishDeletions finished %d, forgot %v, left %d messages and leases", n, forgot, left("c3"))
+		}
+
+		// A delete that failed before the conversation went: kept whole.
+		create("c4")
+		rec[0].Value = "c4"
+		if _, err := db.Collection(mongostore.DeletionsCollection).InsertOne(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		if n := finish(later); n != 0 || len(forgot) != 0 {
+			t.Fatalf("FinishDeletions of a delete that never removed its conversation finished %d, forgot %v", n, forgot)
+		}
+		if msgs, err := s.Messages(ctx, sc, "c4", 0); err != nil || len(msgs) != 3 {
+			t.Fatalf("the kept conversation's messages: %d, %v", len(msgs), err)
+		}
+		for _, id := range []string{"c1", "c2", "c3", "c4"} {
+			if err := db.Collection(mongostore.DeletionsCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Err(); !errors.Is(err, mongo.ErrNoDocuments) {
+				t.Errorf("the deletion record of %s: %v; want none left", id, err)
+			}
+		}
+	})
+}
