@@ -186,4 +186,34 @@ func TestWatchIntakeThroughTheGateway(t *testing.T) {
 	}
 	testkit.Eventually(t, 10*time.Second, func() bool { return intakeConsumers(t, js) == 0 },
 		"the watches' consumers are deleted")
+
+	// Deleted, the document takes its intake's events with it: they hold
+	// what the pipeline read of it (the panel's summary, the ticket's
+	// fields), and no watch may reach them any more.
+	intakeSubjects := func() int {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		stream, err := js.Stream(ctx, events.StreamEvents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(events.EntityEventsSubject("acme", "intake", id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(info.State.Subjects)
+	}
+	if n := intakeSubjects(); n != len(want) {
+		t.Fatalf("%d intake subjects of the document before its delete, want %d", n, len(want))
+	}
+	if _, err := m.docs.DeleteDocument(context.Background(), &indexerv1.DeleteDocumentRequest{
+		Scope: &commonv1.Scope{TenantId: "acme", ProjectId: "intake"}, DocumentId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if n := intakeSubjects(); n != 0 {
+		t.Errorf("%d intake subjects of the deleted document left in the stream", n)
+	}
+	if code, evs := watchIntake(t, url, "k-intake", id, ""); code != http.StatusNotFound || len(evs) != 0 {
+		t.Errorf("watching the deleted document: status %d, events %v, want 404", code, evs)
+	}
 }

@@ -8,6 +8,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh/agentmesh/libs/events"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/document"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/graph"
@@ -52,11 +55,38 @@ func (s *Service) finishDelete(ctx context.Context, doc *document.Document) erro
 	if err := s.Docs.DeleteChunks(ctx, ids); err != nil {
 		return fmt.Errorf("intake: delete chunks: %w", err)
 	}
+	// The intake's events hold what the pipeline read of the document
+	// (vision summaries, extractions): they go with it, once its outbox
+	// has published every one of them, and before its record, so that a
+	// failure leaves it marked deleting for this to be done again. (A
+	// single writer's relay publishes the entries handed to it within
+	// milliseconds, unflushed: an event handed in the milliseconds before
+	// the delete may stay until it expires.)
+	if err := s.Docs.FlushDocument(ctx, id); err != nil {
+		return fmt.Errorf("intake: publish the events of %s before removing them: %w", id, err)
+	}
+	if err := s.purgeIntakeEvents(ctx, sc, id); err != nil {
+		return fmt.Errorf("intake: remove the intake events of %s: %w", id, err)
+	}
 	if err := s.Docs.DeleteDocument(ctx, sc, id); err != nil {
 		return fmt.Errorf("intake: delete document: %w", err)
 	}
 	s.Logger.Info("document deleted", slog.String("document_id", id), slog.String("tenant", sc.Tenant))
 	return nil
+}
+
+// purgeIntakeEvents removes from the events stream every intake event of
+// document id (am.evt.<tenant>.intake.<id>.*). Without an event bus there
+// are none.
+func (s *Service) purgeIntakeEvents(ctx context.Context, sc document.Scope, id string) error {
+	if s.Events == nil {
+		return nil
+	}
+	stream, err := s.Events.JetStream().Stream(ctx, events.StreamEvents)
+	if err != nil {
+		return err
+	}
+	return stream.Purge(ctx, jetstream.WithPurgeSubject(events.EntityEventsSubject(sc.Tenant, intakeDomain, id)))
 }
 
 // FindByExtract returns up to limit documents of the scope with an
