@@ -11,6 +11,10 @@ import (
 // process were killed there. nil removes it.
 func SetAfterSave(s *Service, f func(docID string) error) { s.afterSave = f }
 
+// SetBeforeRemove makes every delete of s call f before it removes the
+// document's record, and end with f's error. nil removes it.
+func SetBeforeRemove(s *Service, f func(docID string) error) { s.beforeRemove = f }
+
 // ClaimKey is the claim key of extraction job id.
 func ClaimKey(id string) string { return claimKey(id) }
 

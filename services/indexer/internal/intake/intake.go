@@ -196,7 +196,8 @@ type Service struct {
 	// from before an ingest's first write until its last (ingestLive).
 	ingests claimers
 	// failed holds the documents whose ingest failed after its first
-	// write, for FinishFailedIngests.
+	// write, or whose delete failed after the marking, for
+	// FinishFailedIngests.
 	failed *failedIngests
 	// counters count ingests and their finishes (metrics.go).
 	counters counters
@@ -205,6 +206,9 @@ type Service struct {
 	// afterSave, when set, runs after an ingest's first write; its error
 	// ends the ingest there (tests stand for a kill with it).
 	afterSave func(docID string) error
+	// beforeRemove, when set, runs in a delete before the record goes;
+	// its error ends the delete there (tests stand for an outage with it).
+	beforeRemove func(docID string) error
 }
 
 // New checks the configuration and returns the service.

@@ -30,7 +30,11 @@ func (s *Service) Delete(ctx context.Context, sc document.Scope, id string) erro
 	if err != nil {
 		return err
 	}
-	return s.finishDelete(ctx, doc)
+	if err := s.finishDelete(ctx, doc); err != nil {
+		s.failed.add(sc, id) // hidden already: finished by FinishFailedIngests
+		return err
+	}
+	return nil
 }
 
 // finishDelete removes a document marked deleting, as its record (read
@@ -67,6 +71,11 @@ func (s *Service) finishDelete(ctx context.Context, doc *document.Document) erro
 	}
 	if err := s.purgeIntakeEvents(ctx, sc, id); err != nil {
 		return fmt.Errorf("intake: remove the intake events of %s: %w", id, err)
+	}
+	if s.beforeRemove != nil {
+		if err := s.beforeRemove(id); err != nil {
+			return err
+		}
 	}
 	if err := s.Docs.DeleteDocument(ctx, sc, id); err != nil {
 		return fmt.Errorf("intake: delete document: %w", err)
@@ -361,14 +370,28 @@ func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) e
 }
 
 // settle reads document id again and finishes its interrupted ingest
-// unless it is gone, finished (a delete finishes itself), or an ingest may
-// be at work on it: written again or its claim renewed meanwhile. Then it
-// returns the document as it is, to wait for that ingest. by names what
-// finishes it (finishOne).
+// unless it is gone, finished, or an ingest may be at work on it: written
+// again or its claim renewed meanwhile. Then it returns the document as it
+// is, to wait for that ingest. by names what finishes it (finishOne). A
+// document hidden by a delete that failed after the marking has its
+// delete finished.
 func (s *Service) settle(ctx context.Context, sc document.Scope, id, by string) (wait *document.Document, err error) {
 	cur, err := s.Docs.GetDocument(ctx, sc, id)
 	switch {
-	case errors.Is(err, document.ErrNotFound), err == nil && cur.Indexed:
+	case errors.Is(err, document.ErrNotFound):
+		// Gone, or hidden by a delete that failed after the marking
+		// (Delete): that one is finished here.
+		d, err := s.Docs.LoadDocument(ctx, sc, id)
+		switch {
+		case errors.Is(err, document.ErrNotFound):
+			return nil, nil
+		case err != nil:
+			return nil, err
+		case d.Deleting:
+			return nil, s.finishDelete(ctx, d)
+		}
+		return nil, nil
+	case err == nil && cur.Indexed:
 		return nil, nil
 	case err != nil:
 		return nil, err

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
@@ -87,6 +89,63 @@ func TestFailedIngestsAreFinished(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFailedDeletesAreFinished: a delete that fails after it hid the
+// document (the event stream away, say) is an error to its caller, and is
+// finished while the process runs, as a failed ingest is: before, the
+// document's record, chunks and search entries stayed until the next
+// start's reconciliation or a second delete.
+func TestFailedDeletesAreFinished(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		svc, docs := newService(t, db, intake.Config{})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		sc := document.Scope{Tenant: "acme"}
+		res, err := svc.Ingest(ctx, intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, RawContent: report})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.Document.ID
+		var fails atomic.Int32
+		fails.Store(2)
+		intake.SetBeforeRemove(svc, func(string) error {
+			if fails.Add(-1) >= 0 {
+				return errors.New("the stream is down")
+			}
+			return nil
+		})
+		if err := svc.Delete(ctx, sc, id); err == nil {
+			t.Fatal("a delete that failed half way reported success")
+		}
+		if _, err := docs.GetDocument(ctx, sc, id); !errors.Is(err, document.ErrNotFound) {
+			t.Fatalf("the document after the failed delete: %v; want it hidden", err)
+		}
+		if d, err := docs.LoadDocument(ctx, sc, id); err != nil || !d.Deleting {
+			t.Fatalf("the record after the failed delete: %v; want it kept, marked deleting", err)
+		}
+		go svc.FinishFailedIngests(ctx)
+		testkit.Eventually(t, 15*time.Second, func() bool {
+			_, err := docs.LoadDocument(ctx, sc, id)
+			return errors.Is(err, document.ErrNotFound)
+		}, "the failed delete finished: the record gone")
+		if fails.Load() >= 0 {
+			t.Errorf("the delete was tried %d times in all; want it tried again after a second failure", 2-fails.Load())
+		}
+		if cs, err := docs.DocumentChunks(ctx, sc, id); err != nil || len(cs) != 0 {
+			t.Errorf("chunks of the deleted document: %d, %v", len(cs), err)
+		}
+		hits, err := svc.Search(ctx, intake.SearchQuery{Scope: sc, Text: "BHP revenue", Limit: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hits {
+			if h.Chunk.DocID == id {
+				t.Errorf("a search still finds the deleted document: %+v", h)
+			}
+		}
+	})
 }
 
 // TestDeadIngestsAreFinishedByAnotherReplica: with many writers, an ingest
