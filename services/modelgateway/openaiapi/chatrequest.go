@@ -3,6 +3,7 @@ package openaiapi
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
@@ -64,26 +65,20 @@ func decodeChat(body []byte) (*chatRequest, error) {
 	if !ok || len(msgs) == 0 {
 		return nil, badParam("messages", "is required and must hold at least one message")
 	}
-	var calls map[string]bool // ids of the tool calls of the assistant turns so far
+	var calls toolCallBlock
 	for i, raw := range msgs {
 		param := o.index("messages", i)
 		m, err := decodeMessage(raw, param)
 		if err != nil {
 			return nil, err
 		}
-		for _, c := range m.GetToolCalls() {
-			if calls == nil {
-				calls = map[string]bool{}
-			}
-			calls[c.GetId()] = true
-		}
-		// A tool result answers a call the model made, as OpenAI requires:
-		// one that answers none would reach the provider as a result of
-		// nothing, which most refuse (or the model misreads).
-		if m.GetRole() == modelv1.Role_ROLE_TOOL && !calls[m.GetToolCallId()] {
-			return nil, badParam(param+".tool_call_id", "%q is not the id of a tool call of an earlier assistant message", m.GetToolCallId())
+		if err := calls.next(m, param, i); err != nil {
+			return nil, err
 		}
 		r.Messages = append(r.Messages, m)
+	}
+	if err := calls.end(); err != nil {
+		return nil, err
 	}
 
 	if err := decodeTools(o, r); err != nil {
@@ -572,4 +567,58 @@ func decodeReasoningEffort(o object) (*modelv1.ThinkingOptions, error) {
 		return &modelv1.ThinkingOptions{Enabled: &on, Effort: effort}, nil
 	}
 	return nil, badParam("reasoning_effort", "must be none, minimal, low, medium or high, got %q", effort)
+}
+
+// toolCallBlock checks what OpenAI (and DeepSeek and Qwen after it)
+// requires of tool messages: the tool calls of an assistant message are
+// answered right after it, each by a tool message naming its id, before
+// any other message. A request that breaks it would reach the provider as
+// results of nothing, or calls never answered, which those providers
+// refuse with a message naming no field (and others misread).
+type toolCallBlock struct {
+	at    int                 // the assistant message whose calls are open
+	calls []*modelv1.ToolCall // its calls
+	open  map[string]bool     // the ids of those not answered yet
+}
+
+// next checks message m, messages[i] (param), against the open block.
+func (b *toolCallBlock) next(m *modelv1.Message, param string, i int) error {
+	if m.GetRole() == modelv1.Role_ROLE_TOOL {
+		if b.calls == nil || !b.isCall(m.GetToolCallId()) {
+			return badParam(param+".tool_call_id", "%q is not the id of a tool call of the assistant message before it: tool messages answer the tool calls of the assistant message they follow", m.GetToolCallId())
+		}
+		delete(b.open, m.GetToolCallId())
+		return nil
+	}
+	if err := b.end(); err != nil {
+		return err
+	}
+	if calls := m.GetToolCalls(); len(calls) > 0 {
+		b.at, b.calls, b.open = i, calls, make(map[string]bool, len(calls))
+		for _, c := range calls {
+			b.open[c.GetId()] = true
+		}
+	}
+	return nil
+}
+
+func (b *toolCallBlock) isCall(id string) bool {
+	for _, c := range b.calls {
+		if c.GetId() == id {
+			return true
+		}
+	}
+	return false
+}
+
+// end closes the open block: each of its calls must have been answered.
+func (b *toolCallBlock) end() error {
+	for k, c := range b.calls {
+		if b.open[c.GetId()] {
+			return badParam(fmt.Sprintf("messages[%d].tool_calls[%d].id", b.at, k),
+				"tool call %q has no tool message answering it: each tool call of an assistant message is answered by a tool message right after that message", c.GetId())
+		}
+	}
+	b.calls, b.open = nil, nil
+	return nil
 }

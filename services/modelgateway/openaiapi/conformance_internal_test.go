@@ -332,15 +332,25 @@ func TestToolParametersSchema(t *testing.T) {
 	}
 }
 
-// A tool message answers a tool call of an earlier assistant message: one
-// whose tool_call_id is no such call's id is a 400 naming it, as OpenAI
-// refuses it (it was passed on).
+// Tool messages answer the tool calls of the assistant message right
+// before them, every one of those calls before any other message, as
+// OpenAI (and DeepSeek and Qwen) require: a tool message that answers no
+// call of the message before it is a 400 naming its tool_call_id, a call
+// left unanswered a 400 naming its id (both were passed on, for the
+// provider to refuse naming no field).
 func TestToolCallID(t *testing.T) {
 	t.Parallel()
 	chats := make(chan *modelv1.ChatRequest, 8)
 	h := newTestHandler(t, &fakeModels{chats: chats})
 	call := func(id string) string {
 		return `{"role": "assistant", "content": null, "tool_calls": [{"id": "` + id + `", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}`
+	}
+	calls := func(ids ...string) string {
+		var cs []string
+		for _, id := range ids {
+			cs = append(cs, `{"id": "`+id+`", "type": "function", "function": {"name": "f", "arguments": "{}"}}`)
+		}
+		return `{"role": "assistant", "content": null, "tool_calls": [` + strings.Join(cs, ", ") + `]}`
 	}
 	tool := func(id string) string { return `{"role": "tool", "tool_call_id": "` + id + `", "content": "42"}` }
 	user := `{"role": "user", "content": "hi"}`
@@ -350,7 +360,12 @@ func TestToolCallID(t *testing.T) {
 		param    string // "" when accepted
 	}{
 		{"answers the call before it", []string{user, call("call_1"), tool("call_1")}, ""},
-		{"answers an earlier turn's call", []string{user, call("call_1"), tool("call_1"), call("call_2"), tool("call_2"), tool("call_1")}, ""},
+		{"two calls answered in either order, then the next turn", []string{user, calls("call_1", "call_2"), tool("call_2"), tool("call_1"),
+			`{"role": "assistant", "content": "done"}`, user, call("call_3"), tool("call_3")}, ""},
+		{"answers an earlier turn's call", []string{user, call("call_1"), tool("call_1"), call("call_2"), tool("call_2"), tool("call_1")}, "messages[5].tool_call_id"},
+		{"answers a call after a user message", []string{user, call("call_1"), user, tool("call_1")}, "messages[1].tool_calls[0].id"},
+		{"one of two calls unanswered", []string{user, calls("call_1", "call_2"), tool("call_1"), user}, "messages[1].tool_calls[1].id"},
+		{"the last message's call unanswered", []string{user, call("call_1")}, "messages[1].tool_calls[0].id"},
 		{"answers no call", []string{user, call("call_1"), tool("call_9")}, "messages[2].tool_call_id"},
 		{"no assistant turn before it", []string{user, tool("call_1")}, "messages[1].tool_call_id"},
 		{"answers a later call", []string{user, tool("call_1"), call("call_1")}, "messages[1].tool_call_id"},
