@@ -158,7 +158,8 @@ func TestFailedDeletesAreFinished(t *testing.T) {
 func TestDeadIngestsAreFinishedByAnotherReplica(t *testing.T) {
 	t.Parallel()
 	db := testkit.MongoDB(t) // many writers
-	const ttl = 1500 * time.Millisecond // renewals every 0.5 s: one may be late by 1 s on a loaded machine
+	// Renewals every 0.5 s: one may be late by a second on a loaded machine.
+	const ttl = 1500 * time.Millisecond
 	svc, docs := newService(t, db, intake.Config{JobLeaseTTL: ttl, IngestGrace: time.Minute})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
