@@ -382,8 +382,8 @@ func (l *Loop) ForgetConversation(ctx context.Context, scope *commonv1.Scope, co
 		case <-time.After(wait):
 		}
 	}
-	if log, ok := l.store.(conversation.DeletionLog); ok {
-		if err := log.Forgotten(ctx, conv); err != nil {
+	if dl, ok := l.store.(conversation.DeletionLog); ok {
+		if err := dl.Forgotten(ctx, conv); err != nil {
 			l.log.Warn("the record of a conversation's delete stays; its events are purged again", "conversation", conv, "error", err)
 		}
 	}
