@@ -2,6 +2,7 @@ package httpgateway
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/textproto"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/status"
@@ -114,6 +116,10 @@ func (g *gateway) checkRequestLine(next http.Handler) http.Handler {
 			writeStatus(w, http.StatusBadRequest, grpcStatus(err))
 			return
 		}
+		if err := rt.checkValues(q); err != nil {
+			writeStatus(w, http.StatusBadRequest, grpcStatus(err))
+			return
+		}
 		if rt.query["afterSequence"] {
 			id := strings.TrimSpace(q.Get("lastEventId"))
 			if id == "" {
@@ -215,6 +221,67 @@ type route struct {
 	// repeated holds those of them that take several values (repeated
 	// fields: ?edgeTypes=a&edgeTypes=b).
 	repeated map[string]bool
+	// values holds what the values of those of them that are not any
+	// string must be (checkValues).
+	values map[string]valueRule
+}
+
+// valueRule is what a query parameter's values must be, from its OpenAPI
+// type, format and enum.
+type valueRule struct {
+	format string   // "int32", "uint64", "date-time" or "" (any)
+	enum   []string // the allowed names, when the field is an enum
+}
+
+// check reports what is wrong with value v of parameter key, or nil.
+func (r valueRule) check(key, v string) error {
+	switch r.format {
+	case "int32":
+		if _, err := strconv.ParseInt(v, 10, 32); err != nil {
+			return grpcx.InvalidArgument(key, "%q is not a whole number%s", v, outOfRange(err, " from -2147483648 to 2147483647"))
+		}
+	case "uint64":
+		if _, err := strconv.ParseUint(v, 10, 64); err != nil {
+			return grpcx.InvalidArgument(key, "%q is not a sequence number (a whole number from 0)%s", v, outOfRange(err, " below 2^64"))
+		}
+	case "date-time":
+		if _, err := time.Parse(time.RFC3339Nano, v); err != nil {
+			return grpcx.InvalidArgument(key, "%q is not a time: write it as RFC 3339, e.g. 2026-11-27T09:30:00Z", v)
+		}
+	}
+	if len(r.enum) > 0 && !slices.Contains(r.enum, v) {
+		if _, err := strconv.ParseInt(v, 10, 32); err != nil { // an enum's number is the gateway's to check
+			return grpcx.InvalidArgument(key, "%q is not one of %s", v, strings.Join(r.enum, ", "))
+		}
+	}
+	return nil
+}
+
+// outOfRange is suffix when err is strconv's range error, else "".
+func outOfRange(err error, suffix string) string {
+	if errors.Is(err, strconv.ErrRange) {
+		return suffix
+	}
+	return ""
+}
+
+// checkValues refuses a query value its parameter's type does not take,
+// naming the parameter as the request wrote it: grpc-gateway's own refusal
+// names the proto field and quotes Go's parser (parsing field "page_size":
+// strconv.ParseInt: parsing "ten": invalid syntax).
+func (rt *route) checkValues(q url.Values) error {
+	for _, key := range sortedKeys(q) {
+		rule, ok := rt.values[jsonFieldPath(key)]
+		if !ok {
+			continue
+		}
+		for _, v := range q[key] {
+			if err := rule.check(key, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // routeSeg is one path segment of a template: a literal, or a parameter
@@ -244,9 +311,15 @@ func loadRoutes(spec []byte) (routeTable, error) {
 	var doc struct {
 		Paths map[string]map[string]struct {
 			Parameters []struct {
-				Name string `json:"name"`
-				In   string `json:"in"`
-				Type string `json:"type"`
+				Name   string   `json:"name"`
+				In     string   `json:"in"`
+				Type   string   `json:"type"`
+				Format string   `json:"format"`
+				Enum   []string `json:"enum"`
+				Items  struct {
+					Format string   `json:"format"`
+					Enum   []string `json:"enum"`
+				} `json:"items"`
 			} `json:"parameters"`
 		} `json:"paths"`
 	}
@@ -256,7 +329,7 @@ func loadRoutes(spec []byte) (routeTable, error) {
 	var t routeTable
 	for _, path := range sortedKeys(doc.Paths) {
 		for method, op := range doc.Paths[path] {
-			rt := &route{method: strings.ToUpper(method), template: path, query: map[string]bool{}, repeated: map[string]bool{}}
+			rt := &route{method: strings.ToUpper(method), template: path, query: map[string]bool{}, repeated: map[string]bool{}, values: map[string]valueRule{}}
 			for _, s := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
 				seg := routeSeg{literal: s}
 				if rest, ok := strings.CutPrefix(s, "{"); ok {
@@ -270,6 +343,13 @@ func loadRoutes(spec []byte) (routeTable, error) {
 				if p.In == "query" {
 					rt.query[p.Name] = true
 					rt.repeated[p.Name] = p.Type == "array"
+					rule := valueRule{format: p.Format, enum: p.Enum}
+					if p.Type == "array" {
+						rule = valueRule{format: p.Items.Format, enum: p.Items.Enum}
+					}
+					if rule.format != "" || len(rule.enum) > 0 {
+						rt.values[p.Name] = rule
+					}
 				}
 			}
 			t = append(t, rt)

@@ -19,9 +19,10 @@ import (
 )
 
 // TestRequestLineIsChecked: a path parameter or query value that is not
-// UTF-8, and a query parameter the route does not have, are 400 naming the
-// parameter, before any service sees them; known parameters under either
-// their JSON or proto name pass.
+// UTF-8, a query parameter the route does not have, and a query value its
+// parameter's type does not take (a number, a time, a sequence, an enum's
+// name) are 400 naming the parameter as written, before any service sees
+// them; known parameters under either their JSON or proto name pass.
 func TestRequestLineIsChecked(t *testing.T) {
 	t.Parallel()
 	m := startMesh(t, httpgateway.Config{}, fakes{conversations: &conversationFake{
@@ -44,6 +45,12 @@ func TestRequestLineIsChecked(t *testing.T) {
 		{"query on a body route", "POST", "/v1/conversations?title=x", 400, "title: unknown query parameter of POST /v1/conversations (it takes none)"},
 		{"bad escape in the query", "GET", "/v1/conversations?caller=%zz", 400, "query: invalid URL escape"},
 		{"unmatched path not UTF-8", "GET", "/v1/nowhere/%ff/x", 400, "path: is not valid UTF-8"},
+		{"not a number", "GET", "/v1/conversations?pageSize=ten", 400, `pageSize: "ten" is not a whole number`},
+		{"a number out of range", "GET", "/v1/conversations?page_size=99999999999", 400, `page_size: "99999999999" is not a whole number from -2147483648 to 2147483647`},
+		{"not a time", "GET", "/v1/conversations?createTimeFrom=yesterday", 400, `createTimeFrom: "yesterday" is not a time: write it as RFC 3339`},
+		{"not a sequence", "GET", "/v1/jobs/j1:watch?afterSequence=-1", 400, `afterSequence: "-1" is not a sequence number`},
+		{"not a value of the enum", "GET", "/v1/jobs?status=DONE", 400, `status: "DONE" is not one of JOB_STATUS_UNSPECIFIED, JOB_STATUS_PENDING`},
+		{"a time", "GET", "/v1/conversations?createTimeFrom=2026-11-27T09:30:00Z&createTimeTo=2026-11-28T00:00:00.5%2B01:00", 200, ""},
 		{"JSON names", "GET", "/v1/conversations?pageSize=5&scope.projectId=p", 200, ""},
 		{"proto names", "GET", "/v1/conversations?page_size=5&scope.project_id=p", 200, ""},
 		{"path parameter with a colon", "GET", "/v1/conversations/a:b", 200, ""},
