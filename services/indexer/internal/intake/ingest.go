@@ -47,9 +47,11 @@ type IngestResult struct {
 var ErrDeleting = errors.New("intake: the document is being deleted")
 
 // Ingest stores and indexes a document. Ingesting content that is already
-// indexed does nothing; new content replaces the document's chunks, graph
-// structure and extracts (an extraction job recomputes them). Concurrent
-// writers of one document are resolved by optimistic concurrency.
+// indexed does nothing, and content whose ingest is under way waits for
+// it (both report Unchanged); new content replaces the document's chunks,
+// graph structure and extracts (an extraction job recomputes them).
+// Concurrent writers of one document are resolved by optimistic
+// concurrency.
 func (s *Service) Ingest(ctx context.Context, in IngestInput) (IngestResult, error) {
 	res, err := s.ingest(ctx, in)
 	s.countIngest(ctx, res, err)
@@ -74,6 +76,21 @@ func (s *Service) ingest(ctx context.Context, in IngestInput) (IngestResult, err
 		}
 		var prior priorRun
 		if existing != nil && existing.ContentHash == hash {
+			if s.ingestLive(existing) {
+				// An ingest of this content is under way (a client that
+				// sent it again after a timeout, in this replica or
+				// another): wait for it rather than run the pipeline,
+				// its model calls included, a second time beside it.
+				d, err := s.awaitIngest(ctx, existing)
+				switch {
+				case errors.Is(err, errIngestUnfinished):
+					continue // it died meanwhile: read it again and finish it
+				case err != nil:
+					return IngestResult{}, err
+				}
+				d.RawContent = ""
+				return IngestResult{Document: d, Unchanged: true}, nil
+			}
 			// An earlier ingest of this content stopped before the end (a
 			// work item delivered again after a crash): finish it, as
 			// reconciliation would, under its correlation id, reusing

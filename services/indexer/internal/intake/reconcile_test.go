@@ -569,3 +569,57 @@ func TestSingleWriterTakesADeadProcesssClaim(t *testing.T) {
 		}
 	})
 }
+
+// TestUploadAgainWaitsForTheIngestUnderWay: the same content sent again
+// while its first ingest runs (a client that gave up waiting and retried)
+// waits for that ingest and reports the document unchanged, in both writer
+// modes: before, it ran the pipeline a second time beside the first (its
+// model calls and embeddings included), or failed with a conflict once the
+// first renewed its claim.
+func TestUploadAgainWaitsForTheIngestUnderWay(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		emb := &flakyEmbedder{}
+		svc, docs := newServiceEmbedding(t, db, intake.Config{JobLeaseTTL: 600 * time.Millisecond}, emb)
+		sc := document.Scope{Tenant: "acme"}
+		in := intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, RawContent: "Drain the queue before a deploy."}
+		id := document.ID(sc, "", document.Hash(in.RawContent))
+		hold := make(chan struct{})
+		intake.SetAfterSave(svc, func(string) error { <-hold; return nil })
+		first := make(chan intake.IngestResult, 1)
+		go func() {
+			r, err := svc.Ingest(ctx, in)
+			if err != nil {
+				t.Error(err)
+			}
+			first <- r
+		}()
+		testkit.Eventually(t, 10*time.Second, func() bool { _, err := docs.LoadDocument(ctx, sc, id); return err == nil }, "the first ingest saved its document")
+		embedded := emb.calls.Load()
+		again := make(chan error, 1)
+		var res intake.IngestResult
+		go func() {
+			var err error
+			res, err = svc.Ingest(ctx, in)
+			again <- err
+		}()
+		time.Sleep(time.Second) // the first renews its claim meanwhile
+		select {
+		case err := <-again:
+			t.Fatalf("the upload sent again returned while the first ingest ran: %v", err)
+		default:
+		}
+		close(hold)
+		r := <-first
+		if err := <-again; err != nil {
+			t.Fatalf("the upload sent again: %v", err)
+		}
+		if !res.Unchanged || res.Document == nil || !res.Document.Indexed || res.Document.ExtractionJobID != r.JobID {
+			t.Fatalf("the upload sent again: %+v; want the first ingest's document, indexed by its job %s, unchanged", res, r.JobID)
+		}
+		if n := emb.calls.Load(); n != embedded {
+			t.Errorf("the embedder was called %d times more: the content was ingested twice", n-embedded)
+		}
+	})
+}
