@@ -402,8 +402,10 @@ func (s *Service) settle(ctx context.Context, sc document.Scope, id, by string) 
 		return nil, err
 	}
 	// Written, or its claim renewed, since it was read: an ingest is at
-	// work after all (a slow one, not dead). Read it again.
-	return s.settle(ctx, sc, id, by)
+	// work after all (a slow one, not dead), or another finisher came
+	// first. The caller looks again, at its own pace: each try runs the
+	// qualifier's model calls.
+	return cur, nil
 }
 
 // requeueAfter is how old a queued or running job must be before
