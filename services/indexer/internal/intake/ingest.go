@@ -83,10 +83,14 @@ func (s *Service) ingest(ctx context.Context, in IngestInput) (IngestResult, err
 				// its model calls included, a second time beside it.
 				d, err := s.awaitIngest(ctx, existing)
 				switch {
-				case errors.Is(err, errIngestUnfinished):
-					continue // it died meanwhile: read it again and finish it
+				case errors.Is(err, errIngestUnfinished), errors.Is(err, document.ErrNotFound):
+					// It died meanwhile (read it again and finish it), or
+					// the document is being deleted or gone (read again).
+					continue
 				case err != nil:
 					return IngestResult{}, err
+				case d.ContentHash != hash:
+					continue // other content replaced it meanwhile: this one is new again
 				}
 				d.RawContent = ""
 				return IngestResult{Document: d, Unchanged: true}, nil
@@ -196,8 +200,10 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 	doc.IngestUntil = now.Add(s.cfg.JobLeaseTTL)
 	// Over the claim read with existing: should its ingest have renewed
 	// it since (it was slow, not dead), this one stops with a conflict.
+	// (A new version of the content supersedes the ingest of the old one
+	// instead: that one's MarkIndexed fails on the content.)
 	var over time.Time
-	if existing != nil {
+	if existing != nil && existing.ContentHash == hash {
 		over = existing.IngestUntil
 	}
 	if err := s.Docs.SaveContent(ctx, doc, over, now, phaseEvents...); err != nil {

@@ -80,6 +80,11 @@ func (s *Service) finishDelete(ctx context.Context, doc *document.Document) erro
 	if err := s.Docs.DeleteDocument(ctx, sc, id); err != nil {
 		return fmt.Errorf("intake: delete document: %w", err)
 	}
+	// Once more, now that no relay can find the record: another replica's
+	// relay may have been publishing its entries as they were purged.
+	if err := s.purgeIntakeEvents(ctx, sc, id); err != nil {
+		s.Logger.Warn("intake events of a deleted document may be left until they expire", slog.String("document_id", id), slog.Any("error", err))
+	}
 	s.Logger.Info("document deleted", slog.String("document_id", id), slog.String("tenant", sc.Tenant))
 	return nil
 }
@@ -345,8 +350,20 @@ func (s *Service) ingestLive(d *document.Document) bool {
 // that wrote them is over, done or dead.
 func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) error {
 	var errs []error
+	conflicted := false
 	for len(docs) > 0 {
 		d := docs[0]
+		if conflicted && !s.ingestLive(d) {
+			// Its finish conflicted with another writer's, which may
+			// still be at it: let it settle before trying again.
+			t := time.NewTimer(ingestPoll * 5)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return errors.Join(append(errs, ctx.Err())...)
+			case <-t.C:
+			}
+		}
 		if s.ingestLive(d) {
 			t := time.NewTimer(s.ingestClaimEnd(d).Sub(s.now()))
 			select {
@@ -360,6 +377,7 @@ func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) e
 		if err != nil {
 			errs = append(errs, err)
 		}
+		conflicted = wait != nil && !s.ingestLive(wait)
 		if wait != nil {
 			docs[0] = wait
 		} else {

@@ -623,3 +623,51 @@ func TestUploadAgainWaitsForTheIngestUnderWay(t *testing.T) {
 		}
 	})
 }
+
+// TestNewVersionSupersedesTheIngestUnderWay: new content for a document
+// (same source URL) while the ingest of its old content runs and renews
+// its claim is written over it, as before claims were checked: the old
+// ingest is superseded, the new content indexed. (A takeover of the same
+// content checks the claim: TestIngestClaimTakeover.)
+func TestNewVersionSupersedesTheIngestUnderWay(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		emb := &flakyEmbedder{}
+		const ttl = 600 * time.Millisecond
+		svc, docs := newServiceEmbedding(t, db, intake.Config{JobLeaseTTL: ttl}, emb)
+		sc := document.Scope{Tenant: "acme"}
+		in := func(text string) intake.IngestInput {
+			return intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, SourceURL: "urn:wiki:deploys", RawContent: text}
+		}
+		id := document.ID(sc, "urn:wiki:deploys", "")
+		hold := make(chan struct{})
+		var held atomic.Bool
+		intake.SetAfterSave(svc, func(string) error {
+			if held.CompareAndSwap(false, true) {
+				<-hold
+			}
+			return nil
+		})
+		old := make(chan error, 1)
+		go func() {
+			_, err := svc.Ingest(ctx, in("Drain the queue before a deploy."))
+			old <- err
+		}()
+		testkit.Eventually(t, 10*time.Second, func() bool { _, err := docs.LoadDocument(ctx, sc, id); return err == nil }, "the old content's ingest saved its document")
+		emb.delay.Store(int64(ttl)) // the old ingest renews its claim while the new content is embedded
+		res, err := svc.Ingest(ctx, in("Drain the queue and page the on-call before a deploy."))
+		if err != nil {
+			t.Fatalf("the new version: %v", err)
+		}
+		emb.delay.Store(0)
+		close(hold)
+		if err := <-old; err == nil {
+			t.Error("the old content's ingest succeeded after the new version replaced it")
+		}
+		d, err := docs.GetDocument(ctx, sc, id)
+		if err != nil || !d.Indexed || d.ContentHash != document.Hash("Drain the queue and page the on-call before a deploy.") || d.ExtractionJobID != res.JobID {
+			t.Fatalf("the document: %+v, %v; want the new content indexed by its job %s", d, err, res.JobID)
+		}
+	})
+}

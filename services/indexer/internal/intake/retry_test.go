@@ -253,6 +253,7 @@ type flakyEmbedder struct {
 	embed.LocalHash
 	down  atomic.Bool
 	calls atomic.Int32
+	delay atomic.Int64 // a time.Duration each call takes
 }
 
 func (f *flakyEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
@@ -260,5 +261,6 @@ func (f *flakyEmbedder) Embed(ctx context.Context, texts []string) ([][]float32,
 	if f.down.Load() {
 		return nil, errors.New("embedding model unavailable")
 	}
+	time.Sleep(time.Duration(f.delay.Load()))
 	return f.LocalHash.Embed(ctx, texts)
 }
