@@ -447,6 +447,17 @@ func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string,
 		return fmt.Errorf("mongostore: delete %s: %w", id, err)
 	}
 	rec := deletionDoc{ID: id, TenantID: scope.TenantID, ProjectID: scope.ProjectID, LeaseGen: gen, CreateTime: conversation.Millis(now)}
+	if s.single {
+		// The messages are found by _id from their last sequence number,
+		// recorded before any goes (a cut delete leaves gaps to probe past).
+		var w windowDoc
+		if _, err := findByID(ctx, s.windows, id, &w); err != nil {
+			return err
+		}
+		if rec.LastSeq, err = s.lastMessageSeq(ctx, id, w.LastSeq); err != nil {
+			return err
+		}
+	}
 	if _, err := s.deletions.ReplaceOne(ctx, byID(id), rec, options.Replace().SetUpsert(true)); err != nil {
 		return fmt.Errorf("mongostore: record the deletion of %s: %w", id, mongox.Translate(err))
 	}
@@ -463,17 +474,31 @@ func (s *Store) Delete(ctx context.Context, scope conversation.Scope, id string,
 }
 
 // deleteRest deletes what a deleted conversation leaves besides its
-// document: its window, messages and leases. Deleting what is gone
-// already is no error, so it finishes a delete cut at any point.
+// document: its messages and leases, then its window. Deleting what is
+// gone already is no error, so it finishes a delete cut at any point; the
+// window goes last because a single writer finds the messages from it
+// (their last sequence number).
 func (s *Store) deleteRest(ctx context.Context, rec deletionDoc) error {
 	id := rec.ID
 	var w windowDoc
 	if _, err := findByID(ctx, s.windows, id, &w); err != nil {
 		return err
 	}
+	if err := s.deleteMessagesAndLeases(ctx, rec, max(w.LastSeq, rec.LastSeq)); err != nil {
+		return err
+	}
 	if _, err := s.windows.DeleteOne(ctx, byID(id)); err != nil {
 		return fmt.Errorf("mongostore: delete window of %s: %w", id, mongox.Translate(err))
 	}
+	return nil
+}
+
+// deleteMessagesAndLeases deletes the messages and leases of deletion
+// rec's conversation; lastSeq is at most its last message's sequence (a
+// single writer probes past it, and deletes every sequence up to the last
+// by _id, gaps included).
+func (s *Store) deleteMessagesAndLeases(ctx context.Context, rec deletionDoc, lastSeq int64) error {
+	id := rec.ID
 	if !s.single {
 		for _, coll := range []*mongo.Collection{s.msgs, s.leases} {
 			if _, err := coll.DeleteMany(ctx, bson.D{{Key: "conversation_id", Value: id}}); err != nil {
@@ -484,13 +509,13 @@ func (s *Store) deleteRest(ctx context.Context, rec deletionDoc) error {
 	}
 	// A single writer deletes by _id: a query by conversation would parse
 	// every message of every conversation on FerretDB.
-	msgs, err := s.messagesByID(ctx, id, w.LastSeq, 0)
+	last, err := s.lastMessageSeq(ctx, id, lastSeq)
 	if err != nil {
 		return err
 	}
-	ids := make([]string, 0, len(msgs)+3)
-	for _, m := range msgs {
-		ids = append(ids, messageID(id, m.Seq))
+	ids := make([]string, 0, last+3)
+	for seq := int64(1); seq <= last; seq++ {
+		ids = append(ids, messageID(id, seq))
 	}
 	for g := max(1, rec.LeaseGen-2); g <= rec.LeaseGen; g++ { // releases delete older generations
 		ids = append(ids, leaseDocID(id, g))
@@ -499,7 +524,7 @@ func (s *Store) deleteRest(ctx context.Context, rec deletionDoc) error {
 	g.SetLimit(8)
 	for i, docID := range ids {
 		coll := s.msgs
-		if i >= len(msgs) {
+		if int64(i) >= last {
 			coll = s.leases
 		}
 		g.Go(func() error {
@@ -519,7 +544,10 @@ type deletionDoc struct {
 	TenantID  string `bson:"tenant_id"`
 	ProjectID string `bson:"project_id"`
 	// LeaseGen is the delete's lease generation: the leases to delete.
-	LeaseGen   int64     `bson:"lease_gen"`
+	LeaseGen int64 `bson:"lease_gen"`
+	// LastSeq is, for a single writer, the sequence number of the last
+	// message (the messages to delete by _id).
+	LastSeq    int64     `bson:"last_seq,omitempty"`
 	CreateTime time.Time `bson:"create_time"`
 }
 
@@ -552,7 +580,8 @@ func (s *Store) FinishDeletions(ctx context.Context, now time.Time, forget func(
 			}
 		}
 		if err == nil {
-			err = s.Forgotten(ctx, rec.ID)
+			// This record only: a delete retried meanwhile wrote a new one.
+			_, err = mongox.DeleteIf(ctx, s.deletions, rec.ID, bson.D{{Key: "create_time", Value: rec.CreateTime}})
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("conversation %s: %w", rec.ID, err))
@@ -726,21 +755,28 @@ func (s *Store) cachedWindow(id string) *windowDoc {
 	return s.cache.get(id).window
 }
 
+// lastMessageSeq returns the sequence number of conversation id's last
+// message, probing _ids forward from hint, a sequence at most the last
+// (messages take their sequence numbers in order; a gap ends the probe).
+func (s *Store) lastMessageSeq(ctx context.Context, id string, hint int64) (int64, error) {
+	last := max(hint, 0)
+	for {
+		var d msgDoc
+		found, err := findByID(ctx, s.msgs, messageID(id, last+1), &d)
+		if err != nil || !found {
+			return last, err
+		}
+		last++
+	}
+}
+
 // messagesByID is readMessages for a single writer: the last sequence
 // number is found by probing _ids forward from hint, then the messages are
 // read by _id, a few at a time.
 func (s *Store) messagesByID(ctx context.Context, id string, hint int64, last int) ([]conversation.Message, error) {
-	lastSeq := max(hint, 0)
-	for {
-		var d msgDoc
-		found, err := findByID(ctx, s.msgs, messageID(id, lastSeq+1), &d)
-		if err != nil {
-			return nil, err
-		}
-		if !found {
-			break
-		}
-		lastSeq++
+	lastSeq, err := s.lastMessageSeq(ctx, id, hint)
+	if err != nil {
+		return nil, err
 	}
 	from := int64(1)
 	if last > 0 {

@@ -3,6 +3,7 @@ package mongostore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -285,6 +286,39 @@ func TestDeletionLog(t *testing.T) {
 		}
 		if n := finish(later); n != 1 || len(forgot) != 1 || forgot[0].ID != "c3" || left("c3") != 0 {
 			t.Fatalf("after the cut delete, FinishDeletions finished %d, forgot %v, left %d messages and leases", n, forgot, left("c3"))
+		}
+
+		// A process killed while it deleted the messages: some are gone,
+		// from the start too, while the window and the rest are still
+		// stored. (A single writer finds the messages from the last
+		// sequence its delete recorded.)
+		create("c6")
+		var c6 bson.Raw
+		if err := s.Delete(ctx, sc, "c6", t0); err != nil {
+			t.Fatal(err)
+		}
+		c6, err = db.Collection(mongostore.DeletionsCollection).FindOne(ctx, bson.D{{Key: "_id", Value: "c6"}}).Raw()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Put back what the cut delete had not removed yet: messages 2 and
+		// 3 (not 1) and the window, with the record.
+		for seq := int64(2); seq <= 3; seq++ {
+			m := bson.D{{Key: "_id", Value: fmt.Sprintf("c6/%012d", seq)}, {Key: "conversation_id", Value: "c6"}, {Key: "seq", Value: seq},
+				{Key: "role", Value: "user"}, {Key: "content", Value: "hello"}}
+			if _, err := db.Collection(mongostore.MessagesCollection).InsertOne(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := db.Collection(mongostore.WindowsCollection).InsertOne(ctx, bson.D{{Key: "_id", Value: "c6"}}); err != nil {
+			t.Fatal(err)
+		}
+		if n := left("c6"); n != 2 {
+			t.Fatalf("the cut delete left %d messages and leases, want 2", n)
+		}
+		if n := finish(later); n != 1 || len(forgot) != 1 || forgot[0].ID != "c6" || left("c6") != 0 {
+			t.Fatalf("after the delete cut among the messages (record %v), FinishDeletions finished %d, forgot %v, left %d messages and leases",
+				c6, n, forgot, left("c6"))
 		}
 
 		// A delete that failed before the conversation went: kept whole.
