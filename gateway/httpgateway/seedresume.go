@@ -46,8 +46,11 @@ func resumeLastEventID(next http.Handler) http.Handler {
 				return
 			}
 		}
-		fields := map[string]json.RawMessage{}
-		if len(bytes.TrimSpace(body)) == 0 || json.Unmarshal(body, &fields) == nil {
+		var fields map[string]json.RawMessage
+		if len(bytes.TrimSpace(body)) == 0 || json.Unmarshal(body, &fields) == nil && fields != nil { // (null is no object)
+			if fields == nil {
+				fields = map[string]json.RawMessage{}
+			}
 			// A body that is no JSON object, or whose afterSequence is no
 			// sequence, is left for the handler to refuse.
 			name := "afterSequence"

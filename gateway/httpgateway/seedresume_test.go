@@ -36,6 +36,7 @@ func TestResumeTakesLastEventID(t *testing.T) {
 		{"a later header than the body's after_sequence, a number", "", `{"after_sequence":4}`, map[string]string{"Last-Event-ID": "9"}, 9, http.StatusOK},
 		{"a null afterSequence", "", `{"afterSequence":null}`, map[string]string{"Last-Event-ID": "9"}, 9, http.StatusOK},
 		{"a body's afterSequence that is no sequence", "", `{"afterSequence":"x"}`, map[string]string{"Last-Event-ID": "9"}, 0, http.StatusBadRequest},
+		{"a null body", "", `null`, map[string]string{"Last-Event-ID": "9"}, 0, http.StatusBadRequest},
 		{"no id", "", "", nil, 0, http.StatusOK},
 		{"not a sequence", "", "", map[string]string{"Last-Event-ID": "abc"}, 0, http.StatusBadRequest},
 		{"negative", "", "", map[string]string{"Last-Event-ID": "-1"}, 0, http.StatusBadRequest},

@@ -614,6 +614,9 @@ func (b *toolCallBlock) isCall(id string) bool {
 // end closes the open block: each of its calls must have been answered.
 func (b *toolCallBlock) end() error {
 	for k, c := range b.calls {
+		if c.GetId() == "" {
+			return badParam(fmt.Sprintf("messages[%d].tool_calls[%d].id", b.at, k), "is required: the tool message answering the call names it")
+		}
 		if b.open[c.GetId()] {
 			return badParam(fmt.Sprintf("messages[%d].tool_calls[%d].id", b.at, k),
 				"tool call %q has no tool message answering it: each tool call of an assistant message is answered by a tool message right after that message", c.GetId())
