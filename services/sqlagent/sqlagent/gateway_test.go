@@ -140,7 +140,7 @@ func TestRESTRoutes(t *testing.T) {
 	}
 	acme.want("GET", "/v1/sql/jobs?pageSize=501", "", 400, "page_size")
 	acme.want("GET", "/v1/sql/jobs?pageSize=-1", "", 400, "page_size")
-	acme.want("GET", "/v1/sql/jobs?pageSize=many", "", 400, "page_size")
+	acme.want("GET", "/v1/sql/jobs?pageSize=many", "", 400, "pageSize")
 	acme.want("GET", "/v1/sql/jobs?sessionId="+strings.Repeat("s", 129), "", 400, "session_id")
 	if out := globex.want("GET", "/v1/sql/jobs", "", 200, ""); dig(out, "jobs") != nil {
 		t.Fatalf("globex lists acme's jobs: %v", out)
