@@ -102,7 +102,7 @@ func (s *Service) ingest(ctx context.Context, in IngestInput) (IngestResult, err
 			prior = priorRun{pipeline: existing.Pipeline, attachmentText: existing.AttachmentText}
 		}
 		res, err := s.ingestVersion(ctx, in, id, hash, existing, prior)
-		if errors.Is(err, document.ErrConflict) && !errors.Is(err, errSuperseded) && attempt < 3 {
+		if errors.Is(err, document.ErrConflict) && !errors.Is(err, errSuperseded) && !errors.Is(err, errIngestDisplaced) && attempt < 3 {
 			continue
 		}
 		return res, err
@@ -114,7 +114,7 @@ func (s *Service) ingest(ctx context.Context, in IngestInput) (IngestResult, err
 // changed or deleted, or another ingest took it over after the claim
 // lapsed (its first write names another job): then there is nothing left
 // to claim.
-func (s *Service) keepIngest(ctx context.Context, doc *document.Document) (stop func()) {
+func (s *Service) keepIngest(ctx context.Context, doc *document.Document, lose context.CancelCauseFunc) (stop func()) {
 	ttl := s.cfg.JobLeaseTTL
 	return heartbeat.Keep(ctx, ttl/3, func(ctx context.Context) bool {
 		rctx, cancel := context.WithTimeout(ctx, ttl/3)
@@ -124,8 +124,22 @@ func (s *Service) keepIngest(ctx context.Context, doc *document.Document) (stop 
 			s.Logger.Warn("renewing an ingest's claim failed; retrying", slog.String("document_id", doc.ID), slog.Any("error", err))
 			return true
 		}
+		if !ok && s.takenOver(rctx, doc) {
+			s.Logger.Warn("another ingest took over this one after its claim lapsed; it stops", slog.String("document_id", doc.ID),
+				slog.String("job_id", doc.ExtractionJobID))
+			lose(errIngestDisplaced)
+		}
 		return ok
 	})
+}
+
+// takenOver reports whether another ingest of the same content took doc
+// over: its record names another job. Only then does the ingest stop: one
+// whose content was replaced or is being deleted goes on, to undo its
+// chunks once its MarkIndexed fails.
+func (s *Service) takenOver(ctx context.Context, doc *document.Document) bool {
+	cur, err := s.Docs.LoadDocument(ctx, doc.Scope, doc.ID)
+	return err == nil && !cur.Deleting && cur.ContentHash == doc.ContentHash && cur.ExtractionJobID != doc.ExtractionJobID
 }
 
 // priorRun is what an interrupted ingest of the same content left, which
@@ -214,7 +228,17 @@ func (s *Service) ingestVersion(ctx context.Context, in IngestInput, id, hash st
 			s.failed.add(doc.Scope, doc.ID) // FinishFailedIngests
 		}
 	}()
-	stopClaim := s.keepIngest(ctx, doc)
+	// An ingest another took over once its claim had lapsed (it stalled)
+	// stops at its next renewal: the other writes the same chunks.
+	claimed, lose := context.WithCancelCause(ctx)
+	defer lose(nil)
+	defer func() {
+		if err != nil && errors.Is(context.Cause(claimed), errIngestDisplaced) {
+			err = fmt.Errorf("intake: ingest of %s: %w", id, errIngestDisplaced)
+		}
+	}()
+	ctx = claimed
+	stopClaim := s.keepIngest(ctx, doc, lose)
 	defer stopClaim()
 	if s.afterSave != nil {
 		if err := s.afterSave(doc.ID); err != nil {
@@ -346,6 +370,10 @@ func (s *Service) index(ctx context.Context, doc *document.Document, chunks []do
 	}
 	return nil
 }
+
+// errIngestDisplaced stops an ingest another took over after its claim
+// lapsed (it stalled past JobLeaseTTL): that one finishes the document.
+var errIngestDisplaced = fmt.Errorf("another ingest took the document over after this one's claim lapsed: %w", document.ErrConflict)
 
 // errSuperseded means another ingest of the document replaced its content
 // before this one could mark it indexed. Retrying would undo that ingest.

@@ -671,3 +671,46 @@ func TestNewVersionSupersedesTheIngestUnderWay(t *testing.T) {
 		}
 	})
 }
+
+// TestDisplacedIngestStops: an ingest another took over after its claim
+// lapsed (it stalled; the other's first write names another job) stops at
+// its next renewal, as an analysis job's execution does when its claim is
+// taken: it neither marks the document indexed nor queues a job of its
+// own, and reports a conflict (the upload is retried, not the ingest).
+// Before, it went on beside the other to its end.
+func TestDisplacedIngestStops(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterMode(t, func(t *testing.T, db *mongo.Database) {
+		ctx := context.Background()
+		const ttl = 600 * time.Millisecond
+		svc, docs := newService(t, db, intake.Config{JobLeaseTTL: ttl})
+		sc := document.Scope{Tenant: "acme"}
+		in := intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, RawContent: "Drain the queue before a deploy."}
+		id := document.ID(sc, "", document.Hash(in.RawContent))
+		hold := make(chan struct{})
+		intake.SetAfterSave(svc, func(string) error { <-hold; return nil })
+		done := make(chan error, 1)
+		var res intake.IngestResult
+		go func() {
+			var err error
+			res, err = svc.Ingest(ctx, in)
+			done <- err
+		}()
+		testkit.Eventually(t, 10*time.Second, func() bool { _, err := docs.LoadDocument(ctx, sc, id); return err == nil }, "the ingest saved its document")
+		// Another ingest's first write, as after a lapse of this one's claim.
+		if _, err := db.Collection(docstore.DocumentsCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "extraction_job_id", Value: "xj_takeover"}}}, {Key: "$inc", Value: bson.D{{Key: "version", Value: int64(1)}}}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * ttl) // a renewal or two fail meanwhile
+		close(hold)
+		err := <-done
+		if !errors.Is(err, document.ErrConflict) {
+			t.Fatalf("the displaced ingest: %+v, %v; want a conflict", res, err)
+		}
+		d, err := docs.LoadDocument(ctx, sc, id)
+		if err != nil || d.Indexed || d.ExtractionJobID != "xj_takeover" {
+			t.Fatalf("the document after the displaced ingest stopped: indexed %v, job %s, %v; want it left to the other ingest", d.Indexed, d.ExtractionJobID, err)
+		}
+	})
+}
