@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
@@ -72,7 +73,7 @@ func decodeChat(body []byte) (*chatRequest, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := calls.next(m, param, i); err != nil {
+		if err := calls.next(m, param); err != nil {
 			return nil, err
 		}
 		r.Messages = append(r.Messages, m)
@@ -576,25 +577,27 @@ func decodeReasoningEffort(o object) (*modelv1.ThinkingOptions, error) {
 // results of nothing, or calls never answered, which those providers
 // refuse with a message naming no field (and others misread).
 type toolCallBlock struct {
-	at    int                 // the assistant message whose calls are open
+	at    string              // the assistant message whose calls are open (messages[i])
 	calls []*modelv1.ToolCall // its calls
 	open  map[string]bool     // the ids of those not answered yet
 }
 
-// next checks message m, messages[i] (param), against the open block.
-func (b *toolCallBlock) next(m *modelv1.Message, param string, i int) error {
+// next checks message m, whose parameter path is param, against the open
+// block.
+func (b *toolCallBlock) next(m *modelv1.Message, param string) error {
 	if m.GetRole() == modelv1.Role_ROLE_TOOL {
-		if b.calls == nil || !b.isCall(m.GetToolCallId()) {
+		id := m.GetToolCallId()
+		if !slices.ContainsFunc(b.calls, func(c *modelv1.ToolCall) bool { return c.GetId() == id }) {
 			return badParam(param+".tool_call_id", "%q is not the id of a tool call of the assistant message before it: tool messages answer the tool calls of the assistant message they follow", m.GetToolCallId())
 		}
-		delete(b.open, m.GetToolCallId())
+		delete(b.open, id)
 		return nil
 	}
 	if err := b.end(); err != nil {
 		return err
 	}
 	if calls := m.GetToolCalls(); len(calls) > 0 {
-		b.at, b.calls, b.open = i, calls, make(map[string]bool, len(calls))
+		b.at, b.calls, b.open = param, calls, make(map[string]bool, len(calls))
 		for _, c := range calls {
 			b.open[c.GetId()] = true
 		}
@@ -602,23 +605,14 @@ func (b *toolCallBlock) next(m *modelv1.Message, param string, i int) error {
 	return nil
 }
 
-func (b *toolCallBlock) isCall(id string) bool {
-	for _, c := range b.calls {
-		if c.GetId() == id {
-			return true
-		}
-	}
-	return false
-}
-
 // end closes the open block: each of its calls must have been answered.
 func (b *toolCallBlock) end() error {
 	for k, c := range b.calls {
 		if c.GetId() == "" {
-			return badParam(fmt.Sprintf("messages[%d].tool_calls[%d].id", b.at, k), "is required: the tool message answering the call names it")
+			return badParam(fmt.Sprintf("%s.tool_calls[%d].id", b.at, k), "is required: the tool message answering the call names it")
 		}
 		if b.open[c.GetId()] {
-			return badParam(fmt.Sprintf("messages[%d].tool_calls[%d].id", b.at, k),
+			return badParam(fmt.Sprintf("%s.tool_calls[%d].id", b.at, k),
 				"tool call %q has no tool message answering it: each tool call of an assistant message is answered by a tool message right after that message", c.GetId())
 		}
 	}
