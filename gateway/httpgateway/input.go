@@ -121,11 +121,7 @@ func (g *gateway) checkRequestLine(next http.Handler) http.Handler {
 			return
 		}
 		if rt.query["afterSequence"] {
-			id := strings.TrimSpace(q.Get("lastEventId"))
-			if id == "" {
-				id = strings.TrimSpace(r.Header.Get("Last-Event-ID"))
-			}
-			if id != "" {
+			if id := lastEventID(r, q); id != "" {
 				last, err := strconv.ParseUint(id, 10, 64)
 				if err != nil {
 					writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument("Last-Event-ID", "must be the id of an event of this stream (a sequence number)")))
@@ -133,8 +129,8 @@ func (g *gateway) checkRequestLine(next http.Handler) http.Handler {
 				}
 				// An EventSource reconnects to the URL it was opened with,
 				// afterSequence included, sending the id of the last event
-				// it got: the later of the two is where the client is. (A
-				// malformed afterSequence is left for the route to refuse.)
+				// it got: the later of the two is where the client is.
+				// (checkValues refused a malformed afterSequence.)
 				name := "afterSequence"
 				if q.Has("after_sequence") {
 					name = "after_sequence"
@@ -178,6 +174,16 @@ func (rt *route) checkSingleValues(q url.Values) error {
 		}
 	}
 	return nil
+}
+
+// lastEventID is where an SSE client that reconnects says it is: the
+// lastEventId query parameter (q, of r's URL), for EventSource clients
+// that cannot set headers, else the Last-Event-ID header; "" when neither.
+func lastEventID(r *http.Request, q url.Values) string {
+	if id := strings.TrimSpace(q.Get("lastEventId")); id != "" {
+		return id
+	}
+	return strings.TrimSpace(r.Header.Get("Last-Event-ID"))
 }
 
 func grpcStatus(err error) *status.Status { return status.Convert(err) }

@@ -25,10 +25,7 @@ import (
 // events after that one.
 func resumeLastEventID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := strings.TrimSpace(r.URL.Query().Get("lastEventId"))
-		if id == "" {
-			id = strings.TrimSpace(r.Header.Get("Last-Event-ID"))
-		}
+		id := lastEventID(r, r.URL.Query())
 		if id == "" || r.Method != http.MethodPost || !isResumePath(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
@@ -46,11 +43,9 @@ func resumeLastEventID(next http.Handler) http.Handler {
 				return
 			}
 		}
-		var fields map[string]json.RawMessage
-		if len(bytes.TrimSpace(body)) == 0 || json.Unmarshal(body, &fields) == nil && fields != nil { // (null is no object)
-			if fields == nil {
-				fields = map[string]json.RawMessage{}
-			}
+		fields := map[string]json.RawMessage{}
+		// (A null body unmarshals as a nil map: no object either.)
+		if len(bytes.TrimSpace(body)) == 0 || json.Unmarshal(body, &fields) == nil && fields != nil {
 			// A body that is no JSON object, or whose afterSequence is no
 			// sequence, is left for the handler to refuse.
 			name := "afterSequence"
