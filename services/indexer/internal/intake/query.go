@@ -350,20 +350,8 @@ func (s *Service) ingestLive(d *document.Document) bool {
 // that wrote them is over, done or dead.
 func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) error {
 	var errs []error
-	conflicted := false
 	for len(docs) > 0 {
 		d := docs[0]
-		if conflicted && !s.ingestLive(d) {
-			// Its finish conflicted with another writer's, which may
-			// still be at it: let it settle before trying again.
-			t := time.NewTimer(ingestPoll * 5)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return errors.Join(append(errs, ctx.Err())...)
-			case <-t.C:
-			}
-		}
 		if s.ingestLive(d) {
 			t := time.NewTimer(s.ingestClaimEnd(d).Sub(s.now()))
 			select {
@@ -377,11 +365,22 @@ func (s *Service) finishRecent(ctx context.Context, docs []*document.Document) e
 		if err != nil {
 			errs = append(errs, err)
 		}
-		conflicted = wait != nil && !s.ingestLive(wait)
-		if wait != nil {
-			docs[0] = wait
-		} else {
+		if wait == nil {
 			docs = docs[1:]
+			continue
+		}
+		docs[0] = wait
+		if !s.ingestLive(wait) {
+			// Handed back with its claim lapsed: its finish conflicted
+			// with another writer's, which may still be at it. Let it
+			// settle before trying again.
+			t := time.NewTimer(5 * ingestPoll)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return errors.Join(append(errs, ctx.Err())...)
+			case <-t.C:
+			}
 		}
 	}
 	return errors.Join(errs...)
