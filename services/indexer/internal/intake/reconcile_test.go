@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,32 +110,18 @@ func TestReconcileFollowsIngestClaims(t *testing.T) {
 		// An ingest of this process held after its first write renews its
 		// own claim: reconciliation meanwhile leaves it alone.
 		done := make(chan error, 1)
-		hold := make(chan struct{})
-		var first atomic.Bool
-		intake.SetAfterSave(svc, func(string) error {
-			if first.CompareAndSwap(false, true) {
-				<-hold
-			}
-			return nil
-		})
 		in := intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, RawContent: "Drain the queue before a deploy."}
-		id := document.ID(sc, "", document.Hash(in.RawContent))
-		ingested := make(chan intake.IngestResult, 1)
-		go func() {
-			r, err := svc.Ingest(ctx, in)
-			if err != nil {
-				t.Error(err)
-			}
-			ingested <- r
-		}()
-		testkit.Eventually(t, 10*time.Second, func() bool { _, err := docs.GetDocument(ctx, sc, id); return err == nil }, "the held ingest saved its document")
+		id, release, result := holdIngest(t, svc, docs, in)
 		go func() { done <- svc.Reconcile(ctx) }()
 		time.Sleep(3 * ttl)
 		if d, err := docs.GetDocument(ctx, sc, id); err != nil || d.Indexed {
 			t.Fatalf("reconciliation took over an ingest that renews its claim: indexed %v, %v", d.Indexed, err)
 		}
-		close(hold)
-		r := <-ingested
+		release()
+		r, err := result()
+		if err != nil {
+			t.Error(err)
+		}
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
@@ -584,18 +571,7 @@ func TestUploadAgainWaitsForTheIngestUnderWay(t *testing.T) {
 		svc, docs := newServiceEmbedding(t, db, intake.Config{JobLeaseTTL: 600 * time.Millisecond}, emb)
 		sc := document.Scope{Tenant: "acme"}
 		in := intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, RawContent: "Drain the queue before a deploy."}
-		id := document.ID(sc, "", document.Hash(in.RawContent))
-		hold := make(chan struct{})
-		intake.SetAfterSave(svc, func(string) error { <-hold; return nil })
-		first := make(chan intake.IngestResult, 1)
-		go func() {
-			r, err := svc.Ingest(ctx, in)
-			if err != nil {
-				t.Error(err)
-			}
-			first <- r
-		}()
-		testkit.Eventually(t, 10*time.Second, func() bool { _, err := docs.LoadDocument(ctx, sc, id); return err == nil }, "the first ingest saved its document")
+		_, release, first := holdIngest(t, svc, docs, in)
 		embedded := emb.calls.Load()
 		again := make(chan error, 1)
 		var res intake.IngestResult
@@ -610,8 +586,11 @@ func TestUploadAgainWaitsForTheIngestUnderWay(t *testing.T) {
 			t.Fatalf("the upload sent again returned while the first ingest ran: %v", err)
 		default:
 		}
-		close(hold)
-		r := <-first
+		release()
+		r, err := first()
+		if err != nil {
+			t.Error(err)
+		}
 		if err := <-again; err != nil {
 			t.Fatalf("the upload sent again: %v", err)
 		}
@@ -640,29 +619,15 @@ func TestNewVersionSupersedesTheIngestUnderWay(t *testing.T) {
 		in := func(text string) intake.IngestInput {
 			return intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, SourceURL: "urn:wiki:deploys", RawContent: text}
 		}
-		id := document.ID(sc, "urn:wiki:deploys", "")
-		hold := make(chan struct{})
-		var held atomic.Bool
-		intake.SetAfterSave(svc, func(string) error {
-			if held.CompareAndSwap(false, true) {
-				<-hold
-			}
-			return nil
-		})
-		old := make(chan error, 1)
-		go func() {
-			_, err := svc.Ingest(ctx, in("Drain the queue before a deploy."))
-			old <- err
-		}()
-		testkit.Eventually(t, 10*time.Second, func() bool { _, err := docs.LoadDocument(ctx, sc, id); return err == nil }, "the old content's ingest saved its document")
+		id, release, old := holdIngest(t, svc, docs, in("Drain the queue before a deploy."))
 		emb.delay.Store(int64(ttl)) // the old ingest renews its claim while the new content is embedded
 		res, err := svc.Ingest(ctx, in("Drain the queue and page the on-call before a deploy."))
 		if err != nil {
 			t.Fatalf("the new version: %v", err)
 		}
 		emb.delay.Store(0)
-		close(hold)
-		if err := <-old; err == nil {
+		release()
+		if _, err := old(); err == nil {
 			t.Error("the old content's ingest succeeded after the new version replaced it")
 		}
 		d, err := docs.GetDocument(ctx, sc, id)
@@ -686,25 +651,15 @@ func TestDisplacedIngestStops(t *testing.T) {
 		svc, docs := newService(t, db, intake.Config{JobLeaseTTL: ttl})
 		sc := document.Scope{Tenant: "acme"}
 		in := intake.IngestInput{Scope: sc, SourceType: indexerv1.SourceType_SOURCE_TYPE_WIKI, RawContent: "Drain the queue before a deploy."}
-		id := document.ID(sc, "", document.Hash(in.RawContent))
-		hold := make(chan struct{})
-		intake.SetAfterSave(svc, func(string) error { <-hold; return nil })
-		done := make(chan error, 1)
-		var res intake.IngestResult
-		go func() {
-			var err error
-			res, err = svc.Ingest(ctx, in)
-			done <- err
-		}()
-		testkit.Eventually(t, 10*time.Second, func() bool { _, err := docs.LoadDocument(ctx, sc, id); return err == nil }, "the ingest saved its document")
+		id, release, result := holdIngest(t, svc, docs, in)
 		// Another ingest's first write, as after a lapse of this one's claim.
 		if _, err := db.Collection(docstore.DocumentsCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "extraction_job_id", Value: "xj_takeover"}}}, {Key: "$inc", Value: bson.D{{Key: "version", Value: int64(1)}}}}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * ttl) // a renewal or two fail meanwhile
-		close(hold)
-		err := <-done
+		release()
+		res, err := result()
 		if !errors.Is(err, document.ErrConflict) {
 			t.Fatalf("the displaced ingest: %+v, %v; want a conflict", res, err)
 		}
@@ -713,4 +668,33 @@ func TestDisplacedIngestStops(t *testing.T) {
 			t.Fatalf("the document after the displaced ingest stopped: indexed %v, job %s, %v; want it left to the other ingest", d.Indexed, d.ExtractionJobID, err)
 		}
 	})
+}
+
+// holdIngest starts svc ingesting in and holds that ingest after its
+// first write (its document saved, its claim renewed meanwhile) until
+// release is called; it returns once the document is saved, with its id.
+// result waits for the ingest's end. Later ingests of svc are not held.
+func holdIngest(t *testing.T, svc *intake.Service, docs *docstore.Store, in intake.IngestInput) (id string, release func(), result func() (intake.IngestResult, error)) {
+	t.Helper()
+	hold := make(chan struct{})
+	var held atomic.Bool
+	intake.SetAfterSave(svc, func(string) error {
+		if held.CompareAndSwap(false, true) {
+			<-hold
+		}
+		return nil
+	})
+	type outcome struct {
+		res intake.IngestResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := svc.Ingest(context.Background(), in)
+		done <- outcome{r, err}
+	}()
+	id = document.ID(in.Scope, in.SourceURL, document.Hash(in.RawContent))
+	testkit.Eventually(t, 10*time.Second, func() bool { _, err := docs.LoadDocument(context.Background(), in.Scope, id); return err == nil },
+		"the held ingest saved its document")
+	return id, sync.OnceFunc(func() { close(hold) }), func() (intake.IngestResult, error) { o := <-done; return o.res, o.err }
 }
