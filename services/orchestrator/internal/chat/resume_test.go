@@ -34,7 +34,14 @@ import (
 // newBus connects to a fresh JetStream server with the mesh's streams.
 func newBus(t *testing.T) *events.Bus {
 	t.Helper()
-	bus, err := events.Connect(context.Background(), testkit.NewNATS(t).URL(), "chat-test", slog.New(slog.DiscardHandler))
+	return busAt(t, testkit.NewNATS(t).URL())
+}
+
+// busAt connects to the JetStream server at url and ensures the mesh's
+// streams.
+func busAt(t *testing.T, url string) *events.Bus {
+	t.Helper()
+	bus, err := events.Connect(context.Background(), url, "chat-test", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,14 +403,7 @@ func TestDeleteFinishedOnceTheStreamTakesThePurge(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Shutdown() })
-	bus, err := events.Connect(ctx, srv.URL(), "chat-test", slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bus.Close() })
-	if err := bus.EnsureStreams(ctx); err != nil {
-		t.Fatal(err)
-	}
+	bus := busAt(t, srv.URL())
 	var ahead atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
 	e := newResumeEnvWith(t, chat.Config{}, store, bus, now)
