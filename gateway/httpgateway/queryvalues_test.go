@@ -29,6 +29,9 @@ func TestSingleValuedQueryParameterGivenTwice(t *testing.T) {
 		{"/v1/documents?scope.projectId=alpha&scope.projectId=beta", "scope.projectId", "scope.projectId: takes one value, got 2"},
 		{"/v1/conversations?scope.project_id=alpha&scope.project_id=beta&pageSize=1", "scope.project_id", "scope.project_id: takes one value, got 2"},
 		{"/v1/conversations?pageSize=1&page_size=2", "pageSize", "pageSize: takes one value, got 2 (as pageSize and page_size)"},
+		// A repeated parameter's values are each checked: the graph has
+		// two edge types, and a third matched nothing before.
+		{"/v1/graph/neighbors?key=doc:abc&edgeTypes=MENTIONS&edgeTypes=CITES", "edgeTypes", `edgeTypes: "CITES" is not one of PART_OF, MENTIONS`},
 	} {
 		resp, body := do(t, http.MethodGet, m.url+tc.path, "", nil)
 		var got struct {
@@ -48,7 +51,7 @@ func TestSingleValuedQueryParameterGivenTwice(t *testing.T) {
 		}
 	}
 
-	resp, body := do(t, http.MethodGet, m.url+"/v1/graph/neighbors?key=doc:abc&edgeTypes=MENTIONS&edgeTypes=CITES", "", nil)
+	resp, body := do(t, http.MethodGet, m.url+"/v1/graph/neighbors?key=doc:abc&edgeTypes=MENTIONS&edgeTypes=PART_OF", "", nil)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("repeated field: %d %s", resp.StatusCode, body)
 	}

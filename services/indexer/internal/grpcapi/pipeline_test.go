@@ -706,6 +706,10 @@ func TestInvalidArgumentNamesTheField(t *testing.T) {
 			_, err := h.graph.ListNeighbors(ctx, &indexerv1.ListNeighborsRequest{Scope: sc, Key: "doc:x", Depth: 9})
 			return err
 		}, "depth"},
+		{"neighbours over an edge type the graph has not", func() error {
+			_, err := h.graph.ListNeighbors(ctx, &indexerv1.ListNeighborsRequest{Scope: sc, Key: "doc:x", EdgeTypes: []string{graph.Mentions, "part_of"}})
+			return err
+		}, "edge_types[1]"},
 		{"path without target", func() error {
 			_, err := h.graph.FindPath(ctx, &indexerv1.FindPathRequest{Scope: sc, FromKey: "doc:x"})
 			return err

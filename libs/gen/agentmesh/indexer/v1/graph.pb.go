@@ -104,7 +104,8 @@ type Edge struct {
 	FromKey string `protobuf:"bytes,1,opt,name=from_key,json=fromKey,proto3" json:"from_key,omitempty"`
 	// Target node key.
 	ToKey string `protobuf:"bytes,2,opt,name=to_key,json=toKey,proto3" json:"to_key,omitempty"`
-	// Type, e.g. "PART_OF", "MENTIONS".
+	// Type: "PART_OF" (a chunk to its document) or "MENTIONS" (a document to
+	// an entity its extracts name).
 	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -269,7 +270,8 @@ type ListNeighborsRequest struct {
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Start node key. Required.
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	// Edge types to follow; empty = all.
+	// Edge types to follow, "PART_OF" or "MENTIONS" (Edge.type); empty =
+	// both. Any other type is refused rather than matching no edge.
 	EdgeTypes []string `protobuf:"bytes,3,rep,name=edge_types,json=edgeTypes,proto3" json:"edge_types,omitempty"`
 	// Depth, 1 to 5; 0 = 1.
 	Depth int32 `protobuf:"varint,4,opt,name=depth,proto3" json:"depth,omitempty"`
@@ -547,13 +549,12 @@ const file_agentmesh_indexer_v1_graph_proto_rawDesc = "" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x1d\n" +
 	"\x03key\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x04R\x03key\"A\n" +
 	"\x0fGetNodeResponse\x12.\n" +
-	"\x04node\x18\x01 \x01(\v2\x1a.agentmesh.indexer.v1.NodeR\x04node\"\xdb\x01\n" +
+	"\x04node\x18\x01 \x01(\v2\x1a.agentmesh.indexer.v1.NodeR\x04node\"\xea\x01\n" +
 	"\x14ListNeighborsRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\x1d\n" +
-	"\x03key\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x04R\x03key\x12/\n" +
+	"\x03key\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x04R\x03key\x12>\n" +
 	"\n" +
-	"edge_types\x18\x03 \x03(\tB\x10\xbaH\r\x92\x01\n" +
-	"\x10 \"\x06r\x04\x10\x01\x18@R\tedgeTypes\x12\x1f\n" +
+	"edge_types\x18\x03 \x03(\tB\x1f\xbaH\x1c\x92\x01\x19\x10 \"\x15r\x13R\aPART_OFR\bMENTIONSR\tedgeTypes\x12\x1f\n" +
 	"\x05depth\x18\x04 \x01(\x05B\t\xbaH\x06\x1a\x04\x18\x05(\x00R\x05depth\x12 \n" +
 	"\x05limit\x18\x05 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\"{\n" +
