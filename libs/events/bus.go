@@ -31,6 +31,9 @@ type Bus struct {
 
 	metricsOnce sync.Once
 	metrics     *instruments // set once by meters
+
+	idsMu sync.Mutex
+	ids   *EventIDs // guarded by idsMu: set once read (EventIDs)
 }
 
 // Connect dials the NATS server(s) at url (a comma-separated list is

@@ -98,7 +98,8 @@ func (b *Bus) EnsureStreams(ctx context.Context) error { return b.EnsureStreamsR
 // EnsureStreamsReplicated creates the mesh's streams with at least replicas
 // copies each, or updates them to [StreamConfigs] if they exist, never to
 // fewer replicas than they have: services configured for fewer do not
-// shrink what an operator (or another service) scaled up. It is idempotent
+// shrink what an operator (or another service) scaled up, and reads the
+// event-id key ([Bus.EventIDs]), creating it if no service has. It is idempotent
 // and safe to call from every service at start-up.
 //
 // A cluster that cannot place the streams yet is waited for: on a fresh
@@ -116,6 +117,12 @@ func (b *Bus) EnsureStreamsReplicated(ctx context.Context, replicas int) error {
 	wait := ensureBackoffMin
 	for attempt := 1; ; attempt++ {
 		err := b.ensureStreams(ctx, replicas)
+		if err == nil {
+			// The event-id key, read now so that a watch never waits for it.
+			actx, cancel := context.WithTimeout(ctx, EnsureAttemptTimeout)
+			_, err = b.EventIDs(actx)
+			cancel()
+		}
 		if err == nil {
 			return nil
 		}

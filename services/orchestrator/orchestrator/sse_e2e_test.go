@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agentmesh/agentmesh/gateway/httpgateway"
+	"github.com/agentmesh/agentmesh/libs/events"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/chat/chattest"
@@ -176,8 +177,9 @@ func TestSSEThroughGateway(t *testing.T) {
 	model.Sim.When(providersim.Match{}).Text("ok")
 
 	uri, db := testkit.MongoURI(t)
+	natsURL := testkit.NewNATS(t).URL()
 	conn, err := runOrchestrator(t, map[string]string{
-		"MONGO_URI": uri, "MONGO_DATABASE": db, "NATS_URL": testkit.NewNATS(t).URL(),
+		"MONGO_URI": uri, "MONGO_DATABASE": db, "NATS_URL": natsURL,
 		"MODELGATEWAY_ADDR": model.Conn.Target(), "INDEXER_ADDR": chattest.UnreachableAddr(t),
 		"ORCHESTRATOR_MODEL": chattest.ModelName, "ORCHESTRATOR_TURN_RESUME_GRACE": "6s",
 	})
@@ -241,14 +243,24 @@ func TestSSEThroughGateway(t *testing.T) {
 		t.Errorf("answer %q, completed %+v", answer.String(), completed)
 	}
 
-	// The turn resumed from any of its events' ids gets exactly the rest.
+	// Every event's id names its stream sequence, in order, without being
+	// it; the turn resumed from any of its events' ids gets exactly the rest.
+	bus, err := events.Connect(ctx, natsURL, "sse-test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	ids, err := bus.EventIDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var prev uint64
 	for i, ev := range all {
 		id, err := strconv.ParseUint(ev.ID, 10, 64)
-		if err != nil || id <= prev {
-			t.Fatalf("event %d (%s) has id %q after %d, want increasing sequences", i, ev.Event, ev.ID, prev)
+		if seq := ids.Seq(id); err != nil || seq <= prev || seq == id {
+			t.Fatalf("event %d (%s) has id %q (sequence %d) after sequence %d, want ids of increasing sequences", i, ev.Event, ev.ID, seq, prev)
 		}
-		prev = id
+		prev = ids.Seq(id)
 	}
 	watchURL := base + "/v1/conversations/" + created.Conversation.ID + "/turns/" + turnID + ":watch"
 	for _, cut := range []int{0, 3, len(all) - 2} {

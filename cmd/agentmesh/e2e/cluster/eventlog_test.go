@@ -5,6 +5,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -44,6 +45,34 @@ func (c *cluster) eventLog(ctx context.Context, filter string) ([]logEntry, erro
 		select {
 		case <-ctx.Done():
 			return nil, &checkError{fmt.Errorf("reading %s from the events stream, %d attempts: %w", filter, attempt, err)}
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// eventIDs reads the mesh's event-id key from the cluster (the services'
+// bucket, see events.EventIDs): the watches' ids map to the stream's
+// sequences with it. It tries again for up to a minute, as eventLog does.
+func (c *cluster) eventIDs(ctx context.Context) (*events.EventIDs, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+		ids, err := func() (*events.EventIDs, error) {
+			bus, err := events.Connect(actx, strings.Join(c.natsURLs, ","), "e2e-suite", nil)
+			if err != nil {
+				return nil, err
+			}
+			defer bus.Close()
+			return bus.EventIDs(actx)
+		}()
+		acancel()
+		if err == nil {
+			return ids, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, &checkError{fmt.Errorf("reading the event-id key, %d attempts: %w", attempt, err)}
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

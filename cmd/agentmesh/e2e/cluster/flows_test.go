@@ -433,10 +433,16 @@ func (d *driver) analysis(ctx context.Context, n int, slow bool, r *result) erro
 		}
 	}
 	r.id = root
-	live := map[uint64]jobEvent{}
+	// The watch's event ids, mapped to the stream's sequences to compare
+	// with the stream's own log.
+	ids, err := d.c.eventIDs(ctx)
+	if err != nil {
+		return err
+	}
+	live := map[uint64]jobEvent{} // by stream sequence
 	var final jobEvent
-	if err := d.watchJob(ctx, root, r, func(seq uint64, je jobEvent) {
-		live[seq] = je
+	if err := d.watchJob(ctx, root, r, func(id uint64, je jobEvent) {
+		live[ids.Seq(id)] = je
 		if je.Job.ID == root && terminalJob[je.Job.Status] {
 			final = je
 		}
@@ -456,7 +462,7 @@ func (d *driver) analysis(ctx context.Context, n int, slow bool, r *result) erro
 	// A watch from the start of the finished analysis must replay it and
 	// end, as it does for a client that opens the analysis later.
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	err := d.watchJob(rctx, root, nil, func(_ uint64, je jobEvent) { jobs[je.Job.ID] = true })
+	err = d.watchJob(rctx, root, nil, func(_ uint64, je jobEvent) { jobs[je.Job.ID] = true })
 	cancel()
 	if err != nil {
 		r.replayHung = true

@@ -272,7 +272,15 @@ func (d *Documents) WatchIntake(req *indexerv1.WatchIntakeRequest, stream indexe
 	if err != nil {
 		return err
 	}
-	if after := req.GetAfterSequence(); after > 0 && d.svc.Events != nil {
+	var ids *events.EventIDs
+	after := req.GetAfterSequence()
+	if d.svc.Events != nil {
+		if ids, err = d.svc.Events.EventIDs(ctx); err != nil {
+			return toStatus(err)
+		}
+		after = ids.Seq(after)
+	}
+	if after > 0 && d.svc.Events != nil {
 		last, err := d.svc.Events.LastSequence(ctx, events.StreamEvents)
 		if err != nil {
 			return toStatus(err)
@@ -280,11 +288,11 @@ func (d *Documents) WatchIntake(req *indexerv1.WatchIntakeRequest, stream indexe
 		if after > last {
 			// The stream's newest id is not named: it counts every tenant's
 			// events.
-			return grpcx.InvalidArgument("after_sequence", "%d is beyond the events: it is no event id of this watch", after)
+			return grpcx.InvalidArgument("after_sequence", "%d is beyond the events: it is no event id of this watch", req.GetAfterSequence())
 		}
 	}
-	err = d.svc.Watch(ctx, sc, req.GetDocumentId(), req.GetAfterSequence(), func(seq uint64, name string, ev *indexerv1.IntakePhaseEvent) error {
-		return stream.Send(&indexerv1.WatchIntakeResponse{Sequence: seq, Name: name, Event: ev})
+	err = d.svc.Watch(ctx, sc, req.GetDocumentId(), after, func(seq uint64, name string, ev *indexerv1.IntakePhaseEvent) error {
+		return stream.Send(&indexerv1.WatchIntakeResponse{Sequence: ids.ID(seq), Name: name, Event: ev})
 	})
 	return toStatus(err)
 }

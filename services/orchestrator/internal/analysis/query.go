@@ -40,6 +40,16 @@ var errWatchDone = errors.New("watch done")
 // last: the watch replays again with that layout's filters.
 var errLegacyTree = errors.New("watch: an analysis of the previous layout")
 
+// EventIDs returns the mapping between the stream sequences Watch speaks
+// and the event ids clients see (see events.EventIDs); nil without an
+// event bus.
+func (e *Engine) EventIDs(ctx context.Context) (*events.EventIDs, error) {
+	if e.bus == nil {
+		return nil, nil
+	}
+	return e.bus.EventIDs(ctx)
+}
+
 // Watch calls fn for every event of analysis rootID's tree, in stream order,
 // starting after stream sequence afterSeq (0: from the analysis's first
 // event), and then live. It returns nil once the analysis is finished and
@@ -71,9 +81,10 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 	}
 	if afterSeq > 0 {
 		if afterSeq > last {
-			// The stream's newest id is not named: it counts every
-			// tenant's events.
-			return &FieldError{Field: "after_sequence", Reason: fmt.Sprintf("%d is beyond the events: it is no event id of this watch", afterSeq)}
+			// No sequence is named: the client's is an event id (the
+			// API's layer maps it), and the stream's count every tenant's
+			// events.
+			return &FieldError{Field: "after_sequence", Reason: "is beyond the events: it is no event id of this watch"}
 		}
 		start = afterSeq
 	}

@@ -59,6 +59,7 @@ type resumeEnv struct {
 	client orchestratorv1.ConversationServiceClient
 	gate   *gateTool
 	bus    *events.Bus
+	ids    *events.EventIDs // the bus's: the API's event ids to sequences
 	// resumable is the loop behind client (env's loop publishes no events).
 	resumable *chat.Loop
 }
@@ -92,7 +93,11 @@ func newResumeEnvWith(t *testing.T, cfg chat.Config, store conversation.Store, b
 	})
 	e.sim.When(providersim.Match{LastRole: "user", WithTools: true}).Text("Let me wait.").ToolCall("gate", `{"n":1}`).Times(1)
 	e.sim.When(providersim.Match{}).Text("The gate opened, so the answer is forty-two.")
-	return &resumeEnv{env: e, client: orchestratorv1.NewConversationServiceClient(conn), gate: gate, bus: bus, resumable: loop}
+	ids, err := bus.EventIDs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &resumeEnv{env: e, client: orchestratorv1.NewConversationServiceClient(conn), gate: gate, bus: bus, ids: ids, resumable: loop}
 }
 
 // watch reads WatchTurn to its end.
@@ -155,16 +160,23 @@ func (e *resumeEnv) cutTurn(t *testing.T, cut func(*orchestratorv1.StreamMessage
 
 func atToolCall(ev *orchestratorv1.StreamMessageResponse) bool { return ev.GetToolCallStart() != nil }
 
-// checkSequences fails unless every event has an id and the ids increase.
-func checkSequences(t *testing.T, what string, evs []*orchestratorv1.StreamMessageResponse) {
+// checkSequences fails unless every event has an id and the ids name
+// increasing stream sequences, none of them its own id.
+func (e *resumeEnv) checkSequences(t *testing.T, what string, evs []*orchestratorv1.StreamMessageResponse) {
 	t.Helper()
 	var last uint64
 	for i, ev := range evs {
-		if ev.GetSequence() <= last {
-			t.Fatalf("%s: event %d (%v) has sequence %d after %d", what, i, ev, ev.GetSequence(), last)
+		seq := e.seq(ev)
+		if seq <= last || seq == ev.GetSequence() {
+			t.Fatalf("%s: event %d (%v) has sequence %d after %d", what, i, ev, seq, last)
 		}
-		last = ev.GetSequence()
+		last = seq
 	}
+}
+
+// seq is the stream sequence of ev's event id.
+func (e *resumeEnv) seq(ev *orchestratorv1.StreamMessageResponse) uint64 {
+	return e.ids.Seq(ev.GetSequence())
 }
 
 // TestResumeCutTurn cuts a turn's stream in the middle (while a tool runs)
@@ -192,7 +204,7 @@ func TestResumeCutTurn(t *testing.T) {
 				cut = func(ev *orchestratorv1.StreamMessageResponse) bool { return ev.GetTurnStarted() != nil }
 			}
 			turnID, got := e.cutTurn(t, cut)
-			checkSequences(t, "cut stream", got)
+			e.checkSequences(t, "cut stream", got)
 			last := got[len(got)-1].GetSequence()
 
 			var rest []*orchestratorv1.StreamMessageResponse
@@ -214,8 +226,8 @@ func TestResumeCutTurn(t *testing.T) {
 			if err != nil {
 				t.Fatalf("WatchTurn: %v", err)
 			}
-			checkSequences(t, "resumed stream", rest)
-			if len(rest) == 0 || rest[0].GetSequence() <= last || rest[len(rest)-1].GetCompleted() == nil {
+			e.checkSequences(t, "resumed stream", rest)
+			if len(rest) == 0 || e.seq(rest[0]) <= e.ids.Seq(last) || rest[len(rest)-1].GetCompleted() == nil {
 				t.Fatalf("resumed with %d events %v, want the rest after %d ending with Completed", len(rest), rest, last)
 			}
 			whole, err := e.watch(t, turnID, 0)
@@ -507,7 +519,7 @@ func TestWatchOfLostTurn(t *testing.T) {
 	if err != nil {
 		t.Fatalf("WatchTurn: %v", err)
 	}
-	if len(got) != 2 || got[0].GetSequence() != seq || got[0].GetTurnStarted().GetTurnId() != turnID ||
+	if len(got) != 2 || e.seq(got[0]) != seq || got[0].GetTurnStarted().GetTurnId() != turnID ||
 		got[1].GetError().GetCode() != "ABORTED" || got[1].GetSequence() != 0 {
 		t.Fatalf("watch of a lost turn sent %v, want its TurnStarted (seq %d), then an ABORTED ErrorEvent", got, seq)
 	}
@@ -570,7 +582,7 @@ func TestTurnOutlastsAnEventStoreOutage(t *testing.T) {
 			if len(rest) == 0 || rest[len(rest)-1].GetCompleted() == nil {
 				t.Fatalf("resumed with %v, want the rest of the turn ending with Completed", rest)
 			}
-			checkSequences(t, "the whole turn", append(got, rest...))
+			e.checkSequences(t, "the whole turn", append(got, rest...))
 		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	eventbus "github.com/agentmesh/agentmesh/libs/events"
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
@@ -149,7 +150,13 @@ func (s *Conversations) StreamMessage(req *orchestratorv1.StreamMessageRequest, 
 		return err
 	}
 	r.Resumable = true
-	_, err = s.loop.Send(ctx, r, stream.Send)
+	ids, err := s.loop.EventIDs(ctx)
+	if err != nil {
+		return toStatus(err)
+	}
+	_, err = s.loop.Send(ctx, r, func(ev *orchestratorv1.StreamMessageResponse) error {
+		return stream.Send(withEventID(ids, ev))
+	})
 	var te *chat.TurnError
 	if errors.As(err, &te) {
 		return nil // reported as an ErrorEvent
@@ -176,13 +183,23 @@ func (s *Conversations) WatchTurn(req *orchestratorv1.WatchTurnRequest, stream o
 	if _, err := s.store.Get(ctx, scopeOf(sc), id); err != nil {
 		return toStatus(err)
 	}
-	err = s.loop.Watch(ctx, sc, id, strings.TrimSpace(req.GetTurnId()), req.GetAfterSequence(), func(ev *orchestratorv1.StreamMessageResponse) error {
-		return stream.Send(&orchestratorv1.WatchTurnResponse{Event: ev})
+	ids, err := s.loop.EventIDs(ctx)
+	if err != nil {
+		return toStatus(err)
+	}
+	err = s.loop.Watch(ctx, sc, id, strings.TrimSpace(req.GetTurnId()), ids.Seq(req.GetAfterSequence()), func(ev *orchestratorv1.StreamMessageResponse) error {
+		return stream.Send(&orchestratorv1.WatchTurnResponse{Event: withEventID(ids, ev)})
 	})
 	if err != nil {
 		return toStatus(err)
 	}
 	return nil
+}
+
+// withEventID returns ev as a client sees it: its stream sequence as an
+// event id. A shallow copy: the loop may hold on to ev.
+func withEventID(ids *eventbus.EventIDs, ev *orchestratorv1.StreamMessageResponse) *orchestratorv1.StreamMessageResponse {
+	return &orchestratorv1.StreamMessageResponse{Sequence: ids.ID(ev.GetSequence()), Event: ev.Event}
 }
 
 // SendMessage implements orchestratorv1.ConversationServiceServer. The

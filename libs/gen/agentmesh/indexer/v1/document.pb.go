@@ -2324,8 +2324,8 @@ type WatchIntakeRequest struct {
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Document id. Required.
 	DocumentId string `protobuf:"bytes,2,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
-	// Replay events after this stream sequence (SSE Last-Event-ID); 0 = from
-	// the intake's first event.
+	// Replay the events after the one with this id (WatchIntakeResponse.
+	// sequence, the SSE Last-Event-ID); 0 = from the intake's first event.
 	AfterSequence uint64 `protobuf:"varint,3,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2385,7 +2385,9 @@ func (x *WatchIntakeRequest) GetAfterSequence() uint64 {
 // WatchIntakeResponse is one intake event.
 type WatchIntakeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Stream sequence, usable as SSE event id.
+	// The event's id, the SSE event id: opaque, neither ordered nor
+	// consecutive (it stands for the event's place in the mesh's event
+	// stream under a key of the mesh), what after_sequence takes.
 	Sequence uint64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// The event's name, the last token of its subject: a phase
 	// (vision_stage1, content_type, vision_stage2, extraction, indexing,

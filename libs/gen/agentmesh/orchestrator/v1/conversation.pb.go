@@ -915,10 +915,13 @@ func (x *StreamMessageRequest) GetContent() string {
 // StreamMessageResponse is one event of a turn.
 type StreamMessageResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The event's sequence in the mesh's event stream (AM_EVENTS), the SSE
-	// event id: after a cut, WatchTurn with after_sequence = the last one
-	// received sends exactly the rest. 0 when the orchestrator has no event
-	// bus, or the bus failed during the turn (that turn cannot be resumed).
+	// The event's id, the SSE event id: after a cut, WatchTurn with
+	// after_sequence = the last one received sends exactly the rest. An
+	// opaque number below 2^53: it stands for the event's place in the mesh's
+	// event stream (AM_EVENTS) under a key of the mesh, so ids are neither
+	// ordered nor consecutive and say nothing of other tenants' events (see
+	// README, "Event ids"). 0 when the orchestrator has no event bus, or the
+	// bus failed during the turn (that turn cannot be resumed).
 	Sequence uint64 `protobuf:"varint,8,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// Exactly one is set.
 	//
@@ -1191,8 +1194,8 @@ type WatchTurnRequest struct {
 	ConversationId string `protobuf:"bytes,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	// Turn id, from TurnStarted. Required.
 	TurnId string `protobuf:"bytes,3,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
-	// Send the events after this sequence (SSE Last-Event-ID); 0 = from the
-	// turn's start.
+	// Send the events after the one with this id (StreamMessageResponse.
+	// sequence, the SSE Last-Event-ID); 0 = from the turn's start.
 	AfterSequence uint64 `protobuf:"varint,4,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -757,7 +757,8 @@ type WatchJobRequest struct {
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Root job id. Required.
 	JobId string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	// Replay events after this stream sequence (SSE Last-Event-ID); 0 = from the start.
+	// Replay the events after the one with this id (WatchJobResponse.sequence,
+	// the SSE Last-Event-ID); 0 = from the start.
 	AfterSequence uint64 `protobuf:"varint,3,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -874,7 +875,8 @@ func (x *JobEvent) GetRootId() string {
 // WatchJobResponse is one event.
 type WatchJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Stream sequence, usable as SSE event id.
+	// The event's id, the SSE event id: opaque (see
+	// StreamMessageResponse.sequence), what after_sequence takes.
 	Sequence uint64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// The event.
 	Event         *JobEvent `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`

@@ -122,9 +122,13 @@ func (s *Server) WatchJob(req *orchestratorv1.WatchJobRequest, stream orchestrat
 	if err != nil {
 		return err
 	}
-	err = s.engine.Watch(ctx, scope.GetTenantId(), scope.GetProjectId(), req.GetJobId(), req.GetAfterSequence(),
+	ids, err := s.engine.EventIDs(ctx)
+	if err != nil {
+		return toStatus(err)
+	}
+	err = s.engine.Watch(ctx, scope.GetTenantId(), scope.GetProjectId(), req.GetJobId(), ids.Seq(req.GetAfterSequence()),
 		func(seq uint64, ev *orchestratorv1.JobEvent) error {
-			return stream.Send(&orchestratorv1.WatchJobResponse{Sequence: seq, Event: ev})
+			return stream.Send(&orchestratorv1.WatchJobResponse{Sequence: ids.ID(seq), Event: ev})
 		})
 	if err != nil && ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()

@@ -116,13 +116,14 @@ func testAnalysisEndToEnd(t *testing.T, singleWriter bool) {
 		t.Errorf("synthesis schema %v / prompt %q", synth.Schema, synth.AllText())
 	}
 
-	// The events: every job's own sequence, in increasing stream order.
+	// The events: every job's own sequence, in increasing stream order,
+	// each under an event id that is not the sequence.
 	events, err := collect()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i < len(events); i++ {
-		if events[i].seq <= events[i-1].seq {
+		if events[i].stream <= events[i-1].stream || events[i].seq == events[i].stream {
 			t.Fatalf("sequences not increasing: %v", events)
 		}
 	}

@@ -345,7 +345,8 @@ func (e *env) waitStatus(id string, st orchestratorv1.JobStatus, within time.Dur
 
 // watched is one event received through WatchJob.
 type watched struct {
-	seq    uint64
+	seq    uint64 // its event id, as the API gives it (what a resume takes)
+	stream uint64 // its AM_EVENTS sequence (the id mapped back)
 	id     string
 	typ    orchestratorv1.JobType
 	status orchestratorv1.JobStatus
@@ -358,6 +359,11 @@ func (e *env) watch(rootID string, after uint64) func() ([]watched, error) {
 	if err != nil {
 		cancel()
 		e.t.Fatalf("WatchJob: %v", err)
+	}
+	ids, err := e.bus.EventIDs(ctx)
+	if err != nil {
+		cancel()
+		e.t.Fatalf("event ids: %v", err)
 	}
 	var (
 		got  []watched
@@ -378,7 +384,7 @@ func (e *env) watch(rootID string, after uint64) func() ([]watched, error) {
 			if m.GetEvent().GetRootId() != rootID {
 				werr = fmt.Errorf("event of root %s in watch of %s", m.GetEvent().GetRootId(), rootID)
 			}
-			got = append(got, watched{seq: m.GetSequence(), id: j.GetId(), typ: j.GetType(), status: j.GetStatus()})
+			got = append(got, watched{seq: m.GetSequence(), stream: ids.Seq(m.GetSequence()), id: j.GetId(), typ: j.GetType(), status: j.GetStatus()})
 		}
 	}()
 	e.t.Cleanup(cancel)

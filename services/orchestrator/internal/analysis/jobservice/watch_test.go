@@ -161,7 +161,7 @@ func TestWatchOfANewAnalysisIsServedFromMemory(t *testing.T) {
 	}
 	seqs := make([]uint64, len(got))
 	for i, w := range got {
-		seqs[i] = w.seq
+		seqs[i] = w.stream
 	}
 	if !slices.Equal(seqs, want) {
 		t.Errorf("watched sequences %v; the tree's in the stream %v", seqs, want)
