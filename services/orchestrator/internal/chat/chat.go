@@ -5,8 +5,10 @@
 // streamed as events.
 //
 // One message at a time: a turn holds the conversation's lease (see
-// conversation.Lease) from the first event to the last, renewing it while
-// it runs, so a second concurrent message fails with ErrBusy on any replica.
+// conversation.Lease) from its first event until it is stored, renewing it
+// while it runs, so a second concurrent message fails with ErrBusy on any
+// replica. It releases the lease before its last event (Completed or the
+// ErrorEvent), so the client that gets that event may send the next one.
 package chat
 
 import (

@@ -366,3 +366,38 @@ func TestStrategyModels(t *testing.T) {
 		t.Errorf("provider models requested = %v, want sim-thinker (qwen_single_thinking) then sim-model (the default)", got)
 	}
 }
+
+// TestNextMessageAsSoonAsTheLastEventArrives: a turn frees its
+// conversation before it sends its last event, so a client that sends the
+// next message (or deletes the conversation) the moment it gets Completed
+// is not refused as busy. The next message is sent from inside the
+// Completed event's delivery, before the first turn returns.
+func TestNextMessageAsSoonAsTheLastEventArrives(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	e.sim.When(providersim.Match{}).Text("done")
+	var next error
+	var sent bool
+	first := &chattest.Recorder{OnEvent: func(ev *orchestratorv1.StreamMessageResponse) {
+		if ev.GetCompleted() == nil || sent {
+			return
+		}
+		sent = true
+		_, _, next = e.send(t, ctxTimeout(t, 20*time.Second), "second")
+	}}
+	if _, err := e.loop.Send(ctxTimeout(t, 20*time.Second), chat.Request{Scope: testScope, ConversationID: e.conv, Content: "first"}, first.Emit); err != nil {
+		t.Fatalf("first turn: %v", err)
+	}
+	if !sent || next != nil {
+		t.Fatalf("the message sent on Completed: sent %v, %v; want it taken", sent, next)
+	}
+	var users []string
+	for _, m := range e.messages(t) {
+		if m.Role == conversation.RoleUser {
+			users = append(users, m.Content)
+		}
+	}
+	if strings.Join(users, ",") != "first,second" {
+		t.Errorf("user messages %v, want first, second", users)
+	}
+}

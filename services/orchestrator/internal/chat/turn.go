@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -67,6 +68,10 @@ type turn struct {
 	id     string          // the turn's id, its lease's
 	client context.Context // the client's: when detached, its end does not end ctx
 	live   *liveness       // nil unless the turn is resumable
+	// endLease stops renewing the lease and releases it, once: before the
+	// turn's last event, so that a client that gets it may send the
+	// conversation's next message (or delete it) at once.
+	endLease func()
 
 	start      time.Time
 	seq        int64              // last sequence number used
@@ -102,16 +107,19 @@ func newTurn(ctx context.Context, l *Loop, conv *conversation.Conversation, req 
 // run processes the turn and releases everything it holds.
 func (t *turn) run() (out *Outcome, err error) {
 	stopRenewing := t.keepLease()
+	t.endLease = sync.OnceFunc(func() {
+		stopRenewing()
+		t.releaseLease()
+	})
 	if t.events.pub != nil {
 		t.live = startLiveness(t.l.bus, t.id, t.l.log)
 		go t.detach(t.client, t.l.cfg.ResumeGrace)
 	}
 	defer func() {
-		stopRenewing()
+		t.endLease()
 		t.live.stop() // after the last event is stored: see Loop.probe
 		t.events.close()
 		t.store.close()
-		t.releaseLease()
 		t.cancel(nil)
 		t.l.metrics.turn(t.ctx, t.strat.Name(), outcomeLabel(err), t.l.now().Sub(t.start))
 	}()
@@ -257,6 +265,7 @@ func (t *turn) complete(final conversation.Message, maxReached bool) (*Outcome, 
 		MaxIterationsReached: maxReached,
 		MessageId:            final.ID,
 	}
+	t.endLease() // the turn is stored: the conversation is free
 	t.events.completed(c)
 	return &Outcome{Message: final, Completed: c}, nil
 }
@@ -297,6 +306,7 @@ func (t *turn) fail(err error) error {
 		t.l.log.WarnContext(t.ctx, "could not store the failed turn", "conversation", t.conv.ID, "error", ferr)
 	}
 	t.l.log.WarnContext(t.ctx, "turn failed", "conversation", t.conv.ID, "iteration", t.iterations, "error", err)
+	t.endLease()
 	t.events.failed(err)
 	return &TurnError{Err: err}
 }
