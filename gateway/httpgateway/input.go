@@ -122,22 +122,17 @@ func (g *gateway) checkRequestLine(next http.Handler) http.Handler {
 		}
 		if rt.query["afterSequence"] {
 			if id := lastEventID(r, q); id != "" {
-				last, err := strconv.ParseUint(id, 10, 64)
-				if err != nil {
-					writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument("Last-Event-ID", "must be the id of an event of this stream (a sequence number)")))
+				if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+					writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument("Last-Event-ID", "must be the id of an event of this stream (a number)")))
 					return
 				}
 				// An EventSource reconnects to the URL it was opened with,
 				// afterSequence included, sending the id of the last event
-				// it got: the later of the two is where the client is.
-				// (checkValues refused a malformed afterSequence.)
-				name := "afterSequence"
-				if q.Has("after_sequence") {
-					name = "after_sequence"
-				}
-				if after, err := strconv.ParseUint(strings.TrimSpace(q.Get(name)), 10, 64); !q.Has(name) || err == nil && last > after {
-					q.Set(name, id)
-				}
+				// it got, which came after the URL's: that is where the
+				// client is. (Event ids are not ordered, see README "Event
+				// ids": which is later cannot be read off the numbers.)
+				q.Del("after_sequence")
+				q.Set("afterSequence", id)
 				q.Del("lastEventId")
 				r.URL.RawQuery = q.Encode()
 			}

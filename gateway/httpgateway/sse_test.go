@@ -285,10 +285,12 @@ func TestLastEventIDVariants(t *testing.T) {
 	}{
 		{"query lastEventId", "?lastEventId=12", nil, 12, http.StatusNoContent},
 		// An EventSource opened on a URL with afterSequence reconnects to
-		// that URL with the id of the last event it got.
-		{"a later Last-Event-ID than the URL's afterSequence", "?afterSequence=3", map[string]string{"Last-Event-ID": "12"}, 12, http.StatusNoContent},
-		{"an earlier Last-Event-ID than the URL's afterSequence", "?afterSequence=30", map[string]string{"Last-Event-ID": "12"}, 30, http.StatusNoContent},
-		{"a later lastEventId than the URL's after_sequence", "?after_sequence=3&lastEventId=7", nil, 7, http.StatusNoContent},
+		// that URL with the id of the last event it got, which came after
+		// the URL's: that id is where it is, whichever number is larger
+		// (event ids are not ordered).
+		{"Last-Event-ID beside the URL's afterSequence", "?afterSequence=3", map[string]string{"Last-Event-ID": "12"}, 12, http.StatusNoContent},
+		{"a smaller Last-Event-ID beside the URL's afterSequence", "?afterSequence=30", map[string]string{"Last-Event-ID": "12"}, 12, http.StatusNoContent},
+		{"lastEventId beside the URL's after_sequence", "?after_sequence=3&lastEventId=7", nil, 7, http.StatusNoContent},
 		{"no id", "", nil, 0, http.StatusNoContent},
 	}
 	for _, tc := range cases {

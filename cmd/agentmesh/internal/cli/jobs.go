@@ -198,7 +198,7 @@ was cancelled.`,
 			return a.watch(ctx, m, args[0], after)
 		}),
 	}
-	c.Flags().Uint64Var(&after, "after-sequence", 0, "resume after this event sequence number")
+	c.Flags().Uint64Var(&after, "after-sequence", 0, "resume after the event with this id (the id of the last event a watch printed)")
 	return c
 }
 
