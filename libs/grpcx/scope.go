@@ -93,6 +93,9 @@ func scopeAgrees(ctx context.Context, s *commonv1.Scope) error {
 // MaxScopeIDLen is the longest tenant or project id.
 const MaxScopeIDLen = 128
 
+// scopeIDRule is what a tenant or project id must be, besides its length.
+const scopeIDRule = "must be printable ASCII without '.', '*', '>' or whitespace"
+
 // ValidScopeID reports why s cannot be a tenant or project id, or nil. NATS
 // subjects carry tenants (am.evt.<tenant>...), so an id is 1 to
 // MaxScopeIDLen printable ASCII characters without subject syntax ('.', '*',
@@ -106,7 +109,7 @@ func ValidScopeID(s string) error {
 	}
 	for _, c := range []byte(s) {
 		if c <= ' ' || c > '~' || c == '.' || c == '*' || c == '>' {
-			return errors.New("must be printable ASCII without '.', '*', '>' or whitespace")
+			return errors.New(scopeIDRule)
 		}
 	}
 	return nil

@@ -114,6 +114,11 @@ func describeViolation(v *protovalidate.Violation) string {
 		}
 		return "must be one of " + strings.Join(names, ", ")
 	}
+	if fd := v.FieldDescriptor; fd != nil && v.Proto.GetRuleId() == "string.pattern" && fd.ContainingMessage().FullName() == scopeName {
+		// The pattern itself ("does not match regex pattern `^[!-)+-…`")
+		// says it to nobody: say what ValidScopeID does.
+		return scopeIDRule
+	}
 	msg := v.Proto.GetMessage()
 	for _, p := range []string{"value ", "Value "} {
 		if rest, ok := strings.CutPrefix(msg, p); ok {

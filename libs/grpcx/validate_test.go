@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
@@ -187,5 +188,22 @@ func TestScopeGuardOnEveryRequest(t *testing.T) {
 				t.Fatal("the refused request reached the handler")
 			}
 		})
+	}
+}
+
+// TestScopeIDPatternIsSaidInWords: a tenant or project id the contract's
+// pattern refuses is refused in words, not with the pattern.
+func TestScopeIDPatternIsSaidInWords(t *testing.T) {
+	t.Parallel()
+	for _, sc := range []*commonv1.Scope{{TenantId: "acme", ProjectId: "proj1 "}, {TenantId: "ac.me"}} {
+		err := grpcx.CheckRequest(context.Background(), &indexerv1.SearchRequest{Scope: sc, Query: "x"})
+		field := "scope.project_id"
+		if sc.GetProjectId() == "" {
+			field = "scope.tenant_id"
+		}
+		wantViolation(t, err, field, "must be printable ASCII without '.', '*', '>' or whitespace")
+		if strings.Contains(status.Convert(err).Message(), "regex") {
+			t.Errorf("%v: the message shows the pattern", err)
+		}
 	}
 }
