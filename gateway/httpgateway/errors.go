@@ -59,7 +59,8 @@ func (g *gateway) handleError(ctx context.Context, _ *runtime.ServeMux, _ runtim
 	if errors.As(err, &he) {
 		httpStatus, err = he.HTTPStatus, he.Err
 	}
-	st := status.Convert(err)
+	orig := status.Convert(err)
+	st := jsonFieldNames(orig)
 	if st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), tooLargeAnswer) {
 		// Not the caller's quota: a service answered more than the
 		// gateway's gRPC client takes (grpcx.Dial's 32 MiB).
@@ -67,7 +68,7 @@ func (g *gateway) handleError(ctx context.Context, _ *runtime.ServeMux, _ runtim
 		st = status.New(codes.Internal, "the service's answer is larger than the gateway takes"+
 			strings.TrimSuffix(strings.TrimPrefix(st.Message(), tooLargeAnswer), ")")+" bytes); ask for less (a narrower query, a smaller page)")
 	}
-	if p, ok := principalFrom(r.Context()); ok && p.Tenant == "" && st.Code() == codes.InvalidArgument && st.Message() == operatorNoTenant {
+	if p, ok := principalFrom(r.Context()); ok && p.Tenant == "" && orig.Code() == codes.InvalidArgument && orig.Message() == operatorNoTenant {
 		// An operator key (or X-Tenant-Id: * without keys) has no tenant
 		// of its own: say where the request names one.
 		st = status.New(codes.InvalidArgument, operatorNoTenant+": an operator key (tenant *, or X-Tenant-Id: * without keys) acts for no tenant "+

@@ -51,6 +51,14 @@ var protojsonPos = regexp.MustCompile(`\(line (\d+):(\d+)\): ?`)
 // describeBodyError rewrites a protojson error on body as "<field path>:
 // <what is wrong> (request body, line L, column C)".
 func describeBodyError(body []byte, md protoreflect.MessageDescriptor, err error) error {
+	if off, esc, ok := loneSurrogate(body); ok {
+		// protojson refuses it, with "unexpected EOF" or a misleading
+		// "invalid escape code" and no position when it ends a string.
+		path, _ := jsonPathAt(body, off)
+		line, col := lineCol(body, off)
+		return fmt.Errorf("%s: %s is half of a UTF-16 surrogate pair without its other half; "+
+			"write the character itself, or both halves (request body, line %d, column %d)", displayPath(path), esc, line, col)
+	}
 	msg := err.Error()
 	loc := protojsonPos.FindStringSubmatchIndex(msg)
 	if loc == nil {
@@ -98,6 +106,67 @@ func displayPath(path []string) string {
 		b.WriteString(p)
 	}
 	return b.String()
+}
+
+// loneSurrogate finds the first \uXXXX escape in a JSON string of body
+// that is half of a UTF-16 surrogate pair without the other half: its
+// offset (of its string's opening quote, where jsonPathAt names the value)
+// and the escape as written.
+func loneSurrogate(body []byte) (off int, esc string, ok bool) {
+	in, start := false, 0
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(body) || body[i] != '\\' || body[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(body[i+2:i+6]), 16, 32)
+		return rune(n), err == nil
+	}
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		switch {
+		case !in:
+			if c == '"' {
+				in, start = true, i
+			}
+		case c == '"':
+			in = false
+		case c == '\\':
+			r, isU := hex4(i)
+			if !isU {
+				i++ // a two-byte escape
+				continue
+			}
+			switch {
+			case r >= 0xD800 && r <= 0xDBFF:
+				if lo, ok := hex4(i + 6); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+					i += 11 // the pair
+					continue
+				}
+				return start, string(body[i : i+6]), true
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return start, string(body[i : i+6]), true
+			}
+			i += 5
+		}
+	}
+	return 0, "", false
+}
+
+// lineCol is offsetOf's inverse: the 1-based line and column (in runes) of
+// byte offset off of body.
+func lineCol(body []byte, off int) (line, col int) {
+	line, col = 1, 1
+	for i := 0; i < off && i < len(body); {
+		if body[i] == '\n' {
+			line, col = line+1, 1
+			i++
+			continue
+		}
+		_, size := utf8.DecodeRune(body[i:])
+		i += size
+		col++
+	}
+	return line, col
 }
 
 // offsetOf turns protojson's 1-based line and column (counted in runes,

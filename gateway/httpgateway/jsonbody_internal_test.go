@@ -57,6 +57,10 @@ func TestBodyErrorsNameTheField(t *testing.T) {
 			`instruction: invalid UTF-8 in string (request body, line 1, column 16)`},
 		{"trailing data", &classifierv1.StartRunRequest{}, `{"instruction":"x"} {}`,
 			`request body: not valid JSON: unexpected token { (request body, line 1, column 21)`},
+		{"a lone surrogate ending a string", &indexerv1.SearchRequest{}, `{"query":"\ud800"}`,
+			`query: \ud800 is half of a UTF-16 surrogate pair without its other half; write the character itself, or both halves (request body, line 1, column 10)`},
+		{"a lone surrogate inside a string", &orchestratorv1.CreateConversationRequest{}, "{\n \"scope\": {\"tenantId\": \"x\"},\n \"title\": \"abc \\udc00 \\ud83d\\ude00 end\"}",
+			`title: \udc00 is half of a UTF-16 surrogate pair without its other half; write the character itself, or both halves (request body, line 3, column 11)`},
 		{"duplicate field", &classifierv1.StartRunRequest{}, `{"instruction":"x","instruction":"y"}`,
 			`instruction: duplicate field "instruction" (request body, line 1, column 20)`},
 	}

@@ -151,7 +151,7 @@ func TestErrorsMapToHTTPStatusWithJSONBody(t *testing.T) {
 		wantCode                 codes.Code
 		wantInMessage            string
 	}{
-		{"InvalidArgument names the field", "GET", "/v1/conversations/invalid", "", 400, codes.InvalidArgument, "scope.tenant_id"},
+		{"InvalidArgument names the field", "GET", "/v1/conversations/invalid", "", 400, codes.InvalidArgument, "scope.tenantId"},
 		{"bad JSON field names the field", "POST", "/v1/conversations", `{"titel":"x"}`, 400, codes.InvalidArgument, "titel"},
 		{"wrong JSON type names the field", "POST", "/v1/sql/sessions", `{"scope":{"tenantId":7}}`, 400, codes.InvalidArgument, "tenantId"},
 		{"body that is not JSON", "POST", "/v1/conversations", `not json`, 400, codes.InvalidArgument, "request body: not valid JSON: invalid value not (request body, line 1, column 1)"},
@@ -213,7 +213,7 @@ func TestErrorsMapToHTTPStatusWithJSONBody(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(got.Details) != 1 || got.Details[0].Type != "type.googleapis.com/google.rpc.BadRequest" ||
-			len(got.Details[0].FieldViolations) != 1 || got.Details[0].FieldViolations[0].Field != "scope.tenant_id" {
+			len(got.Details[0].FieldViolations) != 1 || got.Details[0].FieldViolations[0].Field != "scope.tenantId" {
 			t.Fatalf("details = %s", body)
 		}
 	})

@@ -284,9 +284,9 @@ func TestSSEThroughGateway(t *testing.T) {
 		code        int
 		field       string
 	}{
-		{base + "/v1/conversations/" + created.Conversation.ID + "/turns/not-a-turn:watch", "", http.StatusBadRequest, "turn_id"},
-		{base + "/v1/conversations/" + created.Conversation.ID + "/turns/0191c9a0-0000-7000-8000-000000000000:watch", "", http.StatusNotFound, "turn_id"},
-		{watchURL, strconv.FormatUint(prev+1, 10), http.StatusBadRequest, "after_sequence"},
+		{base + "/v1/conversations/" + created.Conversation.ID + "/turns/not-a-turn:watch", "", http.StatusBadRequest, "turnId: "},
+		{base + "/v1/conversations/" + created.Conversation.ID + "/turns/0191c9a0-0000-7000-8000-000000000000:watch", "", http.StatusNotFound, "turnId: "},
+		{watchURL, strconv.FormatUint(prev+1, 10), http.StatusBadRequest, "afterSequence: "},
 	} {
 		h := map[string]string{}
 		if bad.lastID != "" {

@@ -113,7 +113,7 @@ func TestRESTRoutes(t *testing.T) {
 	acme.want("POST", input, `{"text":7}`, 400, "text")
 	globex.want("POST", input, `{"selection":"generate"}`, 404, "")
 	globex.want("GET", "/v1/sql/sessions/"+id, "", 404, "")
-	acme.want("GET", "/v1/sql/sessions/"+strings.Repeat("s", 129), "", 400, "session_id")
+	acme.want("GET", "/v1/sql/sessions/"+strings.Repeat("s", 129), "", 400, "sessionId")
 
 	// A generated read, named at EXECUTE_SQL.
 	acme.want("POST", input, `{"selection":"generate"}`, 200, "")
@@ -138,10 +138,10 @@ func TestRESTRoutes(t *testing.T) {
 	if jobs, _ := dig(list, "jobs").([]any); len(jobs) != 1 || dig(jobs[0], "id") != jobID || dig(jobs[0], "name") != "genre count" {
 		t.Fatalf("acme's jobs: %v", list)
 	}
-	acme.want("GET", "/v1/sql/jobs?pageSize=501", "", 400, "page_size")
-	acme.want("GET", "/v1/sql/jobs?pageSize=-1", "", 400, "page_size")
+	acme.want("GET", "/v1/sql/jobs?pageSize=501", "", 400, "pageSize")
+	acme.want("GET", "/v1/sql/jobs?pageSize=-1", "", 400, "pageSize")
 	acme.want("GET", "/v1/sql/jobs?pageSize=many", "", 400, "pageSize")
-	acme.want("GET", "/v1/sql/jobs?sessionId="+strings.Repeat("s", 129), "", 400, "session_id")
+	acme.want("GET", "/v1/sql/jobs?sessionId="+strings.Repeat("s", 129), "", 400, "sessionId")
 	if out := globex.want("GET", "/v1/sql/jobs", "", 200, ""); dig(out, "jobs") != nil {
 		t.Fatalf("globex lists acme's jobs: %v", out)
 	}
@@ -158,7 +158,7 @@ func TestRESTRoutes(t *testing.T) {
 	globex.want("GET", jobPath, "", 404, "")
 	globex.want("GET", "/v1/sql/jobs/"+jobID, "", 404, "")
 	acme.want("GET", "/v1/sql/jobs/"+url.PathEscape(id+"/999"), "", 404, "")
-	acme.want("GET", "/v1/sql/jobs/"+strings.Repeat("j", 129), "", 400, "job_id")
+	acme.want("GET", "/v1/sql/jobs/"+strings.Repeat("j", 129), "", 400, "jobId")
 
 	// Prompts: the SQL writer's one call, masked; another tenant's 404.
 	prompts := acme.want("GET", "/v1/sql/sessions/"+id+"/prompts", "", 200, "")
@@ -167,5 +167,5 @@ func TestRESTRoutes(t *testing.T) {
 	}
 	globex.want("GET", "/v1/sql/sessions/"+id+"/prompts", "", 404, "")
 	acme.want("GET", "/v1/sql/sessions/nosuch/prompts", "", 404, "")
-	acme.want("GET", "/v1/sql/sessions/"+strings.Repeat("s", 129)+"/prompts", "", 400, "session_id")
+	acme.want("GET", "/v1/sql/sessions/"+strings.Repeat("s", 129)+"/prompts", "", 400, "sessionId")
 }

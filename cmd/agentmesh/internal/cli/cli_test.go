@@ -495,8 +495,8 @@ func TestUsagePerTenant(t *testing.T) {
 	// The REST shape the console's usage panel reads.
 	// "*" is how keys name an operator, not a tenant: every tenant's usage
 	// is asked by naming none.
-	if code, body := get(t, "/v1/usage?tenantId=*", operatorKey); code != http.StatusBadRequest || !strings.Contains(string(body), "tenant_id") {
-		t.Fatalf("GET /v1/usage?tenantId=* with the operator key: HTTP %d, want 400 naming tenant_id: %s", code, body)
+	if code, body := get(t, "/v1/usage?tenantId=*", operatorKey); code != http.StatusBadRequest || !strings.Contains(string(body), `"tenantId: `) {
+		t.Fatalf("GET /v1/usage?tenantId=* with the operator key: HTTP %d, want 400 naming tenantId, as the request wrote it: %s", code, body)
 	}
 	code, raw := get(t, "/v1/usage?resolution=USAGE_RESOLUTION_HOUR", operatorKey)
 	var shape struct {

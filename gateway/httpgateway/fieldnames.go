@@ -1,0 +1,94 @@
+package httpgateway
+
+import (
+	"regexp"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// fieldPath matches a proto field path at the start of a service's
+// message ("scope.project_id: ...", "messages[0].tool_call_id: ...").
+var fieldPath = regexp.MustCompile(`^[a-z][a-z0-9_]*(\[[^\]]*\])*(\.[a-z][a-z0-9_]*(\[[^\]]*\])*)*$`)
+
+// grpcGatewayParse is grpc-gateway's refusal of a query value it could not
+// put in its field: `parsing field "source_type": "99" is not a valid value`.
+var grpcGatewayParse = regexp.MustCompile(`^parsing field "([a-z0-9_.]+)": (.*)$`)
+
+// jsonFieldNames returns st as the JSON API names things: the services
+// name fields by their proto paths (scope.project_id, options.top_p), the
+// REST API and its documentation by their JSON names (scope.projectId,
+// options.topP), which is what a REST caller wrote. The field at the head
+// of the message and in every BadRequest violation is renamed; a message
+// that does not start with a field path is left as it is. grpc-gateway's
+// own refusal of a query value becomes the same "field: reason" with a
+// violation naming the parameter.
+func jsonFieldNames(st *status.Status) *status.Status {
+	msg := st.Message()
+	if m := grpcGatewayParse.FindStringSubmatch(msg); m != nil && st.Code() == codes.InvalidArgument {
+		field := jsonPath(m[1])
+		out := status.New(codes.InvalidArgument, field+": "+m[2])
+		if d, err := out.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: m[2]}}}); err == nil {
+			out = d
+		}
+		return out
+	}
+	head, rest, ok := strings.Cut(msg, ": ")
+	renamed := false
+	if ok && fieldPath.MatchString(head) && strings.Contains(head, "_") {
+		msg, renamed = jsonPath(head)+": "+rest, true
+	}
+	p := st.Proto()
+	for i, a := range p.GetDetails() {
+		var br errdetails.BadRequest
+		if a.MessageIs(&br) && a.UnmarshalTo(&br) == nil {
+			changed := false
+			for _, v := range br.GetFieldViolations() {
+				if fieldPath.MatchString(v.GetField()) && strings.Contains(v.GetField(), "_") {
+					v.Field, changed = jsonPath(v.GetField()), true
+				}
+			}
+			if changed {
+				if b, err := anypb.New(&br); err == nil {
+					p.Details[i], renamed = b, true
+				}
+			}
+		}
+	}
+	if !renamed {
+		return st
+	}
+	p = proto.Clone(p).(*spb.Status)
+	p.Message = msg
+	return status.FromProto(p)
+}
+
+// jsonPath renames each field of a proto path to its JSON name
+// (lowerCamelCase, as protoc names fields without a json_name), keeping
+// indexes and map keys: messages[0].tool_call_id → messages[0].toolCallId.
+func jsonPath(path string) string {
+	var b strings.Builder
+	upper, inBrackets := false, false
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		switch {
+		case inBrackets:
+			inBrackets = c != ']'
+		case c == '[':
+			inBrackets = true
+		case c == '_':
+			upper = true
+			continue
+		case upper && c >= 'a' && c <= 'z':
+			c -= 'a' - 'A'
+		}
+		upper = false
+		b.WriteByte(c)
+	}
+	return b.String()
+}
