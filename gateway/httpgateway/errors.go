@@ -104,5 +104,12 @@ func (g *gateway) handleRoutingError(ctx context.Context, mux *runtime.ServeMux,
 		code = codes.Unimplemented
 	}
 	err := status.Error(code, http.StatusText(httpStatus)+": "+r.Method+" "+r.URL.Path)
+	if httpStatus == http.StatusMethodNotAllowed {
+		// RFC 9110: a 405 says which methods the resource takes.
+		if allow := g.routes.methods(r.URL.Path); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			err = status.Error(code, http.StatusText(httpStatus)+": "+r.Method+" "+r.URL.Path+" (it takes "+strings.Join(allow, ", ")+")")
+		}
+	}
 	g.handleError(ctx, mux, m, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: err})
 }

@@ -394,5 +394,17 @@ func (t routeTable) match(method, path string) (*route, []pathParam) {
 	return best, bestParams
 }
 
+// methods returns the methods some operation of t serves path with, in
+// the order of http's method constants.
+func (t routeTable) methods(path string) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if rt, _ := t.match(m, path); rt != nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // specRoutes is the route table of the embedded OpenAPI document.
 func specRoutes() (routeTable, error) { return loadRoutes(openapi.Spec) }

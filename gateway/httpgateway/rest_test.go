@@ -219,6 +219,25 @@ func TestErrorsMapToHTTPStatusWithJSONBody(t *testing.T) {
 	})
 }
 
+// TestMethodNotAllowedSaysWhatIsAllowed: a 405 carries the Allow header
+// RFC 9110 requires, listing the methods the path takes.
+func TestMethodNotAllowedSaysWhatIsAllowed(t *testing.T) {
+	t.Parallel()
+	m := startMesh(t, httpgateway.Config{}, fakes{})
+	for _, tc := range []struct{ method, path, allow string }{
+		{"DELETE", "/v1/models", "GET"},
+		{"PUT", "/v1/documents", "GET, POST"},
+		{"PATCH", "/v1/conversations/c1", "GET, DELETE"},
+		{"DELETE", "/v1/analyses", "POST"},
+	} {
+		resp, body := do(t, tc.method, m.url+tc.path, "", nil)
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != tc.allow ||
+			!strings.Contains(string(body), "(it takes "+tc.allow+")") {
+			t.Errorf("%s %s: %d, Allow %q, %s; want 405 allowing %q", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), body, tc.allow)
+		}
+	}
+}
+
 func TestUnreachableServiceIs503NamingIt(t *testing.T) {
 	t.Parallel()
 	m := startMesh(t, httpgateway.Config{}, fakes{})
