@@ -13,6 +13,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/agentmesh/agentmesh/libs/jsonschemax"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/llm"
 )
 
@@ -42,11 +43,11 @@ func Compile(name string, raw []byte) (*Schema, error) {
 	c.AssertFormat()
 	const url = "mem://response-schema.json"
 	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("schema: %w", err)
+		return nil, fmt.Errorf("schema: %s", jsonschemax.CompileError(err))
 	}
 	sch, err := c.Compile(url)
 	if err != nil {
-		return nil, fmt.Errorf("schema does not compile: %w", err)
+		return nil, fmt.Errorf("schema does not compile: %s", jsonschemax.CompileError(err))
 	}
 	if name == "" {
 		name = "response"

@@ -20,6 +20,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
+	"github.com/agentmesh/agentmesh/libs/jsonschemax"
 )
 
 // Tool is a function the model may call.
@@ -179,11 +180,11 @@ func compile(name, schema string) (*jsonschema.Schema, error) {
 	c.UseLoader(noLoader{})
 	url := "mem:///tools/" + name + ".json"
 	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("tools: schema of %s: %w", name, err)
+		return nil, fmt.Errorf("tools: schema of %s: %s", name, jsonschemax.CompileError(err))
 	}
 	sch, err := c.Compile(url)
 	if err != nil {
-		return nil, fmt.Errorf("tools: schema of %s: %w", name, err)
+		return nil, fmt.Errorf("tools: schema of %s: %s", name, jsonschemax.CompileError(err))
 	}
 	return sch, nil
 }

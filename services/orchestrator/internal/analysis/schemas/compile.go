@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/agentmesh/agentmesh/libs/jsonschemax"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )
@@ -61,11 +63,11 @@ func Compile(name string, text []byte) (*Compiled, error) {
 	c.AssertFormat()
 	url := "mem:///" + name + ".json"
 	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidSchema, name, err)
+		return nil, fmt.Errorf("%w: %s: %s", ErrInvalidSchema, name, jsonschemax.CompileError(err))
 	}
 	sch, err := c.Compile(url)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidSchema, name, err)
+		return nil, fmt.Errorf("%w: %s: %s", ErrInvalidSchema, name, jsonschemax.CompileError(err))
 	}
 	return &Compiled{name: name, text: string(text), doc: obj, schema: sch}, nil
 }
@@ -109,8 +111,7 @@ func (c *Compiled) validate(inst any) error {
 	if !errors.As(err, &ve) {
 		return err
 	}
-	ie := &InvalidError{Schema: c.name}
-	collectLeaves(ve, &ie.Problems)
+	ie := &InvalidError{Schema: c.name, Problems: jsonschemax.Leaves(ve)}
 	if len(ie.Problems) == 0 {
 		ie.Problems = []string{ve.LocalizedError(printer)}
 	}
@@ -127,16 +128,4 @@ type InvalidError struct {
 
 func (e *InvalidError) Error() string {
 	return "does not match schema " + e.Schema + ": " + strings.Join(e.Problems, "; ")
-}
-
-// collectLeaves gathers "at <location>: <message>" for the innermost causes.
-func collectLeaves(ve *jsonschema.ValidationError, out *[]string) {
-	if len(ve.Causes) == 0 {
-		loc := "/" + strings.Join(ve.InstanceLocation, "/")
-		*out = append(*out, fmt.Sprintf("at %s: %s", loc, ve.ErrorKind.LocalizedString(printer)))
-		return
-	}
-	for _, c := range ve.Causes {
-		collectLeaves(c, out)
-	}
 }

@@ -1,0 +1,67 @@
+// Package jsonschemax renders the errors of
+// github.com/santhosh-tekuri/jsonschema/v6 for the callers who wrote the
+// schema or the value: one line each, without the library's internal
+// resource names ("mem://…"), its metaschema's URL or its loader's Go
+// vocabulary.
+package jsonschemax
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// printer renders the library's messages; safe for concurrent use.
+var printer = message.NewPrinter(language.English)
+
+const insideOnly = "a schema may refer only inside itself (#/$defs/…) or to a standard draft's metaschema"
+
+// CompileError describes err, from compiling a caller's schema:
+//   - a schema that breaks its draft's rules: "not a valid JSON schema:
+//     at /properties/x/type: value must be one of ..." (every problem);
+//   - a $ref or $schema the compiler may not follow (the services load
+//     nothing from files or the network): ""http://…" is outside the
+//     schema: a schema may refer only inside itself (#/$defs/…) or to a
+//     standard draft's metaschema";
+//   - anything else as the library says it.
+func CompileError(err error) string {
+	var sve *jsonschema.SchemaValidationError
+	if errors.As(err, &sve) {
+		var ve *jsonschema.ValidationError
+		if errors.As(sve.Err, &ve) {
+			return "not a valid JSON schema: " + strings.Join(Leaves(ve), "; ")
+		}
+		return "not a valid JSON schema: " + sve.Err.Error()
+	}
+	var le *jsonschema.LoadURLError
+	if errors.As(err, &le) {
+		return fmt.Sprintf("%q is outside the schema: %s", le.URL, insideOnly)
+	}
+	var ue *jsonschema.UnsupportedURLSchemeError
+	if errors.As(err, &ue) {
+		return "a reference is outside the schema: " + insideOnly
+	}
+	return err.Error()
+}
+
+// Leaves renders each innermost cause of ve as "at <JSON pointer of the
+// value>: <what is wrong>", in the library's order.
+func Leaves(ve *jsonschema.ValidationError) []string {
+	var out []string
+	var walk func(*jsonschema.ValidationError)
+	walk = func(ve *jsonschema.ValidationError) {
+		if len(ve.Causes) == 0 {
+			out = append(out, fmt.Sprintf("at /%s: %s", strings.Join(ve.InstanceLocation, "/"), ve.ErrorKind.LocalizedString(printer)))
+			return
+		}
+		for _, c := range ve.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	return out
+}

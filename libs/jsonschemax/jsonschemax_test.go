@@ -1,0 +1,49 @@
+package jsonschemax_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/agentmesh/agentmesh/libs/jsonschemax"
+)
+
+func compile(t *testing.T, text string) error {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.UseLoader(jsonschema.SchemeURLLoader{}) // as the services: nothing loaded
+	if err := c.AddResource("mem:///caller.json", doc); err != nil {
+		return err
+	}
+	_, err = c.Compile("mem:///caller.json")
+	return err
+}
+
+// TestCompileErrorsReadAsOneLine: a schema that breaks the draft's rules,
+// or refers outside itself, is described in one line naming the place or
+// the reference, without the library's resource names or Go vocabulary.
+func TestCompileErrorsReadAsOneLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ schema, want string }{
+		{`{"type":"wizard"}`, "not a valid JSON schema: at /type: "},
+		{`{"properties":{"a":{"minimum":"five"}}}`, "not a valid JSON schema: at /properties/a/minimum: "},
+		{`{"$ref":"http://169.254.169.254/latest"}`, `"http://169.254.169.254/latest" is outside the schema: a schema may refer only inside itself`},
+		{`{"$ref":"file:///etc/passwd"}`, `"file:///etc/passwd" is outside the schema`},
+		{`{"$schema":"file:///etc/passwd","type":"object"}`, `"file:///etc/passwd" is outside the schema`},
+	} {
+		err := compile(t, tc.schema)
+		if err == nil {
+			t.Fatalf("%s compiled", tc.schema)
+		}
+		got := jsonschemax.CompileError(err)
+		if !strings.HasPrefix(got, tc.want) || strings.Contains(got, "\n") || strings.Contains(got, "mem:") ||
+			strings.Contains(got, "against metaschema") || strings.Contains(got, "URLLoader") {
+			t.Errorf("%s: %q, want one line starting %q (library said %q)", tc.schema, got, tc.want, err)
+		}
+	}
+}
