@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -317,6 +318,11 @@ func decodeImage(p object) (*modelv1.ImagePart, error) {
 	}
 	if len(b) == 0 {
 		return nil, badParam(iu.path("url"), "data URL holds no image")
+	}
+	// The bytes decide, as the upload route's and the vision service's
+	// checks do: a provider given text labelled image/png fails the call.
+	if sniffed := http.DetectContentType(b); !strings.HasPrefix(sniffed, "image/") {
+		return nil, badParam(iu.path("url"), "data URL holds no image: declared %s, but the bytes look like %s", mime, sniffed)
 	}
 	return &modelv1.ImagePart{Data: b, MimeType: mime}, nil
 }
