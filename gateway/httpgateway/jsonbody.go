@@ -62,7 +62,7 @@ func describeBodyError(body []byte, md protoreflect.MessageDescriptor, err error
 	msg := err.Error()
 	loc := protojsonPos.FindStringSubmatchIndex(msg)
 	if loc == nil {
-		return fmt.Errorf("request body: %s", strings.TrimPrefix(msg, "proto: "))
+		return fmt.Errorf("request body: %s", strings.TrimPrefix(strings.ReplaceAll(msg, "\u00a0", " "), "proto: "))
 	}
 	line, _ := strconv.Atoi(msg[loc[2]:loc[3]])
 	col, _ := strconv.Atoi(msg[loc[4]:loc[5]])

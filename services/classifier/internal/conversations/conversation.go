@@ -263,8 +263,8 @@ func ParseJSONL(r io.Reader, seen map[string]int) ([]Parsed, []Rejection, error)
 // cleanProtoJSONError drops protojson's unstable "proto: (line 1:2): "
 // prefix noise but keeps the field it names.
 func cleanProtoJSONError(err error) string {
-	s := err.Error()
-	s = strings.TrimPrefix(s, "proto: ")
-	s = strings.ReplaceAll(s, "\u00a0", " ")
-	return s
+	// protojson's prefix is "proto:" and a space that is sometimes a
+	// no-break space (to discourage matching its text): normalise first.
+	s := strings.ReplaceAll(err.Error(), "\u00a0", " ")
+	return strings.TrimPrefix(s, "proto: ")
 }
