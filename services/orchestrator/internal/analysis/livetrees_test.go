@@ -217,6 +217,22 @@ func TestLiveTreesLostEndsTheirWatches(t *testing.T) {
 	s := serveAsync(t.Context(), l, root, 0)
 	none := serveAsync(t.Context(), l, fresh, 0)
 	waitSeqs(t, s, 1)
+	// The eventless tree's watch waits before the loss: a watch that
+	// starts after it is refused instead (its caller replays the stream).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l.mu.Lock()
+		tr := l.trees[treeKey("acme", fresh.ID)]
+		waiting := tr != nil && tr.watchers == 1
+		l.mu.Unlock()
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the eventless tree's watch never started")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	l.drop()
 	wait(t, s)
 	wait(t, none)
