@@ -95,7 +95,7 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 	if err != nil {
 		return nil, err
 	}
-	api := g.authenticate(refuseMethodOverride(g.readBody(g.checkRequestLine(resumeLastEventID(g.classifierCommands(g.streaming(mux)))))))
+	api := g.authenticate(g.headAsGet(refuseMethodOverride(g.readBody(g.checkRequestLine(resumeLastEventID(g.classifierCommands(g.streaming(mux))))))))
 
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", g.serveHealth)

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/agentmesh/agentmesh/gateway/openapi"
@@ -56,6 +57,34 @@ func refuseMethodOverride(next http.Handler) http.Handler {
 	})
 }
 
+// headAsGet serves HEAD on the API's GET routes as GET without the body
+// (net/http drops what a HEAD's handler writes), as RFC 9110 asks of every
+// resource that takes GET. A watch streams until its subject ends, which a
+// HEAD cannot wait for: HEAD on one is a 405 allowing GET. A path with no
+// GET route passes through, for the router to answer 404 or 405.
+func (g *gateway) headAsGet(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodHead {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rt, _ := g.routes.match(http.MethodGet, r.URL.Path)
+		if rt == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if strings.HasSuffix(rt.template, ":watch") {
+			w.Header().Set("Allow", http.MethodGet)
+			writeStatus(w, http.StatusMethodNotAllowed, status.New(codes.Unimplemented,
+				"Method Not Allowed: HEAD "+r.URL.Path+" (a watch streams: it takes GET)"))
+			return
+		}
+		get := r.Clone(r.Context())
+		get.Method = http.MethodGet
+		next.ServeHTTP(w, get)
+	})
+}
+
 // gatewayQueryParams are query parameters the gateway itself reads on
 // every route: lastEventId stands for the Last-Event-ID header, for
 // EventSource clients that cannot set headers.
@@ -68,7 +97,7 @@ var gatewayQueryParams = map[string]bool{"lastEventId": true}
 // field is), and one that takes a single value given more than once. On
 // routes with an afterSequence parameter it maps an
 // EventSource reconnect onto it: the Last-Event-ID header (or lastEventId)
-// becomes afterSequence, or replaces an earlier one the URL holds. Requests that
+// becomes afterSequence, or replaces the one the URL holds. Requests that
 // match no route pass through, for the router to answer 404 or 405.
 func (g *gateway) checkRequestLine(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

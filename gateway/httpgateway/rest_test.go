@@ -238,6 +238,27 @@ func TestMethodNotAllowedSaysWhatIsAllowed(t *testing.T) {
 	}
 }
 
+// TestHeadIsGetWithoutTheBody: HEAD on a GET route answers as GET would
+// (here the fake model service's 501), without the body; on a watch, which
+// streams, it is a 405 allowing GET.
+func TestHeadIsGetWithoutTheBody(t *testing.T) {
+	t.Parallel()
+	m := startMesh(t, httpgateway.Config{}, fakes{})
+	get, getBody := do(t, "GET", m.url+"/v1/models", "", nil)
+	head, headBody := do(t, "HEAD", m.url+"/v1/models", "", nil)
+	if head.StatusCode != get.StatusCode || head.StatusCode == http.StatusMethodNotAllowed || len(headBody) != 0 || len(getBody) == 0 ||
+		head.Header.Get("Content-Type") != get.Header.Get("Content-Type") {
+		t.Errorf("GET %d (%d bytes, %s), HEAD %d (%d bytes, %s); want HEAD as GET without the body",
+			get.StatusCode, len(getBody), get.Header.Get("Content-Type"), head.StatusCode, len(headBody), head.Header.Get("Content-Type"))
+	}
+	if resp, _ := do(t, "HEAD", m.url+"/v1/jobs/j1:watch", "", nil); resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET" {
+		t.Errorf("HEAD on a watch: %d, Allow %q; want 405 allowing GET", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+	if resp, _ := do(t, "HEAD", m.url+"/v1/analyses", "", nil); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("HEAD on a POST-only path: %d, want 405", resp.StatusCode)
+	}
+}
+
 func TestUnreachableServiceIs503NamingIt(t *testing.T) {
 	t.Parallel()
 	m := startMesh(t, httpgateway.Config{}, fakes{})
