@@ -222,7 +222,9 @@ func (a *app) watch(ctx context.Context, m *mesh, id string, after uint64) error
 			}
 			return callErr("watch job "+id, err)
 		}
-		after = max(after, res.GetSequence())
+		if s := res.GetSequence(); s != 0 {
+			after = s // the last event received: ids are not ordered
+		}
 		j := res.GetEvent().GetJob()
 		p.update(j)
 		err = a.emitLine(res, func(w io.Writer) {

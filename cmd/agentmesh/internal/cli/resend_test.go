@@ -134,3 +134,39 @@ func TestSubmissionIsSentAgainUnderItsRequestID(t *testing.T) {
 		t.Errorf("submissions %v: want the same one twice under one request id", jobs.reqs)
 	}
 }
+
+// cutWatch sends two events whose ids are not in ascending order (event
+// ids are opaque), then loses the stream.
+type cutWatch struct {
+	orchestratorv1.UnimplementedJobServiceServer
+}
+
+func (cutWatch) WatchJob(_ *orchestratorv1.WatchJobRequest, s grpc.ServerStreamingServer[orchestratorv1.WatchJobResponse]) error {
+	for _, id := range []uint64{900, 5} {
+		ev := &orchestratorv1.JobEvent{RootId: "a1", Job: &orchestratorv1.Job{Id: "a1", Status: orchestratorv1.JobStatus_JOB_STATUS_RUNNING}}
+		if err := s.Send(&orchestratorv1.WatchJobResponse{Sequence: id, Event: ev}); err != nil {
+			return err
+		}
+	}
+	return status.Error(codes.Unavailable, "connection reset by peer")
+}
+
+// TestWatchCutSaysToResumeAfterTheLastEvent: the resume hint of a cut
+// watch names the id of the last event received, not the largest id.
+func TestWatchCutSaysToResumeAfterTheLastEvent(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	orchestratorv1.RegisterJobServiceServer(srv, cutWatch{})
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+
+	cfg := cli.Config{Transport: "grpc", OrchestratorAddr: ln.Addr().String(), ConfigFile: t.TempDir() + "/config.yaml"}
+	r := run(t, cfg, "", "jobs", "watch", "a1")
+	if r.code == 0 || !strings.Contains(r.err, "agentmesh jobs watch a1 --after-sequence 5)") {
+		t.Fatalf("a cut watch: %s; want a hint to resume after 5, the last event", r)
+	}
+}
