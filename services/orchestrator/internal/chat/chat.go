@@ -7,8 +7,9 @@
 // One message at a time: a turn holds the conversation's lease (see
 // conversation.Lease) from its first event until it is stored, renewing it
 // while it runs, so a second concurrent message fails with ErrBusy on any
-// replica. It releases the lease before its last event (Completed or the
-// ErrorEvent), so the client that gets that event may send the next one.
+// replica. It releases the lease once its last event (Completed or the
+// ErrorEvent) is stored and before its client gets it, so the client that
+// gets that event may send the next one.
 package chat
 
 import (

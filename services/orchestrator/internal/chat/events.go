@@ -110,13 +110,38 @@ func (e *events) flushLocked() {
 }
 
 func (e *events) sendLocked(ev *orchestratorv1.StreamMessageResponse) {
+	e.publishLocked(ev)
+	_ = e.emit(ev) // a client that went away cancels the turn's context, or leaves a resumable turn to its watches
+}
+
+// publishLocked stores ev in the turn's events, setting its sequence.
+func (e *events) publishLocked(ev *orchestratorv1.StreamMessageResponse) {
 	ev.Sequence = e.pub.publish(e.ctx, ev)
 	if ts := ev.GetTurnStarted(); ts != nil && ev.Sequence == 0 {
 		// Not stored: no watch will find the turn, so its client must not
 		// count on resuming it.
 		ts.Resumable = false
 	}
-	_ = e.emit(ev) // a client that went away cancels the turn's context, or leaves a resumable turn to its watches
+}
+
+// sendLast sends the turn's last event: stored first, then between runs
+// (the turn frees its conversation), then the client gets it. So a client
+// may send the next message the moment it has the event, and a delete
+// that the freed conversation lets through finds the event stored, and
+// purges it with the turn's others. between runs even when nothing is
+// sent (a turn without a client, or one already closed).
+func (e *events) sendLast(ev *orchestratorv1.StreamMessageResponse, between func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed || e.emit == nil {
+		between()
+		return
+	}
+	e.flushLocked()
+	e.publishLocked(ev)
+	between()
+	_ = e.emit(ev)
+	e.last = textKey{}
 }
 
 // close sends any gathered text and drops what comes after.
@@ -168,15 +193,17 @@ func (e *events) toolResult(c tools.Call, r tools.Result) {
 	}})
 }
 
-func (e *events) completed(c *orchestratorv1.Completed) {
-	e.send(&orchestratorv1.StreamMessageResponse{Event: &orchestratorv1.StreamMessageResponse_Completed{Completed: c}})
+// completed sends Completed, the turn's last event (see sendLast).
+func (e *events) completed(c *orchestratorv1.Completed, between func()) {
+	e.sendLast(&orchestratorv1.StreamMessageResponse{Event: &orchestratorv1.StreamMessageResponse_Completed{Completed: c}}, between)
 }
 
-func (e *events) failed(err error) {
+// failed sends the ErrorEvent that ends a failed turn (see sendLast).
+func (e *events) failed(err error, between func()) {
 	st := turnStatus(err)
-	e.send(&orchestratorv1.StreamMessageResponse{Event: &orchestratorv1.StreamMessageResponse_Error{
+	e.sendLast(&orchestratorv1.StreamMessageResponse{Event: &orchestratorv1.StreamMessageResponse_Error{
 		Error: &orchestratorv1.ErrorEvent{Code: codeName(st), Message: st.Message()},
-	}})
+	}}, between)
 }
 
 // codeName spells a status code the way ErrorEvent.code documents it, e.g.

@@ -68,9 +68,10 @@ type turn struct {
 	id     string          // the turn's id, its lease's
 	client context.Context // the client's: when detached, its end does not end ctx
 	live   *liveness       // nil unless the turn is resumable
-	// endLease stops renewing the lease and releases it, once: before the
-	// turn's last event, so that a client that gets it may send the
-	// conversation's next message (or delete it) at once.
+	// endLease stops renewing the lease and releases it, once: after the
+	// turn's last event is stored and before its client gets it (see
+	// events.sendLast), so that the client may send the conversation's
+	// next message (or delete it) at once.
 	endLease func()
 
 	start      time.Time
@@ -265,8 +266,8 @@ func (t *turn) complete(final conversation.Message, maxReached bool) (*Outcome, 
 		MaxIterationsReached: maxReached,
 		MessageId:            final.ID,
 	}
-	t.endLease() // the turn is stored: the conversation is free
-	t.events.completed(c)
+	t.events.completed(c, t.endLease) // the turn is stored: the conversation is free
+
 	return &Outcome{Message: final, Completed: c}, nil
 }
 
@@ -306,8 +307,7 @@ func (t *turn) fail(err error) error {
 		t.l.log.WarnContext(t.ctx, "could not store the failed turn", "conversation", t.conv.ID, "error", ferr)
 	}
 	t.l.log.WarnContext(t.ctx, "turn failed", "conversation", t.conv.ID, "iteration", t.iterations, "error", err)
-	t.endLease()
-	t.events.failed(err)
+	t.events.failed(err, t.endLease)
 	return &TurnError{Err: err}
 }
 
