@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -137,18 +138,39 @@ func (b *Bus) EventIDs(ctx context.Context) (*EventIDs, error) {
 	return ids, nil
 }
 
+// eventIDsConfig is the bucket of the event-id key, with replicas copies.
+func eventIDsConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      EventIDsBucket,
+		Description: "agentmesh: the key that turns event sequences into event ids",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	}
+}
+
+// Retries of a key another service just created, which a replica of the
+// bucket that has not caught up yet may not have (KV reads may be served
+// by any replica).
+const (
+	eventIDsReadTries = 20
+	eventIDsReadPause = 100 * time.Millisecond
+)
+
 // loadEventIDs reads the event-id key, creating the bucket (with replicas
-// copies) and the key if they do not exist.
+// copies) and the key if they do not exist, and raising the bucket's
+// copies to replicas if it has fewer, as the streams' are
+// (EnsureStreamsReplicated): a key on one server of a cluster would make
+// every service's start wait for that server.
 func (b *Bus) loadEventIDs(ctx context.Context, replicas int) (*EventIDs, error) {
 	kv, err := b.js.KeyValue(ctx, EventIDsBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      EventIDsBucket,
-			Description: "agentmesh: the key that turns event sequences into event ids",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    max(replicas, 1),
-		})
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		kv, err = b.js.CreateOrUpdateKeyValue(ctx, eventIDsConfig(replicas))
+	case err == nil:
+		if s, serr := b.js.Stream(ctx, "KV_"+EventIDsBucket); serr == nil && s.CachedInfo().Config.Replicas < replicas {
+			kv, err = b.js.UpdateKeyValue(ctx, eventIDsConfig(replicas))
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("events: event-id bucket: %w", err)
@@ -161,11 +183,27 @@ func (b *Bus) loadEventIDs(ctx context.Context, replicas int) (*EventIDs, error)
 			return NewEventIDs(key)
 		}
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			e, err = kv.Get(ctx, eventIDsKey) // another service created it first
+			e, err = readCreatedKey(ctx, kv) // another service created it first
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("events: event-id key: %w", err)
 	}
 	return NewEventIDs(e.Value())
+}
+
+// readCreatedKey reads the key another service has just created, waiting
+// for a replica of the bucket that lags behind.
+func readCreatedKey(ctx context.Context, kv jetstream.KeyValue) (jetstream.KeyValueEntry, error) {
+	for try := 1; ; try++ {
+		e, err := kv.Get(ctx, eventIDsKey)
+		if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) || try == eventIDsReadTries {
+			return e, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(eventIDsReadPause):
+		}
+	}
 }

@@ -61,7 +61,7 @@ func TestStreamsEnsuredWhileTheClusterForms(t *testing.T) {
 	if err := buses[0].EnsureStreamsReplicated(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{events.StreamEvents, events.StreamWork, events.StreamDeadLetter} {
+	for _, name := range []string{events.StreamEvents, events.StreamWork, events.StreamDeadLetter, "KV_" + events.EventIDsBucket} {
 		s, err := buses[0].JetStream().Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)
@@ -69,6 +69,65 @@ func TestStreamsEnsuredWhileTheClusterForms(t *testing.T) {
 		if r := s.CachedInfo().Config.Replicas; r != 3 {
 			t.Errorf("%s has %d replicas, want 3", name, r)
 		}
+	}
+	// The services that raced to create the event-id key map alike.
+	var ids []*events.EventIDs
+	for i, b := range buses {
+		m, err := b.EventIDs(ctx)
+		if err != nil {
+			t.Fatalf("service %d: %v", i, err)
+		}
+		ids = append(ids, m)
+	}
+	for i, m := range ids {
+		if m.ID(42) != ids[0].ID(42) {
+			t.Errorf("service %d maps 42 to %d, service 0 to %d", i, m.ID(42), ids[0].ID(42))
+		}
+	}
+}
+
+// TestEventIDKeyFollowsTheStreamsReplicas: a mesh that started on one
+// replica and is scaled to three gets its event-id key on three servers
+// too, as its streams, and keeps the key.
+func TestEventIDKeyFollowsTheStreamsReplicas(t *testing.T) {
+	t.Parallel()
+	opts := testkit.NATSClusterOptions(t, 3)
+	testkit.StartNATSCluster(t, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	connect := func(name string, replicas int) *events.Bus {
+		b, err := events.Connect(ctx, opts[0].URL(), name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		if err := b.EnsureStreamsReplicated(ctx, replicas); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	replicas := func(b *events.Bus) int {
+		s, err := b.JetStream().Stream(ctx, "KV_"+events.EventIDsBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config.Replicas
+	}
+	first := connect("first", 1)
+	if r := replicas(first); r != 1 {
+		t.Fatalf("the key's bucket has %d replicas at first, want 1", r)
+	}
+	before, _ := first.EventIDs(ctx)
+	scaled := connect("scaled", 3)
+	if r := replicas(scaled); r != 3 {
+		t.Errorf("the key's bucket has %d replicas after a service ensured 3, want 3", r)
+	}
+	after, err := scaled.EventIDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.ID(7) != before.ID(7) {
+		t.Error("scaling the bucket changed the key")
 	}
 }
 
