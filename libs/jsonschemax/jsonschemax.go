@@ -28,7 +28,22 @@ const insideOnly = "a schema may refer only inside itself (#/$defs/…) or to a 
 //     schema: a schema may refer only inside itself (#/$defs/…) or to a
 //     standard draft's metaschema";
 //   - anything else as the library says it.
-func CompileError(err error) string {
+//
+// base is the URL the schema was added to the compiler under: it and its
+// directory are left out of the description, so references read as the
+// caller wrote them ("#/$defs/missing", "other.json").
+func CompileError(base string, err error) string {
+	return relative(base, compileError(err))
+}
+
+// relative removes base, and the directory it names the schema in, from
+// msg.
+func relative(base, msg string) string {
+	dir := base[:strings.LastIndex(base, "/")+1]
+	return strings.NewReplacer(base+"/", "", base, "", dir, "").Replace(msg)
+}
+
+func compileError(err error) string {
 	var sve *jsonschema.SchemaValidationError
 	if errors.As(err, &sve) {
 		var ve *jsonschema.ValidationError

@@ -9,6 +9,9 @@ import (
 	"github.com/agentmesh/agentmesh/libs/jsonschemax"
 )
 
+// base is where the test adds a schema, as the services do.
+const base = "mem:///schemas/caller.json"
+
 func compile(t *testing.T, text string) error {
 	t.Helper()
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
@@ -17,10 +20,10 @@ func compile(t *testing.T, text string) error {
 	}
 	c := jsonschema.NewCompiler()
 	c.UseLoader(jsonschema.SchemeURLLoader{}) // as the services: nothing loaded
-	if err := c.AddResource("mem:///caller.json", doc); err != nil {
+	if err := c.AddResource(base, doc); err != nil {
 		return err
 	}
-	_, err = c.Compile("mem:///caller.json")
+	_, err = c.Compile(base)
 	return err
 }
 
@@ -35,12 +38,15 @@ func TestCompileErrorsReadAsOneLine(t *testing.T) {
 		{`{"$ref":"http://169.254.169.254/latest"}`, `"http://169.254.169.254/latest" is outside the schema: a schema may refer only inside itself`},
 		{`{"$ref":"file:///etc/passwd"}`, `"file:///etc/passwd" is outside the schema`},
 		{`{"$schema":"file:///etc/passwd","type":"object"}`, `"file:///etc/passwd" is outside the schema`},
+		{`{"$ref":"other.json"}`, `"other.json" is outside the schema`},
+		{`{"$ref":"#/$defs/missing"}`, `json-pointer in "#/$defs/missing" not found`},
+		{`{"$ref":"#foo"}`, `anchor in "#foo" not found`},
 	} {
 		err := compile(t, tc.schema)
 		if err == nil {
 			t.Fatalf("%s compiled", tc.schema)
 		}
-		got := jsonschemax.CompileError(err)
+		got := jsonschemax.CompileError(base, err)
 		if !strings.HasPrefix(got, tc.want) || strings.Contains(got, "\n") || strings.Contains(got, "mem:") ||
 			strings.Contains(got, "against metaschema") || strings.Contains(got, "URLLoader") {
 			t.Errorf("%s: %q, want one line starting %q (library said %q)", tc.schema, got, tc.want, err)

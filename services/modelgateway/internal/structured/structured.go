@@ -43,11 +43,11 @@ func Compile(name string, raw []byte) (*Schema, error) {
 	c.AssertFormat()
 	const url = "mem://response-schema.json"
 	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("schema: %s", jsonschemax.CompileError(err))
+		return nil, fmt.Errorf("schema: %s", jsonschemax.CompileError(url, err))
 	}
 	sch, err := c.Compile(url)
 	if err != nil {
-		return nil, fmt.Errorf("schema does not compile: %s", jsonschemax.CompileError(err))
+		return nil, fmt.Errorf("schema does not compile: %s", jsonschemax.CompileError(url, err))
 	}
 	if name == "" {
 		name = "response"

@@ -180,11 +180,11 @@ func compile(name, schema string) (*jsonschema.Schema, error) {
 	c.UseLoader(noLoader{})
 	url := "mem:///tools/" + name + ".json"
 	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("tools: schema of %s: %s", name, jsonschemax.CompileError(err))
+		return nil, fmt.Errorf("tools: schema of %s: %s", name, jsonschemax.CompileError(url, err))
 	}
 	sch, err := c.Compile(url)
 	if err != nil {
-		return nil, fmt.Errorf("tools: schema of %s: %s", name, jsonschemax.CompileError(err))
+		return nil, fmt.Errorf("tools: schema of %s: %s", name, jsonschemax.CompileError(url, err))
 	}
 	return sch, nil
 }

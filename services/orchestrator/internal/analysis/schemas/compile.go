@@ -63,11 +63,11 @@ func Compile(name string, text []byte) (*Compiled, error) {
 	c.AssertFormat()
 	url := "mem:///" + name + ".json"
 	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("%w: %s: %s", ErrInvalidSchema, name, jsonschemax.CompileError(err))
+		return nil, fmt.Errorf("%w: %s: %s", ErrInvalidSchema, name, jsonschemax.CompileError(url, err))
 	}
 	sch, err := c.Compile(url)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %s", ErrInvalidSchema, name, jsonschemax.CompileError(err))
+		return nil, fmt.Errorf("%w: %s: %s", ErrInvalidSchema, name, jsonschemax.CompileError(url, err))
 	}
 	return &Compiled{name: name, text: string(text), doc: obj, schema: sch}, nil
 }
