@@ -336,7 +336,7 @@ func TestChatTools(t *testing.T) {
 }
 
 // A user message's image_url data URL reaches the provider as the same
-// data URL.
+// data URL, typed by its bytes.
 func TestChatImageDataURL(t *testing.T) {
 	t.Parallel()
 	atEachDoor(t, func(t *testing.T, d door) {
@@ -351,6 +351,16 @@ func TestChatImageDataURL(t *testing.T) {
 		got, _ := m.sim.LastRequest()
 		if len(got.Messages) != 1 || len(got.Messages[0].Images) != 1 || got.Messages[0].Images[0] != "data:image/png;base64,"+png {
 			t.Errorf("provider got %+v", got.Messages)
+		}
+		// A JPEG labelled PNG goes as what its bytes are.
+		jpeg := base64.StdEncoding.EncodeToString([]byte("\xff\xd8\xff\xe0 not really"))
+		resp, body = post(t, m.base+"/chat/completions", aliceKey, `{"model": "vision", "messages": [{"role": "user", "content": [
+			{"type": "image_url", "image_url": {"url": "data:image/png;base64,`+jpeg+`"}}]}]}`)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		if got, _ = m.sim.LastRequest(); len(got.Messages) != 1 || len(got.Messages[0].Images) != 1 || got.Messages[0].Images[0] != "data:image/jpeg;base64,"+jpeg {
+			t.Errorf("a JPEG labelled PNG: provider got %+v", got.Messages)
 		}
 	})
 }
@@ -428,6 +438,7 @@ func TestErrors(t *testing.T) {
 			{"tool message without its call id", "POST", "/chat/completions", aliceKey, `{"model": "chat", "messages": [{"role": "tool", "content": "x"}]}`, 400, "invalid_request_error", "messages[0].tool_call_id", "<null>"},
 			{"remote image URL", "POST", "/chat/completions", aliceKey, `{"model": "chat", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": "http://169.254.169.254/latest"}}]}]}`, 400, "invalid_request_error", "messages[0].content[1].image_url.url", "<null>"},
 			{"image data URL holding text", "POST", "/chat/completions", aliceKey, `{"model": "chat", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}]}]}`, 400, "invalid_request_error", "messages[0].content[1].image_url.url", "<null>"},
+			{"image data URL holding a BMP", "POST", "/chat/completions", aliceKey, `{"model": "chat", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/bmp;base64,Qk0AAAAAAAAAAAAAAAAAAAAAAA=="}}]}]}`, 400, "invalid_request_error", "messages[0].content[0].image_url.url", "<null>"},
 			{"audio part", "POST", "/chat/completions", aliceKey, `{"model": "chat", "messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]}]}`, 400, "invalid_request_error", "messages[0].content[0].type", "<null>"},
 			{"several choices", "POST", "/chat/completions", aliceKey, `{"model": "chat", "n": 2, ` + msgs + `}`, 400, "invalid_request_error", "n", "<null>"},
 			{"logprobs", "POST", "/chat/completions", aliceKey, `{"model": "chat", "logprobs": true, ` + msgs + `}`, 400, "invalid_request_error", "logprobs", "<null>"},

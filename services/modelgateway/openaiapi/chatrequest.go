@@ -282,6 +282,10 @@ func decodeContent(o object, m *modelv1.Message) error {
 	return nil
 }
 
+// dataURLImages are the image types an image_url part may hold, as the
+// providers' vision models take them (and the upload route does).
+var dataURLImages = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
+
 // decodeImage reads an image_url part. Only data URLs are taken: the
 // gateway does not fetch URLs on a caller's behalf (that would let any
 // key make it reach any address it can).
@@ -320,11 +324,13 @@ func decodeImage(p object) (*modelv1.ImagePart, error) {
 		return nil, badParam(iu.path("url"), "data URL holds no image")
 	}
 	// The bytes decide, as the upload route's and the vision service's
-	// checks do: a provider given text labelled image/png fails the call.
-	if sniffed := http.DetectContentType(b); !strings.HasPrefix(sniffed, "image/") {
-		return nil, badParam(iu.path("url"), "data URL holds no image: declared %s, but the bytes look like %s", mime, sniffed)
+	// checks do: a provider given text labelled image/png fails the call,
+	// and one given a JPEG labelled PNG may.
+	sniffed := http.DetectContentType(b)
+	if !slices.Contains(dataURLImages, sniffed) {
+		return nil, badParam(iu.path("url"), "data URL holds no PNG, JPEG, GIF or WebP image: declared %s, but the bytes look like %s", mime, sniffed)
 	}
-	return &modelv1.ImagePart{Data: b, MimeType: mime}, nil
+	return &modelv1.ImagePart{Data: b, MimeType: sniffed}, nil
 }
 
 // decodeToolCall reads an assistant turn's tool call, sent back as history.
