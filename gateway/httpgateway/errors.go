@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 )
 
 // errorJSON renders google.rpc.Status as {"code", "message", "details"},
@@ -71,8 +73,8 @@ func (g *gateway) handleError(ctx context.Context, _ *runtime.ServeMux, _ runtim
 	if p, ok := principalFrom(r.Context()); ok && p.Tenant == "" && orig.Code() == codes.InvalidArgument && orig.Message() == operatorNoTenant {
 		// An operator key (or X-Tenant-Id: * without keys) has no tenant
 		// of its own: say where the request names one.
-		st = status.New(codes.InvalidArgument, operatorNoTenant+": an operator key (tenant *, or X-Tenant-Id: * without keys) acts for no tenant "+
-			"of its own; name the tenant of this request in scope.tenantId (in the body, or ?scope.tenantId= on a GET), or use a tenant's key")
+		st = status.Convert(grpcx.InvalidArgument("scope.tenantId", "is required: an operator key (tenant *, or X-Tenant-Id: * without keys) acts for no tenant "+
+			"of its own; name the tenant of this request in scope.tenantId (in the body, or ?scope.tenantId= on a GET), or use a tenant's key"))
 	}
 	if httpStatus == 0 {
 		httpStatus = runtime.HTTPStatusFromCode(st.Code())

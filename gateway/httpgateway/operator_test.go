@@ -27,8 +27,8 @@ func TestOperatorNamesTheTenant(t *testing.T) {
 	}})
 	operator := map[string]string{"X-Tenant-Id": "*"}
 	resp, body := do(t, http.MethodGet, m.url+"/v1/conversations", "", operator)
-	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "scope.tenant_id: is required: an operator key") ||
-		!strings.Contains(string(body), "scope.tenantId") {
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"message":"scope.tenantId: is required: an operator key`) ||
+		!strings.Contains(string(body), `"field":"scope.tenantId"`) {
 		t.Errorf("operator without a tenant: %d %s; want 400 saying where to name the tenant", resp.StatusCode, body)
 	}
 	if resp, body := do(t, http.MethodGet, m.url+"/v1/conversations?scope.tenantId=acme", "", operator); resp.StatusCode != http.StatusOK {
