@@ -1,8 +1,8 @@
-// Package jsonschemax renders the errors of
-// github.com/santhosh-tekuri/jsonschema/v6 for the callers who wrote the
-// schema or the value: one line each, without the library's internal
-// resource names ("mem://…"), its metaschema's URL or its loader's Go
-// vocabulary.
+// Package jsonschemax compiles callers' schemas with
+// github.com/santhosh-tekuri/jsonschema/v6 without loading anything, and
+// renders the library's errors for the callers who wrote the schema or the
+// value: one line each, without the library's internal resource names
+// ("mem://…"), its metaschema's URL or its loader's Go vocabulary.
 package jsonschemax
 
 import (
@@ -20,7 +20,31 @@ var printer = message.NewPrinter(language.English)
 
 const insideOnly = "a schema may refer only inside itself (#/$defs/…) or to a standard draft's metaschema"
 
-// CompileError describes err, from compiling a caller's schema:
+// NewCompiler returns a compiler that loads nothing: a caller's schema may
+// refer only inside itself or to a standard draft's metaschema (built in),
+// so it cannot make a service read its files (or block on a FIFO) or reach
+// the network.
+func NewCompiler() *jsonschema.Compiler {
+	c := jsonschema.NewCompiler()
+	c.UseLoader(jsonschema.SchemeURLLoader{}) // no scheme has a loader
+	return c
+}
+
+// Compile adds doc (as jsonschema.UnmarshalJSON decodes it) to c under url
+// and compiles it. Its error says what is wrong as compileError does, in
+// the caller's terms.
+func Compile(c *jsonschema.Compiler, url string, doc any) (*jsonschema.Schema, error) {
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, errors.New(describe(url, err))
+	}
+	s, err := c.Compile(url)
+	if err != nil {
+		return nil, errors.New(describe(url, err))
+	}
+	return s, nil
+}
+
+// describe describes err, from compiling a caller's schema:
 //   - a schema that breaks its draft's rules: "not a valid JSON schema:
 //     at /properties/x/type: value must be one of ..." (every problem);
 //   - a $ref or $schema the compiler may not follow (the services load
@@ -32,7 +56,7 @@ const insideOnly = "a schema may refer only inside itself (#/$defs/…) or to a 
 // base is the URL the schema was added to the compiler under: it and its
 // directory are left out of the description, so references read as the
 // caller wrote them ("#/$defs/missing", "other.json").
-func CompileError(base string, err error) string {
+func describe(base string, err error) string {
 	return relative(base, compileError(err))
 }
 

@@ -35,19 +35,14 @@ func Compile(name string, raw []byte) (*Schema, error) {
 			return nil, errors.New("schema must be a JSON object")
 		}
 	}
-	c := jsonschema.NewCompiler()
 	// A caller's schema is resolved in memory only: the default loader
 	// reads file:// references from this server's disk (its errors quote
 	// what it read) and would block on a FIFO or a device.
-	c.UseLoader(jsonschema.SchemeURLLoader{})
+	c := jsonschemax.NewCompiler()
 	c.AssertFormat()
-	const url = "mem://response-schema.json"
-	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("schema: %s", jsonschemax.CompileError(url, err))
-	}
-	sch, err := c.Compile(url)
+	sch, err := jsonschemax.Compile(c, "mem://response-schema.json", doc)
 	if err != nil {
-		return nil, fmt.Errorf("schema does not compile: %s", jsonschemax.CompileError(url, err))
+		return nil, fmt.Errorf("schema does not compile: %w", err)
 	}
 	if name == "" {
 		name = "response"

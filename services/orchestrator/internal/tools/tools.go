@@ -160,14 +160,6 @@ func validName(s string) bool {
 	return true
 }
 
-// noLoader refuses every external reference, so a schema cannot make the
-// compiler read files or the network.
-type noLoader struct{}
-
-func (noLoader) Load(url string) (any, error) {
-	return nil, fmt.Errorf("external schema reference %s is not allowed", url)
-}
-
 func compile(name, schema string) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
 	if err != nil {
@@ -176,15 +168,9 @@ func compile(name, schema string) (*jsonschema.Schema, error) {
 	if obj, ok := doc.(map[string]any); !ok || obj["type"] != "object" {
 		return nil, fmt.Errorf(`tools: schema of %s must have "type": "object"`, name)
 	}
-	c := jsonschema.NewCompiler()
-	c.UseLoader(noLoader{})
-	url := "mem:///tools/" + name + ".json"
-	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("tools: schema of %s: %s", name, jsonschemax.CompileError(url, err))
-	}
-	sch, err := c.Compile(url)
+	sch, err := jsonschemax.Compile(jsonschemax.NewCompiler(), "mem:///tools/"+name+".json", doc)
 	if err != nil {
-		return nil, fmt.Errorf("tools: schema of %s: %s", name, jsonschemax.CompileError(url, err))
+		return nil, fmt.Errorf("tools: schema of %s: %w", name, err)
 	}
 	return sch, nil
 }

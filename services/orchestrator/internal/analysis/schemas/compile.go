@@ -15,8 +15,6 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/agentmesh/agentmesh/libs/jsonschemax"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 )
 
 // MaxSchemaBytes bounds the text of a caller-supplied schema.
@@ -24,10 +22,6 @@ const MaxSchemaBytes = 64 << 10
 
 // ErrInvalidSchema means a schema text is not a usable JSON schema.
 var ErrInvalidSchema = errors.New("invalid JSON schema")
-
-// printer renders validator messages; message.Printer is safe for
-// concurrent use once built.
-var printer = message.NewPrinter(language.English)
 
 // Compiled is a compiled JSON schema with its source text. It is immutable
 // and safe for concurrent use.
@@ -57,17 +51,12 @@ func Compile(name string, text []byte) (*Compiled, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %s: a schema must be a JSON object", ErrInvalidSchema, name)
 	}
-	c := jsonschema.NewCompiler()
+	c := jsonschemax.NewCompiler() // no file://, no http://
 	c.DefaultDraft(jsonschema.Draft2020)
-	c.UseLoader(jsonschema.SchemeURLLoader{}) // no file://, no http://
 	c.AssertFormat()
-	url := "mem:///" + name + ".json"
-	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("%w: %s: %s", ErrInvalidSchema, name, jsonschemax.CompileError(url, err))
-	}
-	sch, err := c.Compile(url)
+	sch, err := jsonschemax.Compile(c, "mem:///"+name+".json", doc)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %s", ErrInvalidSchema, name, jsonschemax.CompileError(url, err))
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidSchema, name, err)
 	}
 	return &Compiled{name: name, text: string(text), doc: obj, schema: sch}, nil
 }
@@ -111,11 +100,7 @@ func (c *Compiled) validate(inst any) error {
 	if !errors.As(err, &ve) {
 		return err
 	}
-	ie := &InvalidError{Schema: c.name, Problems: jsonschemax.Leaves(ve)}
-	if len(ie.Problems) == 0 {
-		ie.Problems = []string{ve.LocalizedError(printer)}
-	}
-	return ie
+	return &InvalidError{Schema: c.name, Problems: jsonschemax.Leaves(ve)}
 }
 
 // InvalidError says why a value does not satisfy a schema.
