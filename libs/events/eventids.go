@@ -119,8 +119,12 @@ func (m *EventIDs) round(i int, half uint32) uint32 {
 // the replicas of the streams [Bus.EnsureStreamsReplicated] made, else
 // one). Two services that start at once agree: the key is created only if
 // absent, and the loser reads the winner's. The mapping is kept for the
-// Bus's life once read.
+// Bus's life once read. A nil Bus (a service without an event bus, whose
+// sequences are all 0) has the nil mapping.
 func (b *Bus) EventIDs(ctx context.Context) (*EventIDs, error) {
+	if b == nil {
+		return nil, nil
+	}
 	b.idsMu.Lock()
 	defer b.idsMu.Unlock()
 	if b.ids != nil {

@@ -272,14 +272,11 @@ func (d *Documents) WatchIntake(req *indexerv1.WatchIntakeRequest, stream indexe
 	if err != nil {
 		return err
 	}
-	var ids *events.EventIDs
-	after := req.GetAfterSequence()
-	if d.svc.Events != nil {
-		if ids, err = d.svc.Events.EventIDs(ctx); err != nil {
-			return toStatus(err)
-		}
-		after = ids.Seq(after)
+	ids, err := d.svc.Events.EventIDs(ctx)
+	if err != nil {
+		return toStatus(err)
 	}
+	after := ids.Seq(req.GetAfterSequence())
 	if after > 0 && d.svc.Events != nil {
 		last, err := d.svc.Events.LastSequence(ctx, events.StreamEvents)
 		if err != nil {

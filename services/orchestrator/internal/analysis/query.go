@@ -44,9 +44,6 @@ var errLegacyTree = errors.New("watch: an analysis of the previous layout")
 // and the event ids clients see (see events.EventIDs); nil without an
 // event bus.
 func (e *Engine) EventIDs(ctx context.Context) (*events.EventIDs, error) {
-	if e.bus == nil {
-		return nil, nil
-	}
 	return e.bus.EventIDs(ctx)
 }
 

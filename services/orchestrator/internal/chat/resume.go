@@ -240,19 +240,11 @@ func (t *turn) detach(client context.Context, grace time.Duration) {
 	}
 }
 
-// afterBeyondTurn refuses an after_sequence past the turn's events. It
-// names no sequence: the client's is an event id (the API's layer maps it),
-// and the stream's count every tenant's events.
-const afterBeyondTurn = "is beyond the turn's events: it is no event id of this turn"
-
 // EventIDs returns the mapping between the stream sequences this package
 // speaks (StreamMessageResponse.Sequence, Watch's afterSeq) and the event
 // ids clients see (see eventbus.EventIDs); nil when turns are not
 // resumable (no bus: every sequence is 0).
 func (l *Loop) EventIDs(ctx context.Context) (*eventbus.EventIDs, error) {
-	if l.bus == nil {
-		return nil, nil
-	}
 	return l.bus.EventIDs(ctx)
 }
 
@@ -302,10 +294,10 @@ func (l *Loop) Watch(ctx context.Context, scope *commonv1.Scope, conversationID,
 		return err
 	}
 	switch {
-	case end != nil && afterSeq > end.seq:
-		return &FieldError{Field: "after_sequence", Reason: afterBeyondTurn}
-	case end == nil && afterSeq > lastSeq:
-		return &FieldError{Field: "after_sequence", Reason: afterBeyondTurn}
+	case end != nil && afterSeq > end.seq, end == nil && afterSeq > lastSeq:
+		// No sequence is named: the client's is an event id (the API's
+		// layer maps it), and the stream's count every tenant's events.
+		return &FieldError{Field: "after_sequence", Reason: "is beyond the turn's events: it is no event id of this turn"}
 	case end != nil && afterSeq == end.seq:
 		return nil // the client has the whole turn
 	}

@@ -267,7 +267,6 @@ func (t *turn) complete(final conversation.Message, maxReached bool) (*Outcome, 
 		MessageId:            final.ID,
 	}
 	t.events.completed(c, t.endLease) // the turn is stored: the conversation is free
-
 	return &Outcome{Message: final, Completed: c}, nil
 }
 
