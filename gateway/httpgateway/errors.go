@@ -105,13 +105,14 @@ func (g *gateway) handleRoutingError(ctx context.Context, mux *runtime.ServeMux,
 	case http.StatusMethodNotAllowed:
 		code = codes.Unimplemented
 	}
-	err := status.Error(code, http.StatusText(httpStatus)+": "+r.Method+" "+r.URL.Path)
+	msg := http.StatusText(httpStatus) + ": " + r.Method + " " + r.URL.Path
 	if httpStatus == http.StatusMethodNotAllowed {
 		// RFC 9110: a 405 says which methods the resource takes.
-		if allow := g.routes.methods(r.URL.Path); len(allow) > 0 {
-			w.Header().Set("Allow", strings.Join(allow, ", "))
-			err = status.Error(code, http.StatusText(httpStatus)+": "+r.Method+" "+r.URL.Path+" (it takes "+strings.Join(allow, ", ")+")")
+		if allow := strings.Join(g.routes.methods(r.URL.Path), ", "); allow != "" {
+			w.Header().Set("Allow", allow)
+			msg += " (it takes " + allow + ")"
 		}
 	}
+	err := status.Error(code, msg)
 	g.handleError(ctx, mux, m, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: err})
 }

@@ -16,6 +16,9 @@ import (
 // message ("scope.project_id: ...", "messages[0].tool_call_id: ...").
 var fieldPath = regexp.MustCompile(`^[a-z][a-z0-9_]*(\[[^\]]*\])*(\.[a-z][a-z0-9_]*(\[[^\]]*\])*)*$`)
 
+// protoNamed reports whether s is a field path whose JSON name differs.
+func protoNamed(s string) bool { return strings.Contains(s, "_") && fieldPath.MatchString(s) }
+
 // grpcGatewayParse is grpc-gateway's refusal of a query value it could not
 // put in its field: `parsing field "source_type": "99" is not a valid value`.
 var grpcGatewayParse = regexp.MustCompile(`^parsing field "([a-z0-9_.]+)": (.*)$`)
@@ -40,7 +43,7 @@ func jsonFieldNames(st *status.Status) *status.Status {
 	}
 	head, rest, ok := strings.Cut(msg, ": ")
 	renamed := false
-	if ok && fieldPath.MatchString(head) && strings.Contains(head, "_") {
+	if ok && protoNamed(head) {
 		msg, renamed = jsonPath(head)+": "+rest, true
 	}
 	p := st.Proto()
@@ -49,7 +52,7 @@ func jsonFieldNames(st *status.Status) *status.Status {
 		if a.MessageIs(&br) && a.UnmarshalTo(&br) == nil {
 			changed := false
 			for _, v := range br.GetFieldViolations() {
-				if fieldPath.MatchString(v.GetField()) && strings.Contains(v.GetField(), "_") {
+				if protoNamed(v.GetField()) {
 					v.Field, changed = jsonPath(v.GetField()), true
 				}
 			}
