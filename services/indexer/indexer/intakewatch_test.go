@@ -92,22 +92,6 @@ func jetStream(t *testing.T, url string) jetstream.JetStream {
 	return js
 }
 
-// eventIDs returns the mesh's mapping of event ids to AM_EVENTS sequences,
-// as the services on the NATS server at url read it.
-func eventIDs(t *testing.T, url string) *events.EventIDs {
-	t.Helper()
-	bus, err := events.Connect(context.Background(), url, "intake-watch-test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	ids, err := bus.EventIDs(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ids
-}
-
 // intakeConsumers counts the consumers of AM_EVENTS reading intake
 // events (a watch's replay is an ephemeral one filtered to them).
 func intakeConsumers(t *testing.T, js jetstream.JetStream) int {
@@ -162,7 +146,7 @@ func TestWatchIntakeThroughTheGateway(t *testing.T) {
 	want := []string{"intake.vision_stage1", "intake.content_type", "intake.vision_stage2", "intake.extraction", "intake.indexing", "intake.routing", "intake.finished"}
 	var names []string
 	var last uint64
-	ids := eventIDs(t, m.nats)
+	ids := testkit.EventIDs(t, m.nats)
 	for _, ev := range evs {
 		names = append(names, ev.name)
 		eid, err := strconv.ParseUint(ev.id, 10, 64)

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agentmesh/agentmesh/gateway/httpgateway"
-	"github.com/agentmesh/agentmesh/libs/events"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/chat/chattest"
@@ -245,15 +244,7 @@ func TestSSEThroughGateway(t *testing.T) {
 
 	// Every event's id names its stream sequence, in order, without being
 	// it; the turn resumed from any of its events' ids gets exactly the rest.
-	bus, err := events.Connect(ctx, natsURL, "sse-test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	ids, err := bus.EventIDs(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := testkit.EventIDs(t, natsURL)
 	var prev uint64
 	for i, ev := range all {
 		id, err := strconv.ParseUint(ev.ID, 10, 64)

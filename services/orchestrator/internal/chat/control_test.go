@@ -192,13 +192,7 @@ func TestSecondConcurrentMessageRejected(t *testing.T) {
 			if _, _, err := b.send(t, ctxTimeout(t, 30*time.Second), "third"); err != nil {
 				t.Fatalf("message after the first turn ended: %v", err)
 			}
-			var users []string
-			for _, m := range b.messages(t) {
-				if m.Role == conversation.RoleUser {
-					users = append(users, m.Content)
-				}
-			}
-			if strings.Join(users, ",") != "first,third" {
+			if users := b.userMessages(t); strings.Join(users, ",") != "first,third" {
 				t.Errorf("stored user messages %v, want first and third only", users)
 			}
 		})
@@ -391,13 +385,7 @@ func TestNextMessageAsSoonAsTheLastEventArrives(t *testing.T) {
 	if !sent || next != nil {
 		t.Fatalf("the message sent on Completed: sent %v, %v; want it taken", sent, next)
 	}
-	var users []string
-	for _, m := range e.messages(t) {
-		if m.Role == conversation.RoleUser {
-			users = append(users, m.Content)
-		}
-	}
-	if strings.Join(users, ",") != "first,second" {
+	if users := e.userMessages(t); strings.Join(users, ",") != "first,second" {
 		t.Errorf("user messages %v, want first, second", users)
 	}
 }

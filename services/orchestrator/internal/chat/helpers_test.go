@@ -131,6 +131,19 @@ func (e *env) send(t *testing.T, ctx context.Context, content string) (*chat.Out
 	return out, rec, err
 }
 
+// userMessages returns the contents of the conversation's stored user
+// messages, in order.
+func (e *env) userMessages(t *testing.T) []string {
+	t.Helper()
+	var users []string
+	for _, m := range e.messages(t) {
+		if m.Role == conversation.RoleUser {
+			users = append(users, m.Content)
+		}
+	}
+	return users
+}
+
 func (e *env) messages(t *testing.T) []conversation.Message {
 	t.Helper()
 	msgs, err := e.store.Messages(context.Background(), conversation.Scope{TenantID: testScope.TenantId, ProjectID: testScope.ProjectId}, e.conv, 0)
