@@ -63,31 +63,26 @@ func NewEventIDs(key []byte) (*EventIDs, error) {
 }
 
 // ID returns the event id clients see for stream sequence seq.
-func (m *EventIDs) ID(seq uint64) uint64 {
-	if m == nil || seq == 0 || seq >= idDomain {
-		return seq
-	}
-	id := m.permute(seq, false)
-	if id == 0 {
-		// 0 is kept for "none": the sequence the permutation sends there
-		// takes 0's own image, which no sequence has.
-		id = m.permute(0, false)
-	}
-	return id
-}
+func (m *EventIDs) ID(seq uint64) uint64 { return m.mapped(seq, false) }
 
 // Seq returns the stream sequence of event id; an id that was never given
 // out yields a sequence no event has (almost always one far beyond the
 // stream's newest).
-func (m *EventIDs) Seq(id uint64) uint64 {
-	if m == nil || id == 0 || id >= idDomain {
-		return id
+func (m *EventIDs) Seq(id uint64) uint64 { return m.mapped(id, true) }
+
+// mapped is ID (or Seq, inverse): the permutation on 1 .. 2^52-1, with 0
+// and the numbers from 2^52 up mapped to themselves. 0 is kept for
+// "none": the number the permutation sends there takes 0's own image,
+// which no other number has.
+func (m *EventIDs) mapped(x uint64, inverse bool) uint64 {
+	if m == nil || x == 0 || x >= idDomain {
+		return x
 	}
-	seq := m.permute(id, true)
-	if seq == 0 {
-		seq = m.permute(0, true)
+	y := m.permute(x, inverse)
+	if y == 0 {
+		y = m.permute(0, inverse)
 	}
-	return seq
+	return y
 }
 
 // permute applies the Feistel network to x (< 2^52), or its inverse.
