@@ -340,24 +340,30 @@ func (e *Engine) children(ctx context.Context, root *Job) ([]*Job, error) {
 	if root.Type != TypeAnalysis {
 		return nil, nil
 	}
-	get := func(id string) (*Job, error) {
-		j, err := e.store.Get(ctx, root.Tenant, root.Project, id)
-		if errors.Is(err, ErrNotFound) {
-			return nil, nil
-		}
-		return j, err
+	planning, err := e.store.Get(ctx, root.Tenant, root.Project, childID(root.ID, "planning"))
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
 	}
-	planning, err := get(childID(root.ID, "planning"))
-	if err != nil || planning == nil {
+	if err != nil {
+		return nil, err
+	}
+	// The tool jobs and the synthesis in one read: an advance follows
+	// every child's end, so reading them one by one made an analysis's
+	// reads grow with the square of its plan.
+	ids := make([]string, 0, len(planning.Plan)+1)
+	for _, call := range planning.Plan {
+		ids = append(ids, childID(root.ID, "tool/"+call.Key))
+	}
+	if planning.Status == StatusComplete {
+		ids = append(ids, childID(root.ID, "synthesis"))
+	}
+	jobs, err := e.store.GetMany(ctx, root.Tenant, root.Project, ids)
+	if err != nil {
 		return nil, err
 	}
 	out := []*Job{planning}
 	missing := false
-	for _, call := range planning.Plan {
-		j, err := get(childID(root.ID, "tool/"+call.Key))
-		if err != nil {
-			return nil, err
-		}
+	for _, j := range jobs[:len(planning.Plan)] {
 		if j == nil {
 			missing = true // being created
 			continue
@@ -367,11 +373,7 @@ func (e *Engine) children(ctx context.Context, root *Job) ([]*Job, error) {
 	if missing || planning.Status != StatusComplete {
 		return out, nil // no synthesis before every tool job exists
 	}
-	synth, err := get(childID(root.ID, "synthesis"))
-	if err != nil {
-		return nil, err
-	}
-	if synth != nil {
+	if synth := jobs[len(planning.Plan)]; synth != nil {
 		out = append(out, synth)
 	}
 	return out, nil
@@ -384,7 +386,7 @@ func (e *Engine) settleRoot(ctx context.Context, root *Job, status Status, outpu
 	if root.Status == status && root.OutputJSON == output && root.Error == errMsg {
 		return nil // the common case: nothing to do, no read
 	}
-	_, err := e.mutate(ctx, root.Tenant, root.Project, root.ID, func(j *Job) (effect, error) {
+	_, err := e.mutateKnown(ctx, root, func(j *Job) (effect, error) {
 		if j.Status == StatusCancelled || (j.Status == status && j.OutputJSON == output && j.Error == errMsg) {
 			return unchanged, nil
 		}

@@ -100,9 +100,10 @@ func (e *Engine) settle(ctx context.Context, j *Job, token string, out outcome) 
 	write := context.WithoutCancel(ctx)
 	deadline := e.clock().Add(settleRetryFor)
 	delay := time.Duration(0)
+	known := j // as claimed: usually still the stored state, so not read again
 	for {
 		settled := false
-		stored, err := e.mutate(write, j.Tenant, j.Project, j.ID, func(cur *Job) (effect, error) {
+		stored, err := e.mutateWith(write, j.Tenant, j.Project, j.ID, known, e.store.Update, func(cur *Job) (effect, error) {
 			settled = false
 			if cur.Status != StatusRunning || cur.LeaseOwner != token {
 				return unchanged, nil // cancelled meanwhile, or the claim was lost
@@ -119,6 +120,7 @@ func (e *Engine) settle(ctx context.Context, j *Job, token string, out outcome) 
 		if err == nil || ctx.Err() != nil || !e.clock().Before(deadline) {
 			return stored, settled, err
 		}
+		known = nil // the write's outcome is unknown: read the job
 		delay = min(max(2*delay, settleRetryMin), settleRetryMax)
 		e.log.Warn("could not record a job's result; retrying", slog.String("job_id", j.ID),
 			slog.Duration("delay", delay), slog.Any("error", err))

@@ -366,7 +366,16 @@ const (
 // job it is given only. It returns the job as stored (unchanged if fn
 // returned unchanged or an error).
 func (e *Engine) mutate(ctx context.Context, tenant, project, id string, fn func(j *Job) (effect, error)) (*Job, error) {
-	return e.mutateWith(ctx, tenant, project, id, e.store.Update, fn)
+	return e.mutateWith(ctx, tenant, project, id, nil, e.store.Update, fn)
+}
+
+// mutateKnown is mutate starting from known, the job as this engine last
+// read or wrote it, instead of reading it first: the version-checked write
+// fails if it changed since, and then the job is read and fn applied again,
+// as it is when fn leaves known unchanged (a decision taken on a copy that
+// may be stale).
+func (e *Engine) mutateKnown(ctx context.Context, known *Job, fn func(j *Job) (effect, error)) (*Job, error) {
+	return e.mutateWith(ctx, known.Tenant, known.Project, known.ID, known, e.store.Update, fn)
 }
 
 // mutateLazily is mutate with the write held back if the store can
@@ -376,26 +385,31 @@ func (e *Engine) mutateLazily(ctx context.Context, tenant, project, id string, f
 	if l, ok := e.store.(LazyUpdater); ok {
 		update = l.UpdateLazily
 	}
-	return e.mutateWith(ctx, tenant, project, id, update, fn)
+	return e.mutateWith(ctx, tenant, project, id, nil, update, fn)
 }
 
-// mutateWith is mutate, writing with update.
-func (e *Engine) mutateWith(ctx context.Context, tenant, project, id string,
+// mutateWith is mutate, writing with update, starting from known if it is
+// not nil (see mutateKnown).
+func (e *Engine) mutateWith(ctx context.Context, tenant, project, id string, known *Job,
 	update func(ctx context.Context, j *Job, version int64, outbox ...events.OutboxEntry) error,
 	fn func(j *Job) (effect, error),
 ) (*Job, error) {
 	for range maxConflictRetries {
-		cur, err := e.store.Get(ctx, tenant, project, id)
-		if err != nil {
-			return nil, err
+		cur, fresh := known, known == nil
+		known = nil
+		if fresh {
+			var err error
+			if cur, err = e.store.Get(ctx, tenant, project, id); err != nil {
+				return nil, err
+			}
 		}
 		next := cur.clone()
 		eff, err := fn(next)
-		if err != nil {
+		if err != nil || eff == unchanged {
+			if !fresh {
+				continue // decided on a copy that may be stale: read it
+			}
 			return cur, err
-		}
-		if eff == unchanged {
-			return cur, nil
 		}
 		next.UpdateTime = e.now()
 		outbox, err := e.outboxFor(ctx, next, eff)

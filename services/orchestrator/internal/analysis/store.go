@@ -60,6 +60,9 @@ type Store interface {
 	Update(ctx context.Context, j *Job, version int64, outbox ...events.OutboxEntry) error
 	// Get returns the job id of the tenant and project.
 	Get(ctx context.Context, tenant, project, id string) (*Job, error)
+	// GetMany is Get for each of ids in as few reads as the store can:
+	// jobs[i] is job ids[i], nil if it is not found in the scope.
+	GetMany(ctx context.Context, tenant, project string, ids []string) (jobs []*Job, err error)
 	// List returns jobs matching q, newest first, and the key to continue
 	// after the last one ("" at the end).
 	List(ctx context.Context, q ListQuery) ([]*Job, string, error)

@@ -63,6 +63,7 @@
 //
 //	query                                               collections  index
 //	Get, Update, Archive, the relay's reads: {_id, ...}  both         _id_
+//	GetMany, Archive's read: {_id: {$in: ids}}           both         _id_
 //	ListJobs: {tenant_id, project_id[, create_time       both         list {tenant_id, project_id,
 //	  range]}, the page key as $or [{create_time $lt},                  create_time: -1, _id: -1}
 //	  {create_time, _id $lt}], sort {create_time: -1,
@@ -129,6 +130,9 @@ type Store struct {
 	held held
 	// inserts gathers concurrent Inserts into one command.
 	inserts *mongox.Batcher[newJob]
+	// beforeDelete, if set (tests), runs between Archive's read of the
+	// live jobs and its delete of those that move, with many writers.
+	beforeDelete func()
 }
 
 // SoleWriter reports whether this process is the database's only writer
@@ -564,6 +568,52 @@ func (s *Store) Get(ctx context.Context, tenant, project, id string) (*analysis.
 	return j, nil
 }
 
+// GetMany implements analysis.Store. With many writers it reads the live
+// set for every id in one query ({_id: {$in: ids}}, the _id index on
+// MongoDB), then the archive for those not live; a single writer reads each
+// by _id alone (from its mirror, mostly), since FerretDB answers an $in by
+// reading the whole collection.
+func (s *Store) GetMany(ctx context.Context, tenant, project string, ids []string) ([]*analysis.Job, error) {
+	out := make([]*analysis.Job, len(ids))
+	if s.mirror != nil || len(ids) < 2 {
+		for i, id := range ids {
+			j, err := s.Get(ctx, tenant, project, id)
+			if errors.Is(err, analysis.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			out[i] = j
+		}
+		return out, nil
+	}
+	found := make(map[string]*analysis.Job, len(ids))
+	// The live set first, as Get reads it: a job archived meanwhile is in
+	// the archive before it leaves the live set.
+	missing := ids
+	for _, coll := range []*mongo.Collection{s.live, s.archive} {
+		if len(missing) == 0 {
+			break
+		}
+		jobs, err := s.find(ctx, coll, "get many", bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: missing}}}},
+			options.Find().SetProjection(noOutbox))
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range jobs {
+			found[j.ID] = j
+		}
+		missing = slices.DeleteFunc(slices.Clone(missing), func(id string) bool { return found[id] != nil })
+	}
+	for i, id := range ids {
+		if j := found[id]; j != nil && j.Tenant == tenant && j.Project == project {
+			out[i] = j
+		}
+	}
+	return out, nil
+}
+
 // liveJob returns the live copy of job id, or nil if it is not live.
 func (s *Store) liveJob(ctx context.Context, id string) (*analysis.Job, error) {
 	if s.mirror != nil {
@@ -837,8 +887,12 @@ func (s *Store) Archive(ctx context.Context, trees [][]*analysis.Job, relayed fu
 		moving []*analysis.Job
 		treeOf []int // the tree of each of moving
 	)
+	read, err := s.liveOutboxes(ctx, ids)
+	if err != nil {
+		return done, err
+	}
 	for t, tree := range trees {
-		jobs, ok, err := s.movable(ctx, tree, relayed)
+		jobs, ok, err := s.movable(ctx, tree, read, relayed)
 		if err != nil {
 			return done, err
 		}
@@ -886,14 +940,33 @@ func (s *Store) Archive(ctx context.Context, trees [][]*analysis.Job, relayed fu
 		}
 		return done, nil
 	}
+	// With many writers one command of deletes, each by _id and version;
+	// if some were not deleted (written meanwhile), one read says which.
+	deletes := make([]mongo.WriteModel, 0, len(moving))
+	for _, j := range moving {
+		deletes = append(deletes, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: j.ID}, {Key: "version", Value: j.Version}}))
+	}
+	if s.beforeDelete != nil {
+		s.beforeDelete()
+	}
+	res, err := s.live.BulkWrite(ctx, deletes, options.BulkWrite().SetOrdered(false))
+	if err != nil {
+		return done, translate("archive", err)
+	}
 	left := make([]int, len(trees)) // jobs of each tree not deleted
-	for i, j := range moving {
-		res, err := s.live.DeleteOne(ctx, bson.D{{Key: "_id", Value: j.ID}, {Key: "version", Value: j.Version}})
-		if err != nil {
-			return done, translate("archive "+j.ID, err)
+	if res.DeletedCount != int64(len(moving)) {
+		movingIDs := make([]string, len(moving))
+		for i, j := range moving {
+			movingIDs[i] = j.ID
 		}
-		if res.DeletedCount == 0 {
-			left[treeOf[i]]++
+		still, err := s.liveOutboxes(ctx, movingIDs)
+		if err != nil {
+			return done, err
+		}
+		for i, j := range moving {
+			if _, ok := still[j.ID]; ok {
+				left[treeOf[i]]++ // written since it was read
+			}
 		}
 	}
 	for _, t := range treeOf {
@@ -904,23 +977,27 @@ func (s *Store) Archive(ctx context.Context, trees [][]*analysis.Job, relayed fu
 
 // movable returns the live jobs of a tree to move to the archive, and
 // whether the tree may move: nothing moves unless every job is unchanged
-// and relayed. Jobs are checked in the order given: the caller puts first
-// the analysis, written last, so a tree not relayed yet costs one read. The
-// caller holds the jobs' locks.
-func (s *Store) movable(ctx context.Context, tree []*analysis.Job, relayed func([]events.OutboxEntry) bool) ([]*analysis.Job, bool, error) {
+// and relayed. read holds the live state of the tree's jobs with many
+// writers (liveOutboxes); a single writer looks each up (liveOutbox), in
+// the order given: the caller puts first the analysis, written last, so a
+// tree not relayed yet costs one look. The caller holds the jobs' locks.
+func (s *Store) movable(ctx context.Context, tree []*analysis.Job, read map[string]liveState, relayed func([]events.OutboxEntry) bool) ([]*analysis.Job, bool, error) {
 	var moving []*analysis.Job
 	for _, j := range tree {
-		version, outbox, found, err := s.liveOutbox(ctx, j.ID)
-		if err != nil {
-			return nil, false, err
+		st, found := read[j.ID]
+		if read == nil {
+			var err error
+			if st, found, err = s.liveOutbox(ctx, j.ID); err != nil {
+				return nil, false, err
+			}
 		}
 		if !found {
 			continue // archived already
 		}
-		if version != j.Version || s.isHeld(j.ID) {
+		if st.version != j.Version || s.isHeld(j.ID) {
 			return nil, false, nil // written since it was read, or not written yet
 		}
-		if !relayed(outbox) {
+		if !relayed(st.outbox) {
 			return nil, false, nil
 		}
 		moving = append(moving, j)
@@ -928,17 +1005,47 @@ func (s *Store) movable(ctx context.Context, tree []*analysis.Job, relayed func(
 	return moving, true, nil
 }
 
-// liveOutbox returns the version of live job id and the entries its outbox
-// may hold (found false if it is not live): from the mirror on FerretDB
-// when it knows every entry pushed to the document — the relay only takes
-// entries away — else from a read.
-func (s *Store) liveOutbox(ctx context.Context, id string) (version int64, outbox []events.OutboxEntry, found bool, err error) {
+// liveState is a live job's version and the entries its outbox may hold.
+type liveState struct {
+	version int64
+	outbox  []events.OutboxEntry
+}
+
+// liveOutboxes returns, with many writers, the state of each live job of
+// ids, read in one query ({_id: {$in: ids}}); a job not live has none. A
+// single writer gets nil: it looks each up (liveOutbox), since FerretDB
+// answers an $in by reading the whole collection.
+func (s *Store) liveOutboxes(ctx context.Context, ids []string) (map[string]liveState, error) {
+	if s.mirror != nil {
+		return nil, nil
+	}
+	var docs []struct {
+		ID      string               `bson:"_id"`
+		Version int64                `bson:"version"`
+		Outbox  []events.OutboxEntry `bson:"outbox"`
+	}
+	err := mongox.FindAll(ctx, s.live, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, &docs,
+		options.Find().SetProjection(bson.D{{Key: "version", Value: 1}, {Key: events.OutboxField, Value: 1}}))
+	if err != nil {
+		return nil, translate("archive", err)
+	}
+	out := make(map[string]liveState, len(docs))
+	for _, d := range docs {
+		out[d.ID] = liveState{d.Version, d.Outbox}
+	}
+	return out, nil
+}
+
+// liveOutbox returns the state of live job id (found false if it is not
+// live): from the mirror on FerretDB when it knows every entry pushed to
+// the document — the relay only takes entries away — else from a read.
+func (s *Store) liveOutbox(ctx context.Context, id string) (st liveState, found bool, err error) {
 	if s.mirror != nil {
 		if j, entries, known := s.mirror.outbox(id); known {
 			if j == nil {
-				return 0, nil, false, nil
+				return liveState{}, false, nil
 			}
-			return j.Version, entries, true, nil
+			return liveState{j.Version, entries}, true, nil
 		}
 	}
 	var doc struct {
@@ -948,12 +1055,12 @@ func (s *Store) liveOutbox(ctx context.Context, id string) (version int64, outbo
 	err = s.live.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
 		options.FindOne().SetProjection(bson.D{{Key: "version", Value: 1}, {Key: events.OutboxField, Value: 1}})).Decode(&doc)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, nil, false, nil
+		return liveState{}, false, nil
 	}
 	if err != nil {
-		return 0, nil, false, translate("archive "+id, err)
+		return liveState{}, false, translate("archive "+id, err)
 	}
-	return doc.Version, doc.Outbox, true, nil
+	return liveState{doc.Version, doc.Outbox}, true, nil
 }
 
 // insertArchive stores copies of jobs in the archive, replacing older

@@ -393,8 +393,9 @@ func eachCountedMode(t *testing.T, test func(t *testing.T, db *mongo.Database, r
 }
 
 // The archiver's batch goes in one call: the trees that may move go in one
-// insert into the archive and (for a single writer) one delete command; a
-// tree that may not (an event not relayed) stays live, alone.
+// insert into the archive and one delete command (after, with many
+// writers, one read of their live state); a tree that may not (an event
+// not relayed) stays live, alone.
 func TestArchiveMovesTreesTogether(t *testing.T) {
 	t.Parallel()
 	eachCountedMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips, single bool) {
@@ -420,7 +421,9 @@ func TestArchiveMovesTreesTogether(t *testing.T) {
 		if err != nil || !slices.Equal(done, []bool{true, false, true}) {
 			t.Fatalf("Archive = %v, %v; want a and c archived", done, err)
 		}
-		want := "delete analysis_jobs=4 find analysis_jobs=5 insert analysis_jobs_archive=1" // b: its analysis read, not relayed
+		// One read of the live jobs with many writers (b: not relayed),
+		// one insert, one command of deletes.
+		want := "delete analysis_jobs=1 find analysis_jobs=1 insert analysis_jobs_archive=1"
 		if single {
 			want = "delete analysis_jobs=1 insert analysis_jobs_archive=1"
 		}
@@ -516,6 +519,103 @@ func TestInsertAll(t *testing.T) {
 		}
 		if n := relay.count() - before; n != 2 {
 			t.Errorf("%d inserts told to the relay, want 2", n)
+		}
+	})
+}
+
+// With many writers, a job another replica writes between the archiver's
+// read and its delete stays live at its new version, and its tree is not
+// reported archived (it is offered again); the other trees are.
+func TestArchiveKeepsAJobWrittenMeanwhile(t *testing.T) {
+	t.Parallel()
+	db := testkit.MongoDB(t)
+	ctx := context.Background()
+	s := openStore(t, db)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	var trees [][]*analysis.Job
+	for range 2 {
+		root := newJob(uuid.NewString(), "", analysis.StatusComplete, now)
+		tool := newJob(root.ID, root.ID, analysis.StatusComplete, now)
+		for _, j := range []*analysis.Job{root, tool} {
+			if err := s.Insert(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+		}
+		trees = append(trees, []*analysis.Job{root, tool})
+	}
+	written := trees[1][1]
+	s.SetBeforeArchiveDelete(func() {
+		// Another replica's version-checked write (this process's
+		// document locks are held by the archiver).
+		_, err := db.Collection(jobstore.Collection).UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: written.ID}, {Key: "version", Value: written.Version}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "title", Value: "retried"}}}, {Key: "$inc", Value: bson.D{{Key: "version", Value: 1}}}})
+		if err != nil {
+			t.Errorf("the other replica's write: %v", err)
+		}
+	})
+	done, err := s.Archive(ctx, trees, relayed)
+	if err != nil || !slices.Equal(done, []bool{true, false}) {
+		t.Fatalf("Archive = %v, %v; want the first tree archived, the second not", done, err)
+	}
+	got, err := s.Get(ctx, "acme", "research", written.ID)
+	if err != nil || got.Title != "retried" || got.Version != written.Version+1 {
+		t.Fatalf("the job written meanwhile reads %+v, %v; want its new state (version %d)", got, err, written.Version+1)
+	}
+	if n := count(t, db, jobstore.Collection); n != 1 {
+		t.Errorf("live jobs %d, want 1: the one written meanwhile", n)
+	}
+}
+
+// GetMany reads live and archived jobs alike, the live copy first, and
+// answers nil for an id not found and for a job of another scope; with many
+// writers in one read of each collection, a single writer by _id alone.
+func TestGetManyReadsLiveAndArchivedJobs(t *testing.T) {
+	t.Parallel()
+	eachCountedMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips, single bool) {
+		ctx := context.Background()
+		s := openStore(t, db)
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		archived := newJob(uuid.NewString(), "", analysis.StatusComplete, now)
+		archivedTool := newJob(archived.ID, archived.ID, analysis.StatusComplete, now)
+		live := newJob(uuid.NewString(), "", analysis.StatusRunning, now)
+		foreign := newJob(uuid.NewString(), "", analysis.StatusRunning, now)
+		foreign.Tenant = "globex"
+		for _, j := range []*analysis.Job{archived, archivedTool, live, foreign} {
+			if err := s.Insert(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ok, err := archiveOne(ctx, s, relayed, archived, archivedTool); err != nil || !ok {
+			t.Fatalf("archive: %v, %v", ok, err)
+		}
+		revived := *archivedTool
+		revived.Title = "retried"
+		if err := s.Update(ctx, &revived, archivedTool.Version); err != nil {
+			t.Fatal(err)
+		}
+		reader := openStore(t, db) // reads from the database, not from s's memory
+		rt.Reset()
+		ids := []string{live.ID, "missing", archived.ID, foreign.ID, archivedTool.ID}
+		got, err := reader.GetMany(ctx, "acme", "research", ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{live.Title, "", archived.Title, "", "retried"}
+		for i, j := range got {
+			title := ""
+			if j != nil {
+				title = j.Title
+			}
+			if title != want[i] {
+				t.Errorf("GetMany[%d] (%s) = %q, want %q", i, ids[i], title, want[i])
+			}
+		}
+		if reads := rt.Count("find " + jobstore.Collection); !single && reads != 1 {
+			t.Errorf("many writers: %d reads of the live set, want 1 (%s)", reads, rt)
+		}
+		if scans := rt.NotExact(); single && len(scans) > 0 {
+			t.Errorf("single writer: statements not by exact _id: %q", scans)
 		}
 	})
 }
