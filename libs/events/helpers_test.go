@@ -10,6 +10,7 @@ import (
 	"github.com/FerretDB/FerretDB/ferretdb"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.opentelemetry.io/otel"
@@ -148,6 +149,13 @@ func streamMsgs(t *testing.T, b *Bus, stream string) uint64 {
 // returns a fresh database on it.
 func startFerret(t *testing.T) *mongo.Database {
 	t.Helper()
+	return startFerretMonitored(t, nil)
+}
+
+// startFerretMonitored is startFerret with the client's commands reported
+// to monitor, if not nil.
+func startFerretMonitored(t *testing.T, monitor *event.CommandMonitor) *mongo.Database {
+	t.Helper()
 	f, err := ferretdb.New(&ferretdb.Config{
 		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
 		Handler:   "sqlite",
@@ -168,7 +176,11 @@ func startFerret(t *testing.T) *mongo.Database {
 		<-stopped
 	})
 
-	client, err := mongo.Connect(options.Client().ApplyURI(f.MongoDBURI()))
+	copts := options.Client().ApplyURI(f.MongoDBURI())
+	if monitor != nil {
+		copts.SetMonitor(monitor)
+	}
+	client, err := mongo.Connect(copts)
 	if err != nil {
 		t.Fatalf("mongo connect: %v", err)
 	}

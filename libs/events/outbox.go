@@ -44,6 +44,9 @@ const (
 	RelayPollInterval = 5 * time.Second
 	// relayPageSize is how many documents one query of a sweep reads.
 	relayPageSize = 100
+	// relayBatch is the most named documents one goroutine of Run relays
+	// in turn, reading those it must read in one query.
+	relayBatch = 32
 	// relayPublishTimeout bounds the publish of one entry.
 	relayPublishTimeout = 10 * time.Second
 )
@@ -389,7 +392,9 @@ func (r *Relay) poke() {
 //
 // Named documents are relayed in the order named, as many at once as
 // SetConcurrency allows, each by one goroutine at a time (a document named
-// again meanwhile is relayed again afterwards).
+// again meanwhile is relayed again afterwards). When more are named than
+// goroutines are free, each goroutine takes its share of the queue and
+// reads the documents it must read in one query.
 func (r *Relay) Run(ctx context.Context) error {
 	t := time.NewTicker(r.poll)
 	defer t.Stop()
@@ -400,7 +405,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		again    = map[any]bool{} // named again while being published
 		queued   = map[any]bool{} // the documents in queue
 		queue    []any            // named, waiting for a free goroutine
-		done     = make(chan any)
+		busy     int              // goroutines relaying
+		done     = make(chan []any)
 	)
 	full := true
 	swept := false // the last full sweep read every document (failed ones are retried by name)
@@ -440,27 +446,41 @@ func (r *Relay) Run(ctx context.Context) error {
 				queue = append(queue, id)
 			}
 		}
-		for !full && len(queue) > 0 && len(inflight) < r.conc {
-			id := queue[0]
-			queue = queue[1:]
-			delete(queued, id)
-			inflight[id] = true
+		for !full && len(queue) > 0 && busy < r.conc {
+			// The queue shared among the free goroutines: a goroutine
+			// given several documents reads those it must read in one
+			// query (publishNamedBatch).
+			free := r.conc - busy
+			n := 1
+			if r.conc > 1 {
+				n = min(relayBatch, (len(queue)+free-1)/free)
+			}
+			batch := slices.Clone(queue[:n])
+			queue = queue[n:]
+			for _, id := range batch {
+				delete(queued, id)
+				inflight[id] = true
+			}
+			busy++
 			go func() {
 				r.sweeps.RLock()
-				var err error
+				var errs []error
 				if r.conc > 1 {
-					err = r.publishNamed(ctx, id, rm)
+					errs = r.publishNamedBatch(ctx, batch, rm)
 				} else {
-					_, err = r.relayDocument(ctx, id)
+					_, err := r.relayDocument(ctx, batch[0])
+					errs = []error{err}
 				}
 				r.sweeps.RUnlock()
-				if err != nil {
-					r.failedOn(id)
-					if ctx.Err() == nil {
-						r.logger.Warn("outbox relay incomplete; will retry", slog.Any("error", err))
+				for i, id := range batch {
+					if errs[i] != nil {
+						r.failedOn(id)
+						if ctx.Err() == nil {
+							r.logger.Warn("outbox relay incomplete; will retry", slog.Any("error", errs[i]))
+						}
 					}
 				}
-				done <- id
+				done <- batch
 			}()
 		}
 		if full && len(inflight) == 0 {
@@ -468,18 +488,21 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			for range len(inflight) {
+			for range busy {
 				<-done
 			}
 			return nil
 		case <-r.wake:
-		case id := <-done:
-			delete(inflight, id)
-			if again[id] {
-				delete(again, id)
-				if !queued[id] {
-					queued[id] = true
-					queue = append(queue, id)
+		case batch := <-done:
+			busy--
+			for _, id := range batch {
+				delete(inflight, id)
+				if again[id] {
+					delete(again, id)
+					if !queued[id] {
+						queued[id] = true
+						queue = append(queue, id)
+					}
 				}
 			}
 		case <-t.C:
@@ -492,23 +515,75 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// publishNamed publishes the entries named for document id with
-// NotifyEntries, or, if it was named by NotifyDocument (or an earlier
-// publish failed), reads it and publishes its outbox.
-func (r *Relay) publishNamed(ctx context.Context, id any, rm *removals) error {
-	entries, reread := r.takeDocument(id)
-	if !reread {
-		for _, e := range entries {
-			if len(e.Trace) > 1 {
-				// Its encoding (map order) cannot be rebuilt to remove it.
-				reread = true
+// publishNamedBatch publishes, for each document of ids in turn, the
+// entries named for it with NotifyEntries, or, if it was named by
+// NotifyDocument (or an earlier publish failed), its outbox as read. The
+// documents to read are read in one query ({_id: {$in: ids}}) when there
+// are several, except for a single writer (FerretDB reads the whole
+// collection for an $in); one missing from that read is read again by
+// itself. errs[i] is the error of ids[i].
+func (r *Relay) publishNamedBatch(ctx context.Context, ids []any, rm *removals) (errs []error) {
+	errs = make([]error, len(ids))
+	given := make([][]OutboxEntry, len(ids))
+	var reread []any
+	for i, id := range ids {
+		entries, again := r.takeDocument(id)
+		if !again {
+			for _, e := range entries {
+				if len(e.Trace) > 1 {
+					// Its encoding (map order) cannot be rebuilt to remove it.
+					again = true
+				}
 			}
 		}
+		if again {
+			reread = append(reread, id)
+		} else {
+			given[i] = entries
+		}
 	}
-	if reread {
-		return r.publishDocument(ctx, id, rm)
+	var read map[any]outboxDoc
+	if len(reread) > 1 && !r.single {
+		var err error
+		if read, err = r.readOutboxes(ctx, reread); err != nil {
+			for i := range ids {
+				if given[i] == nil {
+					errs[i] = err
+				}
+			}
+			read = nil
+		}
 	}
-	return r.publishGiven(ctx, id, entries, rm)
+	for i, id := range ids {
+		switch doc, ok := read[id]; {
+		case errs[i] != nil:
+		case given[i] != nil:
+			errs[i] = r.publishGiven(ctx, id, given[i], rm)
+		case ok && len(doc.Outbox) == 0:
+			r.afterDrain(ctx, id)
+		case ok:
+			_, errs[i] = r.publishEntries(ctx, doc, rm)
+		default:
+			errs[i] = r.publishDocument(ctx, id, rm)
+		}
+	}
+	return errs
+}
+
+// readOutboxes reads the outboxes of the documents with the given ids in
+// one query, by _id.
+func (r *Relay) readOutboxes(ctx context.Context, ids []any) (map[any]outboxDoc, error) {
+	var docs []outboxDoc
+	err := mongox.FindAll(ctx, r.coll, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, &docs,
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("events: outbox read of %d documents: %w", len(ids), err)
+	}
+	out := make(map[any]outboxDoc, len(docs))
+	for _, d := range docs {
+		out[d.ID] = d
+	}
+	return out, nil
 }
 
 // publishGiven publishes, in order, the entries of document id not

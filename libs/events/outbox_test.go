@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -617,5 +618,81 @@ func TestRelayAsksGoneUnderTheDocumentsLock(t *testing.T) {
 	}
 	if len(j.Outbox) != 1 {
 		t.Errorf("a removal was written to the document moved meanwhile (outbox %d, want its 1 entry)", len(j.Outbox))
+	}
+}
+
+// TestRelayReadsNamedDocumentsTogether: with many writers the relay reads
+// each named document (NotifyDocument) before publishing it; when more are
+// named than its goroutines can take at once, each goroutine reads its
+// share in one query, not one by one. Every event is still published, in
+// order per document, and every outbox emptied.
+func TestRelayReadsNamedDocumentsTogether(t *testing.T) {
+	t.Parallel()
+	var (
+		counting atomic.Bool
+		reads    atomic.Int64
+		release  = make(chan struct{})
+	)
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "find" && counting.Load() {
+			reads.Add(1)
+			<-release // the relay's goroutines stay busy while the names arrive
+		}
+	}}
+	b := newBusWithStreams(t)
+	coll := startFerretMonitored(t, monitor).Collection("jobs")
+	ctx := testContext(t)
+	r := NewRelay(b, coll, testLogger(t))
+	r.SetConcurrency(4)
+	started := make(chan struct{})
+	r.SetDrained(func(_ context.Context, id any) error {
+		if id == "warm-up" {
+			close(started)
+		}
+		return nil
+	})
+	runRelay(t, r)
+	// The start-up sweep is done once a document named after it is drained.
+	completeJob(ctx, t, coll, "warm-up")
+	r.NotifyDocument("warm-up")
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the relay did not start")
+	}
+
+	const docs = 40
+	written := map[string][2]string{} // document → its two entries' ids, in order
+	for i := range docs {
+		id := fmt.Sprintf("d%02d", i)
+		first, second := newEntry(t, id, "first"), newEntry(t, id, "second")
+		completeJob(ctx, t, coll, id, first, second)
+		written[id] = [2]string{first.ID, second.ID}
+	}
+	counting.Store(true)
+	for i := range docs {
+		r.NotifyDocument(fmt.Sprintf("d%02d", i))
+	}
+	time.Sleep(100 * time.Millisecond) // the names reach the relay's queue
+	close(release)
+	waitFor(t, RelayPollInterval/2, "named documents relayed", func() bool { return streamMsgs(t, b, StreamEvents) == 2*docs })
+	counting.Store(false) // every read of the relay came before its publish
+	waitFor(t, RelayPollInterval/2, "outboxes emptied", func() bool { return pendingEntries(t, coll) == 0 })
+	// At most 4 reads while the names arrive, then the queue in 4 shares
+	// (one read each, one by one: 40).
+	t.Logf("%d reads for %d named documents", reads.Load(), docs)
+	if n := reads.Load(); n > 8 {
+		t.Errorf("the relay read %d times for %d named documents, want at most 8", n, docs)
+	}
+	pos := map[string]int{}
+	for i, id := range storedIDs(t, b, StreamEvents) {
+		pos[id] = i
+	}
+	for doc, ids := range written {
+		first, ok1 := pos[ids[0]]
+		second, ok2 := pos[ids[1]]
+		if !ok1 || !ok2 || first > second {
+			t.Errorf("%s: its events at %d (%v) and %d (%v) of the stream, want both, in order", doc, first, ok1, second, ok2)
+		}
 	}
 }
