@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentmesh/agentmesh/libs/heartbeat"
@@ -57,18 +58,18 @@ const (
 // returned stop is called, which waits for the renewals to end (and may be
 // called again). If the job is no longer running under token it calls lost
 // with errClaimLost and stops renewing.
-func (e *Engine) holdClaim(ctx context.Context, j *Job, token string, lost context.CancelCauseFunc) (stop func()) {
+func (e *Engine) holdClaim(ctx context.Context, j *claimCopy, token string, lost context.CancelCauseFunc) (stop func()) {
 	return heartbeat.Keep(ctx, e.cfg.ClaimTTL/3, func(ctx context.Context) bool {
 		held, err := e.renewClaim(ctx, j, token)
 		switch {
 		case err != nil:
 			if ctx.Err() == nil {
-				e.log.Warn("could not renew a job's claim; retrying", slog.String("job_id", j.ID), slog.Any("error", err))
+				e.log.Warn("could not renew a job's claim; retrying", slog.String("job_id", j.Load().ID), slog.Any("error", err))
 			}
 		case !held:
 			// Cancelled, or taken over; or the result was just
 			// recorded, which ends the claim too.
-			e.log.Debug("job no longer runs under this claim", slog.String("job_id", j.ID))
+			e.log.Debug("job no longer runs under this claim", slog.String("job_id", j.Load().ID))
 			lost(errClaimLost)
 			return false
 		}
@@ -76,13 +77,19 @@ func (e *Engine) holdClaim(ctx context.Context, j *Job, token string, lost conte
 	})
 }
 
+// claimCopy is a job this engine runs under its claim, as the engine last
+// stored it (the claim, then each renewal): the renewals and the result
+// are written from it, without reading the job first, and read it only
+// if another write came between (see mutateKnown).
+type claimCopy struct{ atomic.Pointer[Job] }
+
 // renewClaim extends the claim token on job j to ClaimTTL from now and
 // reports whether the job is still running under it.
-func (e *Engine) renewClaim(ctx context.Context, j *Job, token string) (bool, error) {
+func (e *Engine) renewClaim(ctx context.Context, j *claimCopy, token string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.ClaimTTL/3)
 	defer cancel()
 	held := false
-	_, err := e.mutate(ctx, j.Tenant, j.Project, j.ID, func(cur *Job) (effect, error) {
+	renewed, err := e.mutateKnown(ctx, j.Load(), func(cur *Job) (effect, error) {
 		held = cur.Status == StatusRunning && cur.LeaseOwner == token
 		if !held {
 			return unchanged, nil
@@ -90,6 +97,9 @@ func (e *Engine) renewClaim(ctx context.Context, j *Job, token string) (bool, er
 		cur.LeaseUntil = timePtr(e.now().Add(e.cfg.ClaimTTL))
 		return stored, nil
 	})
+	if err == nil && held {
+		j.Store(renewed)
+	}
 	return held, err
 }
 
@@ -100,7 +110,7 @@ func (e *Engine) settle(ctx context.Context, j *Job, token string, out outcome) 
 	write := context.WithoutCancel(ctx)
 	deadline := e.clock().Add(settleRetryFor)
 	delay := time.Duration(0)
-	known := j // as claimed: usually still the stored state, so not read again
+	known := j // as claimed or last renewed: usually still the stored state, so not read again
 	for {
 		settled := false
 		stored, err := e.mutateWith(write, j.Tenant, j.Project, j.ID, known, e.store.Update, func(cur *Job) (effect, error) {

@@ -102,7 +102,9 @@ func (e *Engine) run(ctx context.Context, tenant, project, id string, typ Type) 
 	// The claim is renewed until the result is recorded (see claim.go).
 	runCtx, lose := context.WithCancelCause(ctx)
 	defer lose(nil)
-	stopHolding := e.holdClaim(runCtx, j, token, lose)
+	var latest claimCopy
+	latest.Store(j)
+	stopHolding := e.holdClaim(runCtx, &latest, token, lose)
 	defer stopHolding()
 	if e.hooks.BeforeExecute != nil {
 		e.hooks.BeforeExecute(j)
@@ -133,7 +135,7 @@ func (e *Engine) run(ctx context.Context, tenant, project, id string, typ Type) 
 		return nil
 	}
 
-	stored, settled, err := e.settle(ctx, j, token, out)
+	stored, settled, err := e.settle(ctx, latest.Load(), token, out)
 	stopHolding()
 	if err != nil {
 		return err

@@ -47,6 +47,10 @@ func TestEveryQueryIsIndexed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An analysis's children in one read of each collection.
+	if _, err := s.GetMany(ctx, "acme", "research", []string{tool.ID, "not-created-yet"}); err != nil {
+		t.Fatal(err)
+	}
 	got.UpdateTime = now.Add(time.Second)
 	if err := s.Update(ctx, got, got.Version); err != nil {
 		t.Fatal(err)

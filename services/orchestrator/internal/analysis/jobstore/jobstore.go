@@ -63,7 +63,8 @@
 //
 //	query                                               collections  index
 //	Get, Update, Archive, the relay's reads: {_id, ...}  both         _id_
-//	GetMany, Archive's read: {_id: {$in: ids}}           both         _id_
+//	GetMany, Archive's read, the relay's read of the     both         _id_
+//	  documents named meanwhile: {_id: {$in: ids}}
 //	ListJobs: {tenant_id, project_id[, create_time       both         list {tenant_id, project_id,
 //	  range]}, the page key as $or [{create_time $lt},                  create_time: -1, _id: -1}
 //	  {create_time, _id $lt}], sort {create_time: -1,
