@@ -447,13 +447,15 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 		}
 		for !full && len(queue) > 0 && busy < r.conc {
-			// The queue shared among the free goroutines: a goroutine
-			// given several documents reads those it must read in one
-			// query (publishNamedBatch).
-			free := r.conc - busy
+			// With many writers the queue is shared among the
+			// goroutines: one given several documents reads those it
+			// must read in one query (publishNamedBatch). A share of the
+			// whole concurrency, not of the goroutines free now (they
+			// free up one at a time: the first would take it all); a
+			// single writer, handed the entries, reads nothing to share.
 			n := 1
-			if r.conc > 1 {
-				n = min(relayBatch, (len(queue)+free-1)/free)
+			if r.conc > 1 && !r.single {
+				n = min(relayBatch, (len(queue)+r.conc-1)/r.conc)
 			}
 			batch := slices.Clone(queue[:n])
 			queue = queue[n:]
@@ -520,12 +522,13 @@ func (r *Relay) Run(ctx context.Context) error {
 // NotifyDocument (or an earlier publish failed), its outbox as read. The
 // documents to read are read in one query ({_id: {$in: ids}}) when there
 // are several, except for a single writer (FerretDB reads the whole
-// collection for an $in); one missing from that read is read again by
-// itself. errs[i] is the error of ids[i].
+// collection for an $in); one missing from that read, or whose _id is
+// neither a string nor an ObjectID, is read by itself. errs[i] is the
+// error of ids[i].
 func (r *Relay) publishNamedBatch(ctx context.Context, ids []any, rm *removals) (errs []error) {
 	errs = make([]error, len(ids))
 	given := make([][]OutboxEntry, len(ids))
-	var reread []any
+	var reread []any // those read together: ids that key a map as decoded
 	for i, id := range ids {
 		entries, again := r.takeDocument(id)
 		if !again {
@@ -536,18 +539,19 @@ func (r *Relay) publishNamedBatch(ctx context.Context, ids []any, rm *removals) 
 				}
 			}
 		}
-		if again {
-			reread = append(reread, id)
-		} else {
+		switch {
+		case !again:
 			given[i] = entries
+		case batchable(id):
+			reread = append(reread, id)
 		}
 	}
 	var read map[any]outboxDoc
 	if len(reread) > 1 && !r.single {
 		var err error
 		if read, err = r.readOutboxes(ctx, reread); err != nil {
-			for i := range ids {
-				if given[i] == nil {
+			for i, id := range ids {
+				if given[i] == nil && batchable(id) {
 					errs[i] = err
 				}
 			}
@@ -555,7 +559,14 @@ func (r *Relay) publishNamedBatch(ctx context.Context, ids []any, rm *removals) 
 		}
 	}
 	for i, id := range ids {
-		switch doc, ok := read[id]; {
+		var (
+			doc outboxDoc
+			ok  bool
+		)
+		if read != nil && batchable(id) {
+			doc, ok = read[id]
+		}
+		switch {
 		case errs[i] != nil:
 		case given[i] != nil:
 			errs[i] = r.publishGiven(ctx, id, given[i], rm)
@@ -568,6 +579,16 @@ func (r *Relay) publishNamedBatch(ctx context.Context, ids []any, rm *removals) 
 		}
 	}
 	return errs
+}
+
+// batchable reports whether document id, read in a batch, is found by its
+// _id as decoded (a string or an ObjectID); others are read alone.
+func batchable(id any) bool {
+	switch id.(type) {
+	case string, bson.ObjectID:
+		return true
+	}
+	return false
 }
 
 // readOutboxes reads the outboxes of the documents with the given ids in
