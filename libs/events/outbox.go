@@ -392,9 +392,10 @@ func (r *Relay) poke() {
 //
 // Named documents are relayed in the order named, as many at once as
 // SetConcurrency allows, each by one goroutine at a time (a document named
-// again meanwhile is relayed again afterwards). When more are named than
-// goroutines are free, each goroutine takes its share of the queue and
-// reads the documents it must read in one query.
+// again meanwhile is relayed again afterwards). With many writers, when
+// more are named than the relay's concurrency, a goroutine takes a share of
+// the queue (the queue divided by the concurrency, at most 32) and reads
+// the documents it must read in one query.
 func (r *Relay) Run(ctx context.Context) error {
 	t := time.NewTicker(r.poll)
 	defer t.Stop()
@@ -596,7 +597,7 @@ func batchable(id any) bool {
 func (r *Relay) readOutboxes(ctx context.Context, ids []any) (map[any]outboxDoc, error) {
 	var docs []outboxDoc
 	err := mongox.FindAll(ctx, r.coll, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, &docs,
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}}))
+		options.Find().SetProjection(outboxProjection))
 	if err != nil {
 		return nil, fmt.Errorf("events: outbox read of %d documents: %w", len(ids), err)
 	}
@@ -650,7 +651,7 @@ func (r *Relay) publishDocument(ctx context.Context, id any, rm *removals) error
 // when there is nothing to publish: on an error, when the document is
 // gone, or when its outbox is empty (then the drained hook is told).
 func (r *Relay) readOutbox(ctx context.Context, id any) (doc outboxDoc, ok bool, err error) {
-	opts := options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}})
+	opts := options.FindOne().SetProjection(outboxProjection)
 	err = r.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, opts).Decode(&doc)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return doc, false, nil
@@ -862,7 +863,7 @@ func (r *Relay) sweep(ctx context.Context, rm *removals) (int, bool, error) {
 		if lastID != nil {
 			filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: lastID}}})
 		}
-		opts := options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}})
+		opts := options.Find().SetProjection(outboxProjection)
 		if !r.single {
 			// Pages keep each query short on MongoDB, where the sparse
 			// index serves them. A single writer's sweeps run on FerretDB,
@@ -899,6 +900,9 @@ func (r *Relay) sweep(ctx context.Context, rm *removals) (int, bool, error) {
 		lastID = docs[len(docs)-1].ID
 	}
 }
+
+// outboxProjection reads a document's _id and outbox (outboxDoc).
+var outboxProjection = bson.D{{Key: "_id", Value: 1}, {Key: OutboxField, Value: 1}}
 
 // outboxDoc is the projection a sweep reads. Entries stay raw so they can
 // be removed by exact match (see relayDoc).

@@ -995,10 +995,10 @@ func (s *Store) movable(ctx context.Context, tree []*analysis.Job, read map[stri
 		if !found {
 			continue // archived already
 		}
-		if st.version != j.Version || s.isHeld(j.ID) {
+		if st.Version != j.Version || s.isHeld(j.ID) {
 			return nil, false, nil // written since it was read, or not written yet
 		}
-		if !relayed(st.outbox) {
+		if !relayed(st.Outbox) {
 			return nil, false, nil
 		}
 		moving = append(moving, j)
@@ -1006,11 +1006,16 @@ func (s *Store) movable(ctx context.Context, tree []*analysis.Job, read map[stri
 	return moving, true, nil
 }
 
-// liveState is a live job's version and the entries its outbox may hold.
+// liveState is a live job's version and the entries its outbox may hold,
+// as read with liveStateProjection.
 type liveState struct {
-	version int64
-	outbox  []events.OutboxEntry
+	ID      string               `bson:"_id"`
+	Version int64                `bson:"version"`
+	Outbox  []events.OutboxEntry `bson:"outbox"`
 }
+
+// liveStateProjection reads a liveState.
+var liveStateProjection = bson.D{{Key: "version", Value: 1}, {Key: events.OutboxField, Value: 1}}
 
 // liveOutboxes returns, with many writers, the state of each live job of
 // ids, read in one query ({_id: {$in: ids}}); a job not live has none. A
@@ -1020,19 +1025,15 @@ func (s *Store) liveOutboxes(ctx context.Context, ids []string) (map[string]live
 	if s.mirror != nil {
 		return nil, nil
 	}
-	var docs []struct {
-		ID      string               `bson:"_id"`
-		Version int64                `bson:"version"`
-		Outbox  []events.OutboxEntry `bson:"outbox"`
-	}
+	var docs []liveState
 	err := mongox.FindAll(ctx, s.live, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, &docs,
-		options.Find().SetProjection(bson.D{{Key: "version", Value: 1}, {Key: events.OutboxField, Value: 1}}))
+		options.Find().SetProjection(liveStateProjection))
 	if err != nil {
 		return nil, translate("archive", err)
 	}
 	out := make(map[string]liveState, len(docs))
 	for _, d := range docs {
-		out[d.ID] = liveState{d.Version, d.Outbox}
+		out[d.ID] = d
 	}
 	return out, nil
 }
@@ -1046,22 +1047,17 @@ func (s *Store) liveOutbox(ctx context.Context, id string) (st liveState, found 
 			if j == nil {
 				return liveState{}, false, nil
 			}
-			return liveState{j.Version, entries}, true, nil
+			return liveState{ID: id, Version: j.Version, Outbox: entries}, true, nil
 		}
 	}
-	var doc struct {
-		Version int64                `bson:"version"`
-		Outbox  []events.OutboxEntry `bson:"outbox"`
-	}
-	err = s.live.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
-		options.FindOne().SetProjection(bson.D{{Key: "version", Value: 1}, {Key: events.OutboxField, Value: 1}})).Decode(&doc)
+	err = s.live.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(liveStateProjection)).Decode(&st)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return liveState{}, false, nil
 	}
 	if err != nil {
 		return liveState{}, false, translate("archive "+id, err)
 	}
-	return liveState{doc.Version, doc.Outbox}, true, nil
+	return st, true, nil
 }
 
 // insertArchive stores copies of jobs in the archive, replacing older

@@ -385,6 +385,25 @@ func testClearedFieldsStayCleared(t *testing.T, db *mongo.Database) {
 	}
 }
 
+// insertFinishedTree inserts a complete analysis and its one tool job,
+// each with the outbox entries outbox gives (none if nil), and returns them
+// as a tree for Archive: the analysis first.
+func insertFinishedTree(t *testing.T, s *jobstore.Store, now time.Time, outbox func(j *analysis.Job) []events.OutboxEntry) []*analysis.Job {
+	t.Helper()
+	root := newJob(uuid.NewString(), "", analysis.StatusComplete, now)
+	tool := newJob(root.ID, root.ID, analysis.StatusComplete, now)
+	for _, j := range []*analysis.Job{root, tool} {
+		var entries []events.OutboxEntry
+		if outbox != nil {
+			entries = outbox(j)
+		}
+		if err := s.Insert(context.Background(), j, entries...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return []*analysis.Job{root, tool}
+}
+
 // eachCountedMode is testkit.EachWriterModeCounted, telling test the mode.
 func eachCountedMode(t *testing.T, test func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips, single bool)) {
 	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
@@ -404,14 +423,9 @@ func TestArchiveMovesTreesTogether(t *testing.T) {
 		now := time.Now().UTC().Truncate(time.Millisecond)
 		var trees [][]*analysis.Job
 		for _, name := range []string{"a", "b", "c"} {
-			root := newJob(uuid.NewString(), "", analysis.StatusComplete, now)
-			tool := newJob(root.ID, root.ID, analysis.StatusComplete, now)
-			for _, j := range []*analysis.Job{root, tool} {
-				if err := s.Insert(ctx, j, events.OutboxEntry{ID: name + "-" + j.ID, Subject: "am.evt.acme.job." + j.ID}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			trees = append(trees, []*analysis.Job{root, tool})
+			trees = append(trees, insertFinishedTree(t, s, now, func(j *analysis.Job) []events.OutboxEntry {
+				return []events.OutboxEntry{{ID: name + "-" + j.ID, Subject: "am.evt.acme.job." + j.ID}}
+			}))
 		}
 		notB := func(outbox []events.OutboxEntry) bool {
 			return !slices.ContainsFunc(outbox, func(e events.OutboxEntry) bool { return e.ID[0] == 'b' })
@@ -534,14 +548,7 @@ func TestArchiveKeepsAJobWrittenMeanwhile(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	var trees [][]*analysis.Job
 	for range 2 {
-		root := newJob(uuid.NewString(), "", analysis.StatusComplete, now)
-		tool := newJob(root.ID, root.ID, analysis.StatusComplete, now)
-		for _, j := range []*analysis.Job{root, tool} {
-			if err := s.Insert(ctx, j); err != nil {
-				t.Fatal(err)
-			}
-		}
-		trees = append(trees, []*analysis.Job{root, tool})
+		trees = append(trees, insertFinishedTree(t, s, now, nil))
 	}
 	written := trees[1][1]
 	s.SetBeforeArchiveDelete(func() {
@@ -576,12 +583,12 @@ func TestGetManyReadsLiveAndArchivedJobs(t *testing.T) {
 		ctx := context.Background()
 		s := openStore(t, db)
 		now := time.Now().UTC().Truncate(time.Millisecond)
-		archived := newJob(uuid.NewString(), "", analysis.StatusComplete, now)
-		archivedTool := newJob(archived.ID, archived.ID, analysis.StatusComplete, now)
+		tree := insertFinishedTree(t, s, now, nil)
+		archived, archivedTool := tree[0], tree[1]
 		live := newJob(uuid.NewString(), "", analysis.StatusRunning, now)
 		foreign := newJob(uuid.NewString(), "", analysis.StatusRunning, now)
 		foreign.Tenant = "globex"
-		for _, j := range []*analysis.Job{archived, archivedTool, live, foreign} {
+		for _, j := range []*analysis.Job{live, foreign} {
 			if err := s.Insert(ctx, j); err != nil {
 				t.Fatal(err)
 			}
