@@ -58,22 +58,22 @@ func UpdateIf(ctx context.Context, coll *mongo.Collection, id any, cond bson.D, 
 // DeleteIf deletes the document with _id id if its fields equal cond's
 // (as in UpdateIf), and reports whether it did. It holds
 // LockDocument(coll, id); with many writers it is one conditional delete,
-// for a single writer a read and a delete by _id.
+// for a single writer a read (none for an empty cond) and a delete by _id
+// (DeleteIDs).
 func DeleteIf(ctx context.Context, coll *mongo.Collection, id any, cond bson.D) (bool, error) {
 	if err := checkPlain(cond); err != nil {
 		return false, err
 	}
 	defer LockDocument(coll, id)()
-	byID := bson.D{{Key: "_id", Value: id}}
-	filter := append(byID, cond...)
 	if SingleWriter(coll.Database()) {
 		ok, err := matchesByID(ctx, coll, id, cond)
 		if err != nil || !ok {
 			return false, err
 		}
-		filter = byID
+		n, err := DeleteIDs(ctx, coll, []any{id})
+		return n == 1, err
 	}
-	res, err := coll.DeleteOne(ctx, filter)
+	res, err := coll.DeleteOne(ctx, append(bson.D{{Key: "_id", Value: id}}, cond...))
 	if err != nil {
 		return false, Translate(err)
 	}

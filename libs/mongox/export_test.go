@@ -11,3 +11,12 @@ func Queued[T any](b *Batcher[T]) int {
 	}
 	return n
 }
+
+// WriteGateBusy reports whether a write holds the turn of the single
+// writers' gate for uri.
+func WriteGateBusy(uri string) bool {
+	g := gateFor(uri)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.busy
+}

@@ -53,8 +53,9 @@ type MongoOptions struct {
 // the MongoDB wire protocol on loopback. Its methods are safe for
 // concurrent use.
 type Mongo struct {
-	uri string
-	ids *idIndexer
+	uri   string
+	files *sqliteFiles
+	ids   *idIndexer
 
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when FerretDB's Run has returned
@@ -119,9 +120,11 @@ func StartMongo(ctx context.Context, opts MongoOptions) (*Mongo, error) {
 
 	// The listener is bound by New, so the URI is known before Run.
 	runCtx, cancel := context.WithCancel(ctx)
+	files := newSQLiteFiles(dir, syncMode)
 	m := &Mongo{
 		uri:    f.MongoDBURI(),
-		ids:    newIDIndexer(dir),
+		files:  files,
+		ids:    newIDIndexer(files),
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
@@ -129,6 +132,7 @@ func StartMongo(ctx context.Context, opts MongoOptions) (*Mongo, error) {
 	go func() {
 		defer close(indexed)
 		m.ids.run(runCtx)
+		files.close()
 	}()
 	go func() {
 		defer close(m.done)

@@ -2,7 +2,6 @@ package testkit
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -25,19 +24,17 @@ const idIndexInterval = time.Second
 // ignores indexes it did not make; dropping a collection drops its table
 // and the index with it.
 type idIndexer struct {
-	dir string
+	files *sqliteFiles
 
-	mu   sync.Mutex // guards dbs and done
-	dbs  map[string]*sql.DB
+	mu   sync.Mutex      // guards done
 	done map[string]bool // "file\x00table" already indexed
 }
 
-func newIDIndexer(dir string) *idIndexer {
-	return &idIndexer{dir: dir, dbs: map[string]*sql.DB{}, done: map[string]bool{}}
+func newIDIndexer(files *sqliteFiles) *idIndexer {
+	return &idIndexer{files: files, done: map[string]bool{}}
 }
 
-// run indexes new tables every idIndexInterval until ctx ends, then closes
-// its connections.
+// run indexes new tables every idIndexInterval until ctx ends.
 func (x *idIndexer) run(ctx context.Context) {
 	t := time.NewTicker(idIndexInterval)
 	defer t.Stop()
@@ -45,7 +42,6 @@ func (x *idIndexer) run(ctx context.Context) {
 		_ = x.indexAll(ctx)
 		select {
 		case <-ctx.Done():
-			x.close()
 			return
 		case <-t.C:
 		}
@@ -55,7 +51,7 @@ func (x *idIndexer) run(ctx context.Context) {
 // indexAll creates the index on every collection table of every database
 // file that lacks it.
 func (x *idIndexer) indexAll(ctx context.Context) error {
-	files, err := filepath.Glob(filepath.Join(x.dir, "*.sqlite"))
+	files, err := filepath.Glob(filepath.Join(x.files.dir, "*.sqlite"))
 	if err != nil {
 		return err
 	}
@@ -74,16 +70,9 @@ func (x *idIndexer) indexAll(ctx context.Context) error {
 }
 
 func (x *idIndexer) indexFile(ctx context.Context, file string) error {
-	db := x.dbs[file]
-	if db == nil {
-		var err error
-		// FerretDB writes the file too: wait for its locks rather than fail.
-		db, err = sql.Open("sqlite", "file:"+file+"?_pragma=busy_timeout(10000)")
-		if err != nil {
-			return err
-		}
-		db.SetMaxOpenConns(1)
-		x.dbs[file] = db
+	db, err := x.files.open(file)
+	if err != nil {
+		return err
 	}
 	rows, err := db.QueryContext(ctx, `SELECT table_name FROM _ferretdb_collections`)
 	if err != nil {
@@ -119,15 +108,6 @@ func (x *idIndexer) indexFile(ctx context.Context, file string) error {
 		x.done[file+"\x00"+t] = true
 	}
 	return nil
-}
-
-func (x *idIndexer) close() {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for f, db := range x.dbs {
-		_ = db.Close()
-		delete(x.dbs, f)
-	}
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

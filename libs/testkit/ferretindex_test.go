@@ -22,17 +22,7 @@ import (
 func TestEmbeddedMongoIndexesIDLookups(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir := t.TempDir()
-	m, err := testkit.StartMongo(ctx, testkit.MongoOptions{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Stop()
-	client, err := mongo.Connect(options.Client().ApplyURI(m.URI()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Disconnect(ctx)
+	m, client, dir := startEmbedded(t)
 	db := client.Database("shop")
 	for _, name := range []string{"orders", "odd.name-x"} {
 		if _, err := db.Collection(name).InsertMany(ctx, []any{bson.M{"_id": "a", "n": 1}, bson.M{"_id": "b", "n": 2}}); err != nil {
@@ -83,6 +73,24 @@ func TestEmbeddedMongoIndexesIDLookups(t *testing.T) {
 	if err := db.Collection("orders").FindOne(ctx, bson.M{"_id": "b"}).Decode(&got); err != nil || got.N != 2 {
 		t.Fatalf("find by _id after indexing: %v %+v", err, got)
 	}
+}
+
+// startEmbedded starts a server of the test's own on a directory it
+// returns, with a client: t.Cleanup disconnects it and stops the server.
+func startEmbedded(t *testing.T) (*testkit.Mongo, *mongo.Client, string) {
+	t.Helper()
+	dir := t.TempDir()
+	m, err := testkit.StartMongo(context.Background(), testkit.MongoOptions{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	client, err := mongo.Connect(options.Client().ApplyURI(m.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	return m, client, dir
 }
 
 // TestRoundTripsCountsCommands: the counted client sees each command once,

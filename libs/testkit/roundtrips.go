@@ -13,6 +13,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/agentmesh/agentmesh/libs/mongox"
 )
 
 // RoundTrips counts the commands a client sends to the database, by
@@ -107,6 +109,18 @@ func (r *RoundTrips) String() string {
 		fmt.Fprintf(&b, "%s=%d", k, r.counts[k])
 	}
 	return b.String()
+}
+
+// direct counts a statement the client's store ran on the embedded
+// server's SQLite file rather than through the driver (mongox.DeleteIDs),
+// as "<cmd> <collection> (sqlite)": still a round trip to the database.
+func (r *RoundTrips) direct(cmd, coll string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.counts == nil {
+		r.counts = map[string]int{}
+	}
+	r.counts[cmd+" "+coll+" (sqlite)"]++
 }
 
 func (r *RoundTrips) started(_ context.Context, e *event.CommandStartedEvent) {
@@ -239,6 +253,8 @@ func MongoDBCounted(t testing.TB) (*mongo.Database, *RoundTrips) {
 	if err != nil {
 		t.Fatalf("testkit: connect to %s: %v", m.URI(), err)
 	}
+	mongox.BindIDDeleter(client, m)
+	mongox.ObserveDirect(client, rt.direct)
 	db := client.Database(DatabaseName(t))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/gateway/httpgateway"
 	"github.com/agentmesh/agentmesh/libs/config"
+	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/service"
 	"github.com/agentmesh/agentmesh/libs/telemetry"
 	"github.com/agentmesh/agentmesh/libs/testkit"
@@ -129,6 +130,9 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 		}
 		defer m.Stop()
 		mongoURI = m.URI()
+		// The services' stores delete by _id straight from its SQLite
+		// file (mongox.DeleteIDs), in the write turns of their clients.
+		defer mongox.RegisterIDDeleter(mongoURI, m)()
 	}
 	if natsURL == "" {
 		n, err := testkit.StartNATS(testkit.NATSOptions{StoreDir: filepath.Join(cfg.DataDir, "nats"), ServerName: "agentmesh"})

@@ -104,10 +104,12 @@ var budgets = map[string][2]string{
 	"search": {"find indexer_chunks=2", "find indexer_chunks=2"},
 	// Mark deleting and read the record as marked; the graph (entities
 	// forgotten and, left with no document, deleted with the document's
-	// node and chunks; edges); the chunks; the record.
+	// node and chunks; edges); the chunks; the record. A single writer
+	// deletes the chunks and the record on the SQLite file
+	// (mongox.DeleteIDs).
 	"delete": {
 		"delete indexer_chunks=1 delete indexer_documents=1 delete indexer_graph_edges=1 delete indexer_graph_nodes=1 find indexer_documents=1 update indexer_documents=1 update indexer_graph_nodes=1",
-		"delete indexer_chunks=1 delete indexer_documents=1 delete indexer_graph_edges=1 delete indexer_graph_nodes=1 find indexer_documents=2 find indexer_graph_nodes=1 update indexer_documents=1",
+		"delete indexer_chunks (sqlite)=1 delete indexer_documents (sqlite)=1 delete indexer_graph_edges=1 delete indexer_graph_nodes=1 find indexer_documents=2 find indexer_graph_nodes=1 update indexer_documents=1",
 	},
 }
 

@@ -118,16 +118,14 @@ func (s *Store) DeleteChunks(ctx context.Context, ids []string) error {
 	return s.deleteChunks(ctx, ids)
 }
 
-// deleteChunks deletes by _id in one command; the caller holds the locks.
+// deleteChunks deletes by _id in one command (mongox.DeleteIDs); the
+// caller holds the locks.
 func (s *Store) deleteChunks(ctx context.Context, ids []string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	models := make([]mongo.WriteModel, len(ids))
+	del := make([]any, len(ids))
 	for i, id := range ids {
-		models[i] = mongo.NewDeleteOneModel().SetFilter(byID(id))
+		del[i] = id
 	}
-	if _, err := s.chunks.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+	if _, err := mongox.DeleteIDs(ctx, s.chunks, del); err != nil {
 		return translate(err)
 	}
 	return nil

@@ -1,0 +1,129 @@
+package mongox_test
+
+import (
+	"context"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/agentmesh/agentmesh/libs/mongox"
+	"github.com/agentmesh/agentmesh/libs/testkit"
+)
+
+// TestDeleteIDs: with many writers DeleteIDs is one command of deletes by
+// _id; the only writer's client deletes the ids its server's deleter keys
+// (the embedded FerretDB's) in one statement beneath the driver, and the
+// others (an int32 _id) through the driver; both report what they
+// deleted, missing ids included. A single writer's DeleteIf deletes the
+// same way.
+func TestDeleteIDs(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
+		ctx := context.Background()
+		single := mongox.SingleWriter(db)
+		coll := db.Collection("things")
+		if _, err := coll.InsertMany(ctx, []any{bson.M{"_id": "a"}, bson.M{"_id": "b"}, bson.M{"_id": "c"}, bson.M{"_id": int32(7)}, bson.M{"_id": "d", "k": 1}}); err != nil {
+			t.Fatal(err)
+		}
+		rt.Reset()
+		if n, err := mongox.DeleteIDs(ctx, coll, []any{"a", "b", "missing"}); err != nil || n != 2 {
+			t.Fatalf("DeleteIDs(a, b, missing) = %d, %v; want 2", n, err)
+		}
+		wantDirect, wantDriver := 0, 1
+		if single {
+			wantDirect, wantDriver = 1, 0
+		}
+		if d, c := rt.Count("delete things (sqlite)"), rt.Count("delete things"); d != wantDirect || c != wantDriver {
+			t.Fatalf("statements beneath the driver %d, delete commands %d; want %d and %d (%s)", d, c, wantDirect, wantDriver, rt)
+		}
+		rt.Reset()
+		if n, err := mongox.DeleteIDs(ctx, coll, []any{int32(7)}); err != nil || n != 1 {
+			t.Fatalf("DeleteIDs(7) = %d, %v; want 1", n, err)
+		}
+		if c := rt.Count("delete things"); c != 1 {
+			t.Fatalf("an int32 _id: %d delete commands, want 1 (%s)", c, rt)
+		}
+		rt.Reset()
+		if ok, err := mongox.DeleteIf(ctx, coll, "d", bson.D{{Key: "k", Value: 1}}); err != nil || !ok {
+			t.Fatalf("DeleteIf(d) = %v, %v", ok, err)
+		}
+		if d := rt.Count("delete things (sqlite)"); d != wantDirect {
+			t.Fatalf("DeleteIf: %d statements beneath the driver, want %d (%s)", d, wantDirect, rt)
+		}
+		var left []bson.M
+		cur, err := coll.Find(ctx, bson.D{})
+		if err == nil {
+			err = cur.All(ctx, &left)
+		}
+		if err != nil || len(left) != 1 || left[0]["_id"] != "c" {
+			t.Fatalf("left %v (%v), want only c", left, err)
+		}
+	})
+}
+
+// gateSpy is a deleter that notes whether the writers' gate was held
+// while it deleted.
+type gateSpy struct {
+	mongox.IDDeleter
+	uri  string
+	held []bool
+}
+
+func (s *gateSpy) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int64, bool, error) {
+	s.held = append(s.held, mongox.WriteGateBusy(s.uri))
+	return s.IDDeleter.DeleteIDs(ctx, db, coll, ids)
+}
+
+// TestDeleteIDsTakesTheWriteTurn: a client Connect made as the only writer
+// uses the deleter registered for its URI, in a write turn of its own, as
+// its write commands do (SQLite takes one writer at a time); a client
+// connected before the registration, or after it was undone, does not.
+func TestDeleteIDsTakesTheWriteTurn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := testkit.NewMongo(t)
+	before, db0, err := mongox.Connect(ctx, mongox.Config{URI: m.URI(), Database: "gate", SingleWriter: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Disconnect(ctx)
+	spy := &gateSpy{IDDeleter: m, uri: m.URI()}
+	unregister := mongox.RegisterIDDeleter(m.URI(), spy)
+	client, db, err := mongox.Connect(ctx, mongox.Config{URI: m.URI(), Database: "gate", SingleWriter: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(ctx)
+	unregister()
+	after, db2, err := mongox.Connect(ctx, mongox.Config{URI: m.URI(), Database: "gate", SingleWriter: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Disconnect(ctx)
+
+	coll := db.Collection("things")
+	if _, err := coll.InsertMany(ctx, []any{bson.M{"_id": "a"}, bson.M{"_id": "b"}, bson.M{"_id": "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := mongox.DeleteIDs(ctx, coll, []any{"a"}); err != nil || n != 1 {
+		t.Fatalf("DeleteIDs = %d, %v", n, err)
+	}
+	if len(spy.held) != 1 || !spy.held[0] {
+		t.Fatalf("the deleter ran %d times, with the gate held %v; want once, held", len(spy.held), spy.held)
+	}
+	if mongox.WriteGateBusy(m.URI()) {
+		t.Fatal("the gate is still held after the delete")
+	}
+	for _, d := range []*mongo.Database{db0, db2} {
+		if n, err := mongox.DeleteIDs(ctx, d.Collection("things"), []any{"b"}); err != nil || n != 1 {
+			t.Fatalf("DeleteIDs = %d, %v", n, err)
+		}
+		if len(spy.held) != 1 {
+			t.Fatal("a client connected before the registration or after it was undone used the deleter")
+		}
+		if _, err := d.Collection("things").InsertOne(ctx, bson.M{"_id": "b"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package testkit_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// TestEmbeddedMongoDeletesIDs: the embedded server deletes documents by
+// _id from its SQLite file exactly as FerretDB would: ids that need JSON
+// escaping (HTML characters, quotes, a line separator, non-ASCII), an
+// ObjectID, a string that spells a document's ObjectID (kept: the types
+// differ), missing ids (no error), more ids than one statement
+// takes; other id types are not served and delete nothing; a missing
+// collection or database deletes nothing and creates nothing. FerretDB
+// reads what is left, inserts a deleted id again, and a collection dropped
+// and made again is found.
+func TestEmbeddedMongoDeletesIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, client, dir := startEmbedded(t)
+	coll := client.Database("shop").Collection("orders")
+	oid, kept0 := bson.NewObjectID(), bson.NewObjectID()
+	escaped := []any{"plain", "b<c&d>", `quote"and\back`, "line\u2028sep", "é-ü-日本", oid}
+	kept := []any{kept0, int32(7), "keep"}
+	var docs []any
+	for _, id := range slices.Concat(escaped, kept) {
+		docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "n", Value: 1}})
+	}
+	if _, err := coll.InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	ids := func() []string {
+		cur, err := coll.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []bson.M
+		if err := cur.All(ctx, &got); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, d := range got {
+			out = append(out, fmt.Sprintf("%T:%v", d["_id"], d["_id"]))
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	// kept0 asked for as a string: FerretDB's own delete matches the
+	// type too (it cannot hold both: its unique index sees one spelling).
+	n, served, err := m.DeleteIDs(ctx, "shop", "orders", append(escaped, "missing", kept0.Hex()))
+	if err != nil || !served || n != int64(len(escaped)) {
+		t.Fatalf("DeleteIDs = %d, %v, %v; want %d, true, nil", n, served, err, len(escaped))
+	}
+	want := []string{"bson.ObjectID:" + kept0.String(), "int32:7", "string:keep"}
+	if got := ids(); !slices.Equal(got, want) {
+		t.Fatalf("left %q, want %q", got, want)
+	}
+	// An id type it does not key: nothing done, the caller goes through
+	// FerretDB.
+	if n, served, err := m.DeleteIDs(ctx, "shop", "orders", []any{"keep", int32(7)}); served || n != 0 || err != nil {
+		t.Fatalf("DeleteIDs with an int32 id = %d, %v, %v; want 0, false, nil", n, served, err)
+	}
+	if got := ids(); !slices.Equal(got, want) {
+		t.Fatalf("an unserved delete changed the collection: %q", got)
+	}
+	// A deleted id can be inserted again (FerretDB's unique _id index
+	// lost the row too) and is found.
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "b<c&d>"}, {Key: "n", Value: 2}}); err != nil {
+		t.Fatalf("insert a deleted id again: %v", err)
+	}
+	var got struct{ N int }
+	if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: "b<c&d>"}}).Decode(&got); err != nil || got.N != 2 {
+		t.Fatalf("find the id inserted again: %v %+v", err, got)
+	}
+
+	// More ids than one statement takes.
+	var many []any
+	docs = docs[:0]
+	for i := range 2500 {
+		id := fmt.Sprintf("many-%05d", i)
+		many = append(many, id)
+		docs = append(docs, bson.D{{Key: "_id", Value: id}})
+	}
+	if _, err := coll.InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := m.DeleteIDs(ctx, "shop", "orders", many); err != nil || n != int64(len(many)) {
+		t.Fatalf("delete 2,500: %d, %v", n, err)
+	}
+	if c, err := coll.CountDocuments(ctx, bson.D{}); err != nil || c != 4 {
+		t.Fatalf("after deleting 2,500: %d documents (%v), want 4", c, err)
+	}
+
+	// Nothing to delete where FerretDB has nothing, and no file made.
+	if n, served, err := m.DeleteIDs(ctx, "shop", "nosuch", []any{"a"}); n != 0 || !served || err != nil {
+		t.Fatalf("missing collection: %d, %v, %v", n, served, err)
+	}
+	if n, served, err := m.DeleteIDs(ctx, "nodb", "orders", []any{"a"}); n != 0 || !served || err != nil {
+		t.Fatalf("missing database: %d, %v, %v", n, served, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nodb.sqlite")); !os.IsNotExist(err) {
+		t.Fatalf("a delete from a missing database made its file: %v", err)
+	}
+
+	// Dropped and made again: found again.
+	if err := coll.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "again"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := m.DeleteIDs(ctx, "shop", "orders", []any{"again"}); err != nil || n != 1 {
+		t.Fatalf("after a drop: %d, %v", n, err)
+	}
+	if c, err := coll.CountDocuments(ctx, bson.D{}); err != nil || c != 0 {
+		t.Fatalf("after a drop and a delete: %d documents (%v)", c, err)
+	}
+
+	// Once stopped, it says so rather than open files.
+	_ = client.Disconnect(ctx) // FerretDB waits for open connections
+	m.Stop()
+	if _, _, err := m.DeleteIDs(ctx, "shop", "orders", []any{"x"}); err == nil || !strings.Contains(err.Error(), "stopped") {
+		t.Fatalf("DeleteIDs after Stop: %v, want an error saying the server stopped", err)
+	}
+}
