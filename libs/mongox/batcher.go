@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -152,11 +153,17 @@ func batchContext[T any](batch []*batched[T]) (context.Context, context.CancelFu
 // each one's outcome, errs[i] for docs[i], translated (Translate): a taken
 // _id fails that document alone with ErrDuplicate. When the command fails
 // as a whole, every outcome is its error: unknown (the server may have
-// stored some).
+// stored some). The only writer's client with a DocInserter (agentmesh
+// up's, on its embedded FerretDB: see RegisterDirect) writes them beneath
+// the driver in one transaction, in its write turn, when it can write them
+// as the server would.
 func InsertEach[D any](ctx context.Context, coll *mongo.Collection, docs []D) []error {
 	errs := make([]error, len(docs))
 	if len(docs) == 0 {
 		return errs
+	}
+	if direct, served := insertEachDirect(ctx, coll, docs); served {
+		return direct
 	}
 	_, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	var bwe mongo.BulkWriteException
@@ -178,4 +185,39 @@ func InsertEach[D any](ctx context.Context, coll *mongo.Collection, docs []D) []
 		}
 	}
 	return errs
+}
+
+// insertEachDirect inserts docs through the only writer's DocInserter (the
+// embedded FerretDB's), if its client has one that serves them: see
+// InsertEach.
+func insertEachDirect[D any](ctx context.Context, coll *mongo.Collection, docs []D) ([]error, bool) {
+	d, ok := clientDirect.Load(coll.Database().Client())
+	if !ok || !SingleWriter(coll.Database()) {
+		return nil, false
+	}
+	in, ok := d.(DocInserter)
+	if !ok {
+		return nil, false
+	}
+	raws := make([]bson.Raw, len(docs))
+	for i, doc := range docs {
+		raw, err := bson.Marshal(doc)
+		if err != nil {
+			return nil, false // the driver says what is wrong with it
+		}
+		raws[i] = raw
+	}
+	errs, served, err := direct(ctx, coll.Database().Client(), coll, "insert", func() ([]error, bool, error) {
+		return in.InsertDocs(ctx, coll.Database().Name(), coll.Name(), raws)
+	})
+	if !served {
+		return nil, false
+	}
+	if err != nil {
+		errs = make([]error, len(docs))
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	return errs, true
 }

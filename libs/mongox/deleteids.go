@@ -26,11 +26,24 @@ type IDDeleter interface {
 	DeleteIDs(ctx context.Context, db, coll string, ids []any) (deleted int64, served bool, err error)
 }
 
+// DocInserter inserts documents beneath the wire protocol. The embedded
+// FerretDB (libs/testkit) is one: it writes them into its SQLite file as
+// FerretDB's own insert would, where FerretDB decodes each command's
+// documents into its own types and encodes them again.
+type DocInserter interface {
+	// InsertDocs inserts docs (each led by its _id) into collection coll
+	// of database db, in one transaction, and returns each one's outcome:
+	// an _id already taken fails that one alone (ErrDuplicate). Served is
+	// false, and nothing was done, when it cannot write one of them as
+	// the server would (the caller sends them through the driver).
+	InsertDocs(ctx context.Context, db, coll string, docs []bson.Raw) (errs []error, served bool, err error)
+}
+
 var (
-	// deletersByURI holds the deleters of servers (RegisterIDDeleter).
-	deletersByURI sync.Map // URI → IDDeleter
-	// clientDeleters holds the deleter each client's DeleteIDs uses.
-	clientDeleters sync.Map // *mongo.Client → IDDeleter
+	// directByURI holds the direct writers of servers (RegisterDirect).
+	directByURI sync.Map // URI → IDDeleter, maybe a DocInserter too
+	// clientDirect holds the direct writer each client uses.
+	clientDirect sync.Map // *mongo.Client → IDDeleter, maybe a DocInserter too
 	// clientGates holds the write gate of each client Connect made as
 	// the only writer.
 	clientGates sync.Map // *mongo.Client → *writeGate
@@ -39,21 +52,23 @@ var (
 	directObservers sync.Map // *mongo.Client → func(cmd, coll string)
 )
 
-// RegisterIDDeleter makes d serve DeleteIDs for the single-writer clients
-// Connect opens to uri from now on (agentmesh up registers its embedded
-// FerretDB's). The returned function undoes it for later clients.
-func RegisterIDDeleter(uri string, d IDDeleter) (unregister func()) {
-	deletersByURI.Store(uri, d)
-	return func() { deletersByURI.CompareAndDelete(uri, d) }
+// RegisterDirect makes d serve DeleteIDs, and InsertEach if d is also a
+// DocInserter, for the single-writer clients Connect opens to uri from now
+// on (agentmesh up registers its embedded FerretDB). The returned function
+// undoes it for later clients.
+func RegisterDirect(uri string, d IDDeleter) (unregister func()) {
+	directByURI.Store(uri, d)
+	return func() { directByURI.CompareAndDelete(uri, d) }
 }
 
-// BindIDDeleter makes d serve client's DeleteIDs once client is declared
-// the only writer (for clients tests connect themselves; Connect binds the
-// deleter registered for its URI).
-func BindIDDeleter(client *mongo.Client, d IDDeleter) { clientDeleters.Store(client, d) }
+// BindDirect makes d serve client's DeleteIDs, and InsertEach if d is also
+// a DocInserter, once client is declared the only writer (for clients
+// tests connect themselves; Connect binds the one registered for its URI).
+func BindDirect(client *mongo.Client, d IDDeleter) { clientDirect.Store(client, d) }
 
-// ObserveDirect has fn told of every statement DeleteIDs runs for client
-// beneath the wire protocol, as ("delete", collection), where a command
+// ObserveDirect has fn told of every statement DeleteIDs and InsertEach
+// run for client beneath the wire protocol, as ("delete" or "insert",
+// collection), where a command
 // monitor sees only the driver's commands: a test's count of round trips
 // counts those too.
 func ObserveDirect(client *mongo.Client, fn func(cmd, coll string)) {
@@ -73,8 +88,10 @@ func DeleteIDs(ctx context.Context, coll *mongo.Collection, ids []any) (int64, e
 		return 0, nil
 	}
 	client := coll.Database().Client()
-	if d, ok := clientDeleters.Load(client); ok && SingleWriter(coll.Database()) {
-		n, served, err := deleteDirect(ctx, client, d.(IDDeleter), coll, ids)
+	if d, ok := clientDirect.Load(client); ok && SingleWriter(coll.Database()) {
+		n, served, err := direct(ctx, client, coll, "delete", func() (int64, bool, error) {
+			return d.(IDDeleter).DeleteIDs(ctx, coll.Database().Name(), coll.Name(), ids)
+		})
 		if served || err != nil {
 			return n, err
 		}
@@ -90,23 +107,26 @@ func DeleteIDs(ctx context.Context, coll *mongo.Collection, ids []any) (int64, e
 	return res.DeletedCount, nil
 }
 
-// deleteDirect has d delete ids from coll in client's write turn.
-func deleteDirect(ctx context.Context, client *mongo.Client, d IDDeleter, coll *mongo.Collection, ids []any) (int64, bool, error) {
+// direct runs write (cmd on coll beneath the wire protocol) in client's
+// write turn, tells client's observer of it if served, and names the
+// command in its error.
+func direct[T any](ctx context.Context, client *mongo.Client, coll *mongo.Collection, cmd string, write func() (T, bool, error)) (T, bool, error) {
+	var zero T
 	if g, ok := clientGates.Load(client); ok {
 		gate := g.(*writeGate)
 		if !gate.acquire(ctx, priority.IsInteractive(ctx)) {
-			return 0, true, fmt.Errorf("mongox: delete by _id: %w", ctx.Err())
+			return zero, true, fmt.Errorf("mongox: %s %s: %w", cmd, coll.Name(), ctx.Err())
 		}
 		defer gate.release()
 	}
-	n, served, err := d.DeleteIDs(ctx, coll.Database().Name(), coll.Name(), ids)
+	v, served, err := write()
 	if served {
 		if fn, ok := directObservers.Load(client); ok {
-			fn.(func(cmd, coll string))("delete", coll.Name())
+			fn.(func(cmd, coll string))(cmd, coll.Name())
 		}
 	}
 	if err != nil {
-		return 0, true, fmt.Errorf("mongox: delete by _id from %s: %w", coll.Name(), err)
+		return zero, true, fmt.Errorf("mongox: %s %s: %w", cmd, coll.Name(), err)
 	}
-	return n, served, nil
+	return v, served, nil
 }

@@ -89,7 +89,7 @@ func TestDeleteIDsTakesTheWriteTurn(t *testing.T) {
 	}
 	defer before.Disconnect(ctx)
 	spy := &gateSpy{IDDeleter: m, uri: m.URI()}
-	unregister := mongox.RegisterIDDeleter(m.URI(), spy)
+	unregister := mongox.RegisterDirect(m.URI(), spy)
 	client, db, err := mongox.Connect(ctx, mongox.Config{URI: m.URI(), Database: "gate", SingleWriter: true})
 	if err != nil {
 		t.Fatal(err)

@@ -23,10 +23,12 @@
 // correct because no other process writes, and as fast at 10,000 documents
 // as at 10. Its write commands also take turns (one at a time per server),
 // which spares SQLite's busy handler and its sleeps. Its deletes by _id
-// (DeleteIDs, DeleteIf) go beneath the wire protocol when the server
-// offers a way (agentmesh up registers its embedded FerretDB's, which
-// deletes them from the SQLite file in one statement: FerretDB reads and
-// parses each document of a delete command first). Stores ask
+// (DeleteIDs, DeleteIf) and inserts (InsertEach) go beneath the wire
+// protocol when the server offers a way (RegisterDirect: agentmesh up
+// registers its embedded FerretDB, which writes them into its SQLite file
+// in one transaction as FerretDB would: FerretDB reads and parses each
+// document of a delete command first, and decodes and encodes again each
+// document it inserts). Stores ask
 // SingleWriter before taking shortcuts of their own (an in-memory mirror,
 // publishing outbox entries from memory); with several processes those
 // shortcuts would lose updates.
@@ -111,8 +113,8 @@ func Connect(ctx context.Context, cfg Config) (*mongo.Client, *mongo.Database, e
 	if cfg.SingleWriter {
 		MarkSingleWriter(client)
 		clientGates.Store(client, gateFor(cfg.URI))
-		if d, ok := deletersByURI.Load(cfg.URI); ok {
-			BindIDDeleter(client, d.(IDDeleter))
+		if d, ok := directByURI.Load(cfg.URI); ok {
+			BindDirect(client, d.(IDDeleter))
 		}
 	}
 	return client, client.Database(db), nil

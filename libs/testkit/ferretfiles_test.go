@@ -20,8 +20,8 @@ import (
 // differ), missing ids (no error), more ids than one statement
 // takes; other id types are not served and delete nothing; a missing
 // collection or database deletes nothing and creates nothing. FerretDB
-// reads what is left, inserts a deleted id again, and a collection dropped
-// and made again is found.
+// reads what is left, inserts a deleted id again, and a collection, or a
+// whole database (a new file), dropped and made again is found.
 func TestEmbeddedMongoDeletesIDs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -123,6 +123,21 @@ func TestEmbeddedMongoDeletesIDs(t *testing.T) {
 	}
 	if c, err := coll.CountDocuments(ctx, bson.D{}); err != nil || c != 0 {
 		t.Fatalf("after a drop and a delete: %d documents (%v)", c, err)
+	}
+
+	// The database dropped (FerretDB deletes its file) and written again:
+	// the new file is the one written.
+	if err := coll.Database().Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "reborn"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := m.DeleteIDs(ctx, "shop", "orders", []any{"reborn"}); err != nil || n != 1 {
+		t.Fatalf("after the database was dropped and made again: %d, %v", n, err)
+	}
+	if c, err := coll.CountDocuments(ctx, bson.D{}); err != nil || c != 0 {
+		t.Fatalf("after the database was dropped, made again and deleted from: %d documents (%v)", c, err)
 	}
 
 	// Once stopped, it says so rather than open files.

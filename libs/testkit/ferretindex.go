@@ -2,7 +2,10 @@ package testkit
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -26,12 +29,13 @@ const idIndexInterval = time.Second
 type idIndexer struct {
 	files *sqliteFiles
 
-	mu   sync.Mutex      // guards done
-	done map[string]bool // "file\x00table" already indexed
+	mu    sync.Mutex         // guards done and conns
+	done  map[string]bool    // "file\x00table" already indexed
+	conns map[string]*sql.DB // the connection each file's done entries were made through
 }
 
 func newIDIndexer(files *sqliteFiles) *idIndexer {
-	return &idIndexer{files: files, done: map[string]bool{}}
+	return &idIndexer{files: files, done: map[string]bool{}, conns: map[string]*sql.DB{}}
 }
 
 // run indexes new tables every idIndexInterval until ctx ends.
@@ -71,8 +75,19 @@ func (x *idIndexer) indexAll(ctx context.Context) error {
 
 func (x *idIndexer) indexFile(ctx context.Context, file string) error {
 	db, err := x.files.open(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // dropped meanwhile
+	}
 	if err != nil {
 		return err
+	}
+	if x.conns[file] != db { // a new file of that name: index its tables
+		for k := range x.done {
+			if strings.HasPrefix(k, file+"\x00") {
+				delete(x.done, k)
+			}
+		}
+		x.conns[file] = db
 	}
 	rows, err := db.QueryContext(ctx, `SELECT table_name FROM _ferretdb_collections`)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/agentmesh/agentmesh/libs/testkit"
 )
@@ -80,16 +79,7 @@ func TestEmbeddedMongoIndexesIDLookups(t *testing.T) {
 func startEmbedded(t *testing.T) (*testkit.Mongo, *mongo.Client, string) {
 	t.Helper()
 	dir := t.TempDir()
-	m, err := testkit.StartMongo(context.Background(), testkit.MongoOptions{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Stop)
-	client, err := mongo.Connect(options.Client().ApplyURI(m.URI()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	m, client := testkit.StartPrivate(t, dir)
 	return m, client, dir
 }
 

@@ -253,7 +253,7 @@ func MongoDBCounted(t testing.TB) (*mongo.Database, *RoundTrips) {
 	if err != nil {
 		t.Fatalf("testkit: connect to %s: %v", m.URI(), err)
 	}
-	mongox.BindIDDeleter(client, m)
+	mongox.BindDirect(client, m)
 	mongox.ObserveDirect(client, rt.direct)
 	db := client.Database(DatabaseName(t))
 	t.Cleanup(func() {

@@ -255,7 +255,7 @@ func (m *Mongo) Database(t testing.TB) *mongo.Database {
 	if err != nil {
 		t.Fatalf("testkit: connect to %s: %v", m.URI(), err)
 	}
-	mongox.BindIDDeleter(client, m) // used once a test declares it the only writer
+	mongox.BindDirect(client, m) // used once a test declares it the only writer
 	db := client.Database(DatabaseName(t))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)

@@ -130,9 +130,10 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 		}
 		defer m.Stop()
 		mongoURI = m.URI()
-		// The services' stores delete by _id straight from its SQLite
-		// file (mongox.DeleteIDs), in the write turns of their clients.
-		defer mongox.RegisterIDDeleter(mongoURI, m)()
+		// The services' stores delete by _id and insert straight on its
+		// SQLite file (mongox.DeleteIDs, InsertEach), in the write turns
+		// of their clients.
+		defer mongox.RegisterDirect(mongoURI, m)()
 	}
 	if natsURL == "" {
 		n, err := testkit.StartNATS(testkit.NATSOptions{StoreDir: filepath.Join(cfg.DataDir, "nats"), ServerName: "agentmesh"})

@@ -1110,7 +1110,7 @@ func TestRelayedRunArchivedWithoutReadsOrRemovals(t *testing.T) {
 		got := rt.String()
 		t.Logf("round trips: %s", got)
 		if mongox.SingleWriter(db) {
-			want := fmt.Sprintf("delete %s (sqlite)=1 insert %s=1 update %s=1 update %s=1", Collection, Collection, Collection, ArchiveCollection)
+			want := fmt.Sprintf("delete %s (sqlite)=1 insert %s (sqlite)=1 update %s=1 update %s=1", Collection, Collection, Collection, ArchiveCollection)
 			if got != want {
 				t.Errorf("round trips %q, want %q (no read of the run, no removal of its events)", got, want)
 			}

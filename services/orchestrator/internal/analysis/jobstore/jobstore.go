@@ -43,9 +43,11 @@
 //   - holds a claim back (UpdateLazily) for up to LazyDelay, so that the
 //     job's result, which usually follows within milliseconds, stores both
 //     in one write;
-//   - deletes an archived tree's live jobs in one statement on the
-//     embedded server's SQLite file (mongox.DeleteIDs), where FerretDB
-//     reads and parses each job before deleting it;
+//   - inserts new jobs and archived copies, and deletes an archived
+//     tree's live jobs, in one transaction on the embedded server's SQLite
+//     file (mongox.InsertEach, mongox.DeleteIDs), where FerretDB reads and
+//     parses each job before deleting it and decodes and encodes again
+//     each one it inserts;
 //   - creates no secondary indexes (and drops those the other mode made).
 //
 // # Many writers: MongoDB, the default
@@ -137,6 +139,8 @@ type Store struct {
 	// beforeDelete, if set (tests), runs between Archive's read of the
 	// live jobs and its delete of those that move, with many writers.
 	beforeDelete func()
+	// beforeInsert, if set (tests), runs as a command of inserts begins.
+	beforeInsert func()
 }
 
 // SoleWriter reports whether this process is the database's only writer
@@ -347,6 +351,9 @@ const insertBatch = 64
 // returns each one's outcome: a taken id fails that job alone (ErrExists).
 // The caller holds the jobs' locks.
 func (s *Store) insertMany(ctx context.Context, jobs []newJob) []error {
+	if s.beforeInsert != nil {
+		s.beforeInsert()
+	}
 	errs := make([]error, len(jobs))
 	docs := make([]any, 0, len(jobs))
 	at := make([]int, 0, len(jobs)) // the job of each of docs
@@ -1075,21 +1082,19 @@ func (s *Store) insertArchive(ctx context.Context, jobs []*analysis.Job) error {
 		}
 		copies = append(copies, doc)
 	}
-	_, err := s.archive.InsertMany(ctx, copies, options.InsertMany().SetOrdered(false))
+	errs := mongox.InsertEach(ctx, s.archive, copies)
 	if s.mirror != nil {
 		s.mirror.mayBeArchived(jobs) // even on failure: some may be stored
 	}
-	var bwe mongo.BulkWriteException
-	if err == nil || !errors.As(err, &bwe) {
-		return translate("archive", err)
-	}
-	for _, we := range bwe.WriteErrors {
-		if !mongo.IsDuplicateKeyError(we) || we.Index < 0 || we.Index >= len(copies) {
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, mongox.ErrDuplicate) {
 			return translate("archive", err)
 		}
-		_, rerr := s.archive.ReplaceOne(ctx, bson.D{{Key: "_id", Value: jobs[we.Index].ID}}, copies[we.Index])
-		if rerr != nil {
-			return translate("archive "+jobs[we.Index].ID, rerr)
+		if _, err := s.archive.ReplaceOne(ctx, bson.D{{Key: "_id", Value: jobs[i].ID}}, copies[i]); err != nil {
+			return translate("archive "+jobs[i].ID, err)
 		}
 	}
 	return nil

@@ -476,6 +476,11 @@ func TestInsertsGatherWhileOneIsUnderWay(t *testing.T) {
 			jobs[i] = newJob(uuid.NewString(), "", analysis.StatusPending, now)
 		}
 		jobs[n/2] = taken
+		// The first insert stays under way until the others have been
+		// asked for (on the embedded server a command of inserts takes
+		// well under a millisecond: most would find none under way).
+		var first sync.Once
+		s.SetBeforeInsert(func() { first.Do(func() { time.Sleep(200 * time.Millisecond) }) })
 		rt.Reset()
 		errs := make([]error, n)
 		start := make(chan struct{})

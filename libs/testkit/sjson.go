@@ -1,0 +1,241 @@
+package testkit
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+	"unicode/utf8"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// encodeSJSON writes doc as FerretDB v1's SQLite backend stores a document
+// (its package sjson: the values as JSON, led by a "$s" schema of their
+// BSON types), byte for byte as FerretDB's own insert would write it. It
+// reports false for what FerretDB would change or refuse on the way in
+// (a first field other than _id, an _id other than a string or an
+// ObjectID, keys it rejects or that need escaping at the top level,
+// nested arrays, a nested document whose _id is not its first field,
+// -0, NaN and infinite doubles) and for the types our stores never write
+// (regular expressions, timestamps, decimals and the deprecated ones):
+// those go through FerretDB.
+func encodeSJSON(doc bson.Raw) ([]byte, bool) {
+	elems, err := doc.Elements()
+	if err != nil || len(elems) == 0 || elems[0].Key() != "_id" || !validKeys(elems, false) {
+		return nil, false
+	}
+	switch elems[0].Value().Type {
+	case bson.TypeString, bson.TypeObjectID:
+	default:
+		return nil, false
+	}
+	var b bytes.Buffer
+	b.WriteString(`{"$s":`)
+	if !writeSchema(&b, elems) {
+		return nil, false
+	}
+	for _, e := range elems {
+		k := e.Key()
+		// FerretDB writes top-level keys between quotes as they are.
+		if q, _ := json.Marshal(k); string(q) != `"`+k+`"` {
+			return nil, false
+		}
+		b.WriteString(`,"`)
+		b.WriteString(k)
+		b.WriteString(`":`)
+		if !writeValue(&b, e.Value(), false) {
+			return nil, false
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes(), true
+}
+
+// validKeys reports whether FerretDB takes elems' keys unchanged: valid
+// UTF-8, no leading '$', no '.', no key twice, and, in a nested document,
+// an _id only as the first field (FerretDB moves it there).
+func validKeys(elems []bson.RawElement, nested bool) bool {
+	seen := make(map[string]bool, len(elems))
+	for i, e := range elems {
+		k := e.Key()
+		if !utf8.ValidString(k) || strings.HasPrefix(k, "$") || strings.Contains(k, ".") || seen[k] {
+			return false
+		}
+		if nested && k == "_id" && i > 0 {
+			return false
+		}
+		seen[k] = true
+	}
+	return true
+}
+
+// writeSchema writes the schema of a document of elems: {} when empty,
+// else {"p":{key:type,...},"$k":[keys]}.
+func writeSchema(b *bytes.Buffer, elems []bson.RawElement) bool {
+	if len(elems) == 0 {
+		b.WriteString(`{}`)
+		return true
+	}
+	b.WriteString(`{"p":{`)
+	keys := make([]string, len(elems))
+	for i, e := range elems {
+		keys[i] = e.Key()
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(e.Key())
+		b.Write(k)
+		b.WriteByte(':')
+		if !writeType(b, e.Value()) {
+			return false
+		}
+	}
+	b.WriteString(`},"$k":`)
+	k, _ := json.Marshal(keys)
+	b.Write(k)
+	b.WriteByte('}')
+	return true
+}
+
+// writeType writes the schema entry of v.
+func writeType(b *bytes.Buffer, v bson.RawValue) bool {
+	switch v.Type {
+	case bson.TypeEmbeddedDocument:
+		elems, err := v.Document().Elements()
+		if err != nil {
+			return false
+		}
+		b.WriteString(`{"t":"object","$s":`)
+		if !writeSchema(b, elems) {
+			return false
+		}
+		b.WriteByte('}')
+	case bson.TypeArray:
+		vals, err := v.Array().Values()
+		if err != nil {
+			return false
+		}
+		b.WriteString(`{"t":"array","i":[`)
+		for i, item := range vals {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if !writeType(b, item) {
+				return false
+			}
+		}
+		b.WriteString(`]}`)
+	case bson.TypeBinary:
+		subtype, _, ok := v.BinaryOK()
+		if !ok || subtype == bson.TypeBinaryBinaryOld {
+			return false
+		}
+		k, _ := json.Marshal(subtype)
+		b.WriteString(`{"t":"binData","s":`)
+		b.Write(k)
+		b.WriteByte('}')
+	default:
+		t, ok := scalarTypes[v.Type]
+		if !ok {
+			return false
+		}
+		b.WriteString(`{"t":"` + t + `"}`)
+	}
+	return true
+}
+
+// scalarTypes are FerretDB's names of the scalar BSON types it stores
+// that our stores write.
+var scalarTypes = map[bson.Type]string{
+	bson.TypeDouble:   "double",
+	bson.TypeString:   "string",
+	bson.TypeObjectID: "objectId",
+	bson.TypeBoolean:  "bool",
+	bson.TypeDateTime: "date",
+	bson.TypeNull:     "null",
+	bson.TypeInt32:    "int",
+	bson.TypeInt64:    "long",
+}
+
+// writeValue writes v as FerretDB's sjson does; inArray says whether v is
+// an item of an array (which may not be an array itself).
+func writeValue(b *bytes.Buffer, v bson.RawValue, inArray bool) bool {
+	var x any
+	switch v.Type {
+	case bson.TypeEmbeddedDocument:
+		elems, err := v.Document().Elements()
+		if err != nil || !validKeys(elems, true) {
+			return false
+		}
+		b.WriteByte('{')
+		for i, e := range elems {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			k, _ := json.Marshal(e.Key())
+			b.Write(k)
+			b.WriteByte(':')
+			if !writeValue(b, e.Value(), false) {
+				return false
+			}
+		}
+		b.WriteByte('}')
+		return true
+	case bson.TypeArray:
+		if inArray {
+			return false // FerretDB refuses nested arrays
+		}
+		vals, err := v.Array().Values()
+		if err != nil {
+			return false
+		}
+		b.WriteByte('[')
+		for i, item := range vals {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if !writeValue(b, item, true) {
+				return false
+			}
+		}
+		b.WriteByte(']')
+		return true
+	case bson.TypeDouble:
+		f := v.Double()
+		if math.IsNaN(f) || math.IsInf(f, 0) || (f == 0 && math.Signbit(f)) {
+			return false // refused, or made +0, by FerretDB
+		}
+		x = f
+	case bson.TypeString:
+		s := v.StringValue()
+		if !utf8.ValidString(s) {
+			return false
+		}
+		x = s
+	case bson.TypeBinary:
+		_, data := v.Binary()
+		x = data
+	case bson.TypeObjectID:
+		x = v.ObjectID().Hex()
+	case bson.TypeBoolean:
+		x = v.Boolean()
+	case bson.TypeDateTime:
+		x = v.DateTime()
+	case bson.TypeNull:
+		b.WriteString("null")
+		return true
+	case bson.TypeInt32:
+		x = v.Int32()
+	case bson.TypeInt64:
+		x = v.Int64()
+	default:
+		return false
+	}
+	j, err := json.Marshal(x)
+	if err != nil {
+		return false
+	}
+	b.Write(j)
+	return true
+}

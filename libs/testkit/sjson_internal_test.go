@@ -1,0 +1,203 @@
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"math"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/agentmesh/agentmesh/libs/mongox"
+)
+
+// sjsonCorpus is documents of every type and shape our stores write,
+// escapes and edge values included.
+func sjsonCorpus() []bson.D {
+	oid := bson.NewObjectID()
+	uuid := bson.Binary{Subtype: bson.TypeBinaryUUID, Data: []byte("0123456789abcdef")}
+	return []bson.D{
+		{{Key: "_id", Value: "all-types"}, {Key: "s", Value: "x"}, {Key: "i32", Value: int32(-5)}, {Key: "i64", Value: int64(1) << 40},
+			{Key: "max", Value: int64(math.MaxInt64)}, {Key: "f", Value: 1.5}, {Key: "whole", Value: 3.0}, {Key: "tiny", Value: 0.1},
+			{Key: "huge", Value: 1e300}, {Key: "t", Value: true}, {Key: "n", Value: nil},
+			{Key: "d", Value: time.Date(2026, 11, 28, 8, 0, 0, 123e6, time.UTC)}, {Key: "old", Value: time.Date(1960, 1, 2, 3, 4, 5, 0, time.UTC)},
+			{Key: "oid", Value: oid}, {Key: "bin", Value: []byte{0, 1, 2, 255}}, {Key: "empty_bin", Value: []byte{}}, {Key: "uuid", Value: uuid}},
+		{{Key: "_id", Value: oid}, {Key: "escapes", Value: "<&>\u2028\u2029\"\\\n\t\x01"}, {Key: "unicode", Value: "日本 é 😀"},
+			{Key: "doc", Value: bson.D{{Key: "a", Value: int32(1)}, {Key: `k"ey<&>`, Value: "v"}, {Key: "ü", Value: bson.D{{Key: "deep", Value: bson.A{}}}}}},
+			{Key: "arr", Value: bson.A{int32(1), "x", bson.D{{Key: "z", Value: int64(1)}, {Key: "list", Value: bson.A{1.5, nil}}}, nil, 2.5, oid, true}},
+			{Key: "empty_arr", Value: bson.A{}}, {Key: "empty_doc", Value: bson.D{}}, {Key: "nested_id", Value: bson.D{{Key: "_id", Value: "first"}, {Key: "x", Value: 1}}}},
+		// An analysis job as jobstore writes it, with an outbox entry.
+		{{Key: "_id", Value: "01a22128-3adc-79be-a12e-dac5f459890b"}, {Key: "root_id", Value: "01a22128-3adc-79be-a12e-dac5f459890b"},
+			{Key: "type", Value: "analysis_request"}, {Key: "status", Value: "pending"}, {Key: "seq", Value: int32(0)},
+			{Key: "input_json", Value: `{"query":"Analyse BHP's quarter 25","response_type":"generic_analysis"}`},
+			{Key: "create_time", Value: time.Now()}, {Key: "version", Value: int64(1)},
+			{Key: "outbox", Value: bson.A{bson.D{{Key: "id", Value: "606aff68"}, {Key: "subject", Value: "am.evt.acme.job.x.y.complete"}, {Key: "data", Value: []byte("\n$606aff68")}}}}},
+	}
+}
+
+// TestEncodeSJSONWritesAsFerretDB: for every document of the corpus,
+// encodeSJSON's text is byte for byte what FerretDB itself stored for the
+// same document inserted through the driver; and the documents FerretDB
+// would change or refuse are not encoded.
+func TestEncodeSJSONWritesAsFerretDB(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	_, client := StartPrivate(t, dir)
+	coll := client.Database("enc").Collection("docs")
+	corpus := sjsonCorpus()
+	for _, d := range corpus {
+		if _, err := coll.InsertOne(ctx, d); err != nil {
+			t.Fatalf("insert %v: %v", d[0].Value, err)
+		}
+	}
+	sdb, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "enc.sqlite")+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdb.Close()
+	var table string
+	if err := sdb.QueryRow(`SELECT table_name FROM _ferretdb_collections WHERE name = 'docs'`).Scan(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range corpus {
+		raw, err := bson.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, _ := encodeSJSON(bson.Raw(must(bson.Marshal(bson.D{{Key: "_id", Value: d[0].Value}}))))
+		var stored string
+		if err := sdb.QueryRow(`SELECT _ferretdb_sjson FROM `+quoteIdent(table)+` WHERE _ferretdb_sjson->'$._id' = `+
+			`(? ->'$._id')`, string(key)).Scan(&stored); err != nil {
+			t.Fatalf("read %v back: %v", d[0].Value, err)
+		}
+		got, ok := encodeSJSON(raw)
+		if !ok {
+			t.Fatalf("%v: not encoded", d[0].Value)
+		}
+		if string(got) != stored {
+			t.Errorf("%v:\n got %s\nwant %s", d[0].Value, got, stored)
+		}
+	}
+
+	for name, d := range map[string]bson.D{
+		"int32 _id":            {{Key: "_id", Value: int32(1)}},
+		"_id not first":        {{Key: "a", Value: 1}, {Key: "_id", Value: "x"}},
+		"no _id":               {{Key: "a", Value: 1}},
+		"$ key":                {{Key: "_id", Value: "x"}, {Key: "$set", Value: 1}},
+		"dotted key":           {{Key: "_id", Value: "x"}, {Key: "a.b", Value: 1}},
+		"dotted nested key":    {{Key: "_id", Value: "x"}, {Key: "d", Value: bson.D{{Key: "a.b", Value: 1}}}},
+		"key needing escapes":  {{Key: "_id", Value: "x"}, {Key: `q"`, Value: 1}},
+		"duplicate key":        {{Key: "_id", Value: "x"}, {Key: "a", Value: 1}, {Key: "a", Value: 2}},
+		"negative zero":        {{Key: "_id", Value: "x"}, {Key: "f", Value: math.Copysign(0, -1)}},
+		"NaN":                  {{Key: "_id", Value: "x"}, {Key: "f", Value: math.NaN()}},
+		"infinity":             {{Key: "_id", Value: "x"}, {Key: "f", Value: math.Inf(1)}},
+		"nested array":         {{Key: "_id", Value: "x"}, {Key: "a", Value: bson.A{bson.A{1}}}},
+		"nested _id not first": {{Key: "_id", Value: "x"}, {Key: "d", Value: bson.D{{Key: "k", Value: 1}, {Key: "_id", Value: 2}}}},
+		"regex":                {{Key: "_id", Value: "x"}, {Key: "r", Value: bson.Regex{Pattern: "a"}}},
+		"timestamp":            {{Key: "_id", Value: "x"}, {Key: "ts", Value: bson.Timestamp{T: 1}}},
+		"decimal":              {{Key: "_id", Value: "x"}, {Key: "d", Value: bson.NewDecimal128(1, 1)}},
+		"invalid UTF-8":        {{Key: "_id", Value: "x"}, {Key: "s", Value: "\xff"}},
+	} {
+		if b, ok := encodeSJSON(must(bson.Marshal(d))); ok {
+			t.Errorf("%s: encoded %s, want it left to FerretDB", name, b)
+		}
+	}
+}
+
+// startPrivate starts a server of the test's own on dir, with a client:
+// t.Cleanup disconnects it and stops the server.
+func StartPrivate(t *testing.T, dir string) (*Mongo, *mongo.Client) {
+	t.Helper()
+	m, err := StartMongo(context.Background(), MongoOptions{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	client, err := mongo.Connect(options.Client().ApplyURI(m.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	return m, client
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestEmbeddedMongoInsertsDocs: documents InsertDocs writes read back
+// through FerretDB as inserted, by _id and by a scan; a taken _id fails
+// that document alone (mongox.ErrDuplicate) and the others are stored; a
+// document it cannot write as FerretDB would, or a collection FerretDB has
+// not made, is not served and nothing is written.
+func TestEmbeddedMongoInsertsDocs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, client := StartPrivate(t, t.TempDir())
+	coll := client.Database("ins").Collection("docs")
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "taken"}}); err != nil {
+		t.Fatal(err)
+	}
+	corpus := sjsonCorpus()
+	var raws []bson.Raw
+	for _, d := range corpus {
+		raws = append(raws, must(bson.Marshal(d)))
+	}
+	raws = append(raws, must(bson.Marshal(bson.D{{Key: "_id", Value: "taken"}, {Key: "n", Value: 2}})))
+	errs, served, err := m.InsertDocs(ctx, "ins", "docs", raws)
+	if err != nil || !served || len(errs) != len(raws) {
+		t.Fatalf("InsertDocs = %v, %v, %v", errs, served, err)
+	}
+	for i, e := range errs[:len(corpus)] {
+		if e != nil {
+			t.Errorf("document %d: %v", i, e)
+		}
+	}
+	if e := errs[len(corpus)]; !errors.Is(e, mongox.ErrDuplicate) {
+		t.Errorf("a taken _id: %v, want ErrDuplicate", e)
+	}
+	for i, d := range corpus {
+		var got bson.Raw
+		if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: d[0].Value}}).Decode(&got); err != nil {
+			t.Fatalf("find %v: %v", d[0].Value, err)
+		}
+		if !bsonEqual(got, raws[i]) {
+			t.Errorf("%v read back as\n %s\nwant %s", d[0].Value, got, raws[i])
+		}
+	}
+	if n, err := coll.CountDocuments(ctx, bson.D{{Key: "seq", Value: int32(0)}}); err != nil || n != 1 {
+		t.Errorf("a filtered scan found %d (%v), want the job", n, err)
+	}
+	var taken bson.M
+	if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: "taken"}}).Decode(&taken); err != nil || taken["n"] != nil {
+		t.Errorf("the taken _id's document: %v (%v), want the first one", taken, err)
+	}
+
+	before, _ := coll.CountDocuments(ctx, bson.D{})
+	bad := must(bson.Marshal(bson.D{{Key: "_id", Value: "neg"}, {Key: "f", Value: math.Copysign(0, -1)}}))
+	ok := must(bson.Marshal(bson.D{{Key: "_id", Value: "fine"}}))
+	if errs, served, err := m.InsertDocs(ctx, "ins", "docs", []bson.Raw{ok, bad}); served || errs != nil || err != nil {
+		t.Fatalf("a document FerretDB would change: %v, %v, %v; want it not served", errs, served, err)
+	}
+	for _, w := range [][2]string{{"ins", "nosuch"}, {"nodb", "docs"}} {
+		if _, served, err := m.InsertDocs(ctx, w[0], w[1], []bson.Raw{ok}); served || err != nil {
+			t.Fatalf("%s.%s: served %v, %v; want it left to FerretDB", w[0], w[1], served, err)
+		}
+	}
+	if after, _ := coll.CountDocuments(ctx, bson.D{}); after != before {
+		t.Fatalf("%d documents after unserved inserts, want %d", after, before)
+	}
+}
+
+// bsonEqual reports whether a and b are the same document, byte for byte.
+func bsonEqual(a, b bson.Raw) bool { return bytes.Equal(a, b) }
