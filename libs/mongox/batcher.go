@@ -199,6 +199,8 @@ func insertEachDirect[D any](ctx context.Context, coll *mongo.Collection, docs [
 	if !ok {
 		return nil, false
 	}
+	// Encoded as the driver encodes them with its default registry and
+	// options, which the mesh's clients keep.
 	raws := make([]bson.Raw, len(docs))
 	for i, doc := range docs {
 		raw, err := bson.Marshal(doc)

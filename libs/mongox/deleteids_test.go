@@ -62,23 +62,29 @@ func TestDeleteIDs(t *testing.T) {
 	})
 }
 
-// gateSpy is a deleter that notes whether the writers' gate was held
-// while it deleted.
+// gateSpy is a direct writer that notes whether the writers' gate was
+// held while it wrote.
 type gateSpy struct {
-	mongox.IDDeleter
+	*testkit.Mongo
 	uri  string
 	held []bool
 }
 
 func (s *gateSpy) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int64, bool, error) {
 	s.held = append(s.held, mongox.WriteGateBusy(s.uri))
-	return s.IDDeleter.DeleteIDs(ctx, db, coll, ids)
+	return s.Mongo.DeleteIDs(ctx, db, coll, ids)
+}
+
+func (s *gateSpy) InsertDocs(ctx context.Context, db, coll string, docs []bson.Raw) ([]error, bool, error) {
+	s.held = append(s.held, mongox.WriteGateBusy(s.uri))
+	return s.Mongo.InsertDocs(ctx, db, coll, docs)
 }
 
 // TestDeleteIDsTakesTheWriteTurn: a client Connect made as the only writer
-// uses the deleter registered for its URI, in a write turn of its own, as
-// its write commands do (SQLite takes one writer at a time); a client
-// connected before the registration, or after it was undone, does not.
+// deletes and inserts through the direct writer registered for its URI, in
+// a write turn of its own, as its write commands do (SQLite takes one
+// writer at a time); a client connected before the registration, or after
+// it was undone, does not.
 func TestDeleteIDsTakesTheWriteTurn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -88,7 +94,7 @@ func TestDeleteIDsTakesTheWriteTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer before.Disconnect(ctx)
-	spy := &gateSpy{IDDeleter: m, uri: m.URI()}
+	spy := &gateSpy{Mongo: m, uri: m.URI()}
 	unregister := mongox.RegisterDirect(m.URI(), spy)
 	client, db, err := mongox.Connect(ctx, mongox.Config{URI: m.URI(), Database: "gate", SingleWriter: true})
 	if err != nil {
@@ -109,9 +115,13 @@ func TestDeleteIDsTakesTheWriteTurn(t *testing.T) {
 	if n, err := mongox.DeleteIDs(ctx, coll, []any{"a"}); err != nil || n != 1 {
 		t.Fatalf("DeleteIDs = %d, %v", n, err)
 	}
-	if len(spy.held) != 1 || !spy.held[0] {
-		t.Fatalf("the deleter ran %d times, with the gate held %v; want once, held", len(spy.held), spy.held)
+	if errs := mongox.InsertEach(ctx, coll, []bson.M{{"_id": "d"}}); errs[0] != nil {
+		t.Fatalf("InsertEach: %v", errs[0])
 	}
+	if len(spy.held) != 2 || !spy.held[0] || !spy.held[1] {
+		t.Fatalf("the direct writer ran %d times, with the gate held %v; want twice, held", len(spy.held), spy.held)
+	}
+	spy.held = spy.held[:1]
 	if mongox.WriteGateBusy(m.URI()) {
 		t.Fatal("the gate is still held after the delete")
 	}

@@ -132,12 +132,14 @@ func StartMongo(ctx context.Context, opts MongoOptions) (*Mongo, error) {
 	go func() {
 		defer close(indexed)
 		m.ids.run(runCtx)
-		files.close()
 	}()
 	go func() {
 		defer close(m.done)
 		_ = f.Run(runCtx) // always nil; it returns when runCtx is done
 		<-indexed
+		// Direct writes (DeleteIDs, InsertDocs) stop with FerretDB, not
+		// while it still serves the connections it drains.
+		files.close()
 	}()
 
 	if err := m.waitReady(ctx); err != nil {

@@ -11,12 +11,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/agentmesh/agentmesh/libs/mongox"
+	"github.com/agentmesh/agentmesh/libs/outage"
 )
 
 // sqliteFiles opens the embedded FerretDB's SQLite files beside it, one
@@ -30,48 +32,47 @@ type sqliteFiles struct {
 	mu     sync.Mutex
 	dbs    map[string]*sql.DB     // guarded by mu: by file path
 	infos  map[string]os.FileInfo // guarded by mu: each of dbs' file as opened
-	tables map[string]table       // guarded by mu: by "file\x00collection"
 	closed bool                   // guarded by mu
 }
 
 func newSQLiteFiles(dir, syncMode string) *sqliteFiles {
-	return &sqliteFiles{dir: dir, syncMode: syncMode, dbs: map[string]*sql.DB{}, infos: map[string]os.FileInfo{}, tables: map[string]table{}}
+	return &sqliteFiles{dir: dir, syncMode: syncMode, dbs: map[string]*sql.DB{}, infos: map[string]os.FileInfo{}}
 }
 
-// errFilesClosed is returned once the server has stopped.
-var errFilesClosed = errors.New("testkit: the embedded FerretDB has stopped")
+// errFilesClosed is returned once the server has stopped: the database is
+// unavailable, as the driver says once it cannot reach the server.
+var errFilesClosed = &outage.Error{Dependency: outage.Mongo, Err: errors.New("testkit: the embedded FerretDB has stopped")}
 
 // open returns the connection to file, opening it on first use, and again
 // when the file is no longer the one it opened (FerretDB deletes a dropped
 // database's file, and makes a new one if the database is written again:
 // writes through the old connection would go to the deleted file). It
 // never creates the file (mode=rw): a database FerretDB has not made stays
-// unmade.
+// unmade, and the connection to a file that is gone is closed.
 func (f *sqliteFiles) open(file string) (*sql.DB, error) {
 	info, err := os.Stat(file)
-	if err != nil {
-		return nil, err
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
 		return nil, errFilesClosed
 	}
-	if db := f.dbs[file]; db != nil {
-		if os.SameFile(info, f.infos[file]) {
-			return db, nil
-		}
+	if db := f.dbs[file]; db != nil && (err != nil || !os.SameFile(info, f.infos[file])) {
 		_ = db.Close()
 		delete(f.dbs, file)
-		for k := range f.tables {
-			if strings.HasPrefix(k, file+"\x00") {
-				delete(f.tables, k)
-			}
-		}
+		delete(f.infos, file)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if db := f.dbs[file]; db != nil {
+		return db, nil
 	}
 	// FerretDB writes the file too: wait for its locks rather than fail,
 	// and commit as it does.
-	db, err := sql.Open("sqlite", "file:"+file+"?mode=rw&_pragma=busy_timeout(10000)&_pragma="+f.syncMode)
+	// A transaction takes the write lock as it begins (BEGIN IMMEDIATE):
+	// one that reads before it writes could not otherwise take it once
+	// FerretDB has committed since its read.
+	db, err := sql.Open("sqlite", "file:"+file+"?mode=rw&_txlock=immediate&_pragma=busy_timeout(10000)&_pragma="+f.syncMode)
 	if err != nil {
 		return nil, err
 	}
@@ -80,40 +81,39 @@ func (f *sqliteFiles) open(file string) (*sql.DB, error) {
 	return db, nil
 }
 
+// prune closes the connections to files that are gone: FerretDB deletes
+// a dropped database's file.
+func (f *sqliteFiles) prune() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for file, db := range f.dbs {
+		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+			_ = db.Close()
+			delete(f.dbs, file)
+			delete(f.infos, file)
+		}
+	}
+}
+
 // table is where FerretDB keeps a collection.
 type table struct {
 	name   string // of the SQLite table; "" if FerretDB has no such collection
 	capped bool   // its rows carry a record id FerretDB numbers itself
+	ready  bool   // FerretDB has finished making it: its unique _id index is listed
 }
 
-// table returns the SQLite table FerretDB keeps collection coll of file
-// in (its name "" if FerretDB has no such collection).
-func (f *sqliteFiles) table(ctx context.Context, db *sql.DB, file, coll string) (table, error) {
-	key := file + "\x00" + coll
-	f.mu.Lock()
-	t, ok := f.tables[key]
-	f.mu.Unlock()
-	if ok {
-		return t, nil
-	}
-	err := db.QueryRowContext(ctx, `SELECT table_name, coalesce(json_extract(settings, '$.cappedSize'), 0) > 0 FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&t.name, &t.capped)
+// lookupTable reads, in tx (the write's own transaction, so that nothing
+// changes it before the write), where FerretDB keeps collection coll; a
+// collection FerretDB has not made has the name "".
+func lookupTable(ctx context.Context, tx *sql.Tx, coll string) (table, error) {
+	var t table
+	err := tx.QueryRowContext(ctx, `SELECT table_name, coalesce(json_extract(settings, '$.cappedSize'), 0) > 0,
+		EXISTS (SELECT 1 FROM json_each(settings, '$.indexes') WHERE json_extract(value, '$.name') = '_id_')
+		FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&t.name, &t.capped, &t.ready)
 	if errors.Is(err, sql.ErrNoRows) || (err != nil && strings.Contains(err.Error(), "no such table")) {
-		return table{}, nil // not created yet: nothing to delete, and nothing kept
+		return table{}, nil // not made yet
 	}
-	if err != nil {
-		return table{}, err
-	}
-	f.mu.Lock()
-	f.tables[key] = t
-	f.mu.Unlock()
-	return t, nil
-}
-
-// forget drops what table learned of coll in file (its table went away).
-func (f *sqliteFiles) forget(file, coll string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.tables, file+"\x00"+coll)
+	return t, err
 }
 
 func (f *sqliteFiles) close() {
@@ -125,6 +125,10 @@ func (f *sqliteFiles) close() {
 		delete(f.dbs, file)
 	}
 }
+
+// maxDocumentSize is the largest document FerretDB says it takes
+// (maxBsonObjectSize): the driver refuses a larger one before sending it.
+const maxDocumentSize = 16 << 20
 
 // maxDeleteIDs bounds the ids of one DELETE statement (SQLite's limit on a
 // statement's parameters is 32,766).
@@ -147,6 +151,11 @@ func (m *Mongo) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int6
 		var s string
 		switch v := id.(type) {
 		case string:
+			if !utf8.ValidString(v) {
+				// json.Marshal would make it U+FFFD, as FerretDB stored
+				// it, where FerretDB's own delete compares the bytes.
+				return 0, false, nil
+			}
 			s, types[i] = v, "string"
 		case bson.ObjectID:
 			s, types[i] = v.Hex(), "objectId"
@@ -162,26 +171,21 @@ func (m *Mongo) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int6
 	if len(ids) == 0 {
 		return 0, true, nil
 	}
-	file := filepath.Join(m.files.dir, db+".sqlite")
-	conn, err := m.files.open(file)
+	conn, err := m.files.open(filepath.Join(m.files.dir, db+".sqlite"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, true, nil // no such database
 	}
 	if err != nil {
 		return 0, true, err
 	}
-	for attempt := 0; ; attempt++ {
-		t, err := m.files.table(ctx, conn, file, coll)
+	n, err := inTx(ctx, conn, func(tx *sql.Tx) (int64, error) {
+		t, err := lookupTable(ctx, tx, coll)
 		if err != nil || t.name == "" {
-			return 0, true, err
+			return 0, err // no such collection: nothing to delete
 		}
-		n, err := deleteRows(ctx, conn, t.name, keys, types)
-		if err != nil && attempt == 0 && strings.Contains(err.Error(), "no such table") {
-			m.files.forget(file, coll) // dropped, maybe made again: look again
-			continue
-		}
-		return n, true, err
-	}
+		return deleteRows(ctx, tx, t.name, keys, types)
+	})
+	return n, true, err
 }
 
 // InsertDocs implements mongox.DocInserter: it inserts docs into the
@@ -192,50 +196,68 @@ func (m *Mongo) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int6
 // already taken fails that document alone (mongox.ErrDuplicate, from
 // FerretDB's unique _id index). It does not serve a document FerretDB
 // would change or refuse on the way in, a collection or database FerretDB
-// has not made yet (it makes them, with their indexes) or a capped one:
-// those go through FerretDB.
+// has not made yet, or not finished making (it makes them, with their
+// indexes), a capped one, or one larger than FerretDB takes: those go
+// through FerretDB.
 func (m *Mongo) InsertDocs(ctx context.Context, db, coll string, docs []bson.Raw) ([]error, bool, error) {
 	rows := make([]any, len(docs))
 	for i, d := range docs {
+		if len(d) > maxDocumentSize {
+			return nil, false, nil // the driver refuses it
+		}
 		b, ok := encodeSJSON(d)
 		if !ok {
 			return nil, false, nil
 		}
 		rows[i] = string(b)
 	}
-	file := filepath.Join(m.files.dir, db+".sqlite")
-	conn, err := m.files.open(file)
+	conn, err := m.files.open(filepath.Join(m.files.dir, db+".sqlite"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil // FerretDB makes the database
 	}
 	if err != nil {
 		return nil, true, err
 	}
-	for attempt := 0; ; attempt++ {
-		t, err := m.files.table(ctx, conn, file, coll)
+	served := true
+	errs, err := inTx(ctx, conn, func(tx *sql.Tx) ([]error, error) {
+		t, err := lookupTable(ctx, tx, coll)
 		if err != nil {
-			return nil, true, err
+			return nil, err
 		}
-		if t.name == "" || t.capped {
-			return nil, false, nil
+		if t.name == "" || t.capped || !t.ready {
+			served = false // FerretDB makes it (or numbers its rows)
+			return nil, nil
 		}
-		errs, err := insertRows(ctx, conn, t.name, rows)
-		if err != nil && attempt == 0 && strings.Contains(err.Error(), "no such table") {
-			m.files.forget(file, coll)
-			continue
-		}
-		return errs, true, err
+		return insertRows(ctx, tx, t.name, rows)
+	})
+	if !served {
+		return nil, false, nil
 	}
+	return errs, true, err
 }
 
-// insertRows inserts each of rows (sjson) into table in one transaction
-// and returns each one's outcome; a row whose _id is taken fails alone.
-func insertRows(ctx context.Context, db *sql.DB, table string, rows []any) ([]error, error) {
+// inTx runs write in a transaction of db and commits it if write succeeds.
+func inTx[T any](ctx context.Context, db *sql.DB, write func(*sql.Tx) (T, error)) (T, error) {
+	var zero T
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	defer func() { _ = tx.Rollback() }()
+	v, err := write(tx)
+	if err != nil {
+		return zero, err
+	}
+	if err := tx.Commit(); err != nil {
+		return zero, err
+	}
+	return v, nil
+}
+
+// insertRows inserts each of rows (sjson) into table in tx and returns
+// each one's outcome: a row that a unique index refuses (its _id taken)
+// fails alone, as a failed statement leaves the transaction.
+func insertRows(ctx context.Context, tx *sql.Tx, table string, rows []any) ([]error, error) {
 	stmt, err := tx.PrepareContext(ctx, fmt.Sprintf(`INSERT INTO %s (_ferretdb_sjson) VALUES (?)`, quoteIdent(table)))
 	if err != nil {
 		return nil, err
@@ -251,21 +273,16 @@ func insertRows(ctx context.Context, db *sql.DB, table string, rows []any) ([]er
 			errs[i] = fmt.Errorf("%w: %w", mongox.ErrDuplicate, err)
 		}
 	}
-	return errs, tx.Commit()
+	return errs, nil
 }
 
-// deleteRows deletes from table the rows whose _id is one of keys (JSON),
-// each of the type at the same index of types, in one transaction.
-func deleteRows(ctx context.Context, db *sql.DB, table string, keys []any, types []string) (int64, error) {
+// deleteRows deletes from table in tx the rows whose _id is one of keys
+// (JSON), each of the type at the same index of types.
+func deleteRows(ctx context.Context, tx *sql.Tx, table string, keys []any, types []string) (int64, error) {
 	byType := map[string][]any{}
 	for i, k := range keys {
 		byType[types[i]] = append(byType[types[i]], k)
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = tx.Rollback() }()
 	var deleted int64
 	for typ, keys := range byType {
 		for start := 0; start < len(keys); start += maxDeleteIDs {
@@ -285,5 +302,5 @@ func deleteRows(ctx context.Context, db *sql.DB, table string, keys []any, types
 			deleted += n
 		}
 	}
-	return deleted, tx.Commit()
+	return deleted, nil
 }

@@ -59,6 +59,7 @@ func (x *idIndexer) indexAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	x.files.prune() // dropped databases' files
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var errs []error

@@ -111,9 +111,10 @@ func (r *RoundTrips) String() string {
 	return b.String()
 }
 
-// direct counts a statement the client's store ran on the embedded
-// server's SQLite file rather than through the driver (mongox.DeleteIDs),
-// as "<cmd> <collection> (sqlite)": still a round trip to the database.
+// direct counts a write the client's store made on the embedded server's
+// SQLite file rather than through the driver (mongox.DeleteIDs and
+// InsertEach), as "<cmd> <collection> (sqlite)": still a round trip to the
+// database.
 func (r *RoundTrips) direct(cmd, coll string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

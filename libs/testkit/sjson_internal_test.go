@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,7 +112,7 @@ func TestEncodeSJSONWritesAsFerretDB(t *testing.T) {
 	}
 }
 
-// startPrivate starts a server of the test's own on dir, with a client:
+// StartPrivate starts a server of the test's own on dir, with a client:
 // t.Cleanup disconnects it and stops the server.
 func StartPrivate(t *testing.T, dir string) (*Mongo, *mongo.Client) {
 	t.Helper()
@@ -138,8 +139,10 @@ func must[T any](v T, err error) T {
 // TestEmbeddedMongoInsertsDocs: documents InsertDocs writes read back
 // through FerretDB as inserted, by _id and by a scan; a taken _id fails
 // that document alone (mongox.ErrDuplicate) and the others are stored; a
-// document it cannot write as FerretDB would, or a collection FerretDB has
-// not made, is not served and nothing is written.
+// document it cannot write as FerretDB would (one over 16 MiB included),
+// or a collection FerretDB has not made (or dropped), is not served and
+// nothing is written; a unique secondary index refuses a document alone,
+// and a cancelled call stores nothing.
 func TestEmbeddedMongoInsertsDocs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -183,11 +186,34 @@ func TestEmbeddedMongoInsertsDocs(t *testing.T) {
 		t.Errorf("the taken _id's document: %v (%v), want the first one", taken, err)
 	}
 
+	// A unique secondary index refuses a document alone, as the _id's
+	// does; a cancelled call stores nothing.
+	if _, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "u", Value: 1}}, Options: options.Index().SetUnique(true)}); err != nil {
+		t.Fatal(err)
+	}
+	u1 := must(bson.Marshal(bson.D{{Key: "_id", Value: "u1"}, {Key: "u", Value: "same"}}))
+	u2 := must(bson.Marshal(bson.D{{Key: "_id", Value: "u2"}, {Key: "u", Value: "same"}}))
+	if errs, served, err := m.InsertDocs(ctx, "ins", "docs", []bson.Raw{u1, u2}); err != nil || !served || errs[0] != nil || !errors.Is(errs[1], mongox.ErrDuplicate) {
+		t.Fatalf("a unique secondary index: %v, %v, %v; want the second refused alone", errs, served, err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := m.InsertDocs(cancelled, "ins", "docs", []bson.Raw{must(bson.Marshal(bson.D{{Key: "_id", Value: "never"}}))}); err == nil {
+		t.Fatal("a cancelled insert succeeded")
+	}
+	if n, _ := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "never"}}); n != 0 {
+		t.Fatal("a cancelled insert stored its document")
+	}
+
 	before, _ := coll.CountDocuments(ctx, bson.D{})
 	bad := must(bson.Marshal(bson.D{{Key: "_id", Value: "neg"}, {Key: "f", Value: math.Copysign(0, -1)}}))
 	ok := must(bson.Marshal(bson.D{{Key: "_id", Value: "fine"}}))
 	if errs, served, err := m.InsertDocs(ctx, "ins", "docs", []bson.Raw{ok, bad}); served || errs != nil || err != nil {
 		t.Fatalf("a document FerretDB would change: %v, %v, %v; want it not served", errs, served, err)
+	}
+	huge := must(bson.Marshal(bson.D{{Key: "_id", Value: "huge"}, {Key: "s", Value: strings.Repeat("x", maxDocumentSize)}}))
+	if _, served, err := m.InsertDocs(ctx, "ins", "docs", []bson.Raw{huge}); served || err != nil {
+		t.Fatalf("a document over 16 MiB: served %v, %v; want it left to the driver, which refuses it", served, err)
 	}
 	for _, w := range [][2]string{{"ins", "nosuch"}, {"nodb", "docs"}} {
 		if _, served, err := m.InsertDocs(ctx, w[0], w[1], []bson.Raw{ok}); served || err != nil {
@@ -196,6 +222,13 @@ func TestEmbeddedMongoInsertsDocs(t *testing.T) {
 	}
 	if after, _ := coll.CountDocuments(ctx, bson.D{}); after != before {
 		t.Fatalf("%d documents after unserved inserts, want %d", after, before)
+	}
+	// Dropped: FerretDB makes it again.
+	if err := coll.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, served, err := m.InsertDocs(ctx, "ins", "docs", []bson.Raw{ok}); served || err != nil {
+		t.Fatalf("a dropped collection: served %v, %v; want it left to FerretDB", served, err)
 	}
 }
 

@@ -44,10 +44,10 @@
 //     job's result, which usually follows within milliseconds, stores both
 //     in one write;
 //   - inserts new jobs and archived copies, and deletes an archived
-//     tree's live jobs, in one transaction on the embedded server's SQLite
-//     file (mongox.InsertEach, mongox.DeleteIDs), where FerretDB reads and
-//     parses each job before deleting it and decodes and encodes again
-//     each one it inserts;
+//     tree's live jobs, each call in one transaction on the embedded
+//     server's SQLite file (mongox.InsertEach, mongox.DeleteIDs), where
+//     FerretDB reads and parses each job before deleting it and decodes
+//     and encodes again each one it inserts;
 //   - creates no secondary indexes (and drops those the other mode made).
 //
 // # Many writers: MongoDB, the default
