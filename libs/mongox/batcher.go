@@ -162,10 +162,13 @@ func InsertEach[D any](ctx context.Context, coll *mongo.Collection, docs []D) []
 	if len(docs) == 0 {
 		return errs
 	}
-	if direct, served := insertEachDirect(ctx, coll, docs); served {
+	direct, err, served := insertEachDirect(ctx, coll, docs)
+	if served && err == nil {
 		return direct
 	}
-	_, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	if !served {
+		_, err = coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	}
 	var bwe mongo.BulkWriteException
 	switch {
 	case err == nil:
@@ -188,16 +191,16 @@ func InsertEach[D any](ctx context.Context, coll *mongo.Collection, docs []D) []
 }
 
 // insertEachDirect inserts docs through the only writer's DocInserter (the
-// embedded FerretDB's), if its client has one that serves them: see
-// InsertEach.
-func insertEachDirect[D any](ctx context.Context, coll *mongo.Collection, docs []D) ([]error, bool) {
-	d, ok := clientDirect.Load(coll.Database().Client())
-	if !ok || !SingleWriter(coll.Database()) {
-		return nil, false
+// embedded FerretDB's), if its client has one that serves them: each
+// one's outcome, or the error of the whole call (see InsertEach).
+func insertEachDirect[D any](ctx context.Context, coll *mongo.Collection, docs []D) (errs []error, err error, served bool) {
+	d, ok := directFor(coll.Database())
+	if !ok {
+		return nil, nil, false
 	}
 	in, ok := d.(DocInserter)
 	if !ok {
-		return nil, false
+		return nil, nil, false
 	}
 	// Encoded as the driver encodes them with its default registry and
 	// options, which the mesh's clients keep.
@@ -205,21 +208,12 @@ func insertEachDirect[D any](ctx context.Context, coll *mongo.Collection, docs [
 	for i, doc := range docs {
 		raw, err := bson.Marshal(doc)
 		if err != nil {
-			return nil, false // the driver says what is wrong with it
+			return nil, nil, false // the driver says what is wrong with it
 		}
 		raws[i] = raw
 	}
-	errs, served, err := direct(ctx, coll.Database().Client(), coll, "insert", func() ([]error, bool, error) {
+	errs, served, err = direct(ctx, coll, "insert", func() ([]error, bool, error) {
 		return in.InsertDocs(ctx, coll.Database().Name(), coll.Name(), raws)
 	})
-	if !served {
-		return nil, false
-	}
-	if err != nil {
-		errs = make([]error, len(docs))
-		for i := range errs {
-			errs[i] = err
-		}
-	}
-	return errs, true
+	return errs, err, served
 }

@@ -66,11 +66,10 @@ func RegisterDirect(uri string, d IDDeleter) (unregister func()) {
 // tests connect themselves; Connect binds the one registered for its URI).
 func BindDirect(client *mongo.Client, d IDDeleter) { clientDirect.Store(client, d) }
 
-// ObserveDirect has fn told of every statement DeleteIDs and InsertEach
-// run for client beneath the wire protocol, as ("delete" or "insert",
-// collection), where a command
-// monitor sees only the driver's commands: a test's count of round trips
-// counts those too.
+// ObserveDirect has fn told of every write DeleteIDs and InsertEach make
+// for client beneath the wire protocol, as ("delete" or "insert",
+// collection), where a command monitor sees only the driver's commands: a
+// test's count of round trips counts those too.
 func ObserveDirect(client *mongo.Client, fn func(cmd, coll string)) {
 	directObservers.Store(client, fn)
 }
@@ -87,10 +86,9 @@ func DeleteIDs(ctx context.Context, coll *mongo.Collection, ids []any) (int64, e
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	client := coll.Database().Client()
-	if d, ok := clientDirect.Load(client); ok && SingleWriter(coll.Database()) {
-		n, served, err := direct(ctx, client, coll, "delete", func() (int64, bool, error) {
-			return d.(IDDeleter).DeleteIDs(ctx, coll.Database().Name(), coll.Name(), ids)
+	if d, ok := directFor(coll.Database()); ok {
+		n, served, err := direct(ctx, coll, "delete", func() (int64, bool, error) {
+			return d.DeleteIDs(ctx, coll.Database().Name(), coll.Name(), ids)
 		})
 		if served || err != nil {
 			return n, err
@@ -107,11 +105,22 @@ func DeleteIDs(ctx context.Context, coll *mongo.Collection, ids []any) (int64, e
 	return res.DeletedCount, nil
 }
 
-// direct runs write (cmd on coll beneath the wire protocol) in client's
-// write turn, tells client's observer of it if served, and names the
-// command in its error.
-func direct[T any](ctx context.Context, client *mongo.Client, coll *mongo.Collection, cmd string, write func() (T, bool, error)) (T, bool, error) {
+// directFor returns the direct writer of db's client when that client is
+// the only writer and has one.
+func directFor(db *mongo.Database) (IDDeleter, bool) {
+	d, ok := clientDirect.Load(db.Client())
+	if !ok || !SingleWriter(db) {
+		return nil, false
+	}
+	return d.(IDDeleter), true
+}
+
+// direct runs write (cmd on coll beneath the wire protocol) in the write
+// turn of coll's client, tells the client's observer of it if served, and
+// names the command in its error.
+func direct[T any](ctx context.Context, coll *mongo.Collection, cmd string, write func() (T, bool, error)) (T, bool, error) {
 	var zero T
+	client := coll.Database().Client()
 	if g, ok := clientGates.Load(client); ok {
 		gate := g.(*writeGate)
 		if !gate.acquire(ctx, priority.IsInteractive(ctx)) {

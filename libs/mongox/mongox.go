@@ -28,10 +28,9 @@
 // registers its embedded FerretDB, which writes them into its SQLite file
 // in one transaction as FerretDB would: FerretDB reads and parses each
 // document of a delete command first, and decodes and encodes again each
-// document it inserts). Stores ask
-// SingleWriter before taking shortcuts of their own (an in-memory mirror,
-// publishing outbox entries from memory); with several processes those
-// shortcuts would lose updates.
+// document it inserts). Stores ask SingleWriter before taking shortcuts of
+// their own (an in-memory mirror, publishing outbox entries from memory);
+// with several processes those shortcuts would lose updates.
 package mongox
 
 import (

@@ -57,9 +57,7 @@ func (f *sqliteFiles) open(file string) (*sql.DB, error) {
 		return nil, errFilesClosed
 	}
 	if db := f.dbs[file]; db != nil && (err != nil || !os.SameFile(info, f.infos[file])) {
-		_ = db.Close()
-		delete(f.dbs, file)
-		delete(f.infos, file)
+		f.drop(file)
 	}
 	if err != nil {
 		return nil, err
@@ -86,13 +84,24 @@ func (f *sqliteFiles) open(file string) (*sql.DB, error) {
 func (f *sqliteFiles) prune() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for file, db := range f.dbs {
+	for file := range f.dbs {
 		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
-			_ = db.Close()
-			delete(f.dbs, file)
-			delete(f.infos, file)
+			f.drop(file)
 		}
 	}
+}
+
+// drop closes and forgets the connection to file; the caller holds f.mu.
+func (f *sqliteFiles) drop(file string) {
+	_ = f.dbs[file].Close()
+	delete(f.dbs, file)
+	delete(f.infos, file)
+}
+
+// database returns the connection to the file of FerretDB's database db
+// (fs.ErrNotExist if FerretDB has not made it).
+func (f *sqliteFiles) database(db string) (*sql.DB, error) {
+	return f.open(filepath.Join(f.dir, db+".sqlite"))
 }
 
 // table is where FerretDB keeps a collection.
@@ -110,19 +119,22 @@ func lookupTable(ctx context.Context, tx *sql.Tx, coll string) (table, error) {
 	err := tx.QueryRowContext(ctx, `SELECT table_name, coalesce(json_extract(settings, '$.cappedSize'), 0) > 0,
 		EXISTS (SELECT 1 FROM json_each(settings, '$.indexes') WHERE json_extract(value, '$.name') = '_id_')
 		FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&t.name, &t.capped, &t.ready)
-	if errors.Is(err, sql.ErrNoRows) || (err != nil && strings.Contains(err.Error(), "no such table")) {
+	if errors.Is(err, sql.ErrNoRows) || noSuchTable(err) {
 		return table{}, nil // not made yet
 	}
 	return t, err
 }
 
+// noSuchTable reports whether err is SQLite's about a table that is not
+// there (a database FerretDB has not set up, a collection just dropped).
+func noSuchTable(err error) bool { return err != nil && strings.Contains(err.Error(), "no such table") }
+
 func (f *sqliteFiles) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
-	for file, db := range f.dbs {
-		_ = db.Close()
-		delete(f.dbs, file)
+	for file := range f.dbs {
+		f.drop(file)
 	}
 }
 
@@ -145,6 +157,9 @@ const maxDeleteIDs = 1000
 // ObjectID spells the same. Other id types are not served. FerretDB keeps
 // no copy of a collection's documents, so it reads what is left.
 func (m *Mongo) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int64, bool, error) {
+	if len(ids) == 0 {
+		return 0, true, nil
+	}
 	keys := make([]any, len(ids))
 	types := make([]string, len(ids))
 	for i, id := range ids {
@@ -168,10 +183,7 @@ func (m *Mongo) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int6
 		}
 		keys[i] = string(k)
 	}
-	if len(ids) == 0 {
-		return 0, true, nil
-	}
-	conn, err := m.files.open(filepath.Join(m.files.dir, db+".sqlite"))
+	conn, err := m.files.database(db)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, true, nil // no such database
 	}
@@ -211,7 +223,7 @@ func (m *Mongo) InsertDocs(ctx context.Context, db, coll string, docs []bson.Raw
 		}
 		rows[i] = string(b)
 	}
-	conn, err := m.files.open(filepath.Join(m.files.dir, db+".sqlite"))
+	conn, err := m.files.database(db)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil // FerretDB makes the database
 	}

@@ -116,36 +116,31 @@ func TestEmbeddedMongoDeletesIDs(t *testing.T) {
 		t.Fatalf("a delete from a missing database made its file: %v", err)
 	}
 
-	// Dropped: nothing to delete. Made again: found again.
-	if err := coll.Drop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n, served, err := m.DeleteIDs(ctx, "shop", "orders", []any{"keep"}); n != 0 || !served || err != nil {
-		t.Fatalf("a dropped collection: %d, %v, %v", n, served, err)
-	}
-	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "again"}}); err != nil {
-		t.Fatal(err)
-	}
-	if n, _, err := m.DeleteIDs(ctx, "shop", "orders", []any{"again"}); err != nil || n != 1 {
-		t.Fatalf("after a drop: %d, %v", n, err)
-	}
-	if c, err := coll.CountDocuments(ctx, bson.D{}); err != nil || c != 0 {
-		t.Fatalf("after a drop and a delete: %d documents (%v)", c, err)
-	}
-
-	// The database dropped (FerretDB deletes its file) and written again:
-	// the new file is the one written.
-	if err := coll.Database().Drop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "reborn"}}); err != nil {
-		t.Fatal(err)
-	}
-	if n, _, err := m.DeleteIDs(ctx, "shop", "orders", []any{"reborn"}); err != nil || n != 1 {
-		t.Fatalf("after the database was dropped and made again: %d, %v", n, err)
-	}
-	if c, err := coll.CountDocuments(ctx, bson.D{}); err != nil || c != 0 {
-		t.Fatalf("after the database was dropped, made again and deleted from: %d documents (%v)", c, err)
+	// The collection dropped, then the whole database (FerretDB deletes its
+	// file): nothing to delete; made again, written again: the new table,
+	// the new file, is the one deleted from.
+	for _, drop := range []struct {
+		what string
+		drop func(context.Context) error
+	}{
+		{"collection", func(ctx context.Context) error { return coll.Drop(ctx) }},
+		{"database", func(ctx context.Context) error { return coll.Database().Drop(ctx) }},
+	} {
+		if err := drop.drop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, served, err := m.DeleteIDs(ctx, "shop", "orders", []any{"keep"}); n != 0 || !served || err != nil {
+			t.Fatalf("a dropped %s: %d, %v, %v", drop.what, n, served, err)
+		}
+		if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "again"}}); err != nil {
+			t.Fatal(err)
+		}
+		if n, _, err := m.DeleteIDs(ctx, "shop", "orders", []any{"again"}); err != nil || n != 1 {
+			t.Fatalf("after the %s was dropped and made again: %d, %v", drop.what, n, err)
+		}
+		if c, err := coll.CountDocuments(ctx, bson.D{}); err != nil || c != 0 {
+			t.Fatalf("after the %s was dropped, made again and deleted from: %d documents (%v)", drop.what, c, err)
+		}
 	}
 
 	// Once stopped, it says so rather than open files.

@@ -2,13 +2,11 @@ package testkit
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver FerretDB's own files are opened with
@@ -28,15 +26,9 @@ const idIndexInterval = time.Second
 // and the index with it.
 type idIndexer struct {
 	files *sqliteFiles
-
-	mu    sync.Mutex         // guards done and conns
-	done  map[string]bool    // "file\x00table" already indexed
-	conns map[string]*sql.DB // the connection each file's done entries were made through
 }
 
-func newIDIndexer(files *sqliteFiles) *idIndexer {
-	return &idIndexer{files: files, done: map[string]bool{}, conns: map[string]*sql.DB{}}
-}
+func newIDIndexer(files *sqliteFiles) *idIndexer { return &idIndexer{files: files} }
 
 // run indexes new tables every idIndexInterval until ctx ends.
 func (x *idIndexer) run(ctx context.Context) {
@@ -53,15 +45,13 @@ func (x *idIndexer) run(ctx context.Context) {
 }
 
 // indexAll creates the index on every collection table of every database
-// file that lacks it.
+// file that lacks it, as SQLite's own list of indexes says.
 func (x *idIndexer) indexAll(ctx context.Context) error {
 	files, err := filepath.Glob(filepath.Join(x.files.dir, "*.sqlite"))
 	if err != nil {
 		return err
 	}
 	x.files.prune() // dropped databases' files
-	x.mu.Lock()
-	defer x.mu.Unlock()
 	var errs []error
 	for _, f := range files {
 		if err := x.indexFile(ctx, f); err != nil {
@@ -82,17 +72,12 @@ func (x *idIndexer) indexFile(ctx context.Context, file string) error {
 	if err != nil {
 		return err
 	}
-	if x.conns[file] != db { // a new file of that name: index its tables
-		for k := range x.done {
-			if strings.HasPrefix(k, file+"\x00") {
-				delete(x.done, k)
-			}
-		}
-		x.conns[file] = db
-	}
-	rows, err := db.QueryContext(ctx, `SELECT table_name FROM _ferretdb_collections`)
+	// The tables whose index SQLite does not list: new collections, and
+	// all of a database's when its file is new.
+	rows, err := db.QueryContext(ctx, `SELECT table_name FROM _ferretdb_collections
+		WHERE NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = table_name || '_am_id')`)
 	if err != nil {
-		if strings.Contains(err.Error(), "no such table") {
+		if noSuchTable(err) {
 			return nil // a database FerretDB has not set up yet
 		}
 		return err
@@ -104,9 +89,7 @@ func (x *idIndexer) indexFile(ctx context.Context, file string) error {
 			rows.Close()
 			return err
 		}
-		if !x.done[file+"\x00"+t] {
-			tables = append(tables, t)
-		}
+		tables = append(tables, t)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -116,12 +99,11 @@ func (x *idIndexer) indexFile(ctx context.Context, file string) error {
 		q := quoteIdent(t)
 		stmt := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (_ferretdb_sjson->'$._id')`, quoteIdent(t+"_am_id"), q)
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			if strings.Contains(err.Error(), "no such table") {
+			if noSuchTable(err) {
 				continue // dropped meanwhile
 			}
 			return fmt.Errorf("%s: %w", t, err)
 		}
-		x.done[file+"\x00"+t] = true
 	}
 	return nil
 }

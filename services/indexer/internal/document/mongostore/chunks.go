@@ -75,7 +75,7 @@ func (s *Store) ReplaceChunks(ctx context.Context, chunks []document.Chunk, stal
 		ids = append(ids, id)
 	}
 	defer mongox.LockDocuments(s.chunks, ids...)()
-	if err := s.deleteChunks(ctx, stale); err != nil {
+	if err := s.deleteChunks(ctx, ids[len(chunks):]); err != nil {
 		return err
 	}
 	return s.putChunks(ctx, chunks)
@@ -115,17 +115,13 @@ func (s *Store) DeleteChunks(ctx context.Context, ids []string) error {
 		lock[i] = id
 	}
 	defer mongox.LockDocuments(s.chunks, lock...)()
-	return s.deleteChunks(ctx, ids)
+	return s.deleteChunks(ctx, lock)
 }
 
 // deleteChunks deletes by _id in one command (mongox.DeleteIDs); the
 // caller holds the locks.
-func (s *Store) deleteChunks(ctx context.Context, ids []string) error {
-	del := make([]any, len(ids))
-	for i, id := range ids {
-		del[i] = id
-	}
-	if _, err := mongox.DeleteIDs(ctx, s.chunks, del); err != nil {
+func (s *Store) deleteChunks(ctx context.Context, ids []any) error {
+	if _, err := mongox.DeleteIDs(ctx, s.chunks, ids); err != nil {
 		return translate(err)
 	}
 	return nil
