@@ -112,9 +112,9 @@ func OutboxPush(entries ...OutboxEntry) bson.M {
 // the consistency argument. A Relay is safe for concurrent use; several
 // relays (one per service replica) may serve the same collection, at the
 // cost of duplicate publishes that JetStream discards by event id. Its
-// hooks (SetDocumentLock, SetDrained, SetGone, SetPublished) may run while
-// Run relays a document, holding the lock Sweep and SweepDocuments take to
-// write: a hook must not call those two.
+// hooks (SetDocumentLock, SetDrained, SetGone, SetPublished, SetRemover)
+// may run while Run relays a document, holding the lock Sweep and
+// SweepDocuments take to write: a hook must not call those two.
 type Relay struct {
 	bus    *Bus
 	coll   *mongo.Collection
@@ -134,6 +134,8 @@ type Relay struct {
 	// published is told the ids of a document's entries stored in
 	// JetStream, before their removal is written (SetPublished).
 	published func(ctx context.Context, id any, entryIDs []string) error
+	// remove writes a removal itself, or declines it (SetRemover).
+	remove func(ctx context.Context, id any, entryIDs []string) (done bool, err error)
 
 	mu      sync.Mutex            // guards the fields below
 	pending []any                 // document ids named by NotifyDocument or NotifyEntries, in call order
@@ -236,6 +238,18 @@ func (r *Relay) SetGone(gone func(id any) bool) { r.gone = gone }
 // Its error is logged. Call it before Run.
 func (r *Relay) SetPublished(published func(ctx context.Context, id any, entryIDs []string) error) {
 	r.published = published
+}
+
+// SetRemover makes the relay offer every removal of published entries to
+// remove, with the document's _id and the ids of the entries, under the
+// document's lock (SetDocumentLock), after SetGone's check: remove writes
+// it and reports done (with the write's error), or declines it (done
+// false, nothing written), and the relay removes them itself ($pullAll of
+// the entries as read). A single writer's store that knows a document
+// exactly writes the removal as it writes the document, and keeps knowing
+// it. Call it before Run.
+func (r *Relay) SetRemover(remove func(ctx context.Context, id any, entryIDs []string) (done bool, err error)) {
+	r.remove = remove
 }
 
 // afterPublish calls the published hook for document id, if there is one
@@ -779,7 +793,7 @@ func (rm *removals) remove(ctx context.Context, id any) {
 			return
 		}
 		rm.mu.Unlock()
-		err := rm.r.removeEntries(ctx, id, raws)
+		err := rm.r.removeEntries(ctx, id, raws, ids)
 		if err != nil && ctx.Err() == nil {
 			rm.r.failedOn(id)
 			rm.r.logger.Warn("outbox removal failed; will retry", slog.Any("error", err))
@@ -938,7 +952,7 @@ func (r *Relay) relayDoc(ctx context.Context, doc outboxDoc) (int, error) {
 	if len(done) == 0 {
 		return 0, pubErr
 	}
-	if err := r.removeEntries(ctx, doc.ID, done); err != nil {
+	if err := r.removeEntries(ctx, doc.ID, done, ids); err != nil {
 		return len(done), errors.Join(pubErr, err)
 	}
 	if pubErr == nil {
@@ -947,9 +961,9 @@ func (r *Relay) relayDoc(ctx context.Context, doc outboxDoc) (int, error) {
 	return len(done), pubErr
 }
 
-// removeEntries removes the entries raws, exactly as read, from the outbox
-// of document id.
-func (r *Relay) removeEntries(ctx context.Context, id any, raws bson.A) error {
+// removeEntries removes the entries raws, exactly as read, whose ids are
+// entryIDs, from the outbox of document id.
+func (r *Relay) removeEntries(ctx context.Context, id any, raws bson.A, entryIDs []string) error {
 	// Under the document's lock: a store that is moving the document away
 	// holds it, and gone then answers once the move is through.
 	if r.lock != nil {
@@ -958,11 +972,19 @@ func (r *Relay) removeEntries(ctx context.Context, id any, raws bson.A) error {
 	if r.gone != nil && r.gone(id) {
 		return nil // deleted with its entries
 	}
-	update := bson.D{{Key: "$pullAll", Value: bson.D{{Key: OutboxField, Value: raws}}}}
 	// The removal must happen even if ctx was cancelled mid-sweep, or the
 	// entries are published again (harmlessly) by the next process.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayPublishTimeout)
 	defer cancel()
+	if r.remove != nil {
+		if done, err := r.remove(pctx, id, entryIDs); done {
+			if err != nil {
+				return fmt.Errorf("events: outbox remove from document %v: %w", id, err)
+			}
+			return nil
+		}
+	}
+	update := bson.D{{Key: "$pullAll", Value: bson.D{{Key: OutboxField, Value: raws}}}}
 	if _, err := r.coll.UpdateOne(pctx, bson.D{{Key: "_id", Value: id}}, update); err != nil {
 		return fmt.Errorf("events: outbox remove from document %v: %w", id, err)
 	}

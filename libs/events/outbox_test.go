@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -501,6 +502,89 @@ func TestRelayWritesNoRemovalToGoneDocuments(t *testing.T) {
 	}
 	if _, ok := asked.Load("archived"); !ok {
 		t.Fatal("the relay did not ask whether the archived document was gone")
+	}
+}
+
+// TestRelayOffersRemovalsToTheRemover: every removal is offered to the
+// remover, under the document's lock, with the ids of the entries
+// published, and not for a document gone; one it writes itself is not
+// written again by the relay, one it declines the relay writes ($pullAll),
+// and one it fails is offered again later.
+func TestRelayOffersRemovalsToTheRemover(t *testing.T) {
+	t.Parallel()
+	b, coll, ctx, r := newSingleWriterRelay(t)
+	r.SetPollInterval(200 * time.Millisecond) // the failed removal's retry
+	var (
+		mu      sync.Mutex
+		locked  = map[any]bool{}
+		offered = map[any][][]string{}
+		failed  atomic.Bool
+	)
+	r.SetDocumentLock(func(id any) func() {
+		mu.Lock()
+		locked[id] = true
+		mu.Unlock()
+		return func() {
+			mu.Lock()
+			locked[id] = false
+			mu.Unlock()
+		}
+	})
+	r.SetGone(func(id any) bool { return id == "gone" })
+	r.SetRemover(func(ctx context.Context, id any, ids []string) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !locked[id] {
+			t.Errorf("the removal from %v was offered without the document's lock", id)
+		}
+		offered[id] = append(offered[id], ids)
+		switch {
+		case id == "failing" && failed.CompareAndSwap(false, true):
+			return true, errors.New("disk full")
+		case id == "mine" || id == "failing":
+			return true, nil // written by the store (here: not at all)
+		}
+		return false, nil
+	})
+	runRelay(t, r)
+	entries := map[string][]OutboxEntry{}
+	for _, id := range []string{"mine", "theirs", "gone", "failing"} {
+		entries[id] = []OutboxEntry{newEntry(t, id, "a"), newEntry(t, id, "b")}
+		completeJob(ctx, t, coll, id, entries[id]...)
+		r.NotifyEntries(id, entries[id]...)
+	}
+	waitFor(t, RelayPollInterval/2, "every entry published", func() bool { return streamMsgs(t, b, StreamEvents) == 8 })
+	waitFor(t, RelayPollInterval/2, "the declined removal written, the failed one offered again", func() bool {
+		var j job
+		mu.Lock()
+		again := len(offered["failing"]) >= 2
+		mu.Unlock()
+		return again && coll.FindOne(ctx, bson.M{"_id": "theirs"}).Decode(&j) == nil && len(j.Outbox) == 0
+	})
+	time.Sleep(300 * time.Millisecond) // other removals, were they written
+	for id, want := range map[string]int{"mine": 2, "gone": 2, "failing": 2} {
+		var j job
+		if err := coll.FindOne(ctx, bson.M{"_id": id}).Decode(&j); err != nil {
+			t.Fatal(err)
+		}
+		if len(j.Outbox) != want {
+			t.Errorf("%s: %d entries left, want %d (no removal written by the relay)", id, len(j.Outbox), want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, ok := offered["gone"]; ok {
+		t.Error("the removal from a document gone was offered")
+	}
+	for _, id := range []string{"mine", "theirs", "failing"} {
+		var got []string
+		for _, ids := range offered[id] {
+			got = append(got, ids...)
+		}
+		got = slices.Compact(got)
+		if want := []string{entries[id][0].ID, entries[id][1].ID}; len(got) < 2 || !slices.Equal(got[:2], want) {
+			t.Errorf("%s: offered %q, want %q", id, got, want)
+		}
 	}
 }
 

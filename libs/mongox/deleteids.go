@@ -39,6 +39,20 @@ type DocInserter interface {
 	InsertDocs(ctx context.Context, db, coll string, docs []bson.Raw) (errs []error, served bool, err error)
 }
 
+// DocReplacer replaces documents by _id beneath the wire protocol. The
+// embedded FerretDB (libs/testkit) is one: it writes the document over
+// the stored one in its SQLite file, where FerretDB reads and decodes the
+// stored document, applies the update to it and encodes the result again,
+// each in a transaction of its own.
+type DocReplacer interface {
+	// ReplaceDoc writes doc (led by its _id) over the document of
+	// collection coll in database db with that _id, and reports whether
+	// there was one. Served is false, and nothing was done, when it cannot
+	// write doc as the server would (the caller sends it through the
+	// driver).
+	ReplaceDoc(ctx context.Context, db, coll string, doc bson.Raw) (matched, served bool, err error)
+}
+
 var (
 	// directByURI holds the direct writers of servers (RegisterDirect).
 	directByURI sync.Map // URI → IDDeleter, maybe a DocInserter too
@@ -52,8 +66,9 @@ var (
 	directObservers sync.Map // *mongo.Client → func(cmd, coll string)
 )
 
-// RegisterDirect makes d serve DeleteIDs, and InsertEach if d is also a
-// DocInserter, for the single-writer clients Connect opens to uri from now
+// RegisterDirect makes d serve DeleteIDs, InsertEach if d is also a
+// DocInserter and ReplaceByID if it is a DocReplacer, for the single-writer
+// clients Connect opens to uri from now
 // on (agentmesh up registers its embedded FerretDB). The returned function
 // undoes it for later clients.
 func RegisterDirect(uri string, d IDDeleter) (unregister func()) {
@@ -61,14 +76,14 @@ func RegisterDirect(uri string, d IDDeleter) (unregister func()) {
 	return func() { directByURI.CompareAndDelete(uri, d) }
 }
 
-// BindDirect makes d serve client's DeleteIDs, and InsertEach if d is also
-// a DocInserter, once client is declared the only writer (for clients
+// BindDirect makes d serve client's DeleteIDs, InsertEach and ReplaceByID
+// as RegisterDirect does, once client is declared the only writer (for clients
 // tests connect themselves; Connect binds the one registered for its URI).
 func BindDirect(client *mongo.Client, d IDDeleter) { clientDirect.Store(client, d) }
 
-// ObserveDirect has fn told of every write DeleteIDs and InsertEach make
-// for client beneath the wire protocol, as ("delete" or "insert",
-// collection), where a command monitor sees only the driver's commands: a
+// ObserveDirect has fn told of every write DeleteIDs, InsertEach and
+// ReplaceByID make for client beneath the wire protocol, as ("delete",
+// "insert" or "update", collection), where a command monitor sees only the driver's commands: a
 // test's count of round trips counts those too.
 func ObserveDirect(client *mongo.Client, fn func(cmd, coll string)) {
 	directObservers.Store(client, fn)
@@ -103,6 +118,52 @@ func DeleteIDs(ctx context.Context, coll *mongo.Collection, ids []any) (int64, e
 		return 0, Translate(err)
 	}
 	return res.DeletedCount, nil
+}
+
+// ReplaceByID writes doc, whose _id is id, over the document of coll with
+// that _id, and reports whether there was one (nothing is written if not).
+// The only writer's client with a DocReplacer (agentmesh up's, on its
+// embedded FerretDB) writes it beneath the driver, in its write turn, when
+// it can write it as the server would; any other client sends a replace by
+// _id. No filter but _id is checked: a caller that must not overwrite a
+// write made meanwhile holds the document's lock (LockDocument) or checks
+// a version itself. A unique index that refuses it fails it with
+// ErrDuplicate.
+func ReplaceByID(ctx context.Context, coll *mongo.Collection, id, doc any) (bool, error) {
+	if d, ok := directFor(coll.Database()); ok {
+		if r, ok := d.(DocReplacer); ok {
+			if raw, err := bson.Marshal(doc); err == nil && idOf(raw) == id {
+				matched, served, err := direct(ctx, coll, "update", func() (bool, bool, error) {
+					return r.ReplaceDoc(ctx, coll.Database().Name(), coll.Name(), raw)
+				})
+				if served || err != nil {
+					return matched, Translate(err)
+				}
+			}
+		}
+	}
+	res, err := coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}}, doc)
+	if err != nil {
+		return false, Translate(err)
+	}
+	return res.MatchedCount > 0, nil
+}
+
+// idOf returns the _id of doc as the driver decodes it into an interface
+// (a string, an ObjectID, ...), or nil if doc has none or it is led by
+// another field.
+func idOf(doc bson.Raw) any {
+	first, err := doc.IndexErr(0)
+	if err != nil || first.Key() != "_id" {
+		return nil
+	}
+	switch v := first.Value(); v.Type {
+	case bson.TypeString:
+		return v.StringValue()
+	case bson.TypeObjectID:
+		return v.ObjectID()
+	}
+	return nil
 }
 
 // directFor returns the direct writer of db's client when that client is

@@ -2,10 +2,15 @@ package mongox_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/testkit"
@@ -62,6 +67,83 @@ func TestDeleteIDs(t *testing.T) {
 	})
 }
 
+// TestReplaceByID: ReplaceByID writes the whole document over the one with
+// its _id and reports whether there was one, writing nothing if not; the
+// only writer's client writes beneath the driver (the embedded FerretDB's
+// replacer), except what that cannot write as the server would (an int32
+// _id, a key FerretDB would refuse), which goes through the driver; a
+// unique index's refusal is ErrDuplicate in both modes.
+func TestReplaceByID(t *testing.T) {
+	t.Parallel()
+	testkit.EachWriterModeCounted(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips) {
+		ctx := context.Background()
+		single := mongox.SingleWriter(db)
+		coll := db.Collection("things")
+		oid := bson.NewObjectID()
+		if _, err := coll.InsertMany(ctx, []any{
+			bson.D{{Key: "_id", Value: "a"}, {Key: "n", Value: 1}, {Key: "gone", Value: true}},
+			bson.D{{Key: "_id", Value: oid}, {Key: "n", Value: 1}},
+			bson.D{{Key: "_id", Value: int32(7)}, {Key: "n", Value: 1}},
+			bson.D{{Key: "_id", Value: "u"}, {Key: "u", Value: "x"}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "u", Value: 1}}, Options: options.Index().SetUnique(true).SetSparse(true)}); err != nil {
+			t.Fatal(err)
+		}
+		wantDirect, wantDriver := 0, 1
+		if single {
+			wantDirect, wantDriver = 1, 0
+		}
+		replace := func(id any, doc bson.D, wantMatched bool, direct, driver int) {
+			t.Helper()
+			rt.Reset()
+			matched, err := mongox.ReplaceByID(ctx, coll, id, doc)
+			if err != nil || matched != wantMatched {
+				t.Fatalf("ReplaceByID(%v) = %v, %v; want %v", id, matched, err, wantMatched)
+			}
+			if d, c := rt.Count("update things (sqlite)"), rt.Count("update things"); d != direct || c != driver {
+				t.Fatalf("ReplaceByID(%v): %d writes beneath the driver, %d update commands; want %d and %d (%s)", id, d, c, direct, driver, rt)
+			}
+		}
+		replace("a", bson.D{{Key: "_id", Value: "a"}, {Key: "n", Value: 2}, {Key: "s", Value: "é<"}}, true, wantDirect, wantDriver)
+		// A string that spells the ObjectID is another _id.
+		replace(oid.Hex(), bson.D{{Key: "_id", Value: oid.Hex()}, {Key: "n", Value: 5}}, false, wantDirect, wantDriver)
+		replace(oid, bson.D{{Key: "_id", Value: oid}, {Key: "n", Value: 3}}, true, wantDirect, wantDriver)
+		replace("missing", bson.D{{Key: "_id", Value: "missing"}, {Key: "n", Value: 9}}, false, wantDirect, wantDriver)
+		replace(int32(7), bson.D{{Key: "_id", Value: int32(7)}, {Key: "n", Value: 4}}, true, 0, 1)
+		// -0 FerretDB would store as 0: through the driver.
+		replace("a", bson.D{{Key: "_id", Value: "a"}, {Key: "n", Value: 2}, {Key: "s", Value: "é<"}, {Key: "z", Value: math.Copysign(0, -1)}}, true, 0, 1)
+		replace("a", bson.D{{Key: "_id", Value: "a"}, {Key: "n", Value: 2}, {Key: "s", Value: "é<"}}, true, wantDirect, wantDriver)
+		// FerretDB's own update reports the refusal as an internal error.
+		rt.Reset()
+		if _, err := mongox.ReplaceByID(ctx, coll, "a", bson.D{{Key: "_id", Value: "a"}, {Key: "u", Value: "x"}}); err == nil || single && !errors.Is(err, mongox.ErrDuplicate) {
+			t.Fatalf("a unique index's refusal: %v, want an error (ErrDuplicate beneath the driver)", err)
+		}
+
+		want := []string{
+			`{"_id":"a","n":{"$numberInt":"2"},"s":"é<"}`,
+			fmt.Sprintf(`{"_id":{"$oid":"%s"},"n":{"$numberInt":"3"}}`, oid.Hex()),
+			`{"_id":{"$numberInt":"7"},"n":{"$numberInt":"4"}}`,
+			`{"_id":"u","u":"x"}`,
+		}
+		cur, err := coll.Find(ctx, bson.D{})
+		var docs []bson.D
+		if err == nil {
+			err = cur.All(ctx, &docs)
+		}
+		var got []string
+		for _, d := range docs {
+			got = append(got, fmt.Sprint(d))
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("the collection holds %q (%v), want %q", got, err, want)
+		}
+	})
+}
+
 // gateSpy is a direct writer that notes whether the writers' gate was
 // held while it wrote.
 type gateSpy struct {
@@ -73,6 +155,11 @@ type gateSpy struct {
 func (s *gateSpy) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int64, bool, error) {
 	s.held = append(s.held, mongox.WriteGateBusy(s.uri))
 	return s.Mongo.DeleteIDs(ctx, db, coll, ids)
+}
+
+func (s *gateSpy) ReplaceDoc(ctx context.Context, db, coll string, doc bson.Raw) (bool, bool, error) {
+	s.held = append(s.held, mongox.WriteGateBusy(s.uri))
+	return s.Mongo.ReplaceDoc(ctx, db, coll, doc)
 }
 
 func (s *gateSpy) InsertDocs(ctx context.Context, db, coll string, docs []bson.Raw) ([]error, bool, error) {
@@ -118,8 +205,11 @@ func TestDeleteIDsTakesTheWriteTurn(t *testing.T) {
 	if errs := mongox.InsertEach(ctx, coll, []bson.M{{"_id": "d"}}); errs[0] != nil {
 		t.Fatalf("InsertEach: %v", errs[0])
 	}
-	if len(spy.held) != 2 || !spy.held[0] || !spy.held[1] {
-		t.Fatalf("the direct writer ran %d times, with the gate held %v; want twice, held", len(spy.held), spy.held)
+	if ok, err := mongox.ReplaceByID(ctx, coll, "d", bson.M{"_id": "d", "n": 1}); err != nil || !ok {
+		t.Fatalf("ReplaceByID: %v, %v", ok, err)
+	}
+	if len(spy.held) != 3 || !spy.held[0] || !spy.held[1] || !spy.held[2] {
+		t.Fatalf("the direct writer ran %d times, with the gate held %v; want three times, held", len(spy.held), spy.held)
 	}
 	spy.held = spy.held[:1]
 	if mongox.WriteGateBusy(m.URI()) {

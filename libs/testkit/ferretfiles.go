@@ -23,7 +23,8 @@ import (
 
 // sqliteFiles opens the embedded FerretDB's SQLite files beside it, one
 // connection per file: for the _id indexes (idIndexer), deletes by _id
-// (Mongo.DeleteIDs) and inserts (Mongo.InsertDocs). Its methods are safe
+// (Mongo.DeleteIDs), inserts (Mongo.InsertDocs) and replacements by _id
+// (Mongo.ReplaceDoc). Its methods are safe
 // for concurrent use.
 type sqliteFiles struct {
 	dir      string
@@ -163,25 +164,11 @@ func (m *Mongo) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int6
 	keys := make([]any, len(ids))
 	types := make([]string, len(ids))
 	for i, id := range ids {
-		var s string
-		switch v := id.(type) {
-		case string:
-			if !utf8.ValidString(v) {
-				// json.Marshal would make it U+FFFD, as FerretDB stored
-				// it, where FerretDB's own delete compares the bytes.
-				return 0, false, nil
-			}
-			s, types[i] = v, "string"
-		case bson.ObjectID:
-			s, types[i] = v.Hex(), "objectId"
-		default:
+		k, typ, ok := idKey(id)
+		if !ok {
 			return 0, false, nil
 		}
-		k, err := json.Marshal(s) // FerretDB's sjson: encoding/json's escaping included
-		if err != nil {
-			return 0, false, nil
-		}
-		keys[i] = string(k)
+		keys[i], types[i] = k, typ
 	}
 	conn, err := m.files.database(db)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -198,6 +185,110 @@ func (m *Mongo) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int6
 		return deleteRows(ctx, tx, t.name, keys, types)
 	})
 	return n, true, err
+}
+
+// idKey returns id as FerretDB's lookups by _id key it (its JSON in
+// FerretDB's sjson, encoding/json's escaping included) and the type its
+// documents' schema gives it; ok is false for an id it keys otherwise
+// (types other than a string or an ObjectID).
+func idKey(id any) (key, typ string, ok bool) {
+	var s string
+	switch v := id.(type) {
+	case string:
+		if !utf8.ValidString(v) {
+			// json.Marshal would make it U+FFFD, as FerretDB stored it,
+			// where FerretDB's own lookups compare the bytes.
+			return "", "", false
+		}
+		s, typ = v, "string"
+	case bson.ObjectID:
+		s, typ = v.Hex(), "objectId"
+	default:
+		return "", "", false
+	}
+	k, err := json.Marshal(s)
+	if err != nil {
+		return "", "", false
+	}
+	return string(k), typ, true
+}
+
+// ReplaceDoc implements mongox.DocReplacer: it writes doc over the
+// document of collection coll in database db with doc's _id, in the SQLite
+// table FerretDB keeps the collection in, by the expression index of the
+// _id, as FerretDB's own update does once it has read the document and
+// applied the update to it (FerretDB decodes the command's document and
+// the stored one, and encodes the result again). It is written as
+// FerretDB's insert would write it (encodeSJSON), and the stored _id's type
+// is checked as in DeleteIDs. matched is false when no document has that
+// _id. It does not serve what InsertDocs does not, nor a collection
+// FerretDB has not finished making or a capped one: those go through
+// FerretDB.
+func (m *Mongo) ReplaceDoc(ctx context.Context, db, coll string, doc bson.Raw) (matched, served bool, err error) {
+	if len(doc) > maxDocumentSize {
+		return false, false, nil
+	}
+	row, ok := encodeSJSON(doc)
+	if !ok {
+		return false, false, nil
+	}
+	var id any
+	switch v := doc.Lookup("_id"); v.Type {
+	case bson.TypeString:
+		id = v.StringValue()
+	case bson.TypeObjectID:
+		id = v.ObjectID()
+	}
+	key, typ, ok := idKey(id)
+	if !ok {
+		return false, false, nil
+	}
+	conn, err := m.files.database(db)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, true, err
+	}
+	served = true
+	matched, err = inTx(ctx, conn, func(tx *sql.Tx) (bool, error) {
+		t, err := lookupTable(ctx, tx, coll)
+		if err != nil {
+			return false, err
+		}
+		if t.name == "" || t.capped || !t.ready {
+			served = false
+			return false, nil
+		}
+		return replaceRow(ctx, tx, t.name, key, typ, string(row))
+	})
+	if !served {
+		return false, false, nil
+	}
+	return matched, true, err
+}
+
+// replaceRow writes row (sjson) over the row of table whose _id is key
+// (JSON) of type typ, and reports whether there was one. A unique
+// secondary index that refuses it fails it with mongox.ErrDuplicate.
+func replaceRow(ctx context.Context, tx *sql.Tx, table, key, typ, row string) (bool, error) {
+	q := fmt.Sprintf(`UPDATE %s SET _ferretdb_sjson = ? WHERE _ferretdb_sjson->'$._id' = ? AND _ferretdb_sjson->>'$."$s".p._id.t' = ?`,
+		quoteIdent(table))
+	res, err := tx.ExecContext(ctx, q, row, key, typ)
+	if err != nil {
+		if isUnique(err) {
+			return false, fmt.Errorf("%w: %w", mongox.ErrDuplicate, err)
+		}
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// isUnique reports whether err is SQLite's refusal by a unique index.
+func isUnique(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
 }
 
 // InsertDocs implements mongox.DocInserter: it inserts docs into the
@@ -278,8 +369,7 @@ func insertRows(ctx context.Context, tx *sql.Tx, table string, rows []any) ([]er
 	errs := make([]error, len(rows))
 	for i, r := range rows {
 		if _, err := stmt.ExecContext(ctx, r); err != nil {
-			var se *sqlite.Error
-			if !errors.As(err, &se) || se.Code() != sqlite3.SQLITE_CONSTRAINT_UNIQUE {
+			if !isUnique(err) {
 				return nil, err
 			}
 			errs[i] = fmt.Errorf("%w: %w", mongox.ErrDuplicate, err)

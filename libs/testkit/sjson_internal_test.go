@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/agentmesh/agentmesh/libs/mongox"
+	"github.com/agentmesh/agentmesh/libs/outage"
 )
 
 // sjsonCorpus is documents of every type and shape our stores write,
@@ -234,3 +235,141 @@ func TestEmbeddedMongoInsertsDocs(t *testing.T) {
 
 // bsonEqual reports whether a and b are the same document, byte for byte.
 func bsonEqual(a, b bson.Raw) bool { return bytes.Equal(a, b) }
+
+// TestEmbeddedMongoReplacesDocs: ReplaceDoc stores, byte for byte, what
+// FerretDB's own replace by _id stores for the same document (each of the
+// corpus written over a smaller one), and FerretDB reads it back as given;
+// a missing _id, or a string spelling a document's ObjectID, matches
+// nothing and writes nothing; a unique secondary index refuses it
+// (mongox.ErrDuplicate); a cancelled call changes nothing; what it cannot
+// write as FerretDB would, a collection or database FerretDB has not made,
+// and a capped collection, are not served; once stopped, an outage.
+func TestEmbeddedMongoReplacesDocs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	m, client := StartPrivate(t, dir)
+	db := client.Database("rep")
+	byFerret, direct := db.Collection("byferret"), db.Collection("direct")
+	corpus := sjsonCorpus()
+	for _, coll := range []*mongo.Collection{byFerret, direct} {
+		for _, d := range corpus {
+			if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: d[0].Value}, {Key: "old", Value: "x"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, d := range corpus {
+		if res, err := byFerret.ReplaceOne(ctx, bson.D{{Key: "_id", Value: d[0].Value}}, d); err != nil || res.MatchedCount != 1 {
+			t.Fatalf("FerretDB's replace of %v: %v, %v", d[0].Value, res, err)
+		}
+		matched, served, err := m.ReplaceDoc(ctx, "rep", "direct", must(bson.Marshal(d)))
+		if err != nil || !served || !matched {
+			t.Fatalf("ReplaceDoc(%v) = %v, %v, %v; want matched and served", d[0].Value, matched, served, err)
+		}
+	}
+	sdb, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "rep.sqlite")+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdb.Close()
+	stored := func(coll string) map[string]string {
+		var table string
+		if err := sdb.QueryRow(`SELECT table_name FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&table); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := sdb.Query(`SELECT _ferretdb_sjson->>'$._id', _ferretdb_sjson FROM ` + quoteIdent(table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]string{}
+		for rows.Next() {
+			var id, text string
+			if err := rows.Scan(&id, &text); err != nil {
+				t.Fatal(err)
+			}
+			out[id] = text
+		}
+		return out
+	}
+	want, got := stored("byferret"), stored("direct")
+	if len(want) != len(corpus) || len(got) != len(corpus) {
+		t.Fatalf("%d and %d documents stored, want %d each", len(want), len(got), len(corpus))
+	}
+	for id, text := range want {
+		if got[id] != text {
+			t.Errorf("%s:\n got %s\nwant %s", id, got[id], text)
+		}
+	}
+	for _, d := range corpus {
+		var back bson.Raw
+		if err := direct.FindOne(ctx, bson.D{{Key: "_id", Value: d[0].Value}}).Decode(&back); err != nil {
+			t.Fatal(err)
+		}
+		if !bsonEqual(back, must(bson.Marshal(d))) {
+			t.Errorf("%v read back as %s", d[0].Value, back)
+		}
+	}
+
+	count := func() int64 { return must(direct.CountDocuments(ctx, bson.D{})) }
+	n := count()
+	oid := corpus[1][0].Value.(bson.ObjectID)
+	for _, id := range []any{"missing", oid.Hex()} {
+		matched, served, err := m.ReplaceDoc(ctx, "rep", "direct", must(bson.Marshal(bson.D{{Key: "_id", Value: id}, {Key: "new", Value: true}})))
+		if matched || !served || err != nil {
+			t.Fatalf("ReplaceDoc(%v) = %v, %v, %v; want no match, served", id, matched, served, err)
+		}
+	}
+	if count() != n {
+		t.Fatal("a replace that matched nothing stored a document")
+	}
+	if _, err := direct.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "u", Value: 1}}, Options: options.Index().SetUnique(true).SetSparse(true)}); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range []any{"all-types", oid} {
+		_, _, err := m.ReplaceDoc(ctx, "rep", "direct", must(bson.Marshal(bson.D{{Key: "_id", Value: id}, {Key: "u", Value: "same"}})))
+		if (i == 0) != (err == nil) || i == 1 && !errors.Is(err, mongox.ErrDuplicate) {
+			t.Fatalf("unique index, document %d: %v; want the second refused with ErrDuplicate", i, err)
+		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := m.ReplaceDoc(cancelled, "rep", "direct", must(bson.Marshal(bson.D{{Key: "_id", Value: oid}, {Key: "c", Value: 1}}))); err == nil {
+		t.Fatal("a cancelled replace succeeded")
+	}
+	var kept bson.Raw
+	if err := direct.FindOne(ctx, bson.D{{Key: "_id", Value: oid}}).Decode(&kept); err != nil || !bsonEqual(kept, must(bson.Marshal(corpus[1]))) {
+		t.Fatalf("after a cancelled replace and a refused one: %s (%v), want it unchanged", kept, err)
+	}
+
+	if err := db.CreateCollection(ctx, "capped", options.CreateCollection().SetCapped(true).SetSizeInBytes(1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Collection("capped").InsertOne(ctx, bson.D{{Key: "_id", Value: "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	doc := must(bson.Marshal(bson.D{{Key: "_id", Value: "c"}, {Key: "n", Value: 1}}))
+	for _, w := range []struct {
+		db, coll string
+		doc      bson.Raw
+	}{
+		{"rep", "direct", must(bson.Marshal(bson.D{{Key: "_id", Value: "all-types"}, {Key: "z", Value: math.Copysign(0, -1)}}))},
+		{"rep", "direct", must(bson.Marshal(bson.D{{Key: "_id", Value: int32(1)}}))},
+		{"rep", "direct", must(bson.Marshal(bson.D{{Key: "_id", Value: "all-types"}, {Key: "s", Value: strings.Repeat("x", maxDocumentSize)}}))},
+		{"rep", "nosuch", doc}, {"nodb", "direct", doc}, {"rep", "capped", doc},
+	} {
+		if matched, served, err := m.ReplaceDoc(ctx, w.db, w.coll, w.doc); matched || served || err != nil {
+			t.Fatalf("%s.%s: %v, %v, %v; want it left to FerretDB", w.db, w.coll, matched, served, err)
+		}
+	}
+	if err := direct.FindOne(ctx, bson.D{{Key: "_id", Value: "all-types"}}).Decode(&kept); err != nil || !bsonEqual(kept, must(bson.Marshal(bson.D{{Key: "_id", Value: "all-types"}, {Key: "u", Value: "same"}}))) {
+		t.Fatalf("after unserved replaces: %s (%v)", kept, err)
+	}
+
+	_ = client.Disconnect(ctx)
+	m.Stop()
+	if _, _, err := m.ReplaceDoc(ctx, "rep", "direct", doc); outage.Find(err) == nil {
+		t.Fatalf("ReplaceDoc after Stop: %v, want an outage of the database", err)
+	}
+}
