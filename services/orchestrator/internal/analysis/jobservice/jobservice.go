@@ -188,6 +188,7 @@ func Start(ctx context.Context, cfg Config, d Deps) (*Service, error) {
 	relay := events.NewRelay(d.Bus, store.Collection(), log)
 	relay.SetDocumentLock(store.RelayLock)
 	relay.SetGone(store.Gone)
+	relay.SetRemover(store.RemoveRelayed)
 	relay.SetConcurrency(relayConcurrency)
 	relay.SetRemovalDelay(relayRemovalDelay)
 	if store.SoleWriter() {

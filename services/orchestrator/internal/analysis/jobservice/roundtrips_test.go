@@ -109,6 +109,12 @@ func TestAnalysisRoundTrips(t *testing.T) {
 			if d, c := e.rt.Count("delete "+jobstore.Collection+" (sqlite)"), e.rt.Count("delete "+jobstore.Collection); single && (d != 1 || c != 0) {
 				t.Errorf("single writer: %d deletes beneath the driver and %d delete commands, want 1 and 0", d, c)
 			}
+			// Its mirror knows each job's document, so its updates, the
+			// relay's removals included, write the whole document beneath
+			// the driver (FerretDB reads, decodes and encodes it again).
+			if c := e.rt.Count("update " + jobstore.Collection); single && c != 0 {
+				t.Errorf("single writer: %d update commands, want every update beneath the driver", c)
+			}
 			return n
 		}
 		two := count("Analyse BHP for investment", 2)

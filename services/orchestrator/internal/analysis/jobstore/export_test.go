@@ -8,3 +8,7 @@ func (s *Store) SetBeforeArchiveDelete(f func()) { s.beforeDelete = f }
 // SetBeforeInsert makes every command of inserts into the live set run f
 // first.
 func (s *Store) SetBeforeInsert(f func()) { s.beforeInsert = f }
+
+// Forget makes job id's state unknown to a single writer's mirror, as a
+// write whose outcome is unknown does.
+func (s *Store) Forget(id string) { s.mirror.forget(id) }

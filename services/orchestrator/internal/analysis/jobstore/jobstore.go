@@ -36,6 +36,15 @@
 //     interleave (FerretDB gets one write at a time from mongox's write
 //     gate, which serves the writes of requests first: a submission does
 //     not queue behind the steps of analyses under way);
+//   - knows each live job's document exactly, its outbox included (it
+//     inserted, loaded or read it under its lock, and writes every change
+//     to it, the relay's removals of relayed entries too: RemoveRelayed,
+//     the relay's remover), so an update writes the whole document over
+//     the stored one on the embedded server's SQLite file
+//     (mongox.ReplaceByID), where FerretDB reads, decodes and encodes the
+//     stored document again; a job whose document it does not know (a
+//     write's outcome unknown) is updated field by field, and the relay
+//     removes its entries itself;
 //   - hands the outbox entries of each write to the relay in write order
 //     (events.Relay.NotifyEntries), so it need not read them back, and
 //     tells it which jobs are archived (Gone), whose relayed entries then
@@ -254,17 +263,42 @@ func New(ctx context.Context, db *mongo.Database) (*Store, error) {
 		}
 	}
 	if single {
-		jobs, err := s.find(ctx, s.live, "load live jobs", bson.D{}, options.Find().SetProjection(noOutbox))
-		if err != nil {
-			return nil, err
+		var docs []jobDoc
+		if err := mongox.FindAll(ctx, s.live, bson.D{}, &docs); err != nil {
+			return nil, translate("load live jobs", err)
 		}
 		archived, err := archivedIDs(ctx, s.archive)
 		if err != nil {
 			return nil, err
 		}
-		s.mirror = newMirror(jobs, archived)
+		stored := make([]storedDoc, len(docs))
+		for i := range docs {
+			stored[i] = docs[i].stored()
+		}
+		s.mirror = newMirror(stored, archived)
 	}
 	return s, nil
+}
+
+// jobDoc is a live job's whole document, as a single writer reads it into
+// its mirror.
+type jobDoc struct {
+	analysis.Job `bson:",inline"`
+	Outbox       []events.OutboxEntry `bson:"outbox,omitempty"`
+}
+
+func (d *jobDoc) stored() storedDoc { return storedDoc{&d.Job, d.Outbox} }
+
+// docOf is the document that stores job j with outbox.
+func docOf(j *analysis.Job, outbox []events.OutboxEntry) (bson.D, error) {
+	doc, err := toDoc(j)
+	if err != nil {
+		return nil, err
+	}
+	if len(outbox) > 0 {
+		doc = append(doc, bson.E{Key: events.OutboxField, Value: outbox})
+	}
+	return doc, nil
 }
 
 // unwanted names the store's indexes, current or retired, that are not
@@ -358,13 +392,10 @@ func (s *Store) insertMany(ctx context.Context, jobs []newJob) []error {
 	docs := make([]any, 0, len(jobs))
 	at := make([]int, 0, len(jobs)) // the job of each of docs
 	for i, n := range jobs {
-		doc, err := toDoc(n.job)
+		doc, err := docOf(n.job, n.outbox)
 		if err != nil {
 			errs[i] = err // that job alone
 			continue
-		}
-		if len(n.outbox) > 0 {
-			doc = append(doc, bson.E{Key: events.OutboxField, Value: n.outbox})
 		}
 		docs, at = append(docs, doc), append(at, i)
 	}
@@ -464,7 +495,7 @@ func (s *Store) updateVersioned(ctx context.Context, next *analysis.Job, version
 // back (see UpdateLazily); the caller holds the lock.
 func (s *Store) updateMirrored(ctx context.Context, next *analysis.Job, version int64, outbox []events.OutboxEntry, lazy bool) error {
 	id := next.ID
-	cur, err := s.liveJob(ctx, id)
+	cur, err := s.liveJob(ctx, id, true)
 	if err != nil {
 		return err
 	}
@@ -489,16 +520,15 @@ func (s *Store) updateMirrored(ctx context.Context, next *analysis.Job, version 
 
 // writeMirrored writes next, with outbox pushed, over the live job's
 // document by _id and records it in the mirror; on a failure the job
-// becomes unknown to the mirror. The caller holds the job's lock.
+// becomes unknown to the mirror. A document the mirror knows is written
+// whole (mongox.ReplaceByID: beneath FerretDB, which reads, decodes and
+// encodes the stored document again for an update); another gets an
+// update of the job's fields with the entries pushed. The caller holds the
+// job's lock.
 func (s *Store) writeMirrored(ctx context.Context, next *analysis.Job, outbox []events.OutboxEntry) error {
 	id := next.ID
-	update, err := updateOf(next, outbox)
-	if err != nil {
-		s.mirror.forget(id)
-		return err
-	}
-	res, err := s.live.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update)
-	if err == nil && res.MatchedCount != 1 {
+	matched, err := s.writeDoc(ctx, next, outbox)
+	if err == nil && !matched {
 		err = fmt.Errorf("jobstore: update %s: vanished from the live set", id)
 	}
 	if err != nil {
@@ -509,6 +539,64 @@ func (s *Store) writeMirrored(ctx context.Context, next *analysis.Job, outbox []
 	s.mirror.stored(next, outbox, false)
 	s.notify(id, outbox)
 	return nil
+}
+
+// writeDoc writes next, with outbox pushed, over the live job's document
+// by _id, for writeMirrored, and reports whether there was one.
+func (s *Store) writeDoc(ctx context.Context, next *analysis.Job, outbox []events.OutboxEntry) (bool, error) {
+	if d, known := s.mirror.doc(next.ID); known {
+		doc, err := docOf(next, append(d.outbox, outbox...))
+		if err != nil {
+			return false, err
+		}
+		return mongox.ReplaceByID(ctx, s.live, next.ID, doc)
+	}
+	update, err := updateOf(next, outbox)
+	if err != nil {
+		return false, err
+	}
+	res, err := s.live.UpdateOne(ctx, bson.D{{Key: "_id", Value: next.ID}}, update)
+	if err != nil {
+		return false, err
+	}
+	return res.MatchedCount == 1, nil
+}
+
+// RemoveRelayed is the remover of the outbox relay of Collection
+// (events.Relay.SetRemover), called under the document's lock: a single
+// writer whose mirror knows document id writes it without the relayed
+// entries entryIDs (whole, as writeMirrored does, with the job as stored:
+// not a write held back) and keeps knowing it. Otherwise it declines, and
+// the relay removes them itself.
+func (s *Store) RemoveRelayed(ctx context.Context, id any, entryIDs []string) (bool, error) {
+	sid, ok := id.(string)
+	if !ok || s.mirror == nil {
+		return false, nil
+	}
+	d, known := s.mirror.doc(sid)
+	if !known {
+		return false, nil
+	}
+	keep := slices.DeleteFunc(slices.Clone(d.outbox), func(e events.OutboxEntry) bool { return slices.Contains(entryIDs, e.ID) })
+	if len(keep) == len(d.outbox) {
+		return true, nil // none left to remove
+	}
+	doc, err := docOf(d.job, keep)
+	if err != nil {
+		s.mirror.forget(sid) // the relay writes the removal itself
+		return false, nil
+	}
+	matched, err := mongox.ReplaceByID(ctx, s.live, sid, doc)
+	switch {
+	case err != nil:
+		s.mirror.forget(sid) // read what became of it
+		return true, translate("remove relayed entries from "+sid, err)
+	case !matched:
+		s.mirror.forget(sid) // gone without the mirror knowing: nothing to remove
+	default:
+		s.mirror.outboxKept(sid, keep)
+	}
+	return true, nil
 }
 
 // revive stores next, a new state of an archived job at version, in the
@@ -566,7 +654,7 @@ func conflict(id string, version int64) error {
 // Get implements analysis.Store: the live copy of the job, else the
 // archived one. It selects by _id alone and checks the scope in Go.
 func (s *Store) Get(ctx context.Context, tenant, project, id string) (*analysis.Job, error) {
-	j, err := s.liveJob(ctx, id)
+	j, err := s.liveJob(ctx, id, false)
 	if err == nil && j == nil {
 		j, err = s.getArchived(ctx, id)
 	}
@@ -625,27 +713,39 @@ func (s *Store) GetMany(ctx context.Context, tenant, project string, ids []strin
 	return out, nil
 }
 
-// liveJob returns the live copy of job id, or nil if it is not live.
-func (s *Store) liveJob(ctx context.Context, id string) (*analysis.Job, error) {
+// liveJob returns the live copy of job id, or nil if it is not live;
+// locked says the caller holds the job's lock.
+func (s *Store) liveJob(ctx context.Context, id string, locked bool) (*analysis.Job, error) {
 	if s.mirror != nil {
 		if j, known := s.mirror.live(id); known {
 			return j, nil
 		}
 	}
-	j, err := findOne(ctx, s.live, id)
-	if errors.Is(err, analysis.ErrNotFound) {
-		if s.mirror != nil {
-			s.mirror.learned(id, nil)
+	if s.mirror == nil {
+		j, err := findOne(ctx, s.live, id)
+		if errors.Is(err, analysis.ErrNotFound) {
+			return nil, nil
 		}
+		return j, err
+	}
+	// A single writer holding the lock reads the whole document, outbox
+	// included: its mirror then knows the document again. (Unlocked, the
+	// relay may be removing entries meanwhile, which no version shows.)
+	var d jobDoc
+	opts := options.FindOne()
+	if !locked {
+		opts.SetProjection(noOutbox)
+	}
+	err := s.live.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, opts).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		s.mirror.learned(id, storedDoc{}, false)
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, translate("get "+id, err)
 	}
-	if s.mirror != nil {
-		s.mirror.learned(id, j)
-	}
-	return j, nil
+	s.mirror.learned(id, d.stored(), locked)
+	return copyJob(&d.Job), nil
 }
 
 // getArchived returns the archived copy of job id (ErrNotFound if none).
@@ -830,7 +930,7 @@ func (s *Store) liveMirrored(ctx context.Context, updatedBefore time.Time, after
 		return jobs, nil
 	}
 	for _, id := range unknown {
-		j, err := s.liveJob(ctx, id)
+		j, err := s.liveJob(ctx, id, false)
 		if err != nil {
 			return nil, err
 		}
@@ -857,7 +957,7 @@ func (s *Store) Lapsed(ctx context.Context, now time.Time, limit int) ([]*analys
 	}
 	jobs, unknown := s.mirror.lapsed(now)
 	for _, id := range unknown {
-		j, err := s.liveJob(ctx, id)
+		j, err := s.liveJob(ctx, id, false)
 		if err != nil {
 			return nil, err
 		}
@@ -1093,7 +1193,7 @@ func (s *Store) insertArchive(ctx context.Context, jobs []*analysis.Job) error {
 		if !errors.Is(err, mongox.ErrDuplicate) {
 			return translate("archive", err)
 		}
-		if _, err := s.archive.ReplaceOne(ctx, bson.D{{Key: "_id", Value: jobs[i].ID}}, copies[i]); err != nil {
+		if _, err := mongox.ReplaceByID(ctx, s.archive, jobs[i].ID, copies[i]); err != nil {
 			return translate("archive "+jobs[i].ID, err)
 		}
 	}

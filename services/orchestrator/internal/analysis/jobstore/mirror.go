@@ -28,10 +28,11 @@ const archivedCacheSize = 4096
 type mirror struct {
 	mu   sync.Mutex
 	jobs map[string]*analysis.Job // guarded by mu: live job id → copy; nil: live or not, unknown
-	// sent holds, for live jobs this process inserted, every outbox entry
-	// pushed to their document since (ids and subjects): all the outbox
-	// can hold, as the relay only takes entries away.
-	sent map[string][]events.OutboxEntry // guarded by mu
+	// docs holds, for live jobs whose document the store knows exactly
+	// (it inserted, loaded or read it, and wrote every change since, the
+	// relay's removals included: Store.RemoveRelayed), the document as
+	// stored: a write held back (UpdateLazily) is in jobs, not here.
+	docs map[string]storedDoc // guarded by mu
 	// archived holds the ids of archived jobs (and of some that failed to
 	// be): looking up a job in neither collection — a child not created
 	// yet — reads nothing. Ids are UUIDs, kept in 16 bytes.
@@ -40,16 +41,23 @@ type mirror struct {
 	cache         *lru.Cache[*analysis.Job] // guarded by mu: archived job id → copy
 }
 
-// newMirror returns a mirror of a live set holding jobs and of an archive
+// storedDoc is a live job's document as stored: the job and its outbox.
+type storedDoc struct {
+	job    *analysis.Job
+	outbox []events.OutboxEntry
+}
+
+// newMirror returns a mirror of a live set holding docs and of an archive
 // holding the jobs with ids archived.
-func newMirror(jobs []*analysis.Job, archived []string) *mirror {
+func newMirror(docs []storedDoc, archived []string) *mirror {
 	m := &mirror{
-		jobs: make(map[string]*analysis.Job, len(jobs)), sent: map[string][]events.OutboxEntry{},
+		jobs: make(map[string]*analysis.Job, len(docs)), docs: make(map[string]storedDoc, len(docs)),
 		archived: make(map[uuid.UUID]struct{}, len(archived)), archivedOther: map[string]struct{}{},
 		cache: lru.New[*analysis.Job](archivedCacheSize),
 	}
-	for _, j := range jobs {
-		m.jobs[j.ID] = j
+	for _, d := range docs {
+		m.jobs[d.job.ID] = copyJob(d.job)
+		m.docs[d.job.ID] = d
 	}
 	for _, id := range archived {
 		m.addArchived(id)
@@ -91,7 +99,7 @@ func (m *mirror) live(id string) (*analysis.Job, bool) {
 }
 
 // put records j as the live job's state ahead of its write (a held write,
-// see UpdateLazily): the entries pushed are recorded when it is written.
+// see UpdateLazily): the document is recorded when it is written.
 func (m *mirror) put(j *analysis.Job) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -112,21 +120,40 @@ func (m *mirror) stored(j *analysis.Job, outbox []events.OutboxEntry, inserted b
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.jobs[j.ID] = copyJob(j)
-	sent, known := m.sent[j.ID]
-	if !inserted && !known {
-		return
+	d, known := m.docs[j.ID]
+	switch {
+	case inserted:
+		m.docs[j.ID] = storedDoc{copyJob(j), slices.Clone(outbox)}
+	case known:
+		m.docs[j.ID] = storedDoc{copyJob(j), append(slices.Clip(d.outbox), outbox...)}
 	}
-	if inserted {
-		sent = nil
-	}
-	for _, e := range outbox {
-		sent = append(sent, events.OutboxEntry{ID: e.ID, Subject: e.Subject})
-	}
-	m.sent[j.ID] = sent
 }
 
-// outbox returns a copy of live job id (nil if not live) and every entry
-// its outbox may hold, if the mirror knows them.
+// doc returns a copy of live job id's document as stored, if the mirror
+// knows it.
+func (m *mirror) doc(id string) (storedDoc, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.docs[id]
+	if !ok {
+		return storedDoc{}, false
+	}
+	return storedDoc{copyJob(d.job), slices.Clone(d.outbox)}, true
+}
+
+// outboxKept records that the outbox of live job id's document now holds
+// keep, after a removal of relayed entries.
+func (m *mirror) outboxKept(id string, keep []events.OutboxEntry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d, ok := m.docs[id]; ok {
+		d.outbox = keep
+		m.docs[id] = d
+	}
+}
+
+// outbox returns a copy of live job id (nil if not live) and the entries
+// its outbox holds, if the mirror knows them.
 func (m *mirror) outbox(id string) (*analysis.Job, []events.OutboxEntry, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -137,11 +164,11 @@ func (m *mirror) outbox(id string) (*analysis.Job, []events.OutboxEntry, bool) {
 	case j == nil:
 		return nil, nil, false
 	}
-	sent, known := m.sent[id]
+	d, known := m.docs[id]
 	if !known {
 		return nil, nil, false
 	}
-	return copyJob(j), slices.Clone(sent), true
+	return copyJob(j), slices.Clone(d.outbox), true
 }
 
 // forget makes the state of job id unknown, after a write whose outcome is
@@ -150,25 +177,32 @@ func (m *mirror) forget(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.jobs[id] = nil
-	delete(m.sent, id)
+	delete(m.docs, id)
 }
 
 // learned records what a read of the live set found for an unknown job:
-// j, or nil if it is not live. Newer knowledge is never overwritten.
-func (m *mirror) learned(id string, j *analysis.Job) {
+// its document d, or d.job nil if it is not live; whole says d is the
+// whole document, read under the job's lock. Newer knowledge is never
+// overwritten.
+func (m *mirror) learned(id string, d storedDoc, whole bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cur, ok := m.jobs[id]
 	switch {
 	case ok && cur != nil:
-		if j != nil && j.Version > cur.Version {
-			m.jobs[id] = copyJob(j)
-			delete(m.sent, id)
+		if d.job == nil || d.job.Version <= cur.Version {
+			return
 		}
-	case j != nil:
-		m.jobs[id] = copyJob(j)
-	case ok:
-		delete(m.jobs, id) // an unknown job turned out not to be live
+	case d.job == nil:
+		if ok {
+			delete(m.jobs, id) // an unknown job turned out not to be live
+		}
+		return
+	}
+	m.jobs[id] = copyJob(d.job)
+	delete(m.docs, id)
+	if whole {
+		m.docs[id] = d
 	}
 }
 
@@ -186,7 +220,7 @@ func (m *mirror) archivedNow(j *analysis.Job) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.jobs, j.ID)
-	delete(m.sent, j.ID)
+	delete(m.docs, j.ID)
 	m.cacheArchived(j)
 }
 
