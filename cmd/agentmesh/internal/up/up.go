@@ -90,6 +90,9 @@ const (
 	minGCPercent = 100
 )
 
+// procsPerCPU is how many Go processors the mesh's process runs per CPU.
+const procsPerCPU = 2
+
 // Run starts the mesh and blocks until ctx is done, then shuts everything
 // down in reverse order: gateway, services, NATS, FerretDB. out receives the
 // banner with the URLs.
@@ -105,6 +108,9 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 	}
 	log := telemetry.NewLogger(os.Stderr, format, cfg.Log.Level, "")
 	service.TuneGC(heapFloor, minGCPercent)
+	// Requests wait less behind the mesh's background work (see
+	// service.OversubscribeProcs); GOMAXPROCS, when set, wins.
+	service.OversubscribeProcs(procsPerCPU)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
