@@ -31,13 +31,61 @@ type sqliteFiles struct {
 	syncMode string // the synchronous pragma FerretDB's own connections use
 
 	mu     sync.Mutex
-	dbs    map[string]*sql.DB     // guarded by mu: by file path
+	dbs    map[string]*fileConn   // guarded by mu: by file path
 	infos  map[string]os.FileInfo // guarded by mu: each of dbs' file as opened
 	closed bool                   // guarded by mu
 }
 
 func newSQLiteFiles(dir, syncMode string) *sqliteFiles {
-	return &sqliteFiles{dir: dir, syncMode: syncMode, dbs: map[string]*sql.DB{}, infos: map[string]os.FileInfo{}}
+	return &sqliteFiles{dir: dir, syncMode: syncMode, dbs: map[string]*fileConn{}, infos: map[string]os.FileInfo{}}
+}
+
+// fileConn is the connection to one of FerretDB's files, with the
+// statements prepared on it and what it last read of its collections.
+type fileConn struct {
+	db *sql.DB // one connection
+
+	mu     sync.Mutex
+	stmts  map[string]*sql.Stmt // guarded by mu: by query
+	tables map[string]tableRow  // guarded by mu: by collection, as last read
+}
+
+// tableRow is a collection's row of FerretDB's catalogue, as read, and
+// what it says.
+type tableRow struct {
+	name, settings string
+	t              table
+}
+
+// prepared returns query prepared on c, preparing it on first use. The
+// caller is not in a transaction of c (its one connection would be
+// taken).
+func (c *fileConn) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
+	c.mu.Lock()
+	st := c.stmts[query]
+	c.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	st, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if prev := c.stmts[query]; prev != nil {
+		_ = st.Close()
+		return prev, nil
+	}
+	c.stmts[query] = st
+	return st, nil
+}
+
+// lastTable is the table collection coll was in when c last looked.
+func (c *fileConn) lastTable(coll string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tables[coll].name
 }
 
 // errFilesClosed is returned once the server has stopped: the database is
@@ -50,7 +98,7 @@ var errFilesClosed = &outage.Error{Dependency: outage.Mongo, Err: errors.New("te
 // writes through the old connection would go to the deleted file). It
 // never creates the file (mode=rw): a database FerretDB has not made stays
 // unmade, and the connection to a file that is gone is closed.
-func (f *sqliteFiles) open(file string) (*sql.DB, error) {
+func (f *sqliteFiles) open(file string) (*fileConn, error) {
 	info, err := os.Stat(file)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -76,8 +124,9 @@ func (f *sqliteFiles) open(file string) (*sql.DB, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
-	f.dbs[file], f.infos[file] = db, info
-	return db, nil
+	c := &fileConn{db: db, stmts: map[string]*sql.Stmt{}, tables: map[string]tableRow{}}
+	f.dbs[file], f.infos[file] = c, info
+	return c, nil
 }
 
 // prune closes the connections to files that are gone: FerretDB deletes
@@ -94,14 +143,14 @@ func (f *sqliteFiles) prune() {
 
 // drop closes and forgets the connection to file; the caller holds f.mu.
 func (f *sqliteFiles) drop(file string) {
-	_ = f.dbs[file].Close()
+	_ = f.dbs[file].db.Close() // and the statements prepared on it
 	delete(f.dbs, file)
 	delete(f.infos, file)
 }
 
 // database returns the connection to the file of FerretDB's database db
 // (fs.ErrNotExist if FerretDB has not made it).
-func (f *sqliteFiles) database(db string) (*sql.DB, error) {
+func (f *sqliteFiles) database(db string) (*fileConn, error) {
 	return f.open(filepath.Join(f.dir, db+".sqlite"))
 }
 
@@ -112,18 +161,86 @@ type table struct {
 	ready  bool   // FerretDB has finished making it: its unique _id index is listed
 }
 
+// lookupQuery reads a collection's row of FerretDB's catalogue.
+const lookupQuery = `SELECT table_name, settings FROM _ferretdb_collections WHERE name = ?`
+
 // lookupTable reads, in tx (the write's own transaction, so that nothing
 // changes it before the write), where FerretDB keeps collection coll; a
-// collection FerretDB has not made has the name "".
-func lookupTable(ctx context.Context, tx *sql.Tx, coll string) (table, error) {
-	var t table
-	err := tx.QueryRowContext(ctx, `SELECT table_name, coalesce(json_extract(settings, '$.cappedSize'), 0) > 0,
-		EXISTS (SELECT 1 FROM json_each(settings, '$.indexes') WHERE json_extract(value, '$.name') = '_id_')
-		FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&t.name, &t.capped, &t.ready)
+// collection FerretDB has not made has the name "". lookup is lookupQuery
+// prepared on c, or nil. The settings are parsed again only when they
+// changed since c last read them.
+func (c *fileConn) lookupTable(ctx context.Context, tx *sql.Tx, lookup *sql.Stmt, coll string) (table, error) {
+	var row *sql.Row
+	if lookup != nil {
+		row = tx.StmtContext(ctx, lookup).QueryRowContext(ctx, coll)
+	} else {
+		row = tx.QueryRowContext(ctx, lookupQuery, coll)
+	}
+	var name, settings string
+	err := row.Scan(&name, &settings)
 	if errors.Is(err, sql.ErrNoRows) || noSuchTable(err) {
 		return table{}, nil // not made yet
 	}
-	return t, err
+	if err != nil {
+		return table{}, err
+	}
+	c.mu.Lock()
+	last, ok := c.tables[coll]
+	c.mu.Unlock()
+	if ok && last.name == name && last.settings == settings {
+		return last.t, nil
+	}
+	var parsed struct {
+		CappedSize float64 `json:"cappedSize"`
+		Indexes    []struct {
+			Name string `json:"name"`
+		} `json:"indexes"`
+	}
+	if err := json.Unmarshal([]byte(settings), &parsed); err != nil {
+		return table{}, fmt.Errorf("testkit: the settings of collection %s: %w", coll, err)
+	}
+	t := table{name: name, capped: parsed.CappedSize > 0}
+	for _, ix := range parsed.Indexes {
+		t.ready = t.ready || ix.Name == "_id_"
+	}
+	c.mu.Lock()
+	c.tables[coll] = tableRow{name: name, settings: settings, t: t}
+	c.mu.Unlock()
+	return t, nil
+}
+
+// inTable runs write in a transaction of c, given where FerretDB keeps
+// collection coll (read in that transaction: lookupTable) and, when query
+// is set and the collection found, query(its table) prepared: prepared on
+// c, for the table the collection was in last time, before the
+// transaction begins (c has one connection), else for this transaction.
+func inTable[T any](ctx context.Context, c *fileConn, coll string, query func(table string) string,
+	write func(tx *sql.Tx, t table, stmt *sql.Stmt) (T, error),
+) (T, error) {
+	// Unprepared where FerretDB has not set the file up yet.
+	lookup, _ := c.prepared(ctx, lookupQuery)
+	guess := c.lastTable(coll)
+	var pre *sql.Stmt
+	if query != nil && guess != "" {
+		pre, _ = c.prepared(ctx, query(guess)) // the table may be gone
+	}
+	return inTx(ctx, c.db, func(tx *sql.Tx) (T, error) {
+		var zero T
+		t, err := c.lookupTable(ctx, tx, lookup, coll)
+		if err != nil {
+			return zero, err
+		}
+		var st *sql.Stmt
+		if query != nil && t.name != "" {
+			if t.name == guess && pre != nil {
+				st = tx.StmtContext(ctx, pre)
+			} else if st, err = tx.PrepareContext(ctx, query(t.name)); err != nil {
+				return zero, err
+			}
+			defer st.Close()
+		}
+		return write(tx, t, st)
+	})
 }
 
 // noSuchTable reports whether err is SQLite's about a table that is not
@@ -177,10 +294,9 @@ func (m *Mongo) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int6
 	if err != nil {
 		return 0, true, err
 	}
-	n, err := inTx(ctx, conn, func(tx *sql.Tx) (int64, error) {
-		t, err := lookupTable(ctx, tx, coll)
-		if err != nil || t.name == "" {
-			return 0, err // no such collection: nothing to delete
+	n, err := inTable(ctx, conn, coll, nil, func(tx *sql.Tx, t table, _ *sql.Stmt) (int64, error) {
+		if t.name == "" {
+			return 0, nil // no such collection: nothing to delete
 		}
 		return deleteRows(ctx, tx, t.name, keys, types)
 	})
@@ -251,30 +367,52 @@ func (m *Mongo) ReplaceDoc(ctx context.Context, db, coll string, doc bson.Raw) (
 		return false, true, err
 	}
 	served = true
-	matched, err = inTx(ctx, conn, func(tx *sql.Tx) (bool, error) {
-		t, err := lookupTable(ctx, tx, coll)
-		if err != nil {
-			return false, err
-		}
-		if t.name == "" || t.capped || !t.ready {
-			served = false
-			return false, nil
-		}
-		return replaceRow(ctx, tx, t.name, key, typ, string(row))
-	})
+	// The stored _id's type is checked only where a document of the other
+	// type could have the same key: a string spelling an ObjectID.
+	query, args := replaceQuery, []any{string(row), key}
+	if typ != "string" || isObjectIDHex(id.(string)) {
+		query, args = replaceTypedQuery, append(args, typ)
+	}
+	matched, err = inTable(ctx, conn, coll, func(table string) string { return fmt.Sprintf(query, quoteIdent(table)) },
+		func(tx *sql.Tx, t table, stmt *sql.Stmt) (bool, error) {
+			if t.name == "" || t.capped || !t.ready {
+				served = false
+				return false, nil
+			}
+			return replaceRow(ctx, stmt, args)
+		})
 	if !served {
 		return false, false, nil
 	}
 	return matched, true, err
 }
 
-// replaceRow writes row (sjson) over the row of table whose _id is key
-// (JSON) of type typ, and reports whether there was one. A unique
-// secondary index that refuses it fails it with mongox.ErrDuplicate.
-func replaceRow(ctx context.Context, tx *sql.Tx, table, key, typ, row string) (bool, error) {
-	q := fmt.Sprintf(`UPDATE %s SET _ferretdb_sjson = ? WHERE _ferretdb_sjson->'$._id' = ? AND _ferretdb_sjson->>'$."$s".p._id.t' = ?`,
-		quoteIdent(table))
-	res, err := tx.ExecContext(ctx, q, row, key, typ)
+// The statements that write a document (sjson) over the row whose _id has
+// a key (JSON), of a type (replaceTypedQuery) or of either.
+const (
+	replaceQuery      = `UPDATE %s SET _ferretdb_sjson = ? WHERE _ferretdb_sjson->'$._id' = ?`
+	replaceTypedQuery = `UPDATE %s SET _ferretdb_sjson = ? WHERE _ferretdb_sjson->'$._id' = ? AND _ferretdb_sjson->>'$."$s".p._id.t' = ?`
+)
+
+// isObjectIDHex reports whether s spells an ObjectID as FerretDB stores it
+// (24 lowercase hexadecimal digits).
+func isObjectIDHex(s string) bool {
+	if len(s) != 24 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// replaceRow runs stmt (replaceQuery or replaceTypedQuery) with args and
+// reports whether a row was written. A unique secondary index that
+// refuses it fails it with mongox.ErrDuplicate.
+func replaceRow(ctx context.Context, stmt *sql.Stmt, args []any) (bool, error) {
+	res, err := stmt.ExecContext(ctx, args...)
 	if err != nil {
 		if isUnique(err) {
 			return false, fmt.Errorf("%w: %w", mongox.ErrDuplicate, err)
@@ -322,17 +460,14 @@ func (m *Mongo) InsertDocs(ctx context.Context, db, coll string, docs []bson.Raw
 		return nil, true, err
 	}
 	served := true
-	errs, err := inTx(ctx, conn, func(tx *sql.Tx) ([]error, error) {
-		t, err := lookupTable(ctx, tx, coll)
-		if err != nil {
-			return nil, err
-		}
-		if t.name == "" || t.capped || !t.ready {
-			served = false // FerretDB makes it (or numbers its rows)
-			return nil, nil
-		}
-		return insertRows(ctx, tx, t.name, rows)
-	})
+	errs, err := inTable(ctx, conn, coll, func(table string) string { return fmt.Sprintf(insertQuery, quoteIdent(table)) },
+		func(_ *sql.Tx, t table, stmt *sql.Stmt) ([]error, error) {
+			if t.name == "" || t.capped || !t.ready {
+				served = false // FerretDB makes it (or numbers its rows)
+				return nil, nil
+			}
+			return insertRows(ctx, stmt, rows)
+		})
 	if !served {
 		return nil, false, nil
 	}
@@ -357,15 +492,13 @@ func inTx[T any](ctx context.Context, db *sql.DB, write func(*sql.Tx) (T, error)
 	return v, nil
 }
 
-// insertRows inserts each of rows (sjson) into table in tx and returns
+// insertQuery inserts a document (sjson) into a table.
+const insertQuery = `INSERT INTO %s (_ferretdb_sjson) VALUES (?)`
+
+// insertRows inserts each of rows (sjson) with stmt (insertQuery) and returns
 // each one's outcome: a row that a unique index refuses (its _id taken)
 // fails alone, as a failed statement leaves the transaction.
-func insertRows(ctx context.Context, tx *sql.Tx, table string, rows []any) ([]error, error) {
-	stmt, err := tx.PrepareContext(ctx, fmt.Sprintf(`INSERT INTO %s (_ferretdb_sjson) VALUES (?)`, quoteIdent(table)))
-	if err != nil {
-		return nil, err
-	}
-	defer stmt.Close()
+func insertRows(ctx context.Context, stmt *sql.Stmt, rows []any) ([]error, error) {
 	errs := make([]error, len(rows))
 	for i, r := range rows {
 		if _, err := stmt.ExecContext(ctx, r); err != nil {

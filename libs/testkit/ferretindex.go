@@ -65,7 +65,7 @@ func (x *idIndexer) indexAll(ctx context.Context) error {
 }
 
 func (x *idIndexer) indexFile(ctx context.Context, file string) error {
-	db, err := x.files.open(file)
+	c, err := x.files.open(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // dropped meanwhile
 	}
@@ -74,7 +74,7 @@ func (x *idIndexer) indexFile(ctx context.Context, file string) error {
 	}
 	// The tables whose index SQLite does not list: new collections, and
 	// all of a database's when its file is new.
-	rows, err := db.QueryContext(ctx, `SELECT table_name FROM _ferretdb_collections
+	rows, err := c.db.QueryContext(ctx, `SELECT table_name FROM _ferretdb_collections
 		WHERE NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = table_name || '_am_id')`)
 	if err != nil {
 		if noSuchTable(err) {
@@ -98,7 +98,7 @@ func (x *idIndexer) indexFile(ctx context.Context, file string) error {
 	for _, t := range tables {
 		q := quoteIdent(t)
 		stmt := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (_ferretdb_sjson->'$._id')`, quoteIdent(t+"_am_id"), q)
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
+		if _, err := c.db.ExecContext(ctx, stmt); err != nil {
 			if noSuchTable(err) {
 				continue // dropped meanwhile
 			}

@@ -2,8 +2,11 @@ package testkit
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -38,7 +41,7 @@ func encodeSJSON(doc bson.Raw) ([]byte, bool) {
 	for _, e := range elems {
 		k := e.Key()
 		// FerretDB writes top-level keys between quotes as they are.
-		if q, _ := json.Marshal(k); string(q) != `"`+k+`"` {
+		if !plainString(k) {
 			return nil, false
 		}
 		b.WriteString(`,"`)
@@ -56,19 +59,36 @@ func encodeSJSON(doc bson.Raw) ([]byte, bool) {
 // UTF-8, no leading '$', no '.', no key twice, and, in a nested document,
 // an _id only as the first field (FerretDB moves it there).
 func validKeys(elems []bson.RawElement, nested bool) bool {
-	seen := make(map[string]bool, len(elems))
+	var seen map[string]bool // for documents of many keys; fewer are compared
+	if len(elems) > smallDocument {
+		seen = make(map[string]bool, len(elems))
+	}
 	for i, e := range elems {
 		k := e.Key()
-		if !utf8.ValidString(k) || strings.HasPrefix(k, "$") || strings.Contains(k, ".") || seen[k] {
+		if !utf8.ValidString(k) || strings.HasPrefix(k, "$") || strings.Contains(k, ".") {
 			return false
 		}
 		if nested && k == "_id" && i > 0 {
 			return false
 		}
-		seen[k] = true
+		if seen != nil {
+			if seen[k] {
+				return false
+			}
+			seen[k] = true
+			continue
+		}
+		for _, prev := range elems[:i] {
+			if prev.Key() == k {
+				return false
+			}
+		}
 	}
 	return true
 }
+
+// smallDocument is the most keys validKeys compares pairwise.
+const smallDocument = 32
 
 // writeSchema writes the schema of a document of elems: {} when empty,
 // else {"p":{key:type,...},"$k":[keys]}.
@@ -78,23 +98,24 @@ func writeSchema(b *bytes.Buffer, elems []bson.RawElement) bool {
 		return true
 	}
 	b.WriteString(`{"p":{`)
-	keys := make([]string, len(elems))
 	for i, e := range elems {
-		keys[i] = e.Key()
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		k, _ := json.Marshal(e.Key())
-		b.Write(k)
+		writeString(b, e.Key())
 		b.WriteByte(':')
 		if !writeType(b, e.Value()) {
 			return false
 		}
 	}
-	b.WriteString(`},"$k":`)
-	k, _ := json.Marshal(keys)
-	b.Write(k)
-	b.WriteByte('}')
+	b.WriteString(`},"$k":[`)
+	for i, e := range elems {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeString(b, e.Key())
+	}
+	b.WriteString(`]}`)
 	return true
 }
 
@@ -131,9 +152,8 @@ func writeType(b *bytes.Buffer, v bson.RawValue) bool {
 		if !ok || subtype == bson.TypeBinaryBinaryOld {
 			return false
 		}
-		k, _ := json.Marshal(subtype)
 		b.WriteString(`{"t":"binData","s":`)
-		b.Write(k)
+		b.Write(strconv.AppendUint(b.AvailableBuffer(), uint64(subtype), 10))
 		b.WriteByte('}')
 	default:
 		t, ok := scalarTypes[v.Type]
@@ -173,8 +193,7 @@ func writeValue(b *bytes.Buffer, v bson.RawValue, inArray bool) bool {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			k, _ := json.Marshal(e.Key())
-			b.Write(k)
+			writeString(b, e.Key())
 			b.WriteByte(':')
 			if !writeValue(b, e.Value(), false) {
 				return false
@@ -212,23 +231,35 @@ func writeValue(b *bytes.Buffer, v bson.RawValue, inArray bool) bool {
 		if !utf8.ValidString(s) {
 			return false
 		}
-		x = s
+		writeString(b, s)
+		return true
 	case bson.TypeBinary:
 		_, data := v.Binary()
-		x = data
+		b.WriteByte('"')
+		b.Write(base64.StdEncoding.AppendEncode(b.AvailableBuffer(), data))
+		b.WriteByte('"')
+		return true
 	case bson.TypeObjectID:
-		x = v.ObjectID().Hex()
+		id := v.ObjectID()
+		b.WriteByte('"')
+		b.Write(hex.AppendEncode(b.AvailableBuffer(), id[:]))
+		b.WriteByte('"')
+		return true
 	case bson.TypeBoolean:
-		x = v.Boolean()
+		b.Write(strconv.AppendBool(b.AvailableBuffer(), v.Boolean()))
+		return true
 	case bson.TypeDateTime:
-		x = v.DateTime()
+		b.Write(strconv.AppendInt(b.AvailableBuffer(), v.DateTime(), 10))
+		return true
 	case bson.TypeNull:
 		b.WriteString("null")
 		return true
 	case bson.TypeInt32:
-		x = v.Int32()
+		b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(v.Int32()), 10))
+		return true
 	case bson.TypeInt64:
-		x = v.Int64()
+		b.Write(strconv.AppendInt(b.AvailableBuffer(), v.Int64(), 10))
+		return true
 	default:
 		return false
 	}
@@ -238,4 +269,80 @@ func writeValue(b *bytes.Buffer, v bson.RawValue, inArray bool) bool {
 	}
 	b.Write(j)
 	return true
+}
+
+// writeString writes s as a JSON string exactly as encoding/json (which
+// FerretDB's sjson uses) does, HTML characters, U+2028 and U+2029
+// escaped; s is valid UTF-8 (the callers check). Most of our strings
+// need no escape at all.
+func writeString(b *bytes.Buffer, s string) {
+	if plainString(s) {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
+	b.Write(appendEscaped(b.AvailableBuffer(), s))
+}
+
+// plainString reports whether encoding/json writes s between quotes
+// unchanged: printable ASCII but for '"', '\\', '<', '>' and '&'.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// appendEscaped appends s as encoding/json's appendString does with HTML
+// escaping (Go 1.22 on): TestWriteStringAsEncodingJSON holds it to
+// json.Marshal.
+func appendEscaped(dst []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				dst = append(dst, '\\', c)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			start = i + size
+		case r == '\u2028' || r == '\u2029':
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			start = i + size
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -371,5 +373,122 @@ func TestEmbeddedMongoReplacesDocs(t *testing.T) {
 	m.Stop()
 	if _, _, err := m.ReplaceDoc(ctx, "rep", "direct", doc); outage.Find(err) == nil {
 		t.Fatalf("ReplaceDoc after Stop: %v, want an outage of the database", err)
+	}
+}
+
+// TestWriteStringAsEncodingJSON: writeString spells every string as
+// json.Marshal (FerretDB's sjson) does: each ASCII byte alone and among
+// others, HTML characters, U+2028/U+2029, other runes, and random strings.
+func TestWriteStringAsEncodingJSON(t *testing.T) {
+	t.Parallel()
+	cases := []string{"", "plain", `q"b\s`, "<a&b>", "line\u2028par\u2029", "日本 é 😀", "\x7f", "a\u2027\u202a"}
+	for c := range 0x80 {
+		cases = append(cases, string(rune(c)), "x"+string(rune(c))+"y")
+	}
+	runes := []rune{'a', '"', '\\', '<', '>', '&', '\n', '\t', '\b', '\f', '\r', 0, 0x1f, 0x7f, 'é', '\u2028', '\u2029', '日', '😀', 0xfffd}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		var sb strings.Builder
+		for range rng.IntN(12) {
+			sb.WriteRune(runes[rng.IntN(len(runes))])
+		}
+		cases = append(cases, sb.String())
+	}
+	for _, s := range cases {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		b.WriteString("prefix")
+		writeString(&b, s)
+		if got := strings.TrimPrefix(b.String(), "prefix"); got != string(want) {
+			t.Errorf("writeString(%q) = %s, want %s", s, got, want)
+		}
+	}
+}
+
+// TestDirectWritesFollowTheCatalogue: the direct writes keep their
+// statements prepared and what they last read of FerretDB's catalogue,
+// and still follow it: a collection dropped and made again capped, then
+// again plain, and one renamed, are written as FerretDB has them now.
+func TestDirectWritesFollowTheCatalogue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, client := StartPrivate(t, t.TempDir())
+	db := client.Database("cat")
+	doc := func(id string) bson.Raw { return must(bson.Marshal(bson.D{{Key: "_id", Value: id}, {Key: "n", Value: 1}})) }
+	insert := func(coll, id string) bool {
+		t.Helper()
+		errs, served, err := m.InsertDocs(ctx, "cat", coll, []bson.Raw{doc(id)})
+		if err != nil || served && errs[0] != nil {
+			t.Fatalf("InsertDocs(%s, %s): %v %v", coll, id, errs, err)
+		}
+		return served
+	}
+	replace := func(coll, id string) (matched, served bool) {
+		t.Helper()
+		matched, served, err := m.ReplaceDoc(ctx, "cat", coll, doc(id))
+		if err != nil {
+			t.Fatalf("ReplaceDoc(%s, %s): %v", coll, id, err)
+		}
+		return matched, served
+	}
+	coll := db.Collection("recycled")
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "first"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !insert("recycled", "a") {
+		t.Fatal("a plain collection: not served")
+	}
+	if matched, served := replace("recycled", "a"); !matched || !served {
+		t.Fatal("a plain collection: the replace not served or not matched")
+	}
+	if err := coll.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateCollection(ctx, "recycled", options.CreateCollection().SetCapped(true).SetSizeInBytes(1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if insert("recycled", "b") {
+		t.Fatal("made again capped: an insert was served")
+	}
+	if _, served := replace("recycled", "a"); served {
+		t.Fatal("made again capped: a replace was served")
+	}
+	if err := coll.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !insert("recycled", "c") {
+		t.Fatal("made again plain: not served")
+	}
+	if matched, served := replace("recycled", "a"); !matched || !served {
+		t.Fatal("made again plain: the replace not served or not matched")
+	}
+	if n := must(coll.CountDocuments(ctx, bson.D{})); n != 2 {
+		t.Fatalf("made again plain: %d documents, want 2", n)
+	}
+
+	// Renamed: the old name holds nothing, the new one the documents.
+	if err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "renameCollection", Value: "cat.recycled"}, {Key: "to", Value: "cat.renamed"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if matched, served := replace("recycled", "a"); matched || served {
+		t.Fatalf("the old name after a rename: matched %v, served %v; want it left to FerretDB", matched, served)
+	}
+	if matched, served := replace("renamed", "a"); !matched || !served {
+		t.Fatal("the new name after a rename: the replace not served or not matched")
+	}
+	if !insert("renamed", "d") {
+		t.Fatal("the new name after a rename: an insert not served")
+	}
+	if n := must(db.Collection("renamed").CountDocuments(ctx, bson.D{})); n != 3 {
+		t.Fatalf("renamed: %d documents, want 3", n)
 	}
 }
