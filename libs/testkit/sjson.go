@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/agentmesh/agentmesh/libs/jsonstr"
 )
 
 // encodeSJSON writes doc as FerretDB v1's SQLite backend stores a document
@@ -41,7 +43,7 @@ func encodeSJSON(doc bson.Raw) ([]byte, bool) {
 	for _, e := range elems {
 		k := e.Key()
 		// FerretDB writes top-level keys between quotes as they are.
-		if !plainString(k) {
+		if !jsonstr.Plain(k, true) {
 			return nil, false
 		}
 		b.WriteString(`,"`)
@@ -273,76 +275,7 @@ func writeValue(b *bytes.Buffer, v bson.RawValue, inArray bool) bool {
 
 // writeString writes s as a JSON string exactly as encoding/json (which
 // FerretDB's sjson uses) does, HTML characters, U+2028 and U+2029
-// escaped; s is valid UTF-8 (the callers check). Most of our strings
-// need no escape at all.
+// escaped.
 func writeString(b *bytes.Buffer, s string) {
-	if plainString(s) {
-		b.WriteByte('"')
-		b.WriteString(s)
-		b.WriteByte('"')
-		return
-	}
-	b.Write(appendEscaped(b.AvailableBuffer(), s))
-}
-
-// plainString reports whether encoding/json writes s between quotes
-// unchanged: printable ASCII but for '"', '\\', '<', '>' and '&'.
-func plainString(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
-}
-
-// appendEscaped appends s as encoding/json's appendString does with HTML
-// escaping (Go 1.22 on): TestWriteStringAsEncodingJSON holds it to
-// json.Marshal.
-func appendEscaped(dst []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				dst = append(dst, '\\', c)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			start = i + size
-		case r == '\u2028' || r == '\u2029':
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			start = i + size
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	b.Write(jsonstr.Append(b.AvailableBuffer(), s, true))
 }

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"math"
-	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -376,38 +374,6 @@ func TestEmbeddedMongoReplacesDocs(t *testing.T) {
 	}
 }
 
-// TestWriteStringAsEncodingJSON: writeString spells every string as
-// json.Marshal (FerretDB's sjson) does: each ASCII byte alone and among
-// others, HTML characters, U+2028/U+2029, other runes, and random strings.
-func TestWriteStringAsEncodingJSON(t *testing.T) {
-	t.Parallel()
-	cases := []string{"", "plain", `q"b\s`, "<a&b>", "line\u2028par\u2029", "日本 é 😀", "\x7f", "a\u2027\u202a"}
-	for c := range 0x80 {
-		cases = append(cases, string(rune(c)), "x"+string(rune(c))+"y")
-	}
-	runes := []rune{'a', '"', '\\', '<', '>', '&', '\n', '\t', '\b', '\f', '\r', 0, 0x1f, 0x7f, 'é', '\u2028', '\u2029', '日', '😀', 0xfffd}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 2000 {
-		var sb strings.Builder
-		for range rng.IntN(12) {
-			sb.WriteRune(runes[rng.IntN(len(runes))])
-		}
-		cases = append(cases, sb.String())
-	}
-	for _, s := range cases {
-		want, err := json.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b bytes.Buffer
-		b.WriteString("prefix")
-		writeString(&b, s)
-		if got := strings.TrimPrefix(b.String(), "prefix"); got != string(want) {
-			t.Errorf("writeString(%q) = %s, want %s", s, got, want)
-		}
-	}
-}
-
 // TestDirectWritesFollowTheCatalogue: the direct writes keep their
 // statements prepared and what they last read of FerretDB's catalogue,
 // and still follow it: a collection dropped and made again capped, then
@@ -417,7 +383,9 @@ func TestDirectWritesFollowTheCatalogue(t *testing.T) {
 	ctx := context.Background()
 	m, client := StartPrivate(t, t.TempDir())
 	db := client.Database("cat")
-	doc := func(id string) bson.Raw { return must(bson.Marshal(bson.D{{Key: "_id", Value: id}, {Key: "n", Value: 1}})) }
+	doc := func(id string) bson.Raw {
+		return must(bson.Marshal(bson.D{{Key: "_id", Value: id}, {Key: "n", Value: 1}}))
+	}
 	insert := func(coll, id string) bool {
 		t.Helper()
 		errs, served, err := m.InsertDocs(ctx, "cat", coll, []bson.Raw{doc(id)})
