@@ -55,9 +55,9 @@ type DocReplacer interface {
 
 var (
 	// directByURI holds the direct writers of servers (RegisterDirect).
-	directByURI sync.Map // URI → IDDeleter, maybe a DocInserter too
+	directByURI sync.Map // URI → IDDeleter, maybe a DocInserter and a DocReplacer too
 	// clientDirect holds the direct writer each client uses.
-	clientDirect sync.Map // *mongo.Client → IDDeleter, maybe a DocInserter too
+	clientDirect sync.Map // *mongo.Client → IDDeleter, maybe a DocInserter and a DocReplacer too
 	// clientGates holds the write gate of each client Connect made as
 	// the only writer.
 	clientGates sync.Map // *mongo.Client → *writeGate

@@ -23,12 +23,13 @@
 // correct because no other process writes, and as fast at 10,000 documents
 // as at 10. Its write commands also take turns (one at a time per server),
 // which spares SQLite's busy handler and its sleeps. Its deletes by _id
-// (DeleteIDs, DeleteIf) and inserts (InsertEach) go beneath the wire
-// protocol when the server offers a way (RegisterDirect: agentmesh up
-// registers its embedded FerretDB, which writes them into its SQLite file
-// in one transaction as FerretDB would: FerretDB reads and parses each
-// document of a delete command first, and decodes and encodes again each
-// document it inserts). Stores ask SingleWriter before taking shortcuts of
+// (DeleteIDs, DeleteIf), inserts (InsertEach) and replacements by _id
+// (ReplaceByID) go beneath the wire protocol when the server offers a way
+// (RegisterDirect: agentmesh up registers its embedded FerretDB, which
+// writes them into its SQLite file in one transaction as FerretDB would:
+// FerretDB reads and parses each document of a delete command first,
+// decodes and encodes again each document it inserts, and reads, decodes
+// and encodes again each document it updates). Stores ask SingleWriter before taking shortcuts of
 // their own (an in-memory mirror, publishing outbox entries from memory);
 // with several processes those shortcuts would lose updates.
 package mongox

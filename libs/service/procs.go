@@ -16,7 +16,9 @@ import (
 // runs a woken thread soon. In the growth bench on 2 cores (50 concurrent
 // analyses) twice the CPUs halved the first event's p99 (86–159 → 46–52 ms)
 // at the same throughput; chat turns lost about 6% (both well within their
-// targets), and three times the CPUs did no better than twice.
+// targets), and three times the CPUs did no better than twice. Setting it
+// stops the runtime from following later changes of the CPU limit
+// (containers run the services one per process, which keep Go's default).
 func OversubscribeProcs(factor int) int {
 	if os.Getenv("GOMAXPROCS") != "" || factor <= 1 {
 		return runtime.GOMAXPROCS(0)

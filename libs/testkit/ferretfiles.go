@@ -336,7 +336,8 @@ func idKey(id any) (key, typ string, ok bool) {
 // applied the update to it (FerretDB decodes the command's document and
 // the stored one, and encodes the result again). It is written as
 // FerretDB's insert would write it (encodeSJSON), and the stored _id's type
-// is checked as in DeleteIDs. matched is false when no document has that
+// is checked as in DeleteIDs wherever a document of another type could have
+// the same key. matched is false when no document has that
 // _id. It does not serve what InsertDocs does not, nor a collection
 // FerretDB has not finished making or a capped one: those go through
 // FerretDB.
@@ -367,10 +368,11 @@ func (m *Mongo) ReplaceDoc(ctx context.Context, db, coll string, doc bson.Raw) (
 		return false, true, err
 	}
 	served = true
-	// The stored _id's type is checked only where a document of the other
-	// type could have the same key: a string spelling an ObjectID.
+	// The stored _id's type is checked only where a document of another
+	// type could have the same key: FerretDB spells an ObjectID in hex and
+	// binary data in base64, both JSON strings.
 	query, args := replaceQuery, []any{string(row), key}
-	if typ != "string" || isObjectIDHex(id.(string)) {
+	if typ != "string" || mayBeBase64(id.(string)) {
 		query, args = replaceTypedQuery, append(args, typ)
 	}
 	matched, err = inTable(ctx, conn, coll, func(table string) string { return fmt.Sprintf(query, quoteIdent(table)) },
@@ -394,14 +396,15 @@ const (
 	replaceTypedQuery = `UPDATE %s SET _ferretdb_sjson = ? WHERE _ferretdb_sjson->'$._id' = ? AND _ferretdb_sjson->>'$."$s".p._id.t' = ?`
 )
 
-// isObjectIDHex reports whether s spells an ObjectID as FerretDB stores it
-// (24 lowercase hexadecimal digits).
-func isObjectIDHex(s string) bool {
-	if len(s) != 24 {
+// mayBeBase64 reports whether s could be FerretDB's spelling of binary
+// data (standard base64, padded), as an ObjectID's hex spelling always
+// could.
+func mayBeBase64(s string) bool {
+	if len(s)%4 != 0 {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+		if c := s[i]; (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '+' && c != '/' && c != '=' {
 			return false
 		}
 	}

@@ -112,8 +112,8 @@ func (r *RoundTrips) String() string {
 }
 
 // direct counts a write the client's store made on the embedded server's
-// SQLite file rather than through the driver (mongox.DeleteIDs and
-// InsertEach), as "<cmd> <collection> (sqlite)": still a round trip to the
+// SQLite file rather than through the driver (mongox.DeleteIDs,
+// InsertEach and ReplaceByID), as "<cmd> <collection> (sqlite)": still a round trip to the
 // database.
 func (r *RoundTrips) direct(cmd, coll string) {
 	r.mu.Lock()

@@ -239,8 +239,8 @@ func bsonEqual(a, b bson.Raw) bool { return bytes.Equal(a, b) }
 // TestEmbeddedMongoReplacesDocs: ReplaceDoc stores, byte for byte, what
 // FerretDB's own replace by _id stores for the same document (each of the
 // corpus written over a smaller one), and FerretDB reads it back as given;
-// a missing _id, or a string spelling a document's ObjectID, matches
-// nothing and writes nothing; a unique secondary index refuses it
+// a missing _id, or a string spelling a document's ObjectID or binary
+// _id, matches nothing and writes nothing; a unique secondary index refuses it
 // (mongox.ErrDuplicate); a cancelled call changes nothing; what it cannot
 // write as FerretDB would, a collection or database FerretDB has not made,
 // and a capped collection, are not served; once stopped, an outage.
@@ -312,10 +312,15 @@ func TestEmbeddedMongoReplacesDocs(t *testing.T) {
 		}
 	}
 
+	// FerretDB spells binary data in base64: this _id's key is "1234".
+	binID := bson.Binary{Data: []byte{0xd7, 0x6d, 0xf8}}
+	if _, err := direct.InsertOne(ctx, bson.D{{Key: "_id", Value: binID}}); err != nil {
+		t.Fatal(err)
+	}
 	count := func() int64 { return must(direct.CountDocuments(ctx, bson.D{})) }
 	n := count()
 	oid := corpus[1][0].Value.(bson.ObjectID)
-	for _, id := range []any{"missing", oid.Hex()} {
+	for _, id := range []any{"missing", oid.Hex(), "1234"} {
 		matched, served, err := m.ReplaceDoc(ctx, "rep", "direct", must(bson.Marshal(bson.D{{Key: "_id", Value: id}, {Key: "new", Value: true}})))
 		if matched || !served || err != nil {
 			t.Fatalf("ReplaceDoc(%v) = %v, %v, %v; want no match, served", id, matched, served, err)
@@ -323,6 +328,9 @@ func TestEmbeddedMongoReplacesDocs(t *testing.T) {
 	}
 	if count() != n {
 		t.Fatal("a replace that matched nothing stored a document")
+	}
+	if m := must(direct.CountDocuments(ctx, bson.D{{Key: "_id", Value: binID}})); m != 1 {
+		t.Fatal("a string spelling a binary _id replaced its document")
 	}
 	if _, err := direct.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "u", Value: 1}}, Options: options.Index().SetUnique(true).SetSparse(true)}); err != nil {
 		t.Fatal(err)

@@ -136,9 +136,9 @@ func Run(ctx context.Context, env config.Lookup, out io.Writer) error {
 		}
 		defer m.Stop()
 		mongoURI = m.URI()
-		// The services' stores delete by _id and insert straight on its
-		// SQLite file (mongox.DeleteIDs, InsertEach), in the write turns
-		// of their clients.
+		// The services' stores delete and replace by _id and insert
+		// straight on its SQLite file (mongox.DeleteIDs, ReplaceByID,
+		// InsertEach), in the write turns of their clients.
 		defer mongox.RegisterDirect(mongoURI, m)()
 	}
 	if natsURL == "" {

@@ -1,5 +1,7 @@
 package jobstore
 
+import "time"
+
 // SetBeforeArchiveDelete makes Archive run f, with many writers, between
 // its read of the live jobs and its delete of those that move: where
 // another replica's write may fall.
@@ -12,3 +14,6 @@ func (s *Store) SetBeforeInsert(f func()) { s.beforeInsert = f }
 // Forget makes job id's state unknown to a single writer's mirror, as a
 // write whose outcome is unknown does.
 func (s *Store) Forget(id string) { s.mirror.forget(id) }
+
+// SetLazyDelay makes UpdateLazily hold writes back for d.
+func (s *Store) SetLazyDelay(d time.Duration) { s.lazyDelay = d }

@@ -141,8 +141,10 @@ type Store struct {
 	mirror *mirror
 	// relay is told about the outbox entries written; set before use.
 	relay Relay
-	// held are the writes UpdateLazily holds back (single writer).
-	held held
+	// held are the writes UpdateLazily holds back (single writer), each
+	// for lazyDelay (LazyDelay; tests set more).
+	held      held
+	lazyDelay time.Duration
 	// inserts gathers concurrent Inserts into one command.
 	inserts *mongox.Batcher[newJob]
 	// beforeDelete, if set (tests), runs between Archive's read of the
@@ -243,7 +245,7 @@ var retiredIndexes = []string{"children", "unfinished"}
 // FerretDB) it drops them instead, since FerretDB uses none of them, and
 // loads the mirror of the live set.
 func New(ctx context.Context, db *mongo.Database) (*Store, error) {
-	s := &Store{live: db.Collection(Collection), archive: db.Collection(ArchiveCollection)}
+	s := &Store{live: db.Collection(Collection), archive: db.Collection(ArchiveCollection), lazyDelay: LazyDelay}
 	s.inserts = mongox.NewBatcher(insertBatch, s.insertMany)
 	single := mongox.SingleWriter(db)
 	for _, coll := range []*mongo.Collection{s.live, s.archive} {
@@ -263,19 +265,23 @@ func New(ctx context.Context, db *mongo.Database) (*Store, error) {
 		}
 	}
 	if single {
-		var docs []jobDoc
-		if err := mongox.FindAll(ctx, s.live, bson.D{}, &docs); err != nil {
+		var read []jobDoc
+		if err := mongox.FindAll(ctx, s.live, bson.D{}, &read); err != nil {
 			return nil, translate("load live jobs", err)
 		}
 		archived, err := archivedIDs(ctx, s.archive)
 		if err != nil {
 			return nil, err
 		}
-		stored := make([]storedDoc, len(docs))
-		for i := range docs {
-			stored[i] = docs[i].stored()
+		jobs := make([]*analysis.Job, len(read))
+		var docs []storedDoc
+		for i := range read {
+			jobs[i] = &read[i].Job
+			if d, ok := read[i].stored(); ok {
+				docs = append(docs, d)
+			}
 		}
-		s.mirror = newMirror(stored, archived)
+		s.mirror = newMirror(jobs, docs, archived)
 	}
 	return s, nil
 }
@@ -284,10 +290,21 @@ func New(ctx context.Context, db *mongo.Database) (*Store, error) {
 // its mirror.
 type jobDoc struct {
 	analysis.Job `bson:",inline"`
-	Outbox       []events.OutboxEntry `bson:"outbox,omitempty"`
+	Outbox       []bson.Raw `bson:"outbox,omitempty"`
 }
 
-func (d *jobDoc) stored() storedDoc { return storedDoc{&d.Job, d.Outbox} }
+// stored returns d as the mirror keeps it, and false if an outbox entry
+// does not decode (one written by another version): the relay reports
+// such an entry, and the job's writes go field by field.
+func (d *jobDoc) stored() (storedDoc, bool) {
+	outbox := make([]events.OutboxEntry, len(d.Outbox))
+	for i, raw := range d.Outbox {
+		if err := bson.Unmarshal(raw, &outbox[i]); err != nil {
+			return storedDoc{}, false
+		}
+	}
+	return storedDoc{&d.Job, outbox}, true
+}
 
 // docOf is the document that stores job j with outbox.
 func docOf(j *analysis.Job, outbox []events.OutboxEntry) (bson.D, error) {
@@ -577,22 +594,26 @@ func (s *Store) RemoveRelayed(ctx context.Context, id any, entryIDs []string) (b
 	if !known {
 		return false, nil
 	}
-	keep := slices.DeleteFunc(slices.Clone(d.outbox), func(e events.OutboxEntry) bool { return slices.Contains(entryIDs, e.ID) })
-	if len(keep) == len(d.outbox) {
+	n := len(d.outbox)
+	keep := slices.DeleteFunc(d.outbox, func(e events.OutboxEntry) bool { return slices.Contains(entryIDs, e.ID) })
+	if len(keep) == n {
 		return true, nil // none left to remove
 	}
+	// On a failure only the outbox is in doubt (the job's fields are
+	// written as stored): the mirror forgets the document, not the job's
+	// state, which a write held back may be ahead of.
 	doc, err := docOf(d.job, keep)
 	if err != nil {
-		s.mirror.forget(sid) // the relay writes the removal itself
+		s.mirror.forgetDoc(sid) // the relay writes the removal itself
 		return false, nil
 	}
 	matched, err := mongox.ReplaceByID(ctx, s.live, sid, doc)
 	switch {
 	case err != nil:
-		s.mirror.forget(sid) // read what became of it
+		s.mirror.forgetDoc(sid)
 		return true, translate("remove relayed entries from "+sid, err)
 	case !matched:
-		s.mirror.forget(sid) // gone without the mirror knowing: nothing to remove
+		s.mirror.forgetDoc(sid) // gone without the mirror knowing: nothing to remove
 	default:
 		s.mirror.outboxKept(sid, keep)
 	}
@@ -716,11 +737,6 @@ func (s *Store) GetMany(ctx context.Context, tenant, project string, ids []strin
 // liveJob returns the live copy of job id, or nil if it is not live;
 // locked says the caller holds the job's lock.
 func (s *Store) liveJob(ctx context.Context, id string, locked bool) (*analysis.Job, error) {
-	if s.mirror != nil {
-		if j, known := s.mirror.live(id); known {
-			return j, nil
-		}
-	}
 	if s.mirror == nil {
 		j, err := findOne(ctx, s.live, id)
 		if errors.Is(err, analysis.ErrNotFound) {
@@ -728,9 +744,13 @@ func (s *Store) liveJob(ctx context.Context, id string, locked bool) (*analysis.
 		}
 		return j, err
 	}
+	if j, known := s.mirror.live(id); known && (j == nil || !locked || s.mirror.knowsDoc(id)) {
+		return j, nil
+	}
 	// A single writer holding the lock reads the whole document, outbox
-	// included: its mirror then knows the document again. (Unlocked, the
-	// relay may be removing entries meanwhile, which no version shows.)
+	// included: its mirror then knows the document again, so the job's
+	// next writes are whole. (Unlocked, the relay may be removing entries
+	// meanwhile, which no version shows.)
 	var d jobDoc
 	opts := options.FindOne()
 	if !locked {
@@ -738,13 +758,23 @@ func (s *Store) liveJob(ctx context.Context, id string, locked bool) (*analysis.
 	}
 	err := s.live.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, opts).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		s.mirror.learned(id, storedDoc{}, false)
+		s.mirror.learned(id, storedDoc{}, locked)
+		if j, known := s.mirror.live(id); known {
+			return j, nil
+		}
 		return nil, nil
 	}
 	if err != nil {
 		return nil, translate("get "+id, err)
 	}
-	s.mirror.learned(id, d.stored(), locked)
+	stored, whole := d.stored()
+	if !whole {
+		stored = storedDoc{job: &d.Job}
+	}
+	s.mirror.learned(id, stored, locked && whole)
+	if j, known := s.mirror.live(id); known {
+		return j, nil // a write held back is ahead of the document
+	}
 	return copyJob(&d.Job), nil
 }
 
@@ -1150,8 +1180,8 @@ func (s *Store) liveOutboxes(ctx context.Context, ids []string) (map[string]live
 }
 
 // liveOutbox returns the state of live job id (found false if it is not
-// live): from the mirror on FerretDB when it knows every entry pushed to
-// the document — the relay only takes entries away — else from a read.
+// live): from the mirror on FerretDB when it knows the document's outbox,
+// else from a read.
 func (s *Store) liveOutbox(ctx context.Context, id string) (st liveState, found bool, err error) {
 	if s.mirror != nil {
 		if j, entries, known := s.mirror.outbox(id); known {

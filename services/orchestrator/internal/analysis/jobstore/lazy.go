@@ -57,7 +57,7 @@ func (s *Store) hold(next *analysis.Job, outbox []events.OutboxEntry) {
 		return
 	}
 	w := &heldWrite{job: copyJob(next), outbox: outbox}
-	w.timer = time.AfterFunc(LazyDelay, func() { s.writeHeld(next.ID, w) })
+	w.timer = time.AfterFunc(s.lazyDelay, func() { s.writeHeld(next.ID, w) })
 	s.held.writes[next.ID] = w
 }
 

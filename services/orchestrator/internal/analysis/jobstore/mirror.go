@@ -47,16 +47,19 @@ type storedDoc struct {
 	outbox []events.OutboxEntry
 }
 
-// newMirror returns a mirror of a live set holding docs and of an archive
-// holding the jobs with ids archived.
-func newMirror(docs []storedDoc, archived []string) *mirror {
+// newMirror returns a mirror of a live set holding jobs, whose documents
+// docs are known (a job's may not be), and of an archive holding the jobs
+// with ids archived.
+func newMirror(jobs []*analysis.Job, docs []storedDoc, archived []string) *mirror {
 	m := &mirror{
-		jobs: make(map[string]*analysis.Job, len(docs)), docs: make(map[string]storedDoc, len(docs)),
+		jobs: make(map[string]*analysis.Job, len(jobs)), docs: make(map[string]storedDoc, len(docs)),
 		archived: make(map[uuid.UUID]struct{}, len(archived)), archivedOther: map[string]struct{}{},
 		cache: lru.New[*analysis.Job](archivedCacheSize),
 	}
+	for _, j := range jobs {
+		m.jobs[j.ID] = copyJob(j)
+	}
 	for _, d := range docs {
-		m.jobs[d.job.ID] = copyJob(d.job)
 		m.docs[d.job.ID] = d
 	}
 	for _, id := range archived {
@@ -141,6 +144,23 @@ func (m *mirror) doc(id string) (storedDoc, bool) {
 	return storedDoc{copyJob(d.job), slices.Clone(d.outbox)}, true
 }
 
+// knowsDoc reports whether the mirror knows live job id's document.
+func (m *mirror) knowsDoc(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.docs[id]
+	return ok
+}
+
+// forgetDoc makes live job id's document unknown, its state still known:
+// after a write of the document as stored (a removal of relayed entries)
+// whose outcome is unknown.
+func (m *mirror) forgetDoc(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.docs, id)
+}
+
 // outboxKept records that the outbox of live job id's document now holds
 // keep, after a removal of relayed entries.
 func (m *mirror) outboxKept(id string, keep []events.OutboxEntry) {
@@ -180,27 +200,30 @@ func (m *mirror) forget(id string) {
 	delete(m.docs, id)
 }
 
-// learned records what a read of the live set found for an unknown job:
-// its document d, or d.job nil if it is not live; whole says d is the
-// whole document, read under the job's lock. Newer knowledge is never
-// overwritten.
+// learned records what a read of the live set found for job id: its
+// document d, or d.job nil if it is not live; whole says d is the whole
+// document, read under the job's lock (then it is the document as stored,
+// even with a write held back). A job the mirror knows is not live stays
+// so (a read that began before the job was archived must not bring it
+// back), and newer knowledge of a job's state is never overwritten.
 func (m *mirror) learned(id string, d storedDoc, whole bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cur, ok := m.jobs[id]
 	switch {
-	case ok && cur != nil:
-		if d.job == nil || d.job.Version <= cur.Version {
-			return
-		}
+	case !ok:
+		return
 	case d.job == nil:
-		if ok {
-			delete(m.jobs, id) // an unknown job turned out not to be live
+		if cur == nil || whole {
+			delete(m.jobs, id) // not live after all
+			delete(m.docs, id)
 		}
 		return
 	}
-	m.jobs[id] = copyJob(d.job)
-	delete(m.docs, id)
+	if cur == nil || d.job.Version > cur.Version {
+		m.jobs[id] = copyJob(d.job)
+		delete(m.docs, id)
+	}
 	if whole {
 		m.docs[id] = d
 	}

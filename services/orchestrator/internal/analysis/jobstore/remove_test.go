@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -21,15 +22,18 @@ import (
 // next write does not bring it back. A removal while a write is held back
 // writes the job as stored, not the held state, whose entries then go
 // with it. A restarted store loads the documents and goes on the same way.
-// A job whose document the mirror does not know (a write's outcome
-// unknown, then read without its lock) is left to the relay's own removal
-// and updated field by field, so what the relay removed stays removed.
+// A failed removal leaves a state held back as it was. A job whose
+// document the mirror does not know (a write's outcome unknown, then read
+// without its lock) is left to the relay's own removal until its next
+// update reads it under the lock, and what the relay removed stays
+// removed.
 // With many writers RemoveRelayed declines every removal.
 func TestWholeDocumentWrites(t *testing.T) {
 	t.Parallel()
 	eachCountedMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips, single bool) {
 		ctx := context.Background()
 		s, _, now := openNoted(t, db)
+		s.SetLazyDelay(time.Hour) // held until the next write
 		job := newJob("whole-root", "", analysis.StatusPending, now)
 		if err := s.Insert(ctx, job, entry("a")); err != nil {
 			t.Fatal(err)
@@ -94,26 +98,53 @@ func TestWholeDocumentWrites(t *testing.T) {
 		want(analysis.StatusFailed, "c", "d")
 		writes(2, 0)
 
+		// A removal that fails (its outcome unknown) leaves the state
+		// held back as it was, and the document unknown: the next write
+		// reads it again under the lock and goes on whole.
+		update(s, analysis.StatusRunning, true, "g")
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if done, err := s.RemoveRelayed(cancelled, job.ID, []string{"c"}); !done || err == nil {
+			t.Fatalf("RemoveRelayed with a cancelled context = %v, %v; want done with an error", done, err)
+		}
+		if got, err := s.Get(ctx, "acme", "research", job.ID); err != nil || got.Status != analysis.StatusRunning {
+			t.Fatalf("after a failed removal Get = %+v, %v; want the state held back (running)", got, err)
+		}
+		rt.Reset()
+		update(s, analysis.StatusFailed, false, "h")
+		if r, d := rt.Count("find "+jobstore.Collection), rt.Count("update "+jobstore.Collection+" (sqlite)"); r != 1 || d != 1 {
+			t.Fatalf("the write after a failed removal: %d reads and %d whole writes, want 1 and 1 (%s)", r, d, rt)
+		}
+		want(analysis.StatusFailed, "c", "d", "g", "h")
+		remove(s, true, "c", "d", "g", "h")
+		want(analysis.StatusFailed)
+
 		// Restarted: the documents are loaded, outboxes included.
 		s2, _, _ := openNoted(t, db)
 		rt.Reset()
+		update(s2, analysis.StatusRunning, false, "c")
+		update(s2, analysis.StatusRunning, false, "d")
 		update(s2, analysis.StatusRunning, false, "e")
 		want(analysis.StatusRunning, "c", "d", "e")
 		remove(s2, true, "c")
 		want(analysis.StatusRunning, "d", "e")
-		writes(2, 0)
+		writes(4, 0)
 
-		// Unknown, then read without the lock: the relay removes, and the
-		// next update goes field by field.
+		// Unknown, then read without the lock: the relay removes itself;
+		// the next update reads the document under the lock, so what the
+		// relay removed stays removed, and goes on whole.
 		s2.Forget(job.ID)
 		if _, err := s2.Get(ctx, "acme", "research", job.ID); err != nil {
 			t.Fatal(err)
 		}
 		remove(s2, false, "d")
 		pullAll(t, db, job.ID, entry("d"))
+		rt.Reset()
 		update(s2, analysis.StatusComplete, false, "f")
 		want(analysis.StatusComplete, "e", "f")
-		writes(0, 2)
+		writes(1, 0)
+		remove(s2, true, "e")
+		want(analysis.StatusComplete, "f")
 	})
 }
 
