@@ -194,11 +194,7 @@ func InsertEach[D any](ctx context.Context, coll *mongo.Collection, docs []D) []
 // embedded FerretDB's), if its client has one that serves them: each
 // one's outcome, or the error of the whole call (see InsertEach).
 func insertEachDirect[D any](ctx context.Context, coll *mongo.Collection, docs []D) (errs []error, err error, served bool) {
-	d, ok := directFor(coll.Database())
-	if !ok {
-		return nil, nil, false
-	}
-	in, ok := d.(DocInserter)
+	in, ok := directAs[DocInserter](coll.Database())
 	if !ok {
 		return nil, nil, false
 	}

@@ -101,7 +101,7 @@ func DeleteIDs(ctx context.Context, coll *mongo.Collection, ids []any) (int64, e
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	if d, ok := directFor(coll.Database()); ok {
+	if d, ok := directAs[IDDeleter](coll.Database()); ok {
 		n, served, err := direct(ctx, coll, "delete", func() (int64, bool, error) {
 			return d.DeleteIDs(ctx, coll.Database().Name(), coll.Name(), ids)
 		})
@@ -130,15 +130,13 @@ func DeleteIDs(ctx context.Context, coll *mongo.Collection, ids []any) (int64, e
 // a version itself. A unique index that refuses it fails it with
 // ErrDuplicate.
 func ReplaceByID(ctx context.Context, coll *mongo.Collection, id, doc any) (bool, error) {
-	if d, ok := directFor(coll.Database()); ok {
-		if r, ok := d.(DocReplacer); ok {
-			if raw, err := bson.Marshal(doc); err == nil && idOf(raw) == id {
-				matched, served, err := direct(ctx, coll, "update", func() (bool, bool, error) {
-					return r.ReplaceDoc(ctx, coll.Database().Name(), coll.Name(), raw)
-				})
-				if served || err != nil {
-					return matched, Translate(err)
-				}
+	if r, ok := directAs[DocReplacer](coll.Database()); ok {
+		if raw, err := bson.Marshal(doc); err == nil && idOf(raw) == id {
+			matched, served, err := direct(ctx, coll, "update", func() (bool, bool, error) {
+				return r.ReplaceDoc(ctx, coll.Database().Name(), coll.Name(), raw)
+			})
+			if served || err != nil {
+				return matched, Translate(err)
 			}
 		}
 	}
@@ -166,14 +164,17 @@ func idOf(doc bson.Raw) any {
 	return nil
 }
 
-// directFor returns the direct writer of db's client when that client is
-// the only writer and has one.
-func directFor(db *mongo.Database) (IDDeleter, bool) {
+// directAs returns the direct writer of db's client as a W (an IDDeleter,
+// DocInserter or DocReplacer) when that client is the only writer and has
+// one that is a W.
+func directAs[W any](db *mongo.Database) (W, bool) {
 	d, ok := clientDirect.Load(db.Client())
 	if !ok || !SingleWriter(db) {
-		return nil, false
+		var zero W
+		return zero, false
 	}
-	return d.(IDDeleter), true
+	w, ok := d.(W)
+	return w, ok
 }
 
 // direct runs write (cmd on coll beneath the wire protocol) in the write

@@ -29,9 +29,10 @@
 // writes them into its SQLite file in one transaction as FerretDB would:
 // FerretDB reads and parses each document of a delete command first,
 // decodes and encodes again each document it inserts, and reads, decodes
-// and encodes again each document it updates). Stores ask SingleWriter before taking shortcuts of
-// their own (an in-memory mirror, publishing outbox entries from memory);
-// with several processes those shortcuts would lose updates.
+// and encodes again each document it updates). Stores ask SingleWriter
+// before taking shortcuts of their own (an in-memory mirror, publishing
+// outbox entries from memory); with several processes those shortcuts
+// would lose updates.
 package mongox
 
 import (

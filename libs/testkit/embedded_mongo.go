@@ -137,8 +137,8 @@ func StartMongo(ctx context.Context, opts MongoOptions) (*Mongo, error) {
 		defer close(m.done)
 		_ = f.Run(runCtx) // always nil; it returns when runCtx is done
 		<-indexed
-		// Direct writes (DeleteIDs, InsertDocs) stop with FerretDB, not
-		// while it still serves the connections it drains.
+		// Direct writes (DeleteIDs, InsertDocs, ReplaceDoc) stop with
+		// FerretDB, not while it still serves the connections it drains.
 		files.close()
 	}()
 

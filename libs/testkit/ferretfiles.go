@@ -17,6 +17,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/agentmesh/agentmesh/libs/jsonstr"
 	"github.com/agentmesh/agentmesh/libs/mongox"
 	"github.com/agentmesh/agentmesh/libs/outage"
 )
@@ -160,6 +161,12 @@ type table struct {
 	capped bool   // its rows carry a record id FerretDB numbers itself
 	ready  bool   // FerretDB has finished making it: its unique _id index is listed
 }
+
+// writable reports whether documents may be written into t beneath
+// FerretDB: it holds the collection (FerretDB makes one that is missing,
+// with its indexes), FerretDB has finished making it, and it is not capped
+// (FerretDB numbers a capped collection's rows itself).
+func (t table) writable() bool { return t.name != "" && t.ready && !t.capped }
 
 // lookupQuery reads a collection's row of FerretDB's catalogue.
 const lookupQuery = `SELECT table_name, settings FROM _ferretdb_collections WHERE name = ?`
@@ -312,7 +319,7 @@ func idKey(id any) (key, typ string, ok bool) {
 	switch v := id.(type) {
 	case string:
 		if !utf8.ValidString(v) {
-			// json.Marshal would make it U+FFFD, as FerretDB stored it,
+			// JSON would spell it with U+FFFD, as FerretDB stored it,
 			// where FerretDB's own lookups compare the bytes.
 			return "", "", false
 		}
@@ -322,11 +329,19 @@ func idKey(id any) (key, typ string, ok bool) {
 	default:
 		return "", "", false
 	}
-	k, err := json.Marshal(s)
-	if err != nil {
-		return "", "", false
+	return string(jsonstr.Append(nil, s, true)), typ, true
+}
+
+// encodeRow returns doc as InsertDocs and ReplaceDoc write it (sjson), and
+// false for a document they leave to FerretDB: one it would change or
+// refuse on the way in (encodeSJSON), or one larger than it takes (the
+// driver refuses that before sending it).
+func encodeRow(doc bson.Raw) (string, bool) {
+	if len(doc) > maxDocumentSize {
+		return "", false
 	}
-	return string(k), typ, true
+	b, ok := encodeSJSON(doc)
+	return string(b), ok
 }
 
 // ReplaceDoc implements mongox.DocReplacer: it writes doc over the
@@ -342,10 +357,7 @@ func idKey(id any) (key, typ string, ok bool) {
 // FerretDB has not finished making or a capped one: those go through
 // FerretDB.
 func (m *Mongo) ReplaceDoc(ctx context.Context, db, coll string, doc bson.Raw) (matched, served bool, err error) {
-	if len(doc) > maxDocumentSize {
-		return false, false, nil
-	}
-	row, ok := encodeSJSON(doc)
+	row, ok := encodeRow(doc)
 	if !ok {
 		return false, false, nil
 	}
@@ -371,13 +383,13 @@ func (m *Mongo) ReplaceDoc(ctx context.Context, db, coll string, doc bson.Raw) (
 	// The stored _id's type is checked only where a document of another
 	// type could have the same key: FerretDB spells an ObjectID in hex and
 	// binary data in base64, both JSON strings.
-	query, args := replaceQuery, []any{string(row), key}
+	query, args := replaceQuery, []any{row, key}
 	if typ != "string" || mayBeBase64(id.(string)) {
 		query, args = replaceTypedQuery, append(args, typ)
 	}
 	matched, err = inTable(ctx, conn, coll, func(table string) string { return fmt.Sprintf(query, quoteIdent(table)) },
-		func(tx *sql.Tx, t table, stmt *sql.Stmt) (bool, error) {
-			if t.name == "" || t.capped || !t.ready {
+		func(_ *sql.Tx, t table, stmt *sql.Stmt) (bool, error) {
+			if !t.writable() {
 				served = false
 				return false, nil
 			}
@@ -446,14 +458,11 @@ func isUnique(err error) bool {
 func (m *Mongo) InsertDocs(ctx context.Context, db, coll string, docs []bson.Raw) ([]error, bool, error) {
 	rows := make([]any, len(docs))
 	for i, d := range docs {
-		if len(d) > maxDocumentSize {
-			return nil, false, nil // the driver refuses it
-		}
-		b, ok := encodeSJSON(d)
+		row, ok := encodeRow(d)
 		if !ok {
 			return nil, false, nil
 		}
-		rows[i] = string(b)
+		rows[i] = row
 	}
 	conn, err := m.files.database(db)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -465,8 +474,8 @@ func (m *Mongo) InsertDocs(ctx context.Context, db, coll string, docs []bson.Raw
 	served := true
 	errs, err := inTable(ctx, conn, coll, func(table string) string { return fmt.Sprintf(insertQuery, quoteIdent(table)) },
 		func(_ *sql.Tx, t table, stmt *sql.Stmt) ([]error, error) {
-			if t.name == "" || t.capped || !t.ready {
-				served = false // FerretDB makes it (or numbers its rows)
+			if !t.writable() {
+				served = false
 				return nil, nil
 			}
 			return insertRows(ctx, stmt, rows)
