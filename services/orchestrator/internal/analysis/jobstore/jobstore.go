@@ -293,14 +293,15 @@ type jobDoc struct {
 	Outbox       []bson.Raw `bson:"outbox,omitempty"`
 }
 
-// stored returns d as the mirror keeps it, and false if an outbox entry
-// does not decode (one written by another version): the relay reports
-// such an entry, and the job's writes go field by field.
-func (d *jobDoc) stored() (storedDoc, bool) {
+// stored returns d as the mirror keeps it, and whole false, with the job
+// alone, if an outbox entry does not decode (one written by another
+// version): the relay reports such an entry, and the job's writes go field
+// by field.
+func (d *jobDoc) stored() (doc storedDoc, whole bool) {
 	outbox := make([]events.OutboxEntry, len(d.Outbox))
 	for i, raw := range d.Outbox {
 		if err := bson.Unmarshal(raw, &outbox[i]); err != nil {
-			return storedDoc{}, false
+			return storedDoc{job: &d.Job}, false
 		}
 	}
 	return storedDoc{&d.Job, outbox}, true
@@ -757,25 +758,19 @@ func (s *Store) liveJob(ctx context.Context, id string, locked bool) (*analysis.
 		opts.SetProjection(noOutbox)
 	}
 	err := s.live.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, opts).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
 		s.mirror.learned(id, storedDoc{}, locked)
-		if j, known := s.mirror.live(id); known {
-			return j, nil
-		}
-		return nil, nil
-	}
-	if err != nil {
+	case err != nil:
 		return nil, translate("get "+id, err)
+	default:
+		stored, whole := d.stored()
+		s.mirror.learned(id, stored, locked && whole)
 	}
-	stored, whole := d.stored()
-	if !whole {
-		stored = storedDoc{job: &d.Job}
-	}
-	s.mirror.learned(id, stored, locked && whole)
-	if j, known := s.mirror.live(id); known {
-		return j, nil // a write held back is ahead of the document
-	}
-	return copyJob(&d.Job), nil
+	// The mirror knows the job now (live or not): a write held back is
+	// ahead of the document.
+	j, _ := s.mirror.live(id)
+	return j, nil
 }
 
 // getArchived returns the archived copy of job id (ErrNotFound if none).
