@@ -205,7 +205,7 @@ func TestDeleteIDsTakesTheWriteTurn(t *testing.T) {
 	if errs := mongox.InsertEach(ctx, coll, []bson.M{{"_id": "d"}}); errs[0] != nil {
 		t.Fatalf("InsertEach: %v", errs[0])
 	}
-	if ok, err := mongox.ReplaceByID(ctx, coll, "d", bson.M{"_id": "d", "n": 1}); err != nil || !ok {
+	if ok, err := mongox.ReplaceByID(ctx, coll, "d", bson.D{{Key: "_id", Value: "d"}, {Key: "n", Value: 1}}); err != nil || !ok {
 		t.Fatalf("ReplaceByID: %v, %v", ok, err)
 	}
 	if len(spy.held) != 3 || !spy.held[0] || !spy.held[1] || !spy.held[2] {
