@@ -2,6 +2,7 @@ package structured_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,6 +100,61 @@ func TestCompileReadsNothingOutsideTheSchema(t *testing.T) {
 	} {
 		if _, err := structured.Compile("x", []byte(good)); err != nil {
 			t.Errorf("schema %s refused: %v", good, err)
+		}
+	}
+}
+
+// TestCompileKeepsWhatItCompiled: the same schema under the same name is
+// compiled once and shared; another name or text is another schema; a
+// schema that does not compile is refused every time; the cache stays
+// within its bound however many schemas pass.
+func TestCompileKeepsWhatItCompiled(t *testing.T) {
+	t.Parallel()
+	a, err := structured.Compile("order", []byte(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := structured.Compile("order", []byte(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b {
+		t.Error("the same schema under the same name was compiled again")
+	}
+	other, err := structured.Compile("invoice", []byte(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other == a || other.Name() != "invoice" || a.Name() != "order" {
+		t.Errorf("names: %q and %q, shared %v", a.Name(), other.Name(), other == a)
+	}
+	// A default name and the text spelled differently are other keys,
+	// and each one validates by its own text.
+	loose, err := structured.Compile("", []byte(`{"type":"object"}`))
+	if err != nil || loose.Name() != "response" {
+		t.Fatalf("default name: %v, %v", loose, err)
+	}
+	if err := loose.Validate(`{"anything":1}`); err != nil {
+		t.Errorf("the loose schema refused an object: %v", err)
+	}
+	if err := a.Validate(`{"anything":1}`); err == nil {
+		t.Error("the order schema took an object without items")
+	}
+	for range 2 {
+		if _, err := structured.Compile("bad", []byte(`{"type":"nonsense"}`)); err == nil {
+			t.Error("a schema that does not compile was accepted")
+		}
+	}
+	// Large distinct schemas: the cache drops the least recently used.
+	_, bound := structured.CompiledCacheCost()
+	pad := strings.Repeat("x", 64<<10)
+	for i := range bound/(64<<10) + 8 {
+		text := fmt.Sprintf(`{"type":"object","description":"%s %d"}`, pad, i)
+		if _, err := structured.Compile("big", []byte(text)); err != nil {
+			t.Fatal(err)
+		}
+		if cost, bound := structured.CompiledCacheCost(); cost > bound {
+			t.Fatalf("the compile cache holds %d bytes of schema text, bound %d", cost, bound)
 		}
 	}
 }
