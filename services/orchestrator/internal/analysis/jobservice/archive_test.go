@@ -8,6 +8,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/agentmesh/agentmesh/libs/events"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis"
@@ -119,6 +120,25 @@ func TestArchiverBatchesWhatFinishedMeanwhile(t *testing.T) {
 		for _, id := range roots {
 			e.waitStatus(id, complete, 30*time.Second)
 		}
+		// A job's state is stored before its final event is published:
+		// released before every final event is out, the archiver takes
+		// the analyses whose events are, and the rest one by one later.
+		stream, err := e.bus.JetStream().Stream(e.ctx(5*time.Second), events.StreamEvents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, 20*time.Second, func() bool {
+			for _, id := range roots {
+				tree := e.get(id)
+				for _, j := range append([]*orchestratorv1.Job{tree}, tree.GetChildren()...) {
+					subject := analysis.JobEventSubject(e.scope.GetTenantId(), id, j.GetId(), analysis.StatusComplete)
+					if _, err := stream.GetLastMsgForSubject(e.ctx(5*time.Second), subject); err != nil {
+						return false
+					}
+				}
+			}
+			return true
+		}, "every job's final event in the events stream")
 		close(hold)
 		testkit.Eventually(t, 10*time.Second, func() bool {
 			n, err := e.db.Collection(jobstore.Collection).CountDocuments(context.Background(), bson.D{})

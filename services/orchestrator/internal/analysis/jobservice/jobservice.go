@@ -193,6 +193,7 @@ func Start(ctx context.Context, cfg Config, d Deps) (*Service, error) {
 	relay.SetRemovalDelay(relayRemovalDelay)
 	if store.SoleWriter() {
 		relay.SetSingleWriter() // the store names every write to it
+		relay.SetPublished(store.Published)
 	}
 	store.SetRelay(relay)
 	var toolbox analysis.Toolbox

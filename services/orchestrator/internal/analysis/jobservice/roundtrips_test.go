@@ -4,9 +4,11 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/agentmesh/agentmesh/libs/testkit"
@@ -53,6 +55,22 @@ func TestAnalysisRoundTrips(t *testing.T) {
 		// its claim at the default ANALYSIS_CLAIM_TTL).
 		e.cfg.SweepInterval, e.cfg.ClaimTTL = time.Hour, time.Hour
 		e.start(analysis.Hooks{})
+		// The archiver's questions to JetStream: whether a job's last
+		// event is stored (the last message on its subject).
+		nc, err := nats.Connect(e.nats.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		var msgGets atomic.Int64
+		for _, subj := range []string{"$JS.API.STREAM.MSG.GET.>", "$JS.API.DIRECT.GET.>"} {
+			if _, err := nc.Subscribe(subj, func(*nats.Msg) { msgGets.Add(1) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
 		observer := testkit.Uncounted(t, e.db)
 		archive := observer.Collection(jobstore.ArchiveCollection)
 		live := observer.Collection(jobstore.Collection)
@@ -66,6 +84,7 @@ func TestAnalysisRoundTrips(t *testing.T) {
 		}
 		count := func(query string, tools int) int {
 			e.rt.Reset()
+			msgGets.Store(0)
 			root := e.submit(query, "stock_analysis")
 			testkit.Eventually(t, 20*time.Second, func() bool {
 				n, err := archive.CountDocuments(context.Background(), bson.D{{Key: "_id", Value: root.GetId()}})
@@ -97,7 +116,14 @@ func TestAnalysisRoundTrips(t *testing.T) {
 				}
 			}
 			n := e.rt.Total() - sweeps
-			t.Logf("one analysis (%d tools) made %d round trips, besides %d of the relay's sweeps: %s", tools, n, sweeps, e.rt)
+			t.Logf("one analysis (%d tools) made %d round trips, besides %d of the relay's sweeps: %s; %d requests for a stored message",
+				tools, n, sweeps, e.rt, msgGets.Load())
+			// A single writer's relay tells the store which entries are
+			// stored (Store.Published): the archiver asks JetStream
+			// about none of a finished analysis's jobs.
+			if single && msgGets.Load() > 0 {
+				t.Errorf("single writer: the archiver asked JetStream %d times for a job's last event", msgGets.Load())
+			}
 			// FerretDB reads and parses the whole collection for any
 			// other filter, {_id: {$in: ids}} included.
 			if scans := e.rt.NotExact(); single && len(scans) > 0 {

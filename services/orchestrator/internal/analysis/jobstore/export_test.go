@@ -17,3 +17,11 @@ func (s *Store) Forget(id string) { s.mirror.forget(id) }
 
 // SetLazyDelay makes UpdateLazily hold writes back for d.
 func (s *Store) SetLazyDelay(d time.Duration) { s.lazyDelay = d }
+
+// RelayedRecorded is how many live jobs have entries the relay reported
+// stored recorded by a single writer's mirror.
+func (s *Store) RelayedRecorded() int {
+	s.mirror.mu.Lock()
+	defer s.mirror.mu.Unlock()
+	return len(s.mirror.relayed)
+}

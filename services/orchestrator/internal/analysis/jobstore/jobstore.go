@@ -580,6 +580,19 @@ func (s *Store) writeDoc(ctx context.Context, next *analysis.Job, outbox []event
 	return res.MatchedCount == 1, nil
 }
 
+// Published is the published hook of the outbox relay of Collection
+// (events.Relay.SetPublished): a single writer's mirror records which
+// entries of a live job are stored in JetStream, so that Archive asks
+// its relayed function only about the others (the engine asks JetStream
+// for the last message on the job's subject: a request per archived job,
+// 2.6% of a loaded mesh's CPU). Others have nothing to record.
+func (s *Store) Published(_ context.Context, id any, entryIDs []string) error {
+	if sid, ok := id.(string); ok && s.mirror != nil {
+		s.mirror.published(sid, entryIDs)
+	}
+	return nil
+}
+
 // RemoveRelayed is the remover of the outbox relay of Collection
 // (events.Relay.SetRemover), called under the document's lock: a single
 // writer whose mirror knows document id writes it without the relayed
@@ -1134,7 +1147,11 @@ func (s *Store) movable(ctx context.Context, tree []*analysis.Job, read map[stri
 		if st.Version != j.Version || s.isHeld(j.ID) {
 			return nil, false, nil // written since it was read, or not written yet
 		}
-		if !relayed(st.Outbox) {
+		outbox := st.Outbox
+		if s.mirror != nil {
+			outbox = s.mirror.unrelayed(j.ID, outbox)
+		}
+		if !relayed(outbox) {
 			return nil, false, nil
 		}
 		moving = append(moving, j)

@@ -633,3 +633,65 @@ func TestGetManyReadsLiveAndArchivedJobs(t *testing.T) {
 		}
 	})
 }
+
+// A single writer's archiver asks its relayed function only about the
+// outbox entries the relay has not reported stored in JetStream
+// (Store.Published): about none for a job whose every entry was reported,
+// about the rest for a job partly reported, about all after a report for
+// another job. Many writers record nothing and ask about every entry.
+func TestArchiveAsksOnlyAboutEntriesNotReportedPublished(t *testing.T) {
+	t.Parallel()
+	eachCountedMode(t, func(t *testing.T, db *mongo.Database, _ *testkit.RoundTrips, single bool) {
+		ctx := context.Background()
+		s := openStore(t, db)
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		entries := func(j *analysis.Job) []events.OutboxEntry {
+			return []events.OutboxEntry{
+				{ID: "a-" + j.ID, Subject: "am.evt.acme.job." + j.ID},
+				{ID: "b-" + j.ID, Subject: "am.evt.acme.job." + j.ID},
+			}
+		}
+		tree := insertFinishedTree(t, s, now, entries)
+		root, tool := tree[0], tree[1]
+		// Every entry of the root, the first of the tool job, and one of
+		// a job that is not live.
+		for _, report := range []struct {
+			id  string
+			ids []string
+		}{{root.ID, []string{"a-" + root.ID, "b-" + root.ID}}, {tool.ID, []string{"a-" + tool.ID}}, {"gone", []string{"x"}}} {
+			if err := s.Published(ctx, report.id, report.ids); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var (
+			mu    sync.Mutex
+			asked []string
+		)
+		record := func(outbox []events.OutboxEntry) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, e := range outbox {
+				asked = append(asked, e.ID)
+			}
+			return true
+		}
+		if ok, err := archiveOne(ctx, s, record, tree...); err != nil || !ok {
+			t.Fatalf("Archive = %v, %v", ok, err)
+		}
+		want := []string{"b-" + tool.ID}
+		if !single {
+			want = []string{"a-" + root.ID, "b-" + root.ID, "a-" + tool.ID, "b-" + tool.ID}
+		}
+		slices.Sort(asked)
+		slices.Sort(want)
+		if !slices.Equal(asked, want) {
+			t.Errorf("the archiver asked about %q, want %q", asked, want)
+		}
+		// What was recorded for the archived jobs is gone with them.
+		if single {
+			if n := s.RelayedRecorded(); n != 0 {
+				t.Errorf("%d jobs' reports kept after they were archived", n)
+			}
+		}
+	})
+}

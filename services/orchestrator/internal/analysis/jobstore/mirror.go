@@ -39,6 +39,10 @@ type mirror struct {
 	archived      map[uuid.UUID]struct{}    // guarded by mu
 	archivedOther map[string]struct{}       // guarded by mu: ids that are not UUIDs
 	cache         *lru.Cache[*analysis.Job] // guarded by mu: archived job id → copy
+	// relayed holds, for live jobs, the ids of their outbox entries the
+	// relay reported stored in JetStream (Store.Published): the archiver
+	// need not ask JetStream about those.
+	relayed map[string]map[string]struct{} // guarded by mu: live job id → entry ids
 }
 
 // storedDoc is a live job's document as stored: the job and its outbox.
@@ -54,7 +58,7 @@ func newMirror(jobs []*analysis.Job, docs []storedDoc, archived []string) *mirro
 	m := &mirror{
 		jobs: make(map[string]*analysis.Job, len(jobs)), docs: make(map[string]storedDoc, len(docs)),
 		archived: make(map[uuid.UUID]struct{}, len(archived)), archivedOther: map[string]struct{}{},
-		cache: lru.New[*analysis.Job](archivedCacheSize),
+		cache: lru.New[*analysis.Job](archivedCacheSize), relayed: map[string]map[string]struct{}{},
 	}
 	for _, j := range jobs {
 		m.jobs[j.ID] = copyJob(j)
@@ -170,6 +174,14 @@ func (m *mirror) outboxKept(id string, keep []events.OutboxEntry) {
 		d.outbox = keep
 		m.docs[id] = d
 	}
+	// The removed entries are no longer the archiver's question.
+	if set := m.relayed[id]; set != nil {
+		for e := range set {
+			if !slices.ContainsFunc(keep, func(k events.OutboxEntry) bool { return k.ID == e }) {
+				delete(set, e)
+			}
+		}
+	}
 }
 
 // outbox returns a copy of live job id (nil if not live) and the entries
@@ -217,6 +229,7 @@ func (m *mirror) learned(id string, d storedDoc, whole bool) {
 		if cur == nil || whole {
 			delete(m.jobs, id) // not live after all
 			delete(m.docs, id)
+			delete(m.relayed, id)
 		}
 		return
 	}
@@ -244,7 +257,45 @@ func (m *mirror) archivedNow(j *analysis.Job) {
 	defer m.mu.Unlock()
 	delete(m.jobs, j.ID)
 	delete(m.docs, j.ID)
+	delete(m.relayed, j.ID)
 	m.cacheArchived(j)
+}
+
+// published records that the entries entryIDs of live job id's outbox are
+// stored in JetStream. A job not live (archived meanwhile) is left alone:
+// nothing would drop what is recorded.
+func (m *mirror) published(id string, entryIDs []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, live := m.jobs[id]; !live {
+		return
+	}
+	set := m.relayed[id]
+	if set == nil {
+		set = make(map[string]struct{}, len(entryIDs))
+		m.relayed[id] = set
+	}
+	for _, e := range entryIDs {
+		set[e] = struct{}{}
+	}
+}
+
+// unrelayed returns the entries of outbox, an outbox of live job id, that
+// the relay has not reported stored in JetStream.
+func (m *mirror) unrelayed(id string, outbox []events.OutboxEntry) []events.OutboxEntry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	set := m.relayed[id]
+	if len(set) == 0 {
+		return outbox
+	}
+	var left []events.OutboxEntry
+	for _, e := range outbox {
+		if _, ok := set[e.ID]; !ok {
+			left = append(left, e)
+		}
+	}
+	return left
 }
 
 // archivedRead caches an archived job that was read.
