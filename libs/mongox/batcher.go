@@ -202,7 +202,7 @@ func insertEachDirect[D any](ctx context.Context, coll *mongo.Collection, docs [
 	// options, which the mesh's clients keep.
 	raws := make([]bson.Raw, len(docs))
 	for i, doc := range docs {
-		raw, err := bson.Marshal(doc)
+		raw, err := encodeDoc(any(doc))
 		if err != nil {
 			return nil, nil, false // the driver says what is wrong with it
 		}

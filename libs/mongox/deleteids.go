@@ -131,7 +131,7 @@ func DeleteIDs(ctx context.Context, coll *mongo.Collection, ids []any) (int64, e
 // ErrDuplicate.
 func ReplaceByID(ctx context.Context, coll *mongo.Collection, id, doc any) (bool, error) {
 	if r, ok := directAs[DocReplacer](coll.Database()); ok {
-		if raw, err := bson.Marshal(doc); err == nil && idOf(raw) == id {
+		if raw, err := encodeDoc(doc); err == nil && idOf(raw) == id {
 			matched, served, err := direct(ctx, coll, "update", func() (bool, bool, error) {
 				return r.ReplaceDoc(ctx, coll.Database().Name(), coll.Name(), raw)
 			})
@@ -145,6 +145,16 @@ func ReplaceByID(ctx context.Context, coll *mongo.Collection, id, doc any) (bool
 		return false, Translate(err)
 	}
 	return res.MatchedCount > 0, nil
+}
+
+// encodeDoc encodes doc as the driver does (with its default registry and
+// options, which the mesh's clients keep); a document already encoded
+// (bson.Raw) is taken as it is, as the driver takes it.
+func encodeDoc(doc any) (bson.Raw, error) {
+	if raw, ok := doc.(bson.Raw); ok {
+		return raw, nil
+	}
+	return bson.Marshal(doc)
 }
 
 // idOf returns the _id of doc as the driver decodes it into an interface
