@@ -293,6 +293,9 @@ func (m *Mongo) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int6
 		if !ok {
 			return 0, false, nil
 		}
+		if s, isString := id.(string); isString && !mayBeBase64(s) {
+			typ = "" // no document of another type has this key (ReplaceDoc)
+		}
 		keys[i], types[i] = k, typ
 	}
 	conn, err := m.files.database(db)
@@ -526,7 +529,8 @@ func insertRows(ctx context.Context, stmt *sql.Stmt, rows []any) ([]error, error
 }
 
 // deleteRows deletes from table in tx the rows whose _id is one of keys
-// (JSON), each of the type at the same index of types.
+// (JSON), each of the type at the same index of types ("": of any type).
+// The type is read from each row's document, which SQLite parses for it.
 func deleteRows(ctx context.Context, tx *sql.Tx, table string, keys []any, types []string) (int64, error) {
 	byType := map[string][]any{}
 	for i, k := range keys {
@@ -538,9 +542,13 @@ func deleteRows(ctx context.Context, tx *sql.Tx, table string, keys []any, types
 			chunk := keys[start:min(start+maxDeleteIDs, len(keys))]
 			// FerretDB finds a row by this expression (`->` gives the
 			// _id as JSON); its document's schema says the _id's type.
-			q := fmt.Sprintf(`DELETE FROM %s WHERE _ferretdb_sjson->'$._id' IN (?%s) AND _ferretdb_sjson->>'$."$s".p._id.t' = ?`,
-				quoteIdent(table), strings.Repeat(", ?", len(chunk)-1))
-			res, err := tx.ExecContext(ctx, q, append(chunk[:len(chunk):len(chunk)], typ)...)
+			q := fmt.Sprintf(`DELETE FROM %s WHERE _ferretdb_sjson->'$._id' IN (?%s)`, quoteIdent(table), strings.Repeat(", ?", len(chunk)-1))
+			args := chunk[:len(chunk):len(chunk)]
+			if typ != "" {
+				q += ` AND _ferretdb_sjson->>'$."$s".p._id.t' = ?`
+				args = append(args, typ)
+			}
+			res, err := tx.ExecContext(ctx, q, args...)
 			if err != nil {
 				return 0, err
 			}

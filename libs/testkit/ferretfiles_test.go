@@ -31,7 +31,9 @@ func TestEmbeddedMongoDeletesIDs(t *testing.T) {
 	coll := client.Database("shop").Collection("orders")
 	oid, kept0 := bson.NewObjectID(), bson.NewObjectID()
 	escaped := []any{"plain", "b<c&d>", `quote"and\back`, "line\u2028sep", "é-ü-日本", oid}
-	kept := []any{kept0, int32(7), "keep"}
+	// FerretDB spells binary data in base64: "YWJj" must not delete it.
+	binary := bson.Binary{Subtype: bson.TypeBinaryGeneric, Data: []byte("abc")}
+	kept := []any{kept0, int32(7), "keep", binary}
 	var docs []any
 	for _, id := range slices.Concat(escaped, kept) {
 		docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "n", Value: 1}})
@@ -58,11 +60,11 @@ func TestEmbeddedMongoDeletesIDs(t *testing.T) {
 
 	// kept0 asked for as a string: FerretDB's own delete matches the
 	// type too (it cannot hold both: its unique index sees one spelling).
-	n, served, err := m.DeleteIDs(ctx, "shop", "orders", append(escaped, "missing", kept0.Hex()))
+	n, served, err := m.DeleteIDs(ctx, "shop", "orders", append(escaped, "missing", kept0.Hex(), "YWJj"))
 	if err != nil || !served || n != int64(len(escaped)) {
 		t.Fatalf("DeleteIDs = %d, %v, %v; want %d, true, nil", n, served, err, len(escaped))
 	}
-	want := []string{"bson.ObjectID:" + kept0.String(), "int32:7", "string:keep"}
+	want := []string{"bson.Binary:" + fmt.Sprint(binary), "bson.ObjectID:" + kept0.String(), "int32:7", "string:keep"}
 	if got := ids(); !slices.Equal(got, want) {
 		t.Fatalf("left %q, want %q", got, want)
 	}
@@ -101,8 +103,8 @@ func TestEmbeddedMongoDeletesIDs(t *testing.T) {
 	if n, _, err := m.DeleteIDs(ctx, "shop", "orders", many); err != nil || n != int64(len(many)) {
 		t.Fatalf("delete 2,500: %d, %v", n, err)
 	}
-	if c, err := coll.CountDocuments(ctx, bson.D{}); err != nil || c != 4 {
-		t.Fatalf("after deleting 2,500: %d documents (%v), want 4", c, err)
+	if c, err := coll.CountDocuments(ctx, bson.D{}); err != nil || c != 5 {
+		t.Fatalf("after deleting 2,500: %d documents (%v), want 5", c, err)
 	}
 
 	// Nothing to delete where FerretDB has nothing, and no file made.
