@@ -380,8 +380,16 @@ func TestDeleteConversationRemovesItsTurnEvents(t *testing.T) {
 	if count(before, prefix(deleted)) == 0 || count(before, prefix(kept)) == 0 {
 		t.Fatalf("before the delete, the turns' subjects are %v: want subjects under %s and %s", before, prefix(deleted), prefix(kept))
 	}
-	if _, err := e.client.DeleteConversation(ctx, &orchestratorv1.DeleteConversationRequest{Scope: testScope, ConversationId: deleted}); err != nil {
-		t.Fatal(err)
+	// The resumed turn's lease is released just after its completed
+	// event is published: a delete in between is refused as busy
+	// (Aborted), which a client retries.
+	var delErr error
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		_, delErr = e.client.DeleteConversation(ctx, &orchestratorv1.DeleteConversationRequest{Scope: testScope, ConversationId: deleted})
+		return status.Code(delErr) != codes.Aborted
+	}, "the conversation's last turn to release it")
+	if delErr != nil {
+		t.Fatal(delErr)
 	}
 	after := subjects()
 	if n := count(after, prefix(deleted)); n != 0 {
