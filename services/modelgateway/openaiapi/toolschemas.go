@@ -14,10 +14,7 @@ import (
 // the SHA-256 of its bytes; at most maxKnownSchemas are kept, an arbitrary
 // one dropped for each new one past that. Schemas that fail are compiled
 // again each time (a client fixes them, it does not resend them).
-var toolSchemas = &schemaCache{compile: func(name string, schema []byte) error {
-	_, err := structured.Compile(name, schema)
-	return err
-}}
+var toolSchemas = &schemaCache{compile: structured.Check}
 
 // maxKnownSchemas bounds toolSchemas (32 bytes a schema).
 const maxKnownSchemas = 4096

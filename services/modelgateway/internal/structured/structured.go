@@ -29,22 +29,33 @@ type Schema struct {
 // sends the same response schema with every request of its kind, and
 // compiling it cost the model gateway more CPU than the rest of serving a
 // synthesis request (3% of a loaded mesh's CPU). A Schema is immutable, so
-// callers share it.
+// callers share it. A compiled schema can take far more memory than its
+// text (a subschema is a struct of some 75 fields; a pattern's repeats
+// expand), so the cache holds few, and only small ones: what it pins is
+// at most compiledCacheEntries times what one request could allocate
+// while it is served.
 var compiled = struct {
 	sync.Mutex
 	cache *lru.Cache[*Schema]
-}{cache: lru.New[*Schema](compiledCacheBytes)}
+}{cache: lru.New[*Schema](compiledCacheEntries)}
 
-// compiledCacheBytes bounds the schema text the cache keys (what it holds
-// compiled grows with it): a few hundred typical schemas.
-const compiledCacheBytes = 4 << 20
+// The compile cache's bounds: the schemas it keeps (each costs 1), and
+// the longest text of a schema it keeps (longer ones are compiled for
+// each request, as before).
+const (
+	compiledCacheEntries = 64
+	compiledCacheMaxText = 16 << 10
+)
 
 // Compile compiles raw (JSON schema text; drafts 4 to 2020-12, default
-// 2020-12). name labels the schema in messages. A schema compiled before
-// under the same name is returned again.
+// 2020-12). name labels the schema in messages. A small schema compiled
+// before under the same name is returned again.
 func Compile(name string, raw []byte) (*Schema, error) {
 	if name == "" {
 		name = "response"
+	}
+	if len(raw) > compiledCacheMaxText {
+		return compile(name, raw)
 	}
 	key := name + "\x00" + string(raw)
 	compiled.Lock()
@@ -58,9 +69,21 @@ func Compile(name string, raw []byte) (*Schema, error) {
 		return nil, err
 	}
 	compiled.Lock()
-	compiled.cache.Put(key, s, len(key))
+	compiled.cache.Put(key, s, 1)
 	compiled.Unlock()
 	return s, nil
+}
+
+// Check reports why raw does not compile, as Compile would, without
+// keeping the compiled schema: for callers that only validate a schema
+// (the OpenAI-compatible API's tool parameters, which it remembers by
+// hash itself), so that those do not take the response schemas' places.
+func Check(name string, raw []byte) error {
+	if name == "" {
+		name = "response"
+	}
+	_, err := compile(name, raw)
+	return err
 }
 
 // compile compiles raw, a schema named name.

@@ -145,16 +145,39 @@ func TestCompileKeepsWhatItCompiled(t *testing.T) {
 			t.Error("a schema that does not compile was accepted")
 		}
 	}
-	// Large distinct schemas: the cache drops the least recently used.
-	_, bound := structured.CompiledCacheCost()
-	pad := strings.Repeat("x", 64<<10)
-	for i := range bound/(64<<10) + 8 {
-		text := fmt.Sprintf(`{"type":"object","description":"%s %d"}`, pad, i)
-		if _, err := structured.Compile("big", []byte(text)); err != nil {
+	// Distinct schemas past the bound: the cache drops the least
+	// recently used. A schema longer than the cache keeps, and one only
+	// checked, compile without taking a place.
+	_, bound, maxText := structured.CompiledCacheLen()
+	for i := range bound + 8 {
+		if _, err := structured.Compile("many", fmt.Appendf(nil, `{"type":"object","description":"%d"}`, i)); err != nil {
 			t.Fatal(err)
 		}
-		if cost, bound := structured.CompiledCacheCost(); cost > bound {
-			t.Fatalf("the compile cache holds %d bytes of schema text, bound %d", cost, bound)
+		if n, bound, _ := structured.CompiledCacheLen(); n > bound {
+			t.Fatalf("the compile cache holds %d schemas, bound %d", n, bound)
 		}
+	}
+	before, _, _ := structured.CompiledCacheLen()
+	long := fmt.Appendf(nil, `{"type":"object","description":"%s"}`, strings.Repeat("x", maxText))
+	l1, err := structured.Compile("long", long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := structured.Compile("long", long)
+	if err != nil || l1 == l2 {
+		t.Errorf("a schema longer than the cache keeps was kept: %v, shared %v", err, l1 == l2)
+	}
+	checked := []byte(`{"type":"object","title":"checked only"}`)
+	if err := structured.Check("tool", checked); err != nil {
+		t.Fatal(err)
+	}
+	if structured.CompiledCacheHas("tool", checked) || structured.CompiledCacheHas("long", long) {
+		t.Error("the compile cache keeps a schema only checked, or one longer than it keeps")
+	}
+	if err := structured.Check("tool", []byte(`{"type":"nonsense"}`)); err == nil {
+		t.Error("Check accepted a schema that does not compile")
+	}
+	if after, _, _ := structured.CompiledCacheLen(); after != before {
+		t.Errorf("the compile cache went from %d to %d schemas for a long schema and checks", before, after)
 	}
 }
