@@ -119,10 +119,14 @@ func TestAnalysisRoundTrips(t *testing.T) {
 			t.Logf("one analysis (%d tools) made %d round trips, besides %d of the relay's sweeps: %s; %d requests for a stored message",
 				tools, n, sweeps, e.rt, msgGets.Load())
 			// A single writer's relay tells the store which entries are
-			// stored (Store.Published): the archiver asks JetStream
-			// about none of a finished analysis's jobs.
-			if single && msgGets.Load() > 0 {
-				t.Errorf("single writer: the archiver asked JetStream %d times for a job's last event", msgGets.Load())
+			// stored (Store.Published): the archiver asks JetStream only
+			// while a job's final event is not reported yet — on a busy
+			// machine its first tries (25 ms after the analysis ends,
+			// then twice as long each time) may come before the relay
+			// has published it, a question a try — not once for every
+			// job, as it did (5 and 19 here).
+			if single && msgGets.Load() > 3 {
+				t.Errorf("single writer: the archiver asked JetStream %d times for a job's last event, want at most 3", msgGets.Load())
 			}
 			// FerretDB reads and parses the whole collection for any
 			// other filter, {_id: {$in: ids}} included.
