@@ -468,3 +468,28 @@ func TestDirectWritesFollowTheCatalogue(t *testing.T) {
 		t.Fatalf("renamed: %d documents, want 3", n)
 	}
 }
+
+// BenchmarkEncodeSJSON encodes a document shaped as an analysis job's
+// (21 fields, an outbox entry with a payload): `go test -bench
+// EncodeSJSON ./libs/testkit/`.
+func BenchmarkEncodeSJSON(b *testing.B) {
+	d := bson.D{{Key: "_id", Value: "01a22279-c858-72da-9f08-d272cd641010"}}
+	for _, k := range []string{"root_id", "parent_id", "type", "status", "tenant", "project", "title", "query",
+		"response_type", "tool", "args", "output", "error", "attempts", "version", "claim_owner", "trace_id",
+		"idempotency_key", "plan"} {
+		d = append(d, bson.E{Key: k, Value: "a value of moderate length for " + k})
+	}
+	d = append(d, bson.E{Key: "create_time", Value: bson.NewDateTimeFromTime(time.Unix(1764331200, 0))},
+		bson.E{Key: "outbox", Value: bson.A{bson.D{{Key: "id", Value: "e1"}, {Key: "subject", Value: "am.evt.acme.job.x"},
+			{Key: "data", Value: bson.Binary{Data: make([]byte, 600)}}}}})
+	raw, err := bson.Marshal(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := encodeSJSON(raw); !ok {
+			b.Fatal("not encoded")
+		}
+	}
+}
