@@ -293,9 +293,6 @@ func (m *Mongo) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int6
 		if !ok {
 			return 0, false, nil
 		}
-		if s, isString := id.(string); isString && !mayBeBase64(s) {
-			typ = "" // no document of another type has this key (ReplaceDoc)
-		}
 		keys[i], types[i] = k, typ
 	}
 	conn, err := m.files.database(db)
@@ -316,8 +313,12 @@ func (m *Mongo) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int6
 
 // idKey returns id as FerretDB's lookups by _id key it (its JSON in
 // FerretDB's sjson, encoding/json's escaping included) and the type its
-// documents' schema gives it; ok is false for an id it keys otherwise
-// (types other than a string or an ObjectID).
+// documents' schema gives it, which a write checks in the stored
+// document; typ is "" where no document of another type can have the same
+// key: FerretDB spells an ObjectID in hex and binary data in base64, both
+// JSON strings, so only a string that could be either is checked. ok is
+// false for an id it keys otherwise (types other than a string or an
+// ObjectID).
 func idKey(id any) (key, typ string, ok bool) {
 	var s string
 	switch v := id.(type) {
@@ -327,7 +328,10 @@ func idKey(id any) (key, typ string, ok bool) {
 			// where FerretDB's own lookups compare the bytes.
 			return "", "", false
 		}
-		s, typ = v, "string"
+		s = v
+		if mayBeBase64(v) {
+			typ = "string"
+		}
 	case bson.ObjectID:
 		s, typ = v.Hex(), "objectId"
 	default:
@@ -356,8 +360,7 @@ func encodeRow(doc bson.Raw) (string, bool) {
 // applied the update to it (FerretDB decodes the command's document and
 // the stored one, and encodes the result again). It is written as
 // FerretDB's insert would write it (encodeSJSON), and the stored _id's type
-// is checked as in DeleteIDs wherever a document of another type could have
-// the same key. matched is false when no document has that
+// is checked as in DeleteIDs (idKey). matched is false when no document has that
 // _id. It does not serve what InsertDocs does not, nor a collection
 // FerretDB has not finished making or a capped one: those go through
 // FerretDB.
@@ -385,11 +388,8 @@ func (m *Mongo) ReplaceDoc(ctx context.Context, db, coll string, doc bson.Raw) (
 		return false, true, err
 	}
 	served = true
-	// The stored _id's type is checked only where a document of another
-	// type could have the same key: FerretDB spells an ObjectID in hex and
-	// binary data in base64, both JSON strings.
 	query, args := replaceQuery, []any{row, key}
-	if typ != "string" || mayBeBase64(id.(string)) {
+	if typ != "" {
 		query, args = replaceTypedQuery, append(args, typ)
 	}
 	matched, err = inTable(ctx, conn, coll, func(table string) string { return fmt.Sprintf(query, quoteIdent(table)) },
@@ -529,7 +529,8 @@ func insertRows(ctx context.Context, stmt *sql.Stmt, rows []any) ([]error, error
 }
 
 // deleteRows deletes from table in tx the rows whose _id is one of keys
-// (JSON), each of the type at the same index of types ("": of any type).
+// (JSON), each of the type at the same index of types ("": of any type,
+// idKey).
 // The type is read from each row's document, which SQLite parses for it.
 func deleteRows(ctx context.Context, tx *sql.Tx, table string, keys []any, types []string) (int64, error) {
 	byType := map[string][]any{}
