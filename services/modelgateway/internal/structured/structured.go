@@ -51,9 +51,6 @@ const (
 // 2020-12). name labels the schema in messages. A small schema compiled
 // before under the same name is returned again.
 func Compile(name string, raw []byte) (*Schema, error) {
-	if name == "" {
-		name = "response"
-	}
 	if len(raw) > compiledCacheMaxText {
 		return compile(name, raw)
 	}
@@ -79,15 +76,15 @@ func Compile(name string, raw []byte) (*Schema, error) {
 // (the OpenAI-compatible API's tool parameters, which it remembers by
 // hash itself), so that those do not take the response schemas' places.
 func Check(name string, raw []byte) error {
-	if name == "" {
-		name = "response"
-	}
 	_, err := compile(name, raw)
 	return err
 }
 
-// compile compiles raw, a schema named name.
+// compile compiles raw, a schema named name ("response" if none).
 func compile(name string, raw []byte) (*Schema, error) {
+	if name == "" {
+		name = "response"
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("schema is not valid JSON: %w", err)
