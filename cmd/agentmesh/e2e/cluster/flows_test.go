@@ -628,13 +628,25 @@ func (d *driver) ingest(ctx context.Context, n int, slow bool, r *result) error 
 			"Component: billing. Assigned to the payments team, who will ship a fix in the next release.", n, n%977, token),
 	}
 	var out struct {
-		Document        struct{ ID string } `json:"document"`
-		ExtractionJobID string              `json:"extractionJobId"`
+		Document struct {
+			ID              string
+			ExtractionJobID string `json:"extractionJobId"`
+		} `json:"document"`
+		Unchanged       bool   `json:"unchanged"`
+		ExtractionJobID string `json:"extractionJobId"`
 	}
 	if err := d.api.call(ctx, http.MethodPost, "/v1/documents", doc, &out); err != nil {
 		return err
 	}
 	r.id = out.Document.ID
+	// A retry (the first answer lost to a kill) may find the content
+	// indexed already, by the ingest it retried or by reconciliation
+	// finishing it: the answer is "unchanged", and the extraction job is
+	// the document's (IngestDocumentResponse names only a job it queued).
+	if out.Unchanged && out.ExtractionJobID == "" {
+		out.ExtractionJobID = out.Document.ExtractionJobID
+		r.note("the retried ingest found the document indexed: its extraction job %s", out.ExtractionJobID)
+	}
 	if r.id == "" || out.ExtractionJobID == "" {
 		return fmt.Errorf("POST /v1/documents: document %q, extraction job %q", r.id, out.ExtractionJobID)
 	}
