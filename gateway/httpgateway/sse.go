@@ -50,6 +50,7 @@ type sseEvent struct {
 // encode writes the event in the text/event-stream format.
 func (e sseEvent) encode() []byte {
 	var b bytes.Buffer
+	b.Grow(len(e.id) + len(e.name) + len(e.data) + 32)
 	if e.id != "" {
 		b.WriteString("id: " + oneLine(e.id) + "\n")
 	}
@@ -58,7 +59,7 @@ func (e sseEvent) encode() []byte {
 	}
 	// JSON from protojson is one line, but a data field may not hold a
 	// newline, so split defensively: the client joins data lines with "\n".
-	for _, line := range bytes.Split(e.data, []byte("\n")) {
+	for line := range bytes.SplitSeq(e.data, []byte("\n")) {
 		b.WriteString("data: ")
 		b.Write(bytes.TrimSuffix(line, []byte("\r")))
 		b.WriteByte('\n')
@@ -194,7 +195,11 @@ func jobEvent(m *orchestratorv1.WatchJobResponse) (sseEvent, error) {
 	if ev == nil {
 		ev = &orchestratorv1.JobEvent{}
 	}
-	data, err := jsonOptions.Marshal(ev)
+	data, ok := appendJobEventJSON(make([]byte, 0, 1024), ev)
+	var err error
+	if !ok {
+		data, err = jsonOptions.Marshal(ev)
+	}
 	return sseEvent{id: sequenceID(m.GetSequence()), name: name, data: data}, err
 }
 
