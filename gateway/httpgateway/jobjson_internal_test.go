@@ -169,7 +169,7 @@ func randomValue(rng *rand.Rand, depth int) any {
 	case 1:
 		return rng.IntN(2) == 0
 	case 2:
-		return math.Float64frombits(rng.Uint64()&^(0x7ff<<52)|uint64(rng.IntN(0x7ff))<<52) // finite, any exponent
+		return math.Float64frombits(rng.Uint64()&^(0x7ff<<52) | uint64(rng.IntN(0x7ff))<<52) // finite, any exponent
 	case 3:
 		return randomString(rng)
 	case 4:
@@ -197,23 +197,23 @@ func TestJobEventJSONLeavesTheRestToProtojson(t *testing.T) {
 	t.Parallel()
 	nan := structpb.NewNumberValue(math.NaN())
 	for what, ev := range map[string]*orchestratorv1.JobEvent{
-		"NaN":                {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"n": nan}}}},
-		"infinity":           {Job: &orchestratorv1.Job{Output: &structpb.Struct{Fields: map[string]*structpb.Value{"n": structpb.NewNumberValue(math.Inf(-1))}}}},
-		"invalid UTF-8":      {RootId: "a\xffb"},
-		"invalid UTF-8 key":  {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"\xff": structpb.NewNullValue()}}}},
-		"unnamed enum":       {Job: &orchestratorv1.Job{Status: 99}},
-		"unnamed type":       {Job: &orchestratorv1.Job{Type: -1}},
-		"before year 1":      {Job: &orchestratorv1.Job{CreateTime: &timestamppb.Timestamp{Seconds: minTimestampSeconds - 1}}},
-		"after year 9999":    {Job: &orchestratorv1.Job{EndTime: &timestamppb.Timestamp{Seconds: maxTimestampSeconds + 1}}},
-		"negative nanos":     {Job: &orchestratorv1.Job{StartTime: &timestamppb.Timestamp{Nanos: -1}}},
-		"a second of nanos":  {Job: &orchestratorv1.Job{StartTime: &timestamppb.Timestamp{Nanos: 1e9}}},
-		"value of no kind":   {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {}}}}},
-		"nil value":          {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": nil}}}},
-		"nil list":           {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {Kind: &structpb.Value_ListValue{}}}}}},
-		"nil struct":         {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {Kind: &structpb.Value_StructValue{}}}}}},
-		"nil child":          {Job: &orchestratorv1.Job{Children: []*orchestratorv1.Job{{Id: "a"}, nil}}},
-		"NaN in a child":     {Job: &orchestratorv1.Job{Children: []*orchestratorv1.Job{{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"n": nan}}}}}},
-		"NaN in a list":      {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"l": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{nan}})}}}},
+		"NaN":               {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"n": nan}}}},
+		"infinity":          {Job: &orchestratorv1.Job{Output: &structpb.Struct{Fields: map[string]*structpb.Value{"n": structpb.NewNumberValue(math.Inf(-1))}}}},
+		"invalid UTF-8":     {RootId: "a\xffb"},
+		"invalid UTF-8 key": {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"\xff": structpb.NewNullValue()}}}},
+		"unnamed enum":      {Job: &orchestratorv1.Job{Status: 99}},
+		"unnamed type":      {Job: &orchestratorv1.Job{Type: -1}},
+		"before year 1":     {Job: &orchestratorv1.Job{CreateTime: &timestamppb.Timestamp{Seconds: minTimestampSeconds - 1}}},
+		"after year 9999":   {Job: &orchestratorv1.Job{EndTime: &timestamppb.Timestamp{Seconds: maxTimestampSeconds + 1}}},
+		"negative nanos":    {Job: &orchestratorv1.Job{StartTime: &timestamppb.Timestamp{Nanos: -1}}},
+		"a second of nanos": {Job: &orchestratorv1.Job{StartTime: &timestamppb.Timestamp{Nanos: 1e9}}},
+		"value of no kind":  {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {}}}}},
+		"nil value":         {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": nil}}}},
+		"nil list":          {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {Kind: &structpb.Value_ListValue{}}}}}},
+		"nil struct":        {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {Kind: &structpb.Value_StructValue{}}}}}},
+		"nil child":         {Job: &orchestratorv1.Job{Children: []*orchestratorv1.Job{{Id: "a"}, nil}}},
+		"NaN in a child":    {Job: &orchestratorv1.Job{Children: []*orchestratorv1.Job{{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"n": nan}}}}}},
+		"NaN in a list":     {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"l": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{nan}})}}}},
 	} {
 		if got, ok := appendJobEventJSON(nil, ev); ok {
 			t.Errorf("%s: rendered %s, want it left to protojson", what, got)
