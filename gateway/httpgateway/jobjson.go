@@ -201,23 +201,41 @@ func (w *jsonWriter) structValue(s *structpb.Struct) {
 }
 
 func (w *jsonWriter) value(v *structpb.Value) {
+	// A kind that is a nil pointer of its case's type is no kind to
+	// protojson ("none of the oneof fields is set").
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_NullValue:
+		if k == nil {
+			w.ok = false
+			return
+		}
 		w.b = append(w.b, "null"...)
 	case *structpb.Value_NumberValue:
+		if k == nil {
+			w.ok = false
+			return
+		}
 		w.number(k.NumberValue)
 	case *structpb.Value_StringValue:
+		if k == nil {
+			w.ok = false
+			return
+		}
 		w.string(k.StringValue)
 	case *structpb.Value_BoolValue:
+		if k == nil {
+			w.ok = false
+			return
+		}
 		w.b = strconv.AppendBool(w.b, k.BoolValue)
 	case *structpb.Value_StructValue:
-		if k.StructValue == nil {
+		if k == nil || k.StructValue == nil {
 			w.ok = false
 			return
 		}
 		w.structValue(k.StructValue)
 	case *structpb.Value_ListValue:
-		if k.ListValue == nil {
+		if k == nil || k.ListValue == nil {
 			w.ok = false
 			return
 		}

@@ -49,8 +49,17 @@ func assertAsProtojson(t *testing.T, what string, ev *orchestratorv1.JobEvent) {
 
 // fill sets every field of m, each to a value unlike its default: a field
 // added to the job's messages is then written by protojson and must be by
-// appendJobEventJSON too.
-func fill(m protoreflect.Message, depth int) {
+// appendJobEventJSON too. depth bounds the lists of messages (children);
+// a message nested deeper than maxFillNesting is left unset, so a
+// recursive singular field does not recurse for ever.
+func fill(m protoreflect.Message, depth int) { fillNested(m, depth, 0) }
+
+const maxFillNesting = 8
+
+func fillNested(m protoreflect.Message, depth, nesting int) {
+	if nesting > maxFillNesting {
+		return
+	}
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
 		fd := fields.Get(i)
@@ -63,7 +72,7 @@ func fill(m protoreflect.Message, depth int) {
 			list := m.Mutable(fd).List()
 			for range 2 {
 				e := list.NewElement()
-				fill(e.Message(), depth-1)
+				fillNested(e.Message(), depth-1, nesting+1)
 				list.Append(e)
 			}
 		case fd.IsList() || fd.IsMap():
@@ -82,7 +91,7 @@ func fill(m protoreflect.Message, depth int) {
 				ts := timestamppb.New(time.Date(2026, 11, 28, 16, 3, 11, 120_000_000+i*1000, time.UTC))
 				m.Set(fd, protoreflect.ValueOfMessage(ts.ProtoReflect()))
 			default:
-				fill(m.Mutable(fd).Message(), depth)
+				fillNested(m.Mutable(fd).Message(), depth, nesting+1)
 			}
 		case fd.Kind() == protoreflect.StringKind:
 			m.Set(fd, protoreflect.ValueOfString(name+` "é"`))
@@ -211,6 +220,12 @@ func TestJobEventJSONLeavesTheRestToProtojson(t *testing.T) {
 		"nil value":         {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": nil}}}},
 		"nil list":          {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {Kind: &structpb.Value_ListValue{}}}}}},
 		"nil struct":        {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {Kind: &structpb.Value_StructValue{}}}}}},
+		"nil null kind":     {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {Kind: (*structpb.Value_NullValue)(nil)}}}}},
+		"nil number kind":   {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {Kind: (*structpb.Value_NumberValue)(nil)}}}}},
+		"nil string kind":   {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {Kind: (*structpb.Value_StringValue)(nil)}}}}},
+		"nil bool kind":     {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {Kind: (*structpb.Value_BoolValue)(nil)}}}}},
+		"nil struct kind":   {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {Kind: (*structpb.Value_StructValue)(nil)}}}}},
+		"nil list kind":     {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {Kind: (*structpb.Value_ListValue)(nil)}}}}},
 		"nil child":         {Job: &orchestratorv1.Job{Children: []*orchestratorv1.Job{{Id: "a"}, nil}}},
 		"NaN in a child":    {Job: &orchestratorv1.Job{Children: []*orchestratorv1.Job{{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"n": nan}}}}}},
 		"NaN in a list":     {Job: &orchestratorv1.Job{Input: &structpb.Struct{Fields: map[string]*structpb.Value{"l": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{nan}})}}}},

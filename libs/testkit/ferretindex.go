@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver FerretDB's own files are opened with
@@ -33,6 +34,9 @@ const idIndexInterval = time.Second
 // it, and drops a collection's indexes with its table.
 type idIndexer struct {
 	files *sqliteFiles
+	// beforeRebuild, if set, is called between the look for tables to
+	// index and each table's transaction (tests).
+	beforeRebuild atomic.Pointer[func(table string)]
 }
 
 func newIDIndexer(files *sqliteFiles) *idIndexer { return &idIndexer{files: files} }
@@ -79,14 +83,9 @@ func (x *idIndexer) indexFile(ctx context.Context, file string) error {
 	if err != nil {
 		return err
 	}
-	// The tables whose _id index is not the one lookups use yet: FerretDB's
-	// own, as it makes it for a new collection, and those an earlier
-	// version gave a second index. A table whose _id index FerretDB has
-	// not made yet is left for the next look.
-	rows, err := c.db.QueryContext(ctx, `SELECT c.table_name FROM _ferretdb_collections c
-		JOIN sqlite_master i ON i.type = 'index' AND i.name = c.table_name || '__id_'
-		WHERE instr(i.sql, ?) = 0
-		OR EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = c.table_name || '_am_id')`, idIndexKey)
+	// The tables whose _id index is to be made again (staleIDIndex).
+	rows, err := c.db.QueryContext(ctx, `SELECT table_name FROM _ferretdb_collections WHERE `+
+		fmt.Sprintf(staleIDIndex, "table_name"), idIndexKey)
 	if err != nil {
 		if noSuchTable(err) {
 			return nil // a database FerretDB has not set up yet
@@ -107,10 +106,23 @@ func (x *idIndexer) indexFile(ctx context.Context, file string) error {
 		return err
 	}
 	for _, t := range tables {
+		if f := x.beforeRebuild.Load(); f != nil {
+			(*f)(t)
+		}
 		q, ix := quoteIdent(t), quoteIdent(t+"__id_")
 		_, err := inTx(ctx, c.db, func(tx *sql.Tx) (struct{}, error) {
+			// Asked again in the transaction (which holds the file's write
+			// lock): meanwhile the collection may have been dropped and
+			// made again under the same table name, and FerretDB may be
+			// between creating the table and its _id index, which it
+			// creates by name and fails to (dropping the new collection)
+			// if this made it first.
+			var stale bool
+			if err := tx.QueryRowContext(ctx, `SELECT `+fmt.Sprintf(staleIDIndex, "?2"), idIndexKey, t).Scan(&stale); err != nil || !stale {
+				return struct{}{}, err
+			}
 			for _, stmt := range []string{
-				`DROP INDEX IF EXISTS ` + ix,
+				`DROP INDEX ` + ix,
 				fmt.Sprintf(`CREATE UNIQUE INDEX %s ON %s (%s)`, ix, q, idIndexKey),
 				`DROP INDEX IF EXISTS ` + quoteIdent(t+"_am_id"),
 			} {
@@ -129,6 +141,17 @@ func (x *idIndexer) indexFile(ctx context.Context, file string) error {
 	}
 	return nil
 }
+
+// staleIDIndex is the condition on table %[1]s under which its _id index
+// is to be made again, with idIndexKey as parameter 1: FerretDB has made
+// its own (<table>__id_, which a table has once FerretDB has finished
+// making the collection) and it is not on idIndexKey (FerretDB's, as it
+// makes it for a new collection) or an earlier version's second index is
+// there too.
+const staleIDIndex = `EXISTS (SELECT 1 FROM sqlite_master i
+		WHERE i.type = 'index' AND i.tbl_name = %[1]s AND i.name = %[1]s || '__id_'
+		AND (instr(i.sql, ?1) = 0 OR EXISTS (SELECT 1 FROM sqlite_master a
+			WHERE a.type = 'index' AND a.tbl_name = %[1]s AND a.name = %[1]s || '_am_id')))`
 
 // idIndexKey is the expression FerretDB's SQLite backend looks documents
 // up by: `_ferretdb_sjson->'$._id' = ?`.
