@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -161,13 +162,20 @@ type table struct {
 	name   string // of the SQLite table; "" if FerretDB has no such collection
 	capped bool   // its rows carry a record id FerretDB numbers itself
 	ready  bool   // FerretDB has finished making it: its unique _id index is listed
+	// addressable: the name reads the same quoted as FerretDB quotes it in
+	// its SQL (Go's %q) and as SQL quotes it (quoteIdent). FerretDB's
+	// catalogue keeps the collection's table name as it is, but the table
+	// SQLite has is named by what the quoting made of it: for a name with
+	// a backslash or a character Go escapes, another name. Only
+	// addressable tables are written beneath FerretDB.
+	addressable bool
 }
 
 // writable reports whether documents may be written into t beneath
 // FerretDB: it holds the collection (FerretDB makes one that is missing,
 // with its indexes), FerretDB has finished making it, and it is not capped
 // (FerretDB numbers a capped collection's rows itself).
-func (t table) writable() bool { return t.name != "" && t.ready && !t.capped }
+func (t table) writable() bool { return t.name != "" && t.addressable && t.ready && !t.capped }
 
 // lookupQuery reads a collection's row of FerretDB's catalogue.
 const lookupQuery = `SELECT table_name, settings FROM _ferretdb_collections WHERE name = ?`
@@ -207,7 +215,7 @@ func (c *fileConn) lookupTable(ctx context.Context, tx *sql.Tx, lookup *sql.Stmt
 	if err := json.Unmarshal([]byte(settings), &parsed); err != nil {
 		return table{}, fmt.Errorf("testkit: the settings of collection %s: %w", coll, err)
 	}
-	t := table{name: name, capped: parsed.CappedSize > 0}
+	t := table{name: name, capped: parsed.CappedSize > 0, addressable: strconv.Quote(name) == quoteIdent(name)}
 	for _, ix := range parsed.Indexes {
 		t.ready = t.ready || ix.Name == "_id_"
 	}
@@ -239,7 +247,7 @@ func inTable[T any](ctx context.Context, c *fileConn, coll string, query func(ta
 			return zero, err
 		}
 		var st *sql.Stmt
-		if query != nil && t.name != "" {
+		if query != nil && t.name != "" && t.addressable {
 			if t.name == guess && pre != nil {
 				st = tx.StmtContext(ctx, pre)
 			} else if st, err = tx.PrepareContext(ctx, query(t.name)); err != nil {
@@ -280,7 +288,8 @@ const maxDeleteIDs = 1000
 // delete command first, in a transaction per statement. It keys the ids
 // as FerretDB does (a string or an ObjectID, in FerretDB's JSON) and checks
 // the stored _id's type too, so a string id never deletes a document whose
-// ObjectID spells the same. Other id types are not served. FerretDB keeps
+// ObjectID spells the same. Other id types, and a collection whose table
+// is not addressable (table), are not served. FerretDB keeps
 // no copy of a collection's documents, so it reads what is left.
 func (m *Mongo) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int64, bool, error) {
 	if len(ids) == 0 {
@@ -302,12 +311,20 @@ func (m *Mongo) DeleteIDs(ctx context.Context, db, coll string, ids []any) (int6
 	if err != nil {
 		return 0, true, err
 	}
+	served := true
 	n, err := inTable(ctx, conn, coll, nil, func(tx *sql.Tx, t table, _ *sql.Stmt) (int64, error) {
 		if t.name == "" {
 			return 0, nil // no such collection: nothing to delete
 		}
+		if !t.addressable {
+			served = false
+			return 0, nil
+		}
 		return deleteRows(ctx, tx, t.name, keys, types)
 	})
+	if !served {
+		return 0, false, nil
+	}
 	return n, true, err
 }
 

@@ -152,3 +152,46 @@ func TestEmbeddedMongoDeletesIDs(t *testing.T) {
 		t.Fatalf("DeleteIDs after Stop: %v, want an outage of the database saying the server stopped", err)
 	}
 }
+
+// TestEmbeddedMongoLeavesUnaddressableTablesToFerretDB: FerretDB names a
+// collection's table in its SQL with Go's quoting, so the table SQLite has
+// for a collection whose name holds a backslash is not the name its
+// catalogue keeps; beneath FerretDB such a collection is not served (the
+// writes go through FerretDB as before), where they failed "no such
+// table". A name Go's quoting keeps as it is (non-ASCII) is served.
+func TestEmbeddedMongoLeavesUnaddressableTablesToFerretDB(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, client, _ := startEmbedded(t)
+	db := client.Database("shop")
+	for name, wantServed := range map[string]bool{`back\slash`: false, "é-日本": true} {
+		if _, err := db.Collection(name).InsertOne(ctx, bson.D{{Key: "_id", Value: "a"}, {Key: "n", Value: 1}}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		doc, err := bson.Marshal(bson.D{{Key: "_id", Value: "b"}, {Key: "n", Value: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs, served, err := m.InsertDocs(ctx, "shop", name, []bson.Raw{doc})
+		if err != nil || served != wantServed || (served && (len(errs) != 1 || errs[0] != nil)) {
+			t.Fatalf("%s: insert beneath FerretDB: %v served %v (%v), want served %v", name, errs, served, err, wantServed)
+		}
+		replaced, err := bson.Marshal(bson.D{{Key: "_id", Value: "a"}, {Key: "n", Value: 3}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		matched, served, err := m.ReplaceDoc(ctx, "shop", name, replaced)
+		if err != nil || served != wantServed || matched != wantServed {
+			t.Fatalf("%s: replace beneath FerretDB: matched %v served %v (%v), want served %v", name, matched, served, err, wantServed)
+		}
+		n, served, err := m.DeleteIDs(ctx, "shop", name, []any{"a"})
+		if err != nil || served != wantServed || (served && n != 1) {
+			t.Fatalf("%s: delete beneath FerretDB: %d served %v (%v), want served %v", name, n, served, err, wantServed)
+		}
+		// Through FerretDB: "a" alone where nothing was served; "b" where
+		// it was inserted and "a" deleted.
+		if got, err := db.Collection(name).CountDocuments(ctx, bson.D{}); err != nil || got != 1 {
+			t.Fatalf("%s: %d documents through FerretDB (%v), want 1", name, got, err)
+		}
+	}
+}
