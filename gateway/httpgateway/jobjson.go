@@ -2,6 +2,7 @@ package httpgateway
 
 import (
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -201,41 +202,31 @@ func (w *jsonWriter) structValue(s *structpb.Struct) {
 }
 
 func (w *jsonWriter) value(v *structpb.Value) {
-	// A kind that is a nil pointer of its case's type is no kind to
-	// protojson ("none of the oneof fields is set").
-	switch k := v.GetKind().(type) {
+	kind := v.GetKind()
+	// No kind, or one that is a nil pointer of its case's type, is no kind
+	// to protojson ("none of the oneof fields is set"). Every case is a
+	// pointer.
+	if kind == nil || reflect.ValueOf(kind).IsNil() {
+		w.ok = false
+		return
+	}
+	switch k := kind.(type) {
 	case *structpb.Value_NullValue:
-		if k == nil {
-			w.ok = false
-			return
-		}
 		w.b = append(w.b, "null"...)
 	case *structpb.Value_NumberValue:
-		if k == nil {
-			w.ok = false
-			return
-		}
 		w.number(k.NumberValue)
 	case *structpb.Value_StringValue:
-		if k == nil {
-			w.ok = false
-			return
-		}
 		w.string(k.StringValue)
 	case *structpb.Value_BoolValue:
-		if k == nil {
-			w.ok = false
-			return
-		}
 		w.b = strconv.AppendBool(w.b, k.BoolValue)
 	case *structpb.Value_StructValue:
-		if k == nil || k.StructValue == nil {
+		if k.StructValue == nil {
 			w.ok = false
 			return
 		}
 		w.structValue(k.StructValue)
 	case *structpb.Value_ListValue:
-		if k == nil || k.ListValue == nil {
+		if k.ListValue == nil {
 			w.ok = false
 			return
 		}
@@ -247,7 +238,7 @@ func (w *jsonWriter) value(v *structpb.Value) {
 			w.value(e)
 		}
 		w.b = append(w.b, ']')
-	default: // no kind, or a nil Value
+	default: // a kind added to Value since
 		w.ok = false
 	}
 }
