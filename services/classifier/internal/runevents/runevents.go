@@ -83,7 +83,7 @@ type Event struct {
 // tenant: am.evt.<tenant>.classifier.<runID>.<kind>, where kind is
 // "started" (agent.run.started, agent.run.resumed), "awaiting" (the two
 // approval requests), "ended" (agent.run.completed, agent.run.stopped) or
-// "event" (every other type), as a chat turn's events share three subjects.
+// "event" (every other type).
 // The type itself is in the envelope. JetStream keeps state for every
 // subject its events stream holds, for as long as it keeps the events: a
 // subject per type was 27 a run. A consumer can still pick the runs

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/agentmesh/agentmesh/libs/events"
@@ -239,6 +240,21 @@ func TestResumeCutTurn(t *testing.T) {
 			}
 			if whole[0].GetTurnStarted() == nil {
 				t.Errorf("the turn's first event is %v, want TurnStarted", whole[0])
+			}
+			// One subject holds the whole turn: the stream keeps state for
+			// every subject it holds.
+			ctx := ctxTimeout(t, 10*time.Second)
+			stream, err := e.bus.JetStream().Stream(ctx, events.StreamEvents)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := stream.Info(ctx, jetstream.WithSubjectFilter(events.EventSubjectPrefix+">"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := events.EventSubjectPrefix + testScope.TenantId + ".chat." + e.conv + "." + turnID + ".events"
+			if len(info.State.Subjects) != 1 || info.State.Subjects[want] != uint64(len(whole)) {
+				t.Errorf("the turn's events are on subjects %v, want its %d events on %s", info.State.Subjects, len(whole), want)
 			}
 			msgs := e.messages(t)
 			if final := msgs[len(msgs)-1]; final.Cancelled || final.Content != "The gate opened, so the answer is forty-two." ||
@@ -532,6 +548,61 @@ func TestWatchOfLostTurn(t *testing.T) {
 		t.Fatalf("watch of a lost turn sent %v, want its TurnStarted (seq %d), then an ABORTED ErrorEvent", got, seq)
 	}
 	t.Logf("the lost turn's watch ended after %v", time.Since(begin).Round(time.Millisecond))
+}
+
+// TestWatchOfTurnStoredByKind: a turn stored when each kind of its events
+// had a subject of its own (…<conversation>.<turn>.started, .event,
+// .ended) is still watched, from its start and from an event in it, and a
+// watch from its last event sends nothing.
+func TestWatchOfTurnStoredByKind(t *testing.T) {
+	t.Parallel()
+	e := newResumeEnv(t, chat.Config{})
+	turnID := uuid.NewString()
+	turn := []*orchestratorv1.StreamMessageResponse{
+		{Event: &orchestratorv1.StreamMessageResponse_TurnStarted{TurnStarted: &orchestratorv1.TurnStarted{TurnId: turnID, ConversationId: e.conv, Resumable: true}}},
+		{Event: &orchestratorv1.StreamMessageResponse_ResponseChunk{ResponseChunk: &orchestratorv1.ResponseChunk{Content: "forty-two", Iteration: 1}}},
+		{Event: &orchestratorv1.StreamMessageResponse_Completed{Completed: &orchestratorv1.Completed{MessageId: "m1"}}},
+	}
+	prefix := events.EventSubjectPrefix + testScope.TenantId + ".chat." + e.conv + "." + turnID + "."
+	var seqs []uint64
+	for i, kind := range []string{"started", "event", "ended"} {
+		ev, err := events.NewEvent("chat.turn."+kind, "orchestrator", testScope, turnID, turn[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq, err := e.bus.Publish(context.Background(), prefix+kind, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, seq)
+	}
+	whole, err := e.watch(t, turnID, 0)
+	if err != nil {
+		t.Fatalf("WatchTurn: %v", err)
+	}
+	if len(whole) != 3 {
+		t.Fatalf("watch of a turn stored by kind sent %v, want its 3 events", whole)
+	}
+	for i, ev := range whole {
+		if e.seq(ev) != seqs[i] || !proto.Equal(withoutSequence(ev), turn[i]) {
+			t.Errorf("event %d: %v (sequence %d), want %v (sequence %d)", i, ev, e.seq(ev), turn[i], seqs[i])
+		}
+	}
+	rest, err := e.watch(t, turnID, whole[0].GetSequence())
+	if err != nil || len(rest) != 2 || rest[1].GetCompleted() == nil {
+		t.Errorf("watch after its start: %v, %v; want its last 2 events", rest, err)
+	}
+	nothing, err := e.watch(t, turnID, whole[2].GetSequence())
+	if err != nil || len(nothing) != 0 {
+		t.Errorf("watch after its last event: %v, %v; want nothing", nothing, err)
+	}
+}
+
+// withoutSequence is ev without the id a watch gave it.
+func withoutSequence(ev *orchestratorv1.StreamMessageResponse) *orchestratorv1.StreamMessageResponse {
+	c := proto.Clone(ev).(*orchestratorv1.StreamMessageResponse)
+	c.Sequence = 0
+	return c
 }
 
 // TestTurnOutlastsAnEventStoreOutage: the events stream is away when a turn
