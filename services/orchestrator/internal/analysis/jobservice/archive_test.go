@@ -139,6 +139,11 @@ func TestArchiverBatchesWhatFinishedMeanwhile(t *testing.T) {
 			}
 			return true
 		}, "every job's final event in the events stream")
+		// An analysis is offered to the archiver 25 ms after it settles
+		// (its request is due then), and asked for just after it settles:
+		// on a loaded machine the last ones were not due yet when the
+		// archiver was released, and went one by one after the batch.
+		time.Sleep(250 * time.Millisecond)
 		close(hold)
 		testkit.Eventually(t, 10*time.Second, func() bool {
 			n, err := e.db.Collection(jobstore.Collection).CountDocuments(context.Background(), bson.D{})
