@@ -2,8 +2,6 @@ package testkit
 
 import (
 	"context"
-	"database/sql"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -24,15 +22,8 @@ func TestIDIndexerLeavesACollectionFerretDBIsMaking(t *testing.T) {
 	if _, err := client.Database("shop").Collection("c").InsertOne(ctx, bson.D{{Key: "_id", Value: "a"}}); err != nil {
 		t.Fatal(err)
 	}
-	rw, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "shop.sqlite")+"?mode=rw&_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close()
-	var table string
-	if err := rw.QueryRow(`SELECT table_name FROM _ferretdb_collections WHERE name = 'c'`).Scan(&table); err != nil {
-		t.Fatal(err)
-	}
+	rw := openDBFile(t, dir, "shop", "mode=rw&_pragma=busy_timeout(10000)")
+	table := tableName(t, rw, "c")
 	ix, q := quoteIdent(table+"__id_"), quoteIdent(table)
 	exec := func(stmt string) error {
 		_, err := rw.Exec(stmt)

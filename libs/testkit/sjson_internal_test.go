@@ -59,15 +59,8 @@ func TestEncodeSJSONWritesAsFerretDB(t *testing.T) {
 			t.Fatalf("insert %v: %v", d[0].Value, err)
 		}
 	}
-	sdb, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "enc.sqlite")+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sdb.Close()
-	var table string
-	if err := sdb.QueryRow(`SELECT table_name FROM _ferretdb_collections WHERE name = 'docs'`).Scan(&table); err != nil {
-		t.Fatal(err)
-	}
+	sdb := openDBFile(t, dir, "enc", "mode=ro")
+	table := tableName(t, sdb, "docs")
 	for _, d := range corpus {
 		raw, err := bson.Marshal(d)
 		if err != nil {
@@ -128,6 +121,28 @@ func StartPrivate(t *testing.T, dir string) (*Mongo, *mongo.Client) {
 	}
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
 	return m, client
+}
+
+// openDBFile opens the SQLite file of database db under dir with the
+// query parameters params ("mode=ro", say), closed when the test ends.
+func openDBFile(t *testing.T, dir, db, params string) *sql.DB {
+	t.Helper()
+	sdb, err := sql.Open("sqlite", "file:"+filepath.Join(dir, db+".sqlite")+"?"+params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sdb.Close() })
+	return sdb
+}
+
+// tableName is the SQLite table FerretDB keeps collection coll in.
+func tableName(t *testing.T, sdb *sql.DB, coll string) string {
+	t.Helper()
+	var table string
+	if err := sdb.QueryRow(`SELECT table_name FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&table); err != nil {
+		t.Fatal(err)
+	}
+	return table
 }
 
 func must[T any](v T, err error) T {
@@ -268,17 +283,9 @@ func TestEmbeddedMongoReplacesDocs(t *testing.T) {
 			t.Fatalf("ReplaceDoc(%v) = %v, %v, %v; want matched and served", d[0].Value, matched, served, err)
 		}
 	}
-	sdb, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "rep.sqlite")+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sdb.Close()
+	sdb := openDBFile(t, dir, "rep", "mode=ro")
 	stored := func(coll string) map[string]string {
-		var table string
-		if err := sdb.QueryRow(`SELECT table_name FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&table); err != nil {
-			t.Fatal(err)
-		}
-		rows, err := sdb.Query(`SELECT _ferretdb_sjson->>'$._id', _ferretdb_sjson FROM ` + quoteIdent(table))
+		rows, err := sdb.Query(`SELECT _ferretdb_sjson->>'$._id', _ferretdb_sjson FROM ` + quoteIdent(tableName(t, sdb, coll)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -112,7 +112,7 @@ type turnEvents struct {
 }
 
 // chatPrefix is am.evt.<tenant>.chat.<id>.: the start of the subjects of
-// every turn of conversation id, or, in the layout before, of turn id.
+// every turn of conversation id, or, in the oldest layout, of turn id.
 func chatPrefix(tenant, id string) string {
 	return eventbus.EventSubjectPrefix + eventbus.SubjectToken(tenant) + ".chat." + eventbus.SubjectToken(id) + "."
 }
@@ -167,7 +167,7 @@ func (t turnEvents) read(ctx context.Context, stream jetstream.Stream, kind stri
 
 func aliveSubject(turnID string) string { return "am.chat.turn." + eventbus.SubjectToken(turnID) }
 
-// kindOf is the subject token of ev.
+// kindOf is ev's kind: started, event or ended.
 func kindOf(ev *orchestratorv1.StreamMessageResponse) string {
 	switch ev.GetEvent().(type) {
 	case *orchestratorv1.StreamMessageResponse_TurnStarted:
