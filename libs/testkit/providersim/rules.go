@@ -3,6 +3,7 @@ package providersim
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -183,25 +184,9 @@ type Rule struct {
 	match Match
 
 	// Guarded by sim.mu.
-	name       string
-	times      int
-	hits       int
-	text       *string
-	reasoning  string
-	toolCalls  []ToolCall
-	finish     string
-	usage      *Usage
-	status     int
-	errMsg     string
-	errCode    string
-	retryAfter time.Duration
-	raw        []string
-	delay      time.Duration
-	hang       bool
-	midError   string
-	embedding  []float32
-	cut        CutMode
-	cutAfter   int
+	times int
+	hits  int
+	reply
 }
 
 // When registers a rule answering requests that satisfy m. Rules are tried
@@ -322,7 +307,7 @@ func (r *Rule) FailMidStream(msg string) *Rule { return r.set(func() { r.midErro
 // Embedding answers embedding requests with this vector for every input.
 func (r *Rule) Embedding(v []float32) *Rule { return r.set(func() { r.embedding = v }) }
 
-// reply is a snapshot of a rule's answer, taken under the lock.
+// reply is a rule's answer; Sim.snapshot copies it under the lock.
 type reply struct {
 	name       string
 	text       *string
@@ -349,11 +334,8 @@ func (s *Sim) snapshot(r *Rule) *reply {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return &reply{
-		name: r.name, text: r.text, reasoning: r.reasoning,
-		toolCalls: append([]ToolCall(nil), r.toolCalls...),
-		finish:    r.finish, usage: r.usage, status: r.status, errMsg: r.errMsg, errCode: r.errCode,
-		retryAfter: r.retryAfter, raw: append([]string(nil), r.raw...), delay: r.delay, hang: r.hang,
-		midError: r.midError, embedding: r.embedding, cut: r.cut, cutAfter: r.cutAfter,
-	}
+	rp := r.reply
+	rp.toolCalls = slices.Clone(r.toolCalls)
+	rp.raw = slices.Clone(r.raw)
+	return &rp
 }
