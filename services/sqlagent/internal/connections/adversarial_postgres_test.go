@@ -3,6 +3,7 @@ package connections_test
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,6 +163,15 @@ var pgAttacks = []attack{
 	{"that aggregate as a window function", "SELECT sneaky_sum(album_id) OVER () FROM album"},
 	{"row-level security policy", "SELECT * FROM secret"},
 	{"extension TABLESAMPLE method", "SELECT * FROM album TABLESAMPLE system_rows(5)"},
+	// Foreign tables: the remote server runs what their definition names
+	// (here a view that takes a lock), and keeps the connection open.
+	{"foreign table over a volatile view", "SELECT * FROM ft_sneaky"},
+	{"foreign table over a view that writes", "SELECT * FROM ft_writes"},
+	{"foreign table", "SELECT id FROM ft_target"},
+	{"view over a foreign table", "SELECT * FROM v_foreign"},
+	{"partitioned table with a foreign partition", "SELECT * FROM parted"},
+	{"inheritance parent of a foreign table", "SELECT * FROM inh_parent"},
+	{"foreign table in a subquery", "SELECT count(*) FROM album WHERE album_id IN (SELECT id FROM ft_target)"},
 	// Statements that are not plain queries.
 	{"delete", "DELETE FROM target"},
 	{"update", "UPDATE target SET v = 'x'"},
@@ -263,6 +273,10 @@ var pgLegitimate = []attack{
 	{"information_schema", "SELECT table_name, count(*) FROM information_schema.columns WHERE table_schema = 'public' GROUP BY table_name ORDER BY 1"},
 	{"pg_catalog tables", "SELECT relname, reltuples FROM pg_class WHERE relkind = 'r' AND relnamespace = 'public'::regnamespace ORDER BY 1"},
 	{"pg_stat_activity", "SELECT count(*) FROM pg_stat_activity"},
+	{"partitioned table", "SELECT region, count(*) FROM sales GROUP BY region ORDER BY region"},
+	{"one partition", "SELECT count(*) FROM sales_us"},
+	{"inheritance parent", "SELECT count(*) FROM readings"},
+	{"local partition of a table with a foreign one", "SELECT count(*) FROM parted_local"},
 	{"table keyword", "TABLE genre"},
 	{"values", "VALUES (1, 'one'), (2, 'two')"},
 	{"materialized cte", "WITH t AS MATERIALIZED (SELECT * FROM track WHERE unit_price > 0.99) SELECT count(*) FROM t"},
@@ -346,4 +360,31 @@ func (lab *pgLab) openAttacker(t *testing.T) *sql.Conn {
 		t.Fatal(err)
 	}
 	return conn
+}
+
+// TestPostgresSchemaLeavesOutForeignTables: the schema the model writes
+// SQL from lists no foreign table, since a read of one is refused; the
+// local partitions and the views are there.
+func TestPostgresSchemaLeavesOutForeignTables(t *testing.T) {
+	t.Parallel()
+	lab := startPGLab(t)
+	reg, err := connections.Open([]connections.Spec{{Name: "wh", Dialect: connections.Postgres, DSN: lab.dsn}}, connections.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	text, err := reg.SchemaText(context.Background(), "wh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ft_sneaky", "ft_target", "ft_writes", "parted_remote", "inh_child"} {
+		if strings.Contains(text, name) {
+			t.Errorf("the schema lists foreign table %s", name)
+		}
+	}
+	for _, name := range []string{"sales_eu", "parted_local", "v_foreign", "album"} {
+		if !strings.Contains(text, name) {
+			t.Errorf("the schema leaves out %s", name)
+		}
+	}
 }

@@ -37,7 +37,8 @@ var catalogs = map[string]catalogQueries{
 		FROM sqlite_master m JOIN pragma_foreign_key_list(m.name) f
 		WHERE m.type = 'table'`,
 	},
-	// Comments are COMMENT ON's (obj_description, col_description).
+	// Comments are COMMENT ON's (obj_description, col_description). Foreign
+	// tables are left out: a read of one is refused (refuseRelations).
 	Postgres: {
 		columns: `SELECT CASE WHEN c.table_schema = 'public' THEN c.table_name ELSE c.table_schema || '.' || c.table_name END,
 			c.column_name, c.data_type,
@@ -45,6 +46,7 @@ var catalogs = map[string]catalogQueries{
 			COALESCE(obj_description((quote_ident(c.table_schema) || '.' || quote_ident(c.table_name))::regclass, 'pg_class'), '')
 		FROM information_schema.columns c
 		WHERE c.table_schema NOT IN ('pg_catalog', 'information_schema') AND c.table_schema NOT LIKE 'pg\_%'
+			AND (c.table_schema, c.table_name) NOT IN (SELECT foreign_table_schema, foreign_table_name FROM information_schema.foreign_tables)
 		ORDER BY c.table_schema, c.table_name, c.ordinal_position`,
 		foreignKeys: `SELECT CASE WHEN sn.nspname = 'public' THEN s.relname ELSE sn.nspname || '.' || s.relname END,
 			CASE WHEN dn.nspname = 'public' THEN d.relname ELSE dn.nspname || '.' || d.relname END

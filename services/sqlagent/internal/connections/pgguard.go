@@ -42,7 +42,8 @@ import (
 //     their transition, final, combine and (de)serial functions and sort
 //     operator (pg_aggregate), views to their own rules
 //     (pg_rewrite), tables to their row-level security policies
-//     (pg_policy), types to their input, output, send and type modifier
+//     (pg_policy) and to their partitions and inheritance children
+//     (pg_inherits), types to their input, output, send and type modifier
 //     functions and, for domains, their CHECK constraints
 //     (pg_constraint.conbin); operators also to their selectivity
 //     estimators and functions to their planner support functions, which
@@ -54,8 +55,8 @@ import (
 //     the native libraries of extensionLibraries whatever its label
 //     (tablefunc's crosstab is STABLE and runs any SQL text). A new
 //     extension's volatile function is therefore refused by default. Row
-//     locks, XMLTABLE and naming the catalogs of relationRefused are
-//     refused too.
+//     locks, XMLTABLE, foreign tables (another server runs their query)
+//     and naming the catalogs of relationRefused are refused too.
 //
 // Why a temporary view rather than EXPLAIN: EXPLAIN (VERBOSE) prints
 // expressions deparsed, not resolved; casts and implicit coercions hide
@@ -365,8 +366,10 @@ func functionVerdict(schema, name, volatility, library string) string {
 // followRelations refuses the relations a read may not name (named: rels
 // are those the statement itself names, not those of the views it reads:
 // pg_roles and pg_stat_activity are views over pg_authid that show no
-// password), then reads the rules of views and the row-level security
-// policies of tables the query reads: both run as part of the read.
+// password) and foreign tables, then reads the rules of views, the
+// row-level security policies of tables the query reads, and the
+// partitions and inheritance children a read of a table also scans: all
+// of them run as part of the read.
 func followRelations(ctx context.Context, tx *sql.Tx, rels []uint32, named bool, next *treeRefs) error {
 	if len(rels) == 0 {
 		return nil
@@ -377,22 +380,38 @@ func followRelations(ctx context.Context, tx *sql.Tx, rels []uint32, named bool,
 	if err := scanTrees(ctx, tx, `SELECT ev_action::text FROM pg_rewrite WHERE ev_class IN `+oidList(rels)+` AND rulename = '_RETURN'`, next); err != nil {
 		return err
 	}
-	return scanTrees(ctx, tx, `SELECT polqual::text FROM pg_policy WHERE polrelid IN `+oidList(rels)+` AND polqual IS NOT NULL`, next)
-}
-
-// refuseRelations refuses a statement that names a relation of
-// relationRefused.
-func refuseRelations(ctx context.Context, tx *sql.Tx, rels []uint32, named bool) error {
-	if !named {
-		return nil
+	if err := scanTrees(ctx, tx, `SELECT polqual::text FROM pg_policy WHERE polrelid IN `+oidList(rels)+` AND polqual IS NOT NULL`, next); err != nil {
+		return err
 	}
-	return eachRow(ctx, tx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = 'pg_catalog' AND c.oid IN `+oidList(rels), func(s scanner) error {
-		var name string
-		if err := s.Scan(&name); err != nil {
+	// A partitioned or inheritance parent names none of its children in
+	// the query's tree, yet the executor reads them all (without ONLY).
+	return eachRow(ctx, tx, `SELECT inhrelid FROM pg_inherits WHERE inhparent IN `+oidList(rels), func(s scanner) error {
+		var child uint32
+		if err := s.Scan(&child); err != nil {
 			return err
 		}
-		if reason, ok := relationRefused[name]; ok {
+		next.rels[child] = true
+		return nil
+	})
+}
+
+// refuseRelations refuses a statement that reads a foreign table, or that
+// names a relation of relationRefused. A foreign table's rows come from a
+// query its server runs (postgres_fdw: on a connection that outlives the
+// job, and on PostgreSQL 15 in a transaction that may write), over
+// views and functions this check cannot see: a remote view that advances
+// a sequence or takes a lock does so when the foreign table is read.
+func refuseRelations(ctx context.Context, tx *sql.Tx, rels []uint32, named bool) error {
+	return eachRow(ctx, tx, `SELECT n.nspname, c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid IN `+oidList(rels), func(s scanner) error {
+		var schema, name, kind string
+		if err := s.Scan(&schema, &name, &kind); err != nil {
+			return err
+		}
+		if kind == "f" {
+			return refuse("%s.%s is a foreign table: another server runs the query behind it, which cannot be checked here", schema, name)
+		}
+		if reason, ok := relationRefused[name]; ok && named && schema == "pg_catalog" {
 			return refuse("pg_catalog.%s may not be read: %s", name, reason)
 		}
 		return nil

@@ -66,6 +66,14 @@ var pgLabSetup = []string{
 	`CREATE POLICY p_lock ON secret USING (grab_lock(4245))`,
 	`CREATE PROCEDURE wipe() LANGUAGE sql AS 'DELETE FROM target'`,
 	`CREATE MATERIALIZED VIEW mv AS SELECT 1 AS x`,
+	// Partitions and an inheritance child, all local: read through their
+	// parents by analysts' queries.
+	`CREATE TABLE sales (id int, region text) PARTITION BY LIST (region)`,
+	`CREATE TABLE sales_eu PARTITION OF sales FOR VALUES IN ('eu')`,
+	`CREATE TABLE sales_us PARTITION OF sales FOR VALUES IN ('us')`,
+	`INSERT INTO sales VALUES (1, 'eu'), (2, 'us'), (3, 'us')`,
+	`CREATE TABLE readings (id int, v int)`,
+	`CREATE TABLE readings_2024 () INHERITS (readings)`,
 	// Functions whose owner labelled them STABLE although they change
 	// session state: the catalog check trusts the label, so these run;
 	// the session reset after the job must undo what they did.
@@ -161,6 +169,29 @@ func startPGLab(t *testing.T) *pgLab {
 	}
 	u, _ := url.Parse(dsn)
 	lab.conninfo = fmt.Sprintf("host=%s port=%s user=am dbname=postgres application_name=dblink", u.Hostname(), u.Port())
+	// Foreign tables (postgres_fdw) over this same server: reading one runs
+	// a query on the remote side, whose views and functions no check here
+	// can see; and ways to read one without naming it.
+	for _, st := range []string{
+		`CREATE EXTENSION postgres_fdw`,
+		fmt.Sprintf(`CREATE SERVER loopback FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '%s', port '%s', dbname 'postgres', application_name 'fdw')`, u.Hostname(), u.Port()),
+		`CREATE USER MAPPING FOR PUBLIC SERVER loopback OPTIONS (user 'am')`,
+		`CREATE FOREIGN TABLE ft_sneaky (album_id int, took bool) SERVER loopback OPTIONS (table_name 'v_sneaky')`,
+		`CREATE FOREIGN TABLE ft_target (id int, v text) SERVER loopback OPTIONS (table_name 'target')`,
+		`CREATE FUNCTION remote_write() RETURNS int LANGUAGE sql VOLATILE AS 'SELECT nextval(''public.order_seq''); INSERT INTO public.target VALUES (99, ''fdw'') ON CONFLICT (id) DO UPDATE SET v = ''fdw again'' RETURNING id'`,
+		`CREATE VIEW v_writes AS SELECT remote_write() AS id`,
+		`CREATE FOREIGN TABLE ft_writes (id int) SERVER loopback OPTIONS (table_name 'v_writes')`,
+		`CREATE VIEW v_foreign AS SELECT album_id FROM ft_sneaky`,
+		`CREATE TABLE parted (album_id int, took bool) PARTITION BY LIST (album_id)`,
+		`CREATE TABLE parted_local PARTITION OF parted FOR VALUES IN (0)`,
+		`CREATE FOREIGN TABLE parted_remote PARTITION OF parted DEFAULT SERVER loopback OPTIONS (table_name 'v_sneaky')`,
+		`CREATE TABLE inh_parent (album_id int, took bool)`,
+		`CREATE FOREIGN TABLE inh_child () INHERITS (inh_parent) SERVER loopback OPTIONS (table_name 'v_sneaky')`,
+	} {
+		if _, err := lab.observer.ExecContext(ctx, st); err != nil {
+			t.Fatalf("%s: %v", st, err)
+		}
+	}
 	return lab
 }
 
