@@ -242,11 +242,7 @@ var mariaLegitimate = []attack{
 func TestMariaDBAdversarial(t *testing.T) {
 	t.Parallel()
 	lab := startMariaLab(t)
-	reg, err := connections.Open([]connections.Spec{{Name: "wh", Dialect: connections.MySQL, DSN: lab.dsn}}, connections.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := openRegistry(t, connections.Spec{Name: "wh", Dialect: connections.MySQL, DSN: lab.dsn})
 	ctx := context.Background()
 	attacker := lab.openAttacker(t)
 	s := attackSuite{
@@ -319,11 +315,7 @@ func TestMariaDBClientCharsetIsPinned(t *testing.T) {
 	if strings.Contains(lab.dsn, "?") {
 		sep = "&"
 	}
-	reg, err := connections.Open([]connections.Spec{{Name: "wh", Dialect: connections.MySQL, DSN: lab.dsn + sep + "charset=gbk"}}, connections.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := openRegistry(t, connections.Spec{Name: "wh", Dialect: connections.MySQL, DSN: lab.dsn + sep + "charset=gbk"})
 	q := lab.expand("SELECT '\u4e2d\\\\' ', LOAD_FILE('{dir}/secret.txt') AS f -- '\n")
 	checked, err := safety.Check(q, safety.MySQL)
 	if err != nil {

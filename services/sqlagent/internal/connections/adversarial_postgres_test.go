@@ -302,11 +302,7 @@ var pgLegitimate = []attack{
 func TestPostgresAdversarial(t *testing.T) {
 	t.Parallel()
 	lab := startPGLab(t)
-	reg, err := connections.Open([]connections.Spec{{Name: "wh", Dialect: connections.Postgres, DSN: lab.dsn}}, connections.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := openRegistry(t, connections.Spec{Name: "wh", Dialect: connections.Postgres, DSN: lab.dsn})
 	ctx := context.Background()
 	// The calibration's attacker connects before the first state is read.
 	attacker := lab.openAttacker(t)
@@ -368,11 +364,7 @@ func (lab *pgLab) openAttacker(t *testing.T) *sql.Conn {
 func TestPostgresSchemaLeavesOutForeignTables(t *testing.T) {
 	t.Parallel()
 	lab := startPGLab(t)
-	reg, err := connections.Open([]connections.Spec{{Name: "wh", Dialect: connections.Postgres, DSN: lab.dsn}}, connections.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := openRegistry(t, connections.Spec{Name: "wh", Dialect: connections.Postgres, DSN: lab.dsn})
 	text, err := reg.SchemaText(context.Background(), "wh")
 	if err != nil {
 		t.Fatal(err)

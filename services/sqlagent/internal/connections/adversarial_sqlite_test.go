@@ -259,11 +259,7 @@ func TestSQLiteAdversarial(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reg, err := connections.Open([]connections.Spec{{Name: "music", Dialect: connections.SQLite, DSN: db}}, connections.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := openRegistry(t, connections.Spec{Name: "music", Dialect: connections.SQLite, DSN: db})
 	s := attackSuite{
 		dialect: safety.SQLite,
 		expand:  strings.NewReplacer("{dir}", dir, "{db}", db).Replace,
@@ -301,11 +297,7 @@ func TestSQLiteReadEndsNearItsTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	own.Close()
-	reg, err := connections.Open([]connections.Spec{{Name: "t", Dialect: connections.SQLite, DSN: db}}, connections.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := openRegistry(t, connections.Spec{Name: "t", Dialect: connections.SQLite, DSN: db})
 	const timeout = time.Second
 	for _, q := range []string{
 		"SELECT length(randomblob(999999999))",

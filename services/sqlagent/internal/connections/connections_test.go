@@ -143,11 +143,7 @@ func TestCreateSample(t *testing.T) {
 	if _, err := os.Stat(path + ".tmp"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("temporary file left behind: %v", err)
 	}
-	reg, err := connections.Open([]connections.Spec{spec}, connections.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := openRegistry(t, spec)
 	ctx := context.Background()
 	res, err := reg.Query(ctx, spec.Name, `SELECT c.country, count(DISTINCT o.order_id), round(sum(i.quantity * i.unit_price), 2)
 		FROM orders o JOIN customers c USING (customer_id) JOIN order_items i USING (order_id)
@@ -255,10 +251,18 @@ func TestConcurrentWritesToOneSQLiteFile(t *testing.T) {
 func openMusic(t *testing.T) (*connections.Registry, string) {
 	t.Helper()
 	db := connections.ChinookCopy(t)
-	reg, err := connections.Open([]connections.Spec{{Name: "music", Dialect: "sqlite", DSN: db}}, connections.Options{})
+	reg := openRegistry(t, connections.Spec{Name: "music", Dialect: "sqlite", DSN: db})
+	return reg, db
+}
+
+// openRegistry opens a registry of specs with the default options, closed
+// when the test ends.
+func openRegistry(t *testing.T, specs ...connections.Spec) *connections.Registry {
+	t.Helper()
+	reg, err := connections.Open(specs, connections.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Close)
-	return reg, db
+	return reg
 }

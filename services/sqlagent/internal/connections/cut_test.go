@@ -61,11 +61,7 @@ func cutWrites(t *testing.T, spec connections.Spec, driver, query, leftovers str
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = own.Close() })
-	reg, err := connections.Open([]connections.Spec{spec}, connections.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := openRegistry(t, spec)
 	rows := func() int64 {
 		t.Helper()
 		var n int64

@@ -26,11 +26,7 @@ func TestPostgres(t *testing.T) {
 		`INSERT INTO sales.invoice VALUES (1, 9.99, '2026-01-02T03:04:05Z')`,
 	)
 	ctx := context.Background()
-	reg, err := connections.Open([]connections.Spec{{Name: "wh", Dialect: connections.Postgres, DSN: dsn}}, connections.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := openRegistry(t, connections.Spec{Name: "wh", Dialect: connections.Postgres, DSN: dsn})
 
 	res, err := reg.Query(ctx, "wh", "SELECT artist_id, name FROM artist ORDER BY artist_id", 3, 5*time.Second)
 	if err != nil {

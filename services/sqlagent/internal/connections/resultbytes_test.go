@@ -46,11 +46,7 @@ func TestResultsBoundedInBytes(t *testing.T) {
 	}
 
 	t.Run("sqlite", func(t *testing.T) {
-		reg, err := connections.Open([]connections.Spec{{Name: "music", Dialect: connections.SQLite, DSN: connections.ChinookCopy(t)}}, connections.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(reg.Close)
+		reg := openRegistry(t, connections.Spec{Name: "music", Dialect: connections.SQLite, DSN: connections.ChinookCopy(t)})
 		res, err := reg.Query(ctx, "music", blobs, 200, 30*time.Second)
 		check(t, res, err)
 		// Under the bound: every row, nothing marked.
@@ -62,11 +58,7 @@ func TestResultsBoundedInBytes(t *testing.T) {
 
 	t.Run("postgres", func(t *testing.T) {
 		dsn := testkit.Postgres(t)
-		reg, err := connections.Open([]connections.Spec{{Name: "wh", Dialect: connections.Postgres, DSN: dsn}}, connections.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(reg.Close)
+		reg := openRegistry(t, connections.Spec{Name: "wh", Dialect: connections.Postgres, DSN: dsn})
 		res, err := reg.Query(ctx, "wh", texts, 200, 30*time.Second)
 		check(t, res, err)
 
