@@ -99,6 +99,12 @@ var mariaAttacks = []attack{
 	{"national string", "SELECT N'x', GET_LOCK('atk', 0)"},
 	// Objects that hide functions with effects.
 	{"view over get_lock", "SELECT * FROM v_lock"},
+	// Federated tables: the remote server runs what their definition names.
+	{"federated table over a view that locks", "SELECT * FROM ft_lock"},
+	{"federated table over a view that writes", "SELECT * FROM ft_write"},
+	{"federated table", "SELECT id FROM ft_target"},
+	{"view over a federated table", "SELECT * FROM v_federated"},
+	{"federated table in a subquery", "SELECT COUNT(*) FROM Album WHERE AlbumId IN (SELECT id FROM ft_target)"},
 	{"view qualified", "SELECT * FROM Chinook.v_lock"},
 	{"view backticked", "SELECT * FROM `v_lock`"},
 	{"view over that view", "SELECT * FROM v_nested"},
@@ -330,6 +336,28 @@ func TestMariaDBClientCharsetIsPinned(t *testing.T) {
 			if s, ok := v.(string); ok && strings.Contains(s, secret) {
 				t.Fatalf("a GBK connection read a server file through a string the check saw: %v", res.Rows)
 			}
+		}
+	}
+}
+
+// TestMariaDBSchemaLeavesOutFederatedTables: the schema the model writes
+// SQL from lists no federated table, since a read of one is refused.
+func TestMariaDBSchemaLeavesOutFederatedTables(t *testing.T) {
+	t.Parallel()
+	lab := startMariaLab(t)
+	reg := openRegistry(t, connections.Spec{Name: "wh", Dialect: connections.MySQL, DSN: lab.dsn})
+	text, err := reg.SchemaText(context.Background(), "wh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ft_lock", "ft_write", "ft_target"} {
+		if strings.Contains(text, name) {
+			t.Errorf("the schema lists federated table %s", name)
+		}
+	}
+	for _, name := range []string{"v_federated", "Album", "notes"} {
+		if !strings.Contains(text, name) {
+			t.Errorf("the schema leaves out %s", name)
 		}
 	}
 }

@@ -56,8 +56,9 @@ var catalogs = map[string]catalogQueries{
 		WHERE k.contype = 'f'`,
 	},
 	// Tables of the connection's database unqualified, others qualified;
-	// the system schemas left out. A view's TABLE_COMMENT is the word
-	// VIEW, not a comment.
+	// the system schemas and tables of remoteEngines (a read of one is
+	// refused) left out. A view's TABLE_COMMENT is the word VIEW, not a
+	// comment.
 	MySQL: {
 		columns: `SELECT CASE WHEN c.TABLE_SCHEMA = DATABASE() THEN c.TABLE_NAME ELSE CONCAT(c.TABLE_SCHEMA, '.', c.TABLE_NAME) END,
 			c.COLUMN_NAME, c.COLUMN_TYPE, c.COLUMN_COMMENT,
@@ -65,6 +66,7 @@ var catalogs = map[string]catalogQueries{
 		FROM information_schema.COLUMNS c
 		JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
 		WHERE c.TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')
+			AND COALESCE(t.ENGINE, '') NOT IN (` + sqlStrings(remoteEngines) + `)
 		ORDER BY c.TABLE_SCHEMA = DATABASE() DESC, c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION`,
 		foreignKeys: `SELECT CASE WHEN TABLE_SCHEMA = DATABASE() THEN TABLE_NAME ELSE CONCAT(TABLE_SCHEMA, '.', TABLE_NAME) END,
 			CASE WHEN REFERENCED_TABLE_SCHEMA = DATABASE() THEN REFERENCED_TABLE_NAME ELSE CONCAT(REFERENCED_TABLE_SCHEMA, '.', REFERENCED_TABLE_NAME) END
@@ -164,4 +166,10 @@ func oneLine(s string) string {
 		s = string(r[:maxCommentChars]) + "…"
 	}
 	return s
+}
+
+// sqlStrings renders ss as SQL string literals separated by commas (for
+// IN lists of constants that hold no quote).
+func sqlStrings(ss []string) string {
+	return "'" + strings.Join(ss, "', '") + "'"
 }

@@ -42,7 +42,9 @@ import (
 //     definition checked the same way, so a view over GET_LOCK is refused
 //     like the call. Names are matched without case and whether or not
 //     they are used as tables, so a column named like a dangerous view
-//     refuses the query: the check errs on the side of refusing.
+//     refuses the query: the check errs on the side of refusing. A table
+//     another server serves (remoteEngines: FEDERATED, CONNECT, SPIDER,
+//     SPHINX) is refused, named or behind a view.
 //  3. The statement runs in START TRANSACTION READ ONLY, with a statement
 //     timeout (max_statement_time on MariaDB, max_execution_time on MySQL)
 //     and sql_select_limit as the row cap, in a session whose sql_mode is
@@ -300,6 +302,9 @@ func (ch *mysqlChecker) views(ctx context.Context, names []safety.Ref, what, db 
 		conds = append(conds, "(LOWER(TABLE_SCHEMA) = ? AND LOWER(TABLE_NAME) = ?)")
 		args = append(args, k.schema, k.name)
 	}
+	if err := ch.remoteTables(ctx, strings.Join(conds, " OR "), args, what); err != nil {
+		return err
+	}
 	rows, err := ch.conn.QueryContext(ctx, `SELECT TABLE_SCHEMA, TABLE_NAME, VIEW_DEFINITION FROM information_schema.VIEWS WHERE `+strings.Join(conds, " OR "), args...)
 	if err != nil {
 		return dbError(err)
@@ -329,4 +334,29 @@ func (ch *mysqlChecker) views(ctx context.Context, names []safety.Ref, what, db 
 		}
 	}
 	return nil
+}
+
+// remoteEngines are storage engines whose tables are read by a query
+// another server runs (FederatedX, CONNECT's MYSQL/ODBC tables, Spider,
+// SphinxSE): over views and functions this check cannot see, on a
+// connection that is neither read-only nor this session's, so a remote
+// view over GET_LOCK or a stored function that writes runs when the table
+// is read.
+var remoteEngines = []string{"FEDERATED", "CONNECT", "SPIDER", "SPHINX"}
+
+// remoteTables refuses the tables matching cond (over TABLE_SCHEMA and
+// TABLE_NAME, with args) that one of remoteEngines stores.
+func (ch *mysqlChecker) remoteTables(ctx context.Context, cond string, args []any, what string) error {
+	q := `SELECT TABLE_SCHEMA, TABLE_NAME, ENGINE FROM information_schema.TABLES WHERE (` + cond + `) AND ENGINE IN (?` + strings.Repeat(", ?", len(remoteEngines)-1) + `) LIMIT 1`
+	for _, e := range remoteEngines {
+		args = append(args, e)
+	}
+	var schema, name, engine string
+	switch err := ch.conn.QueryRowContext(ctx, q, args...).Scan(&schema, &name, &engine); {
+	case err == sql.ErrNoRows:
+		return nil
+	case err != nil:
+		return dbError(err)
+	}
+	return refuse("%s.%s is a %s table: another server runs the query behind it, which cannot be checked here (in %s)", schema, name, engine, what)
 }
