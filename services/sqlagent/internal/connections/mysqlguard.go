@@ -43,8 +43,9 @@ import (
 //     like the call. Names are matched without case and whether or not
 //     they are used as tables, so a column named like a dangerous view
 //     refuses the query: the check errs on the side of refusing. A table
-//     another server serves (remoteEngines: FEDERATED, CONNECT, SPIDER,
-//     SPHINX) is refused, named or behind a view.
+//     whose rows come from outside the database (remoteEngines:
+//     FEDERATED, CONNECT, SPIDER, SPHINX) is refused, named or behind a
+//     view.
 //  3. The statement runs in START TRANSACTION READ ONLY, with a statement
 //     timeout (max_statement_time on MariaDB, max_execution_time on MySQL)
 //     and sql_select_limit as the row cap, in a session whose sql_mode is
@@ -336,12 +337,13 @@ func (ch *mysqlChecker) views(ctx context.Context, names []safety.Ref, what, db 
 	return nil
 }
 
-// remoteEngines are storage engines whose tables are read by a query
-// another server runs (FederatedX, CONNECT's MYSQL/ODBC tables, Spider,
-// SphinxSE): over views and functions this check cannot see, on a
-// connection that is neither read-only nor this session's, so a remote
-// view over GET_LOCK or a stored function that writes runs when the table
-// is read.
+// remoteEngines are storage engines whose rows come from outside the
+// database: a query another server runs (FederatedX, Spider, SphinxSE,
+// CONNECT's MYSQL/ODBC/JDBC tables), or a file or URL CONNECT reads (its
+// CSV, XML, JSON and REST tables). What the other side runs is beyond this
+// check, on a connection that is neither read-only nor this session's: a
+// remote view over GET_LOCK or a stored function that writes runs when
+// the table is read.
 var remoteEngines = []string{"FEDERATED", "CONNECT", "SPIDER", "SPHINX"}
 
 // remoteTables refuses the tables matching cond (over TABLE_SCHEMA and
@@ -358,5 +360,5 @@ func (ch *mysqlChecker) remoteTables(ctx context.Context, cond string, args []an
 	case err != nil:
 		return dbError(err)
 	}
-	return refuse("%s.%s is a %s table: another server runs the query behind it, which cannot be checked here (in %s)", schema, name, engine, what)
+	return refuse("%s.%s is a %s table: its rows come from outside the database (another server, a file or a URL), which cannot be checked here (in %s)", schema, name, engine, what)
 }
