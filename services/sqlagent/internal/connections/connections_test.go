@@ -266,3 +266,23 @@ func openRegistry(t *testing.T, specs ...connections.Spec) *connections.Registry
 	t.Cleanup(reg.Close)
 	return reg
 }
+
+// checkSchemaNames fails the test if the schema text of connection conn
+// names any of absent or leaves out any of present.
+func checkSchemaNames(t *testing.T, reg *connections.Registry, conn string, absent, present []string) {
+	t.Helper()
+	text, err := reg.SchemaText(context.Background(), conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range absent {
+		if strings.Contains(text, name) {
+			t.Errorf("the schema lists %s", name)
+		}
+	}
+	for _, name := range present {
+		if !strings.Contains(text, name) {
+			t.Errorf("the schema leaves out %s", name)
+		}
+	}
+}

@@ -303,10 +303,11 @@ func (ch *mysqlChecker) views(ctx context.Context, names []safety.Ref, what, db 
 		conds = append(conds, "(LOWER(TABLE_SCHEMA) = ? AND LOWER(TABLE_NAME) = ?)")
 		args = append(args, k.schema, k.name)
 	}
-	if err := ch.remoteTables(ctx, strings.Join(conds, " OR "), args, what); err != nil {
+	where := strings.Join(conds, " OR ")
+	if err := ch.remoteTables(ctx, where, args, what); err != nil {
 		return err
 	}
-	rows, err := ch.conn.QueryContext(ctx, `SELECT TABLE_SCHEMA, TABLE_NAME, VIEW_DEFINITION FROM information_schema.VIEWS WHERE `+strings.Join(conds, " OR "), args...)
+	rows, err := ch.conn.QueryContext(ctx, `SELECT TABLE_SCHEMA, TABLE_NAME, VIEW_DEFINITION FROM information_schema.VIEWS WHERE `+where, args...)
 	if err != nil {
 		return dbError(err)
 	}
