@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -98,14 +99,20 @@ func serveRelay(to string) error {
 			return err
 		}
 		go func() {
-			defer c.Close()
 			u, err := net.Dial("tcp", to)
 			if err != nil {
+				c.Close()
 				return
 			}
-			defer u.Close()
-			go copyEach(u, c)
+			// Whichever side ends first ends the other: a client that
+			// hangs up mid-stream (the stream rows read only the first
+			// chunk) leaves the upstream's keep-alive connection idle, so
+			// waiting for both directions held two descriptors a request
+			// until the relay ran out of them.
+			closeBoth := sync.OnceFunc(func() { c.Close(); u.Close() })
+			go func() { copyEach(u, c); closeBoth() }()
 			copyEach(c, u)
+			closeBoth()
 		}()
 	}
 }
