@@ -48,3 +48,51 @@ func TestCompileErrorsReadAsOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestReferenceCyclesAreRefusedAtCompile: a schema that applies itself to
+// the same value again (the JSON Schema spec leaves its meaning undefined;
+// the library fails every validation with it) is refused when it is
+// compiled, naming where it turns back, through every keyword that keeps
+// the value; recursion that descends into the value compiles.
+func TestReferenceCyclesAreRefusedAtCompile(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ schema, want string }{
+		{`{"$ref":"#"}`, "# refers back to #"},
+		{`{"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`, "#/$defs/a refers back to #/$defs/a"},
+		{`{"definitions":{"a":{"$ref":"#/definitions/a"}},"$ref":"#/definitions/a"}`, "#/definitions/a refers back to #/definitions/a"},
+		{`{"$defs":{"a":{"allOf":[{"$ref":"#/$defs/b"}]},"b":{"anyOf":[{"type":"string"},{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"}`, "refers back to #/$defs/a"},
+		{`{"type":"object","properties":{"x":{"$ref":"#/$defs/a"}},"$defs":{"a":{"oneOf":[{"$ref":"#/$defs/a"}]}}}`, "refers back to #/$defs/a"},
+		{`{"not":{"$ref":"#"}}`, "refers back to #"},
+		{`{"if":{"$ref":"#"}}`, "refers back to #"},
+		{`{"if":true,"then":{"$ref":"#"}}`, "refers back to #"},
+		{`{"if":false,"else":{"$ref":"#"}}`, "refers back to #"},
+		{`{"dependentSchemas":{"a":{"$ref":"#"}}}`, "refers back to #"},
+		{`{"$schema":"http://json-schema.org/draft-07/schema#","dependencies":{"a":{"$ref":"#"}}}`, "refers back to #"},
+		{`{"$dynamicAnchor":"n","allOf":[{"$dynamicRef":"#n"}]}`, "refers back to #"},
+		{`{"$schema":"https://json-schema.org/draft/2019-09/schema","$recursiveAnchor":true,"anyOf":[{"$recursiveRef":"#"}]}`, "refers back to #"},
+	} {
+		err := compile(t, tc.schema)
+		if err == nil {
+			t.Errorf("%s compiled", tc.schema)
+			continue
+		}
+		if got := err.Error(); !strings.Contains(got, tc.want) || !strings.Contains(got, "reference cycle") || strings.Contains(got, "mem:") {
+			t.Errorf("%s: %q, want %q and the words reference cycle", tc.schema, got, tc.want)
+		}
+	}
+	// Recursive data (a tree, a list) descends into the value each time.
+	for _, schema := range []string{
+		`{"$defs":{"node":{"type":"object","properties":{"children":{"type":"array","items":{"$ref":"#/$defs/node"}}}}},"$ref":"#/$defs/node"}`,
+		`{"type":"object","properties":{"next":{"anyOf":[{"type":"null"},{"$ref":"#"}]}}}`,
+		`{"$dynamicAnchor":"n","type":"object","additionalProperties":{"$dynamicRef":"#n"}}`,
+		`{"$schema":"https://json-schema.org/draft/2019-09/schema","$recursiveAnchor":true,"type":"array","items":{"$recursiveRef":"#"}}`,
+		`{"$defs":{"a":{"type":"string"}},"allOf":[{"$ref":"#/$defs/a"},{"$ref":"#/$defs/a"}],"not":{"$ref":"#/$defs/a"}}`,
+		`{"$ref":"https://json-schema.org/draft/2020-12/schema"}`,
+		`{"$ref":"http://json-schema.org/draft-07/schema#"}`,
+		`{"patternProperties":{"^a":{"$ref":"#"}},"propertyNames":{"$ref":"#/$defs/s"},"$defs":{"s":{"type":"string"}}}`,
+	} {
+		if err := compile(t, schema); err != nil {
+			t.Errorf("%s: %v", schema, err)
+		}
+	}
+}

@@ -314,6 +314,7 @@ func TestToolParametersSchema(t *testing.T) {
 		{"remote $ref", `{"$ref": "http://evil/x"}`, false},
 		{"type of the wrong type", `{"type": 12}`, false},
 		{"not an object", `"object"`, false},
+		{"reference cycle", `{"type": "object", "allOf": [{"$ref": "#"}]}`, false},
 		{"good", good, true},
 		{"local $ref", `{"type": "object", "properties": {"a": {"$ref": "#/$defs/s"}}, "$defs": {"s": {"type": "string"}}}`, true},
 		{"draft 7", `{"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}`, true},
