@@ -1,8 +1,13 @@
 package jsonschemax_test
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -95,4 +100,100 @@ func TestReferenceCyclesAreRefusedAtCompile(t *testing.T) {
 			t.Errorf("%s: %v", schema, err)
 		}
 	}
+}
+
+// fanout returns a schema whose root reaches a string schema along 2^depth
+// paths (each level an allOf of two references to the level below).
+func fanout(depth int) string {
+	var b strings.Builder
+	b.WriteString(`{"$defs":{"l0":{"type":"string"}`)
+	for i := 1; i <= depth; i++ {
+		fmt.Fprintf(&b, `,"l%d":{"allOf":[{"$ref":"#/$defs/l%d"},{"$ref":"#/$defs/l%d"}]}`, i, i-1, i-1)
+	}
+	fmt.Fprintf(&b, `},"$ref":"#/$defs/l%d"}`, depth)
+	return b.String()
+}
+
+// TestManyPathsToOnePartAreRefusedAtCompile: the library applies a part
+// once per path to it, so a 1.4 KB schema of 22 levels of allOf took 14 s
+// of CPU to validate 42 (and nothing stops a validation). Past MaxInPlace
+// applications to one value the schema is refused when compiled; a schema
+// that applies a part a few times compiles.
+func TestManyPathsToOnePartAreRefusedAtCompile(t *testing.T) {
+	t.Parallel()
+	for _, depth := range []int{10, 22, 60} {
+		start := time.Now()
+		err := compile(t, fanout(depth))
+		if err == nil || !strings.Contains(err.Error(), "applies more than 1000 schemas to one value") || strings.Contains(err.Error(), "mem:") {
+			t.Errorf("depth %d: %v", depth, err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("depth %d: compiling took %v", depth, d)
+		}
+	}
+	if err := compile(t, fanout(7)); err != nil { // 509 applications (each reference is one)
+		t.Errorf("depth 7: %v", err)
+	}
+}
+
+// TestValidateBoundsTheWorkByTheValue: parts that apply to the same part of
+// the value along several paths multiply along the value's depth (each
+// level here applies node twice to the next), which no bound on the
+// schema alone catches. Validate refuses, without validating, a value that
+// would take more than 10,000 + 16 per value of applications, and
+// validates the rest as the library does.
+func TestValidateBoundsTheWorkByTheValue(t *testing.T) {
+	t.Parallel()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(`{"$defs":{"node":{"type":"object",
+		"allOf":[{"properties":{"x":{"$ref":"#/$defs/node"}}},{"properties":{"x":{"$ref":"#/$defs/node"}}}]}},"$ref":"#/$defs/node"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := jsonschemax.Compile(jsonschemax.NewCompiler(), base, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nested := func(depth int) any {
+		var v any = map[string]any{}
+		for range depth {
+			v = map[string]any{"x": v}
+		}
+		return v
+	}
+	if err := jsonschemax.Validate(s, nested(5)); err != nil {
+		t.Errorf("depth 5: %v", err)
+	}
+	if err := jsonschemax.Validate(s, map[string]any{"x": "not an object"}); err == nil || errors.Is(err, jsonschemax.ErrTooCostly) {
+		t.Errorf("an invalid value: %v", err)
+	}
+	start := time.Now()
+	err = jsonschemax.Validate(s, nested(40)) // 2^40 applications
+	if !errors.Is(err, jsonschemax.ErrTooCostly) {
+		t.Errorf("depth 40: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("depth 40: refusing took %v", d)
+	}
+	// A large value of an ordinary schema is well within the bound.
+	s2, err := jsonschemax.Compile(jsonschemax.NewCompiler(), base, mustDoc(t, `{"type":"array","items":{"type":"object",
+		"properties":{"a":{"type":"string"},"b":{"anyOf":[{"type":"integer"},{"type":"null"}]}},"required":["a"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var items []any
+	for i := range 20_000 {
+		items = append(items, map[string]any{"a": "x", "b": json.Number(strconv.Itoa(i))})
+	}
+	if err := jsonschemax.Validate(s2, items); err != nil {
+		t.Errorf("20,000 items: %v", err)
+	}
+}
+
+func mustDoc(t *testing.T, text string) any {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
 }

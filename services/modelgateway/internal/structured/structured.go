@@ -146,7 +146,7 @@ func (s *Schema) Validate(content string) error {
 	if err != nil {
 		return err
 	}
-	err = s.schema.Validate(inst)
+	err = jsonschemax.Validate(s.schema, inst)
 	if err == nil {
 		return nil
 	}

@@ -216,7 +216,7 @@ func (r *Registry) execute(ctx context.Context, call Call) (out string, err erro
 	if err != nil {
 		return "", fmt.Errorf("arguments for %s are not valid JSON: %v", call.Name, err)
 	}
-	if err := reg.schema.Validate(inst); err != nil {
+	if err := jsonschemax.Validate(reg.schema, inst); err != nil {
 		return "", fmt.Errorf("invalid arguments for %s: %s", call.Name, describe(err))
 	}
 	call.Arguments = args

@@ -92,7 +92,7 @@ func (c *Compiled) Validate(v any) error {
 }
 
 func (c *Compiled) validate(inst any) error {
-	err := c.schema.Validate(inst)
+	err := jsonschemax.Validate(c.schema, inst)
 	if err == nil {
 		return nil
 	}
