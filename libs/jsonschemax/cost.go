@@ -1,10 +1,12 @@
 package jsonschemax
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -80,28 +82,68 @@ func checkShape(root *jsonschema.Schema) error {
 // that doing so applies s's parts to v's parts at most 10,000 + 16 times
 // per value in v: past that it returns an error wrapping ErrTooCostly
 // without validating.
+//
+// A number with more than maxDigits digits, or an exponent past
+// ±maxDigits, is refused too: the library turns every number into an
+// exact fraction (big.Rat), which took 18 ms for 1e999999 and panicked
+// (a nil dereference) on 1e9999999, which it cannot represent.
 func Validate(s *jsonschema.Schema, v any) error {
-	w := walker{limit: 10_000 + 16*values(v), root: s}
+	n, err := measure(v, nil)
+	if err != nil {
+		return err
+	}
+	w := walker{limit: 10_000 + 16*n, root: s}
 	if !w.apply(s, v) {
 		return fmt.Errorf("%w: its parts would apply to the value's parts more than %d times", ErrTooCostly, w.limit)
 	}
 	return s.Validate(v)
 }
 
-// values counts the JSON values in v.
-func values(v any) int {
+// maxDigits bounds a number's digits and its exponent's size.
+const maxDigits = 1000
+
+// measure counts the JSON values in v (at path), and refuses a number
+// Validate cannot check.
+func measure(v any, path []string) (int, error) {
 	n := 1
 	switch v := v.(type) {
+	case json.Number:
+		if !checkable(string(v)) {
+			return 0, fmt.Errorf("at /%s: the number %.40s cannot be checked: it has more than %d digits or an exponent past ±%[3]d",
+				strings.Join(path, "/"), v, maxDigits)
+		}
 	case map[string]any:
-		for _, e := range v {
-			n += values(e)
+		for _, k := range sortedKeys(v) {
+			m, err := measure(v[k], append(path, k))
+			if err != nil {
+				return 0, err
+			}
+			n += m
 		}
 	case []any:
-		for _, e := range v {
-			n += values(e)
+		for i, e := range v {
+			m, err := measure(e, append(path, strconv.Itoa(i)))
+			if err != nil {
+				return 0, err
+			}
+			n += m
 		}
 	}
-	return n
+	return n, nil
+}
+
+// checkable reports whether the JSON number s has at most maxDigits digits
+// and an exponent within ±maxDigits.
+func checkable(s string) bool {
+	mantissa, exp, hasExp := strings.Cut(strings.ToLower(s), "e")
+	if len(mantissa) > maxDigits && len(strings.Trim(strings.ReplaceAll(mantissa, ".", ""), "-")) > maxDigits {
+		return false
+	}
+	if !hasExp {
+		return true
+	}
+	e, err := strconv.Atoi(exp)
+	return err == nil && e >= -maxDigits && e <= maxDigits
 }
 
 // walker counts schema applications as validation would make them, or

@@ -34,6 +34,12 @@ func NewCompiler() *jsonschema.Compiler {
 // and compiles it. Its error says what is wrong as compileError does, in
 // the caller's terms.
 func Compile(c *jsonschema.Compiler, url string, doc any) (*jsonschema.Schema, error) {
+	// The library checks a schema against its draft's metaschema, which
+	// turns the schema's numbers into exact fractions: it panicked on
+	// {"multipleOf": 1e-9999999}.
+	if _, err := measure(doc, nil); err != nil {
+		return nil, fmt.Errorf("not a valid JSON schema: %w", err)
+	}
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, errors.New(describe(url, err))
 	}

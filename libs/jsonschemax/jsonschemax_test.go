@@ -197,3 +197,33 @@ func mustDoc(t *testing.T, text string) any {
 	}
 	return doc
 }
+
+// TestNumbersTheLibraryCannotHoldAreRefused: the library turns numbers into
+// exact fractions (big.Rat): 1e999999 took 18 ms, and 1e9999999, which
+// big.Rat refuses, was a nil dereference: a panic in Validate (a value
+// against "maximum") and in Compile (the schema checked against its
+// metaschema). Both are refused, naming the place.
+func TestNumbersTheLibraryCannotHoldAreRefused(t *testing.T) {
+	t.Parallel()
+	for _, schema := range []string{`{"multipleOf":1e-9999999}`, `{"maximum":1e9999999}`, `{"enum":[1, 1e999999]}`, `{"minimum":` + strings.Repeat("9", 1001) + `}`} {
+		err := compile(t, schema)
+		if err == nil || !strings.HasPrefix(err.Error(), "not a valid JSON schema: at /") || !strings.Contains(err.Error(), "cannot be checked") {
+			t.Errorf("%s: %v", schema, err)
+		}
+	}
+	s, err := jsonschemax.Compile(jsonschemax.NewCompiler(), base, mustDoc(t, `{"type":"object","properties":{"n":{"type":"array","items":{"type":"number","maximum":5,"multipleOf":0.5}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, value := range []string{`{"n":[1e9999999]}`, `{"n":[1, -1.5e-9999999]}`, `{"n":[1e1001]}`, `{"n":[` + strings.Repeat("1", 1001) + `]}`} {
+		err := jsonschemax.Validate(s, mustDoc(t, value))
+		if err == nil || !strings.HasPrefix(err.Error(), "at /n/") || !strings.Contains(err.Error(), "cannot be checked") {
+			t.Errorf("%s: %v", value, err)
+		}
+	}
+	for value, valid := range map[string]bool{`{"n":[-1e2, 4.5, 0.5e1, 1e-0]}`: true, `{"n":[1e300]}`: false, `{"n":[2.25]}`: false} {
+		if err := jsonschemax.Validate(s, mustDoc(t, value)); (err == nil) != valid {
+			t.Errorf("%s: %v", value, err)
+		}
+	}
+}

@@ -204,6 +204,15 @@ func (r *Registry) Execute(ctx context.Context, call Call) Result {
 }
 
 func (r *Registry) execute(ctx context.Context, call Call) (out string, err error) {
+	// Calls run in the chat loop's goroutines, which nothing else
+	// recovers: a panic checking the arguments (the schema library's) or
+	// in the tool is the model's error to read, not the process's end.
+	defer func() {
+		if p := recover(); p != nil {
+			r.opts.Logger.ErrorContext(ctx, "tool panicked", "tool", call.Name, "panic", p, "stack", string(debug.Stack()))
+			out, err = "", fmt.Errorf("%s crashed: %v", call.Name, p)
+		}
+	}()
 	reg, ok := r.byName[call.Name]
 	if !ok {
 		return "", fmt.Errorf("unknown tool %q; available tools: %s", call.Name, strings.Join(r.names, ", "))
@@ -225,12 +234,6 @@ func (r *Registry) execute(ctx context.Context, call Call) (out string, err erro
 		ctx, cancel = context.WithTimeoutCause(ctx, r.opts.Timeout, fmt.Errorf("%s timed out after %v", call.Name, r.opts.Timeout))
 		defer cancel()
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			r.opts.Logger.ErrorContext(ctx, "tool panicked", "tool", call.Name, "panic", p, "stack", string(debug.Stack()))
-			out, err = "", fmt.Errorf("%s crashed: %v", call.Name, p)
-		}
-	}()
 	out, err = reg.tool.Execute(ctx, call)
 	if err != nil && ctx.Err() != nil {
 		// Say why the context ended (timeout, or the client went away)

@@ -28,7 +28,8 @@ const priceSchema = `{
   "type": "object",
   "properties": {
     "ticker": {"type": "string", "pattern": "^[A-Z]{1,5}$"},
-    "days": {"type": "integer", "minimum": 1, "maximum": 30}
+    "days": {"type": "integer", "minimum": 1, "maximum": 30},
+    "max_price": {"type": "number", "maximum": 1000000}
   },
   "required": ["ticker"],
   "additionalProperties": false
@@ -64,6 +65,9 @@ func TestExecute(t *testing.T) {
 		{"missing required property", tools.Call{Name: "price", Arguments: json.RawMessage(`{"days":5}`)}, true, []string{"invalid arguments for price", "missing property 'ticker'"}, false},
 		{"wrong type", tools.Call{Name: "price", Arguments: json.RawMessage(`{"ticker":"BHP","days":"five"}`)}, true, []string{"invalid arguments for price", "/days", "want integer"}, false},
 		{"out of range", tools.Call{Name: "price", Arguments: json.RawMessage(`{"ticker":"BHP","days":90}`)}, true, []string{"/days", "maximum"}, false},
+		// The library panicked on a number big.Rat cannot hold (in the
+		// chat loop's goroutine: outside this registry's recover).
+		{"number past what can be checked", tools.Call{Name: "price", Arguments: json.RawMessage(`{"ticker":"BHP","max_price":1e9999999}`)}, true, []string{"invalid arguments for price", "/max_price", "cannot be checked"}, false},
 		{"additional property", tools.Call{Name: "price", Arguments: json.RawMessage(`{"ticker":"BHP","exchange":"ASX"}`)}, true, []string{"additional properties 'exchange'"}, false},
 		{"not JSON", tools.Call{Name: "price", Arguments: json.RawMessage(`{"ticker":`)}, true, []string{"not valid JSON"}, false},
 		{"not an object", tools.Call{Name: "price", Arguments: json.RawMessage(`["BHP"]`)}, true, []string{"invalid arguments", "want object"}, false},
