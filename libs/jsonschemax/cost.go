@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,13 +89,13 @@ func checkShape(root *jsonschema.Schema) error {
 // exact fraction (big.Rat), which took 18 ms for 1e999999 and panicked
 // (a nil dereference) on 1e9999999, which it cannot represent.
 func Validate(s *jsonschema.Schema, v any) error {
-	n, err := measure(v, nil)
+	n, err := measure(v)
 	if err != nil {
 		return err
 	}
-	w := walker{limit: 10_000 + 16*n, root: s}
-	if !w.apply(s, v) {
-		return fmt.Errorf("%w: its parts would apply to the value's parts more than %d times", ErrTooCostly, w.limit)
+	c := coster{root: s, limit: 10_000 + 16*n, maxWork: 8 * (10_000 + 16*n)}
+	if c.cost(s, v) > c.limit {
+		return fmt.Errorf("%w: its parts would apply to the value's parts more than %d times", ErrTooCostly, c.limit)
 	}
 	return s.Validate(v)
 }
@@ -102,29 +103,47 @@ func Validate(s *jsonschema.Schema, v any) error {
 // maxDigits bounds a number's digits and its exponent's size.
 const maxDigits = 1000
 
-// measure counts the JSON values in v (at path), and refuses a number
-// Validate cannot check.
-func measure(v any, path []string) (int, error) {
+// measure counts the JSON values in v, and refuses a number Validate
+// cannot check, naming where it is.
+func measure(v any) (int, error) {
+	n, bad := count(v)
+	if bad != nil {
+		slices.Reverse(bad.path)
+		return 0, fmt.Errorf("at /%s: the number %.40s cannot be checked: it has more than %d digits or an exponent past ±%[3]d",
+			strings.Join(bad.path, "/"), bad.number, maxDigits)
+	}
+	return n, nil
+}
+
+// badNumber is a number that cannot be checked, and its path from the
+// innermost part out.
+type badNumber struct {
+	number json.Number
+	path   []string
+}
+
+func count(v any) (int, *badNumber) {
 	n := 1
 	switch v := v.(type) {
 	case json.Number:
 		if !checkable(string(v)) {
-			return 0, fmt.Errorf("at /%s: the number %.40s cannot be checked: it has more than %d digits or an exponent past ±%[3]d",
-				strings.Join(path, "/"), v, maxDigits)
+			return 0, &badNumber{number: v}
 		}
 	case map[string]any:
-		for _, k := range sortedKeys(v) {
-			m, err := measure(v[k], append(path, k))
-			if err != nil {
-				return 0, err
+		for k, e := range v {
+			m, bad := count(e)
+			if bad != nil {
+				bad.path = append(bad.path, k)
+				return 0, bad
 			}
 			n += m
 		}
 	case []any:
 		for i, e := range v {
-			m, err := measure(e, append(path, strconv.Itoa(i)))
-			if err != nil {
-				return 0, err
+			m, bad := count(e)
+			if bad != nil {
+				bad.path = append(bad.path, strconv.Itoa(i))
+				return 0, bad
 			}
 			n += m
 		}
@@ -146,92 +165,128 @@ func checkable(s string) bool {
 	return err == nil && e >= -maxDigits && e <= maxDigits
 }
 
-// walker counts schema applications as validation would make them, or
-// more (both branches of if, every applicator whatever its siblings say),
-// and stops past limit.
-type walker struct {
-	n, limit int
-	root     *jsonschema.Schema
-	g        *graph // built at the first dynamic reference
+// coster counts the schema applications validating a value makes, or
+// more: both branches of if, every applicator whatever its siblings say,
+// and for a $dynamicRef (or $recursiveRef) the most any schema it may
+// resolve to would make (the library picks one, by the dynamic scope). It
+// stops counting past limit, so without dynamic references its work is
+// the count. With them, it would walk every schema a reference may land
+// on, so from the first one on, what a schema costs on a part of the
+// value is remembered (it does not depend on how the schema was reached)
+// and each pair is counted once; maxWork bounds the work whatever the
+// count.
+type coster struct {
+	root           *jsonschema.Schema
+	g              *graph          // built at the first dynamic reference
+	memo           map[costKey]int // from the first dynamic reference on
+	limit, maxWork int
+	work           int
 }
 
-func (w *walker) apply(s *jsonschema.Schema, v any) bool {
-	if w.n++; w.n > w.limit {
-		return false
-	}
-	var inPlace []*jsonschema.Schema
-	if s.DynamicRef != nil || s.RecursiveRef != nil {
-		if w.g == nil {
-			w.g = newGraph(w.root)
+// costKey is a schema and a part of the value: a map or an array by
+// identity, any other value (no parts) as one.
+type costKey struct {
+	s *jsonschema.Schema
+	v uintptr
+}
+
+const costing = -1 // memo mark of a pair being counted
+
+func (c *coster) cost(s *jsonschema.Schema, v any) int {
+	var key costKey
+	if c.memo != nil {
+		key.s = s
+		switch v.(type) {
+		case map[string]any, []any:
+			key.v = reflect.ValueOf(v).Pointer()
 		}
-		inPlace = w.g.inPlace(s)
-	} else {
-		inPlace = staticInPlace(s)
-	}
-	for _, p := range inPlace {
-		if !w.apply(p, v) {
-			return false
+		switch n, ok := c.memo[key]; {
+		case ok && n == costing:
+			return c.limit + 1 // a cycle through dynamic references
+		case ok:
+			return n
 		}
+		c.memo[key] = costing
+	}
+	n := c.count(s, v)
+	if c.memo != nil {
+		c.memo[key] = n
+	}
+	return n
+}
+
+// count is cost without the memo.
+func (c *coster) count(s *jsonschema.Schema, v any) int {
+	over := c.limit + 1
+	if c.work++; c.work > c.maxWork {
+		return over
+	}
+	n := 1
+	// add adds what p costs on e, and reports whether the count is still
+	// within the limit.
+	add := func(p *jsonschema.Schema, e any) bool {
+		if p != nil {
+			n = min(n+c.cost(p, e), over)
+		}
+		return n < over
+	}
+	ok := forInPlace(s, func(p *jsonschema.Schema) bool { return add(p, v) })
+	if ok && (s.DynamicRef != nil || s.RecursiveRef != nil) {
+		if c.g == nil {
+			c.g = newGraph(c.root)
+			c.memo = map[costKey]int{}
+		}
+		most := 0
+		for _, p := range c.g.dynamicTargets(s) {
+			most = max(most, c.cost(p, v))
+		}
+		n = min(n+most, over)
+		ok = n < over
 	}
 	switch v := v.(type) {
 	case map[string]any:
 		for k, e := range v {
-			if s.PropertyNames != nil && !w.apply(s.PropertyNames, k) {
-				return false
+			if !ok {
+				break
 			}
-			matched := false
-			if p := s.Properties[k]; p != nil {
-				matched = true
-				if !w.apply(p, e) {
-					return false
-				}
-			}
+			ok = s.PropertyNames == nil || add(s.PropertyNames, k) // boxing k allocates
+			matched := s.Properties[k] != nil
+			ok = ok && add(s.Properties[k], e)
 			for re, p := range s.PatternProperties {
-				if re.MatchString(k) {
+				if ok && re.MatchString(k) {
 					matched = true
-					if !w.apply(p, e) {
-						return false
-					}
+					ok = add(p, e)
 				}
 			}
-			if ap, ok := s.AdditionalProperties.(*jsonschema.Schema); ok && !matched && !w.apply(ap, e) {
-				return false
+			if ap, isSchema := s.AdditionalProperties.(*jsonschema.Schema); isSchema && !matched {
+				ok = ok && add(ap, e)
 			}
-			if s.UnevaluatedProperties != nil && !w.apply(s.UnevaluatedProperties, e) {
-				return false
-			}
+			ok = ok && add(s.UnevaluatedProperties, e)
 		}
 	case []any:
 		for i, e := range v {
-			for _, p := range itemSchemas(s, i) {
-				if !w.apply(p, e) {
-					return false
+			if !ok {
+				break
+			}
+			ok = add(s.Contains, e) && add(s.UnevaluatedItems, e)
+			switch items := s.Items.(type) {
+			case *jsonschema.Schema:
+				ok = ok && add(items, e)
+			case []*jsonschema.Schema:
+				if i < len(items) {
+					ok = ok && add(items[i], e)
+				} else if ai, isSchema := s.AdditionalItems.(*jsonschema.Schema); isSchema {
+					ok = ok && add(ai, e)
 				}
+			}
+			if i < len(s.PrefixItems) {
+				ok = ok && add(s.PrefixItems[i], e)
+			} else {
+				ok = ok && add(s.Items2020, e)
 			}
 		}
 	}
-	return true
-}
-
-// itemSchemas returns the schemas s applies to item i of an array.
-func itemSchemas(s *jsonschema.Schema, i int) []*jsonschema.Schema {
-	out := []*jsonschema.Schema{s.Contains, s.UnevaluatedItems}
-	switch items := s.Items.(type) {
-	case *jsonschema.Schema:
-		out = append(out, items)
-	case []*jsonschema.Schema:
-		if i < len(items) {
-			out = append(out, items[i])
-		} else if ai, ok := s.AdditionalItems.(*jsonschema.Schema); ok {
-			out = append(out, ai)
-		}
-	}
-	if i < len(s.PrefixItems) {
-		out = append(out, s.PrefixItems[i])
-	} else {
-		out = append(out, s.Items2020)
-	}
-	return slices.DeleteFunc(out, func(s *jsonschema.Schema) bool { return s == nil })
+	return n
 }
 
 // graph is every schema a root reaches, with the targets a dynamic
@@ -271,11 +326,17 @@ func newGraph(root *jsonschema.Schema) *graph {
 	return g
 }
 
-// inPlace returns the schemas s applies to the very value it is given. A
-// $dynamicRef (or $recursiveRef) may land on any schema of the same
-// dynamic anchor, so it counts as a reference to each of them.
+// inPlace returns the schemas s applies to the very value it is given,
+// counting a dynamic reference as one to each schema it may resolve to.
 func (g *graph) inPlace(s *jsonschema.Schema) []*jsonschema.Schema {
-	out := staticInPlace(s)
+	return append(staticInPlace(s), g.dynamicTargets(s)...)
+}
+
+// dynamicTargets returns the schemas a $dynamicRef (or $recursiveRef) of
+// s may land on, besides the static target of $recursiveRef: its initial
+// target, and every schema of the same dynamic anchor.
+func (g *graph) dynamicTargets(s *jsonschema.Schema) []*jsonschema.Schema {
+	var out []*jsonschema.Schema
 	if r := s.RecursiveRef; r != nil && r.RecursiveAnchor {
 		out = append(out, g.recursive...)
 	}
@@ -290,19 +351,41 @@ func (g *graph) inPlace(s *jsonschema.Schema) []*jsonschema.Schema {
 
 // staticInPlace is inPlace without the targets of a $dynamicRef.
 func staticInPlace(s *jsonschema.Schema) []*jsonschema.Schema {
-	out := []*jsonschema.Schema{s.Ref, s.RecursiveRef, s.Not, s.If, s.Then, s.Else}
-	out = append(out, s.AllOf...)
-	out = append(out, s.AnyOf...)
-	out = append(out, s.OneOf...)
-	for _, k := range sortedKeys(s.Dependencies) {
-		if d, ok := s.Dependencies[k].(*jsonschema.Schema); ok {
-			out = append(out, d)
+	var out []*jsonschema.Schema
+	forInPlace(s, func(p *jsonschema.Schema) bool { out = append(out, p); return true })
+	return out
+}
+
+// forInPlace calls fn with each schema of staticInPlace(s), in its order,
+// until fn returns false; it reports whether none did.
+func forInPlace(s *jsonschema.Schema, fn func(*jsonschema.Schema) bool) bool {
+	for _, p := range [...]*jsonschema.Schema{s.Ref, s.RecursiveRef, s.Not, s.If, s.Then, s.Else} {
+		if p != nil && !fn(p) {
+			return false
 		}
 	}
-	for _, k := range sortedKeys(s.DependentSchemas) {
-		out = append(out, s.DependentSchemas[k])
+	for _, ps := range [...][]*jsonschema.Schema{s.AllOf, s.AnyOf, s.OneOf} {
+		for _, p := range ps {
+			if !fn(p) {
+				return false
+			}
+		}
 	}
-	return slices.DeleteFunc(out, func(s *jsonschema.Schema) bool { return s == nil })
+	if len(s.Dependencies) > 0 {
+		for _, k := range sortedKeys(s.Dependencies) {
+			if d, ok := s.Dependencies[k].(*jsonschema.Schema); ok && !fn(d) {
+				return false
+			}
+		}
+	}
+	if len(s.DependentSchemas) > 0 {
+		for _, k := range sortedKeys(s.DependentSchemas) {
+			if !fn(s.DependentSchemas[k]) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // descending returns the schemas s applies to parts of its value: its

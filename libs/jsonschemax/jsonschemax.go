@@ -37,7 +37,7 @@ func Compile(c *jsonschema.Compiler, url string, doc any) (*jsonschema.Schema, e
 	// The library checks a schema against its draft's metaschema, which
 	// turns the schema's numbers into exact fractions: it panicked on
 	// {"multipleOf": 1e-9999999}.
-	if _, err := measure(doc, nil); err != nil {
+	if _, err := measure(doc); err != nil {
 		return nil, fmt.Errorf("not a valid JSON schema: %w", err)
 	}
 	if err := c.AddResource(url, doc); err != nil {

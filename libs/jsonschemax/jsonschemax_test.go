@@ -174,6 +174,24 @@ func TestValidateBoundsTheWorkByTheValue(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("depth 40: refusing took %v", d)
 	}
+	// A schema that is itself a value, checked against the draft's
+	// metaschema, 40 levels deep: each "#meta" $dynamicRef may land on
+	// any of nine schemas; counted as the costliest, not as all nine
+	// (which refused eight levels).
+	meta, err := jsonschemax.Compile(jsonschemax.NewCompiler(), base, mustDoc(t, `{"$ref":"https://json-schema.org/draft/2020-12/schema"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep := `{"type":"string"}`
+	for range 40 {
+		deep = `{"type":"object","properties":{"a":` + deep + `},"anyOf":[{"required":["a"]},{"type":"null"}]}`
+	}
+	if err := jsonschemax.Validate(meta, mustDoc(t, deep)); err != nil {
+		t.Errorf("a 40-level schema against the metaschema: %v", err)
+	}
+	if err := jsonschemax.Validate(meta, mustDoc(t, `{"type":"object","properties":{"a":{"type":12}}}`)); err == nil || errors.Is(err, jsonschemax.ErrTooCostly) {
+		t.Errorf("an invalid schema against the metaschema: %v", err)
+	}
 	// A large value of an ordinary schema is well within the bound.
 	s2, err := jsonschemax.Compile(jsonschemax.NewCompiler(), base, mustDoc(t, `{"type":"array","items":{"type":"object",
 		"properties":{"a":{"type":"string"},"b":{"anyOf":[{"type":"integer"},{"type":"null"}]}},"required":["a"]}}`))
