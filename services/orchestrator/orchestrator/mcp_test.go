@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -409,4 +411,42 @@ func TestMCPToolListChangesAreFollowed(t *testing.T) {
 	waitTools("a tool removed", func(n []string) bool {
 		return !slices.Contains(n, "mcp__wiki__search_wiki") && slices.Contains(n, "mcp__wiki__open_page")
 	})
+}
+
+// TestMCPHugeJSONAnswerIsRefused: a streamable HTTP server that answers in
+// JSON (not SSE) had its whole answer read into memory by the SDK, however
+// large (it caps SSE events and stdio lines at 16 MiB, not JSON bodies):
+// one tenant's server answering 40 MiB made the orchestrator every tenant
+// shares hold it all. Past 16 MiB the answer is now cut off, and the call
+// is a tool error the model reads; the next call reconnects.
+func TestMCPHugeJSONAnswerIsRefused(t *testing.T) {
+	t.Parallel()
+	s := mcp.NewServer(&mcp.Implementation{Name: "dump-fixture", Version: "v1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "dump", Description: "Dump the whole archive."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in struct {
+			MiB int `json:"mib"`
+		}) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", in.MiB<<20)}}}, nil, nil
+		})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: true})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	model := chattest.StartModel(t, providersim.Options{Flavor: providersim.DeepSeek})
+	model.Sim.When(providersim.Match{LastRole: "user", LastUserContains: "huge"}).ToolCall("mcp__dump__dump", map[string]any{"mib": 40})
+	model.Sim.When(providersim.Match{LastRole: "user", LastUserContains: "small"}).ToolCall("mcp__dump__dump", map[string]any{"mib": 1})
+	model.Sim.When(providersim.Match{LastRole: "tool"}).Text("Done.")
+	conn := startWithMCP(t, model, map[string]any{"acme": []any{map[string]any{"name": "dump", "url": srv.URL}}},
+		map[string]string{"ORCHESTRATOR_MCP_CONNECT_TIMEOUT": "5s"})
+
+	_, events := turn(t, conn, "acme", "Dump the huge archive")
+	res, _ := results(events)
+	if r := res["mcp__dump__dump"]; r == nil || !r.GetIsError() || !strings.Contains(r.GetResult(), "larger than 16 MiB") {
+		t.Errorf("a 40 MiB answer: %.300v", r)
+	}
+	_, events = turn(t, conn, "acme", "Dump the small archive")
+	res, _ = results(events)
+	if r := res["mcp__dump__dump"]; r == nil || r.GetIsError() {
+		t.Errorf("a 1 MiB answer after it: %.300v", r)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -430,18 +431,49 @@ type ServerStatus struct {
 }
 
 // headerTransport adds the configured headers to every request to a
-// streamable HTTP server.
+// streamable HTTP server, and cuts off an answer in JSON past
+// maxJSONAnswer.
 type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
 }
+
+// maxJSONAnswer bounds an answer a streamable HTTP server sends as one
+// JSON body (rather than as server-sent events): the SDK reads such a body
+// whole, with no limit, where it caps an event and a stdio line at 16 MiB.
+// Without it one tenant's server could make the orchestrator all tenants
+// share hold any amount.
+const maxJSONAnswer = mcp.DefaultMaxEventSize
 
 func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	for k, v := range t.headers {
 		r.Header.Set(k, v)
 	}
-	return t.base.RoundTrip(r)
+	resp, err := t.base.RoundTrip(r)
+	if err == nil && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		resp.Body = &cappedBody{ReadCloser: resp.Body, left: maxJSONAnswer + 1}
+	}
+	return resp, err
+}
+
+// cappedBody fails every read once left bytes were read (left is one past
+// the limit: an answer of exactly maxJSONAnswer bytes reaches its EOF).
+type cappedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("the server's answer is larger than %d MiB", maxJSONAnswer>>20)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // tailBuffer keeps the last limit bytes written to it. Safe for concurrent
