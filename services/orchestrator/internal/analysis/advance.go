@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agentmesh/agentmesh/libs/events"
 	"github.com/agentmesh/agentmesh/libs/priority"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/schemas"
 )
@@ -222,7 +223,7 @@ func (e *Engine) advance(ctx context.Context, tenant, project, rootID string) er
 	// finish settles the analysis in a final status; its tree is then
 	// finished (every child is final) and goes to the archive.
 	finish := func(status Status, output, errMsg string) error {
-		if err := e.settleRoot(ctx, root, status, output, errMsg); err != nil {
+		if err := e.finishRoot(ctx, root, children, status, output, errMsg); err != nil {
 			return err
 		}
 		e.archiveSoon(root)
@@ -383,10 +384,52 @@ func (e *Engine) children(ctx context.Context, root *Job) ([]*Job, error) {
 // is there already or was cancelled. Moving a finished analysis back to
 // waiting (after RetryJob) clears its result.
 func (e *Engine) settleRoot(ctx context.Context, root *Job, status Status, output, errMsg string) error {
+	return e.settleRootAfter(ctx, root, status, output, errMsg, nil)
+}
+
+// finishRoot settles analysis root in a final status. The relay publishes
+// the documents of an analysis's jobs side by side, so the analysis's
+// final event could reach the stream before its last job's (synthesis
+// completes, then the analysis at once): its final write carries, before
+// its own event, copies of the job events its children's outboxes still
+// hold (UnrelayedReader). The relay publishes a document's entries in
+// order, and JetStream keeps the first of two messages with one id
+// (events.DuplicateWindow, 2 minutes; both copies are pending at the same
+// time, so they are published within it): whichever copy goes first, the
+// jobs' events precede the analysis's. Without the read (another store, or
+// it failed) the order is not guaranteed, as before.
+func (e *Engine) finishRoot(ctx context.Context, root *Job, children []*Job, status Status, output, errMsg string) error {
+	if root.Status == status && root.OutputJSON == output && root.Error == errMsg {
+		return nil
+	}
+	var before []events.OutboxEntry
+	if r, ok := e.store.(UnrelayedReader); ok && len(children) > 0 {
+		ids := make([]string, len(children))
+		for i, c := range children {
+			ids[i] = c.ID
+		}
+		var err error
+		if before, err = r.Unrelayed(ctx, root.Tenant, root.Project, ids); err != nil {
+			e.log.Warn("analysis finishes without its jobs' pending events: its final event may precede theirs", "job_id", root.ID, "error", err)
+			before = nil
+		}
+	}
+	return e.settleRootAfter(ctx, root, status, output, errMsg, before)
+}
+
+// settleRootAfter is settleRoot with entries written before the root's
+// own event.
+func (e *Engine) settleRootAfter(ctx context.Context, root *Job, status Status, output, errMsg string, before []events.OutboxEntry) error {
 	if root.Status == status && root.OutputJSON == output && root.Error == errMsg {
 		return nil // the common case: nothing to do, no read
 	}
-	_, err := e.mutateKnown(ctx, root, func(j *Job) (effect, error) {
+	update := e.store.Update
+	if len(before) > 0 {
+		update = func(ctx context.Context, j *Job, version int64, outbox ...events.OutboxEntry) error {
+			return e.store.Update(ctx, j, version, append(slices.Clip(before), outbox...)...)
+		}
+	}
+	_, err := e.mutateWith(ctx, root.Tenant, root.Project, root.ID, root, update, func(j *Job) (effect, error) {
 		if j.Status == StatusCancelled || (j.Status == status && j.OutputJSON == output && j.Error == errMsg) {
 			return unchanged, nil
 		}

@@ -123,3 +123,13 @@ type ListQuery struct {
 	// After continues a previous listing (the key List returned).
 	After string
 }
+
+// UnrelayedReader is a Store that can say which job events the outboxes of
+// its live jobs still hold for the relay. An analysis's final write then
+// carries copies of its jobs' (Engine.finishRoot), so that its final event
+// follows theirs in the events stream.
+type UnrelayedReader interface {
+	// Unrelayed returns the job events the outboxes of jobs ids of the
+	// scope hold, in order, that the relay has not reported published.
+	Unrelayed(ctx context.Context, tenant, project string, ids []string) ([]events.OutboxEntry, error)
+}

@@ -2,6 +2,7 @@ package jobservice_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -149,8 +150,7 @@ func TestWatchOfANewAnalysisIsServedFromMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The watch ends once the analysis and every job of it have sent their
-	// final event. The relay publishes documents' entries concurrently, so
-	// the analysis's completion may come before its synthesis job's.
+	// final event (the stream's order of them: TestAnalysisFinalEventComesLastInTheStream).
 	byJob := statusesByJob(got)
 	if _, ok := byJob[root.GetId()]; !ok {
 		t.Fatalf("the watch sent no event of the analysis: %v", got)
@@ -449,4 +449,62 @@ func jobIDs(jobs []*orchestratorv1.Job) []string {
 		ids[i] = j.GetId()
 	}
 	return ids
+}
+
+// TestAnalysisFinalEventComesLastInTheStream: a consumer reading an
+// analysis's events from NATS (am.evt.<tenant>.job.<root>.>) can stop at
+// the analysis's final event: every job's final event precedes it. The
+// relay publishes the jobs' documents side by side, and the analysis
+// completes right after its synthesis job, so its completion reached the
+// stream first in some analyses (seen in CI); its final write now carries
+// copies of its jobs' pending events (Engine.finishRoot), which JetStream
+// deduplicates. Both writer modes, 24 analyses at once.
+func TestAnalysisFinalEventComesLastInTheStream(t *testing.T) {
+	t.Parallel()
+	eachWriterMode(t, func(t *testing.T, singleWriter bool) {
+		e := newEnvIn(t, singleWriter)
+		e.scriptBHPPlan()
+		e.scriptSynthesis(stockAnswer)
+		e.start(analysis.Hooks{})
+		roots := make([]*orchestratorv1.Job, 24)
+		var wg sync.WaitGroup
+		for i := range roots {
+			wg.Go(func() { roots[i] = e.submit(fmt.Sprintf("Analyse BHP for investment #%d", i), "stock_analysis") })
+		}
+		wg.Wait()
+		for _, root := range roots {
+			e.waitStatus(root.GetId(), complete, 30*time.Second)
+		}
+		for _, root := range roots {
+			var msgs []jetstream.Msg
+			// Every job's final event is in the stream once the relay
+			// caught up: 1 analysis + planning + 2 tools + synthesis.
+			testkit.Eventually(t, 10*time.Second, func() bool {
+				msgs = treeMessages(e.ctx(10*time.Second), t, e, root.GetId())
+				finals := 0
+				for _, m := range msgs {
+					if !strings.HasSuffix(m.Subject(), ".active") {
+						finals++
+					}
+				}
+				return finals >= 5
+			}, "the tree's final events")
+			prefix := strings.TrimSuffix(treeSubjects(e, root.GetId()), ">")
+			var subjects []string // <job>.<state>
+			for _, m := range msgs {
+				subjects = append(subjects, strings.TrimPrefix(m.Subject(), prefix))
+			}
+			if last := subjects[len(subjects)-1]; last != root.GetId()+".complete" {
+				t.Errorf("analysis %s: its events end with %s, not its completion: %v", root.GetId(), last, subjects)
+			}
+			seen := map[string]bool{}
+			for _, m := range msgs {
+				id := m.Headers().Get(events.HeaderMsgID)
+				if seen[id] {
+					t.Errorf("analysis %s: event %s twice in the stream", root.GetId(), id)
+				}
+				seen[id] = true
+			}
+		}
+	})
 }

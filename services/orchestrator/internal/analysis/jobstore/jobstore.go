@@ -768,6 +768,51 @@ func (s *Store) GetMany(ctx context.Context, tenant, project string, ids []strin
 	return out, nil
 }
 
+// Unrelayed implements analysis.UnrelayedReader: the job events the
+// outboxes of live jobs ids (of the scope) still hold, in order, that the
+// relay has not reported stored. A single writer's mirror knows them;
+// otherwise one read of the live set ({_id: {$in: ids}}). An archived job
+// holds none.
+func (s *Store) Unrelayed(ctx context.Context, tenant, project string, ids []string) ([]events.OutboxEntry, error) {
+	var out, entries []events.OutboxEntry
+	unknown := ids
+	if s.mirror != nil {
+		unknown = nil
+		for _, id := range ids {
+			j, outbox, known := s.mirror.outbox(id)
+			switch {
+			case !known:
+				unknown = append(unknown, id)
+			case j != nil && j.Tenant == tenant && j.Project == project:
+				out = append(out, s.mirror.unrelayed(id, outbox)...)
+			}
+		}
+	}
+	if len(unknown) > 0 {
+		var docs []jobDoc
+		err := mongox.FindAll(ctx, s.live, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: unknown}}}}, &docs,
+			options.Find().SetProjection(bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: events.OutboxField, Value: 1}}))
+		if err != nil {
+			return nil, translate("read outboxes", err)
+		}
+		byID := map[string][]events.OutboxEntry{}
+		for _, d := range docs {
+			if stored, whole := d.stored(); whole && d.Tenant == tenant && d.Project == project {
+				byID[d.ID] = stored.outbox
+			}
+		}
+		for _, id := range unknown { // in the order asked
+			out = append(out, byID[id]...)
+		}
+	}
+	for _, e := range out {
+		if strings.HasPrefix(e.Subject, events.EventSubjectPrefix) {
+			entries = append(entries, e)
+		}
+	}
+	return entries, nil
+}
+
 // liveJob returns the live copy of job id, or nil if it is not live;
 // locked says the caller holds the job's lock.
 func (s *Store) liveJob(ctx context.Context, id string, locked bool) (*analysis.Job, error) {
