@@ -789,11 +789,23 @@ func (s *Store) Unrelayed(ctx context.Context, tenant, project string, ids []str
 		}
 	}
 	if len(unknown) > 0 {
+		// By _id alone for a single writer: FerretDB reads the whole
+		// collection for an $in (see GetMany).
 		var docs []jobDoc
-		err := mongox.FindAll(ctx, s.live, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: unknown}}}}, &docs,
-			options.Find().SetProjection(bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: events.OutboxField, Value: 1}}))
-		if err != nil {
-			return nil, translate("read outboxes", err)
+		projection := bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: events.OutboxField, Value: 1}}
+		filters := []bson.D{{{Key: "_id", Value: bson.D{{Key: "$in", Value: unknown}}}}}
+		if s.mirror != nil {
+			filters = filters[:0]
+			for _, id := range unknown {
+				filters = append(filters, bson.D{{Key: "_id", Value: id}})
+			}
+		}
+		for _, filter := range filters {
+			var found []jobDoc
+			if err := mongox.FindAll(ctx, s.live, filter, &found, options.Find().SetProjection(projection)); err != nil {
+				return nil, translate("read outboxes", err)
+			}
+			docs = append(docs, found...)
 		}
 		byID := map[string][]events.OutboxEntry{}
 		for _, d := range docs {

@@ -695,3 +695,57 @@ func TestArchiveAsksOnlyAboutEntriesNotReportedPublished(t *testing.T) {
 		}
 	})
 }
+
+// TestUnrelayedNamesPendingJobEvents: Unrelayed returns the job events the
+// outboxes of the jobs asked about hold, in the order asked, without work
+// items, those the relay reported published, other scopes' or those of
+// jobs not live; a single writer answers from its mirror, or reads a job it forgot
+// by _id alone (no scan of the collection).
+func TestUnrelayedNamesPendingJobEvents(t *testing.T) {
+	t.Parallel()
+	eachCountedMode(t, func(t *testing.T, db *mongo.Database, rt *testkit.RoundTrips, single bool) {
+		ctx := context.Background()
+		s := openStore(t, db)
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		tree := insertFinishedTree(t, s, now, func(j *analysis.Job) []events.OutboxEntry {
+			return []events.OutboxEntry{
+				{ID: "a-" + j.ID, Subject: "am.evt.acme.job." + j.ID},
+				{ID: "work-" + j.ID, Subject: "am.work.analysis.tool"},
+				{ID: "b-" + j.ID, Subject: "am.evt.acme.job." + j.ID},
+			}
+		})
+		root, tool := tree[0], tree[1]
+		other := newJob(uuid.NewString(), "", analysis.StatusComplete, now)
+		other.Project = "elsewhere"
+		if err := s.Insert(ctx, other, events.OutboxEntry{ID: "o", Subject: "am.evt.acme.job.o"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Published(ctx, root.ID, []string{"a-" + root.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if single {
+			s.Forget(tool.ID) // read again, by _id
+		}
+		rt.Reset()
+		got, err := s.Unrelayed(ctx, "acme", "research", []string{tool.ID, root.ID, other.ID, "missing"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, e := range got {
+			ids = append(ids, e.ID)
+		}
+		var want []string
+		if single {
+			want = []string{"b-" + root.ID, "a-" + tool.ID, "b-" + tool.ID} // known first, then the forgotten one read
+		} else {
+			want = []string{"a-" + tool.ID, "b-" + tool.ID, "a-" + root.ID, "b-" + root.ID} // no mirror: what the documents hold
+		}
+		if !slices.Equal(ids, want) {
+			t.Errorf("Unrelayed = %q, want %q", ids, want)
+		}
+		if scans := rt.NotExact(); single && len(scans) > 0 {
+			t.Errorf("single writer: statements not by exact _id: %q", scans)
+		}
+	})
+}
