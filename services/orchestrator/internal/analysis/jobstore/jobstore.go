@@ -769,57 +769,29 @@ func (s *Store) GetMany(ctx context.Context, tenant, project string, ids []strin
 }
 
 // Unrelayed implements analysis.UnrelayedReader: the job events the
-// outboxes of live jobs ids (of the scope) still hold, in order, that the
-// relay has not reported stored. A single writer's mirror knows them;
-// otherwise one read of the live set ({_id: {$in: ids}}). An archived job
-// holds none.
+// outboxes of live jobs ids (of the scope) still hold, in the order asked,
+// that the relay has not reported stored. It reads them as the archiver
+// does (liveOutboxes, pendingOf): a single writer from its mirror, or by
+// _id; with many writers in one query. A job not live holds none.
 func (s *Store) Unrelayed(ctx context.Context, tenant, project string, ids []string) ([]events.OutboxEntry, error) {
-	var out, entries []events.OutboxEntry
-	unknown := ids
-	if s.mirror != nil {
-		unknown = nil
-		for _, id := range ids {
-			j, outbox, known := s.mirror.outbox(id)
-			switch {
-			case !known:
-				unknown = append(unknown, id)
-			case j != nil && j.Tenant == tenant && j.Project == project:
-				out = append(out, s.mirror.unrelayed(id, outbox)...)
-			}
-		}
+	const op = "read outboxes"
+	read, err := s.liveOutboxes(ctx, op, ids)
+	if err != nil {
+		return nil, err
 	}
-	if len(unknown) > 0 {
-		// By _id alone for a single writer: FerretDB reads the whole
-		// collection for an $in (see GetMany).
-		var docs []jobDoc
-		projection := bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: events.OutboxField, Value: 1}}
-		filters := []bson.D{{{Key: "_id", Value: bson.D{{Key: "$in", Value: unknown}}}}}
-		if s.mirror != nil {
-			filters = filters[:0]
-			for _, id := range unknown {
-				filters = append(filters, bson.D{{Key: "_id", Value: id}})
+	var entries []events.OutboxEntry
+	for _, id := range ids {
+		st, found, err := s.pendingOf(ctx, op, read, id)
+		if err != nil {
+			return nil, err
+		}
+		if !found || st.Tenant != tenant || st.Project != project {
+			continue
+		}
+		for _, e := range st.Outbox {
+			if strings.HasPrefix(e.Subject, events.EventSubjectPrefix) {
+				entries = append(entries, e)
 			}
-		}
-		for _, filter := range filters {
-			var found []jobDoc
-			if err := mongox.FindAll(ctx, s.live, filter, &found, options.Find().SetProjection(projection)); err != nil {
-				return nil, translate("read outboxes", err)
-			}
-			docs = append(docs, found...)
-		}
-		byID := map[string][]events.OutboxEntry{}
-		for _, d := range docs {
-			if stored, whole := d.stored(); whole && d.Tenant == tenant && d.Project == project {
-				byID[d.ID] = stored.outbox
-			}
-		}
-		for _, id := range unknown { // in the order asked
-			out = append(out, byID[id]...)
-		}
-	}
-	for _, e := range out {
-		if strings.HasPrefix(e.Subject, events.EventSubjectPrefix) {
-			entries = append(entries, e)
 		}
 	}
 	return entries, nil
@@ -1113,7 +1085,7 @@ func (s *Store) Archive(ctx context.Context, trees [][]*analysis.Job, relayed fu
 		moving []*analysis.Job
 		treeOf []int // the tree of each of moving
 	)
-	read, err := s.liveOutboxes(ctx, ids)
+	read, err := s.liveOutboxes(ctx, "archive", ids)
 	if err != nil {
 		return done, err
 	}
@@ -1186,7 +1158,7 @@ func (s *Store) Archive(ctx context.Context, trees [][]*analysis.Job, relayed fu
 		for i, j := range moving {
 			movingIDs[i] = j.ID
 		}
-		still, err := s.liveOutboxes(ctx, movingIDs)
+		still, err := s.liveOutboxes(ctx, "archive", movingIDs)
 		if err != nil {
 			return done, err
 		}
@@ -1211,12 +1183,9 @@ func (s *Store) Archive(ctx context.Context, trees [][]*analysis.Job, relayed fu
 func (s *Store) movable(ctx context.Context, tree []*analysis.Job, read map[string]liveState, relayed func([]events.OutboxEntry) bool) ([]*analysis.Job, bool, error) {
 	var moving []*analysis.Job
 	for _, j := range tree {
-		st, found := read[j.ID]
-		if read == nil {
-			var err error
-			if st, found, err = s.liveOutbox(ctx, j.ID); err != nil {
-				return nil, false, err
-			}
+		st, found, err := s.pendingOf(ctx, "archive", read, j.ID)
+		if err != nil {
+			return nil, false, err
 		}
 		if !found {
 			continue // archived already
@@ -1224,11 +1193,7 @@ func (s *Store) movable(ctx context.Context, tree []*analysis.Job, read map[stri
 		if st.Version != j.Version || s.isHeld(j.ID) {
 			return nil, false, nil // written since it was read, or not written yet
 		}
-		outbox := st.Outbox
-		if s.mirror != nil {
-			outbox = s.mirror.unrelayed(j.ID, outbox)
-		}
-		if !relayed(outbox) {
+		if !relayed(st.Outbox) {
 			return nil, false, nil
 		}
 		moving = append(moving, j)
@@ -1240,18 +1205,20 @@ func (s *Store) movable(ctx context.Context, tree []*analysis.Job, read map[stri
 // as read with liveStateProjection.
 type liveState struct {
 	ID      string               `bson:"_id"`
+	Tenant  string               `bson:"tenant_id"`
+	Project string               `bson:"project_id"`
 	Version int64                `bson:"version"`
 	Outbox  []events.OutboxEntry `bson:"outbox"`
 }
 
 // liveStateProjection reads a liveState.
-var liveStateProjection = bson.D{{Key: "version", Value: 1}, {Key: events.OutboxField, Value: 1}}
+var liveStateProjection = bson.D{{Key: "tenant_id", Value: 1}, {Key: "project_id", Value: 1}, {Key: "version", Value: 1}, {Key: events.OutboxField, Value: 1}}
 
 // liveOutboxes returns, with many writers, the state of each live job of
 // ids, read in one query ({_id: {$in: ids}}); a job not live has none. A
 // single writer gets nil: it looks each up (liveOutbox), since FerretDB
 // answers an $in by reading the whole collection.
-func (s *Store) liveOutboxes(ctx context.Context, ids []string) (map[string]liveState, error) {
+func (s *Store) liveOutboxes(ctx context.Context, op string, ids []string) (map[string]liveState, error) {
 	if s.mirror != nil {
 		return nil, nil
 	}
@@ -1259,7 +1226,7 @@ func (s *Store) liveOutboxes(ctx context.Context, ids []string) (map[string]live
 	err := mongox.FindAll(ctx, s.live, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, &docs,
 		options.Find().SetProjection(liveStateProjection))
 	if err != nil {
-		return nil, translate("archive", err)
+		return nil, translate(op, err)
 	}
 	out := make(map[string]liveState, len(docs))
 	for _, d := range docs {
@@ -1268,16 +1235,32 @@ func (s *Store) liveOutboxes(ctx context.Context, ids []string) (map[string]live
 	return out, nil
 }
 
+// pendingOf returns the state of live job id (found false if it is not
+// live), from read (liveOutboxes) unless it is nil, with in its outbox
+// only the entries the relay has not reported stored. op names the
+// operation in an error.
+func (s *Store) pendingOf(ctx context.Context, op string, read map[string]liveState, id string) (st liveState, found bool, err error) {
+	if read != nil {
+		st, found = read[id]
+	} else if st, found, err = s.liveOutbox(ctx, op, id); err != nil {
+		return liveState{}, false, err
+	}
+	if found && s.mirror != nil {
+		st.Outbox = s.mirror.unrelayed(id, st.Outbox)
+	}
+	return st, found, nil
+}
+
 // liveOutbox returns the state of live job id (found false if it is not
 // live): from the mirror on FerretDB when it knows the document's outbox,
 // else from a read.
-func (s *Store) liveOutbox(ctx context.Context, id string) (st liveState, found bool, err error) {
+func (s *Store) liveOutbox(ctx context.Context, op, id string) (st liveState, found bool, err error) {
 	if s.mirror != nil {
 		if j, entries, known := s.mirror.outbox(id); known {
 			if j == nil {
 				return liveState{}, false, nil
 			}
-			return liveState{ID: id, Version: j.Version, Outbox: entries}, true, nil
+			return liveState{ID: id, Tenant: j.Tenant, Project: j.Project, Version: j.Version, Outbox: entries}, true, nil
 		}
 	}
 	err = s.live.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(liveStateProjection)).Decode(&st)
@@ -1285,7 +1268,7 @@ func (s *Store) liveOutbox(ctx context.Context, id string) (st liveState, found 
 		return liveState{}, false, nil
 	}
 	if err != nil {
-		return liveState{}, false, translate("archive "+id, err)
+		return liveState{}, false, translate(op+" "+id, err)
 	}
 	return st, true, nil
 }
