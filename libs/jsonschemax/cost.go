@@ -93,7 +93,8 @@ func Validate(s *jsonschema.Schema, v any) error {
 	if err != nil {
 		return err
 	}
-	c := coster{root: s, limit: 10_000 + 16*n, maxWork: 8 * (10_000 + 16*n)}
+	limit := 10_000 + 16*n
+	c := coster{root: s, limit: limit, maxWork: 8 * limit}
 	if c.cost(s, v) > c.limit {
 		return fmt.Errorf("%w: its parts would apply to the value's parts more than %d times", ErrTooCostly, c.limit)
 	}
