@@ -54,10 +54,15 @@ func (t *turn) runTools(iteration int, calls []*modelv1.ToolCall) ([]toolOutcome
 			start := time.Now()
 			res := t.tools.Execute(t.ctx, call)
 			end := time.Now()
-			mu.Lock()
 			if t.ctx.Err() != nil && res.IsError {
 				res.Content = cancelledResult
 			}
+			// Sent before the call counts as done: the last one done lets
+			// the turn go on, and a result sent after the turn's next
+			// events (its completion, even) arrived out of place or not at
+			// all.
+			t.events.toolResult(call, res)
+			mu.Lock()
 			out[i].result, out[i].done = res, true
 			spans = append(spans, [2]time.Time{start, end})
 			remaining--
@@ -65,7 +70,6 @@ func (t *turn) runTools(iteration int, calls []*modelv1.ToolCall) ([]toolOutcome
 				close(allDone)
 			}
 			mu.Unlock()
-			t.events.toolResult(call, res)
 		}()
 	}
 	select {
