@@ -1128,7 +1128,12 @@ func (s *Store) Archive(ctx context.Context, trees [][]*analysis.Job, relayed fu
 			s.mirror.archivedNow(j)
 		}
 		deleted, err := mongox.DeleteIDs(ctx, s.live, ids)
-		if err != nil || deleted != int64(len(moving)) {
+		if err == nil && deleted != int64(len(moving)) {
+			// Nothing else deletes live jobs, and their locks are held:
+			// say so rather than retry in silence.
+			err = fmt.Errorf("deleted %d of the %d jobs moved from the live set", deleted, len(moving))
+		}
+		if err != nil {
 			for _, j := range moving {
 				s.mirror.forget(j.ID) // read what became of it; its tree is offered again
 			}
