@@ -31,6 +31,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // ErrRejected is matched (errors.Is) by every rejection from Check.
@@ -149,7 +151,7 @@ func checkReading(sql string, toks []token, d Dialect) (string, error) {
 	if len(toks) == 0 {
 		return "", reject(-1, "the SQL is empty")
 	}
-	if err := checkQuery(toks, d); err != nil {
+	if err := checkQuery(sql, toks, d); err != nil {
 		return "", err
 	}
 	if err := checkTokens(toks, d); err != nil {
@@ -161,7 +163,7 @@ func checkReading(sql string, toks []token, d Dialect) (string, error) {
 // checkQuery checks the statement's shape: it must be a query, and every
 // parenthesised sub-part that starts a statement (a CTE body, a subquery)
 // must be a query too. Parentheses must balance.
-func checkQuery(toks []token, d Dialect) error {
+func checkQuery(sql string, toks []token, d Dialect) error {
 	depth := 0
 	for _, t := range toks {
 		switch {
@@ -185,19 +187,19 @@ func checkQuery(toks []token, d Dialect) error {
 	if i == len(toks) || toks[i].kind != kWord || !(queryStarts[toks[i].text] || (d == Postgres && toks[i].text == "TABLE")) {
 		first := toks[min(i, len(toks)-1)]
 		if first.kind != kWord {
-			return reject(first.pos, "a query starts with SELECT or WITH, not %q", first.text)
+			return reject(first.pos, "a query starts with SELECT or WITH, not %q", leadingText(sql[first.pos:]))
 		}
 		return reject(first.pos, "only SELECT queries are allowed, not %s statements", first.text)
 	}
 	if toks[i].is("WITH") {
-		return checkWith(toks[i+1:], d)
+		return checkWith(sql, toks[i+1:], d)
 	}
 	return nil
 }
 
 // checkWith checks "[RECURSIVE] name [(cols)] AS [[NOT] MATERIALIZED] (query), ...
 // query" (the tokens after WITH).
-func checkWith(toks []token, d Dialect) error {
+func checkWith(sql string, toks []token, d Dialect) error {
 	i := 0
 	if i < len(toks) && toks[i].is("RECURSIVE") {
 		i++
@@ -227,7 +229,7 @@ func checkWith(toks []token, d Dialect) error {
 		if close == i+1 {
 			return reject(toks[i].pos, "empty common table expression")
 		}
-		if err := checkQuery(toks[i+1:close], d); err != nil {
+		if err := checkQuery(sql, toks[i+1:close], d); err != nil {
 			return err
 		}
 		i = close + 1
@@ -240,7 +242,23 @@ func checkWith(toks []token, d Dialect) error {
 	if i >= len(toks) {
 		return reject(-1, "WITH must be followed by a query")
 	}
-	return checkQuery(toks[i:], d)
+	return checkQuery(sql, toks[i:], d)
+}
+
+// leadingText returns the start of s up to its first space, at most 24
+// bytes of it and never part of a character, for a message to quote.
+func leadingText(s string) string {
+	if i := strings.IndexFunc(s, unicode.IsSpace); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 24 {
+		cut := 24
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
 }
 
 // matching returns the index of the parenthesis closing toks[open]; the

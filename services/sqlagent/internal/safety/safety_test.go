@@ -66,7 +66,8 @@ func TestRejectsWritesAndTricks(t *testing.T) {
 		{"only semicolon", ";", safety.SQLite, "empty"},
 		{"unbalanced parentheses", "SELECT (1", safety.SQLite, "unbalanced"},
 		{"not sql", "show me the top customers", safety.SQLite, "only SELECT"},
-		{"prose starting with punctuation", "[draft] the top customers", safety.SQLite, "starts with SELECT or WITH"},
+		{"prose starting with punctuation", "[draft] the top customers", safety.SQLite, `starts with SELECT or WITH, not "[draft]"`},
+		{"a quoted word, cut", `"abcdefghijklmnopqrstuvwxyzé" is the answer`, safety.SQLite, `not "\"abcdefghijklmnopqrstuvw…"`},
 		// Names are decoded before they are judged.
 		{"unicode-escaped function", `SELECT U&"\0070g_sleep"(1)`, safety.Postgres, "pg_sleep"},
 		{"uescape function", `SELECT U&"!0070g_terminate_backend" UESCAPE '!' (1)`, safety.Postgres, "pg_terminate_backend"},
