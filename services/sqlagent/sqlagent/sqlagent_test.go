@@ -259,6 +259,11 @@ func TestUnsafeSQLIsRefused(t *testing.T) {
 	if r.GetSqlToConfirm() != "" || !strings.Contains(r.GetReply(), "DELETE") {
 		t.Fatalf("generated DELETE: reply %q, sql_to_confirm %q", r.GetReply(), r.GetSqlToConfirm())
 	}
+	// The refusal offers the way to write the SQL instead, and takes it.
+	if got := optionValues(r.GetOptions()); strings.Join(got, ",") != "user_sql" {
+		t.Fatalf("options after a refused generated query: %v, want user_sql", got)
+	}
+	wantStage(t, send(t, c, id, "sel:user_sql"), "NEED_USER_SQL")
 	own := openSQLite(t, dbPath)
 	var tracks, artists int
 	if err := own.QueryRow(`SELECT (SELECT count(*) FROM Track), (SELECT count(*) FROM Artist)`).Scan(&tracks, &artists); err != nil || tracks != 3503 || artists != 275 {

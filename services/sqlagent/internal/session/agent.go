@@ -346,13 +346,18 @@ func (a *Agent) onConnection(ctx context.Context, s *Session, in input) (Reply, 
 	return a.askConnection(s, fmt.Sprintf("I don't know a database called %q. Which one should I use?", in.text)), nil
 }
 
-var methodOptions = []Option{
-	{Value: methodGenerate, Label: "Generate SQL from my question"},
-	{Value: methodUserSQL, Label: "I'll write my own SQL"},
-}
+var (
+	userSQLOption = Option{Value: methodUserSQL, Label: "I'll write my own SQL"}
+	methodOptions = []Option{{Value: methodGenerate, Label: "Generate SQL from my question"}, userSQLOption}
+)
 
 // startOptions are the choices at ASK_SQL_METHOD: a query, or a
 // comparison of two.
+// rephraseOptions go with a generated query refused (the model wrote none,
+// or one that cannot run): the user rephrases the question as text, or
+// takes the way out and writes the SQL.
+var rephraseOptions = []Option{userSQLOption}
+
 var startOptions = append(append([]Option{}, methodOptions...), Option{Value: "compare", Label: "Compare two queries"})
 
 func (a *Agent) askMethod(s *Session, prefix string) Reply {
@@ -433,7 +438,7 @@ func (a *Agent) propose(ctx context.Context, s *Session, question, previous, fee
 	}
 	if refusal != "" {
 		s.Stage, s.PendingSQL = StageNeedNaturalLanguage, ""
-		return Reply{Text: refusal}, nil
+		return Reply{Text: refusal, Options: rephraseOptions}, nil
 	}
 	s.Stage, s.PendingSQL = StageConfirmGeneratedSQL, sql
 	delete(s.Params, paramJobName) // named for the SQL it replaces
@@ -575,7 +580,7 @@ func (a *Agent) runQuery(ctx context.Context, s *Session) (Reply, error) {
 		// The database's own check refused it: nothing ran.
 		if s.Stage == StageConfirmGeneratedSQL {
 			s.Stage, s.PendingSQL = StageNeedNaturalLanguage, ""
-			return Reply{Text: fmt.Sprintf("The database won't run the query I wrote: %s. Only a read-only query that changes nothing can run; try rephrasing the question.", refused.Reason)}, nil
+			return Reply{Text: fmt.Sprintf("The database won't run the query I wrote: %s. Only a read-only query that changes nothing can run; try rephrasing the question.", refused.Reason), Options: rephraseOptions}, nil
 		}
 		s.Stage, s.PendingSQL = StageNeedUserSQL, ""
 		return Reply{Text: fmt.Sprintf("I can't run that: %s. Only a read-only query that changes nothing can run; send another query.", refused.Reason)}, nil
