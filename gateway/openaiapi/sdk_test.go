@@ -90,7 +90,9 @@ func TestOpenAIPythonSDK(t *testing.T) {
 		out := runSDK(t, d, "openai "+version+" (python)", func(ctx context.Context) *exec.Cmd {
 			return exec.CommandContext(ctx, python, script)
 		})
-		var got struct{ Async struct{ Unary, Stream string } }
+		var got struct {
+			Async struct{ Unary, Stream string }
+		}
 		if err := json.Unmarshal(out, &got); err != nil {
 			t.Fatal(err)
 		}
