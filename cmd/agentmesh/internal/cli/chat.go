@@ -39,7 +39,7 @@ streamed event is printed as one JSON object a line.`,
 			if len(args) == 1 {
 				return a.turn(ctx, conv, m, conversation, args[0], reasoning)
 			}
-			fmt.Fprintf(a.io.Err, "conversation %s — one message a line; /exit or Ctrl-D ends\n", conversation)
+			fmt.Fprintf(a.io.Err, "conversation %s — one message a line; /exit or Ctrl-D ends, /help explains\n", conversation)
 			in := bufio.NewScanner(a.input(ctx))
 			in.Buffer(make([]byte, 64<<10), 1<<20)
 			for {
@@ -54,6 +54,9 @@ streamed event is printed as one JSON object a line.`,
 					continue
 				case "/exit", "/quit":
 					return nil
+				case "/help", "/?":
+					fmt.Fprintln(a.io.Err, "Each line is a message to the agent. /exit, /quit or Ctrl-D ends; the conversation stays (--conversation "+conversation+" continues it).")
+					continue
 				}
 				if err := a.turn(ctx, conv, m, conversation, line, reasoning); err != nil {
 					if ExitCode(err) == ExitUnavailable || ExitCode(err) == ExitInterrupted {

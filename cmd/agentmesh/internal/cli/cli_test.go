@@ -183,8 +183,10 @@ func TestChatStreamsTheAnswer(t *testing.T) {
 	}
 
 	// The same conversation, continued as an interactive session on stdin.
-	r = must(t, cfg, "first line\n\nsecond line\n/exit\n", "chat", "--conversation", conv[1])
-	if strings.Count(r.out, "[simulated]") != 2 || !strings.Contains(r.out, "second line") {
+	// /help is answered here, not sent.
+	r = must(t, cfg, "first line\n\n/help\nsecond line\n/exit\n", "chat", "--conversation", conv[1])
+	if strings.Count(r.out, "[simulated]") != 2 || !strings.Contains(r.out, "second line") || strings.Contains(r.out, "/help") ||
+		!strings.Contains(r.err, "Each line is a message") {
 		t.Fatalf("session:\n%s", r)
 	}
 
@@ -576,8 +578,9 @@ func TestSQLRunsOnlyAfterTypedConfirmation(t *testing.T) {
 
 	// Confirmed by typing yes after choosing "Run it", then named (the
 	// default name, option 1).
-	r = must(t, cfg, "2\n"+query+"\n1\nyes\n1\n/exit\n", "sql", "--connection", "sample")
-	if !ran.MatchString(r.out) || !strings.Contains(r.err, `Type "yes" to go ahead`) {
+	// /help is answered here and changes nothing.
+	r = must(t, cfg, "/help\n2\n"+query+"\n1\nyes\n1\n/exit\n", "sql", "--connection", "sample")
+	if !ran.MatchString(r.out) || !strings.Contains(r.err, `Type "yes" to go ahead`) || !strings.Contains(r.err, "Nothing runs until you confirm it") {
 		t.Fatalf("confirmed session:\n%s", r)
 	}
 

@@ -77,7 +77,7 @@ func (a *app) sqlSession(ctx context.Context, client sqlagentv1.SqlAgentServiceC
 		return callErr("create SQL session", err)
 	}
 	id := created.GetSession().GetId()
-	fmt.Fprintf(a.io.Err, "SQL session %s — /exit or Ctrl-D ends\n", id)
+	fmt.Fprintf(a.io.Err, "SQL session %s — /exit or Ctrl-D ends, /help explains\n", id)
 	var last sqlReply = created
 	pending := "" // SQL waiting for confirmation
 	if err := a.showSQL(created, ""); err != nil {
@@ -103,6 +103,10 @@ func (a *app) sqlSession(ctx context.Context, client sqlagentv1.SqlAgentServiceC
 		}
 		if line == "/exit" || line == "/quit" {
 			return nil
+		}
+		if line == "/help" || line == "/?" {
+			fmt.Fprintln(a.io.Err, "Type a question in plain English, your own SQL, or an offered option by its number or value. Nothing runs until you confirm it. /exit, /quit or Ctrl-D ends.")
+			continue
 		}
 		req := &sqlagentv1.SendInputRequest{Scope: m.scope(), SessionId: id}
 		opt := chosen(last.GetOptions(), line)
