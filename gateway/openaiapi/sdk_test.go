@@ -118,6 +118,7 @@ func runSDK(t *testing.T, d door, sdk string, cmd func(context.Context) *exec.Cm
 		ToolCallWithID("call_price", "get_stock_price", map[string]any{"ticker": "BHP"}).
 		ToolCallWithID("call_fin", "get_financials", map[string]any{"ticker": "BHP", "period": "FY24"})
 	m.sim.When(providersim.Match{LastUserContains: "SDK json", JSON: true}).JSON(map[string]any{"status": "RESOLVED"})
+	m.sim.When(providersim.Match{AnyMessageContains: "SDK bad json", JSON: true}).JSON(map[string]any{"status": "MAYBE"}) // the answer and its repair
 	m.sim.When(providersim.Match{Endpoint: providersim.EndpointEmbed}).Embedding([]float32{0.25, -0.5, 1})
 	m.sim.When(providersim.Match{LastUserContains: "SDK cut stream"}).Text("partial answer that goes on").FailMidStream("model crashed")
 
@@ -172,7 +173,12 @@ func runSDK(t *testing.T, d door, sdk string, cmd func(context.Context) *exec.Cm
 			Thrown, APIError bool
 			Type, Text       string
 		}
-		JSON       map[string]string `json:"json"`
+		JSON    map[string]string `json:"json"`
+		BadJSON struct {
+			Thrown, InternalServerError bool
+			Status                      int
+			Code                        string
+		} `json:"badJSON"`
 		Embeddings struct {
 			Object, Model string
 			Count         int
@@ -228,6 +234,17 @@ func runSDK(t *testing.T, d door, sdk string, cmd func(context.Context) *exec.Cm
 	}
 	if got.JSON["status"] != "RESOLVED" {
 		t.Errorf("json: %v", got.JSON)
+	}
+	// Two model calls, the answer and the gateway's repair, and no more:
+	// the SDK's two retries would have made six.
+	calls := 0
+	for _, r := range m.sim.ChatRequests() {
+		if slices.ContainsFunc(r.Messages, func(msg providersim.Message) bool { return strings.Contains(msg.Content, "SDK bad json") }) {
+			calls++
+		}
+	}
+	if b := got.BadJSON; !b.Thrown || !b.InternalServerError || b.Status != 500 || b.Code != "schema_validation_failed" || calls != 2 {
+		t.Errorf("a schema the model fails, retries on: %+v after %d model calls, want a 500 schema_validation_failed after 2", b, calls)
 	}
 	e := got.Embeddings
 	want := []float64{0.25, -0.5, 1}

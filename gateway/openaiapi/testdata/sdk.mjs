@@ -100,6 +100,23 @@ const out = {};
   out.json = JSON.parse(c.choices[0].message.content);
 }
 
+// A schema the model keeps failing, with the SDK's retries on: the gateway
+// has tried its repair already, and its answer (x-should-retry: false)
+// keeps the SDK from sending the request again.
+{
+  const retrying = new OpenAI({ baseURL: process.env.BASE_URL, apiKey: process.env.API_KEY, maxRetries: 2, timeout: 20000 });
+  try {
+    await retrying.chat.completions.create({
+      model: 'chat',
+      messages: [{ role: 'user', content: 'SDK bad json: classify this conversation' }],
+      response_format: { type: 'json_schema', json_schema: { name: 'verdict', schema: { type: 'object', properties: { status: { type: 'string', enum: ['RESOLVED', 'UNRESOLVED'] } }, required: ['status'] } } },
+    });
+    out.badJSON = { thrown: false };
+  } catch (e) {
+    out.badJSON = { thrown: true, internalServerError: e instanceof OpenAI.InternalServerError, status: e.status, code: e.code };
+  }
+}
+
 // Embeddings: the SDK asks for base64 unless told otherwise, and decodes.
 {
   const b = await client.embeddings.create({ model: 'embed', input: ['SDK embed one', 'SDK embed two'] });

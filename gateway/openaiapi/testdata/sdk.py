@@ -111,6 +111,23 @@ parsed = client.chat.completions.parse(
 )
 out["json"] = parsed.choices[0].message.parsed.model_dump()
 
+# A schema the model keeps failing, with the SDK's retries on: the gateway
+# has tried its repair already, and its answer (x-should-retry: false) keeps
+# the SDK from sending the request again.
+retrying = OpenAI(base_url=os.environ["BASE_URL"], api_key=os.environ["API_KEY"], max_retries=2, timeout=20)
+try:
+    retrying.chat.completions.create(
+        model="chat",
+        messages=[{"role": "user", "content": "SDK bad json: classify this conversation"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "verdict", "schema": {
+            "type": "object", "properties": {"status": {"type": "string", "enum": ["RESOLVED", "UNRESOLVED"]}},
+            "required": ["status"]}}},
+    )
+    out["badJSON"] = {"thrown": False}
+except openai.APIStatusError as e:
+    out["badJSON"] = {"thrown": True, "internalServerError": isinstance(e, openai.InternalServerError),
+                      "status": e.status_code, "code": e.code}
+
 # Embeddings: the SDK asks for base64 unless told otherwise, and decodes.
 b = client.embeddings.create(model="embed", input=["SDK embed one", "SDK embed two"])
 f = client.embeddings.create(model="embed", input="SDK embed one", encoding_format="float")

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,11 @@ type failure struct {
 	retryAfter time.Duration
 	header     http.Header // set on the response: Allow of a 405, Accept-Encoding of a 415
 }
+
+// noRetry marks a 5xx answer the official OpenAI SDKs must not retry:
+// they retry every 5xx (twice by default) unless the answer's
+// x-should-retry header says "false". Callers only read it.
+var noRetry = http.Header{"X-Should-Retry": {"false"}}
 
 // statusError is a failure the API decides itself, with a status of its
 // own (a paramError is always 400).
@@ -114,9 +120,12 @@ func describe(st *status.Status) failure {
 	case codes.FailedPrecondition:
 		switch reason {
 		case "SCHEMA_VALIDATION_FAILED", "PROVIDER_AUTH_FAILED":
-			// The model answered unusably, or the mesh's own provider
-			// credentials are wrong: nothing the caller can fix.
+			// The model answered unusably after the gateway's repair
+			// attempt, or the mesh's own provider credentials are wrong:
+			// nothing the caller can fix, and the same request again
+			// would only cost more model calls.
 			f.status, typ = http.StatusInternalServerError, "server_error"
+			f.header = noRetry
 		default:
 			f.status, typ = http.StatusBadRequest, "invalid_request_error"
 		}
@@ -131,6 +140,7 @@ func describe(st *status.Status) failure {
 		f.status, typ = http.StatusGatewayTimeout, "timeout_error"
 	case codes.Unimplemented:
 		f.status, typ = http.StatusNotImplemented, "invalid_request_error"
+		f.header = noRetry
 	case codes.Canceled:
 		f.status, typ = 499, "invalid_request_error" // the client went away; nobody reads it
 	default:
@@ -163,7 +173,7 @@ func failureOf(err error) failure {
 func writeError(w http.ResponseWriter, httpStatus int, f failure) {
 	h := w.Header()
 	for k, v := range f.header {
-		h[k] = v
+		h[k] = slices.Clone(v) // f.header may be shared (noRetry)
 	}
 	h.Del("Content-Length")
 	h.Set("Content-Type", "application/json")

@@ -68,6 +68,26 @@ func TestDescribe(t *testing.T) {
 			t.Errorf("%s: got %d %q %q %q", tc.name, f.status, f.body.Type, derefOr(f.body.Param), f.body.Message)
 		}
 	}
+	// The SDKs retry 5xx unless told not to: not where the gateway has
+	// retried already (the schema's repair) or a retry cannot help.
+	for _, tc := range []struct {
+		st    *status.Status
+		retry string
+	}{
+		{status.Convert(grpcx.Errorf(codes.FailedPrecondition, "SCHEMA_VALIDATION_FAILED", "no")), "false"},
+		{status.Convert(grpcx.Errorf(codes.FailedPrecondition, "PROVIDER_AUTH_FAILED", "no")), "false"},
+		{status.New(codes.Unimplemented, "no"), "false"},
+		{status.Convert(grpcx.Errorf(codes.Unavailable, "NO_PROVIDER", "no provider for chat")), ""},
+		{status.New(codes.Internal, "x"), ""},
+		{limited, ""},
+	} {
+		f := describe(tc.st)
+		rec := httptest.NewRecorder()
+		writeError(rec, f.status, f)
+		if got := rec.Header().Get("X-Should-Retry"); got != tc.retry {
+			t.Errorf("%v: x-should-retry %q, want %q", tc.st.Code(), got, tc.retry)
+		}
+	}
 	f := describe(limited)
 	if f.retryAfter != 1500*time.Millisecond {
 		t.Fatalf("retryAfter %v", f.retryAfter)
