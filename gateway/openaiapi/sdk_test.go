@@ -138,6 +138,7 @@ func runSDK(t *testing.T, d door, sdk string, cmd func(context.Context) *exec.Cm
 		Unary struct {
 			ID, Object, Model, Role, Content string
 			FinishReason                     string `json:"finish_reason"`
+			RequestID                        string `json:"request_id"`
 			Usage                            struct {
 				PromptTokens     int `json:"prompt_tokens"`
 				CompletionTokens int `json:"completion_tokens"`
@@ -215,6 +216,11 @@ func runSDK(t *testing.T, d door, sdk string, cmd func(context.Context) *exec.Cm
 	if u.Object != "chat.completion" || u.Model != "chat" || u.Role != "assistant" || u.Content != "Hello from the mesh." ||
 		u.FinishReason != "stop" || u.Usage.PromptTokens != 21 || u.Usage.CompletionTokens != 5 || u.Usage.TotalTokens != 26 {
 		t.Errorf("unary: %+v", u)
+	}
+	// The SDKs expose the X-Request-Id answer header (_request_id), the
+	// id the gateway's logs carry.
+	if len(u.RequestID) < 16 {
+		t.Errorf("unary: the SDK found no request id (%q)", u.RequestID)
 	}
 	s := got.Stream
 	if len(s.IDs) != 1 || !slices.Equal(s.Objects, []string{"chat.completion.chunk"}) || s.Content != "Once upon a time, a mesh answered." ||

@@ -22,7 +22,7 @@ const out = {};
   out.unary = {
     id: c.id, object: c.object, model: c.model, created: c.created,
     role: c.choices[0].message.role, content: c.choices[0].message.content,
-    finish_reason: c.choices[0].finish_reason, usage: c.usage,
+    finish_reason: c.choices[0].finish_reason, usage: c.usage, request_id: c._request_id,
   };
 }
 

@@ -29,7 +29,7 @@ c = client.chat.completions.create(
 out["unary"] = {
     "id": c.id, "object": c.object, "model": c.model, "created": c.created,
     "role": c.choices[0].message.role, "content": c.choices[0].message.content,
-    "finish_reason": c.choices[0].finish_reason, "usage": c.usage.model_dump(),
+    "finish_reason": c.choices[0].finish_reason, "usage": c.usage.model_dump(), "request_id": c._request_id,
 }
 
 # Streaming with usage: every chunk as the SDK yields it. reasoning_content
