@@ -187,7 +187,7 @@ func checkQuery(sql string, toks []token, d Dialect) error {
 	if i == len(toks) || toks[i].kind != kWord || !(queryStarts[toks[i].text] || (d == Postgres && toks[i].text == "TABLE")) {
 		first := toks[min(i, len(toks)-1)]
 		if first.kind != kWord {
-			return reject(first.pos, "a query starts with SELECT or WITH, not %q", leadingText(sql[first.pos:]))
+			return reject(first.pos, "a query starts with SELECT or WITH, not %q", leadingText(sql, first.pos))
 		}
 		return reject(first.pos, "only SELECT queries are allowed, not %s statements", first.text)
 	}
@@ -245,9 +245,14 @@ func checkWith(sql string, toks []token, d Dialect) error {
 	return checkQuery(sql, toks[i:], d)
 }
 
-// leadingText returns the start of s up to its first space, at most 24
-// bytes of it and never part of a character, for a message to quote.
-func leadingText(s string) string {
+// leadingText returns the text of sql from byte pos up to its first
+// space, at most 24 bytes of it and never part of a character, for a
+// message to quote.
+func leadingText(sql string, pos int) string {
+	if pos < 0 || pos > len(sql) {
+		return ""
+	}
+	s := sql[pos:]
 	if i := strings.IndexFunc(s, unicode.IsSpace); i >= 0 {
 		s = s[:i]
 	}
