@@ -113,14 +113,14 @@ func ParseEmail(raw string) (*Email, error) {
 		To:        addresses(h.Get("To")),
 		Cc:        addresses(h.Get("Cc")),
 		Subject:   subject,
-		MessageId: strings.Trim(h.Get("Message-Id"), "<> "),
+		MessageId: strings.ToValidUTF8(strings.Trim(h.Get("Message-Id"), "<> "), ""),
 		Thread:    ThreadSubject(subject),
 		Body:      CleanEmailBody(text),
 	}
 	if d, err := h.Date(); err == nil {
 		ex.Date = timestamppb.New(d)
 	}
-	for _, ref := range strings.Fields(h.Get("References") + " " + h.Get("In-Reply-To")) {
+	for _, ref := range strings.Fields(strings.ToValidUTF8(h.Get("References")+" "+h.Get("In-Reply-To"), "")) {
 		ref = strings.Trim(ref, "<>")
 		if ref != "" && !slices.Contains(ex.References, ref) {
 			ex.References = append(ex.References, ref)
@@ -275,9 +275,13 @@ func addresses(field string) []string {
 	}
 	out := make([]string, len(list))
 	for i, a := range list {
-		out[i] = a.Address
-		if a.Name != "" {
-			out[i] = a.Name + " <" + a.Address + ">"
+		// An encoded word's bytes are taken as its charset says: a name
+		// in Latin-1 labelled UTF-8 (=?UTF-8?Q?Caf=E9?=, common in real
+		// mail) decodes to invalid UTF-8, which no protobuf string takes.
+		name, addr := strings.ToValidUTF8(a.Name, ""), strings.ToValidUTF8(a.Address, "")
+		out[i] = addr
+		if name != "" {
+			out[i] = name + " <" + addr + ">"
 		}
 	}
 	return out

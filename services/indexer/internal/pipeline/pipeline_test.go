@@ -90,6 +90,21 @@ func TestParseEmailCharsets(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
+
+	// Latin-1 labelled UTF-8, as real mail has it: the bytes that are not
+	// UTF-8 are dropped (the upload failed with an internal error when
+	// its event could not be encoded), the rest kept.
+	e, err = pipeline.ParseEmail("From: =?UTF-8?Q?Caf=E9?= <ops@example.com>\r\nTo: =?UTF-8?Q?J=E9r=F4me?= <j@example.fr>, =?UTF-8?B?/w==?= <k@example.fr>\r\n" +
+		"Cc: =?UTF-8?Q?=80?= <c@example.com>\r\nMessage-Id: <\xff1@example.com>\r\nReferences: <\xfe2@example.com>\r\nSubject: =?UTF-8?Q?r=E9sum=E9?=\r\n\r\nbody\r\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x = e.Extraction
+	got = append(append(append([]string{x.GetFrom(), x.GetSubject(), x.GetMessageId()}, x.GetTo()...), x.GetCc()...), x.GetReferences()...)
+	want = []string{"Caf <ops@example.com>", "rsum", "1@example.com", "Jrme <j@example.fr>", "k@example.fr", "c@example.com", "2@example.com"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("mislabelled charset (-want +got):\n%s", d)
+	}
 }
 
 // nested is a message of depth multiparts, each the only part of the
