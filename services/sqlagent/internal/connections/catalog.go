@@ -91,6 +91,8 @@ func (c *conn) catalog(ctx context.Context) ([]*table, error) {
 		if err := rows.Scan(&name, &col, &typ, &colComment, &comment); err != nil {
 			return nil, dbError(err)
 		}
+		// The model's prompt and the tables shown are protobuf strings.
+		name, col, typ, colComment, comment = validText(name), validText(col), validText(typ), validText(colComment), validText(comment)
 		t := byName[name]
 		if t == nil {
 			t = &table{name: name, comment: comment}
@@ -112,6 +114,7 @@ func (c *conn) catalog(ctx context.Context) ([]*table, error) {
 		if err := fks.Scan(&from, &to); err != nil {
 			return nil, dbError(err)
 		}
+		from, to = validText(from), validText(to)
 		src, dst := byName[from], byName[to]
 		if src == nil || dst == nil || src == dst {
 			continue // a table the reader cannot see, or a self-reference

@@ -425,7 +425,7 @@ func (r *Registry) Schemas(ctx context.Context, name string) ([]string, error) {
 			return nil, dbError(err)
 		}
 		if s != "temp" {
-			out = append(out, s)
+			out = append(out, validText(s)) // offered as options: protobuf strings
 		}
 	}
 	return out, dbError(rows.Err())
@@ -566,7 +566,7 @@ func (r *Registry) Tables(ctx context.Context, name, schema string) ([]string, e
 		if err := rows.Scan(&t); err != nil {
 			return nil, dbError(err)
 		}
-		out = append(out, t)
+		out = append(out, validText(t)) // offered as options: protobuf strings
 	}
 	return out, dbError(rows.Err())
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
 )
@@ -284,5 +285,50 @@ func checkSchemaNames(t *testing.T, reg *connections.Registry, conn string, abse
 		if !strings.Contains(text, name) {
 			t.Errorf("the schema leaves out %s", name)
 		}
+	}
+}
+
+// TestTextThatIsNotUTF8: SQLite keeps whatever bytes a TEXT value (or a
+// column name) was given, an application's Latin-1 say. A result shows
+// them with U+FFFD for each byte that is not UTF-8 (its rows travel as
+// protobuf strings: the job failed with an internal error), and a result
+// written to a table copies the bytes as stored.
+func TestTextThatIsNotUTF8(t *testing.T) {
+	t.Parallel()
+	reg, db := openMusic(t)
+	ctx := context.Background()
+	own, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	if _, err := own.ExecContext(ctx, "CREATE TABLE latin (\"caf\xe9\" TEXT); INSERT INTO latin VALUES (CAST(x'6372e86d65' AS TEXT))"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := reg.Query(ctx, "music", "SELECT *, CAST(x'C328' AS TEXT) AS cut FROM latin", 10, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"caf\uFFFD", "cut"}; !reflect.DeepEqual(res.Columns, want) {
+		t.Errorf("columns %q, want %q", res.Columns, want)
+	}
+	if want := [][]any{{"cr\uFFFDme", "\uFFFD("}}; !reflect.DeepEqual(res.Rows, want) {
+		t.Errorf("rows %q, want %q", res.Rows, want)
+	}
+	if _, err := reg.WriteTable(ctx, "music", "SELECT * FROM latin", "latin_copy", connections.WriteCreate, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var same int
+	if err := own.QueryRowContext(ctx, "SELECT count(*) FROM latin_copy WHERE CAST(\"caf\xe9\" AS BLOB) = x'6372e86d65'").Scan(&same); err != nil || same != 1 {
+		t.Fatalf("copied bytes: %d rows the same, %v", same, err)
+	}
+	// The schema the model is shown, which travels to it as a protobuf
+	// string, names the column as the results do.
+	schema, err := reg.Schema(ctx, "music", connections.SchemaRequest{Question: "latin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !utf8.ValidString(schema.Text) || !strings.Contains(schema.Text, "caf\uFFFD") {
+		t.Errorf("schema text not valid UTF-8, or without the column: %q", schema.Text)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -48,7 +49,17 @@ type collector struct {
 }
 
 func newCollector(columns []string, limit int) *collector {
-	return &collector{res: &Result{Columns: columns, Rows: [][]any{}}, limit: limit}
+	c := &collector{res: &Result{Rows: [][]any{}}, limit: limit}
+	c.addColumns(columns...)
+	return c
+}
+
+// addColumns appends result columns, their names made valid UTF-8 as
+// jsonValue makes text values.
+func (c *collector) addColumns(names ...string) {
+	for _, n := range names {
+		c.res.Columns = append(c.res.Columns, validText(n))
+	}
 }
 
 // atLimit reports whether the result holds limit rows, and then marks it
@@ -123,7 +134,7 @@ func (r *Registry) Query(ctx context.Context, name, sqlText string, limit int, t
 	rows := newCollector(nil, limit)
 	err = c.guard.stream(ctx, sqlText, func(cols []column) error {
 		for _, col := range cols {
-			rows.res.Columns = append(rows.res.Columns, col.name)
+			rows.addColumns(col.name)
 		}
 		return nil
 	}, rows.add)
@@ -207,11 +218,25 @@ func readRows(rows *sql.Rows, limit int) (*Result, error) {
 	return c.res, nil
 }
 
+// validText returns s with each byte that is not UTF-8 replaced by U+FFFD,
+// as encoding/json writes such a string: SQLite keeps whatever bytes a
+// TEXT value was given (an application's Latin-1, say), and a result
+// travels as protobuf strings, which must be UTF-8. A result written to a
+// table is read again from the database, unchanged.
+func validText(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
 // jsonValue turns a driver value into one JSON can carry.
 func jsonValue(v any) any {
 	switch x := v.(type) {
-	case nil, bool, int64, float64, string:
+	case nil, bool, int64, float64:
 		return x
+	case string:
+		return validText(x)
 	case int:
 		return int64(x)
 	case uint64:
