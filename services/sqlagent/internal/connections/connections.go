@@ -443,7 +443,9 @@ func dbError(err error) error {
 	if _, ok := errors.AsType[*pgproto3.ExceededMaxBodyLenErr](err); ok {
 		return fmt.Errorf("%w: a row of the result is larger than %d MiB; select fewer or shorter values (left(col, n), length(col))", ErrQuery, MaxResultBytes>>20)
 	}
-	msg := err.Error()
+	// A database's message may quote a stored value in whatever bytes it
+	// holds; it is shown to the user in a protobuf string.
+	msg := validText(err.Error())
 	for _, s := range []string{"connect:", "connection refused", "no such host", "failed to connect", "unable to open database"} {
 		if strings.Contains(msg, s) {
 			return fmt.Errorf("%w: %s", ErrUnavailable, redactDSN(msg))

@@ -215,3 +215,14 @@ func TestPostgresLocksAlone(t *testing.T) {
 		t.Fatalf("target rows %d, evil exists %v, %v; want 1 and false", rows, exists, err)
 	}
 }
+
+// A database's message quoting a stored value in bytes that are not
+// UTF-8 (PostgreSQL's SQL_ASCII databases, SQLite's TEXT) reaches the
+// user in a protobuf string: each such byte shows as U+FFFD.
+func TestDBErrorIsUTF8(t *testing.T) {
+	t.Parallel()
+	err := dbError(errors.New("invalid input syntax for type integer: \"caf\xe9\""))
+	if want := "invalid input syntax for type integer: \"caf\uFFFD\""; !errors.Is(err, ErrQuery) || !strings.HasSuffix(err.Error(), want) {
+		t.Fatalf("dbError = %q, want ErrQuery ending %q", err, want)
+	}
+}
