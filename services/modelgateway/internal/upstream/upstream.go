@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/credentials"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/llm"
@@ -381,9 +382,16 @@ func ErrorMessage(body []byte) string {
 			return v.Message
 		}
 	}
-	s := strings.TrimSpace(string(body))
+	// Not JSON (an HTML page of a proxy, in any charset): its text, as
+	// UTF-8 (the message travels in protobuf strings and events), cut at
+	// 500 bytes on a character's boundary.
+	s := strings.ToValidUTF8(strings.TrimSpace(string(body)), "\uFFFD")
 	if len(s) > 500 {
-		s = s[:500] + "…"
+		cut := 500
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
 	}
 	if s == "" {
 		s = "(empty body)"

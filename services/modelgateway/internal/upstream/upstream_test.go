@@ -43,6 +43,8 @@ func TestErrorMessageShapes(t *testing.T) {
 		`{"code":"Throttling","message":"Requests rate limit exceeded"}`:                                                  "Requests rate limit exceeded",
 		"<html>502 Bad Gateway</html>":                                                                                    "<html>502 Bad Gateway</html>",
 		"":                                                                                                                "(empty body)",
+		"<p>Fehler: \xfcberlastet</p>":                                                                                    "<p>Fehler: \uFFFDberlastet</p>",
+		strings.Repeat("错", 200):                                                                                          strings.Repeat("错", 166) + "…",
 	} {
 		if got := upstream.ErrorMessage([]byte(body)); got != want {
 			t.Errorf("%s → %q, want %q", body, got, want)
