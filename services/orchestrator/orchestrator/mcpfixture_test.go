@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -37,6 +38,10 @@ func serveFixture(mode string) int {
 		}
 		return 0
 	case "crash":
+		// More than the 2 KiB tail kept, so that it starts inside a
+		// character, and a line in Latin-1: what is reported is UTF-8.
+		fmt.Fprintln(os.Stderr, strings.Repeat("é", 1500))
+		fmt.Fprintln(os.Stderr, "crm: Lizenz f\xfcr acme abgelaufen")
 		fmt.Fprintln(os.Stderr, "crm: licence expired on 2026-01-01")
 		return 3
 	case "hang":

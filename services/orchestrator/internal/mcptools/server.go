@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -494,8 +495,16 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// String returns the bytes kept as UTF-8 text (it is reported in
+// protobuf strings): without the part of a character the cut left at the
+// start, and with U+FFFD for each byte that is not UTF-8 (a server may
+// write in any charset).
 func (b *tailBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return string(b.buf)
+	s := b.buf
+	for i := 0; i < utf8.UTFMax-1 && len(s) > 0 && !utf8.RuneStart(s[0]); i++ {
+		s = s[1:]
+	}
+	return strings.ToValidUTF8(string(s), "\uFFFD")
 }
