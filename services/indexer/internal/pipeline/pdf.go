@@ -209,8 +209,11 @@ func (x *PDF) run(parent context.Context, out *capped, bin string, args ...strin
 			what = "the PDF's permissions forbid it"
 		}
 	}
+	// poppler's messages quote what the PDF holds (font and object
+	// names) in its bytes, and the cap may cut a character: the error
+	// is kept in protobuf strings, so it is made UTF-8.
 	var lines []string
-	for l := range strings.Lines(string(stderr.buf)) {
+	for l := range strings.Lines(strings.ToValidUTF8(string(stderr.buf), "\uFFFD")) {
 		if l = strings.TrimSpace(l); l != "" && !slices.Contains(lines, l) {
 			lines = append(lines, l)
 		}

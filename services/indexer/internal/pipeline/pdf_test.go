@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentmesh/agentmesh/services/indexer/internal/pdftest"
 	"github.com/agentmesh/agentmesh/services/indexer/internal/pipeline"
@@ -100,8 +101,15 @@ func TestPDFFailures(t *testing.T) {
 	if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec sleep 30\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// poppler quoting the PDF's own bytes (a font name in Latin-1) past
+	// the 2 KiB of its stderr kept, which cuts a character.
+	latin := filepath.Join(t.TempDir(), "latin")
+	if err := os.WriteFile(latin, []byte("#!/bin/sh\nprintf 'Syntax Error: Unknown font tag \\351t\\351\\n' >&2\nprintf '%0.s\\303\\251' $(seq 1100) >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	missing := func(name string) (string, error) { return "", exec.ErrNotFound }
 	hanging := func(string) (string, error) { return hang, nil }
+	latin1 := func(string) (string, error) { return latin, nil }
 	for _, tc := range []struct {
 		name string
 		pdf  *pipeline.PDF
@@ -114,6 +122,7 @@ func TestPDFFailures(t *testing.T) {
 		{"not a PDF at all", &pipeline.PDF{}, []byte("hello, this is text"), "cannot open the pdf (syntax warning: may not be a pdf file", false},
 		{"poppler not installed", &pipeline.PDF{Find: missing}, data, "not found", true},
 		{"a run past the time limit", &pipeline.PDF{Find: hanging, Timeout: 300 * time.Millisecond}, data, "no result within 300ms", false},
+		{"a message not in UTF-8", &pipeline.PDF{Find: latin1}, data, "unknown font tag \ufffdt\ufffd", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -124,7 +133,7 @@ func TestPDFFailures(t *testing.T) {
 				t.Errorf("took %s", time.Since(began))
 			}
 			for _, err := range []error{terr, rerr} {
-				if err == nil || !strings.Contains(strings.ToLower(err.Error()), tc.want) || errors.Is(err, pipeline.ErrPDFTool) != tc.tool {
+				if err == nil || !strings.Contains(strings.ToLower(err.Error()), tc.want) || errors.Is(err, pipeline.ErrPDFTool) != tc.tool || !utf8.ValidString(err.Error()) {
 					t.Errorf("error %v, want one containing %q (ErrPDFTool %v)", err, tc.want, tc.tool)
 				}
 			}
