@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // Headers added to a dead-lettered message. The original headers are kept,
@@ -85,7 +87,7 @@ func headerValue(s string) string {
 		return r
 	}, s)
 	if len(s) > maxReasonLen {
-		s = strings.ToValidUTF8(s[:maxReasonLen], "") + "…"
+		s = utf8x.Prefix(s, maxReasonLen) + "…"
 	}
 	return s
 }

@@ -16,6 +16,7 @@ import (
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/conversations"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/plan"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/statemachine"
@@ -337,11 +338,7 @@ func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
+	return utf8x.Prefix(s, n) + "…"
 }
 
 func orDash(s string) string {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/checkpoint"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/conversations"
 	"github.com/agentmesh/agentmesh/services/classifier/internal/modelcalls"
@@ -268,11 +269,7 @@ func describe(c conversations.Conversation) *statemachine.Sample {
 		s.Summary = c.Messages[0].Text
 	}
 	if len(s.Summary) > 160 {
-		cut := 157
-		for cut > 0 && s.Summary[cut]&0xC0 == 0x80 {
-			cut--
-		}
-		s.Summary = strings.TrimSpace(s.Summary[:cut]) + "..."
+		s.Summary = strings.TrimSpace(utf8x.Prefix(s.Summary, 157)) + "..."
 	}
 	return s
 }

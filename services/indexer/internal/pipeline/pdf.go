@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // PDF reads PDF attachments with Debian's poppler-utils, found on PATH at
@@ -213,7 +215,7 @@ func (x *PDF) run(parent context.Context, out *capped, bin string, args ...strin
 	// names) in its bytes, and the cap may cut a character: the error
 	// is kept in protobuf strings, so it is made UTF-8.
 	var lines []string
-	for l := range strings.Lines(strings.ToValidUTF8(string(stderr.buf), "\uFFFD")) {
+	for l := range strings.Lines(utf8x.Valid(string(stderr.buf))) {
 		if l = strings.TrimSpace(l); l != "" && !slices.Contains(lines, l) {
 			lines = append(lines, l)
 		}

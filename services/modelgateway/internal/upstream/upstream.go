@@ -19,8 +19,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/credentials"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/llm"
 )
@@ -385,13 +385,9 @@ func ErrorMessage(body []byte) string {
 	// Not JSON (an HTML page of a proxy, in any charset): its text, as
 	// UTF-8 (the message travels in protobuf strings and events), cut at
 	// 500 bytes on a character's boundary.
-	s := strings.ToValidUTF8(strings.TrimSpace(string(body)), "\uFFFD")
+	s := utf8x.Valid(strings.TrimSpace(string(body)))
 	if len(s) > 500 {
-		cut := 500
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
+		s = utf8x.Prefix(s, 500) + "…"
 	}
 	if s == "" {
 		s = "(empty body)"

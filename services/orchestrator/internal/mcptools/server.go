@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // State is where the connection to a server is.
@@ -506,5 +508,5 @@ func (b *tailBuffer) String() string {
 	for i := 0; i < utf8.UTFMax-1 && len(s) > 0 && !utf8.RuneStart(s[0]); i++ {
 		s = s[1:]
 	}
-	return strings.ToValidUTF8(string(s), "\uFFFD")
+	return utf8x.Valid(string(s))
 }

@@ -15,12 +15,12 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	"github.com/agentmesh/agentmesh/libs/jsonschemax"
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // Tool is a function the model may call.
@@ -271,9 +271,5 @@ func truncate(s string, limit int) string {
 		return s
 	}
 	const note = "\n[output truncated]"
-	cut := limit - len(note)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:max(cut, 0)] + note
+	return utf8x.Prefix(s, limit-len(note)) + note
 }

@@ -3,6 +3,8 @@ package connections
 import (
 	"context"
 	"strings"
+
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // table is one table or view of a connection's catalog, as the model is
@@ -92,7 +94,7 @@ func (c *conn) catalog(ctx context.Context) ([]*table, error) {
 			return nil, dbError(err)
 		}
 		// The model's prompt and the tables shown are protobuf strings.
-		name, col, typ, colComment, comment = validText(name), validText(col), validText(typ), validText(colComment), validText(comment)
+		name, col, typ, colComment, comment = utf8x.Valid(name), utf8x.Valid(col), utf8x.Valid(typ), utf8x.Valid(colComment), utf8x.Valid(comment)
 		t := byName[name]
 		if t == nil {
 			t = &table{name: name, comment: comment}
@@ -114,7 +116,7 @@ func (c *conn) catalog(ctx context.Context) ([]*table, error) {
 		if err := fks.Scan(&from, &to); err != nil {
 			return nil, dbError(err)
 		}
-		from, to = validText(from), validText(to)
+		from, to = utf8x.Valid(from), utf8x.Valid(to)
 		src, dst := byName[from], byName[to]
 		if src == nil || dst == nil || src == dst {
 			continue // a table the reader cannot see, or a self-reference

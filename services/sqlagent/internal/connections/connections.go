@@ -36,6 +36,8 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // Dialects of connections.
@@ -425,7 +427,7 @@ func (r *Registry) Schemas(ctx context.Context, name string) ([]string, error) {
 			return nil, dbError(err)
 		}
 		if s != "temp" {
-			out = append(out, validText(s)) // offered as options: protobuf strings
+			out = append(out, utf8x.Valid(s)) // offered as options: protobuf strings
 		}
 	}
 	return out, dbError(rows.Err())
@@ -445,7 +447,7 @@ func dbError(err error) error {
 	}
 	// A database's message may quote a stored value in whatever bytes it
 	// holds; it is shown to the user in a protobuf string.
-	msg := validText(err.Error())
+	msg := utf8x.Valid(err.Error())
 	for _, s := range []string{"connect:", "connection refused", "no such host", "failed to connect", "unable to open database"} {
 		if strings.Contains(msg, s) {
 			return fmt.Errorf("%w: %s", ErrUnavailable, redactDSN(msg))
@@ -568,7 +570,7 @@ func (r *Registry) Tables(ctx context.Context, name, schema string) ([]string, e
 		if err := rows.Scan(&t); err != nil {
 			return nil, dbError(err)
 		}
-		out = append(out, validText(t)) // offered as options: protobuf strings
+		out = append(out, utf8x.Valid(t)) // offered as options: protobuf strings
 	}
 	return out, dbError(rows.Err())
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // SchemaRequest says what a schema is wanted for.
@@ -138,7 +140,7 @@ func (r *Registry) Schema(ctx context.Context, name string, req SchemaRequest) (
 			if n > 0 {
 				continue
 			}
-			line = cutUTF8(line, budget) + " …)\n"
+			line = utf8x.Prefix(line, budget) + " …)\n"
 		}
 		budget -= len(line)
 		b.WriteString(line)
@@ -149,14 +151,6 @@ func (r *Registry) Schema(ctx context.Context, name string, req SchemaRequest) (
 	b.WriteString(fmt.Sprintf(note, len(s.Shown), len(tables)))
 	s.Text, s.Selected = b.String(), true
 	return s, nil
-}
-
-// cutUTF8 is s cut to at most n bytes, on a character boundary.
-func cutUTF8(s string, n int) string {
-	for n > 0 && n < len(s) && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:max(n, 0)]
 }
 
 // Weights of a question term matched in a table's name, a column name or

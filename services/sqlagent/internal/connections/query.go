@@ -9,9 +9,10 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // Result is a query result cut at the row limit and at MaxResultBytes.
@@ -55,10 +56,13 @@ func newCollector(columns []string, limit int) *collector {
 }
 
 // addColumns appends result columns, their names made valid UTF-8 as
-// jsonValue makes text values.
+// jsonValue makes text values: SQLite keeps whatever bytes a TEXT value or
+// a name was given (an application's Latin-1, say), and a result travels
+// as protobuf strings, which must be UTF-8. A result written to a table is
+// read again from the database, unchanged.
 func (c *collector) addColumns(names ...string) {
 	for _, n := range names {
-		c.res.Columns = append(c.res.Columns, validText(n))
+		c.res.Columns = append(c.res.Columns, utf8x.Valid(n))
 	}
 }
 
@@ -218,25 +222,13 @@ func readRows(rows *sql.Rows, limit int) (*Result, error) {
 	return c.res, nil
 }
 
-// validText returns s with each byte that is not UTF-8 replaced by U+FFFD,
-// as encoding/json writes such a string: SQLite keeps whatever bytes a
-// TEXT value was given (an application's Latin-1, say), and a result
-// travels as protobuf strings, which must be UTF-8. A result written to a
-// table is read again from the database, unchanged.
-func validText(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
-}
-
 // jsonValue turns a driver value into one JSON can carry.
 func jsonValue(v any) any {
 	switch x := v.(type) {
 	case nil, bool, int64, float64:
 		return x
 	case string:
-		return validText(x)
+		return utf8x.Valid(x)
 	case int:
 		return int64(x)
 	case uint64:

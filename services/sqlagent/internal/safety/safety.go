@@ -32,7 +32,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
-	"unicode/utf8"
+
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // ErrRejected is matched (errors.Is) by every rejection from Check.
@@ -257,11 +258,7 @@ func leadingText(sql string, pos int) string {
 		s = s[:i]
 	}
 	if len(s) > 24 {
-		cut := 24
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
+		s = utf8x.Prefix(s, 24) + "…"
 	}
 	return s
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // Dialect selects the lexical rules that differ between databases.
@@ -834,11 +836,7 @@ func truncateIdent(s string) string {
 	if len(s) <= pgMaxIdent {
 		return s
 	}
-	n := pgMaxIdent
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
+	return utf8x.Prefix(s, pgMaxIdent)
 }
 
 // asciiLower folds A-Z only, as PostgreSQL folds unquoted names in UTF-8.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/safety"
 )
 
@@ -57,7 +58,7 @@ func defaultReadJobName(s *Session) string {
 		return "query on " + s.Params[paramConnection]
 	}
 	if len(q) > maxJobName {
-		q = strings.ToValidUTF8(q[:maxJobName-3], "") + "..."
+		q = utf8x.Prefix(q, maxJobName-3) + "..."
 	}
 	return q
 }

@@ -2,8 +2,8 @@ package session
 
 import (
 	"fmt"
-	"unicode/utf8"
 
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
 )
 
@@ -60,8 +60,5 @@ func fitReply(res *connections.Result) (shown *connections.Result, cutValues int
 // cutText cuts s to at most n bytes at a character boundary and says how
 // long it was.
 func cutText(s string, n int) string {
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return fmt.Sprintf("%s… [cut: %d bytes in all]", s[:n], len(s))
+	return fmt.Sprintf("%s… [cut: %d bytes in all]", utf8x.Prefix(s, n), len(s))
 }

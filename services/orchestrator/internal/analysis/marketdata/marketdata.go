@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/tools"
 )
 
@@ -168,9 +169,9 @@ func (c *Client) get(ctx context.Context, path string, q url.Values) (tools.Resu
 
 // snippet shortens a body for an error message.
 func snippet(b []byte) string {
-	s := strings.TrimSpace(string(b))
+	s := utf8x.Valid(strings.TrimSpace(string(b))) // an error page in any charset
 	if len(s) > 200 {
-		s = s[:200] + "…"
+		s = utf8x.Prefix(s, 200) + "…"
 	}
 	return s
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/schemas"
 	"github.com/agentmesh/agentmesh/services/orchestrator/internal/analysis/tools"
 )
@@ -161,7 +162,7 @@ func Prompt(query string, outcomes []Outcome, gaps []string) string {
 		}
 		data := pretty.String()
 		if len(data) > left {
-			data = strings.ToValidUTF8(data[:max(left, 0)], "") + fmt.Sprintf("\n… [cut: %d bytes in all; the tool results together may hold %d]", pretty.Len(), MaxPromptDataBytes)
+			data = utf8x.Prefix(data, left) + fmt.Sprintf("\n… [cut: %d bytes in all; the tool results together may hold %d]", pretty.Len(), MaxPromptDataBytes)
 		}
 		left -= min(len(data), left)
 		fmt.Fprintf(&b, "### %s\n```json\n%s\n```\n\n", o.Title, data)
@@ -183,5 +184,5 @@ func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return utf8x.Prefix(s, n) + "…"
 }
