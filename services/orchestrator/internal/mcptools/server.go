@@ -499,7 +499,7 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 
 // String returns the bytes kept as UTF-8 text (it is reported in
 // protobuf strings): without the part of a character the cut left at the
-// start, and with U+FFFD for each byte that is not UTF-8 (a server may
+// start, and with U+FFFD for bytes that are not UTF-8 (a server may
 // write in any charset).
 func (b *tailBuffer) String() string {
 	b.mu.Lock()
