@@ -27,6 +27,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // Options configures a Conn.
@@ -293,9 +295,9 @@ func httpError(resp *http.Response) error {
 	if json.Unmarshal(body, &e) == nil && e.Code != nil && *e.Code != 0 {
 		return status.Error(codes.Code(*e.Code), e.Message)
 	}
-	text := strings.TrimSpace(string(body))
+	text := utf8x.Valid(strings.TrimSpace(string(body))) // a proxy's page, in any charset
 	if len(text) > 200 {
-		text = text[:200] + "…"
+		text = utf8x.Prefix(text, 200) + "…"
 	}
 	return status.Errorf(codeOfHTTP(resp.StatusCode), "HTTP %d from %s: %s", resp.StatusCode, resp.Request.URL.Redacted(), text)
 }
