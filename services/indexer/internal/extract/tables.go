@@ -2,7 +2,9 @@ package extract
 
 import (
 	"regexp"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/html"
 	"golang.org/x/net/html/atom"
@@ -27,11 +29,7 @@ func Tables(text string) []Table {
 	ts := markdownTables(text)
 	ts = append(ts, htmlTables(text)...)
 	// Order by position; the two kinds never overlap.
-	for i := 1; i < len(ts); i++ {
-		for j := i; j > 0 && ts[j].Start < ts[j-1].Start; j-- {
-			ts[j], ts[j-1] = ts[j-1], ts[j]
-		}
-	}
+	slices.SortStableFunc(ts, func(a, b Table) int { return a.Start - b.Start })
 	return ts
 }
 
@@ -214,8 +212,24 @@ func parseHTMLTable(src string) (Table, bool) {
 
 var htmlTag = regexp.MustCompile(`<[^>]*>`)
 
-// htmlContext returns the last line of text before a table, tags removed.
+// htmlContextWindow is how much of the text before a table htmlContext
+// reads: the lines it looks at are near the table, and reading all of it
+// for every table took minutes for a document of many small tables.
+const htmlContextWindow = 1 << 10
+
+// htmlContext returns the last line of text before a table, tags removed,
+// from the last htmlContextWindow bytes of it.
 func htmlContext(before string) string {
+	if len(before) > htmlContextWindow {
+		before = before[len(before)-htmlContextWindow:]
+		// Start at a character, and after a tag the window cut.
+		for len(before) > 0 && !utf8.RuneStart(before[0]) {
+			before = before[1:]
+		}
+		if gt, lt := strings.IndexByte(before, '>'), strings.IndexByte(before, '<'); gt >= 0 && (lt < 0 || gt < lt) {
+			before = before[gt+1:]
+		}
+	}
 	plain := htmlTag.ReplaceAllString(before, "\n")
 	ls := strings.Split(plain, "\n")
 	for k := len(ls) - 1; k >= 0 && k >= len(ls)-8; k-- {
