@@ -25,6 +25,21 @@ func Prefix(s string, n int) string {
 	return s[:n]
 }
 
+// Suffix returns s from the first character that starts in its last n
+// bytes ("" when n <= 0): the bytes a cut there leaves of a character (at
+// most utf8.UTFMax-1 of them) are dropped. It takes text as a string or
+// as bytes.
+func Suffix[T ~string | ~[]byte](s T, n int) T {
+	if n >= len(s) {
+		return s
+	}
+	start := len(s) - max(n, 0)
+	for i := 0; i < utf8.UTFMax-1 && start < len(s) && !utf8.RuneStart(s[start]); i++ {
+		start++
+	}
+	return s[start:]
+}
+
 // Valid returns s with each run of bytes that are not UTF-8 replaced by
 // one U+FFFD (strings.ToValidUTF8); s itself, without copying, when it is
 // valid.

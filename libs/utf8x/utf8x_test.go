@@ -7,26 +7,36 @@ import (
 	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
-func TestPrefix(t *testing.T) {
+// Prefix and Suffix cut at most n bytes' worth, never inside a character.
+func TestPrefixAndSuffix(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		s    string
-		n    int
-		want string
+		s              string
+		n              int
+		prefix, suffix string
 	}{
-		{"café", 10, "café"},
-		{"café", 5, "café"},
-		{"café", 4, "caf"}, // é is bytes 3-4
-		{"café", 3, "caf"},
-		{"错错", 4, "错"},
-		{"错错", 2, ""},
-		{"abc", 0, ""},
-		{"abc", -1, ""},
-		{"", 3, ""},
-		{"\xff\xfe", 1, "\xff"}, // not UTF-8: cut where asked
+		{"café", 10, "café", "café"},
+		{"café", 5, "café", "café"},
+		{"café", 4, "caf", "afé"},
+		{"café", 3, "caf", "fé"},
+		{"café", 1, "c", ""}, // é is bytes 3-4
+		{"café", 2, "ca", "é"},
+		{"错错", 4, "错", "错"},
+		{"错错", 2, "", ""},
+		{"abc", 0, "", ""},
+		{"abc", -1, "", ""},
+		{"", 3, "", ""},
+		{"\xff\xfe", 1, "\xff", "\xfe"}, // not UTF-8: cut where asked
+		{"\x80\x80\x80\x80\x80a", 5, "\x80\x80\x80\x80\x80", "\x80a"}, // at most 3 bytes dropped
 	} {
-		if got := utf8x.Prefix(tc.s, tc.n); got != tc.want {
-			t.Errorf("Prefix(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+		if got := utf8x.Prefix(tc.s, tc.n); got != tc.prefix {
+			t.Errorf("Prefix(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.prefix)
+		}
+		if got := utf8x.Suffix(tc.s, tc.n); got != tc.suffix {
+			t.Errorf("Suffix(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.suffix)
+		}
+		if got := string(utf8x.Suffix([]byte(tc.s), tc.n)); got != tc.suffix {
+			t.Errorf("Suffix([]byte(%q), %d) = %q, want %q", tc.s, tc.n, got, tc.suffix)
 		}
 	}
 }

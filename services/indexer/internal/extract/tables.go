@@ -4,10 +4,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"golang.org/x/net/html"
 	"golang.org/x/net/html/atom"
+
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // Table is a table found in a document.
@@ -221,11 +222,8 @@ const htmlContextWindow = 1 << 10
 // from the last htmlContextWindow bytes of it.
 func htmlContext(before string) string {
 	if len(before) > htmlContextWindow {
-		before = before[len(before)-htmlContextWindow:]
-		// Start at a character, and after a tag the window cut.
-		for len(before) > 0 && !utf8.RuneStart(before[0]) {
-			before = before[1:]
-		}
+		before = utf8x.Suffix(before, htmlContextWindow)
+		// Start after a tag the window cut.
 		if gt, lt := strings.IndexByte(before, '>'), strings.IndexByte(before, '<'); gt >= 0 && (lt < 0 || gt < lt) {
 			before = before[gt+1:]
 		}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -479,8 +478,9 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// tailBuffer keeps the last limit bytes written to it. Safe for concurrent
-// use (exec copies stderr from its own goroutine).
+// tailBuffer keeps the last limit bytes written to it, less the part of a
+// character the cut leaves. Safe for concurrent use (exec copies stderr
+// from its own goroutine).
 type tailBuffer struct {
 	mu    sync.Mutex
 	limit int
@@ -491,22 +491,18 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.limit; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
+	if len(b.buf) > b.limit {
+		// Cut at a character: what is kept is reported as text.
+		b.buf = append(b.buf[:0], utf8x.Suffix(b.buf, b.limit)...)
 	}
 	return len(p), nil
 }
 
 // String returns the bytes kept as UTF-8 text (it is reported in
-// protobuf strings): without the part of a character the cut left at the
-// start, and with U+FFFD for bytes that are not UTF-8 (a server may
-// write in any charset).
+// protobuf strings), with U+FFFD for bytes that are not UTF-8 (a server
+// may write in any charset).
 func (b *tailBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := b.buf
-	for i := 0; i < utf8.UTFMax-1 && len(s) > 0 && !utf8.RuneStart(s[0]); i++ {
-		s = s[1:]
-	}
-	return utf8x.Valid(string(s))
+	return utf8x.Valid(string(b.buf))
 }
