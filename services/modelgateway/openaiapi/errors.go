@@ -6,7 +6,6 @@ import (
 	"math"
 	"net/http"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,10 +56,10 @@ type failure struct {
 	header     http.Header // set on the response: Allow of a 405, Accept-Encoding of a 415
 }
 
-// noRetry marks a 5xx answer the official OpenAI SDKs must not retry:
-// they retry every 5xx (twice by default) unless the answer's
-// x-should-retry header says "false". Callers only read it.
-var noRetry = http.Header{"X-Should-Retry": {"false"}}
+// noRetry returns the header that keeps the official OpenAI SDKs from
+// retrying a 5xx answer: they retry every 5xx (twice by default) unless
+// its x-should-retry header says "false".
+func noRetry() http.Header { return http.Header{"X-Should-Retry": {"false"}} }
 
 // statusError is a failure the API decides itself, with a status of its
 // own (a paramError is always 400).
@@ -125,7 +124,7 @@ func describe(st *status.Status) failure {
 			// nothing the caller can fix, and the same request again
 			// would only cost more model calls.
 			f.status, typ = http.StatusInternalServerError, "server_error"
-			f.header = noRetry
+			f.header = noRetry()
 		default:
 			f.status, typ = http.StatusBadRequest, "invalid_request_error"
 		}
@@ -140,7 +139,7 @@ func describe(st *status.Status) failure {
 		f.status, typ = http.StatusGatewayTimeout, "timeout_error"
 	case codes.Unimplemented:
 		f.status, typ = http.StatusNotImplemented, "invalid_request_error"
-		f.header = noRetry
+		f.header = noRetry()
 	case codes.Canceled:
 		f.status, typ = 499, "invalid_request_error" // the client went away; nobody reads it
 	default:
@@ -173,7 +172,7 @@ func failureOf(err error) failure {
 func writeError(w http.ResponseWriter, httpStatus int, f failure) {
 	h := w.Header()
 	for k, v := range f.header {
-		h[k] = slices.Clone(v) // f.header may be shared (noRetry)
+		h[k] = v
 	}
 	h.Del("Content-Length")
 	h.Set("Content-Type", "application/json")
