@@ -21,6 +21,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -67,6 +68,7 @@ func main() {
 		latency  = flag.Duration("upstream-latency", 20*time.Millisecond, "mock upstream latency")
 		modes    = flag.String("modes", "unary,stream", "modes to run: unary (Chat), stream (ChatStream time to first chunk)")
 		compare  = flag.String("compare", "", "also run a second gateway with these extra variables (space-separated X=v), in the same rounds, and print its rows as \"gateway B\" and \"openai http api (model gateway) B\": an A/B of a setting within one run")
+		gwB      = flag.String("gateway-b", "", "path of a second loadbench binary (another build of the gateway: another commit, or built with -pgo=off): run its gateway as \"gateway B\" in the same rounds, with the -compare variables if any: an A/B of two builds within one run")
 		httpGW   = flag.String("http-gateway", "", "path of the REST gateway's binary (go build ./gateway): also send the same chat request through its OpenAI-compatible API (/openai/v1/chat/completions) in front of the model gateway, in the same rounds (the \"openai http api (REST gateway)\" row)")
 		httpGWB  = flag.String("http-gateway-b", "", "path of a second REST gateway binary (another build, say the previous commit's), run like -http-gateway in front of the same model gateway in the same rounds: its row is \"openai http api (REST gateway) B\", an A/B of two builds within one run")
 		httpEnvB = flag.String("http-gateway-b-env", "", "extra variables (space-separated X=v) for \"openai http api (REST gateway) B\", which runs the -http-gateway binary unless -http-gateway-b names another: an A/B of a setting of the REST gateway within one run")
@@ -110,7 +112,7 @@ func main() {
 	if *httpEnvB != "" && *httpGWB == "" {
 		*httpGWB = *httpGW
 	}
-	if err := run(*duration, *rounds, *rates, *modes, *latency, strings.Fields(*compare), *relay, *httpGW, *httpGWB, strings.Fields(*httpEnvB)); err != nil {
+	if err := run(*duration, *rounds, *rates, *modes, *latency, strings.Fields(*compare), *gwB, *relay, *httpGW, *httpGWB, strings.Fields(*httpEnvB)); err != nil {
 		fmt.Fprintln(os.Stderr, "loadbench:", err)
 		os.Exit(1)
 	}
@@ -219,7 +221,7 @@ models:
   chat: [{provider: mock, model: bench-model}]
 `
 
-func run(duration time.Duration, rounds int, rateList, modeList string, latency time.Duration, compare []string, relay bool, httpGW, httpGWB string, httpEnvB []string) error {
+func run(duration time.Duration, rounds int, rateList, modeList string, latency time.Duration, compare []string, gwB string, relay bool, httpGW, httpGWB string, httpEnvB []string) error {
 	if rounds < 1 {
 		return fmt.Errorf("-rounds: must be at least 1")
 	}
@@ -268,16 +270,17 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	b := &bench{http: httpClient, upstream: upstreamURL}
 
 	hops := []*hop{{name: "gateway"}}
-	if len(compare) > 0 {
+	if len(compare) > 0 || gwB != "" {
 		for _, kv := range compare {
 			if !strings.Contains(kv, "=") {
 				return fmt.Errorf("-compare: %q is not X=v", kv)
 			}
 		}
-		hops = append(hops, &hop{name: "gateway B", extra: compare})
+		hops = append(hops, &hop{name: "gateway B", extra: compare, bin: gwB})
 	}
 	for _, g := range hops {
-		if err := g.start(self, append(slices.Clip(env), g.extra...)); err != nil {
+		bin := cmp.Or(g.bin, self)
+		if err := g.start(bin, append(slices.Clip(env), g.extra...)); err != nil {
 			return err
 		}
 		defer g.stop()
@@ -285,7 +288,7 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	// The OpenAI-compatible API: the same request as an OpenAI client
 	// sends it, to the first gateway's own listener; to the REST gateway in
 	// front of it; and, given a second build, the same through that.
-	// With -compare, gateway B's own listener gets a row too.
+	// Gateway B's own listener gets a row too.
 	for i, g := range slices.Clone(hops) {
 		hops = append(hops, openAIOf(g, b, "openai http api (model gateway)"+[]string{"", " B"}[i]))
 	}
@@ -335,8 +338,9 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 	if httpGWB != "" {
 		fmt.Printf("openai http api (REST gateway) B: the same through %s %s, in the same rounds\n\n", httpGWB, strings.Join(httpEnvB, " "))
 	}
-	if len(compare) > 0 {
-		fmt.Printf("gateway B runs with %s, in the same rounds as gateway\n\n", strings.Join(compare, " "))
+	if len(compare) > 0 || gwB != "" {
+		fmt.Printf("gateway B runs %s with %s, in the same rounds as gateway\n\n",
+			cmp.Or(gwB, "the same build"), cmp.Or(strings.Join(compare, " "), "the same variables"))
 	}
 	hot, idle, err := wakeProbe(self)
 	if err != nil {
@@ -413,6 +417,7 @@ func run(duration time.Duration, rounds int, rateList, modeList string, latency 
 type hop struct {
 	name   string
 	extra  []string // variables it runs with beyond the shared ones
+	bin    string   // a gateway's binary when not this one
 	child  *exec.Cmd
 	addr   string           // where it listens
 	openAI string           // a gateway's OpenAI-compatible listener
