@@ -159,8 +159,27 @@ func checkMetadata(path string, m map[string]any, n *int, depth int) error {
 		if k == "" || strings.ContainsAny(k, "$.") || len(k) > 64 {
 			return &FieldError{path, fmt.Sprintf("key %q must be 1-64 characters without '$' or '.'", k)}
 		}
-		if sub, ok := v.(map[string]any); ok {
-			if err := checkMetadata(path+"."+k, sub, n, depth+1); err != nil {
+		if err := checkMetadataValue(path+"."+k, v, n, depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkMetadataValue checks the objects a metadata value holds, in lists
+// too. A list directly inside a list is refused: the embedded store
+// (FerretDB) cannot keep one.
+func checkMetadataValue(path string, v any, n *int, depth int) error {
+	switch v := v.(type) {
+	case map[string]any:
+		return checkMetadata(path, v, n, depth+1)
+	case []any:
+		for i, e := range v {
+			ep := fmt.Sprintf("%s[%d]", path, i)
+			if _, ok := e.([]any); ok {
+				return &FieldError{ep, "a list inside a list cannot be stored"}
+			}
+			if err := checkMetadataValue(ep, e, n, depth); err != nil {
 				return err
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -20,6 +21,14 @@ import (
 
 func turn(role, text string) *classifierv1.ConversationTurn {
 	return &classifierv1.ConversationTurn{Role: role, Text: text}
+}
+
+func withMetadata(js string) *classifierv1.CustomerConversation {
+	md := &structpb.Struct{}
+	if err := protojson.Unmarshal([]byte(js), md); err != nil {
+		panic(err)
+	}
+	return &classifierv1.CustomerConversation{Id: "c", Messages: []*classifierv1.ConversationTurn{turn("agent", "x")}, Metadata: md}
 }
 
 func TestFromProtoValidates(t *testing.T) {
@@ -37,6 +46,12 @@ func TestFromProtoValidates(t *testing.T) {
 		{"empty text", &classifierv1.CustomerConversation{Id: "c", Messages: []*classifierv1.ConversationTurn{turn("agent", "  ")}}, "messages[0].text"},
 		{"bad time", &classifierv1.CustomerConversation{Id: "c", Messages: []*classifierv1.ConversationTurn{{Role: "agent", Text: "x", Time: &timestamppb.Timestamp{Nanos: -1}}}}, "messages[0].time"},
 		{"metadata operator key", &classifierv1.CustomerConversation{Id: "c", Messages: []*classifierv1.ConversationTurn{turn("agent", "x")}, Metadata: md}, "metadata.a"},
+		// Objects in lists are stored too: their keys are checked alike,
+		// and FerretDB refuses a list in a list.
+		{"operator key in a list", withMetadata(`{"tags":["a",{"$where":"1"}]}`), "metadata.tags[1]"},
+		{"dotted key in a list", withMetadata(`{"tags":[{"ok":{"a.b":1}}]}`), "metadata.tags[0].ok"},
+		{"list in a list", withMetadata(`{"tags":[{"k":[1,[2]]}]}`), "metadata.tags[0].k[1]"},
+		{"too deep through lists", withMetadata(`{"a":[{"b":[{"c":[{"d":[{"e":1}]}]}]}]}`), "metadata.a[0].b[0].c[0].d[0]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
