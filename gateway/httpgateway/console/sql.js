@@ -367,28 +367,26 @@ $("sqlForm").addEventListener("submit", action($("sqlForm"), async () => {
 
 // ---- jobs that ran ----------------------------------------------------------
 
-let sqlJobShown = "";
-
-function selectSqlJob(id) {
-  sqlJobShown = id;
-  for (const tr of $("sqlJobList").tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.id === id);
-}
-
-async function listSqlJobs() {
-  const r = await api("GET", "/v1/sql/jobs" + "?pageSize=50");
-  const tb = $("sqlJobList").tBodies[0];
-  tb.replaceChildren();
-  for (const j of r.jobs || []) {
-    const tr = tb.insertRow();
-    tr.dataset.id = j.id;
+// The jobs of every session of the scope, newest first, a page at a time.
+const sqlJobList = pager({
+  table: $("sqlJobList"), nav: $("sqlJobPager"), path: "/v1/sql/jobs",
+  items: (r) => r.jobs || [],
+  row(tr, j) {
     tr.dataset.kind = short(j.kind, "JOB_KIND_").toLowerCase();
-    tr.classList.toggle("selected", j.id === sqlJobShown);
     cell(tr, link(sqlJobHref(j.id), j.name || kindOf(j.kind) + " on " + j.connection));
     cell(tr, count(j.rowCount), "num");
     cell(tr, human(seconds(j.duration)), "duration");
     cell(tr, when(j.startTime), "muted");
-  }
-  if (!tb.rows.length) cell(tb.insertRow(), "nothing yet", "muted").colSpan = 4;
+  },
+});
+
+function selectSqlJob(id) {
+  sqlJobList.select(id);
+}
+
+// listSqlJobs shows the first page: where a job that just ran appears.
+function listSqlJobs() {
+  return sqlJobList.reset();
 }
 $("sqlJobsRefresh").addEventListener("click", action($("sqlJobsRefresh").parentElement, listSqlJobs));
 

@@ -105,8 +105,39 @@ func TestJobsAreKept(t *testing.T) {
 	if l, err := c.ListSqlJobs(ctxTimeout(t), &sqlagentv1.ListSqlJobsRequest{Scope: other}); err != nil || len(l.GetJobs()) != 0 {
 		t.Fatalf("ListSqlJobs from another scope = %v, %v; want none", l.GetJobs(), err)
 	}
-	if l, err := c.ListSqlJobs(ctxTimeout(t), &sqlagentv1.ListSqlJobsRequest{Scope: scopeA, PageSize: 1}); err != nil || len(l.GetJobs()) != 1 || l.GetJobs()[0].GetId() != write.GetId() {
-		t.Fatalf("ListSqlJobs page of 1 = %v, %v", l.GetJobs(), err)
+	// Pages of one walk the three jobs, newest first, and end.
+	var paged []string
+	tok := ""
+	for range 4 {
+		l, err := c.ListSqlJobs(ctxTimeout(t), &sqlagentv1.ListSqlJobsRequest{Scope: scopeA, PageSize: 1, PageToken: tok})
+		if err != nil || len(l.GetJobs()) != 1 {
+			t.Fatalf("ListSqlJobs page %d of 1 = %v, %v", len(paged)+1, l.GetJobs(), err)
+		}
+		paged = append(paged, l.GetJobs()[0].GetId())
+		if tok = l.GetNextPageToken(); tok == "" {
+			break
+		}
+	}
+	if want := []string{write.GetId(), list.GetJobs()[1].GetId(), read.GetId()}; strings.Join(paged, ",") != strings.Join(want, ",") {
+		t.Fatalf("pages of one = %v, want %v", paged, want)
+	}
+	if l, err := c.ListSqlJobs(ctxTimeout(t), &sqlagentv1.ListSqlJobsRequest{Scope: scopeA, PageSize: 3}); err != nil || len(l.GetJobs()) != 3 || l.GetNextPageToken() != "" {
+		t.Fatalf("a page holding every job = %d jobs, next %q, %v; want 3 and no next page", len(l.GetJobs()), l.GetNextPageToken(), err)
+	}
+	// A token is for its listing only: not another session's, scope's, or
+	// a made-up one.
+	first, err := c.ListSqlJobs(ctxTimeout(t), &sqlagentv1.ListSqlJobsRequest{Scope: scopeA, PageSize: 1})
+	if err != nil || first.GetNextPageToken() == "" {
+		t.Fatalf("first page: %v, %v", first, err)
+	}
+	for name, req := range map[string]*sqlagentv1.ListSqlJobsRequest{
+		"another session": {Scope: scopeA, SessionId: "other", PageToken: first.GetNextPageToken()},
+		"another scope":   {Scope: other, PageToken: first.GetNextPageToken()},
+		"made up":         {Scope: scopeA, PageToken: "AAAA"},
+	} {
+		if _, err := c.ListSqlJobs(ctxTimeout(t), req); status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "page_token") {
+			t.Errorf("token of %s: %v, want InvalidArgument naming page_token", name, err)
+		}
 	}
 	if _, err := c.ListSqlJobs(ctxTimeout(t), &sqlagentv1.ListSqlJobsRequest{Scope: scopeA, PageSize: 501}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("page_size 501: %v, want InvalidArgument", err)

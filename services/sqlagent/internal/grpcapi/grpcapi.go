@@ -5,8 +5,12 @@ package grpcapi
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -146,15 +150,53 @@ func (s *Server) ListSqlJobs(ctx context.Context, req *sqlagentv1.ListSqlJobsReq
 	if n := req.GetPageSize(); n < 0 || n > 500 {
 		return nil, grpcx.InvalidArgument("page_size", "must be between 0 and 500")
 	}
-	jobs, err := s.agent.ListJobs(ctx, toScope(scope), strings.TrimSpace(req.GetSessionId()), int(req.GetPageSize()))
+	q := session.JobQuery{SessionID: strings.TrimSpace(req.GetSessionId()), Limit: int(req.GetPageSize())}
+	hash := jobsFilterHash(scope, q.SessionID)
+	if tok := req.GetPageToken(); tok != "" {
+		pt, err := grpcx.DecodePageToken(tok, hash)
+		if err != nil {
+			return nil, err
+		}
+		after, ok := decodeJobCursor(pt.GetLastKey())
+		if !ok {
+			return nil, grpcx.InvalidArgument("page_token", "is not a token this service issued")
+		}
+		q.After = &after
+	}
+	jobs, more, err := s.agent.ListJobs(ctx, toScope(scope), q)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	out := &sqlagentv1.ListSqlJobsResponse{}
+	if more && len(jobs) > 0 {
+		last := jobs[len(jobs)-1].Cursor()
+		out.NextPageToken = grpcx.EncodePageToken(&commonv1.PageToken{LastKey: encodeJobCursor(last), FilterHash: hash})
+	}
 	for i := range jobs {
 		out.Jobs = append(out.Jobs, jobProto(&jobs[i]))
 	}
 	return out, nil
+}
+
+// jobsFilterHash binds a ListSqlJobs page token to its scope and session.
+func jobsFilterHash(scope *commonv1.Scope, sessionID string) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "sql_jobs\x00%s\x00%s\x00%s", scope.GetTenantId(), scope.GetProjectId(), sessionID))
+	return hex.EncodeToString(sum[:8])
+}
+
+// encodeJobCursor writes a job's place as "<start in Unix ms>/<id>" (an id
+// may hold slashes; the number never does).
+func encodeJobCursor(c session.JobCursor) string {
+	return strconv.FormatInt(c.Started.UnixMilli(), 10) + "/" + c.ID
+}
+
+func decodeJobCursor(s string) (session.JobCursor, bool) {
+	ms, id, ok := strings.Cut(s, "/")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || id == "" {
+		return session.JobCursor{}, false
+	}
+	return session.JobCursor{Started: time.UnixMilli(n).UTC(), ID: id}, true
 }
 
 // GetSqlJob returns one job of the caller's scope.

@@ -40,13 +40,33 @@ type Job struct {
 }
 
 // JobStore keeps jobs. AddJob is idempotent on Job.ID; ListJobs returns
-// the jobs of scope (of one session when sessionID is set), newest first,
-// at most limit; GetJob returns ErrJobNotFound for a job of another scope.
+// the jobs of scope that q selects, newest first; GetJob returns
+// ErrJobNotFound for a job of another scope.
 type JobStore interface {
 	AddJob(ctx context.Context, j *Job) error
-	ListJobs(ctx context.Context, scope Scope, sessionID string, limit int) ([]Job, error)
+	ListJobs(ctx context.Context, scope Scope, q JobQuery) ([]Job, error)
 	GetJob(ctx context.Context, scope Scope, id string) (*Job, error)
 }
+
+// JobQuery selects a page of a scope's jobs.
+type JobQuery struct {
+	// SessionID, when set, keeps the jobs of that session.
+	SessionID string
+	// After, when set, keeps the jobs listed after it (older, or as old
+	// with a smaller id): the last job of the previous page.
+	After *JobCursor
+	// Limit is the most jobs to return.
+	Limit int
+}
+
+// JobCursor is a job's place in the newest-first order.
+type JobCursor struct {
+	Started time.Time
+	ID      string
+}
+
+// Cursor is j's place in the newest-first order.
+func (j *Job) Cursor() JobCursor { return JobCursor{Started: j.Started, ID: j.ID} }
 
 // ErrJobNotFound means no job with that id in that scope.
 var ErrJobNotFound = fmt.Errorf("job not found")
@@ -57,13 +77,20 @@ const (
 	maxJobPage     = 500
 )
 
-// ListJobs lists the jobs of scope, newest first (of session sessionID
-// when set); limit 0 means 50, and more than 500 is 500.
-func (a *Agent) ListJobs(ctx context.Context, scope Scope, sessionID string, limit int) ([]Job, error) {
-	if limit <= 0 {
-		limit = defaultJobPage
+// ListJobs lists the jobs of scope that q selects, newest first, and
+// whether more follow them; a limit of 0 means 50, and more than 500 is
+// 500.
+func (a *Agent) ListJobs(ctx context.Context, scope Scope, q JobQuery) ([]Job, bool, error) {
+	if q.Limit <= 0 {
+		q.Limit = defaultJobPage
 	}
-	return a.store.ListJobs(ctx, scope, sessionID, min(limit, maxJobPage))
+	limit := min(q.Limit, maxJobPage)
+	q.Limit = limit + 1 // the one more tells whether another page follows
+	jobs, err := a.store.ListJobs(ctx, scope, q)
+	if err != nil || len(jobs) <= limit {
+		return jobs, false, err
+	}
+	return jobs[:limit], true, nil
 }
 
 // GetJob returns job id of scope, or ErrJobNotFound.

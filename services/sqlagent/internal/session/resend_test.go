@@ -82,7 +82,7 @@ func TestResentInputIsAnsweredNotApplied(t *testing.T) {
 	if r.Result == nil || len(r.Result.Rows) == 0 {
 		t.Fatalf("the confirmed read showed no rows: %+v", r.Result)
 	}
-	jobs, err := newStore(t, db).ListJobs(ctx, scope, id, 10)
+	jobs, err := newStore(t, db).ListJobs(ctx, scope, session.JobQuery{SessionID: id, Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

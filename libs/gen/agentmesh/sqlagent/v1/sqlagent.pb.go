@@ -1285,7 +1285,10 @@ type ListSqlJobsRequest struct {
 	// Only the jobs of this session, when set.
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Most jobs to return (default 50, at most 500).
-	PageSize      int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page, with the same scope and
+	// session_id; empty for the first page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1341,11 +1344,20 @@ func (x *ListSqlJobsRequest) GetPageSize() int32 {
 	return 0
 }
 
+func (x *ListSqlJobsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListSqlJobsResponse lists them, newest first.
 type ListSqlJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Jobs.
-	Jobs          []*SqlJob `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	Jobs []*SqlJob `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// Token of the next page; empty on the last one.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1385,6 +1397,13 @@ func (x *ListSqlJobsResponse) GetJobs() []*SqlJob {
 		return x.Jobs
 	}
 	return nil
+}
+
+func (x *ListSqlJobsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // GetSqlJobRequest names a job.
@@ -1829,15 +1848,18 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	" \x01(\v2\x19.google.protobuf.DurationR\bduration\x12 \n" +
 	"\vdestination\x18\v \x01(\tR\vdestination\x129\n" +
 	"\n" +
-	"start_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"\x98\x01\n" +
+	"start_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"\xc1\x01\n" +
 	"\x12ListSqlJobsRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12'\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\tsessionId\x12'\n" +
 	"\tpage_size\x18\x03 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\"H\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"p\n" +
 	"\x13ListSqlJobsResponse\x121\n" +
-	"\x04jobs\x18\x01 \x03(\v2\x1d.agentmesh.sqlagent.v1.SqlJobR\x04jobs\"h\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x1d.agentmesh.sqlagent.v1.SqlJobR\x04jobs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"h\n" +
 	"\x10GetSqlJobRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12\"\n" +
 	"\x06job_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\x05jobId\"D\n" +

@@ -64,15 +64,23 @@ func (st *Store) AddJob(ctx context.Context, j *session.Job) error {
 	return nil
 }
 
-// ListJobs returns the jobs of scope (of session sessionID when set),
-// newest first, at most limit.
-func (st *Store) ListJobs(ctx context.Context, scope session.Scope, sessionID string, limit int) ([]session.Job, error) {
+// ListJobs returns the jobs of scope that q selects, newest first (by
+// start, then by id), at most q.Limit.
+func (st *Store) ListJobs(ctx context.Context, scope session.Scope, q session.JobQuery) ([]session.Job, error) {
 	filter := bson.D{{Key: "tenant_id", Value: scope.TenantID}, {Key: "project_id", Value: scope.ProjectID}}
-	if sessionID != "" {
-		filter = append(filter, bson.E{Key: "session_id", Value: sessionID})
+	if q.SessionID != "" {
+		filter = append(filter, bson.E{Key: "session_id", Value: q.SessionID})
+	}
+	if a := q.After; a != nil {
+		// Start times are kept to the millisecond, as BSON dates are.
+		started := a.Started.UTC().Truncate(time.Millisecond)
+		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
+			bson.D{{Key: "started", Value: bson.D{{Key: "$lt", Value: started}}}},
+			bson.D{{Key: "started", Value: started}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: a.ID}}}},
+		}})
 	}
 	var docs []jobDoc
-	if err := mongox.FindAll(ctx, st.jobs, filter, &docs, options.Find().SetSort(bson.D{{Key: "started", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(int64(limit))); err != nil {
+	if err := mongox.FindAll(ctx, st.jobs, filter, &docs, options.Find().SetSort(bson.D{{Key: "started", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(int64(q.Limit))); err != nil {
 		return nil, fmt.Errorf("mongostore: list jobs: %w", mongox.Translate(err))
 	}
 	out := make([]session.Job, 0, len(docs))

@@ -180,19 +180,35 @@ func testJobs(t *testing.T, st *mongostore.Store, scope session.Scope, now time.
 		}
 		return strings.Join(out, ",")
 	}
+	// Two more jobs started in the same millisecond as s1/5: the order
+	// among them is by id, and a page may end between them.
+	for _, id := range []string{"s1/7", "s3/2"} {
+		j := session.Job{ID: id, SessionID: strings.Split(id, "/")[0], Scope: scope, Kind: session.JobReadSQL, Started: now.Add(time.Minute + 300*time.Microsecond)}
+		if err := st.AddJob(ctx, &j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := func(id string, d time.Duration) *session.JobCursor {
+		return &session.JobCursor{Started: now.Add(d), ID: id}
+	}
 	for _, tc := range []struct {
 		session string
+		after   *session.JobCursor
 		limit   int
 		want    string
 	}{
-		{"", 10, "s2/2,s1/5,s1/2"},
-		{"", 2, "s2/2,s1/5"},
-		{"s1", 10, "s1/5,s1/2"},
-		{"nope", 10, ""},
+		{"", nil, 10, "s2/2,s3/2,s1/7,s1/5,s1/2"},
+		{"", nil, 2, "s2/2,s3/2"},
+		{"", at("s3/2", time.Minute+300*time.Microsecond), 2, "s1/7,s1/5"},
+		{"", at("s1/5", time.Minute), 2, "s1/2"},
+		{"", at("s1/2", 0), 2, ""},
+		{"s1", nil, 10, "s1/7,s1/5,s1/2"},
+		{"s1", at("s1/7", time.Minute), 1, "s1/5"},
+		{"nope", nil, 10, ""},
 	} {
-		list, err := st.ListJobs(ctx, scope, tc.session, tc.limit)
+		list, err := st.ListJobs(ctx, scope, session.JobQuery{SessionID: tc.session, After: tc.after, Limit: tc.limit})
 		if err != nil || ids(list) != tc.want {
-			t.Errorf("ListJobs(%q, %d) = %s, %v; want %s", tc.session, tc.limit, ids(list), err, tc.want)
+			t.Errorf("ListJobs(%q after %v, %d) = %s, %v; want %s", tc.session, tc.after, tc.limit, ids(list), err, tc.want)
 		}
 	}
 }
