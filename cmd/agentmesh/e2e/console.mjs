@@ -515,6 +515,8 @@ await page.selectOption("#sqlKind", "");
 // The kept jobs, newest first, each with its SQL, rows, time and destination.
 const kinds = await page.locator("#sqlJobList tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.kind));
 expect(kinds.slice(0, 5).join(" ") === "compare_sql send_email write_data read_sql read_sql", "sql: the jobs that ran, newest first (" + kinds.join(" ") + ")");
+expect((await page.textContent("#sqlJobPager")).includes("page 1") && await page.locator("#sqlJobPager button").count() === 2 && kinds.length <= 10,
+  "sql: the jobs that ran are listed a page of ten at a time");
 const tookAll = await page.locator("#sqlJobList td.duration").allTextContents();
 expect(tookAll.length >= 5 && tookAll.every((d) => humanDuration.test(d)), "sql: each job's duration in human units (" + tookAll.join(", ") + ")");
 await page.click("#sqlJobList tr[data-kind=compare_sql] a");
