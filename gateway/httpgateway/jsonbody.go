@@ -39,10 +39,47 @@ func (d bodyDecoder) Decode(v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return io.EOF
 	}
+	if off, deep := tooDeep(body, maxBodyDepth); deep {
+		path, _ := jsonPathAt(body, off)
+		shown := displayPath(path[:min(len(path), 4)])
+		if len(path) > 4 {
+			shown += "…"
+		}
+		line, col := lineCol(body, off)
+		return fmt.Errorf("%s: nested deeper than %d levels (request body, line %d, column %d)", shown, maxBodyDepth, line, col)
+	}
 	if err := d.opts.Unmarshal(body, m); err != nil {
 		return describeBodyError(body, m.ProtoReflect().Descriptor(), err)
 	}
 	return nil
+}
+
+// maxBodyDepth bounds how deeply a request body's objects and arrays nest.
+// protojson counts only messages, not the Struct, ListValue and Value of a
+// free-form field, so a value nested thousands deep passed it and then
+// failed the service's own decoding (protobuf's binary limit of 10,000
+// nested messages, two for each level of such a value) as an internal
+// error.
+const maxBodyDepth = 512
+
+// tooDeep returns the offset of the first '{' or '[' of body that opens a
+// level past max, outside strings.
+func tooDeep(body []byte, max int) (int, bool) {
+	depth := 0
+	for i := 0; i < len(body); i++ {
+		switch body[i] {
+		case '"':
+			_, n := readJSONString(body[i:])
+			i += n - 1
+		case '{', '[':
+			if depth++; depth > max {
+				return i, true
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return 0, false
 }
 
 // protojsonPos finds the position protojson's errors carry: "(line 1:10)".

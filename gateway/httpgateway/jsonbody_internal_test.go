@@ -1,6 +1,8 @@
 package httpgateway
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -75,5 +77,33 @@ func TestBodyErrorsNameTheField(t *testing.T) {
 				t.Errorf("got  %s\nwant %s\n(protojson: %v)", got, tc.want, err)
 			}
 		})
+	}
+}
+
+// TestDeepBodiesAreRefusedByName: a free-form value (a Struct) nested past
+// maxBodyDepth is a 400 naming where it is, before protojson (which does
+// not count such levels) lets it through to a service that cannot decode
+// it; brackets inside strings do not count, and maxBodyDepth levels pass.
+func TestDeepBodiesAreRefusedByName(t *testing.T) {
+	t.Parallel()
+	body := func(levels int, inString string) string {
+		// The request object and the conversation list, object and
+		// metadata take 4 levels; "a" holds the rest.
+		n := levels - 4
+		return `{"conversations":[{"id":"c","messages":[{"role":"customer","text":"` + inString + `"}],"metadata":{"a":` +
+			strings.Repeat("[", n) + strings.Repeat("]", n) + `}}]}`
+	}
+	decode := func(b string) error {
+		return bodyDecoder{r: strings.NewReader(b)}.Decode(&classifierv1.ImportConversationsRequest{})
+	}
+	if err := decode(body(maxBodyDepth, strings.Repeat("[{", 2000))); err != nil {
+		t.Fatalf("%d levels (and brackets in a string): %v", maxBodyDepth, err)
+	}
+	b := body(maxBodyDepth+1, "")
+	err := decode(b)
+	// The column of the last '[', the one past the bound.
+	want := fmt.Sprintf("conversations[0].metadata.a…: nested deeper than %d levels (request body, line 1, column %d)", maxBodyDepth, strings.LastIndex(b, "[")+1)
+	if err == nil || err.Error() != want {
+		t.Fatalf("%d levels: %v\nwant %s", maxBodyDepth+1, err, want)
 	}
 }
