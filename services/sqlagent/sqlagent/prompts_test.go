@@ -60,6 +60,26 @@ func TestPromptLogging(t *testing.T) {
 		t.Fatal("the router was not sent the request")
 	}
 
+	// Pages of one: the same two prompts, then the end; a page's token
+	// is for its session only.
+	first, err := c.ListSqlPrompts(ctxTimeout(t), &sqlagentv1.ListSqlPromptsRequest{Scope: scopeA, SessionId: id, PageSize: 1})
+	if err != nil || len(first.GetPrompts()) != 1 || first.GetPrompts()[0].GetAgent() != "job_agent" || first.GetNextPageToken() == "" {
+		t.Fatalf("first page of one: %v, %v", first, err)
+	}
+	second, err := c.ListSqlPrompts(ctxTimeout(t), &sqlagentv1.ListSqlPromptsRequest{Scope: scopeA, SessionId: id, PageSize: 1, PageToken: first.GetNextPageToken()})
+	if err != nil || len(second.GetPrompts()) != 1 || second.GetPrompts()[0].GetAgent() != "sql_agent" {
+		t.Fatalf("second page of one: %v, %v", second, err)
+	}
+	if tok := second.GetNextPageToken(); tok != "" {
+		last, err := c.ListSqlPrompts(ctxTimeout(t), &sqlagentv1.ListSqlPromptsRequest{Scope: scopeA, SessionId: id, PageSize: 1, PageToken: tok})
+		if err != nil || len(last.GetPrompts()) != 0 || last.GetNextPageToken() != "" {
+			t.Fatalf("past the last prompt: %v, %v", last, err)
+		}
+	}
+	if _, err := c.ListSqlPrompts(ctxTimeout(t), &sqlagentv1.ListSqlPromptsRequest{Scope: scopeA, SessionId: "another", PageToken: first.GetNextPageToken()}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a token of another session: %v, want InvalidArgument", err)
+	}
+
 	other := &commonv1.Scope{TenantId: "globex", ProjectId: "music"}
 	if _, err := c.ListSqlPrompts(ctxTimeout(t), &sqlagentv1.ListSqlPromptsRequest{Scope: other, SessionId: id}); status.Code(err) != codes.NotFound {
 		t.Fatalf("prompts from another scope: %v, want NotFound", err)

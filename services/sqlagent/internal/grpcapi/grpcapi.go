@@ -151,17 +151,9 @@ func (s *Server) ListSqlJobs(ctx context.Context, req *sqlagentv1.ListSqlJobsReq
 		return nil, grpcx.InvalidArgument("page_size", "must be between 0 and 500")
 	}
 	q := session.JobQuery{SessionID: strings.TrimSpace(req.GetSessionId()), Limit: int(req.GetPageSize())}
-	hash := jobsFilterHash(scope, q.SessionID)
-	if tok := req.GetPageToken(); tok != "" {
-		pt, err := grpcx.DecodePageToken(tok, hash)
-		if err != nil {
-			return nil, err
-		}
-		after, ok := decodeJobCursor(pt.GetLastKey())
-		if !ok {
-			return nil, grpcx.InvalidArgument("page_token", "is not a token this service issued")
-		}
-		q.After = &after
+	hash := listingHash("sql_jobs", scope, q.SessionID)
+	if q.After, err = readPageToken(req.GetPageToken(), hash); err != nil {
+		return nil, err
 	}
 	jobs, more, err := s.agent.ListJobs(ctx, toScope(scope), q)
 	if err != nil {
@@ -169,8 +161,7 @@ func (s *Server) ListSqlJobs(ctx context.Context, req *sqlagentv1.ListSqlJobsReq
 	}
 	out := &sqlagentv1.ListSqlJobsResponse{}
 	if more && len(jobs) > 0 {
-		last := jobs[len(jobs)-1].Cursor()
-		out.NextPageToken = grpcx.EncodePageToken(&commonv1.PageToken{LastKey: encodeJobCursor(last), FilterHash: hash})
+		out.NextPageToken = pageToken(jobs[len(jobs)-1].Cursor(), hash)
 	}
 	for i := range jobs {
 		out.Jobs = append(out.Jobs, jobProto(&jobs[i]))
@@ -178,25 +169,36 @@ func (s *Server) ListSqlJobs(ctx context.Context, req *sqlagentv1.ListSqlJobsReq
 	return out, nil
 }
 
-// jobsFilterHash binds a ListSqlJobs page token to its scope and session.
-func jobsFilterHash(scope *commonv1.Scope, sessionID string) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "sql_jobs\x00%s\x00%s\x00%s", scope.GetTenantId(), scope.GetProjectId(), sessionID))
+// listingHash binds a page token to its listing, scope and session.
+func listingHash(listing string, scope *commonv1.Scope, sessionID string) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s", listing, scope.GetTenantId(), scope.GetProjectId(), sessionID))
 	return hex.EncodeToString(sum[:8])
 }
 
-// encodeJobCursor writes a job's place as "<start in Unix ms>/<id>" (an id
-// may hold slashes; the number never does).
-func encodeJobCursor(c session.JobCursor) string {
-	return strconv.FormatInt(c.Started.UnixMilli(), 10) + "/" + c.ID
+// pageToken is the token of the page after the item at c, its place
+// written "<time in Unix ms>/<id>" (an id may hold slashes; the number
+// never does).
+func pageToken(c session.Cursor, hash string) string {
+	key := strconv.FormatInt(c.Time.UnixMilli(), 10) + "/" + c.ID
+	return grpcx.EncodePageToken(&commonv1.PageToken{LastKey: key, FilterHash: hash})
 }
 
-func decodeJobCursor(s string) (session.JobCursor, bool) {
-	ms, id, ok := strings.Cut(s, "/")
+// readPageToken reads a token pageToken made for the listing hash; none
+// for an empty one.
+func readPageToken(tok, hash string) (*session.Cursor, error) {
+	if tok == "" {
+		return nil, nil
+	}
+	pt, err := grpcx.DecodePageToken(tok, hash)
+	if err != nil {
+		return nil, err
+	}
+	ms, id, ok := strings.Cut(pt.GetLastKey(), "/")
 	n, err := strconv.ParseInt(ms, 10, 64)
 	if !ok || err != nil || id == "" {
-		return session.JobCursor{}, false
+		return nil, grpcx.InvalidArgument("page_token", "is not a token this service issued")
 	}
-	return session.JobCursor{Started: time.UnixMilli(n).UTC(), ID: id}, true
+	return &session.Cursor{Time: time.UnixMilli(n).UTC(), ID: id}, nil
 }
 
 // GetSqlJob returns one job of the caller's scope.
@@ -225,11 +227,25 @@ func (s *Server) ListSqlPrompts(ctx context.Context, req *sqlagentv1.ListSqlProm
 	if strings.TrimSpace(req.GetSessionId()) == "" {
 		return nil, grpcx.InvalidArgument("session_id", "is required")
 	}
-	prompts, err := s.agent.ListPrompts(ctx, toScope(scope), req.GetSessionId())
+	if n := req.GetPageSize(); n < 0 || n > 500 {
+		return nil, grpcx.InvalidArgument("page_size", "must be between 0 and 500")
+	}
+	hash := listingHash("sql_prompts", scope, req.GetSessionId())
+	after, err := readPageToken(req.GetPageToken(), hash)
+	if err != nil {
+		return nil, err
+	}
+	prompts, more, err := s.agent.ListPrompts(ctx, toScope(scope), req.GetSessionId(), after, int(req.GetPageSize()))
+	if errors.Is(err, session.ErrBadCursor) {
+		return nil, grpcx.InvalidArgument("page_token", "is not a token this service issued")
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	out := &sqlagentv1.ListSqlPromptsResponse{}
+	if more && len(prompts) > 0 {
+		out.NextPageToken = pageToken(prompts[len(prompts)-1].Cursor(), hash)
+	}
 	for _, p := range prompts {
 		sp := &sqlagentv1.SqlPrompt{Agent: p.Agent, Answer: p.Answer, Error: p.Error, Time: timestamppb.New(p.Time)}
 		for _, m := range p.Messages {

@@ -54,43 +54,55 @@ type JobQuery struct {
 	SessionID string
 	// After, when set, keeps the jobs listed after it (older, or as old
 	// with a smaller id): the last job of the previous page.
-	After *JobCursor
+	After *Cursor
 	// Limit is the most jobs to return.
 	Limit int
 }
 
-// JobCursor is a job's place in the newest-first order.
-type JobCursor struct {
-	Started time.Time
-	ID      string
+// Cursor is an item's place in a listing ordered by time, then by id: the
+// last item of a page, after which the next page starts.
+type Cursor struct {
+	Time time.Time
+	ID   string
 }
 
 // Cursor is j's place in the newest-first order.
-func (j *Job) Cursor() JobCursor { return JobCursor{Started: j.Started, ID: j.ID} }
+func (j *Job) Cursor() Cursor { return Cursor{Time: j.Started, ID: j.ID} }
+
+// page cuts items, read one past limit, to limit, and says whether more
+// followed.
+func page[T any](items []T, err error, limit int) ([]T, bool, error) {
+	if err != nil || len(items) <= limit {
+		return items, false, err
+	}
+	return items[:limit], true, nil
+}
+
+// pageLimit is a listing's page size: 0 means 50, more than 500 is 500.
+func pageLimit(n int) int {
+	if n <= 0 {
+		return defaultPage
+	}
+	return min(n, maxPage)
+}
 
 // ErrJobNotFound means no job with that id in that scope.
 var ErrJobNotFound = fmt.Errorf("job not found")
 
 // Job list bounds.
 const (
-	defaultJobPage = 50
-	maxJobPage     = 500
+	defaultPage = 50
+	maxPage     = 500
 )
 
 // ListJobs lists the jobs of scope that q selects, newest first, and
 // whether more follow them; a limit of 0 means 50, and more than 500 is
 // 500.
 func (a *Agent) ListJobs(ctx context.Context, scope Scope, q JobQuery) ([]Job, bool, error) {
-	if q.Limit <= 0 {
-		q.Limit = defaultJobPage
-	}
-	limit := min(q.Limit, maxJobPage)
+	limit := pageLimit(q.Limit)
 	q.Limit = limit + 1 // the one more tells whether another page follows
 	jobs, err := a.store.ListJobs(ctx, scope, q)
-	if err != nil || len(jobs) <= limit {
-		return jobs, false, err
-	}
-	return jobs[:limit], true, nil
+	return page(jobs, err, limit)
 }
 
 // GetJob returns job id of scope, or ErrJobNotFound.

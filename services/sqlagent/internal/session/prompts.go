@@ -17,23 +17,30 @@ import (
 
 // PromptRecord is one logged model call of a session.
 type PromptRecord struct {
+	// ID is the store's, set when read back.
+	ID        string
 	Scope     Scope
 	SessionID string
 	sqlgen.Prompt
 }
 
+// Cursor is p's place in the oldest-first order.
+func (p *PromptRecord) Cursor() Cursor { return Cursor{Time: p.Time, ID: p.ID} }
+
 // PromptStore keeps logged prompts. ListPrompts returns those of session
-// sessionID of scope, oldest first, at most limit.
+// sessionID of scope, oldest first (by time, then by id), after after when
+// set, at most limit; ErrBadCursor when after names no prompt the store
+// could have kept.
 type PromptStore interface {
 	AddPrompt(ctx context.Context, p *PromptRecord) error
-	ListPrompts(ctx context.Context, scope Scope, sessionID string, limit int) ([]PromptRecord, error)
+	ListPrompts(ctx context.Context, scope Scope, sessionID string, after *Cursor, limit int) ([]PromptRecord, error)
 }
+
+// ErrBadCursor means a cursor the store did not make.
+var ErrBadCursor = errors.New("not a cursor of this listing")
 
 // ErrPromptLoggingOff means prompts are not logged on this server.
 var ErrPromptLoggingOff = errors.New("prompt logging is off")
-
-// maxPrompts bounds a listing of one session's prompts.
-const maxPrompts = 500
 
 type sessionKey struct{}
 
@@ -68,15 +75,19 @@ func (a *Agent) LogPrompt(ctx context.Context, p sqlgen.Prompt) {
 }
 
 // ListPrompts returns the logged prompts of session id of scope, oldest
-// first (ErrNotFound when there is no such session).
-func (a *Agent) ListPrompts(ctx context.Context, scope Scope, id string) ([]PromptRecord, error) {
+// first, after after when set, and whether more follow them
+// (ErrNotFound when there is no such session); a limit of 0 means 50, and
+// more than 500 is 500.
+func (a *Agent) ListPrompts(ctx context.Context, scope Scope, id string, after *Cursor, limit int) ([]PromptRecord, bool, error) {
 	if !a.opts.PromptLogging {
-		return nil, ErrPromptLoggingOff
+		return nil, false, ErrPromptLoggingOff
 	}
 	if _, err := a.store.Get(ctx, scope, id); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return a.store.ListPrompts(ctx, scope, id, maxPrompts)
+	limit = pageLimit(limit)
+	prompts, err := a.store.ListPrompts(ctx, scope, id, after, limit+1)
+	return page(prompts, err, limit)
 }
 
 // secretPatterns find what MaskSecrets hides: the password of a URL's

@@ -1650,7 +1650,12 @@ type ListSqlPromptsRequest struct {
 	// Scope. Required.
 	Scope *v1.Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Session id. Required.
-	SessionId     string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Most prompts to return (default 50, at most 500).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page, with the same scope and
+	// session_id; empty for the first page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1699,11 +1704,27 @@ func (x *ListSqlPromptsRequest) GetSessionId() string {
 	return ""
 }
 
-// ListSqlPromptsResponse lists its prompts, oldest first (at most 500).
+func (x *ListSqlPromptsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSqlPromptsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListSqlPromptsResponse lists its prompts, oldest first.
 type ListSqlPromptsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Prompts.
-	Prompts       []*SqlPrompt `protobuf:"bytes,1,rep,name=prompts,proto3" json:"prompts,omitempty"`
+	Prompts []*SqlPrompt `protobuf:"bytes,1,rep,name=prompts,proto3" json:"prompts,omitempty"`
+	// Token of the next page; empty on the last one.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1743,6 +1764,13 @@ func (x *ListSqlPromptsResponse) GetPrompts() []*SqlPrompt {
 		return x.Prompts
 	}
 	return nil
+}
+
+func (x *ListSqlPromptsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 var File_agentmesh_sqlagent_v1_sqlagent_proto protoreflect.FileDescriptor
@@ -1873,13 +1901,18 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\bmessages\x18\x02 \x03(\v2$.agentmesh.sqlagent.v1.PromptMessageR\bmessages\x12\x16\n" +
 	"\x06answer\x18\x03 \x01(\tR\x06answer\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12.\n" +
-	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"u\n" +
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xc7\x01\n" +
 	"\x15ListSqlPromptsRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12*\n" +
 	"\n" +
-	"session_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\tsessionId\"T\n" +
+	"session_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\tsessionId\x12'\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"|\n" +
 	"\x16ListSqlPromptsResponse\x12:\n" +
-	"\aprompts\x18\x01 \x03(\v2 .agentmesh.sqlagent.v1.SqlPromptR\aprompts*\xab\x01\n" +
+	"\aprompts\x18\x01 \x03(\v2 .agentmesh.sqlagent.v1.SqlPromptR\aprompts\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\xab\x01\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +

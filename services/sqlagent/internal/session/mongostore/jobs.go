@@ -73,7 +73,7 @@ func (st *Store) ListJobs(ctx context.Context, scope session.Scope, q session.Jo
 	}
 	if a := q.After; a != nil {
 		// Start times are kept to the millisecond, as BSON dates are.
-		started := a.Started.UTC().Truncate(time.Millisecond)
+		started := a.Time.UTC().Truncate(time.Millisecond)
 		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
 			bson.D{{Key: "started", Value: bson.D{{Key: "$lt", Value: started}}}},
 			bson.D{{Key: "started", Value: started}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: a.ID}}}},

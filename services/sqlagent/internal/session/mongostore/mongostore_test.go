@@ -3,6 +3,7 @@ package mongostore_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -136,10 +137,48 @@ func testPrompts(t *testing.T, st *mongostore.Store, scope session.Scope, now ti
 			t.Fatal(err)
 		}
 	}
-	got, err := st.ListPrompts(ctx, scope, "s1", 10)
+	got, err := st.ListPrompts(ctx, scope, "s1", nil, 10)
 	if err != nil || len(got) != 2 || got[0].Agent != sqlgen.AgentJob || got[0].Error != "model down" || got[1].Answer != "SELECT 1" ||
 		len(got[1].Messages) != 2 || got[1].Messages[1].Content != "Question: one" || !got[1].Time.Equal(now.Add(time.Second)) {
 		t.Fatalf("ListPrompts = %+v, %v", got, err)
+	}
+	// Pages: three more in the same millisecond as the second, which a
+	// page may end among (their order is by id).
+	for range 3 {
+		p := session.PromptRecord{Scope: scope, SessionID: "s1", Prompt: sqlgen.Prompt{Agent: sqlgen.AgentSQL, Time: now.Add(time.Second + 200*time.Microsecond)}}
+		if err := st.AddPrompt(ctx, &p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := st.ListPrompts(ctx, scope, "s1", nil, 10)
+	if err != nil || len(all) != 5 || all[0].ID == "" {
+		t.Fatalf("ListPrompts of five = %+v, %v", all, err)
+	}
+	var paged []string
+	var after *session.Cursor
+	for range 4 {
+		page, err := st.ListPrompts(ctx, scope, "s1", after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range page {
+			paged = append(paged, p.ID)
+		}
+		if len(page) < 2 {
+			break
+		}
+		c := page[len(page)-1].Cursor()
+		after = &c
+	}
+	var want []string
+	for _, p := range all {
+		want = append(want, p.ID)
+	}
+	if !slices.Equal(paged, want) {
+		t.Errorf("pages of two = %v, want %v", paged, want)
+	}
+	if _, err := st.ListPrompts(ctx, scope, "s1", &session.Cursor{Time: now, ID: "s1/2"}, 2); !errors.Is(err, session.ErrBadCursor) {
+		t.Errorf("a cursor whose id is not a prompt's: %v, want ErrBadCursor", err)
 	}
 }
 
@@ -188,12 +227,12 @@ func testJobs(t *testing.T, st *mongostore.Store, scope session.Scope, now time.
 			t.Fatal(err)
 		}
 	}
-	at := func(id string, d time.Duration) *session.JobCursor {
-		return &session.JobCursor{Started: now.Add(d), ID: id}
+	at := func(id string, d time.Duration) *session.Cursor {
+		return &session.Cursor{Time: now.Add(d), ID: id}
 	}
 	for _, tc := range []struct {
 		session string
-		after   *session.JobCursor
+		after   *session.Cursor
 		limit   int
 		want    string
 	}{

@@ -54,9 +54,21 @@ func (st *Store) AddPrompt(ctx context.Context, p *session.PromptRecord) error {
 }
 
 // ListPrompts returns the prompts of session sessionID of scope, oldest
-// first, at most limit.
-func (st *Store) ListPrompts(ctx context.Context, scope session.Scope, sessionID string, limit int) ([]session.PromptRecord, error) {
+// first (by time, then by id), after after when set, at most limit.
+func (st *Store) ListPrompts(ctx context.Context, scope session.Scope, sessionID string, after *session.Cursor, limit int) ([]session.PromptRecord, error) {
 	filter := bson.D{{Key: "tenant_id", Value: scope.TenantID}, {Key: "project_id", Value: scope.ProjectID}, {Key: "session_id", Value: sessionID}}
+	if after != nil {
+		id, err := bson.ObjectIDFromHex(after.ID)
+		if err != nil {
+			return nil, session.ErrBadCursor
+		}
+		// Times are kept to the millisecond, as BSON dates are.
+		at := after.Time.UTC().Truncate(time.Millisecond)
+		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
+			bson.D{{Key: "time", Value: bson.D{{Key: "$gt", Value: at}}}},
+			bson.D{{Key: "time", Value: at}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: id}}}},
+		}})
+	}
 	var docs []promptDoc
 	if err := mongox.FindAll(ctx, st.prompts, filter, &docs, options.Find().SetSort(bson.D{{Key: "time", Value: 1}, {Key: "_id", Value: 1}}).SetLimit(int64(limit))); err != nil {
 		return nil, fmt.Errorf("mongostore: list prompts: %w", mongox.Translate(err))
@@ -64,7 +76,7 @@ func (st *Store) ListPrompts(ctx context.Context, scope session.Scope, sessionID
 	out := make([]session.PromptRecord, 0, len(docs))
 	for _, d := range docs {
 		p := session.PromptRecord{
-			Scope: session.Scope{TenantID: d.TenantID, ProjectID: d.ProjectID}, SessionID: d.SessionID,
+			ID: d.ID.Hex(), Scope: session.Scope{TenantID: d.TenantID, ProjectID: d.ProjectID}, SessionID: d.SessionID,
 			Prompt: sqlgen.Prompt{Agent: d.Agent, Answer: d.Answer, Error: d.Error, Time: d.Time.UTC()},
 		}
 		for _, m := range d.Messages {
