@@ -591,6 +591,39 @@ func TestSQLRunsOnlyAfterTypedConfirmation(t *testing.T) {
 	if cols, _ := res["columns"].([]any); len(cols) != 1 || cols[0] != "answer" {
 		t.Fatalf("sql -o json: %s", r)
 	}
+
+	// The two reads that ran are kept, newest first, a page at a time,
+	// each with its SQL exactly as approved.
+	r = must(t, cfg, "", "sql", "jobs")
+	if lines := strings.Split(strings.TrimSpace(r.out), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") ||
+		!strings.Contains(lines[1], "forty-two") || !strings.Contains(lines[1], "read_sql") || !strings.Contains(lines[1], "shown") ||
+		!strings.Contains(lines[2], "query on sample") {
+		t.Fatalf("sql jobs:\n%s", r)
+	}
+	r = must(t, cfg, "", "sql", "jobs", "--limit", "1")
+	more := regexp.MustCompile(`\(more: --page-token (\S+)\)`).FindStringSubmatch(r.out)
+	if !strings.Contains(r.out, "forty-two") || more == nil {
+		t.Fatalf("sql jobs --limit 1:\n%s", r)
+	}
+	r = must(t, cfg, "", "sql", "jobs", "--limit", "1", "--page-token", more[1], "-o", "json")
+	var page struct {
+		Jobs []struct {
+			ID   string `json:"id"`
+			Name string `json:"name"`
+		} `json:"jobs"`
+		Next string `json:"nextPageToken"`
+	}
+	if err := json.Unmarshal([]byte(r.out), &page); err != nil || len(page.Jobs) != 1 || page.Jobs[0].Name != "query on sample" || page.Next != "" {
+		t.Fatalf("second page: %v\n%s", err, r)
+	}
+	r = must(t, cfg, "", "sql", "job", page.Jobs[0].ID)
+	if !strings.Contains(r.out, "SQL:\n  "+query+"\n") || !regexp.MustCompile(`ROWS:\s+1\n`).MatchString(r.out) ||
+		!regexp.MustCompile(`CONNECTION:\s+sample\n`).MatchString(r.out) {
+		t.Fatalf("sql job:\n%s", r)
+	}
+	if r := run(t, cfg, "", "sql", "job", "no-such/1"); r.code != cli.ExitNotFound {
+		t.Fatalf("sql job of no job: exit %d\n%s", r.code, r)
+	}
 }
 
 // TestExitCodes: each class of failure has its code, and the messages say

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -44,6 +45,7 @@ reply is printed as one JSON object a line.`,
 		}),
 	}
 	c.Flags().StringVar(&connection, "connection", "", "database connection to use (agentmesh sql connections)")
+	c.AddCommand(a.sqlJobsCmd(), a.sqlJobCmd())
 	c.AddCommand(&cobra.Command{
 		Use:   "connections",
 		Short: "list the databases the SQL agent may use",
@@ -62,6 +64,68 @@ reply is printed as one JSON object a line.`,
 		}),
 	})
 	return c
+}
+
+func (a *app) sqlJobsCmd() *cobra.Command {
+	var session, pageToken string
+	var limit int32
+	c := &cobra.Command{
+		Use:   "jobs",
+		Short: "list the reads, writes, e-mails and comparisons that ran, newest first",
+		Args:  noArgs,
+		RunE: a.run(func(ctx context.Context, _ *cobra.Command, _ []string, m *mesh) error {
+			res, err := sqlagentv1.NewSqlAgentServiceClient(m.sqlgen).ListSqlJobs(ctx, &sqlagentv1.ListSqlJobsRequest{
+				Scope: m.scope(), SessionId: session, PageSize: limit, PageToken: pageToken,
+			})
+			if err != nil {
+				return callErr("list SQL jobs", err)
+			}
+			return a.emit(res, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "ID\tKIND\tNAME\tCONNECTION\tROWS\tDESTINATION\tSTARTED\tTOOK")
+				for _, j := range res.GetJobs() {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.GetId(), enumName(j.GetKind()), clip(cmp.Or(j.GetName(), "-"), 32),
+						j.GetConnection(), j.GetRowCount(), clip(j.GetDestination(), 40), when(j.GetStartTime()), humanPB(j.GetDuration()))
+				}
+				nextPage(w, res.GetNextPageToken())
+			})
+		}),
+	}
+	c.Flags().StringVar(&session, "session", "", "only the jobs of this session")
+	pageFlags(c, &limit, &pageToken, "jobs")
+	return c
+}
+
+func (a *app) sqlJobCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "job JOB_ID",
+		Short: "show a job that ran: the SQL exactly as approved, its rows and where the result went",
+		Args:  exactArgs(1, "a SQL job id (agentmesh sql jobs)"),
+		RunE: a.run(func(ctx context.Context, _ *cobra.Command, args []string, m *mesh) error {
+			res, err := sqlagentv1.NewSqlAgentServiceClient(m.sqlgen).GetSqlJob(ctx, &sqlagentv1.GetSqlJobRequest{Scope: m.scope(), JobId: args[0]})
+			if err != nil {
+				return callErr("get SQL job "+args[0], err)
+			}
+			j := res.GetJob()
+			return a.emit(res, func(w *tabwriter.Writer) {
+				fmt.Fprintf(w, "ID:\t%s\nKIND:\t%s\nNAME:\t%s\nSESSION:\t%s\nCONNECTION:\t%s\n", j.GetId(), enumName(j.GetKind()),
+					cmp.Or(j.GetName(), "-"), j.GetSessionId(), j.GetConnection())
+				fmt.Fprintf(w, "STARTED:\t%s\nTOOK:\t%s\nROWS:\t%d\nDESTINATION:\t%s\n", when(j.GetStartTime()), humanPB(j.GetDuration()),
+					j.GetRowCount(), j.GetDestination())
+				// The SQL whole and exactly as approved, past the table,
+				// whose cells would fold its lines and expand its tabs.
+				w.Flush()
+				fmt.Fprintf(a.io.Out, "SQL:\n%s\n", indent(j.GetSql()))
+				if j.GetSecondSql() != "" {
+					fmt.Fprintf(a.io.Out, "SECOND SQL:\n%s\n", indent(j.GetSecondSql()))
+				}
+			})
+		}),
+	}
+}
+
+// indent puts two spaces before each line of s.
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
 }
 
 // sqlReply is what CreateSession and SendInput both answer.

@@ -66,7 +66,11 @@ type route struct {
 	method string   // GET, POST, DELETE
 	path   string   // template, e.g. /v1/jobs/{jobId}:watch
 	params []string // path parameters, JSON field names
-	body   bool     // the request travels as the JSON body
+	// multi are the path parameters whose values span segments (the
+	// pattern of GET /v1/sql/jobs/{jobId} is "[^/]+/.+"): their slashes
+	// stay slashes.
+	multi map[string]bool
+	body  bool // the request travels as the JSON body
 }
 
 var pathParam = regexp.MustCompile(`\{([^}]+)\}`)
@@ -81,7 +85,9 @@ func New(opts Options) (*Conn, error) {
 		Paths map[string]map[string]struct {
 			OperationID string `json:"operationId"`
 			Parameters  []struct {
-				In string `json:"in"`
+				Name    string `json:"name"`
+				In      string `json:"in"`
+				Pattern string `json:"pattern"`
 			} `json:"parameters"`
 		} `json:"paths"`
 	}
@@ -109,6 +115,12 @@ func New(opts Options) (*Conn, error) {
 			}
 			for _, p := range op.Parameters {
 				r.body = r.body || p.In == "body"
+				if p.In == "path" && strings.Contains(p.Pattern, "/") {
+					if r.multi == nil {
+						r.multi = map[string]bool{}
+					}
+					r.multi[p.Name] = true
+				}
 			}
 			c.routes[svc+"/"+m] = r
 		}
@@ -160,16 +172,28 @@ func (c *Conn) request(ctx context.Context, r route, in any, accept string) (*ht
 			delete(fields, "scope")
 		}
 	}
-	path := r.path
+	path, rawPath := r.path, r.path
 	for _, p := range r.params {
 		v, _ := fields[p].(string)
 		if v == "" {
 			return nil, status.Errorf(codes.InvalidArgument, "%s is required", p)
 		}
-		path = strings.Replace(path, "{"+p+"}", url.PathEscape(v), 1)
+		escaped := url.PathEscape(v)
+		if r.multi[p] {
+			segs := strings.Split(v, "/")
+			for i := range segs {
+				segs[i] = url.PathEscape(segs[i])
+			}
+			escaped = strings.Join(segs, "/")
+		}
+		path = strings.Replace(path, "{"+p+"}", v, 1)
+		rawPath = strings.Replace(rawPath, "{"+p+"}", escaped, 1)
 		delete(fields, p)
 	}
 	u := *c.base
+	// Path holds the values as they are, RawPath as they travel: a value's
+	// escapes (%2F for a slash inside one segment) are not escaped again.
+	u.RawPath = u.EscapedPath() + rawPath
 	u.Path += path
 	var body io.Reader
 	if r.body {

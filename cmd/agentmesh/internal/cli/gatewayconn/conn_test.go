@@ -1,8 +1,10 @@
 package gatewayconn
 
 import (
+	"context"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/agentmesh/agentmesh/gateway/openapi"
@@ -43,5 +45,38 @@ func TestEveryMethodHasARoute(t *testing.T) {
 	r, _ := c.routeOf("/agentmesh.classifier.v1.ClassifierService/GetRun")
 	if r.path != "/v1/classifier/runs/{runId}" || r.method != "GET" || len(r.params) != 1 || r.params[0] != "runId" {
 		t.Errorf("GetRun route %+v, want GET /v1/classifier/runs/{runId}", r)
+	}
+}
+
+// TestPathValuesTravelEscapedOnce: a path value is escaped once; a SQL
+// job id keeps its slash (its route's parameter spans segments), another
+// value's slash is %2F inside its one segment.
+func TestPathValuesTravelEscapedOnce(t *testing.T) {
+	t.Parallel()
+	c, err := New(Options{URL: "http://localhost:8080/mesh", Spec: openapi.Spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		method string
+		in     proto.Message
+		want   string
+	}{
+		{"/agentmesh.sqlagent.v1.SqlAgentService/GetSqlJob", &sqlagentv1.GetSqlJobRequest{JobId: "5f0c 9%/4"},
+			"http://localhost:8080/mesh/v1/sql/jobs/5f0c%209%25/4"},
+		{"/agentmesh.orchestrator.v1.JobService/GetJob", &orchestratorv1.GetJobRequest{JobId: "a b/c%d"},
+			"http://localhost:8080/mesh/v1/jobs/a%20b%2Fc%25d"},
+	} {
+		r, err := c.routeOf(tc.method)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := c.request(context.Background(), r, tc.in, "application/json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := req.URL.String(); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.method, got, tc.want)
+		}
 	}
 }
