@@ -236,9 +236,6 @@ func (s *Server) ListSqlPrompts(ctx context.Context, req *sqlagentv1.ListSqlProm
 		return nil, err
 	}
 	prompts, more, err := s.agent.ListPrompts(ctx, toScope(scope), req.GetSessionId(), after, int(req.GetPageSize()))
-	if errors.Is(err, session.ErrBadCursor) {
-		return nil, grpcx.InvalidArgument("page_token", "is not a token this service issued")
-	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -263,6 +260,8 @@ func toStatus(err error) error {
 	switch {
 	case errors.As(err, &in):
 		return grpcx.InvalidArgument(in.Field, "%s", in.Message)
+	case errors.Is(err, session.ErrBadCursor):
+		return grpcx.InvalidArgument("page_token", "is not a token this service issued")
 	case errors.Is(err, session.ErrPromptLoggingOff):
 		return grpcx.Errorf(codes.FailedPrecondition, "PROMPT_LOGGING_OFF", "prompts are not logged on this server (SQLAGENT_PROMPT_LOGGING)")
 	case errors.Is(err, session.ErrUnknownConnection):

@@ -89,7 +89,7 @@ func pageLimit(n int) int {
 // ErrJobNotFound means no job with that id in that scope.
 var ErrJobNotFound = fmt.Errorf("job not found")
 
-// Job list bounds.
+// Listing bounds (jobs, prompts).
 const (
 	defaultPage = 50
 	maxPage     = 500
