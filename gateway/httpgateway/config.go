@@ -44,6 +44,9 @@ type Config struct {
 	// CORSOrigins lists the browser origins allowed to call the API; "*"
 	// allows any.
 	CORSOrigins []string `env:"GATEWAY_CORS_ORIGINS" help:"comma-separated browser origins allowed by CORS; * = any; empty = no CORS headers"`
+	// Peers names every replica of this gateway, for the answers that
+	// sum what each counted.
+	Peers string `env:"GATEWAY_PEERS" help:"every REST gateway replica, as comma-separated host:port names (a headless Service resolves to each pod): GET /openai/v1/usage then sums every replica's counts; empty = this replica's alone"`
 	// SSEKeepAlive is how long an SSE stream may stay silent before the
 	// gateway sends a ": keep-alive" comment.
 	SSEKeepAlive time.Duration `env:"GATEWAY_SSE_KEEPALIVE" default:"15s" help:"interval of the : keep-alive comment on an idle SSE stream"`

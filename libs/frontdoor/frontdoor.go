@@ -66,6 +66,18 @@ func PrincipalFrom(ctx context.Context) (Principal, bool) {
 	return p, ok
 }
 
+type credentialKey struct{}
+
+// Credential is the API key a request authenticated with (Authenticate
+// keeps it in the context, out of the request's headers): for a replica
+// that asks its peers on the caller's behalf, presenting the same key as
+// APIKeyHeader. Empty in development mode, where the request's own
+// X-Tenant-Id, X-Project-Id and X-Caller-Id headers name the caller.
+func Credential(ctx context.Context) string {
+	k, _ := ctx.Value(credentialKey{}).(string)
+	return k
+}
+
 // Metadata is the gRPC metadata that forwards p to the services: its
 // tenant, project and caller, each when set.
 func (p Principal) Metadata() metadata.MD {
@@ -234,7 +246,12 @@ func (d *Door) Authenticate(fail StatusWriter, next http.Handler) http.Handler {
 			return
 		}
 		noteTenant(r.Context(), p.Tenant)
-		r = r.Clone(context.WithValue(r.Context(), principalKey{}, p))
+		ctx := context.WithValue(r.Context(), principalKey{}, p)
+		if !d.Keys.Open() {
+			key, _ := presentedKey(r)
+			ctx = context.WithValue(ctx, credentialKey{}, key)
+		}
+		r = r.Clone(ctx)
 		r.Header.Del("Authorization")
 		r.Header.Del(APIKeyHeader)
 		next.ServeHTTP(w, r)

@@ -25,6 +25,13 @@ import (
 // serves (their routes answer 503). Everything stops in t.Cleanup.
 func Start(t testing.TB, cfg httpgateway.Config, backends httpgateway.Backends) string {
 	t.Helper()
+	return StartOn(t, nil, cfg, backends)
+}
+
+// StartOn is Start on lis, a listener whose address the test knew before
+// (to name the gateway's replicas in cfg, say); nil opens one.
+func StartOn(t testing.TB, lis net.Listener, cfg httpgateway.Config, backends httpgateway.Backends) string {
+	t.Helper()
 	var nobody *grpc.ClientConn
 	for _, b := range []**grpc.ClientConn{&backends.Model, &backends.Orchestrator, &backends.Vision, &backends.Indexer, &backends.Classifier, &backends.SQLAgent} {
 		if *b != nil {
@@ -45,7 +52,12 @@ func Start(t testing.TB, cfg httpgateway.Config, backends httpgateway.Backends) 
 	if err != nil {
 		t.Fatalf("httpgateway.Handler: %v", err)
 	}
-	srv := httptest.NewServer(h)
+	srv := httptest.NewUnstartedServer(h)
+	if lis != nil {
+		_ = srv.Listener.Close()
+		srv.Listener = lis
+	}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

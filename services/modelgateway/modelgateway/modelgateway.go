@@ -83,6 +83,7 @@ type Config struct {
 	// OpenAIMaxBodyBytes and OpenAIBodyTimeout bound a request body.
 	OpenAIMaxBodyBytes int64         `env:"MODELGATEWAY_OPENAI_MAX_BODY_BYTES" default:"33554432" min:"1" help:"largest request body the OpenAI-compatible listener accepts, in bytes"`
 	OpenAIBodyTimeout  time.Duration `env:"MODELGATEWAY_OPENAI_BODY_TIMEOUT" default:"60s" help:"longest time a request body may take to arrive at the OpenAI-compatible listener; a slower client gets 408"`
+	OpenAIPeers        string        `env:"MODELGATEWAY_OPENAI_PEERS" help:"every model gateway replica's OpenAI-compatible listener, as comma-separated host:port names (a headless Service resolves to each pod): GET /openai/v1/usage then sums every replica's counts; empty = this replica's alone"`
 	OpenAIKeepAlive    time.Duration `env:"MODELGATEWAY_OPENAI_KEEPALIVE" default:"15s" help:"interval of the : keep-alive comment on a silent stream of the OpenAI-compatible listener"`
 
 	// OpenAIListener, if set, is where the OpenAI-compatible API is served

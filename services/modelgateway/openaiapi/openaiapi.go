@@ -8,7 +8,7 @@
 //	POST /openai/v1/embeddings         float or base64 vectors
 //	GET  /openai/v1/models             the logical models, as model ids
 //	GET  /openai/v1/models/{model}
-//	GET  /openai/v1/usage              this replica's token usage of the caller's tenant, by key and model
+//	GET  /openai/v1/usage              token usage of the caller's tenant, by key and model (every replica's, given Peers)
 //
 // Requests are read field by field: unknown fields are ignored (OpenAI
 // clients send many), a known field of the wrong type is a 400 naming it,
@@ -84,6 +84,16 @@ type Options struct {
 	MeterProvider metric.MeterProvider
 	// Log receives failures on the server's side; nil discards them.
 	Log *slog.Logger
+	// Peers, if set, lists the base URLs (http://host:port) of every
+	// replica serving this API, this one included: GET /usage then sums
+	// what each replica counted, as each counts only the calls it served.
+	// Fewer than two, or an error, and GET /usage answers for this
+	// replica alone. See DNSPeers.
+	Peers func(context.Context) ([]string, error)
+	// Credential, with Peers, returns the API key the request presented,
+	// which the replicas are asked with (frontdoor.Credential); empty in
+	// development mode, where the caller's headers travel instead.
+	Credential func(*http.Request) string
 }
 
 // Handler serves the API. It is safe for concurrent use.

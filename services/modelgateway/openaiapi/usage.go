@@ -1,10 +1,14 @@
 package openaiapi
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 )
 
 const (
@@ -182,18 +187,129 @@ type usageReport struct {
 	Tenant string     `json:"tenant"`
 	Since  string     `json:"since"`
 	Data   []usageRow `json:"data"`
+	// Replicas is how many replicas' counts the report holds;
+	// ReplicasUnanswered, how many were asked and did not answer.
+	Replicas           int `json:"replicas"`
+	ReplicasUnanswered int `json:"replicas_unanswered"`
 }
 
+// replicaHeader asks a replica for its own counts only: the question one
+// replica puts to the others when it sums them.
+const replicaHeader = "X-Agentmesh-Usage-Replica"
+
+// peerUsageTimeout bounds the question to one replica; one that does not
+// answer in time counts as unanswered.
+const peerUsageTimeout = 5 * time.Second
+
 // usageReport serves GET /usage: the caller's tenant's usage through this
-// API since this gateway replica started, by key and model (a key bound to
-// a project: the usage of its project's keys; an operator key, which has
-// no tenant: every tenant's, each row naming its tenant). Across
-// replicas, the Prometheus counters are the sum.
+// API, by key and model (a key bound to a project: the usage of its
+// project's keys; an operator key, which has no tenant: every tenant's,
+// each row naming its tenant), since the replicas started. With Peers,
+// every replica's counts summed; else this replica's.
 func (h *Handler) usageReport(w http.ResponseWriter, r *http.Request) {
-	c := h.caller(r)
+	local := h.usage.report(h.caller(r))
+	if h.opts.Peers == nil || r.Header.Get(replicaHeader) != "" {
+		writeJSON(w, local)
+		return
+	}
+	peers, err := h.opts.Peers(r.Context())
+	if err != nil {
+		h.opts.Log.Warn("usage: cannot list the replicas; answering for this one", "err", err)
+	}
+	if len(peers) < 2 {
+		writeJSON(w, local)
+		return
+	}
+	answers := make([]*usageReport, len(peers))
+	refusals := make([]*http.Response, len(peers))
+	var wg sync.WaitGroup
+	for i, peer := range peers {
+		wg.Go(func() { answers[i], refusals[i] = h.askReplica(r, peer) })
+	}
+	wg.Wait()
+	var got []*usageReport
+	for i, a := range answers {
+		if f := refusals[i]; f != nil {
+			// The request's fault (its key, say): every replica refuses
+			// it alike.
+			for k, v := range f.Header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(f.StatusCode)
+			_, _ = io.Copy(w, f.Body)
+			f.Body.Close()
+			return
+		}
+		if a != nil {
+			got = append(got, a)
+		}
+	}
+	if len(got) == 0 {
+		local.ReplicasUnanswered = len(peers) - 1
+		writeJSON(w, local)
+		return
+	}
+	writeJSON(w, sumReports(got, len(peers)-len(got)))
+}
+
+// askReplica asks the replica at base for its own counts, as the caller
+// of r. It returns the report, or the replica's refusal (a 4xx, its body
+// unread), or neither when the replica did not answer.
+func (h *Handler) askReplica(r *http.Request, base string) (*usageReport, *http.Response) {
+	ctx, cancel := context.WithTimeout(r.Context(), peerUsageTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+Prefix+"/usage", nil)
+	if err != nil {
+		h.opts.Log.Warn("usage: a replica's address", "replica", base, "err", err)
+		return nil, nil
+	}
+	// Whatever names the caller travels on: its key, or in the open
+	// development mode the headers that stand for one.
+	if h.opts.Credential != nil {
+		if key := h.opts.Credential(r); key != "" {
+			req.Header.Set("X-Api-Key", key)
+		}
+	}
+	for _, k := range []string{"X-Tenant-Id", "X-Project-Id", "X-Caller-Id", "X-Request-Id"} {
+		if v := r.Header.Values(k); len(v) > 0 {
+			req.Header[k] = v
+		}
+	}
+	req.Header.Set(replicaHeader, "1")
+	resp, err := peerClient.Do(req)
+	if err != nil {
+		h.opts.Log.Warn("usage: a replica did not answer", "replica", base, "err", err)
+		return nil, nil
+	}
+	if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests {
+		// The body is read by the caller, within the request's own
+		// context (this one's deadline ends with the return).
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		return nil, resp
+	}
+	defer resp.Body.Close()
+	var rep usageReport
+	if resp.StatusCode != http.StatusOK {
+		h.opts.Log.Warn("usage: a replica failed", "replica", base, "http_status", resp.StatusCode)
+		return nil, nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&rep); err != nil {
+		h.opts.Log.Warn("usage: a replica's answer", "replica", base, "err", err)
+		return nil, nil
+	}
+	return &rep, nil
+}
+
+// peerClient asks the replicas; plain HTTP inside the cluster, as the
+// gateways listen.
+var peerClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}}
+
+// report is the caller c's usage counted by this replica.
+func (l *ledger) report(c Caller) *usageReport {
 	operator := c.Tenant == ""
-	l := h.usage
-	out := usageReport{Object: "list", Tenant: c.Tenant, Since: l.since.UTC().Format(time.RFC3339), Data: []usageRow{}}
+	out := &usageReport{Object: "list", Tenant: c.Tenant, Since: l.since.UTC().Format(time.RFC3339), Data: []usageRow{}, Replicas: 1}
 	l.mu.Lock()
 	for k, t := range l.rows {
 		if !operator && (k.tenant != c.Tenant || (c.Project != "" && k.project != c.Project)) {
@@ -207,8 +323,67 @@ func (h *Handler) usageReport(w http.ResponseWriter, r *http.Request) {
 		out.Data = append(out.Data, row)
 	}
 	l.mu.Unlock()
-	slices.SortFunc(out.Data, func(a, b usageRow) int {
+	sortRows(out.Data)
+	return out
+}
+
+func sortRows(rows []usageRow) {
+	slices.SortFunc(rows, func(a, b usageRow) int {
 		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Model, b.Model))
 	})
-	writeJSON(w, out)
+}
+
+// sumReports adds up the reports of several replicas: the rows of the same
+// tenant, key and model summed, since the earliest start.
+func sumReports(reports []*usageReport, unanswered int) *usageReport {
+	out := &usageReport{Object: "list", Tenant: reports[0].Tenant, Since: reports[0].Since, Data: []usageRow{}, ReplicasUnanswered: unanswered}
+	type key struct{ tenant, key, model string }
+	sums := map[key]int{} // index in out.Data
+	for _, rep := range reports {
+		if rep.Since < out.Since { // RFC 3339 in UTC: ordered as text
+			out.Since = rep.Since
+		}
+		out.Replicas += max(rep.Replicas, 1)
+		for _, row := range rep.Data {
+			k := key{row.Tenant, row.Key, row.Model}
+			i, ok := sums[k]
+			if !ok {
+				sums[k] = len(out.Data)
+				out.Data = append(out.Data, row)
+				continue
+			}
+			s := &out.Data[i]
+			s.Requests += row.Requests
+			s.PromptTokens += row.PromptTokens
+			s.CompletionTokens += row.CompletionTokens
+			s.ReasoningTokens += row.ReasoningTokens
+			s.TotalTokens += row.TotalTokens
+		}
+	}
+	sortRows(out.Data)
+	return out
+}
+
+// DNSPeers returns Options.Peers for targets, comma-separated host:port
+// names each resolving to one or more replicas (a Kubernetes headless
+// Service to its pods; or a static list of hosts); each replica is asked
+// over plain HTTP.
+func DNSPeers(targets string) func(context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		var out []string
+		for target := range strings.SplitSeq(targets, ",") {
+			if target = strings.TrimSpace(target); target == "" {
+				continue
+			}
+			eps, err := grpcx.Endpoints(ctx, target)
+			if err != nil {
+				return nil, err
+			}
+			for _, ep := range eps {
+				out = append(out, "http://"+ep)
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out), nil
+	}
 }
