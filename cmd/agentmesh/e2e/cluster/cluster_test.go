@@ -257,6 +257,7 @@ func (c *cluster) env(svc string, r *replica) []string {
 	case "gateway":
 		env["HTTP_ADDR"] = r.addr
 		env["GATEWAY_SSE_KEEPALIVE"] = "2s"
+		env["GATEWAY_PEERS"] = c.target("gateway")
 	}
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		c.t.Fatal(err)

@@ -35,7 +35,9 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -134,6 +136,7 @@ func TestCluster(t *testing.T) {
 			usage.Replicas, usage.ReplicasUnanswered, len(usage.Points), replicaCounts["modelgateway"])
 	}
 	cancel()
+	c.checkOpenAIUsage(t)
 
 	s := &summary{
 		results: d.results.list(), faults: c.faults.list(), execs: c.rec.executions(),
@@ -422,4 +425,62 @@ func (c *cluster) checkChunks(rs []*result) []string {
 		}
 	}
 	return problems
+}
+
+// checkOpenAIUsage makes one OpenAI-compatible chat call at each gateway
+// replica, each of which counts its own, and reads GET /openai/v1/usage
+// through the front door: every replica's counts summed (GATEWAY_PEERS).
+func (c *cluster) checkOpenAIUsage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const tenant = "openai-usage"
+	do := func(method, url, body string, out any) error {
+		req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Tenant-Id", tenant)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, b)
+		}
+		return json.Unmarshal(b, out)
+	}
+	gateways := c.replicas["gateway"]
+	for _, r := range gateways {
+		var done map[string]any
+		if err := do(http.MethodPost, "http://"+r.addr+"/openai/v1/chat/completions",
+			`{"model": "chat", "messages": [{"role": "user", "content": "count me"}]}`, &done); err != nil {
+			t.Errorf("an OpenAI chat call at %s: %v", r.name, err)
+			return
+		}
+	}
+	var usage struct {
+		Data []struct {
+			Model    string `json:"model"`
+			Requests int    `json:"requests"`
+		} `json:"data"`
+		Replicas           int `json:"replicas"`
+		ReplicasUnanswered int `json:"replicas_unanswered"`
+	}
+	if err := do(http.MethodGet, c.front.url()+"/openai/v1/usage", "", &usage); err != nil {
+		t.Errorf("GET /openai/v1/usage: %v", err)
+		return
+	}
+	requests := 0
+	for _, row := range usage.Data {
+		requests += row.Requests
+	}
+	fmt.Printf("GET /openai/v1/usage: %d requests counted across %d replicas (%d unanswered), one call made at each of %d\n",
+		requests, usage.Replicas, usage.ReplicasUnanswered, len(gateways))
+	if usage.Replicas != len(gateways) || usage.ReplicasUnanswered != 0 || requests != len(gateways) {
+		t.Errorf("GET /openai/v1/usage: %d requests from %d replicas (%d unanswered), want %d from every one of the %d replicas",
+			requests, usage.Replicas, usage.ReplicasUnanswered, len(gateways), len(gateways))
+	}
 }
