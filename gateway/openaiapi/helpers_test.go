@@ -89,14 +89,7 @@ func startMesh(t testing.TB, d door) *mesh {
 func startMeshWith(t testing.TB, d door, cfg httpgateway.Config) *mesh {
 	t.Helper()
 	sim := providersim.Start(t, providersim.Options{Flavor: providersim.DeepSeek})
-	env := map[string]string{
-		"DEEPSEEK_API_KEY":              "sim-key",
-		"OPENAI_API_KEY":                "sim-key",
-		"MODELGATEWAY_MAX_ATTEMPTS":     "1",
-		"MODELGATEWAY_PROBE_INTERVAL":   "1h",
-		"MODELGATEWAY_RETRY_BASE_DELAY": "10ms",
-		"MODELGATEWAY_RETRY_MAX_DELAY":  "20ms",
-	}
+	env := modelEnv()
 	table := fmt.Sprintf(routing, sim.URL, sim.URL+"/v1")
 	if d == modelDoor {
 		env["GATEWAY_API_KEYS"] = cfg.APIKeys
@@ -109,6 +102,19 @@ func startMeshWith(t testing.TB, d door, cfg httpgateway.Config) *mesh {
 	addr := modelgatewaytest.Start(t, table, env)
 	url := httpgatewaytest.Start(t, cfg, httpgateway.Backends{Model: httpgatewaytest.Dial(t, addr)})
 	return &mesh{base: url + "/openai/v1", sim: sim, modelAddr: addr}
+}
+
+// modelEnv is the model gateway's environment in these tests: the
+// simulator's keys, no retries, no background probes.
+func modelEnv() map[string]string {
+	return map[string]string{
+		"DEEPSEEK_API_KEY":              "sim-key",
+		"OPENAI_API_KEY":                "sim-key",
+		"MODELGATEWAY_MAX_ATTEMPTS":     "1",
+		"MODELGATEWAY_PROBE_INTERVAL":   "1h",
+		"MODELGATEWAY_RETRY_BASE_DELAY": "10ms",
+		"MODELGATEWAY_RETRY_MAX_DELAY":  "20ms",
+	}
 }
 
 // post sends a JSON body with key as a bearer token, as OpenAI's SDKs do,

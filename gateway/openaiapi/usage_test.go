@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +21,7 @@ import (
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/libs/testkit/providersim"
+	"github.com/agentmesh/agentmesh/services/modelgateway/modelgatewaytest"
 	"github.com/agentmesh/agentmesh/services/modelgateway/openaiapi"
 )
 
@@ -179,100 +181,109 @@ func TestUsageCounters(t *testing.T) {
 	}
 }
 
-// With GATEWAY_PEERS, GET /usage at any REST gateway replica sums every
-// replica's counts (each counts only the calls it served), says how many
-// answered, and counts a replica that is down as unanswered; a refused key
-// is refused as at one replica.
+// With GATEWAY_PEERS (at the model gateway's door
+// MODELGATEWAY_OPENAI_PEERS), GET /usage at any replica sums every
+// replica's counts (each counts only the calls it served), asking the
+// others with the caller's key, says how many answered, and counts a
+// replica that is down as unanswered.
 func TestUsageSumsEveryReplica(t *testing.T) {
 	t.Parallel()
-	m := startMesh(t, modelDoor) // for its model gateway and simulator
-	m.sim.When(providersim.Match{LastUserContains: "replica marker"}).Text("counted").
-		Usage(providersim.Usage{PromptTokens: 10, CompletionTokens: 4})
-	// Three addresses: two replicas, and one nobody serves.
-	lis := make([]net.Listener, 3)
-	var peers []string
-	for i := range lis {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	atEachDoor(t, func(t *testing.T, d door) {
+		sim := providersim.Start(t, providersim.Options{Flavor: providersim.DeepSeek})
+		sim.When(providersim.Match{LastUserContains: "replica marker"}).Text("counted").
+			Usage(providersim.Usage{PromptTokens: 10, CompletionTokens: 4})
+		table := fmt.Sprintf(routing, sim.URL, sim.URL+"/v1")
+		var modelAddr string
+		if d == restDoor {
+			modelAddr = modelgatewaytest.Start(t, table, modelEnv())
 		}
-		lis[i] = l
-		peers = append(peers, l.Addr().String())
-	}
-	down := lis[2].Addr().String()
-	lis[2].Close()
-	var bases []string
-	for _, l := range lis[:2] {
-		cfg := httpgateway.Config{APIKeys: apiKeys, Peers: strings.Join(peers[:2], ",")}
-		bases = append(bases, httpgatewaytest.StartOn(t, l, cfg, httpgateway.Backends{Model: httpgatewaytest.Dial(t, m.modelAddr)})+openaiapi.Prefix)
-	}
-	chat := `{"model": "chat", "messages": [{"role": "user", "content": "replica marker"}]}`
-	for _, call := range []struct {
-		replica int
-		key     string
-	}{{0, aliceKey}, {0, aliceKey}, {1, aliceKey}, {1, bobKey}, {1, carolKey}} {
-		if resp, body := post(t, bases[call.replica]+"/chat/completions", call.key, chat); resp.StatusCode != http.StatusOK {
-			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		// A replica of the door on lis, naming peers as its replicas.
+		start := func(lis net.Listener, peers ...string) string {
+			if d == modelDoor {
+				env := modelEnv()
+				env["GATEWAY_API_KEYS"] = apiKeys
+				env["MODELGATEWAY_OPENAI_PEERS"] = strings.Join(peers, ",")
+				_, base := modelgatewaytest.StartWithOpenAIOn(t, lis, table, env)
+				return base
+			}
+			cfg := httpgateway.Config{APIKeys: apiKeys, Peers: strings.Join(peers, ",")}
+			return httpgatewaytest.StartOn(t, lis, cfg, httpgateway.Backends{Model: httpgatewaytest.Dial(t, modelAddr)}) + openaiapi.Prefix
 		}
-	}
-	type report struct {
-		Tenant             string     `json:"tenant"`
-		Data               []usageRow `json:"data"`
-		Replicas           int        `json:"replicas"`
-		ReplicasUnanswered int        `json:"replicas_unanswered"`
-	}
-	read := func(base, key string) report {
-		t.Helper()
-		resp, body := send(t, http.MethodGet, base+"/usage", key, "")
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		listen := func() net.Listener {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
 		}
-		var r report
-		if err := json.Unmarshal(body, &r); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	row := func(key string, n int64) usageRow {
-		return usageRow{Key: key, Model: "chat", Requests: n, PromptTokens: 10 * n, CompletionTokens: 4 * n, TotalTokens: 14 * n}
-	}
-	want := []usageRow{row("alice", 3), row("bob", 1)}
-	for i, base := range bases {
-		if r := read(base, bobKey); r.Tenant != "acme" || !slices.Equal(r.Data, want) || r.Replicas != 2 || r.ReplicasUnanswered != 0 {
-			t.Errorf("acme's usage at replica %d: %+v, want %+v from 2 replicas", i, r, want)
-		}
-	}
-	// One replica's own counts, as the others ask for them.
-	req, _ := http.NewRequest(http.MethodGet, bases[1]+"/usage", nil)
-	req.Header.Set("Authorization", "Bearer "+aliceKey)
-	req.Header.Set("X-Agentmesh-Usage-Replica", "1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var own report
-	if err := json.NewDecoder(resp.Body).Decode(&own); err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if !slices.Equal(own.Data, []usageRow{row("alice", 1), row("bob", 1)}) || own.Replicas != 1 {
-		t.Errorf("replica 1's own counts: %+v", own)
-	}
-	// Another tenant sees its own row only, summed.
-	if r := read(bases[0], carolKey); r.Tenant != "globex" || !slices.Equal(r.Data, []usageRow{row("carol", 1)}) {
-		t.Errorf("globex's usage: %+v", r)
-	}
-	// A wrong key is refused as at one replica, in OpenAI's error shape.
-	resp, body := send(t, http.MethodGet, bases[0]+"/usage", "sk-nobody-0123456789", "")
-	if e := decodeError(t, body); resp.StatusCode != http.StatusUnauthorized || deref(e.Error.Code) != "invalid_api_key" {
-		t.Errorf("a wrong key: %d %s", resp.StatusCode, body)
-	}
+		lis := []net.Listener{listen(), listen()}
+		peers := []string{lis[0].Addr().String(), lis[1].Addr().String()}
+		bases := []string{start(lis[0], peers...), start(lis[1], peers...)}
 
-	// A replica that is down: the others' counts, and it counted as
-	// unanswered.
-	cfg := httpgateway.Config{APIKeys: apiKeys, Peers: strings.Join([]string{peers[0], down}, ",")}
-	third := httpgatewaytest.Start(t, cfg, httpgateway.Backends{Model: httpgatewaytest.Dial(t, m.modelAddr)})
-	if r := read(third+openaiapi.Prefix, bobKey); !slices.Equal(r.Data, []usageRow{row("alice", 2)}) || r.Replicas != 1 || r.ReplicasUnanswered != 1 {
-		t.Errorf("with a replica down: %+v, want replica 0's counts, 1 answered and 1 not", r)
-	}
+		chat := `{"model": "chat", "messages": [{"role": "user", "content": "replica marker"}]}`
+		for _, call := range []struct {
+			replica int
+			key     string
+		}{{0, aliceKey}, {0, aliceKey}, {1, aliceKey}, {1, bobKey}, {1, carolKey}} {
+			if resp, body := post(t, bases[call.replica]+"/chat/completions", call.key, chat); resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+		}
+		type report struct {
+			Tenant             string     `json:"tenant"`
+			Data               []usageRow `json:"data"`
+			Replicas           int        `json:"replicas"`
+			ReplicasUnanswered int        `json:"replicas_unanswered"`
+		}
+		read := func(base, key string, header ...string) report {
+			t.Helper()
+			req, _ := http.NewRequest(http.MethodGet, base+"/usage", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			for i := 0; i+1 < len(header); i += 2 {
+				req.Header.Set(header[i], header[i+1])
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var r report
+			if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d, %v", resp.StatusCode, err)
+			}
+			return r
+		}
+		row := func(key string, n int64) usageRow {
+			return usageRow{Key: key, Model: "chat", Requests: n, PromptTokens: 10 * n, CompletionTokens: 4 * n, TotalTokens: 14 * n}
+		}
+		want := []usageRow{row("alice", 3), row("bob", 1)}
+		for i, base := range bases {
+			if r := read(base, bobKey); r.Tenant != "acme" || !slices.Equal(r.Data, want) || r.Replicas != 2 || r.ReplicasUnanswered != 0 {
+				t.Errorf("acme's usage at replica %d: %+v, want %+v from 2 replicas", i, r, want)
+			}
+		}
+		// One replica's own counts, as the others ask for them.
+		if own := read(bases[1], aliceKey, "X-Agentmesh-Usage-Replica", "1"); !slices.Equal(own.Data, []usageRow{row("alice", 1), row("bob", 1)}) || own.Replicas != 1 {
+			t.Errorf("replica 1's own counts: %+v", own)
+		}
+		// Another tenant sees its own row only, summed.
+		if r := read(bases[0], carolKey); r.Tenant != "globex" || !slices.Equal(r.Data, []usageRow{row("carol", 1)}) {
+			t.Errorf("globex's usage: %+v", r)
+		}
+		// A wrong key is refused as at one replica, in OpenAI's error shape.
+		resp, body := send(t, http.MethodGet, bases[0]+"/usage", "sk-nobody-0123456789", "")
+		if e := decodeError(t, body); resp.StatusCode != http.StatusUnauthorized || deref(e.Error.Code) != "invalid_api_key" {
+			t.Errorf("a wrong key: %d %s", resp.StatusCode, body)
+		}
+
+		// A replica that is down: the others' counts, and it counted as
+		// unanswered.
+		gone := listen()
+		down := gone.Addr().String()
+		gone.Close()
+		third := start(listen(), peers[0], down)
+		if r := read(third, bobKey); !slices.Equal(r.Data, []usageRow{row("alice", 2)}) || r.Replicas != 1 || r.ReplicasUnanswered != 1 {
+			t.Errorf("with a replica down: %+v, want replica 0's counts, 1 answered and 1 not", r)
+		}
+	})
 }

@@ -31,11 +31,19 @@ func Start(t testing.TB, routing string, env map[string]string) string {
 // the gRPC address and the API's base URL, http://127.0.0.1:PORT/openai/v1.
 func StartWithOpenAI(t testing.TB, routing string, env map[string]string) (addr, openAIBase string) {
 	t.Helper()
-	cfg := Config(t, routing, env)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return StartWithOpenAIOn(t, lis, routing, env)
+}
+
+// StartWithOpenAIOn is StartWithOpenAI with the OpenAI-compatible API on
+// lis, a listener whose address the test knew before (to name the
+// replicas in MODELGATEWAY_OPENAI_PEERS, say).
+func StartWithOpenAIOn(t testing.TB, lis net.Listener, routing string, env map[string]string) (addr, openAIBase string) {
+	t.Helper()
+	cfg := Config(t, routing, env)
 	cfg.OpenAIListener = lis
 	addr = testkit.RunService(t, "modelgateway", func(ctx context.Context, rt service.Runtime) error {
 		return modelgateway.Run(ctx, cfg, rt)
