@@ -197,16 +197,17 @@ func TestUsageSumsEveryReplica(t *testing.T) {
 		if d == restDoor {
 			modelAddr = modelgatewaytest.Start(t, table, modelEnv())
 		}
-		// A replica of the door on lis, naming peers as its replicas.
-		start := func(lis net.Listener, peers ...string) string {
+		// A replica of the door on lis with keys, naming peers as its
+		// replicas.
+		start := func(lis net.Listener, keys string, peers ...string) string {
 			if d == modelDoor {
 				env := modelEnv()
-				env["GATEWAY_API_KEYS"] = apiKeys
+				env["GATEWAY_API_KEYS"] = keys
 				env["MODELGATEWAY_OPENAI_PEERS"] = strings.Join(peers, ",")
 				_, base := modelgatewaytest.StartWithOpenAIOn(t, lis, table, env)
 				return base
 			}
-			cfg := httpgateway.Config{APIKeys: apiKeys, Peers: strings.Join(peers, ",")}
+			cfg := httpgateway.Config{APIKeys: keys, Peers: strings.Join(peers, ",")}
 			return httpgatewaytest.StartOn(t, lis, cfg, httpgateway.Backends{Model: httpgatewaytest.Dial(t, modelAddr)}) + openaiapi.Prefix
 		}
 		listen := func() net.Listener {
@@ -218,7 +219,7 @@ func TestUsageSumsEveryReplica(t *testing.T) {
 		}
 		lis := []net.Listener{listen(), listen()}
 		peers := []string{lis[0].Addr().String(), lis[1].Addr().String()}
-		bases := []string{start(lis[0], peers...), start(lis[1], peers...)}
+		bases := []string{start(lis[0], apiKeys, peers...), start(lis[1], apiKeys, peers...)}
 
 		chat := `{"model": "chat", "messages": [{"role": "user", "content": "replica marker"}]}`
 		for _, call := range []struct {
@@ -281,9 +282,18 @@ func TestUsageSumsEveryReplica(t *testing.T) {
 		gone := listen()
 		down := gone.Addr().String()
 		gone.Close()
-		third := start(listen(), peers[0], down)
+		third := start(listen(), apiKeys, peers[0], down)
 		if r := read(third, bobKey); !slices.Equal(r.Data, []usageRow{row("alice", 2)}) || r.Replicas != 1 || r.ReplicasUnanswered != 1 {
 			t.Errorf("with a replica down: %+v, want replica 0's counts, 1 answered and 1 not", r)
+		}
+		// A replica given a key the others do not know yet (keys rolling
+		// out): they refuse it, and count as unanswered; its own counts
+		// stand.
+		const newKey = "sk-new-0123456789"
+		l := listen()
+		newer := start(l, apiKeys+","+newKey+"=acme@newer", peers[0], l.Addr().String())
+		if r := read(newer, newKey); !slices.Equal(r.Data, []usageRow{}) || r.Replicas != 1 || r.ReplicasUnanswered != 1 {
+			t.Errorf("a key one replica knows: %+v, want its own (empty) counts, 1 answered and 1 not", r)
 		}
 	})
 }

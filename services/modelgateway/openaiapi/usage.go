@@ -1,7 +1,6 @@
 package openaiapi
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -220,26 +219,16 @@ func (h *Handler) usageReport(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, local)
 		return
 	}
+	// The replica asked has authenticated the caller; one that refuses
+	// the same key (keys changing, pods rolling) counts as unanswered.
 	answers := make([]*usageReport, len(peers))
-	refusals := make([]*http.Response, len(peers))
 	var wg sync.WaitGroup
 	for i, peer := range peers {
-		wg.Go(func() { answers[i], refusals[i] = h.askReplica(r, peer) })
+		wg.Go(func() { answers[i] = h.askReplica(r, peer) })
 	}
 	wg.Wait()
 	var got []*usageReport
-	for i, a := range answers {
-		if f := refusals[i]; f != nil {
-			// The request's fault (its key, say): every replica refuses
-			// it alike.
-			for k, v := range f.Header {
-				w.Header()[k] = v
-			}
-			w.WriteHeader(f.StatusCode)
-			_, _ = io.Copy(w, f.Body)
-			f.Body.Close()
-			return
-		}
+	for _, a := range answers {
 		if a != nil {
 			got = append(got, a)
 		}
@@ -253,15 +242,14 @@ func (h *Handler) usageReport(w http.ResponseWriter, r *http.Request) {
 }
 
 // askReplica asks the replica at base for its own counts, as the caller
-// of r. It returns the report, or the replica's refusal (a 4xx, its body
-// unread), or neither when the replica did not answer.
-func (h *Handler) askReplica(r *http.Request, base string) (*usageReport, *http.Response) {
+// of r; nil when it did not answer them.
+func (h *Handler) askReplica(r *http.Request, base string) *usageReport {
 	ctx, cancel := context.WithTimeout(r.Context(), peerUsageTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+Prefix+"/usage", nil)
 	if err != nil {
 		h.opts.Log.Warn("usage: a replica's address", "replica", base, "err", err)
-		return nil, nil
+		return nil
 	}
 	// Whatever names the caller travels on: its key, or in the open
 	// development mode the headers that stand for one.
@@ -279,27 +267,19 @@ func (h *Handler) askReplica(r *http.Request, base string) (*usageReport, *http.
 	resp, err := peerClient.Do(req)
 	if err != nil {
 		h.opts.Log.Warn("usage: a replica did not answer", "replica", base, "err", err)
-		return nil, nil
-	}
-	if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests {
-		// The body is read by the caller, within the request's own
-		// context (this one's deadline ends with the return).
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		resp.Body = io.NopCloser(bytes.NewReader(body))
-		return nil, resp
+		return nil
 	}
 	defer resp.Body.Close()
 	var rep usageReport
 	if resp.StatusCode != http.StatusOK {
 		h.opts.Log.Warn("usage: a replica failed", "replica", base, "http_status", resp.StatusCode)
-		return nil, nil
+		return nil
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&rep); err != nil {
 		h.opts.Log.Warn("usage: a replica's answer", "replica", base, "err", err)
-		return nil, nil
+		return nil
 	}
-	return &rep, nil
+	return &rep
 }
 
 // peerClient asks the replicas; plain HTTP inside the cluster, as the
