@@ -44,6 +44,10 @@ type Config struct {
 	// CORSOrigins lists the browser origins allowed to call the API; "*"
 	// allows any.
 	CORSOrigins []string `env:"GATEWAY_CORS_ORIGINS" help:"comma-separated browser origins allowed by CORS; * = any; empty = no CORS headers"`
+	// RateLimit and RateBurst hold each API key to a request rate on
+	// this replica.
+	RateLimit float64 `env:"GATEWAY_RATE_LIMIT" default:"0" min:"0" help:"requests a second each API key may make (in development mode: each tenant, project and caller), on each replica: past it 429 with Retry-After; streams count once; 0 = no limit. The model gateway's OpenAI-compatible listener reads it too"`
+	RateBurst int     `env:"GATEWAY_RATE_BURST" default:"0" min:"0" help:"requests over GATEWAY_RATE_LIMIT a key may make at once after a quiet spell; 0 = a second's worth"`
 	// Peers names every replica of this gateway, for the answers that
 	// sum what each counted.
 	Peers string `env:"GATEWAY_PEERS" help:"every REST gateway replica, as comma-separated host:port names (a headless Service resolves to each pod): GET /openai/v1/usage then sums every replica's counts; empty = this replica's alone"`

@@ -86,7 +86,7 @@ func Handler(cfg *Config, backends Backends, log *slog.Logger, metrics http.Hand
 		return nil, err
 	}
 	g := &gateway{cfg: cfg.withDefaults(), log: log, backends: backends, metrics: inst, routes: routes}
-	g.door = &frontdoor.Door{Keys: keys, CORSOrigins: g.cfg.CORSOrigins}
+	g.door = &frontdoor.Door{Keys: keys, CORSOrigins: g.cfg.CORSOrigins, Limit: frontdoor.NewRateLimit(g.cfg.RateLimit, g.cfg.RateBurst)}
 	if err := checkReadyServices(g.cfg.ReadyServices, backends); err != nil {
 		return nil, err
 	}

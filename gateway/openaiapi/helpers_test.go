@@ -96,6 +96,10 @@ func startMeshWith(t testing.TB, d door, cfg httpgateway.Config) *mesh {
 		if cfg.SSEKeepAlive > 0 {
 			env["MODELGATEWAY_OPENAI_KEEPALIVE"] = cfg.SSEKeepAlive.String()
 		}
+		if cfg.RateLimit > 0 {
+			env["GATEWAY_RATE_LIMIT"] = fmt.Sprint(cfg.RateLimit)
+			env["GATEWAY_RATE_BURST"] = fmt.Sprint(cfg.RateBurst)
+		}
 		addr, base := modelgatewaytest.StartWithOpenAI(t, table, env)
 		return &mesh{base: base, sim: sim, modelAddr: addr}
 	}

@@ -297,3 +297,34 @@ func TestUsageSumsEveryReplica(t *testing.T) {
 		}
 	})
 }
+
+// GATEWAY_RATE_LIMIT holds each key to its rate at either door: past the
+// burst a 429 in OpenAI's shape (rate_limit_error) with Retry-After, which
+// the SDKs wait out; another key is not held back. At the REST gateway
+// the same bucket serves its own API, answered in its own error shape.
+func TestRateLimitPerKey(t *testing.T) {
+	t.Parallel()
+	atEachDoor(t, func(t *testing.T, d door) {
+		m := startMeshWith(t, d, httpgateway.Config{APIKeys: apiKeys, RateLimit: 0.5, RateBurst: 2})
+		for i := range 2 {
+			if resp, body := send(t, http.MethodGet, m.base+"/models", aliceKey, ""); resp.StatusCode != http.StatusOK {
+				t.Fatalf("request %d of the burst: %d %s", i+1, resp.StatusCode, body)
+			}
+		}
+		resp, body := send(t, http.MethodGet, m.base+"/models", aliceKey, "")
+		e := decodeError(t, body)
+		if resp.StatusCode != http.StatusTooManyRequests || e.Error.Type != "rate_limit_error" || deref(e.Error.Code) != "rate_limit_exceeded" ||
+			resp.Header.Get("Retry-After") != "2" || resp.Header.Get("Retry-After-Ms") == "" || !strings.Contains(e.Error.Message, "0.5 requests a second") {
+			t.Fatalf("past the burst: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+		if resp, body := send(t, http.MethodGet, m.base+"/models", bobKey, ""); resp.StatusCode != http.StatusOK {
+			t.Fatalf("another key: %d %s", resp.StatusCode, body)
+		}
+		if d == restDoor {
+			resp, body := send(t, http.MethodGet, strings.TrimSuffix(m.base, openaiapi.Prefix)+"/v1/models", aliceKey, "")
+			if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), `"code":8`) {
+				t.Fatalf("the REST API past the same key's burst: %d %s", resp.StatusCode, body)
+			}
+		}
+	})
+}

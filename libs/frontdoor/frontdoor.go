@@ -226,12 +226,15 @@ type Door struct {
 	// CORSOrigins are the browser origins allowed to write in development
 	// mode ("*" = any).
 	CORSOrigins []string
+	// Limit, if set, holds each caller to its rate (429 with Retry-After).
+	Limit *RateLimit
 }
 
 // Authenticate resolves the request's principal, stores it in the request
 // context and calls next; without one it answers with fail (401 for a
 // missing or invalid key, 400 for a development-mode header that is not a
-// valid id, 403 for a browser's cross-site write in development mode). The
+// valid id, 403 for a browser's cross-site write in development mode, 429
+// past the caller's rate limit, with Retry-After). The
 // credentials are removed from the request so they never travel on to the
 // services (grpc-gateway would forward Authorization as metadata) nor reach
 // a log.
@@ -243,6 +246,14 @@ func (d *Door) Authenticate(fail StatusWriter, next http.Handler) http.Handler {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="agentmesh"`)
 			}
 			fail(w, code, st)
+			return
+		}
+		if wait := d.Limit.take(p); wait > 0 {
+			w.Header().Set("Retry-After", retryAfter(wait))
+			w.Header().Set("Retry-After-Ms", fmt.Sprint(max(1, wait.Milliseconds()))) // read by OpenAI's SDKs
+			fail(w, http.StatusTooManyRequests, status.Newf(codes.ResourceExhausted,
+				"rate limit: at most %g requests a second per API key (bursts of %d); retry after %s", d.Limit.Rate, d.Limit.Burst,
+				wait.Round(time.Millisecond)))
 			return
 		}
 		noteTenant(r.Context(), p.Tenant)

@@ -83,6 +83,8 @@ type Config struct {
 	// OpenAIMaxBodyBytes and OpenAIBodyTimeout bound a request body.
 	OpenAIMaxBodyBytes int64         `env:"MODELGATEWAY_OPENAI_MAX_BODY_BYTES" default:"33554432" min:"1" help:"largest request body the OpenAI-compatible listener accepts, in bytes"`
 	OpenAIBodyTimeout  time.Duration `env:"MODELGATEWAY_OPENAI_BODY_TIMEOUT" default:"60s" help:"longest time a request body may take to arrive at the OpenAI-compatible listener; a slower client gets 408"`
+	RateLimit          float64       `env:"GATEWAY_RATE_LIMIT" default:"0" min:"0" help:"requests a second each API key may make at the OpenAI-compatible listener, on each replica (as at the REST gateway); 0 = no limit"`
+	RateBurst          int           `env:"GATEWAY_RATE_BURST" default:"0" min:"0" help:"requests over GATEWAY_RATE_LIMIT a key may make at once after a quiet spell; 0 = a second's worth"`
 	OpenAIPeers        string        `env:"MODELGATEWAY_OPENAI_PEERS" help:"every model gateway replica's OpenAI-compatible listener, as comma-separated host:port names (a headless Service resolves to each pod): GET /openai/v1/usage then sums every replica's counts; empty = this replica's alone"`
 	OpenAIKeepAlive    time.Duration `env:"MODELGATEWAY_OPENAI_KEEPALIVE" default:"15s" help:"interval of the : keep-alive comment on a silent stream of the OpenAI-compatible listener"`
 

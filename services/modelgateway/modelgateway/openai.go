@@ -89,7 +89,7 @@ func startOpenAI(ctx context.Context, cfg *Config, rt service.Runtime, api model
 			return nil, errors.New("MODELGATEWAY_OPENAI_ADDR: " + err.Error())
 		}
 	}
-	door := &frontdoor.Door{Keys: keys}
+	door := &frontdoor.Door{Keys: keys, Limit: frontdoor.NewRateLimit(cfg.RateLimit, cfg.RateBurst)}
 	limits := frontdoor.BodyLimits{MaxBytes: cfg.OpenAIMaxBodyBytes, Timeout: cfg.OpenAIBodyTimeout}
 	if limits.MaxBytes <= 0 {
 		limits.MaxBytes = 32 << 20
