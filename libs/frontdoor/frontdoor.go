@@ -251,8 +251,12 @@ func (d *Door) Authenticate(fail StatusWriter, next http.Handler) http.Handler {
 		if wait := d.Limit.take(p); wait > 0 {
 			w.Header().Set("Retry-After", retryAfter(wait))
 			w.Header().Set("Retry-After-Ms", fmt.Sprint(max(1, wait.Milliseconds()))) // read by OpenAI's SDKs
+			per := "API key"
+			if d.Keys.Open() {
+				per = "tenant, project and caller"
+			}
 			fail(w, http.StatusTooManyRequests, status.Newf(codes.ResourceExhausted,
-				"rate limit: at most %g requests a second per API key (bursts of %d); retry after %s", d.Limit.Rate, d.Limit.Burst,
+				"rate limit: at most %g requests a second per %s (bursts of %d); retry after %s", d.Limit.Rate, per, d.Limit.Burst,
 				wait.Round(time.Millisecond)))
 			return
 		}
