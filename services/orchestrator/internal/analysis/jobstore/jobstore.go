@@ -943,6 +943,9 @@ func (s *Store) List(ctx context.Context, q analysis.ListQuery) ([]*analysis.Job
 	return jobs, keyOf(jobs[limit-1]), nil
 }
 
+// newestFirst is the jobs' listing order.
+var newestFirst = mongox.Keyset{Field: "create_time", Descending: true}
+
 // page returns up to n jobs of coll matching filter that sort after the
 // continuation key, newest first.
 func (s *Store) page(ctx context.Context, coll *mongo.Collection, filter bson.D, after string, n int) ([]*analysis.Job, error) {
@@ -951,12 +954,9 @@ func (s *Store) page(ctx context.Context, coll *mongo.Collection, filter bson.D,
 		if err != nil {
 			return nil, err
 		}
-		filter = append(slices.Clip(filter), bson.E{Key: "$or", Value: bson.A{
-			bson.D{{Key: "create_time", Value: bson.D{{Key: "$lt", Value: t}}}},
-			bson.D{{Key: "create_time", Value: t}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: id}}}},
-		}})
+		filter = append(slices.Clip(filter), newestFirst.After(t, id))
 	}
-	opts := options.Find().SetSort(bson.D{{Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}).
+	opts := options.Find().SetSort(newestFirst.Sort()).
 		SetLimit(int64(n)).SetProjection(noOutbox)
 	return s.find(ctx, coll, "list", filter, opts)
 }

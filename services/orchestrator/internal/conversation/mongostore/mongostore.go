@@ -365,6 +365,9 @@ func (s *Store) Get(ctx context.Context, scope conversation.Scope, id string) (*
 	return c, nil
 }
 
+// newestFirst is the conversations' listing order.
+var newestFirst = mongox.Keyset{Field: "create_time", Descending: true}
+
 // List implements conversation.Store.
 func (s *Store) List(ctx context.Context, scope conversation.Scope, q conversation.ListQuery) ([]*conversation.Conversation, string, error) {
 	filterKey := conversation.Filter(scope, q)
@@ -381,14 +384,9 @@ func (s *Store) List(ctx context.Context, scope conversation.Scope, q conversati
 		filter = append(filter, bson.E{Key: "create_time", Value: created})
 	}
 	if cur != nil {
-		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
-			bson.D{{Key: "create_time", Value: bson.D{{Key: "$lt", Value: cur.CreateTime}}}},
-			bson.D{{Key: "create_time", Value: cur.CreateTime}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: cur.ID}}}},
-		}})
+		filter = append(filter, newestFirst.After(cur.CreateTime, cur.ID))
 	}
-	opts := options.Find().
-		SetSort(bson.D{{Key: "create_time", Value: -1}, {Key: "_id", Value: -1}}).
-		SetLimit(int64(size) + 1)
+	opts := options.Find().SetSort(newestFirst.Sort()).SetLimit(int64(size) + 1)
 	var docs []convDoc
 	if err := mongox.FindAll(ctx, s.convs, filter, &docs, opts); err != nil {
 		return nil, "", fmt.Errorf("mongostore: list: %w", mongox.Translate(err))

@@ -64,6 +64,9 @@ func (st *Store) AddJob(ctx context.Context, j *session.Job) error {
 	return nil
 }
 
+// jobOrder is the jobs' listing order: newest first.
+var jobOrder = mongox.Keyset{Field: "started", Descending: true}
+
 // ListJobs returns the jobs of scope that q selects, newest first (by
 // start, then by id), at most q.Limit.
 func (st *Store) ListJobs(ctx context.Context, scope session.Scope, q session.JobQuery) ([]session.Job, error) {
@@ -74,13 +77,10 @@ func (st *Store) ListJobs(ctx context.Context, scope session.Scope, q session.Jo
 	if a := q.After; a != nil {
 		// Start times are kept to the millisecond, as BSON dates are.
 		started := a.Time.UTC().Truncate(time.Millisecond)
-		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
-			bson.D{{Key: "started", Value: bson.D{{Key: "$lt", Value: started}}}},
-			bson.D{{Key: "started", Value: started}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: a.ID}}}},
-		}})
+		filter = append(filter, jobOrder.After(started, a.ID))
 	}
 	var docs []jobDoc
-	if err := mongox.FindAll(ctx, st.jobs, filter, &docs, options.Find().SetSort(bson.D{{Key: "started", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(int64(q.Limit))); err != nil {
+	if err := mongox.FindAll(ctx, st.jobs, filter, &docs, options.Find().SetSort(jobOrder.Sort()).SetLimit(int64(q.Limit))); err != nil {
 		return nil, fmt.Errorf("mongostore: list jobs: %w", mongox.Translate(err))
 	}
 	out := make([]session.Job, 0, len(docs))

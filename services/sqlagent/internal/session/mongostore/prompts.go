@@ -53,6 +53,9 @@ func (st *Store) AddPrompt(ctx context.Context, p *session.PromptRecord) error {
 	return nil
 }
 
+// promptOrder is the prompts' listing order: oldest first.
+var promptOrder = mongox.Keyset{Field: "time"}
+
 // ListPrompts returns the prompts of session sessionID of scope, oldest
 // first (by time, then by id), after after when set, at most limit.
 func (st *Store) ListPrompts(ctx context.Context, scope session.Scope, sessionID string, after *session.Cursor, limit int) ([]session.PromptRecord, error) {
@@ -64,13 +67,10 @@ func (st *Store) ListPrompts(ctx context.Context, scope session.Scope, sessionID
 		}
 		// Times are kept to the millisecond, as BSON dates are.
 		at := after.Time.UTC().Truncate(time.Millisecond)
-		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
-			bson.D{{Key: "time", Value: bson.D{{Key: "$gt", Value: at}}}},
-			bson.D{{Key: "time", Value: at}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: id}}}},
-		}})
+		filter = append(filter, promptOrder.After(at, id))
 	}
 	var docs []promptDoc
-	if err := mongox.FindAll(ctx, st.prompts, filter, &docs, options.Find().SetSort(bson.D{{Key: "time", Value: 1}, {Key: "_id", Value: 1}}).SetLimit(int64(limit))); err != nil {
+	if err := mongox.FindAll(ctx, st.prompts, filter, &docs, options.Find().SetSort(promptOrder.Sort()).SetLimit(int64(limit))); err != nil {
 		return nil, fmt.Errorf("mongostore: list prompts: %w", mongox.Translate(err))
 	}
 	out := make([]session.PromptRecord, 0, len(docs))
