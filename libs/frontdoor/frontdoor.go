@@ -249,8 +249,7 @@ func (d *Door) Authenticate(fail StatusWriter, next http.Handler) http.Handler {
 			return
 		}
 		if wait := d.Limit.take(p); wait > 0 {
-			w.Header().Set("Retry-After", retryAfter(wait))
-			w.Header().Set("Retry-After-Ms", fmt.Sprint(max(1, wait.Milliseconds()))) // read by OpenAI's SDKs
+			SetRetryAfter(w.Header(), wait)
 			per := "API key"
 			if d.Keys.Open() {
 				per = "tenant, project and caller"

@@ -3,6 +3,7 @@ package frontdoor
 import (
 	"fmt"
 	"math"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -86,7 +87,10 @@ func (l *RateLimit) dropFull(now time.Time) {
 	}
 }
 
-// retryAfter is wait as a Retry-After value: whole seconds, at least 1.
-func retryAfter(wait time.Duration) string {
-	return fmt.Sprint(max(1, int(math.Ceil(wait.Seconds()))))
+// SetRetryAfter tells the client of an answer in h to wait at least wait
+// before it tries again: Retry-After in whole seconds, rounded up, and
+// Retry-After-Ms, which OpenAI's SDKs read first; each at least 1.
+func SetRetryAfter(h http.Header, wait time.Duration) {
+	h.Set("Retry-After", fmt.Sprint(max(1, int(math.Ceil(wait.Seconds())))))
+	h.Set("Retry-After-Ms", fmt.Sprint(max(1, wait.Milliseconds())))
 }

@@ -2,6 +2,7 @@ package frontdoor
 
 import (
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 )
@@ -66,7 +67,9 @@ func TestRateLimit(t *testing.T) {
 	if NewRateLimit(2.5, 0).Burst != 3 {
 		t.Fatal("burst 0 is a second's worth, rounded up")
 	}
-	if got := retryAfter(200 * time.Millisecond); got != "1" {
-		t.Fatalf("Retry-After of 200ms = %s, want 1", got)
+	h := http.Header{}
+	SetRetryAfter(h, 200*time.Millisecond)
+	if h.Get("Retry-After") != "1" || h.Get("Retry-After-Ms") != "200" {
+		t.Fatalf("a wait of 200ms: %v, want Retry-After 1 and Retry-After-Ms 200", h)
 	}
 }

@@ -3,16 +3,16 @@ package openaiapi
 import (
 	"encoding/json"
 	"errors"
-	"math"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/agentmesh/agentmesh/libs/frontdoor"
 )
 
 // apiError is OpenAI's error object. Param and Code are null when unknown,
@@ -178,8 +178,7 @@ func writeError(w http.ResponseWriter, httpStatus int, f failure) {
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	if f.retryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(f.retryAfter.Seconds()))))
-		h.Set("Retry-After-Ms", strconv.FormatInt(f.retryAfter.Milliseconds(), 10))
+		frontdoor.SetRetryAfter(h, f.retryAfter)
 	}
 	w.WriteHeader(httpStatus)
 	b, _ := json.Marshal(errorBody{Error: f.body})
