@@ -6,7 +6,6 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	"github.com/agentmesh/agentmesh/libs/frontdoor"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	"github.com/agentmesh/agentmesh/services/modelgateway/openaiapi"
 )
@@ -17,7 +16,7 @@ import (
 // parse. The SDKs send their key as Authorization: Bearer, which
 // authentication takes (X-API-Key, when present, still wins).
 func (g *gateway) openAIHandler() (http.Handler, error) {
-	opts := openaiapi.Options{
+	h, err := openaiapi.New(openaiapi.Options{
 		Client: modelv1.NewModelServiceClient(g.backends.Model),
 		Caller: func(r *http.Request) (openaiapi.Caller, bool) {
 			p, ok := principalFrom(r.Context())
@@ -26,12 +25,8 @@ func (g *gateway) openAIHandler() (http.Handler, error) {
 		Metadata:  func(r *http.Request) metadata.MD { return requestMetadata(r.Context(), r) },
 		KeepAlive: g.cfg.SSEKeepAlive,
 		Log:       g.log,
-	}
-	if g.cfg.Peers != "" {
-		opts.Peers = openaiapi.DNSPeers(g.cfg.Peers)
-		opts.Credential = func(r *http.Request) string { return frontdoor.Credential(r.Context()) }
-	}
-	h, err := openaiapi.New(opts)
+		Peers:     openaiapi.DNSPeers(g.cfg.Peers),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("httpgateway: %w", err)
 	}

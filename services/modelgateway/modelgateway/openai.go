@@ -69,10 +69,7 @@ func startOpenAI(ctx context.Context, cfg *Config, rt service.Runtime, api model
 		},
 		KeepAlive: cfg.OpenAIKeepAlive,
 		Log:       log,
-		Peers:     peersOf(cfg.OpenAIPeers),
-		Credential: func(r *http.Request) string {
-			return frontdoor.Credential(r.Context())
-		},
+		Peers:     openaiapi.DNSPeers(cfg.OpenAIPeers),
 	})
 	if err != nil {
 		return fail(err)
@@ -113,12 +110,4 @@ func startOpenAI(ctx context.Context, cfg *Config, rt service.Runtime, api model
 		}
 	}()
 	return s, nil
-}
-
-// peersOf is openaiapi.Options.Peers for a replicas' name; nil for none.
-func peersOf(target string) func(context.Context) ([]string, error) {
-	if target == "" {
-		return nil
-	}
-	return openaiapi.DNSPeers(target)
 }

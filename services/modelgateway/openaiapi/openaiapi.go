@@ -89,11 +89,9 @@ type Options struct {
 	// what each replica counted, as each counts only the calls it served.
 	// Fewer than two, or an error, and GET /usage answers for this
 	// replica alone. See DNSPeers.
+	// The replicas are asked with the API key the request authenticated
+	// with (frontdoor.Credential), or in development mode its headers.
 	Peers func(context.Context) ([]string, error)
-	// Credential, with Peers, returns the API key the request presented,
-	// which the replicas are asked with (frontdoor.Credential); empty in
-	// development mode, where the caller's headers travel instead.
-	Credential func(*http.Request) string
 }
 
 // Handler serves the API. It is safe for concurrent use.

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/agentmesh/agentmesh/libs/frontdoor"
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
 )
@@ -253,12 +254,10 @@ func (h *Handler) askReplica(r *http.Request, base string) *usageReport {
 	}
 	// Whatever names the caller travels on: its key, or in the open
 	// development mode the headers that stand for one.
-	if h.opts.Credential != nil {
-		if key := h.opts.Credential(r); key != "" {
-			req.Header.Set("X-Api-Key", key)
-		}
+	if key := frontdoor.Credential(r.Context()); key != "" {
+		req.Header.Set(frontdoor.APIKeyHeader, key)
 	}
-	for _, k := range []string{"X-Tenant-Id", "X-Project-Id", "X-Caller-Id", "X-Request-Id"} {
+	for _, k := range []string{frontdoor.TenantHeader, frontdoor.ProjectHeader, frontdoor.CallerHeader, "X-Request-Id"} {
 		if v := r.Header.Values(k); len(v) > 0 {
 			req.Header[k] = v
 		}
@@ -347,8 +346,11 @@ func sumReports(reports []*usageReport, unanswered int) *usageReport {
 // DNSPeers returns Options.Peers for targets, comma-separated host:port
 // names each resolving to one or more replicas (a Kubernetes headless
 // Service to its pods; or a static list of hosts); each replica is asked
-// over plain HTTP.
+// over plain HTTP. Blank targets are no peers: nil.
 func DNSPeers(targets string) func(context.Context) ([]string, error) {
+	if strings.TrimSpace(strings.ReplaceAll(targets, ",", "")) == "" {
+		return nil
+	}
 	return func(ctx context.Context) ([]string, error) {
 		var out []string
 		for target := range strings.SplitSeq(targets, ",") {
