@@ -147,9 +147,6 @@ func (s *Server) ListSqlJobs(ctx context.Context, req *sqlagentv1.ListSqlJobsReq
 	if err != nil {
 		return nil, err
 	}
-	if n := req.GetPageSize(); n < 0 || n > 500 {
-		return nil, grpcx.InvalidArgument("page_size", "must be between 0 and 500")
-	}
 	q := session.JobQuery{SessionID: strings.TrimSpace(req.GetSessionId()), Limit: int(req.GetPageSize())}
 	hash := listingHash("sql_jobs", scope, q.SessionID)
 	if q.After, err = readPageToken(req.GetPageToken(), hash); err != nil {
@@ -226,9 +223,6 @@ func (s *Server) ListSqlPrompts(ctx context.Context, req *sqlagentv1.ListSqlProm
 	}
 	if strings.TrimSpace(req.GetSessionId()) == "" {
 		return nil, grpcx.InvalidArgument("session_id", "is required")
-	}
-	if n := req.GetPageSize(); n < 0 || n > 500 {
-		return nil, grpcx.InvalidArgument("page_size", "must be between 0 and 500")
 	}
 	hash := listingHash("sql_prompts", scope, req.GetSessionId())
 	after, err := readPageToken(req.GetPageToken(), hash)
