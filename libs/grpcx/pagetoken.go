@@ -1,7 +1,9 @@
 package grpcx
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -9,6 +11,18 @@ import (
 
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 )
+
+// PageFilter fingerprints what a listing's page tokens are bound to (the
+// listing, its scope and its filters, each a part), as filter_hash: a
+// token is then taken only with the same parts.
+func PageFilter(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
 
 // EncodePageToken returns pt as the opaque page token of a listing.
 func EncodePageToken(pt *commonv1.PageToken) string {

@@ -400,6 +400,11 @@ func TestPageTokens(t *testing.T) {
 			t.Errorf("%s: err = %v, want InvalidArgument naming page_token", name, err)
 		}
 	}
+	// A filter's parts are kept apart: moving text between them is
+	// another filter.
+	if a, b := grpcx.PageFilter("list", "acme", "p1"), grpcx.PageFilter("list", "acmep", "1"); a == b || a != grpcx.PageFilter("list", "acme", "p1") {
+		t.Errorf("PageFilter: %s and %s", a, b)
+	}
 }
 
 // TestDependencyOutageIsUnavailable: a handler whose error holds a database

@@ -157,7 +157,7 @@ func (d *Documents) ListDocuments(ctx context.Context, req *indexerv1.ListDocume
 	if lf.CreatedFrom, lf.CreatedTo, err = grpcx.CreateTimeRange(req.GetCreateTimeFrom(), req.GetCreateTimeTo()); err != nil {
 		return nil, err
 	}
-	hash := filterHash("list", sc.Tenant, sc.Project, req.GetSourceType().String(),
+	hash := grpcx.PageFilter("list", sc.Tenant, sc.Project, req.GetSourceType().String(),
 		lf.CreatedFrom.Format(time.RFC3339Nano), lf.CreatedTo.Format(time.RFC3339Nano))
 	after, err := decodeToken(req.GetPageToken(), hash)
 	if err != nil {
@@ -212,7 +212,7 @@ func (d *Documents) FindDocumentsByExtract(ctx context.Context, req *indexerv1.F
 	}
 	sort.Strings(keys)
 	size := pageSize(req.GetPageSize())
-	hash := filterHash(append([]string{"extract", sc.Tenant, sc.Project, typ}, keys...)...)
+	hash := grpcx.PageFilter(append([]string{"extract", sc.Tenant, sc.Project, typ}, keys...)...)
 	after, err := decodeToken(req.GetPageToken(), hash)
 	if err != nil {
 		return nil, err

@@ -6,8 +6,6 @@ package grpcapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 
 	"google.golang.org/grpc/codes"
@@ -70,16 +68,6 @@ func pageSize(n int32) int {
 		return maxPageSize
 	}
 	return int(n)
-}
-
-// filterHash binds a page token to the request's scope and filter.
-func filterHash(parts ...string) string {
-	h := sha256.New()
-	for _, p := range parts {
-		h.Write([]byte(p))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 func encodeToken(lastKey, hash string) string {

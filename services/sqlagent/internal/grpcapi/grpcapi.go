@@ -5,10 +5,7 @@ package grpcapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -148,7 +145,7 @@ func (s *Server) ListSqlJobs(ctx context.Context, req *sqlagentv1.ListSqlJobsReq
 		return nil, err
 	}
 	q := session.JobQuery{SessionID: strings.TrimSpace(req.GetSessionId()), Limit: int(req.GetPageSize())}
-	hash := listingHash("sql_jobs", scope, q.SessionID)
+	hash := grpcx.PageFilter("sql_jobs", scope.GetTenantId(), scope.GetProjectId(), q.SessionID)
 	if q.After, err = readPageToken(req.GetPageToken(), hash); err != nil {
 		return nil, err
 	}
@@ -164,12 +161,6 @@ func (s *Server) ListSqlJobs(ctx context.Context, req *sqlagentv1.ListSqlJobsReq
 		out.Jobs = append(out.Jobs, jobProto(&jobs[i]))
 	}
 	return out, nil
-}
-
-// listingHash binds a page token to its listing, scope and session.
-func listingHash(listing string, scope *commonv1.Scope, sessionID string) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s", listing, scope.GetTenantId(), scope.GetProjectId(), sessionID))
-	return hex.EncodeToString(sum[:8])
 }
 
 // pageToken is the token of the page after the item at c, its place
@@ -224,7 +215,7 @@ func (s *Server) ListSqlPrompts(ctx context.Context, req *sqlagentv1.ListSqlProm
 	if strings.TrimSpace(req.GetSessionId()) == "" {
 		return nil, grpcx.InvalidArgument("session_id", "is required")
 	}
-	hash := listingHash("sql_prompts", scope, req.GetSessionId())
+	hash := grpcx.PageFilter("sql_prompts", scope.GetTenantId(), scope.GetProjectId(), req.GetSessionId())
 	after, err := readPageToken(req.GetPageToken(), hash)
 	if err != nil {
 		return nil, err
