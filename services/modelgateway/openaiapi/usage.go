@@ -207,18 +207,22 @@ const peerUsageTimeout = 5 * time.Second
 // each row naming its tenant), since the replicas started. With Peers,
 // every replica's counts summed; else this replica's.
 func (h *Handler) usageReport(w http.ResponseWriter, r *http.Request) {
-	local := h.usage.report(h.caller(r))
+	writeJSON(w, h.usageOf(r))
+}
+
+// usageOf is the report GET /usage answers r with: every replica's counts
+// summed when there are peers to ask, else this replica's.
+func (h *Handler) usageOf(r *http.Request) *usageReport {
+	c := h.caller(r)
 	if h.opts.Peers == nil || r.Header.Get(replicaHeader) != "" {
-		writeJSON(w, local)
-		return
+		return h.usage.report(c)
 	}
 	peers, err := h.opts.Peers(r.Context())
 	if err != nil {
 		h.opts.Log.Warn("usage: cannot list the replicas; answering for this one", "err", err)
 	}
 	if len(peers) < 2 {
-		writeJSON(w, local)
-		return
+		return h.usage.report(c)
 	}
 	// The replica asked has authenticated the caller; one that refuses
 	// the same key (keys changing, pods rolling) counts as unanswered.
@@ -235,11 +239,11 @@ func (h *Handler) usageReport(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(got) == 0 {
-		local.ReplicasUnanswered = len(peers) - 1
-		writeJSON(w, local)
-		return
+		own := h.usage.report(c)
+		own.ReplicasUnanswered = len(peers) - 1
+		return own
 	}
-	writeJSON(w, sumReports(got, len(peers)-len(got)))
+	return sumReports(got, len(peers)-len(got))
 }
 
 // askReplica asks the replica at base for its own counts, as the caller
