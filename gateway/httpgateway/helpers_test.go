@@ -106,6 +106,11 @@ func (f *classifierFake) SendCommand(r *classifierv1.SendCommandRequest, s grpc.
 type sqlFake struct {
 	sqlagentv1.UnimplementedSqlAgentServiceServer
 	create func(context.Context, *sqlagentv1.CreateSessionRequest) (*sqlagentv1.CreateSessionResponse, error)
+	getJob func(context.Context, *sqlagentv1.GetSqlJobRequest) (*sqlagentv1.GetSqlJobResponse, error)
+}
+
+func (f *sqlFake) GetSqlJob(ctx context.Context, r *sqlagentv1.GetSqlJobRequest) (*sqlagentv1.GetSqlJobResponse, error) {
+	return f.getJob(ctx, r)
 }
 
 func (f *sqlFake) CreateSession(ctx context.Context, r *sqlagentv1.CreateSessionRequest) (*sqlagentv1.CreateSessionResponse, error) {

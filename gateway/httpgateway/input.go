@@ -315,11 +315,16 @@ func (rt *route) checkValues(q url.Values) error {
 }
 
 // routeSeg is one path segment of a template: a literal, or a parameter
-// with an optional literal suffix (a custom verb, "{jobId}:watch").
+// with an optional literal suffix (a custom verb, "{jobId}:watch"). A
+// parameter whose OpenAPI pattern spans segments ("[^/]+/.+", a template's
+// "{job_id=*/**}") takes the rest of the path, one segment or more, as
+// grpc-gateway's router does (the service checks the value); it is a
+// template's last segment.
 type routeSeg struct {
 	literal string // when param is ""
 	param   string
 	suffix  string
+	rest    bool
 }
 
 // pathParam is a path parameter's name and its decoded value in a request.
@@ -341,12 +346,13 @@ func loadRoutes(spec []byte) (routeTable, error) {
 	var doc struct {
 		Paths map[string]map[string]struct {
 			Parameters []struct {
-				Name   string   `json:"name"`
-				In     string   `json:"in"`
-				Type   string   `json:"type"`
-				Format string   `json:"format"`
-				Enum   []string `json:"enum"`
-				Items  struct {
+				Name    string   `json:"name"`
+				In      string   `json:"in"`
+				Type    string   `json:"type"`
+				Pattern string   `json:"pattern"`
+				Format  string   `json:"format"`
+				Enum    []string `json:"enum"`
+				Items   struct {
 					Format string   `json:"format"`
 					Enum   []string `json:"enum"`
 				} `json:"items"`
@@ -360,11 +366,22 @@ func loadRoutes(spec []byte) (routeTable, error) {
 	for _, path := range sortedKeys(doc.Paths) {
 		for method, op := range doc.Paths[path] {
 			rt := &route{method: strings.ToUpper(method), template: path, query: map[string]bool{}, repeated: map[string]bool{}, values: map[string]valueRule{}}
-			for _, s := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
+			spans := map[string]bool{} // path parameters whose pattern spans segments
+			for _, p := range op.Parameters {
+				spans[p.Name] = p.In == "path" && strings.Contains(p.Pattern, "/")
+			}
+			segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
+			for i, s := range segs {
 				seg := routeSeg{literal: s}
 				if rest, ok := strings.CutPrefix(s, "{"); ok {
 					if name, suffix, ok := strings.Cut(rest, "}"); ok {
 						seg = routeSeg{param: name, suffix: suffix}
+						if spans[name] {
+							if i != len(segs)-1 {
+								return nil, fmt.Errorf("httpgateway: openapi document: %s %s: parameter %s spans segments and is not the last", method, path, name)
+							}
+							seg.rest = true
+						}
 					}
 				}
 				rt.segs = append(rt.segs, seg)
@@ -397,12 +414,18 @@ func (t routeTable) match(method, path string) (*route, []pathParam) {
 	var bestParams []pathParam
 	bestScore := -1
 	for _, rt := range t {
-		if rt.method != method || len(rt.segs) != len(parts) {
+		if rt.method != method || len(rt.segs) > len(parts) ||
+			(len(rt.segs) < len(parts) && !rt.segs[len(rt.segs)-1].rest) {
 			continue
 		}
 		score, params, ok := 0, []pathParam(nil), true
 		for i, s := range rt.segs {
 			switch {
+			case s.rest:
+				value, cut := strings.CutSuffix(strings.Join(parts[i:], "/"), s.suffix)
+				ok = cut && value != ""
+				params = append(params, pathParam{s.param, value})
+				score += len(s.suffix)
 			case s.param == "":
 				ok = parts[i] == s.literal
 				score += len(s.literal)

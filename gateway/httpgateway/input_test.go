@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/gateway/httpgateway"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
+	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
 )
 
 // TestRequestLineIsChecked: a path parameter or query value that is not
@@ -32,7 +33,9 @@ func TestRequestLineIsChecked(t *testing.T) {
 		list: func(context.Context, *orchestratorv1.ListConversationsRequest) (*orchestratorv1.ListConversationsResponse, error) {
 			return &orchestratorv1.ListConversationsResponse{}, nil
 		},
-	}})
+	}, sql: &sqlFake{getJob: func(_ context.Context, r *sqlagentv1.GetSqlJobRequest) (*sqlagentv1.GetSqlJobResponse, error) {
+		return &sqlagentv1.GetSqlJobResponse{Job: &sqlagentv1.SqlJob{Id: r.GetJobId()}}, nil
+	}}})
 	tests := []struct {
 		name, method, path string
 		wantStatus         int
@@ -56,6 +59,13 @@ func TestRequestLineIsChecked(t *testing.T) {
 		{"path parameter with a colon", "GET", "/v1/conversations/a:b", 200, ""},
 		{"lastEventId is the gateway's own", "GET", "/v1/conversations?lastEventId=3", 200, ""},
 		{"unknown route", "GET", "/v1/nowhere", 404, ""},
+		// A SQL job's id is "<session>/<n>": its parameter spans segments
+		// ({job_id=*/**}) and its requests are checked like any other's.
+		{"query value not UTF-8, id of two segments", "GET", "/v1/sql/jobs/s1/4?scope.projectId=%ff", 400, "scope.projectId: query value is not valid UTF-8"},
+		{"unknown query parameter, id of two segments", "GET", "/v1/sql/jobs/s1/4?bogus=1", 400, "bogus: unknown query parameter of GET /v1/sql/jobs/{jobId}"},
+		{"path parameter not UTF-8, id of two segments", "GET", "/v1/sql/jobs/s1/%ff", 400, "jobId: path parameter is not valid UTF-8"},
+		{"id of two segments", "GET", "/v1/sql/jobs/s1/4?scope.projectId=p", 200, ""},
+		{"HEAD, id of two segments", "HEAD", "/v1/sql/jobs/s1/4", 200, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
