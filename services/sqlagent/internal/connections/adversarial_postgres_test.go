@@ -92,6 +92,15 @@ var pgAttacks = []attack{
 	{"user mapping options", "SELECT srvname, umoptions FROM pg_user_mappings"},
 	{"user mapping catalog", "SELECT umoptions FROM pg_catalog.pg_user_mapping"},
 	{"password hashes through a subquery", "SELECT * FROM (SELECT rolpassword FROM pg_authid) AS a"},
+	// The planner's statistics sample every column, pg_authid's too once
+	// ANALYZE has run over the catalog.
+	{"password hashes in column statistics", "SELECT histogram_bounds::text FROM pg_stats WHERE tablename = 'pg_authid' AND attname = 'rolpassword'"},
+	{"password hashes in raw statistics", "SELECT stavalues1::text FROM pg_statistic WHERE starelid = 'pg_authid'::regclass"},
+	{"statistics catalog-qualified", "SELECT most_common_vals::text FROM pg_catalog.pg_stats"},
+	{"extended statistics", "SELECT * FROM pg_stats_ext"},
+	{"extended statistics of expressions", "SELECT * FROM pg_stats_ext_exprs"},
+	{"extended statistics data", "SELECT * FROM pg_statistic_ext_data"},
+	{"subscription connection strings", "SELECT subname, subconninfo FROM pg_subscription"},
 	// Spellings of one volatile call.
 	{"catalog-qualified", "SELECT pg_catalog.pg_try_advisory_lock(10)"},
 	{"quoted name", `SELECT "pg_try_advisory_lock"(11)`},

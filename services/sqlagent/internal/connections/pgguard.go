@@ -133,16 +133,28 @@ var extensionLibraries = map[string]string{
 }
 
 // relationRefused are pg_catalog relations a read may not name: they hold
-// password hashes and user mappings' options (passwords of other
-// servers). Only a superuser read role can read them; the least-privilege
-// role is the first lock (with it, pg_stat_activity shows no other role's
-// statements either).
+// password hashes, user mappings' options and subscriptions' connection
+// strings (passwords of other servers), or the planner's statistics,
+// whose sample values (most common values, histogram bounds) are copies
+// of any table's column, pg_authid.rolpassword's once ANALYZE has run
+// over the catalog. Only a superuser read role can read them all; the
+// least-privilege role is the first lock (with it, pg_stat_activity shows
+// no other role's statements, and pg_stats only columns it may read).
 var relationRefused = map[string]string{
-	"pg_authid":        "it holds password hashes",
-	"pg_shadow":        "it holds password hashes",
-	"pg_user_mapping":  "it holds passwords of other servers",
-	"pg_user_mappings": "it holds passwords of other servers",
+	"pg_authid":             "it holds password hashes",
+	"pg_shadow":             "it holds password hashes",
+	"pg_user_mapping":       "it holds passwords of other servers",
+	"pg_user_mappings":      "it holds passwords of other servers",
+	"pg_subscription":       "it holds connection strings of other servers, passwords included",
+	"pg_statistic":          statisticsReason,
+	"pg_stats":              statisticsReason,
+	"pg_statistic_ext_data": statisticsReason,
+	"pg_stats_ext":          statisticsReason,
+	"pg_stats_ext_exprs":    statisticsReason,
 }
+
+// statisticsReason is why the planner's statistics may not be read.
+const statisticsReason = "its sample values copy columns of every table, password hashes included"
 
 // maxCatalogRounds bounds how far references are followed (views over
 // views over functions); a deeper chain is refused.
