@@ -540,7 +540,12 @@ type Session struct {
 	Options []*Option `protobuf:"bytes,12,rep,name=options,proto3" json:"options,omitempty"`
 	// What those options are (connections, schemas, job kinds) or what the
 	// last reply asked.
-	Action        Action `protobuf:"varint,13,opt,name=action,proto3,enum=agentmesh.sqlagent.v1.Action" json:"action,omitempty"`
+	Action Action `protobuf:"varint,13,opt,name=action,proto3,enum=agentmesh.sqlagent.v1.Action" json:"action,omitempty"`
+	// The session's version: it grows with every change of the session.
+	// Send it back as SendInputRequest.expected_version so that an input
+	// (a confirmation above all) acts only on the session as the client
+	// showed it.
+	Version       int64 `protobuf:"varint,14,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -664,6 +669,13 @@ func (x *Session) GetAction() Action {
 		return x.Action
 	}
 	return Action_ACTION_UNSPECIFIED
+}
+
+func (x *Session) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 // CreateSessionRequest starts a session.
@@ -936,9 +948,16 @@ type SendInputRequest struct {
 	// most about 256 KiB; a larger one is not kept: the job says what ran)
 	// without acting again; a repeat of an earlier one is refused with
 	// FAILED_PRECONDITION. The last 16 ids of a session are remembered.
-	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Optional: the session's version as the client last read it
+	// (Session.version). When another input changed the session since (the
+	// SQL waiting for approval replaced by another client, say), this input
+	// is refused with FAILED_PRECONDITION, reason SESSION_CHANGED, and
+	// nothing runs: a confirmation approves exactly the SQL the user was
+	// shown. Not set: not checked.
+	ExpectedVersion *int64 `protobuf:"varint,6,opt,name=expected_version,json=expectedVersion,proto3,oneof" json:"expected_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SendInputRequest) Reset() {
@@ -1004,6 +1023,13 @@ func (x *SendInputRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *SendInputRequest) GetExpectedVersion() int64 {
+	if x != nil && x.ExpectedVersion != nil {
+		return *x.ExpectedVersion
+	}
+	return 0
 }
 
 // SendInputResponse is the agent's reply.
@@ -1797,7 +1823,7 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\x04Turn\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xe4\x04\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xfe\x04\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
 	"\x05scope\x18\x02 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x129\n" +
@@ -1818,7 +1844,8 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\vschema_note\x18\v \x01(\tR\n" +
 	"schemaNote\x127\n" +
 	"\aoptions\x18\f \x03(\v2\x1d.agentmesh.sqlagent.v1.OptionR\aoptions\x125\n" +
-	"\x06action\x18\r \x01(\x0e2\x1d.agentmesh.sqlagent.v1.ActionR\x06action\"\xd6\x01\n" +
+	"\x06action\x18\r \x01(\x0e2\x1d.agentmesh.sqlagent.v1.ActionR\x06action\x12\x18\n" +
+	"\aversion\x18\x0e \x01(\x03R\aversion\"\xd6\x01\n" +
 	"\x14CreateSessionRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12(\n" +
 	"\n" +
@@ -1836,7 +1863,7 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\x80\x01R\tsessionId\"N\n" +
 	"\x12GetSessionResponse\x128\n" +
-	"\asession\x18\x01 \x01(\v2\x1e.agentmesh.sqlagent.v1.SessionR\asession\"\xe0\x01\n" +
+	"\asession\x18\x01 \x01(\v2\x1e.agentmesh.sqlagent.v1.SessionR\asession\"\xae\x02\n" +
 	"\x10SendInputRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12*\n" +
 	"\n" +
@@ -1844,7 +1871,9 @@ const file_agentmesh_sqlagent_v1_sqlagent_proto_rawDesc = "" +
 	"\x04text\x18\x03 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04R\x04text\x12&\n" +
 	"\tselection\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tselection\x12'\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\trequestId\"\xb7\x03\n" +
+	"request_id\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\trequestId\x127\n" +
+	"\x10expected_version\x18\x06 \x01(\x03B\a\xbaH\x04\"\x02(\x00H\x00R\x0fexpectedVersion\x88\x01\x01B\x13\n" +
+	"\x11_expected_version\"\xb7\x03\n" +
 	"\x11SendInputResponse\x128\n" +
 	"\asession\x18\x01 \x01(\v2\x1e.agentmesh.sqlagent.v1.SessionR\asession\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\x127\n" +
@@ -2048,6 +2077,7 @@ func file_agentmesh_sqlagent_v1_sqlagent_proto_init() {
 	if File_agentmesh_sqlagent_v1_sqlagent_proto != nil {
 		return
 	}
+	file_agentmesh_sqlagent_v1_sqlagent_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
