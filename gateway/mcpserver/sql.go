@@ -178,13 +178,18 @@ func (t *tools) runConfirmed(ctx context.Context, _ *mcp.CallToolRequest, in Run
 	if strings.TrimSpace(in.SQL) != strings.TrimSpace(s.GetPendingSql()) {
 		return nil, RunOutput{}, fmt.Errorf("the sql differs from the SQL waiting for approval in session %s; nothing ran. Pass exactly its sql_to_confirm:\n%s", in.SessionID, s.GetPendingSql())
 	}
-	resp, err := t.sql.SendInput(ctx, &sqlagentv1.SendInputRequest{Scope: scope, SessionId: in.SessionID, Selection: choiceConfirm})
+	// The confirmation holds only for the session as read here: had
+	// another input replaced the SQL since, it is refused (SESSION_CHANGED)
+	// and nothing runs.
+	resp, err := t.sql.SendInput(ctx, &sqlagentv1.SendInputRequest{Scope: scope, SessionId: in.SessionID, Selection: choiceConfirm,
+		ExpectedVersion: ptr(s.GetVersion())})
 	if err != nil {
 		return nil, RunOutput{}, serviceError("run the SQL", err)
 	}
 	if resp.GetSession().GetStage() == stageExecuteSQL {
 		// The confirmed read asks for its job name, then runs.
-		name := &sqlagentv1.SendInputRequest{Scope: scope, SessionId: in.SessionID, Selection: choiceDefaultName}
+		name := &sqlagentv1.SendInputRequest{Scope: scope, SessionId: in.SessionID, Selection: choiceDefaultName,
+			ExpectedVersion: ptr(resp.GetSession().GetVersion())}
 		if n := strings.TrimSpace(in.JobName); n != "" {
 			name.Selection, name.Text = "", n
 		}
@@ -195,11 +200,6 @@ func (t *tools) runConfirmed(ctx context.Context, _ *mcp.CallToolRequest, in Run
 	res := resp.GetResult()
 	if res == nil {
 		return nil, RunOutput{}, fmt.Errorf("the query did not run: %s", resp.GetReply())
-	}
-	if ran := resp.GetSession().GetParameters().GetFields()["executed_sql"].GetStringValue(); strings.TrimSpace(ran) != strings.TrimSpace(in.SQL) {
-		// Another input changed the pending SQL between the check and the
-		// confirmation: say what ran.
-		return nil, RunOutput{}, fmt.Errorf("the session's SQL changed before it ran; what ran was:\n%s", ran)
 	}
 	out := RunOutput{Columns: res.GetColumns(), Rows: [][]any{}, Truncated: res.GetTruncated(), Message: resp.GetReply()}
 	if out.Columns == nil {

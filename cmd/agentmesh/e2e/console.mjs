@@ -413,6 +413,20 @@ await page.waitForSelector("#sqlToConfirm:not([hidden])");
   await page.waitForFunction((want) => [...document.querySelectorAll("#sqlOptions button")].map((b) => b.textContent).join("|") === want, before);
   expect(/run it/i.test(before) && await page.locator("#sqlToConfirm").isVisible(), "sql: after a reload the SQL to confirm and the same choices again (" + before + ")");
 }
+// Another client (a second tab, an MCP client) replaces the SQL waiting
+// for approval before "Run it" is clicked: nothing runs, the error says
+// why, and the page shows the session as it is now.
+{
+  const swapped = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 60) SELECT i FROM n ORDER BY i";
+  await page.evaluate(([id, sql]) => api("POST", "/v1/sql/sessions/" + encodeURIComponent(id) + ":input", { text: sql }), [session, swapped]);
+  await page.locator("#sqlOptions button", { hasText: /run it/i }).first().click();
+  await page.waitForFunction(() => !document.querySelector("#error").hidden);
+  await page.waitForFunction((sql) => document.querySelector("#sqlToConfirm").textContent === sql, swapped);
+  const said = await page.textContent("#error");
+  expect(said.startsWith("400") && said.includes("the session changed since version") && (await page.locator("#sqlResult tbody tr").count()) === 0 &&
+    (await sqlStepper()).includes("current:confirm SQL"),
+    "sql: a confirmation after another client replaced the SQL runs nothing, and the SQL now waiting is shown (" + said + ")");
+}
 await choose(/run it/i);
 await choose("query on sample");
 await page.waitForSelector("#sqlPager:not([hidden])");

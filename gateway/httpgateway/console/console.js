@@ -37,15 +37,19 @@ function showError(err) {
   box.hidden = !err;
 }
 
-// failure turns a non-2xx response into an Error carrying the API's message.
+// failure turns a non-2xx response into an Error carrying the API's message
+// and, when it gives one, its reason (google.rpc.ErrorInfo).
 async function failure(resp) {
   let msg = resp.status + " " + resp.statusText;
+  let reason = "";
   try {
     const body = await resp.json();
     if (body.message) msg += ": " + body.message;
+    reason = ((body.details || []).find((d) => d.reason) || {}).reason || "";
   } catch (_) { /* not JSON */ }
   const err = new Error(msg);
   err.status = resp.status;
+  err.reason = reason;
   return err;
 }
 

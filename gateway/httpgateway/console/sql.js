@@ -11,6 +11,9 @@
 // or opened are kept in localStorage so the tab still has a history.
 const sqlKnown = "agentmesh.sqlSessions";
 let sqlSession = "";
+// sqlVersion is the version of the session as shown: each input names it,
+// so a confirmation approves only the SQL on the screen.
+let sqlVersion = "0";
 
 function rememberSql(id) {
   const known = JSON.parse(localStorage.getItem(sqlKnown) || "[]").filter((s) => s.id !== id);
@@ -45,6 +48,7 @@ function kindOf(kind) {
 
 function showSqlSession(s) {
   sqlSession = s ? s.id : "";
+  sqlVersion = String((s && s.version) || 0);
   const a = $("sqlId");
   a.textContent = sqlSession || "none yet";
   if (sqlSession) a.href = href("sql", sqlSession); else a.removeAttribute("href");
@@ -150,18 +154,24 @@ views.sql = {
     $("sqlSessionView").hidden = false;
     selectSqlJob("");
     if (id && id === sqlSession) return;
-    $("sqlTurns").replaceChildren();
-    sqlClear();
-    if (!id) { showSqlSession(null); return; }
-    const s = (await api("GET", "/v1/sql/sessions/" + encodeURIComponent(id))).session;
-    showSqlSession(s);
-    rememberSql(s.id);
-    for (const t of s.turns || []) line($("sqlTurns"), t.role === "user" ? "you" : "agent", t.text);
-    showSqlToConfirm(s.pendingSql, s.stage === "CONFIRM_GENERATED_SQL" ? s.schemaNote : "");
-    // The session keeps the choices of the agent's last reply.
-    renderSqlChoices(s.options || [], s.action);
+    await loadSqlSession(id);
   },
 };
+
+// loadSqlSession shows session id as stored: its turns, the SQL waiting
+// for approval, the choices of the agent's last reply.
+async function loadSqlSession(id) {
+  $("sqlTurns").replaceChildren();
+  sqlClear();
+  if (!id) { showSqlSession(null); return; }
+  const s = (await api("GET", "/v1/sql/sessions/" + encodeURIComponent(id))).session;
+  showSqlSession(s);
+  rememberSql(s.id);
+  for (const t of s.turns || []) line($("sqlTurns"), t.role === "user" ? "you" : "agent", t.text);
+  showSqlToConfirm(s.pendingSql, s.stage === "CONFIRM_GENERATED_SQL" ? s.schemaNote : "");
+  // The session keeps the choices of the agent's last reply.
+  renderSqlChoices(s.options || [], s.action);
+}
 
 function sqlClear() {
   showSqlToConfirm("");
@@ -335,10 +345,18 @@ async function sqlReply(r) {
 
 // sqlSend sends one input under a request id of its own (postOnce): an
 // input applied before its answer was lost is answered as it was, never
-// run twice.
+// run twice. It names the version of the session on the screen: when
+// another client (a second tab, a colleague, an MCP client) changed the
+// session since, nothing runs, and the session is shown as it is now.
 async function sqlSend(body, shown) {
   line($("sqlTurns"), "you", shown);
-  await sqlReply(await postOnce("/v1/sql/sessions/" + encodeURIComponent(sqlSession) + ":input", body));
+  try {
+    await sqlReply(await postOnce("/v1/sql/sessions/" + encodeURIComponent(sqlSession) + ":input",
+      Object.assign({ expectedVersion: sqlVersion }, body)));
+  } catch (err) {
+    if (err.reason === "SESSION_CHANGED") await loadSqlSession(sqlSession);
+    throw err;
+  }
 }
 
 $("sqlStart").addEventListener("submit", action($("sqlStart"), async () => {

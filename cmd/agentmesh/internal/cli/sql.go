@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 )
 
 // confirmWord is what a user types to let a query run or a table be
@@ -204,12 +205,27 @@ func (a *app) sqlSession(ctx context.Context, client sqlagentv1.SqlAgentServiceC
 			}
 		}
 		req.RequestId = newRequestID()
+		// The input answers the session as shown: had another client
+		// replaced the SQL waiting for approval, nothing runs.
+		v := last.GetSession().GetVersion()
+		req.ExpectedVersion = &v
 		res, err := a.sendInput(ctx, client, req)
 		if err != nil {
 			if c := ExitCode(err); c == ExitUnavailable || c == ExitNotFound || c == ExitInterrupted || c == ExitDenied {
 				return callErr("SQL session "+id, err)
 			}
 			fmt.Fprintf(a.io.Err, "agentmesh: %s\n", errorText(err))
+			if grpcx.Reason(err) == "SESSION_CHANGED" {
+				now, err := client.GetSession(ctx, &sqlagentv1.GetSessionRequest{Scope: m.scope(), SessionId: id})
+				if err != nil {
+					return callErr("SQL session "+id, err)
+				}
+				s := now.GetSession()
+				last, pending = &sqlagentv1.SendInputResponse{Session: s, Reply: "The session as it is now:", Options: s.GetOptions()}, s.GetPendingSql()
+				if err := a.showSQL(last, pending); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		last, pending = res, res.GetSqlToConfirm()

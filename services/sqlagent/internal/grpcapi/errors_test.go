@@ -27,6 +27,7 @@ func TestToStatus(t *testing.T) {
 		{session.ErrFinished, codes.FailedPrecondition, "SESSION_FINISHED"},
 		{session.ErrInputSuperseded, codes.FailedPrecondition, "INPUT_SUPERSEDED"},
 		{session.ErrNotFound, codes.NotFound, "SESSION_NOT_FOUND"},
+		{&session.SessionChangedError{Expected: 4, Now: 5, PendingSQL: "SELECT 1"}, codes.FailedPrecondition, "SESSION_CHANGED"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.reason, func(t *testing.T) {
@@ -35,6 +36,10 @@ func TestToStatus(t *testing.T) {
 				t.Errorf("toStatus(%v) = %v (%s), want %s %s", tc.err, err, grpcx.Reason(err), tc.code, tc.reason)
 			}
 		})
+	}
+	changed := toStatus(&session.SessionChangedError{Expected: 4, Now: 5, PendingSQL: "SELECT 1"})
+	if want := "expected_version: the session changed since version 4 (it is at 5), so nothing ran; read the session again and show the user what waits for approval now"; status.Convert(changed).Message() != want {
+		t.Errorf("SESSION_CHANGED says %q, want %q", status.Convert(changed).Message(), want)
 	}
 	if err := toStatus(errors.New("x")); status.Code(err) != codes.Unknown {
 		t.Errorf("an unknown error is passed on for the interceptor to mask: %v", err)

@@ -121,7 +121,10 @@ func (s *Server) SendInput(ctx context.Context, req *sqlagentv1.SendInputRequest
 	if len(req.GetText()) > 64<<10 {
 		return nil, grpcx.InvalidArgument("text", "is longer than 64 KiB")
 	}
-	sess, reply, err := s.agent.SendRequest(ctx, toScope(scope), req.GetSessionId(), req.GetRequestId(), req.GetText(), req.GetSelection())
+	in := session.Request{
+		Text: req.GetText(), Selection: req.GetSelection(), ID: req.GetRequestId(), ExpectedVersion: req.ExpectedVersion,
+	}
+	sess, reply, err := s.agent.SendRequest(ctx, toScope(scope), req.GetSessionId(), in)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -242,6 +245,7 @@ func (s *Server) ListSqlPrompts(ctx context.Context, req *sqlagentv1.ListSqlProm
 // and are masked as Internal by the server's interceptor.
 func toStatus(err error) error {
 	var in *session.InputError
+	var changed *session.SessionChangedError
 	switch {
 	case errors.As(err, &in):
 		return grpcx.InvalidArgument(in.Field, "%s", in.Message)
@@ -257,6 +261,12 @@ func toStatus(err error) error {
 		return grpcx.Errorf(codes.NotFound, "SESSION_NOT_FOUND", "session not found")
 	case errors.Is(err, session.ErrInputSuperseded):
 		return grpcx.Errorf(codes.FailedPrecondition, "INPUT_SUPERSEDED", "request_id: this input was applied before, and the session has moved on since; reload the session")
+	case errors.As(err, &changed):
+		msg := "expected_version: the session changed since version %d (it is at %d), so nothing ran; read the session again"
+		if changed.PendingSQL != "" {
+			msg += " and show the user what waits for approval now"
+		}
+		return grpcx.Errorf(codes.FailedPrecondition, "SESSION_CHANGED", msg, changed.Expected, changed.Now)
 	case errors.Is(err, session.ErrFinished):
 		return grpcx.Errorf(codes.FailedPrecondition, "SESSION_FINISHED", "the session is finished; create a new one")
 	case errors.Is(err, session.ErrExecuting):
@@ -327,7 +337,7 @@ func toProto(s *session.Session) *sqlagentv1.Session {
 		Id: s.ID, Scope: &commonv1.Scope{TenantId: s.Scope.TenantID, ProjectId: s.Scope.ProjectID},
 		JobKind: jobKinds[s.JobKind], Stage: string(s.Stage), Parameters: params, PendingSql: s.PendingSQL,
 		CreateTime: timestamppb.New(s.Created), UpdateTime: timestamppb.New(s.Updated),
-		SchemaTablesShown: s.SchemaShown, SchemaNote: s.SchemaNote,
+		SchemaTablesShown: s.SchemaShown, SchemaNote: s.SchemaNote, Version: s.Version,
 	}
 	for _, t := range s.Turns {
 		out.Turns = append(out.Turns, &sqlagentv1.Turn{Role: t.Role, Text: t.Text, Time: timestamppb.New(t.Time)})

@@ -102,17 +102,32 @@ func (a *Agent) Get(ctx context.Context, scope Scope, id string) (*Session, erro
 // database is down (the session is then unchanged, or, when the database
 // failed a confirmed SQL, back at the confirmation with a reply saying so).
 func (a *Agent) Send(ctx context.Context, scope Scope, id, text, selection string) (*Session, Reply, error) {
-	return a.SendRequest(ctx, scope, id, "", text, selection)
+	return a.SendRequest(ctx, scope, id, Request{Text: text, Selection: selection})
 }
 
-// SendRequest is Send for an input the client named requestID (empty: not
-// named). A repeat of the input that last moved the session gets that
-// input's reply again, without acting (with its result table when that
-// was at most keptResultBytes; the reply's Job says what ran); a repeat of
-// an earlier one fails with ErrInputSuperseded. So a client whose answer
-// was lost can send again.
-func (a *Agent) SendRequest(ctx context.Context, scope Scope, id, requestID, text, selection string) (*Session, Reply, error) {
-	text, selection = strings.TrimSpace(text), strings.TrimSpace(selection)
+// Request is one input to a session, as a client sends it.
+type Request struct {
+	// Text and Selection are the input: free text, or a value the
+	// previous reply offered.
+	Text, Selection string
+	// ID is the client's name for the input (empty: not named). A repeat
+	// of the input that last moved the session gets that input's reply
+	// again, without acting (with its result table when that was at most
+	// keptResultBytes; the reply's Job says what ran); a repeat of an
+	// earlier one fails with ErrInputSuperseded. So a client whose answer
+	// was lost can send again.
+	ID string
+	// ExpectedVersion, when set, is the session's Version as the client
+	// showed it: when the session has changed since, the input fails with
+	// ErrSessionChanged and nothing acts (a confirmation approves only the
+	// SQL the user saw). A repeat of the last input is answered before
+	// this check, as its version has moved by then.
+	ExpectedVersion *int64
+}
+
+// SendRequest is Send for a Request.
+func (a *Agent) SendRequest(ctx context.Context, scope Scope, id string, req Request) (*Session, Reply, error) {
+	text, selection := strings.TrimSpace(req.Text), strings.TrimSpace(req.Selection)
 	if text == "" && selection == "" {
 		return nil, Reply{}, inputErr("text", "give text or a selection")
 	}
@@ -120,7 +135,7 @@ func (a *Agent) SendRequest(ctx context.Context, scope Scope, id, requestID, tex
 	if err != nil {
 		return nil, Reply{}, err
 	}
-	if requestID != "" {
+	if requestID := req.ID; requestID != "" {
 		if last := s.LastInput; last != nil && last.RequestID == requestID {
 			return a.replay(ctx, s)
 		}
@@ -128,7 +143,12 @@ func (a *Agent) SendRequest(ctx context.Context, scope Scope, id, requestID, tex
 			return nil, Reply{}, ErrInputSuperseded
 		}
 	}
-	s.requestID = requestID
+	if v := req.ExpectedVersion; v != nil && *v != s.Version {
+		// The store writes only the version read here, so a change after
+		// this check fails the write (ErrConflict) instead.
+		return nil, Reply{}, &SessionChangedError{Expected: *v, Now: s.Version, PendingSQL: s.PendingSQL}
+	}
+	s.requestID = req.ID
 	ctx = withSession(ctx, s)
 	said := text
 	if said == "" {

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
 	"github.com/agentmesh/agentmesh/libs/testkit"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/connections"
 	"github.com/agentmesh/agentmesh/services/sqlagent/internal/session"
@@ -21,17 +23,9 @@ import (
 func TestResentInputIsAnsweredNotApplied(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	sh := newShop(t)
-	db := testkit.MongoDB(t)
-	a := session.NewAgent(newStore(t, db), sh.dbs, nil, newClock().opts())
-	other := session.NewAgent(newStore(t, db), sh.dbs, nil, newClock().opts())
-	s0, _, err := a.Create(ctx, scope, connections.SampleName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := s0.ID
+	a, other, db, id := twoReplicas(t)
 	sendAs := func(a *session.Agent, requestID, text string) (*session.Session, session.Reply, error) {
-		return a.SendRequest(ctx, scope, id, requestID, text, "")
+		return a.SendRequest(ctx, scope, id, session.Request{ID: requestID, Text: text})
 	}
 	// once sends an input, then again from both agents, and checks that
 	// the repeats change nothing and answer alike.
@@ -132,14 +126,14 @@ func TestResentReadKeepsOnlyASmallTable(t *testing.T) {
 	const wide = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200) SELECT i, hex(zeroblob(1000)) AS pad FROM n"
 	id := toConfirmUserSQL(t, a, wide)
 	send(t, a, id, "yes", session.StageExecuteSQL)
-	_, r, err := a.SendRequest(ctx, scope, id, "wide", "wide rows", "")
+	_, r, err := a.SendRequest(ctx, scope, id, session.Request{ID: "wide", Text: "wide rows"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Result == nil || len(r.Result.Rows) != 200 {
 		t.Fatalf("the read showed %+v, want 200 rows", r.Result)
 	}
-	_, r2, err := a.SendRequest(ctx, scope, id, "wide", "wide rows", "")
+	_, r2, err := a.SendRequest(ctx, scope, id, session.Request{ID: "wide", Text: "wide rows"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,4 +143,19 @@ func TestResentReadKeepsOnlyASmallTable(t *testing.T) {
 	if r2.Text != r.Text || r2.Job == nil || r.Job == nil || r2.Job.ID != r.Job.ID {
 		t.Fatalf("the repeat answered %q with job %+v, want %q with job %+v", r2.Text, r2.Job, r.Text, r.Job)
 	}
+}
+
+// twoReplicas is two agents on one database (db), as two replicas of the
+// SQL agent, and a session on the sample database created by the first.
+func twoReplicas(t *testing.T) (a, other *session.Agent, db *mongo.Database, id string) {
+	t.Helper()
+	sh := newShop(t)
+	db = testkit.MongoDB(t)
+	a = session.NewAgent(newStore(t, db), sh.dbs, nil, newClock().opts())
+	other = session.NewAgent(newStore(t, db), sh.dbs, nil, newClock().opts())
+	s, _, err := a.Create(context.Background(), scope, connections.SampleName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, other, db, s.ID
 }

@@ -230,6 +230,10 @@ var (
 	// ErrInputSuperseded means the input's request id is that of an input
 	// applied before the session's last one: it is not applied again.
 	ErrInputSuperseded = errors.New("input applied before, and the session has moved on since")
+	// ErrSessionChanged means the input named the session's version as
+	// the client read it, and the session has changed since; errors.As a
+	// *SessionChangedError says how.
+	ErrSessionChanged = errors.New("the session changed since the version the input expects")
 	// ErrFinished means the session is done and takes no more input.
 	ErrFinished = errors.New("session is finished")
 	// ErrExecuting means a confirmed SQL of the session is being run (by
@@ -367,3 +371,17 @@ type Options struct {
 	Now   func() time.Time
 	NewID func() string
 }
+
+// SessionChangedError is ErrSessionChanged with the versions and what now
+// waits for approval.
+type SessionChangedError struct {
+	Expected, Now int64
+	// PendingSQL is the SQL waiting for approval now, if any.
+	PendingSQL string
+}
+
+func (e *SessionChangedError) Error() string {
+	return fmt.Sprintf("%v: version %d expected, the session is at %d", ErrSessionChanged, e.Expected, e.Now)
+}
+
+func (e *SessionChangedError) Unwrap() error { return ErrSessionChanged }

@@ -21,6 +21,8 @@ import (
 	"regexp"
 	"strings"
 
+	_ "google.golang.org/genproto/googleapis/rpc/errdetails" // the details the gateway's errors carry
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -308,10 +310,15 @@ func (c *Conn) unreachable(err error) error {
 }
 
 // httpError turns a failed response into a gRPC status: the body's code
-// when it is the gateway's error shape, else one derived from the HTTP
-// status (a proxy in front of the gateway answers in its own words).
+// when it is the gateway's error shape (with its details, the reason a
+// client branches on among them), else one derived from the HTTP status (a
+// proxy in front of the gateway answers in its own words).
 func httpError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var st spb.Status
+	if protojson.Unmarshal(body, &st) == nil && st.GetCode() != 0 {
+		return status.ErrorProto(&st)
+	}
 	var e struct {
 		Code    *int32 `json:"code"`
 		Message string `json:"message"`

@@ -2,8 +2,14 @@ package gatewayconn
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -13,6 +19,7 @@ import (
 	modelv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/model/v1"
 	orchestratorv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/orchestrator/v1"
 	sqlagentv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/sqlagent/v1"
+	"github.com/agentmesh/agentmesh/libs/grpcx"
 )
 
 // TestEveryMethodHasARoute: every method of the services the CLI uses
@@ -78,5 +85,31 @@ func TestPathValuesTravelEscapedOnce(t *testing.T) {
 		if got := req.URL.String(); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.method, got, tc.want)
 		}
+	}
+}
+
+// TestErrorsKeepTheirReason: an error of the gateway reaches the CLI with
+// its code, message and details, so that it can branch on the reason (a
+// SQL confirmation refused with SESSION_CHANGED shows the session anew);
+// a body that is not the gateway's shape is named by its HTTP status.
+func TestErrorsKeepTheirReason(t *testing.T) {
+	t.Parallel()
+	answer := func(code int, body string) error {
+		req := httptest.NewRequest(http.MethodPost, "http://gw/v1/sql/sessions/s1:input", nil)
+		return httpError(&http.Response{StatusCode: code, Body: io.NopCloser(strings.NewReader(body)), Request: req})
+	}
+	err := answer(400, `{"code":9,"message":"expected_version: the session changed since version 4 (it is at 5)",`+
+		`"details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"SESSION_CHANGED","domain":"agentmesh"}]}`)
+	if status.Code(err) != codes.FailedPrecondition || grpcx.Reason(err) != "SESSION_CHANGED" ||
+		status.Convert(err).Message() != "expected_version: the session changed since version 4 (it is at 5)" {
+		t.Errorf("gateway error: %v (reason %q)", err, grpcx.Reason(err))
+	}
+	err = answer(404, `{"code":5,"message":"session not found","details":[{"@type":"type.example.com/Unknown","x":1}]}`)
+	if status.Code(err) != codes.NotFound || status.Convert(err).Message() != "session not found" {
+		t.Errorf("a detail of an unknown type: %v, want the code and message kept", err)
+	}
+	err = answer(502, "<html>bad gateway</html>")
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "HTTP 502") {
+		t.Errorf("a proxy's page: %v", err)
 	}
 }
