@@ -36,7 +36,7 @@ type Result struct {
 // also bounds one PostgreSQL protocol message, so a row larger than this
 // (one value may be up to 1 GB) fails the query before the driver reads
 // it (ErrQuery, "a row of the result is larger than 64 MiB"); on SQLite
-// no value passes sqliteMaxValueBytes, and MySQL's server bounds a row by
+// a row's values share sqliteRowBytes, and MySQL's server bounds a row by
 // its max_allowed_packet. Without it a read of ten rows of 60 MB blobs
 // took agentmesh up to 1.45 GB, and 200 would have held 12 GB: one user's
 // read could take the whole process down.

@@ -54,6 +54,20 @@ func TestResultsBoundedInBytes(t *testing.T) {
 		if err != nil || len(res.Rows) != 200 || res.TooLarge || res.Truncated {
 			t.Fatalf("200 rows of 1 KiB: %d rows, too large %v, truncated %v, %v", len(res.Rows), res.TooLarge, res.Truncated, err)
 		}
+		// SQLite builds a whole row before its first value is read: the
+		// row's values share 256 MiB. Twenty values of 60 MB took the
+		// process to 4.6 GB before.
+		wide := "SELECT " + strings.TrimSuffix(strings.Repeat("randomblob(60000000), ", 20), ", ")
+		start := time.Now()
+		_, err = reg.Query(ctx, "music", wide, 10, 30*time.Second)
+		if !errors.Is(err, connections.ErrQuery) || !strings.Contains(err.Error(), "longer than 12.8 MiB (a row's 256 MiB shared by its 20 columns)") {
+			t.Fatalf("a row of twenty 60 MB values: %v; want ErrQuery naming the bound", err)
+		}
+		t.Logf("a row of twenty 60 MB values refused in %v", time.Since(start).Round(time.Millisecond))
+		res, err = reg.Query(ctx, "music", strings.ReplaceAll(wide, "60000000", "1048576"), 10, 30*time.Second)
+		if err != nil || len(res.Rows) != 1 || len(res.Rows[0]) != 20 {
+			t.Fatalf("a row of twenty 1 MiB values: %v, %v", res, err)
+		}
 	})
 
 	t.Run("postgres", func(t *testing.T) {
@@ -78,4 +92,46 @@ func TestResultsBoundedInBytes(t *testing.T) {
 			t.Fatalf("the read after the refused row: %v, %v", res, err)
 		}
 	})
+}
+
+// TestWriteHoldsABatchOfBytes: WRITE_DATA inserts its rows in batches of
+// at most 500 rows and about 16 MiB of values: a copy of 40 rows of 4 MiB
+// blobs (160 MiB) holds a few of them at a time, not the whole batch of
+// 40 (30 rows of 60 MB took the process to 8.9 GB before).
+//
+// Not parallel: it measures the process's heap.
+func TestWriteHoldsABatchOfBytes(t *testing.T) {
+	ctx := context.Background()
+	reg, _ := openMusic(t)
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	peak := base.HeapAlloc
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var m runtime.MemStats
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			runtime.ReadMemStats(&m)
+			peak = max(peak, m.HeapAlloc)
+		}
+	}()
+	n, err := reg.WriteTable(ctx, "music", "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 40) SELECT i, randomblob(4194304) AS b FROM n",
+		"blobs", connections.WriteCreate, 60*time.Second)
+	close(done)
+	<-sampled
+	if err != nil || n != 40 {
+		t.Fatalf("WriteTable: %d, %v; want 40 rows", n, err)
+	}
+	grew := int64(peak) - int64(base.HeapAlloc)
+	t.Logf("the heap grew by at most %d MiB while 160 MiB were copied", grew>>20)
+	if grew > 100<<20 {
+		t.Fatalf("the heap grew by %d MiB while 40 rows of 4 MiB were written; want a batch of about 16 MiB held at a time", grew>>20)
+	}
 }

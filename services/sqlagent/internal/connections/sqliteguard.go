@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,6 +83,23 @@ type sqliteGuard struct {
 // stored value larger than this fails the read with SQLite's "string or
 // blob too big".
 const sqliteMaxValueBytes = 64 << 20
+
+// sqliteRowBytes bounds the values of one result row a read builds on
+// SQLite: SQLite holds a whole row in memory before the first value is
+// read, so the bound on a value is this shared by the statement's columns
+// (at least sqliteMinValueBytes, at most sqliteMaxValueBytes). Without it
+// twenty randomblob(60000000) columns took the process to 4.6 GB for one
+// row, and SQLite allows 2,000 columns.
+const (
+	sqliteRowBytes      = 256 << 20
+	sqliteMinValueBytes = 128 << 10
+)
+
+// sqliteValueLimit is the longest value a statement of n result columns
+// may build or read.
+func sqliteValueLimit(n int) int {
+	return min(sqliteMaxValueBytes, max(sqliteMinValueBytes, sqliteRowBytes/max(n, 1)))
+}
 
 // sqliteHandlePool is how many idle handles a guard keeps.
 const sqliteHandlePool = 4
@@ -437,6 +455,9 @@ func (g *sqliteGuard) stream(ctx context.Context, query string, cols func([]colu
 	}
 	defer sqlite3.Xsqlite3_finalize(h.tls, stmt)
 	n := int(sqlite3.Xsqlite3_column_count(h.tls, stmt))
+	// Checked as values are built, while the statement steps.
+	sqlite3.Xsqlite3_limit(h.tls, h.db, sqlite3.SQLITE_LIMIT_LENGTH, int32(sqliteValueLimit(n)))
+	defer sqlite3.Xsqlite3_limit(h.tls, h.db, sqlite3.SQLITE_LIMIT_LENGTH, sqliteMaxValueBytes)
 	described := make([]column, n)
 	for i := range n {
 		described[i] = column{
@@ -480,9 +501,21 @@ func (g *sqliteGuard) stream(ctx context.Context, query string, cols func([]colu
 			if h.auth.denied != "" {
 				return refuse("%s", h.auth.denied)
 			}
+			if rc == sqlite3.SQLITE_TOOBIG {
+				return fmt.Errorf("%w: a value the query builds or reads is longer than %s (a row's %d MiB shared by its %d columns); select shorter values (substr(col, 1, n), length(col)) or fewer columns",
+					ErrQuery, byteSize(sqliteValueLimit(n)), sqliteRowBytes>>20, n)
+			}
 			return fmt.Errorf("%w: %s", ErrQuery, libc.GoString(sqlite3.Xsqlite3_errmsg(h.tls, h.db)))
 		}
 	}
+}
+
+// byteSize writes n bytes in KiB, or MiB to one decimal.
+func byteSize(n int) string {
+	if n >= 1<<20 {
+		return strconv.FormatFloat(float64((n*10+1<<19)>>20)/10, 'f', -1, 64) + " MiB"
+	}
+	return strconv.Itoa(n>>10) + " KiB"
 }
 
 // column reads one value of the current row as SQLite stores it.

@@ -247,12 +247,18 @@ type tableWriter struct {
 	ncols   int
 	batch   []any
 	batched int
+	bytes   int // of the batch's texts and blobs
 	n       int64
 }
 
 // maxBatchParams bounds the parameters of one INSERT (SQLite allows 32766
 // and PostgreSQL 65535).
 const maxBatchParams = 10000
+
+// maxBatchBytes bounds the texts and blobs one INSERT holds: a batch is
+// flushed past it, whatever its rows. Without it 500 rows of 60 MB values
+// would have been held at once (30 GB; 30 rows took the process to 8.9 GB).
+const maxBatchBytes = 16 << 20
 
 // columns prepares the table for the result's columns: drops or empties an
 // existing one as mode says, creates it unless it is kept.
@@ -326,7 +332,8 @@ func (w *tableWriter) columnType(col column) (string, error) {
 // stmtCtx is the context of the writer's next statement (its sctx, see
 // conn.driverCtx), or the job's timeout when it has passed: on SQLite a
 // statement of the writer is checked against the job's context before it
-// starts, not cut by it. One is a batch of at most 500 rows, or DDL; the
+// starts, not cut by it. One is a batch of at most 500 rows (and about
+// maxBatchBytes of values), or DDL; the
 // read, on handles of the guard's own, is cut at once.
 func (w *tableWriter) stmtCtx() (context.Context, error) {
 	if err := w.ctx.Err(); err != nil {
@@ -339,7 +346,15 @@ func (w *tableWriter) stmtCtx() (context.Context, error) {
 func (w *tableWriter) row(vals []any) error {
 	w.batch = append(w.batch, vals...)
 	w.batched++
-	if (w.batched+1)*w.ncols > maxBatchParams || w.batched == 500 {
+	for _, v := range vals {
+		switch x := v.(type) {
+		case string:
+			w.bytes += len(x)
+		case []byte:
+			w.bytes += len(x)
+		}
+	}
+	if (w.batched+1)*w.ncols > maxBatchParams || w.batched == 500 || w.bytes >= maxBatchBytes {
 		return w.flush()
 	}
 	return nil
@@ -379,7 +394,8 @@ func (w *tableWriter) flush() error {
 		return dbError(err)
 	}
 	w.n += int64(w.batched)
-	w.batch, w.batched = w.batch[:0], 0
+	clear(w.batch) // the values are not kept past their INSERT
+	w.batch, w.batched, w.bytes = w.batch[:0], 0, 0
 	return nil
 }
 
