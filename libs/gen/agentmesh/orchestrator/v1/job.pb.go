@@ -347,7 +347,7 @@ type SubmitAnalysisRequest struct {
 	ResponseType string `protobuf:"bytes,3,opt,name=response_type,json=responseType,proto3" json:"response_type,omitempty"`
 	// Caller-supplied output JSON schema; the analysis's response type is then
 	// "custom", so response_type must be empty or "custom" (another is an
-	// INVALID_ARGUMENT naming response_type). At most 256 KiB.
+	// INVALID_ARGUMENT naming response_type). At most 64 KiB.
 	// The service adds data_sources and data_gaps (set by code, never by the
 	// model) and, on every object with a "source", supported and
 	// unsupported_reason: whether the source is among the data the tools
@@ -1159,7 +1159,7 @@ const file_agentmesh_orchestrator_v1_job_proto_rawDesc = "" +
 	"\x05scope\x18\x01 \x01(\v2\x1a.agentmesh.common.v1.ScopeR\x05scope\x12!\n" +
 	"\x05query\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03\x18\xc0>R\x05query\x12,\n" +
 	"\rresponse_type\x18\x03 \x01(\tB\a\xbaH\x04r\x02\x18@R\fresponseType\x127\n" +
-	"\x12output_json_schema\x18\x04 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x10R\x10outputJsonSchema\x125\n" +
+	"\x12output_json_schema\x18\x04 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04R\x10outputJsonSchema\x125\n" +
 	"\rallowed_tools\x18\x05 \x03(\tB\x10\xbaH\r\x92\x01\n" +
 	"\x10@\"\x06r\x04\x10\x01\x18@R\fallowedTools\x12'\n" +
 	"\n" +
