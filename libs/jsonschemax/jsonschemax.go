@@ -30,6 +30,15 @@ func NewCompiler() *jsonschema.Compiler {
 	return c
 }
 
+// MaxSchemaValues bounds the JSON values (objects, arrays, strings,
+// numbers, ...) of a schema Compile takes. The library's compile time
+// grows with the square of a schema's parts (its queue of subschemas is
+// searched linearly): 20,000 properties took 1.3 s of CPU, 60,000 took 32
+// s, and the work goes on after the caller has gone. At this bound a
+// schema of 6,142 properties compiles in about 0.2 s; OpenAI's own
+// structured outputs take at most 5,000 properties.
+const MaxSchemaValues = 12 << 10
+
 // Compile adds doc (as jsonschema.UnmarshalJSON decodes it) to c under url
 // and compiles it. Its error says what is wrong as compileError does, in
 // the caller's terms.
@@ -37,8 +46,12 @@ func Compile(c *jsonschema.Compiler, url string, doc any) (*jsonschema.Schema, e
 	// The library checks a schema against its draft's metaschema, which
 	// turns the schema's numbers into exact fractions: it panicked on
 	// {"multipleOf": 1e-9999999}.
-	if _, err := measure(doc); err != nil {
+	n, err := measure(doc)
+	if err != nil {
 		return nil, fmt.Errorf("not a valid JSON schema: %w", err)
+	}
+	if n > MaxSchemaValues {
+		return nil, fmt.Errorf("the schema holds %d JSON values; at most %d are taken", n, MaxSchemaValues)
 	}
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, errors.New(describe(url, err))

@@ -245,3 +245,43 @@ func TestNumbersTheLibraryCannotHoldAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeSchemasAreRefusedBeforeCompiling: a schema of more than
+// MaxSchemaValues JSON values is refused at once, saying how many it
+// holds; one at the bound compiles within a second (the library's compile
+// time grows with the square of the schema's parts: 60,000 properties
+// took 32 s, with nothing to stop it).
+func TestLargeSchemasAreRefusedBeforeCompiling(t *testing.T) {
+	t.Parallel()
+	props := func(n int) string {
+		var b strings.Builder
+		b.WriteString(`{"type":"object","properties":{`)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `"p%d":{"type":"string"}`, i)
+		}
+		b.WriteString(`}}`)
+		return b.String()
+	}
+	// 3 + 2 values a property.
+	atBound := (jsonschemax.MaxSchemaValues - 3) / 2
+	start := time.Now()
+	if err := compile(t, props(atBound)); err != nil {
+		t.Fatalf("%d properties: %v", atBound, err)
+	}
+	took := time.Since(start)
+	t.Logf("%d properties (%d JSON values) compiled in %v", atBound, 3+2*atBound, took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Errorf("a schema at the bound took %v to compile", took)
+	}
+	start = time.Now()
+	err := compile(t, props(60000))
+	if want := fmt.Sprintf("the schema holds 120003 JSON values; at most %d are taken", jsonschemax.MaxSchemaValues); err == nil || err.Error() != want {
+		t.Fatalf("60,000 properties: %v, want %q", err, want)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("refusing 60,000 properties took %v", took)
+	}
+}
