@@ -610,7 +610,11 @@ func (b *toolCallBlock) next(m *modelv1.Message, param string) error {
 	}
 	if calls := m.GetToolCalls(); len(calls) > 0 {
 		b.at, b.calls, b.open = param, calls, make(map[string]bool, len(calls))
-		for _, c := range calls {
+		for k, c := range calls {
+			if id := c.GetId(); id != "" && b.open[id] {
+				// One tool message would answer both.
+				return badParam(fmt.Sprintf("%s.tool_calls[%d].id", param, k), "%q is the id of another tool call of this message: each call needs an id of its own", id)
+			}
 			b.open[c.GetId()] = true
 		}
 	}

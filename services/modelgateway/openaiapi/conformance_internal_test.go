@@ -372,6 +372,8 @@ func TestToolCallID(t *testing.T) {
 		{"answers a later call", []string{user, tool("call_1"), call("call_1")}, "messages[1].tool_call_id"},
 		{"a call without an id", []string{user, `{"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]}`, tool("x")}, "messages[2].tool_call_id"},
 		{"no id", []string{user, call("call_1"), `{"role": "tool", "content": "42"}`}, "messages[2].tool_call_id"},
+		// One tool message would answer both.
+		{"two calls with one id", []string{user, calls("call_1", "call_1"), tool("call_1")}, "messages[1].tool_calls[1].id"},
 	} {
 		rec, e := do(t, h, "POST", "/chat/completions", `{"model": "chat", "messages": [`+strings.Join(tc.messages, ", ")+`]}`, nil)
 		if tc.param != "" {

@@ -50,6 +50,9 @@ type member struct {
 // not valid JSON gets encoding/json's own error.
 func parseObject(raw json.RawMessage, param string) (object, error) {
 	if kind := jsonKind(raw); kind != "object" {
+		if param == "" && bytes.HasPrefix(bytes.TrimLeft(raw, " \t\r\n"), []byte("\uFEFF")) {
+			return object{}, badParam("body", "not valid JSON: it starts with a byte order mark (U+FEFF), which JSON sent over a network must not have")
+		}
 		return object{}, badParam(paramOr(param, "body"), "want a JSON object, got %s", kind)
 	}
 	if param == "" && !utf8.Valid(raw) {
@@ -259,7 +262,9 @@ func (o object) number(name string) (*float64, error) {
 }
 
 // integer reads an integer field (a number with no fraction, as JSON
-// clients write 1 or 1.0) into a new int64; nil when absent.
+// clients write 1 or 1.0) into a new int64; nil when absent. Written in
+// digits it may be any int64 (a seed drawn from 2^63); written otherwise
+// (1.0, 1e3) it must be exact as a float64, up to 2^53.
 func (o object) integer(name string) (*int64, error) {
 	f, err := o.number(name)
 	if err != nil || f == nil {
@@ -269,8 +274,15 @@ func (o object) integer(name string) (*int64, error) {
 		}
 		return nil, nil
 	}
-	if *f != math.Trunc(*f) || math.Abs(*f) > 1<<53 {
+	if *f != math.Trunc(*f) {
 		return nil, badParam(o.path(name), "want an integer, got %v", *f)
+	}
+	v, _ := o.raw(name)
+	if n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64); err == nil {
+		return &n, nil
+	}
+	if math.Abs(*f) > 1<<53 {
+		return nil, badParam(o.path(name), "%s is out of range: want an integer from -2^63 to 2^63-1, in digits", bytes.TrimSpace(v))
 	}
 	n := int64(*f)
 	return &n, nil

@@ -3,6 +3,7 @@ package openaiapi
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"testing"
 	"unicode/utf8"
 
@@ -48,6 +49,7 @@ func TestObjectReadsLikeEncodingJSON(t *testing.T) {
 		{name: "trailing garbage", body: `{"model":"chat"} x`, err: "body: not valid JSON: invalid character 'x' after top-level value"},
 		{name: "unterminated", body: `{"model":"chat"`, err: "body: not valid JSON: unexpected end of JSON input"},
 		{name: "not an object", body: `["model"]`, err: "body: want a JSON object, got array"},
+		{name: "byte order mark", body: "\uFEFF{\"model\":\"chat\"}", err: "body: not valid JSON: it starts with a byte order mark (U+FEFF), which JSON sent over a network must not have"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := parseObject([]byte(tc.body), "")
@@ -167,4 +169,35 @@ func FuzzParseObject(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestIntegersInDigitsAreExact: an integer written in digits is read
+// exactly over the whole int64 range (a seed drawn from 2^63 was refused
+// as "want an integer, got 9.223372036854776e+18"); written as 1.0 or
+// 1e3 it is read up to 2^53; past int64, or inexact, it is refused,
+// naming the parameter.
+func TestIntegersInDigitsAreExact(t *testing.T) {
+	t.Parallel()
+	for text, want := range map[string]int64{
+		"9223372036854775807":  math.MaxInt64,
+		"-9223372036854775808": math.MinInt64,
+		"9007199254740993":     1<<53 + 1,
+		"42.0":                 42,
+		"1e3":                  1000,
+	} {
+		cr, err := decodeChat([]byte(`{"model": "chat", "messages": [{"role": "user", "content": "hi"}], "seed": ` + text + `}`))
+		if err != nil || cr.req.GetOptions().GetSeed() != want {
+			t.Errorf("seed %s: %d (%v), want %d", text, cr.req.GetOptions().GetSeed(), err, want)
+		}
+	}
+	for text, msg := range map[string]string{
+		"9223372036854775808": "seed: 9223372036854775808 is out of range: want an integer from -2^63 to 2^63-1, in digits",
+		"1e19":                "seed: 1e19 is out of range: want an integer from -2^63 to 2^63-1, in digits",
+		"4.5":                 "seed: want an integer, got 4.5",
+	} {
+		_, err := decodeChat([]byte(`{"model": "chat", "messages": [{"role": "user", "content": "hi"}], "seed": ` + text + `}`))
+		if err == nil || err.Error() != msg {
+			t.Errorf("seed %s: %v, want %q", text, err, msg)
+		}
+	}
 }
