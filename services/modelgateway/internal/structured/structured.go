@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/libs/jsonschemax"
 	"github.com/agentmesh/agentmesh/libs/lru"
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 	"github.com/agentmesh/agentmesh/services/modelgateway/internal/llm"
 )
 
@@ -128,16 +129,27 @@ func (e *ValidationError) Error() string {
 	if e.NotJSON != "" {
 		return "the answer is not valid JSON: " + e.NotJSON
 	}
-	parts := make([]string, 0, len(e.Violations))
-	for _, v := range e.Violations {
+	parts := make([]string, 0, min(len(e.Violations), maxViolationsShown)+1)
+	for _, v := range e.Violations[:min(len(e.Violations), maxViolationsShown)] {
 		path := v.Path
 		if path == "" {
 			path = "/"
 		}
-		parts = append(parts, fmt.Sprintf("at %s: %s", path, v.Message))
+		parts = append(parts, utf8x.Prefix(fmt.Sprintf("at %s: %s", path, v.Message), maxViolationBytes))
+	}
+	if more := len(e.Violations) - maxViolationsShown; more > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", more))
 	}
 	return "the answer does not match the schema: " + strings.Join(parts, "; ")
 }
+
+// The violations an error message lists, and the bytes of each: an
+// answer to a schema of 10,000 properties made a message of 618 KB,
+// which went on into error events and job errors.
+const (
+	maxViolationsShown = 20
+	maxViolationBytes  = 1 << 10
+)
 
 // Validate checks content (model output) against the schema. It returns nil
 // or a *ValidationError.

@@ -42,6 +42,32 @@ func TestValidateNamesEveryViolation(t *testing.T) {
 	}
 }
 
+// TestValidationMessagesAreBounded: an answer breaking a schema in many
+// places is described by its first 20 violations and a count of the
+// rest, each at most 1 KiB (an answer to a schema of 10,000 properties
+// made a message of 618 KB); every violation stays in Violations.
+func TestValidationMessagesAreBounded(t *testing.T) {
+	t.Parallel()
+	var props, answer []string
+	for i := range 500 {
+		props = append(props, fmt.Sprintf(`"p%03d":{"type":"integer"}`, i))
+		answer = append(answer, fmt.Sprintf(`"p%03d":%q`, i, strings.Repeat("x", 5000)))
+	}
+	s, err := structured.Compile("wide", []byte(`{"type":"object","properties":{`+strings.Join(props, ",")+`}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Validate(`{` + strings.Join(answer, ",") + `}`)
+	var ve *structured.ValidationError
+	if !errors.As(err, &ve) || len(ve.Violations) != 500 {
+		t.Fatalf("%d violations (%v), want 500", len(ve.Violations), err)
+	}
+	msg := err.Error()
+	if !strings.HasSuffix(msg, "; and 480 more") || !strings.Contains(msg, "at /p000: ") || strings.Contains(msg, "/p020") || len(msg) > 21<<10 {
+		t.Errorf("message of %d bytes ending %q; want the first 20 violations and the count of the rest", len(msg), msg[max(0, len(msg)-80):])
+	}
+}
+
 func TestCompileRejectsBadSchemas(t *testing.T) {
 	t.Parallel()
 	for _, bad := range []string{`{`, `[1]`, `{"type":"nonsense"}`} {
