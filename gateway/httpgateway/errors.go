@@ -63,6 +63,9 @@ func (g *gateway) handleError(ctx context.Context, _ *runtime.ServeMux, _ runtim
 	}
 	orig := status.Convert(err)
 	st := jsonFieldNames(orig)
+	if from, ok := r.Context().Value(cursorFromKey{}).(string); ok {
+		st = renameField(st, "afterSequence", from)
+	}
 	if st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), tooLargeAnswer) {
 		// Not the caller's quota: a service answered more than the
 		// gateway's gRPC client takes (grpcx.Dial's 32 MiB).

@@ -71,6 +71,35 @@ func jsonFieldNames(st *status.Status) *status.Status {
 	return status.FromProto(p)
 }
 
+// renameField returns st naming field as name instead, at the head of its
+// message and in its BadRequest violations; st itself when it does not
+// name field.
+func renameField(st *status.Status, field, name string) *status.Status {
+	p := proto.Clone(st.Proto()).(*spb.Status)
+	renamed := false
+	if rest, ok := strings.CutPrefix(p.GetMessage(), field+": "); ok {
+		p.Message, renamed = name+": "+rest, true
+	}
+	for i, a := range p.GetDetails() {
+		var br errdetails.BadRequest
+		if a.MessageIs(&br) && a.UnmarshalTo(&br) == nil {
+			changed := false
+			for _, v := range br.GetFieldViolations() {
+				if v.GetField() == field {
+					v.Field, changed = name, true
+				}
+			}
+			if b, err := anypb.New(&br); err == nil && changed {
+				p.Details[i], renamed = b, true
+			}
+		}
+	}
+	if !renamed {
+		return st
+	}
+	return status.FromProto(p)
+}
+
 // jsonPath renames each field of a proto path to its JSON name
 // (lowerCamelCase, as protoc names fields without a json_name), keeping
 // indexes and map keys: messages[0].tool_call_id → messages[0].toolCallId.

@@ -1,6 +1,7 @@
 package httpgateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -150,11 +151,14 @@ func (g *gateway) checkRequestLine(next http.Handler) http.Handler {
 			return
 		}
 		if rt.query["afterSequence"] {
-			if id := lastEventID(r, q); id != "" {
+			if id, from := lastEventID(r, q); id != "" {
 				if _, err := strconv.ParseUint(id, 10, 64); err != nil {
-					writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument("Last-Event-ID", "must be the id of an event of this stream (a number)")))
+					writeStatus(w, http.StatusBadRequest, grpcStatus(grpcx.InvalidArgument(from, "must be the id of an event of this stream (a number)")))
 					return
 				}
+				// The service's refusal of the id names it as the client
+				// sent it, not as afterSequence (handleError).
+				r = r.WithContext(context.WithValue(r.Context(), cursorFromKey{}, from))
 				// An EventSource reconnects to the URL it was opened with,
 				// afterSequence included, sending the id of the last event
 				// it got, which came after the URL's: that is where the
@@ -200,15 +204,20 @@ func (rt *route) checkSingleValues(q url.Values) error {
 	return nil
 }
 
-// lastEventID is where an SSE client that reconnects says it is: the
-// lastEventId query parameter (q, of r's URL), for EventSource clients
-// that cannot set headers, else the Last-Event-ID header; "" when neither.
-func lastEventID(r *http.Request, q url.Values) string {
+// lastEventID is where an SSE client that reconnects says it is, and
+// where it said it: the lastEventId query parameter (q, of r's URL), for
+// EventSource clients that cannot set headers, else the Last-Event-ID
+// header; "" when neither.
+func lastEventID(r *http.Request, q url.Values) (id, from string) {
 	if id := strings.TrimSpace(q.Get("lastEventId")); id != "" {
-		return id
+		return id, "lastEventId"
 	}
-	return strings.TrimSpace(r.Header.Get("Last-Event-ID"))
+	return strings.TrimSpace(r.Header.Get("Last-Event-ID")), "Last-Event-ID"
 }
+
+// cursorFromKey marks a request whose afterSequence the gateway took from
+// Last-Event-ID or lastEventId: its value names which.
+type cursorFromKey struct{}
 
 func grpcStatus(err error) *status.Status { return status.Convert(err) }
 

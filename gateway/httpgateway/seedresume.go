@@ -25,14 +25,14 @@ import (
 // events after that one.
 func resumeLastEventID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := lastEventID(r, r.URL.Query())
+		id, from := lastEventID(r, r.URL.Query())
 		if id == "" || r.Method != http.MethodPost || !isResumePath(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}
 		last, err := strconv.ParseUint(id, 10, 64)
 		if err != nil {
-			writeStatus(w, http.StatusBadRequest, status.Convert(grpcx.InvalidArgument("Last-Event-ID", "must be the id of an event of this run (a sequence number)")))
+			writeStatus(w, http.StatusBadRequest, status.Convert(grpcx.InvalidArgument(from, "must be the id of an event of this run (a sequence number)")))
 			return
 		}
 		var body []byte

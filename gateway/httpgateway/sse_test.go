@@ -307,6 +307,42 @@ func TestLastEventIDVariants(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "Last-Event-ID") {
 		t.Fatalf("bad Last-Event-ID: status %d: %s", resp.StatusCode, body)
 	}
+	if resp, body := do(t, "GET", m.url+"/v1/jobs/j1:watch?lastEventId=abc", "", nil); resp.StatusCode != http.StatusBadRequest ||
+		!strings.Contains(string(body), `"lastEventId: must be the id of an event`) {
+		t.Fatalf("bad lastEventId: status %d: %s", resp.StatusCode, body)
+	}
+}
+
+// TestRefusedLastEventIDIsNamedAsSent: an id the service refuses (one past
+// the stream's events) is named as the client sent it, Last-Event-ID or
+// lastEventId, not as the afterSequence the gateway made of it; a URL's
+// own afterSequence keeps its name.
+func TestRefusedLastEventIDIsNamedAsSent(t *testing.T) {
+	t.Parallel()
+	m := startMesh(t, httpgateway.Config{}, fakes{jobs: &jobFake{watch: func(r *orchestratorv1.WatchJobRequest, _ grpc.ServerStreamingServer[orchestratorv1.WatchJobResponse]) error {
+		return grpcx.InvalidArgument("after_sequence", "%d is past the last event of this job's stream", r.GetAfterSequence())
+	}}})
+	for _, tc := range []struct {
+		query  string
+		header map[string]string
+		field  string
+	}{
+		{"", map[string]string{"Last-Event-ID": "99"}, "Last-Event-ID"},
+		{"?afterSequence=3", map[string]string{"Last-Event-ID": "99"}, "Last-Event-ID"},
+		{"?lastEventId=99", nil, "lastEventId"},
+		{"?afterSequence=99", nil, "afterSequence"},
+	} {
+		resp, body := do(t, "GET", m.url+"/v1/jobs/j1:watch"+tc.query, "", tc.header)
+		var got struct {
+			Message string
+			Details []struct{ FieldViolations []struct{ Field string } }
+		}
+		_ = json.Unmarshal(body, &got)
+		if resp.StatusCode != http.StatusBadRequest || got.Message != tc.field+": 99 is past the last event of this job's stream" ||
+			len(got.Details) != 1 || len(got.Details[0].FieldViolations) != 1 || got.Details[0].FieldViolations[0].Field != tc.field {
+			t.Errorf("%s %v: %d %s; want 400 naming %s", tc.query, tc.header, resp.StatusCode, body, tc.field)
+		}
+	}
 }
 
 func TestIdleStreamsGetKeepAlives(t *testing.T) {
