@@ -265,6 +265,9 @@ func decodeContent(o object, m *modelv1.Message) error {
 			m.Images = append(m.Images, img)
 		case "refusal":
 			// An assistant turn's refusal, sent back as history: its text.
+			if m.Role != modelv1.Role_ROLE_ASSISTANT {
+				return badParam(p.path("type"), "refusal parts are allowed in assistant messages only")
+			}
 			t, _, err := p.str("refusal")
 			if err != nil {
 				return err

@@ -389,3 +389,33 @@ func TestToolCallID(t *testing.T) {
 		}
 	}
 }
+
+// TestContentPartsByRole: an image part belongs to a user message and a
+// refusal part to an assistant's (history sent back); elsewhere each is a
+// 400 naming the part's type, as the README's table says.
+func TestContentPartsByRole(t *testing.T) {
+	t.Parallel()
+	h := newTestHandler(t, &fakeModels{})
+	image := `{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}`
+	refusal := `{"type": "refusal", "refusal": "I can't help with that."}`
+	for _, tc := range []struct {
+		role, part string
+		ok         bool
+	}{
+		{"assistant", refusal, true},
+		{"user", refusal, false},
+		{"system", refusal, false},
+		{"assistant", image, false},
+		{"system", image, false},
+	} {
+		body := `{"model": "chat", "messages": [{"role": "user", "content": "hi"}, {"role": "` + tc.role + `", "content": [` + tc.part + `]}, {"role": "user", "content": "and?"}]}`
+		rec, e := do(t, h, "POST", "/chat/completions", body, nil)
+		if tc.ok {
+			if rec.Code != http.StatusOK {
+				t.Errorf("%s message with %s: %d %s", tc.role, tc.part, rec.Code, rec.Body)
+			}
+			continue
+		}
+		wantParamError(t, tc.role+" message with "+tc.part, rec, e, "messages[1].content[0].type")
+	}
+}
