@@ -626,6 +626,81 @@ func TestSQLRunsOnlyAfterTypedConfirmation(t *testing.T) {
 	}
 }
 
+// TestSQLConfirmationAfterAnotherClientChangedTheSQL: between the SQL the
+// CLI showed and the "yes" typed for it, another client of the same key
+// replaces the session's SQL: nothing runs, the CLI says why and shows
+// the session as it is now (the other SQL, waiting for approval).
+func TestSQLConfirmationAfterAnotherClientChangedTheSQL(t *testing.T) {
+	cfg := gatewayConfig(t)
+	const query, swapped = "SELECT 40 + 2 AS answer", "SELECT 'swapped' AS other"
+	var errOut lockedBuffer
+	in := &scriptedInput{lines: []string{"2", query, "1", "yes", "/exit"}, before: map[int]func(){
+		// Read when the CLI has shown the SQL and asked for "yes".
+		3: func() {
+			m := regexp.MustCompile(`SQL session (\S+)`).FindStringSubmatch(errOut.String())
+			if m == nil {
+				t.Errorf("no session id in %q", errOut.String())
+				return
+			}
+			req, _ := http.NewRequest(http.MethodPost, cfg.URL+"/v1/sql/sessions/"+m[1]+":input", strings.NewReader(`{"text":"`+swapped+`"}`))
+			req.Header.Set("Authorization", "Bearer "+apiKey)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Errorf("the other client's input: %v %v", resp, err)
+				return
+			}
+			resp.Body.Close()
+		},
+	}}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code := cli.Execute(ctx, cli.NewRoot(&cfg, cli.Streams{In: in, Out: &out, Err: &errOut}), []string{"sql", "--connection", "sample"})
+	r := result{out: out.String(), err: errOut.String(), code: code}
+	if code != 0 || !strings.Contains(r.err, "the session changed since version") || regexp.MustCompile(`(?m)^answer\s*\n42`).MatchString(r.out) ||
+		!strings.Contains(r.out, "The session as it is now:\n\n"+swapped+"\n") {
+		t.Fatalf("confirmation after the swap:\n%s", r)
+	}
+}
+
+// scriptedInput gives one line per Read, calling before[i] first when the
+// CLI asks for line i (the CLI reads one line ahead of the one it acts on).
+type scriptedInput struct {
+	lines  []string
+	before map[int]func()
+	i      int
+}
+
+func (s *scriptedInput) Read(p []byte) (int, error) {
+	if s.i >= len(s.lines) {
+		return 0, io.EOF
+	}
+	if f := s.before[s.i]; f != nil {
+		f()
+	}
+	n := copy(p, s.lines[s.i]+"\n")
+	s.i++
+	return n, nil
+}
+
+// lockedBuffer is a bytes.Buffer a test reads while the CLI writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // TestExitCodes: each class of failure has its code, and the messages say
 // what to change.
 func TestExitCodes(t *testing.T) {
