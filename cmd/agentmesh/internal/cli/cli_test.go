@@ -633,7 +633,7 @@ func TestSQLRunsOnlyAfterTypedConfirmation(t *testing.T) {
 func TestSQLConfirmationAfterAnotherClientChangedTheSQL(t *testing.T) {
 	cfg := gatewayConfig(t)
 	const query, swapped = "SELECT 40 + 2 AS answer", "SELECT 'swapped' AS other"
-	var errOut lockedBuffer
+	var errOut testkit.Buffer // read while the CLI writes it
 	in := &scriptedInput{lines: []string{"2", query, "1", "yes", "/exit"}, before: map[int]func(){
 		// Read when the CLI has shown the SQL and asked for "yes".
 		3: func() {
@@ -681,24 +681,6 @@ func (s *scriptedInput) Read(p []byte) (int, error) {
 	n := copy(p, s.lines[s.i]+"\n")
 	s.i++
 	return n, nil
-}
-
-// lockedBuffer is a bytes.Buffer a test reads while the CLI writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestExitCodes: each class of failure has its code, and the messages say
