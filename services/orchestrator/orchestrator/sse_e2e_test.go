@@ -277,7 +277,9 @@ func TestSSEThroughGateway(t *testing.T) {
 	}{
 		{base + "/v1/conversations/" + created.Conversation.ID + "/turns/not-a-turn:watch", "", http.StatusBadRequest, "turnId: "},
 		{base + "/v1/conversations/" + created.Conversation.ID + "/turns/0191c9a0-0000-7000-8000-000000000000:watch", "", http.StatusNotFound, "turnId: "},
-		{watchURL, strconv.FormatUint(prev+1, 10), http.StatusBadRequest, "afterSequence: "},
+		// The id is named as the client sent it, not as the afterSequence
+		// the gateway made of it.
+		{watchURL, strconv.FormatUint(prev+1, 10), http.StatusBadRequest, "Last-Event-ID: "},
 	} {
 		h := map[string]string{}
 		if bad.lastID != "" {
