@@ -55,6 +55,23 @@ func newServiceEmbedding(t *testing.T, db *mongo.Database, cfg intake.Config, em
 	return svc, docs
 }
 
+// background runs sweep (FinishFailedIngests, FinishDeadIngests) until the
+// test ends: the test's cleanup stops it and waits for it to return before
+// the index is closed and its directory removed (a sweep still writing the
+// index made that removal fail: "directory not empty").
+func background(t *testing.T, sweep func(context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sweep(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
 // report is a small financial report: a base chunk and one content chunk
 // (C = 2), and one entity (the ticker) once extracted.
 const report = "# BHP (ASX: BHP) FY2024\n\n| Metric | FY2024 |\n|---|---:|\n| Revenue (US$m) | 55,658 |\n| EPS (US cents) | 155.8 |\n"

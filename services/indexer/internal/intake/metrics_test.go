@@ -71,14 +71,14 @@ func TestIngestsAreCounted(t *testing.T) {
 		t.Fatalf("ingest: %v, want it failed", err)
 	}
 	intake.SetAfterSave(svc, nil)
-	go svc.FinishFailedIngests(ctx)
+	background(t, svc.FinishFailedIngests)
 	testkit.Eventually(t, 15*time.Second, func() bool {
 		return maps.Equal(delta(finishedBefore, finished()), map[string]int64{"retry": 1})
 	}, "the failed ingest retried")
 	// Another replica's, dead: the sweep finishes it.
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	firstWrite(t, docs, sc, "swept", now, now.Add(ttl))
-	go svc.FinishDeadIngests(ctx)
+	background(t, svc.FinishDeadIngests)
 	testkit.Eventually(t, 15*time.Second, func() bool {
 		return maps.Equal(delta(finishedBefore, finished()), map[string]int64{"retry": 1, "sweep": 1})
 	}, "the dead ingest swept")

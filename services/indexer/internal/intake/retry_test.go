@@ -71,7 +71,7 @@ func TestFailedIngestsAreFinished(t *testing.T) {
 				t.Fatal(err)
 			}
 			start := time.Now()
-			go svc.FinishFailedIngests(ctx)
+			background(t, svc.FinishFailedIngests)
 			testkit.Eventually(t, 15*time.Second, func() bool {
 				d, err := docs.GetDocument(ctx, sc, kept)
 				return err == nil && d.Indexed && d.ExtractionJobID != ""
@@ -125,7 +125,7 @@ func TestFailedDeletesAreFinished(t *testing.T) {
 		if d, err := docs.LoadDocument(ctx, sc, id); err != nil || !d.Deleting {
 			t.Fatalf("the record after the failed delete: %v; want it kept, marked deleting", err)
 		}
-		go svc.FinishFailedIngests(ctx)
+		background(t, svc.FinishFailedIngests)
 		testkit.Eventually(t, 15*time.Second, func() bool {
 			_, err := docs.LoadDocument(ctx, sc, id)
 			return errors.Is(err, document.ErrNotFound)
@@ -233,7 +233,7 @@ func TestDeadIngestRetriesBackOff(t *testing.T) {
 	sc := document.Scope{Tenant: "acme"}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	dead := firstWrite(t, docs, sc, "dead", now.Add(-time.Minute), now.Add(-time.Second)) // its claim lapsed
-	go svc.FinishDeadIngests(ctx)
+	background(t, svc.FinishDeadIngests)
 
 	time.Sleep(3500 * time.Millisecond)
 	// Tries at about 0.1 s, then 1.1 s and 3.1 s.
