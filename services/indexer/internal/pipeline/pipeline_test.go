@@ -133,6 +133,70 @@ func TestParseEmailNesting(t *testing.T) {
 	}
 }
 
+// TestParseEmailForwardsAreBounded: forwarded messages (message/rfc822)
+// nest like multiparts: eight are read, the ninth is kept as an
+// attachment, and 6,000 of them parse at once instead of each from the
+// top again (408 KB took the mesh to 1.9 GB).
+func TestParseEmailForwardsAreBounded(t *testing.T) {
+	t.Parallel()
+	forwarded := func(n int) string {
+		hdr := "From: a@example.com\r\nTo: d@example.com\r\nSubject: s\r\nContent-Type: message/rfc822\r\n\r\n"
+		return strings.Repeat(hdr, n) + "From: a@example.com\r\nTo: d@example.com\r\nSubject: leaf\r\n\r\nhello\r\n"
+	}
+	e, err := pipeline.ParseEmail(forwarded(8))
+	if err != nil || strings.TrimSpace(e.Text) != "hello" || len(e.Attachments) != 0 {
+		t.Fatalf("8 forwards: %v, text %q, %d attachments; want the innermost text", err, e.Text, len(e.Attachments))
+	}
+	e, err = pipeline.ParseEmail(forwarded(9))
+	if err != nil || e.Text != "" || len(e.Attachments) != 1 || e.Attachments[0].MimeType != "message/rfc822" {
+		t.Fatalf("9 forwards: %v, text %q, %d attachments; want the ninth kept as an attachment", err, e.Text, len(e.Attachments))
+	}
+	start := time.Now()
+	if _, err := pipeline.ParseEmail(forwarded(6000)); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("6,000 forwards took %v", took)
+	}
+}
+
+// TestParseEmailHeadersAreBounded: a subject, an address or a reference
+// is cut at 2 KiB; To and Cc keep their first 500 addresses, References
+// its first 100 (a 600 KB subject made events NATS would not carry; half
+// a million recipients an extraction of 16 minutes).
+func TestParseEmailHeadersAreBounded(t *testing.T) {
+	t.Parallel()
+	var to, refs []string
+	for i := range 100000 {
+		to = append(to, fmt.Sprintf("u%d@example.com", i))
+	}
+	for i := range 300 {
+		refs = append(refs, fmt.Sprintf("<r%d@example.com>", i))
+	}
+	raw := "From: " + strings.Repeat("Ana ", 1000) + "<ana@example.com>\r\nTo: " + strings.Join(to, ", ") +
+		"\r\nCc: b@example.com\r\nSubject: " + strings.Repeat("Quarterly ", 60000) + "\r\nReferences: " + strings.Join(refs, " ") +
+		"\r\n\r\nhello\r\n"
+	start := time.Now()
+	e, err := pipeline.ParseEmail(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := e.Extraction
+	if len(x.GetSubject()) > 2048 || !strings.HasPrefix(x.GetSubject(), "Quarterly Quarterly") || len(x.GetThread()) > 2048 ||
+		len(x.GetFrom()) > 2048 || len(x.GetTo()) != 500 || x.GetTo()[499] != "u499@example.com" || len(x.GetCc()) != 1 ||
+		len(x.GetReferences()) != 100 || x.GetReferences()[99] != "r99@example.com" {
+		t.Fatalf("subject %d bytes, thread %d, from %d, %d to (last %q), %d cc, %d references",
+			len(x.GetSubject()), len(x.GetThread()), len(x.GetFrom()), len(x.GetTo()), x.GetTo()[len(x.GetTo())-1], len(x.GetCc()), len(x.GetReferences()))
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("parsing took %v", took)
+	}
+	ev := pipeline.ForEvent(&indexerv1.IntakePipeline{Extraction: &indexerv1.IntakeExtraction{Result: &indexerv1.IntakeExtraction_Email{Email: x}}})
+	if b, _ := proto.Marshal(ev); len(b) > 512<<10 || len(ev.GetExtraction().GetEmail().GetTo()) != 100 {
+		t.Errorf("the event: %d bytes, %d recipients; want at most 512 KiB and 100", len(b), len(ev.GetExtraction().GetEmail().GetTo()))
+	}
+}
+
 func TestParseEmailRejects(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

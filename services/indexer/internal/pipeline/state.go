@@ -60,6 +60,9 @@ func ForEvent(p *indexerv1.IntakePipeline) *indexerv1.IntakePipeline {
 	}
 	if e := c.GetExtraction().GetEmail(); e != nil {
 		e.Body = clip(e.Body, eventTextLimit)
+		// Each of these at most 2 KiB (ParseEmail): an event stays well
+		// under NATS's 1 MB payload.
+		e.To, e.Cc, e.References = e.To[:min(len(e.To), 100)], e.Cc[:min(len(e.Cc), 100)], e.References[:min(len(e.References), 20)]
 	}
 	if cf := c.GetExtraction().GetConfluence(); cf != nil && len(cf.Headings) > 100 {
 		cf.Headings = cf.Headings[:100]
