@@ -26,6 +26,7 @@ import (
 	commonv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/common/v1"
 	indexerv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/indexer/v1"
 	"github.com/agentmesh/agentmesh/libs/grpcx"
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // uploadPath is the multipart upload route: one or more "file" parts
@@ -192,6 +193,13 @@ func (g *gateway) readUpload(w http.ResponseWriter, r *http.Request) (*indexerv1
 		name := fileName(raw)
 		if name == "" {
 			return nil, nil, badUpload(uploadFileField, "part %d has no file name (Content-Disposition filename)", len(files)+1)
+		}
+		// mime.ParseMediaType refuses raw controls in filename="...", but
+		// decodes them from RFC 2231's filename* (%1b). A name is a
+		// document's title, shown in terminals and logs.
+		if i := strings.IndexFunc(name, utf8x.Unprintable); i >= 0 {
+			r, _ := utf8.DecodeRuneInString(name[i:])
+			return nil, nil, badUpload(uploadFileField, "part %d's file name holds %U, a control or bidirectional formatting character, at byte %d", len(files)+1, r, i)
 		}
 		current = fmt.Sprintf("file %q", name)
 		data, err := io.ReadAll(io.LimitReader(part, maxFile+1))

@@ -55,3 +55,23 @@ func TestValid(t *testing.T) {
 		}
 	}
 }
+
+// TestEscaped: controls and bidirectional formatting characters show as
+// escapes, the characters asked to be kept (a table's tabs and newlines)
+// and every other character as they are.
+func TestEscaped(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"plain, Café 東京":             "plain, Café 東京",
+		"a\x1b[31mRED\r\nX\x00":      `a\x1b[31mRED\x0d` + "\n" + `X\x00`,
+		"invoice\u202egnp.exe\u0085": `invoice\u202egnp.exe\x85`,
+		"col\tcol\n":                 "col\tcol\n",
+	} {
+		if got := utf8x.Escaped(in, '\t', '\n'); got != want {
+			t.Errorf("Escaped(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := utf8x.Escaped("a\tb"); got != `a\x09b` {
+		t.Errorf("a tab not kept: %q", got)
+	}
+}

@@ -34,6 +34,7 @@ type filePart struct {
 	field, file string
 	data        []byte
 	header      string
+	disposition string // the part's Content-Disposition as written, when set
 }
 
 // multipartBody encodes parts as multipart/form-data.
@@ -43,8 +44,11 @@ func multipartBody(t *testing.T, parts ...filePart) (body []byte, contentType st
 	mw := multipart.NewWriter(&b)
 	for _, p := range parts {
 		h := textproto.MIMEHeader{}
-		if p.file != "" {
+		if p.file != "" || p.disposition != "" {
 			h.Set("Content-Disposition", fmt.Sprintf(`form-data; name=%q; filename=%q`, p.field, p.file))
+			if p.disposition != "" {
+				h.Set("Content-Disposition", p.disposition)
+			}
 			ct := p.header
 			if ct == "" {
 				ct = "application/octet-stream"
@@ -374,6 +378,11 @@ func TestUploadThroughTheGateway(t *testing.T) {
 				`file: part 1 is a file without a part name: files go in parts named "file"`},
 			{"a file name too long", "k-other", []filePart{{field: "file", file: strings.Repeat("a", 300) + ".txt", data: []byte("x")}}, "", http.StatusBadRequest,
 				"file: part 1's file name is 304 bytes; at most 256"},
+			// RFC 2231's filename* decodes what filename="..." may not hold.
+			{"a control character in a file name", "k-other", []filePart{good, {disposition: `form-data; name="file"; filename*=UTF-8''a%01b%1b%5b31mRED%0d.txt`, data: []byte("x")}}, "",
+				http.StatusBadRequest, "file: part 2's file name holds U+0001, a control or bidirectional formatting character, at byte 1"},
+			{"a bidirectional override in a file name", "k-other", []filePart{{disposition: `form-data; name="file"; filename*=UTF-8''invoice%E2%80%AEgnp.exe.txt`, data: []byte("x")}}, "",
+				http.StatusBadRequest, "file: part 1's file name holds U+202E, a control or bidirectional formatting character, at byte 7"},
 			{"an unknown source type", "k-other", []filePart{good, {field: "source_type", data: []byte("fax")}}, "", http.StatusBadRequest, `source_type: "fax" is not one of`},
 			{"a source that is not a URL", "k-other", []filePart{good, {field: "source_urn", data: []byte("not a url")}}, "", http.StatusBadRequest, "source_urn: must be an absolute URL or URN"},
 		} {

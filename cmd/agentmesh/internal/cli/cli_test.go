@@ -282,6 +282,41 @@ func TestJobsOfAnAnalysis(t *testing.T) {
 	}
 }
 
+// TestTablesShowControlCharactersAsEscapes: a title or text holding
+// control or bidirectional formatting characters (stored through the REST
+// API, which takes any text) is shown in a table with them as escapes, so
+// that an uploader cannot write escape sequences to an operator's
+// terminal; -o json keeps the text exactly.
+func TestTablesShowControlCharactersAsEscapes(t *testing.T) {
+	cfg := gatewayConfig(t)
+	body := `{"title":"a\u0001b\u001b[31mRED\rX\u202egnp.txt","rawContent":"line one\r\nline\ttwo \u001b[2J","sourceType":"SOURCE_TYPE_WIKI"}`
+	req, _ := http.NewRequest(http.MethodPost, cfg.URL+"/v1/documents", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created struct{ Document struct{ ID string } }
+	err = json.NewDecoder(resp.Body).Decode(&created)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || created.Document.ID == "" {
+		t.Fatalf("POST /v1/documents: %d %v", resp.StatusCode, err)
+	}
+	r := must(t, cfg, "", "docs", "get", created.Document.ID, "--content")
+	if strings.ContainsAny(r.out, "\x01\x1b\r\u202e") || !strings.Contains(r.out, `a\x01b\x1b[31mRED\x0dX\u202egnp.txt`) ||
+		!strings.Contains(r.out, "line one\nline") || !strings.Contains(r.out, `\x1b[2J`) {
+		t.Fatalf("docs get --content:\n%q", r.out)
+	}
+	r = must(t, cfg, "", "docs", "list")
+	if strings.ContainsAny(r.out, "\x01\x1b\r\u202e") || !strings.Contains(r.out, `a\x01b\x1b[31mRED`) {
+		t.Fatalf("docs list:\n%q", r.out)
+	}
+	r = must(t, cfg, "", "docs", "get", created.Document.ID, "-o", "json")
+	if !strings.Contains(r.out, `a\u0001b\u001b[31mRED\rX`+"\u202e"+`gnp.txt`) {
+		t.Fatalf("docs get -o json:\n%s", r.out)
+	}
+}
+
 // TestDocsIngestSearchDelete: a file ingested through the gateway is found
 // by a search for its words, read back, and gone once deleted.
 func TestDocsIngestSearchDelete(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +19,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // jsonOut renders messages as the REST API does: lowerCamelCase names.
@@ -28,7 +31,7 @@ var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  "}
 func (a *app) emit(v any, table func(w *tabwriter.Writer)) error {
 	out := a.io.Out
 	if a.output == "table" && table != nil {
-		w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		w := tabwriter.NewWriter(&shown{w: out}, 0, 4, 2, ' ', 0)
 		table(w)
 		return w.Flush()
 	}
@@ -65,6 +68,37 @@ func (a *app) emitLine(v any, text func(w io.Writer)) error {
 	}
 	_, err = fmt.Fprintln(a.io.Out, compact.String())
 	return err
+}
+
+// shown writes a table to a terminal: what the mesh stores (a document's
+// title, an e-mail's subject, a model's answer) may hold control and
+// bidirectional formatting characters, written as escapes (\x1b, \u202e)
+// so that they show instead of acting on the terminal; the table's tabs and
+// newlines pass, a CRLF as a newline. A character (or CRLF) split between
+// writes waits for its rest.
+type shown struct {
+	w    io.Writer
+	rest []byte
+}
+
+func (s *shown) Write(p []byte) (int, error) {
+	b := append(s.rest, p...)
+	cut := len(b)
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				cut = i
+			}
+			break
+		}
+	}
+	if cut > 0 && b[cut-1] == '\r' {
+		cut-- // a CRLF may be split between writes
+	}
+	s.rest = append([]byte(nil), b[cut:]...)
+	text := strings.ReplaceAll(string(b[:cut]), "\r\n", "\n") // a CRLF file's lines stay lines
+	_, err := io.WriteString(s.w, utf8x.Escaped(text, '\t', '\n'))
+	return len(p), err
 }
 
 func marshalJSON(v any) ([]byte, error) {

@@ -282,7 +282,7 @@ func (a *app) showSQL(r sqlReply, pending string) error {
 }
 
 func printTable(out io.Writer, t *sqlagentv1.ResultTable) {
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	w := tabwriter.NewWriter(&shown{w: out}, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, strings.Join(t.GetColumns(), "\t"))
 	for _, row := range t.GetRows() {
 		cells := make([]string, 0, len(row.GetValues()))
