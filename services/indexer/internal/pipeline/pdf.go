@@ -213,9 +213,17 @@ func (x *PDF) run(parent context.Context, out *capped, bin string, args ...strin
 	}
 	// poppler's messages quote what the PDF holds (font and object
 	// names) in its bytes, and the cap may cut a character: the error
-	// is kept in protobuf strings, so it is made UTF-8.
+	// is kept in protobuf strings, so it is made UTF-8. They also name
+	// the files in the run's temporary directory, which are this
+	// server's business: the names are kept, the directory left out.
+	text := utf8x.Valid(string(stderr.buf))
+	for _, a := range args {
+		if filepath.IsAbs(a) {
+			text = strings.ReplaceAll(text, filepath.Dir(a)+string(filepath.Separator), "")
+		}
+	}
 	var lines []string
-	for l := range strings.Lines(utf8x.Valid(string(stderr.buf))) {
+	for l := range strings.Lines(text) {
 		if l = strings.TrimSpace(l); l != "" && !slices.Contains(lines, l) {
 			lines = append(lines, l)
 		}

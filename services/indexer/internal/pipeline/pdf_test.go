@@ -161,6 +161,10 @@ func TestQualifyReadsPDFAttachments(t *testing.T) {
 		{"poppler missing", &pipeline.PDF{Find: func(string) (string, error) { return "", exec.ErrNotFound }}, data, false,
 			"PDF kept and listed, not read: pipeline: poppler-utils is not installed: pdftotext not found", "report.pdf: pipeline: poppler-utils is not installed"},
 		{"corrupt", nil, []byte("%PDF-1.7\n1 0 obj garbage"), false, "PDF kept and listed, unreadable: pdftotext: cannot open the PDF (", "report.pdf: pdftotext: cannot open the PDF"},
+		// poppler names the files of the run's temporary directory: the
+		// note keeps their names, not this server's directory.
+		{"an error naming its files", &pipeline.PDF{Find: failingTool(t)}, data, false,
+			"PDF kept and listed, unreadable: pdftotext: cannot open the PDF (I/O Error: Couldn't open file 'in.pdf')", "report.pdf: pdftotext: cannot open the PDF (I/O Error: Couldn't open file 'in.pdf')"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -276,4 +280,18 @@ func TestPDFsShareTheIntakeTime(t *testing.T) {
 		t.Errorf("vision stage 1 errors %q, want each PDF's", got)
 	}
 	t.Logf("three PDFs that hang: the intake went on after %v", took.Round(time.Millisecond))
+}
+
+// failingTool finds each poppler tool as a program of that name that fails
+// as poppler does when it cannot open its input: exit code 1, naming the
+// PDF it was given in full.
+func failingTool(t *testing.T) func(string) (string, error) {
+	dir := t.TempDir()
+	script := "#!/bin/sh\nfor a; do case $a in *.pdf) f=$a;; esac; done\necho \"I/O Error: Couldn't open file '$f'\" >&2\nexit 1\n"
+	for _, tool := range []string{"pdftotext", "pdftoppm", "pdfinfo"} {
+		if err := os.WriteFile(filepath.Join(dir, tool), []byte(script), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func(tool string) (string, error) { return filepath.Join(dir, tool), nil }
 }
