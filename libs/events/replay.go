@@ -124,3 +124,23 @@ func (b *Bus) LastSequence(ctx context.Context, stream string) (uint64, error) {
 	}
 	return s.CachedInfo().State.LastSeq, nil
 }
+
+// EventAt returns the event stream holds at sequence seq, or nil when it
+// holds none there (never did, or has let it go): a watch resumed after
+// seq checks with it that seq is an event of what it watches, since the
+// stream's sequences count every tenant's events and another watch's id
+// would otherwise skip this one's events before it.
+func EventAt(ctx context.Context, stream jetstream.Stream, seq uint64) (*commonv1.Event, error) {
+	msg, err := stream.GetMsg(ctx, seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("events: message %d: %w", seq, err)
+	}
+	ev, err := decodeEvent(msg.Data)
+	if err != nil {
+		return nil, nil // not an event: of no watch
+	}
+	return ev, nil
+}

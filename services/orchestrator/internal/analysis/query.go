@@ -83,6 +83,14 @@ func (e *Engine) Watch(ctx context.Context, tenant, project, rootID string, afte
 			// events.
 			return &FieldError{Field: "after_sequence", Reason: "is beyond the events: it is no event id of this watch"}
 		}
+		if afterSeq > start {
+			// Within the tree's events: it must be one of them, or the
+			// events of the tree before it would be skipped unsaid (another
+			// watch's id, a client mixing up its tabs).
+			if err := e.ownEvent(ctx, afterSeq, rootID); err != nil {
+				return err
+			}
+		}
 		start = afterSeq
 	}
 	w := &treeWatch{e: e, tenant: tenant, project: project, rootID: rootID, resumed: afterSeq > 0,
@@ -325,6 +333,24 @@ func (e *Engine) treeEvents(ctx context.Context, root *Job, resumed bool) (start
 	}
 	start, filters, err = e.legacyTreeEvents(ctx, stream, root, msg.Sequence, last)
 	return start, last, filters, err
+}
+
+// ownEvent refuses a resume after sequence seq when the event there is
+// another tree's; one the stream no longer holds cannot be told, and
+// passes.
+func (e *Engine) ownEvent(ctx context.Context, seq uint64, rootID string) error {
+	stream, err := e.eventStream(ctx)
+	if err != nil {
+		return fmt.Errorf("analysis: watch: %w", err)
+	}
+	ev, err := events.EventAt(ctx, stream, seq)
+	if err != nil {
+		return fmt.Errorf("analysis: watch: %w", err)
+	}
+	if ev != nil && ev.GetCorrelationId() != rootID {
+		return &FieldError{Field: "after_sequence", Reason: "is an event id of another watch, not of this analysis"}
+	}
+	return nil
 }
 
 // streamLast returns the events stream and its last sequence.

@@ -352,6 +352,16 @@ func (l *Loop) Watch(ctx context.Context, scope *commonv1.Scope, conversationID,
 		return &FieldError{Field: "after_sequence", Reason: "is beyond the turn's events: it is no event id of this turn"}
 	case end != nil && afterSeq == end.seq:
 		return nil // the client has the whole turn
+	case afterSeq >= started.seq:
+		// Within the turn's events: it must be one of them, or the turn's
+		// events before it would be skipped unsaid (another watch's id).
+		ev, err := eventbus.EventAt(ctx, stream, afterSeq)
+		if err != nil {
+			return fmt.Errorf("chat: watch: %w", err)
+		}
+		if ev != nil && ev.GetCorrelationId() != turnID {
+			return &FieldError{Field: "after_sequence", Reason: "is an event id of another watch, not of this turn"}
+		}
 	}
 	// An id before the turn's start is no event of the turn: everything
 	// after it is the whole turn.

@@ -278,6 +278,16 @@ func TestWatchTurnRefusals(t *testing.T) {
 	t.Parallel()
 	e := newResumeEnv(t, chat.Config{})
 	turnID, got := e.cutTurn(t, atToolCall)
+	// While the turn waits, another watch's event reaches the stream (an
+	// analysis's, another turn's): its id lies among the turn's.
+	elsewhere, err := events.NewEvent("job.running", "orchestrator", testScope, "another-watch", &orchestratorv1.StreamMessageResponse{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhereSeq, err := e.bus.Publish(context.Background(), events.EventSubject(testScope.TenantId, "job", "another-watch", "running"), elsewhere)
+	if err != nil {
+		t.Fatal(err)
+	}
 	close(e.gate.release)
 	var end uint64
 	testkit.Eventually(t, 10*time.Second, func() bool {
@@ -303,6 +313,9 @@ func TestWatchTurnRefusals(t *testing.T) {
 		{"turn of another project", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: turnID, Scope: &commonv1.Scope{TenantId: testScope.TenantId, ProjectId: "other"}}, codes.NotFound, "conversation"},
 		{"sequence beyond the turn", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: turnID, AfterSequence: end + 1}, codes.InvalidArgument, "after_sequence: "},
 		{"sequence far beyond the stream", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: turnID, AfterSequence: 1 << 62}, codes.InvalidArgument, "after_sequence: "},
+		// The turn's events before it would be skipped unsaid.
+		{"another watch's event among the turn's", &orchestratorv1.WatchTurnRequest{ConversationId: e.conv, TurnId: turnID, AfterSequence: e.ids.ID(elsewhereSeq)},
+			codes.InvalidArgument, "after_sequence: is an event id of another watch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.req.Scope == nil {

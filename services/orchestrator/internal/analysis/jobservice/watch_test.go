@@ -397,6 +397,40 @@ func TestWatchAfterAnIDBeyondTheStream(t *testing.T) {
 	}
 }
 
+// TestWatchAfterAnotherWatchsID: a resume from an event id of another
+// watch (another analysis's, a chat turn's) that lies among this
+// analysis's events is refused naming after_sequence: the tree's events
+// before it would otherwise be skipped unsaid (a client mixing up ids
+// lost 10 of 12 events).
+func TestWatchAfterAnotherWatchsID(t *testing.T) {
+	t.Parallel()
+	e, root, _ := completedStockAnalysis(t)
+	ctx := e.ctx(10 * time.Second)
+	ev, err := events.NewEvent("chat.turn.started", "orchestrator", e.scope, "another-watch", &orchestratorv1.JobEvent{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := e.bus.Publish(ctx, events.EventSubject(e.scope.GetTenantId(), "chat", "another-watch", "started"), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := e.bus.EventIDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.watch(root.GetId(), ids.ID(seq))()
+	if s := status.Convert(err); s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), "after_sequence: is an event id of another watch") {
+		t.Errorf("watch after another watch's event: %v, want InvalidArgument naming after_sequence", err)
+	}
+	all, err := e.watch(root.GetId(), 0)()
+	if err != nil || len(all) < 3 {
+		t.Fatalf("watch from the start: %d events, %v", len(all), err)
+	}
+	if rest, err := e.watch(root.GetId(), all[1].seq)(); err != nil || len(rest) != len(all)-2 {
+		t.Errorf("watch after its own second event: %d events, %v; want %d", len(rest), err, len(all)-2)
+	}
+}
+
 // TestAJobsEventsShareTwoSubjects: each job of a finished analysis has its
 // events on two subjects, one for the states it passed through (pending,
 // running, waiting for its children) and one for how it ended; the status
