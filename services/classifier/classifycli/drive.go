@@ -137,21 +137,26 @@ func (d *driver) run(ctx context.Context) *classifierv1.Run {
 	return resp.GetRun()
 }
 
-// explain turns a gRPC failure into advice.
+// explain turns a gRPC failure into advice. It stays a status of the same
+// code and details, which the CLI's exit code is taken from (3 not found, 4
+// unavailable, 5 unauthenticated, 6 refused).
 func (d *driver) explain(err error) error {
 	if errors.Is(err, ErrInputClosed) {
 		return err
 	}
 	st, _ := status.FromError(err)
+	msg := "classify: " + st.Message()
 	switch st.Code() {
 	case codes.Aborted:
-		return fmt.Errorf("classify: run %s is being driven by another request; watch it there or resume it later: %s", d.runID, st.Message())
+		msg = fmt.Sprintf("classify: run %s is being driven by another request; watch it there or resume it later: %s", d.runID, st.Message())
 	case codes.Unavailable:
 		if d.runID != "" {
-			return fmt.Errorf("classify: %s; resume with: agentmesh classify resume %s", st.Message(), d.runID)
+			msg = fmt.Sprintf("classify: %s; resume with: agentmesh classify resume %s", st.Message(), d.runID)
 		}
 	}
-	return fmt.Errorf("classify: %s", st.Message())
+	p := st.Proto()
+	p.Message = msg
+	return status.FromProto(p).Err()
 }
 
 // show prints one event.

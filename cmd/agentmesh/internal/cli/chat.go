@@ -46,7 +46,7 @@ streamed event is printed as one JSON object a line.`,
 				fmt.Fprint(a.io.Err, "> ")
 				if !in.Scan() {
 					fmt.Fprintln(a.io.Err)
-					return in.Err()
+					return inputErr(in.Err())
 				}
 				line := strings.TrimSpace(in.Text())
 				switch line {

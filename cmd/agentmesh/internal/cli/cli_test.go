@@ -605,9 +605,11 @@ func TestSQLRunsOnlyAfterTypedConfirmation(t *testing.T) {
 	ran := regexp.MustCompile(`(?m)^answer\s*\n42\s*$`)
 
 	// Chosen, then not confirmed; "ok" is refused as an answer; the input
-	// ends: nothing ran.
-	r := must(t, cfg, "2\n"+query+"\n1\nno\nok\n", "sql", "--connection", "sample")
-	if !strings.Contains(r.out, query) || !strings.Contains(r.err, "Not confirmed: nothing ran") || !strings.Contains(r.err, "Choose an option") || ran.MatchString(r.out) {
+	// ends while the SQL waits: nothing ran, and the exit says the session
+	// waits (7), as classify's does.
+	r := run(t, cfg, "2\n"+query+"\n1\nno\nok\n", "sql", "--connection", "sample")
+	if r.code != cli.ExitInterrupted || !strings.Contains(r.out, query) || !strings.Contains(r.err, "Not confirmed: nothing ran") || !strings.Contains(r.err, "Choose an option") ||
+		!strings.Contains(r.err, "waits for confirmation; nothing ran") || ran.MatchString(r.out) {
 		t.Fatalf("unconfirmed session:\n%s", r)
 	}
 
@@ -726,6 +728,8 @@ func TestExitCodes(t *testing.T) {
 	wrongKey := cfg
 	wrongKey.APIKey = "not-the-key-0123456789"
 	direct := cli.Config{Transport: "grpc", OrchestratorAddr: "127.0.0.1:1", ConfigFile: cfg.ConfigFile}
+	noKey := cfg
+	noKey.APIKey = ""
 	for _, tc := range []struct {
 		name string
 		cfg  cli.Config
@@ -739,6 +743,11 @@ func TestExitCodes(t *testing.T) {
 		{"gateway unreachable", unreachable, []string{"jobs", "list"}, cli.ExitUnavailable, []string{"cannot reach the gateway at http://127.0.0.1:1", "AGENTMESH_URL"}},
 		{"service unreachable over gRPC", direct, []string{"jobs", "list"}, cli.ExitUnavailable, []string{"cannot reach the orchestrator at 127.0.0.1:1", "ORCHESTRATOR_ADDR"}},
 		{"wrong API key", wrongKey, []string{"models"}, cli.ExitDenied, []string{"invalid API key"}},
+		{"no API key", noKey, []string{"models"}, cli.ExitDenied, []string{"missing API key", "--api-key, AGENTMESH_API_KEY"}},
+		// classify's advice keeps the failure's class.
+		{"classify: run not found", cfg, []string{"classify", "resume", "00000000-0000-0000-0000-000000000000"}, cli.ExitNotFound, []string{"classify: "}},
+		{"classify: gateway unreachable", unreachable, []string{"classify", "go"}, cli.ExitUnavailable, []string{"cannot reach the gateway"}},
+		{"classify: wrong API key", wrongKey, []string{"classify", "go"}, cli.ExitDenied, []string{"invalid API key"}},
 		{"not allowed: another tenant's usage", cfg, []string{"usage", "--of", "tenant-b"}, cli.ExitDenied, []string{"tenant-b", "PermissionDenied"}},
 		{"refused", cfg, []string{"jobs", "submit", strings.Repeat("x", 9000)}, cli.ExitRefused, []string{"query"}},
 		{"unknown command", cfg, []string{"jobs", "explode"}, cli.ExitUsage, []string{`"explode"`, "agentmesh jobs --help"}},

@@ -20,7 +20,7 @@ func (a *app) jobsCmd() *cobra.Command {
 	return group("jobs", "list, follow, cancel and retry jobs (analyses and their tool jobs)",
 		a.jobsListCmd(), a.jobsGetCmd(), a.jobsWatchCmd(), a.jobsTreeCmd(), a.jobsSubmitCmd(),
 		a.jobActionCmd("cancel", "cancel a job and its unfinished children"),
-		a.jobActionCmd("retry", "retry a failed or cancelled job"))
+		a.jobActionCmd("retry", "retry a failed or cancelled tool or synthesis job (an analysis itself is submitted again)"))
 }
 
 func jobsClient(m *mesh) orchestratorv1.JobServiceClient {

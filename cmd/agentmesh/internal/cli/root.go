@@ -100,6 +100,10 @@ func Execute(ctx context.Context, root *cobra.Command, args []string) int {
 	if err != nil {
 		w := root.ErrOrStderr()
 		fmt.Fprintf(w, "agentmesh: %s\n", errorText(err))
+		if code == ExitDenied && strings.Contains(err.Error(), "missing API key") {
+			// The gateway's words are for HTTP clients.
+			fmt.Fprintln(w, "Give the CLI a key: --api-key, AGENTMESH_API_KEY, or a context's (agentmesh context set NAME --api-key KEY).")
+		}
 		if code == ExitUsage && cmd != nil {
 			fmt.Fprintf(w, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -161,7 +162,14 @@ func (a *app) sqlSession(ctx context.Context, client sqlagentv1.SqlAgentServiceC
 	for {
 		line, ok := read("sql> ")
 		if !ok {
-			return in.Err()
+			if err := in.Err(); err != nil {
+				return inputErr(err)
+			}
+			if offersActing(last.GetOptions()) {
+				// Ctrl-D where SQL waits to run: the session waits.
+				return &exitError{code: ExitInterrupted, err: fmt.Errorf("the input ended while SQL session %s waits for confirmation; nothing ran", id)}
+			}
+			return nil
 		}
 		if line == "" {
 			continue
@@ -236,6 +244,15 @@ func (a *app) sqlSession(ctx context.Context, client sqlagentv1.SqlAgentServiceC
 			return nil
 		}
 	}
+}
+
+// inputErr is how a session's reading of its input failed: a line past
+// the reader's 1 MiB is a usage error saying so.
+func inputErr(err error) error {
+	if errors.Is(err, bufio.ErrTooLong) {
+		return usagef("a line of input is longer than 1 MiB (a message or a query is one line)")
+	}
+	return err
 }
 
 // offersActing reports whether one of opts runs SQL or writes.

@@ -302,11 +302,25 @@ func (c *Conn) unreachable(err error) error {
 	if errors.As(err, &ne) {
 		detail = ne.Error()
 	}
-	msg := fmt.Sprintf("cannot reach the gateway at %s", c.base)
+	msg := fmt.Sprintf("cannot reach the gateway at %s", shown(c.base))
 	if c.opts.Hint != "" {
 		msg += " " + c.opts.Hint
 	}
 	return status.Errorf(codes.Unavailable, "%s: %s", msg, detail)
+}
+
+// shown is u as a message may show it: a password it holds as "xxxxx",
+// and its query's values (where a key may travel) as "…".
+func shown(u *url.URL) string {
+	c := *u
+	if c.RawQuery != "" {
+		q := c.Query()
+		for k := range q {
+			q[k] = []string{"…"}
+		}
+		c.RawQuery = q.Encode()
+	}
+	return c.Redacted()
 }
 
 // httpError turns a failed response into a gRPC status: the body's code
@@ -330,7 +344,7 @@ func httpError(resp *http.Response) error {
 	if len(text) > 200 {
 		text = utf8x.Prefix(text, 200) + "…"
 	}
-	return status.Errorf(codeOfHTTP(resp.StatusCode), "HTTP %d from %s: %s", resp.StatusCode, resp.Request.URL.Redacted(), text)
+	return status.Errorf(codeOfHTTP(resp.StatusCode), "HTTP %d from %s: %s", resp.StatusCode, shown(resp.Request.URL), text)
 }
 
 // codeOfHTTP is the inverse of grpc-gateway's HTTPStatusFromCode, for
@@ -441,7 +455,7 @@ func (c *Conn) GetJSON(ctx context.Context, path string, out any) (int, error) {
 		return resp.StatusCode, c.unreachable(err)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
-		return resp.StatusCode, status.Errorf(codeOfHTTP(resp.StatusCode), "HTTP %d from %s: not the gateway's JSON: %s", resp.StatusCode, u.Redacted(), bytes.TrimSpace(body[:min(len(body), 200)]))
+		return resp.StatusCode, status.Errorf(codeOfHTTP(resp.StatusCode), "HTTP %d from %s: not the gateway's JSON: %s", resp.StatusCode, shown(&u), bytes.TrimSpace(body[:min(len(body), 200)]))
 	}
 	return resp.StatusCode, nil
 }

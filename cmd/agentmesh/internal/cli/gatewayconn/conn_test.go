@@ -2,6 +2,7 @@ package gatewayconn
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -111,5 +112,39 @@ func TestErrorsKeepTheirReason(t *testing.T) {
 	err = answer(502, "<html>bad gateway</html>")
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "HTTP 502") {
 		t.Errorf("a proxy's page: %v", err)
+	}
+}
+
+// TestMessagesShowNoSecretsOfTheURL: a password or a query value of the
+// gateway's URL (where a key may travel) is not repeated in messages.
+func TestMessagesShowNoSecretsOfTheURL(t *testing.T) {
+	t.Parallel()
+	c, err := New(Options{URL: "http://user:secretpw@127.0.0.1:1/mesh?key=secretQ", Spec: openapi.Spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := c.unreachable(errors.New("connection refused")).Error()
+	if strings.Contains(msg, "secret") || !strings.Contains(msg, "http://user:xxxxx@127.0.0.1:1/mesh?key=") {
+		t.Errorf("unreachable: %s", msg)
+	}
+	req := httptest.NewRequest(http.MethodGet, "http://user:secretpw@gw/v1/models?key=secretQ", nil)
+	msg = httpError(&http.Response{StatusCode: 502, Body: io.NopCloser(strings.NewReader("bad gateway")), Request: req}).Error()
+	if strings.Contains(msg, "secret") {
+		t.Errorf("HTTP error: %s", msg)
+	}
+}
+
+// TestStreamEventsKeepTheirSequence: an SSE event's id reaches the
+// message's sequence whether the event names its kind (the chat stream's
+// TurnStarted, ResponseChunk) or not (a job event), as over gRPC.
+func TestStreamEventsKeepTheirSequence(t *testing.T) {
+	t.Parallel()
+	chat := &orchestratorv1.StreamMessageResponse{}
+	if err := decodeEvent(event{id: "42", name: "TurnStarted", data: `{"turnId":"t1"}`}, chat); err != nil || chat.GetSequence() != 42 || chat.GetTurnStarted().GetTurnId() != "t1" {
+		t.Errorf("chat event: %v, %v; want sequence 42 and the turn", chat, err)
+	}
+	job := &orchestratorv1.WatchJobResponse{}
+	if err := decodeEvent(event{id: "7", data: `{"rootId":"j1"}`}, job); err != nil || job.GetSequence() != 7 || job.GetEvent().GetRootId() != "j1" {
+		t.Errorf("job event: %v, %v; want sequence 7", job, err)
 	}
 }

@@ -175,7 +175,11 @@ func decodeEvent(ev event, m proto.Message) error {
 		for i := range fields.Len() {
 			fd := fields.Get(i)
 			if string(fd.Name()) == ev.name || upperCamel(string(fd.Name())) == ev.name {
-				return unmarshal.Unmarshal([]byte(`{"`+fd.JSONName()+`":`+ev.data+`}`), m)
+				if err := unmarshal.Unmarshal([]byte(`{"`+fd.JSONName()+`":`+ev.data+`}`), m); err != nil {
+					return err
+				}
+				setSequence(ev, rm)
+				return nil
 			}
 		}
 	}
@@ -186,15 +190,21 @@ func decodeEvent(ev event, m proto.Message) error {
 	if err := unmarshal.Unmarshal([]byte(ev.data), target.Interface()); err != nil {
 		return err
 	}
+	setSequence(ev, rm, target)
+	return nil
+}
+
+// setSequence sets the event's id (the SSE id: its sequence) in the first
+// of ms with a sequence field, as the gRPC stream carries it.
+func setSequence(ev event, ms ...protoreflect.Message) {
 	if seq, err := strconv.ParseUint(ev.id, 10, 64); err == nil {
-		for _, r := range []protoreflect.Message{rm, target} {
+		for _, r := range ms {
 			if fd := r.Descriptor().Fields().ByName("sequence"); fd != nil && fd.Kind() == protoreflect.Uint64Kind {
 				r.Set(fd, protoreflect.ValueOfUint64(seq))
-				break
+				return
 			}
 		}
 	}
-	return nil
 }
 
 // upperCamel turns response_chunk into ResponseChunk, as the chat stream
