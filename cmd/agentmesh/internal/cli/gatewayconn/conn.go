@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 
 	_ "google.golang.org/genproto/googleapis/rpc/errdetails" // the details the gateway's errors carry
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -46,8 +47,9 @@ type Options struct {
 	// Hint is appended to "cannot reach the gateway at URL" errors, e.g.
 	// "(set AGENTMESH_URL)".
 	Hint string
-	// Client sends the requests; nil means a client without a timeout
-	// (streams last as long as the work they follow).
+	// Client sends the requests; nil means DefaultClient: no timeout on
+	// the whole exchange (streams last as long as the work they follow),
+	// but on each step before the answer starts.
 	Client *http.Client
 	// Spec is the gateway's OpenAPI v2 document (gateway/openapi.Spec).
 	Spec []byte
@@ -288,8 +290,33 @@ func (c *Conn) client() *http.Client {
 	if c.opts.Client != nil {
 		return c.opts.Client
 	}
-	return http.DefaultClient
+	return DefaultClient
 }
+
+// DefaultClient bounds each step before an answer starts: a gateway that
+// accepts a connection and never answers (a stalled process, a proxy
+// holding the request) held the CLI until it was interrupted. Connecting
+// takes at most 10 s, TLS 10 s, and the answer's headers ResponseTimeout
+// once the request is sent (a stream's headers come at once; a unary
+// answer may wait for the work it asked for, a query or an ingest, which
+// the services bound themselves). The body of an answer, a stream's above
+// all, is not bounded.
+var DefaultClient = newClient(ResponseTimeout)
+
+func newClient(responseTimeout time.Duration) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: responseTimeout,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}}
+}
+
+// ResponseTimeout is how long DefaultClient waits for an answer to start.
+const ResponseTimeout = 3 * time.Minute
 
 // unreachable names the address and the variable to set.
 func (c *Conn) unreachable(err error) error {

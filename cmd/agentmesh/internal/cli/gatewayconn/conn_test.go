@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -146,5 +148,35 @@ func TestStreamEventsKeepTheirSequence(t *testing.T) {
 	job := &orchestratorv1.WatchJobResponse{}
 	if err := decodeEvent(event{id: "7", data: `{"rootId":"j1"}`}, job); err != nil || job.GetSequence() != 7 || job.GetEvent().GetRootId() != "j1" {
 		t.Errorf("job event: %v, %v; want sequence 7", job, err)
+	}
+}
+
+// TestAStalledGatewayTimesOut: a gateway that accepts the connection and
+// never answers fails the call as unavailable once the answer is late
+// (the CLI exits 4), instead of holding it until it is interrupted.
+func TestAStalledGatewayTimesOut(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close() // held open, never answered
+		}
+	}()
+	c, err := New(Options{URL: "http://" + lis.Addr().String(), Spec: openapi.Spec, Client: newClient(300 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = c.Invoke(context.Background(), "/agentmesh.model.v1.ModelService/ListModels", &modelv1.ListModelsRequest{}, &modelv1.ListModelsResponse{})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "cannot reach the gateway") || time.Since(start) > 5*time.Second {
+		t.Fatalf("after %v: %v; want Unavailable after the response timeout", time.Since(start), err)
 	}
 }
