@@ -48,7 +48,7 @@ type Config struct {
 	// ModelGatewayAddr is the model gateway's gRPC address.
 	ModelGatewayAddr string `env:"MODELGATEWAY_ADDR" default:"localhost:9091" help:"model gateway gRPC address"`
 	// Tenant is the tenant the CLI acts for.
-	Tenant string `env:"AGENTMESH_TENANT" help:"tenant the CLI acts for (else the context's, else default; with an API key the key decides)"`
+	Tenant string `env:"AGENTMESH_TENANT" help:"tenant the CLI acts for (else the context's, else default); with an API key the key decides, but a tenant named here or by --tenant is sent, for an operator key to act for"`
 	// Project is the project the CLI acts for.
 	Project string `env:"AGENTMESH_PROJECT" help:"project the CLI acts for (agentmesh CLI)"`
 }

@@ -771,6 +771,34 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
+// TestOperatorKeyActsForTheNamedTenant: with an operator key (tenant *),
+// the tenant named by --tenant is the one its requests act for (they
+// must name one); a tenant's key naming another tenant is refused, and
+// without --tenant the key decides, as before.
+func TestOperatorKeyActsForTheNamedTenant(t *testing.T) {
+	cfg := gatewayConfig(t)
+	ops := cfg
+	ops.APIKey = operatorKey
+	submitted := must(t, cfg, "", "jobs", "submit", "What moved the ledger?", "-o", "json")
+	var job struct{ Job struct{ ID string } }
+	if err := json.Unmarshal([]byte(submitted.out), &job); err != nil || job.Job.ID == "" {
+		t.Fatalf("submit: %v\n%s", err, submitted)
+	}
+	if r := must(t, ops, "", "--tenant", "default", "jobs", "get", job.Job.ID); !strings.Contains(r.out, job.Job.ID) {
+		t.Fatalf("operator key, --tenant default:\n%s", r)
+	}
+	if r := run(t, ops, "", "--tenant", "tenant-b", "jobs", "get", job.Job.ID); r.code != cli.ExitNotFound {
+		t.Fatalf("operator key, --tenant tenant-b: want not found, got %s", r)
+	}
+	if r := run(t, ops, "", "jobs", "list"); r.code != cli.ExitRefused || !strings.Contains(r.err, "scope.tenantId") {
+		t.Fatalf("operator key without a tenant: %s", r)
+	}
+	if r := run(t, cfg, "", "--tenant", "tenant-b", "jobs", "list"); r.code == cli.ExitOK {
+		t.Fatalf("a tenant's key naming another tenant: %s", r)
+	}
+	must(t, cfg, "", "jobs", "list")
+}
+
 // TestContextsRoundTrip: contexts written by `context set` are listed back
 // (keys masked), chosen by `context use` or --context, and used to reach
 // the mesh without AGENTMESH_URL; the file is private to its owner.

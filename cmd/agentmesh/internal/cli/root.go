@@ -173,7 +173,11 @@ type settings struct {
 	url, urlHint    string // urlHint says how to change the URL
 	apiKey          string
 	tenant, project string
-	grpc            bool
+	// tenantNamed is set when this invocation named the tenant (--tenant,
+	// AGENTMESH_TENANT): with an API key it is then sent, as an operator
+	// key's requests must name theirs.
+	tenantNamed bool
+	grpc        bool
 }
 
 // resolve applies flags, then the environment, then the context, then the
@@ -193,10 +197,11 @@ func (a *app) resolve() (settings, error) {
 		c = *found
 	}
 	s := settings{
-		url:     first(a.url, a.cfg.URL, c.URL, DefaultURL),
-		apiKey:  first(a.apiKey, a.cfg.APIKey, c.APIKey),
-		tenant:  first(a.tenant, a.cfg.Tenant, c.Tenant, "default"),
-		project: first(a.project, a.cfg.Project, c.Project),
+		url:         first(a.url, a.cfg.URL, c.URL, DefaultURL),
+		apiKey:      first(a.apiKey, a.cfg.APIKey, c.APIKey),
+		tenant:      first(a.tenant, a.cfg.Tenant, c.Tenant, "default"),
+		project:     first(a.project, a.cfg.Project, c.Project),
+		tenantNamed: first(a.tenant, a.cfg.Tenant) != "",
 	}
 	switch {
 	case a.url != "":
@@ -254,7 +259,8 @@ func (a *app) connect() (*mesh, error) {
 	}
 	m := &mesh{s: s}
 	if !s.grpc {
-		gw, err := gatewayconn.New(gatewayconn.Options{URL: s.url, APIKey: s.apiKey, Tenant: s.tenant, Project: s.project, Hint: s.urlHint, Spec: openapi.Spec})
+		gw, err := gatewayconn.New(gatewayconn.Options{URL: s.url, APIKey: s.apiKey, Tenant: s.tenant, Project: s.project,
+			SendTenant: s.tenantNamed, Hint: s.urlHint, Spec: openapi.Spec})
 		if err != nil {
 			return nil, usagef("%v %s", err, s.urlHint)
 		}

@@ -44,6 +44,10 @@ type Options struct {
 	// gateway without API keys (development mode) takes as the scope; a
 	// gateway with keys takes the scope from the key.
 	Tenant, Project string
+	// SendTenant sends Tenant as the requests' scope.tenantId also with an
+	// API key: an operator key's requests name the tenant they act for
+	// (another key is refused one other than its own).
+	SendTenant bool
 	// Hint is appended to "cannot reach the gateway at URL" errors, e.g.
 	// "(set AGENTMESH_URL)".
 	Hint string
@@ -169,8 +173,9 @@ func (c *Conn) request(ctx context.Context, r route, in any, accept string) (*ht
 		return nil, status.Errorf(codes.Internal, "encoding the request: %v", err)
 	}
 	// The gateway's authentication decides the tenant: naming one here
-	// would only be refused when it differs from the key's.
-	if s, ok := fields["scope"].(map[string]any); ok {
+	// would only be refused when it differs from the key's, unless the
+	// user named it for an operator key.
+	if s, ok := fields["scope"].(map[string]any); ok && !(c.opts.SendTenant && c.opts.APIKey != "") {
 		delete(s, "tenantId")
 		if len(s) == 0 {
 			delete(fields, "scope")
