@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -927,14 +928,7 @@ func TestMCPOverTheGateway(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	toServer, fromClient := io.Pipe()
-	toClient, fromServer := io.Pipe()
-	var errOut testkit.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- cli.Execute(ctx, cli.NewRoot(&cfg, cli.Streams{In: toServer, Out: fromServer, Err: &errOut}), []string{"mcp"})
-		fromServer.Close()
-	}()
+	toClient, fromClient, errOut, done := startMCP(ctx, cfg)
 	s, err := mcp.NewClient(&mcp.Implementation{Name: "cli-test", Version: "v1"}, nil).Connect(ctx, &mcp.IOTransport{Reader: toClient, Writer: fromClient}, nil)
 	if err != nil {
 		t.Fatalf("connect: %v (%s)", err, errOut.String())
@@ -950,4 +944,75 @@ func TestMCPOverTheGateway(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("agentmesh mcp: exit %d after the client closed: %s", code, errOut.String())
 	}
+}
+
+// TestMCPStrayLinesAreAnswered: a line on the MCP server's stdin that is
+// not a JSON-RPC 2.0 message (a log line, a typo) is answered with
+// JSON-RPC's error (-32700, -32600) and the session goes on; the SDK's
+// transport ended the server at the first one, leaving every request
+// after it unanswered.
+func TestMCPStrayLinesAreAnswered(t *testing.T) {
+	cfg := gatewayConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	toClient, fromClient, errOut, done := startMCP(ctx, cfg)
+	replies := bufio.NewScanner(toClient)
+	replies.Buffer(make([]byte, 64<<10), 4<<20)
+	send := func(line string) map[string]any {
+		t.Helper()
+		if _, err := io.WriteString(fromClient, line+"\n"); err != nil {
+			t.Fatalf("write %s: %v (%s)", line, err, errOut.String())
+		}
+		if strings.Contains(line, `"method":"notifications/`) {
+			return nil
+		}
+		if !replies.Scan() {
+			t.Fatalf("no answer to %s: %v (%s)", line, replies.Err(), errOut.String())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(replies.Bytes(), &m); err != nil {
+			t.Fatalf("answer to %s: %v: %s", line, err, replies.Bytes())
+		}
+		return m
+	}
+	code := func(m map[string]any) float64 {
+		e, _ := m["error"].(map[string]any)
+		c, _ := e["code"].(float64)
+		return c
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for line, want := range map[string]float64{
+		"this is not json":                      -32700,
+		`{"id":9,"method":"tools/list"}`:        -32600,
+		`[1,2]`:                                 -32600,
+		`"str"`:                                 -32600,
+		`{"jsonrpc":"1.0","id":3,"method":"x"}`: -32600,
+	} {
+		if m := send(line); code(m) != want {
+			t.Errorf("%s: answered %v, want error %v", line, m, want)
+		}
+	}
+	m := send(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	if r, _ := m["result"].(map[string]any); r == nil || r["tools"] == nil {
+		t.Fatalf("tools/list after the stray lines: %v", m)
+	}
+	fromClient.Close()
+	if code := <-done; code != 0 {
+		t.Fatalf("agentmesh mcp: exit %d after the client closed: %s", code, errOut.String())
+	}
+}
+
+// startMCP runs `agentmesh mcp` with cfg until ctx ends or its stdin
+// (fromClient) closes: the client reads its stdout from toClient, done
+// gets its exit code.
+func startMCP(ctx context.Context, cfg cli.Config) (toClient io.ReadCloser, fromClient io.WriteCloser, errOut *testkit.Buffer, done chan int) {
+	toServer, fromClient := io.Pipe()
+	toClient, fromServer := io.Pipe()
+	errOut, done = &testkit.Buffer{}, make(chan int, 1)
+	go func() {
+		done <- cli.Execute(ctx, cli.NewRoot(&cfg, cli.Streams{In: toServer, Out: fromServer, Err: errOut}), []string{"mcp"})
+		fromServer.Close()
+	}()
+	return toClient, fromClient, errOut, done
 }

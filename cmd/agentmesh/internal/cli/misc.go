@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +12,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -188,6 +192,91 @@ for the API key's tenant or AGENTMESH_TENANT and AGENTMESH_PROJECT.`,
 
 type nopWriteCloser struct{ io.Writer }
 
+// jsonRPCLines passes on the lines of in that are JSON-RPC 2.0 messages
+// (an object, or a batch of them, with "jsonrpc": "2.0") and answers each
+// other line itself on out with JSON-RPC's error (-32700 parse error,
+// -32600 invalid request): the SDK's transport ends the session at the
+// first such line, so one stray line (a log, a typo) stopped the server
+// and every request after it went unanswered.
+func jsonRPCLines(in io.ReadCloser, out io.Writer) io.ReadCloser {
+	pr, pw := io.Pipe()
+	go func() {
+		r := bufio.NewReader(in)
+		for {
+			line, err := r.ReadBytes('\n')
+			if len(bytes.TrimSpace(line)) > 0 {
+				if code, id, msg := checkJSONRPC(bytes.TrimSpace(line)); code != 0 {
+					reply, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": code, "message": msg}})
+					_, _ = out.Write(append(reply, '\n'))
+				} else if _, werr := pw.Write(line); werr != nil {
+					in.Close()
+					return
+				}
+			} else if _, werr := pw.Write(line); werr != nil {
+				in.Close()
+				return
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+	}()
+	return pr
+}
+
+// checkJSONRPC says why line is not a JSON-RPC 2.0 message or batch: a
+// JSON-RPC error code, the message's id (nil when it has none) and a
+// message; code 0 when it is one.
+func checkJSONRPC(line []byte) (code int, id any, msg string) {
+	var v any
+	if err := json.Unmarshal(line, &v); err != nil {
+		return -32700, nil, "Parse error: " + err.Error()
+	}
+	one := func(v any) (int, any, string) {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return -32600, nil, "Invalid Request: a JSON-RPC message is an object"
+		}
+		if m["jsonrpc"] != "2.0" {
+			return -32600, m["id"], `Invalid Request: "jsonrpc" must be "2.0"`
+		}
+		return 0, nil, ""
+	}
+	if batch, ok := v.([]any); ok {
+		if len(batch) == 0 {
+			return -32600, nil, "Invalid Request: an empty batch"
+		}
+		for _, e := range batch {
+			if code, id, msg := one(e); code != 0 {
+				return code, id, msg
+			}
+		}
+		return 0, nil, ""
+	}
+	return one(v)
+}
+
+// lockedWriter serializes writes: the MCP session's answers and
+// jsonRPCLines' errors share stdout, a message per write.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) Close() error {
+	if c, ok := l.w.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
 func (nopWriteCloser) Close() error { return nil }
 
 // serveMCP serves the MCP tools over in and out until the client closes
@@ -202,7 +291,8 @@ func serveMCP(ctx context.Context, b mcpserver.Backends, scope mcpserver.Scope, 
 		}
 	}
 	server := mcpserver.New(b, func(context.Context) (mcpserver.Scope, error) { return scope, nil })
-	err := server.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
+	w := &lockedWriter{w: out}
+	err := server.Run(ctx, &mcp.IOTransport{Reader: jsonRPCLines(in, w), Writer: w})
 	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, context.Canceled) || errors.Is(err, mcp.ErrConnectionClosed)) {
 		return nil // the client closed stdin, or the user interrupted
 	}
