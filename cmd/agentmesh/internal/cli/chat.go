@@ -29,6 +29,12 @@ streamed event is printed as one JSON object a line.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: a.run(func(ctx context.Context, _ *cobra.Command, args []string, m *mesh) error {
 			conv := orchestratorv1.NewConversationServiceClient(m.orchestrator)
+			if len(args) == 1 {
+				// Before a conversation is created for it.
+				if err := checkText(&orchestratorv1.StreamMessageRequest{Content: args[0]}); err != nil {
+					return err
+				}
+			}
 			if conversation == "" {
 				res, err := conv.CreateConversation(ctx, &orchestratorv1.CreateConversationRequest{Scope: m.scope()})
 				if err != nil {

@@ -1016,3 +1016,25 @@ func startMCP(ctx context.Context, cfg cli.Config) (toClient io.ReadCloser, from
 	}()
 	return toClient, fromClient, errOut, done
 }
+
+// TestTextThatIsNotUTF8IsAUsageError: an argument or a file that is not
+// UTF-8 cannot be encoded in a request: a usage error (2) naming the
+// field, over the gateway and over gRPC alike (over gRPC the service
+// answered "internal error", exit 1).
+func TestTextThatIsNotUTF8IsAUsageError(t *testing.T) {
+	gw := gatewayConfig(t)
+	direct := gw
+	direct.Transport, direct.OrchestratorAddr, direct.IndexerAddr = "grpc", testMesh.addrs["orchestrator"], testMesh.addrs["indexer"]
+	for _, cfg := range []cli.Config{gw, direct} {
+		for _, args := range [][]string{
+			{"jobs", "submit", "caf\xe9 prices"},
+			{"docs", "search", "caf\xe9"},
+			{"chat", "caf\xe9"},
+		} {
+			r := run(t, cfg, "", args...)
+			if r.code != cli.ExitUsage || !strings.Contains(r.err, "the text is not valid UTF-8") {
+				t.Errorf("%s agentmesh %s: %s", cfg.Transport, strings.Join(args, " "), r)
+			}
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentmesh/agentmesh/cmd/agentmesh/internal/cli/gatewayconn"
 	"github.com/agentmesh/agentmesh/gateway/openapi"
@@ -265,7 +268,8 @@ func (a *app) connect() (*mesh, error) {
 			return nil, usagef("%v %s", err, s.urlHint)
 		}
 		m.gateway = gw
-		m.orchestrator, m.indexer, m.classifier, m.sqlgen, m.model = gw, gw, gw, gw, gw
+		c := textChecked{gw}
+		m.orchestrator, m.indexer, m.classifier, m.sqlgen, m.model = c, c, c, c, c
 		a.mesh = m
 		return m, nil
 	}
@@ -284,11 +288,66 @@ func (a *app) connect() (*mesh, error) {
 		if err != nil {
 			return nil, usagef("%s: %v", d.v, err)
 		}
-		*d.conn = cc
+		*d.conn = textChecked{cc}
 		m.close = append(m.close, cc.Close)
 	}
 	a.mesh = m
 	return m, nil
+}
+
+// textChecked refuses, as a usage error naming the field, a request
+// holding text that is not UTF-8 (an argument or a file in Latin-1): it
+// cannot be encoded, and over gRPC the service answered "internal error"
+// (over the gateway a refusal naming the proto field).
+type textChecked struct{ grpc.ClientConnInterface }
+
+func (c textChecked) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if err := checkText(args); err != nil {
+		return err
+	}
+	return c.ClientConnInterface.Invoke(ctx, method, args, reply, opts...)
+}
+
+func (c textChecked) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := c.ClientConnInterface.NewStream(ctx, desc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return textCheckedStream{s}, nil
+}
+
+type textCheckedStream struct{ grpc.ClientStream }
+
+func (s textCheckedStream) SendMsg(m any) error {
+	if err := checkText(m); err != nil {
+		return err
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+// invalidUTF8 finds the field protobuf's encoder names ("proto: field
+// agentmesh.orchestrator.v1.StreamMessageRequest.content contains invalid
+// UTF-8").
+var invalidUTF8 = regexp.MustCompile(`field ([\w.]+) contains invalid UTF-8`)
+
+func checkText(m any) error {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil
+	}
+	if _, err := proto.Marshal(pm); err == nil {
+		return nil
+	}
+	// The binary encoder does not name the field; the JSON one does.
+	_, err := protojson.Marshal(pm)
+	if err == nil {
+		return nil
+	}
+	if f := invalidUTF8.FindStringSubmatch(err.Error()); f != nil {
+		field := f[1][strings.LastIndexByte(f[1], '.')+1:]
+		return usagef("%s: the text is not valid UTF-8; convert it first (e.g. iconv -f latin1 -t utf-8)", field)
+	}
+	return nil
 }
 
 // closeMesh closes what connect opened.
