@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"text/tabwriter"
 
@@ -56,15 +57,22 @@ func (a *app) classifyResumeCmd() *cobra.Command {
 func (a *app) classifyImportCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "import FILE.jsonl",
-		Short: "import customer conversations (one JSON object a line)",
+		Short: "import customer conversations (one JSON object a line; - reads stdin)",
 		Args:  exactArgs(1, "a JSON Lines file"),
 		RunE: a.run(func(ctx context.Context, _ *cobra.Command, args []string, m *mesh) error {
-			f, err := os.Open(args[0])
-			if err != nil {
-				return usagef("%v", err)
+			var in io.Reader = a.io.In
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return usagef("%v", err)
+				}
+				defer f.Close()
+				if st, err := f.Stat(); err == nil && st.IsDir() {
+					return usagef("%s is a directory: give a JSON Lines file", args[0])
+				}
+				in = f
 			}
-			defer f.Close()
-			res, err := classifycli.Import(ctx, classifierClient(m), classifycli.ImportOptions{Scope: m.scope(), Name: args[0]}, f, a.io.Out)
+			res, err := classifycli.Import(ctx, classifierClient(m), classifycli.ImportOptions{Scope: m.scope(), Name: args[0]}, in, a.io.Out)
 			if err != nil {
 				return err
 			}

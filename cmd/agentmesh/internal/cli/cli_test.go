@@ -869,6 +869,14 @@ func TestClassifyThroughTheGateway(t *testing.T) {
 	if r.code != cli.ExitRefused || !strings.Contains(r.out, "line 2") || !strings.Contains(r.err, "1 line(s) rejected") {
 		t.Fatalf("import: %s", r)
 	}
+	// - reads stdin, as docs ingest's does; a directory is a usage error.
+	stdin := `{"id":"cli-stdin","channel":"chat","customer":"u2","messages":[{"role":"customer","text":"Where is my refund?"}]}` + "\n"
+	if r := must(t, cfg, stdin, "classify", "import", "-"); !strings.Contains(r.out, "Imported 1 conversations from -") {
+		t.Fatalf("import -: %s", r)
+	}
+	if r := run(t, cfg, "", "classify", "import", t.TempDir()); r.code != cli.ExitUsage || !strings.Contains(r.err, "is a directory") {
+		t.Fatalf("import of a directory: %s", r)
+	}
 
 	r = run(t, cfg, "", "classify", "classify the chats")
 	hint := regexp.MustCompile(`resume with: (agentmesh classify resume (\S+))`).FindStringSubmatch(r.err)

@@ -89,6 +89,11 @@ func New(opts Options) (*Conn, error) {
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, fmt.Errorf("gateway URL %q: want http(s)://host[:port]", opts.URL)
 	}
+	if strings.HasSuffix(base.Path, "/v1") {
+		// Every route begins /v1: /v1/v1/models answered 404, read as
+		// "no such thing".
+		return nil, fmt.Errorf("gateway URL %q: give the gateway's root, without /v1 (%s)", shown(base), shown(&url.URL{Scheme: base.Scheme, Host: base.Host, Path: strings.TrimSuffix(base.Path, "/v1")}))
+	}
 	var doc struct {
 		Paths map[string]map[string]struct {
 			OperationID string `json:"operationId"`
@@ -372,9 +377,15 @@ func httpError(resp *http.Response) error {
 	if json.Unmarshal(body, &e) == nil && e.Code != nil && *e.Code != 0 {
 		return status.Error(codes.Code(*e.Code), e.Message)
 	}
-	text := utf8x.Valid(strings.TrimSpace(string(body))) // a proxy's page, in any charset
+	text := strings.Join(strings.Fields(utf8x.Valid(string(body))), " ") // a proxy's page, in any charset, on one line
 	if len(text) > 200 {
 		text = utf8x.Prefix(text, 200) + "…"
+	}
+	switch resp.StatusCode {
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
+		// The gateway answers these in its own shape: this is another
+		// server (the URL is not the gateway's), not a missing object.
+		return status.Errorf(codes.Unavailable, "HTTP %d from %s, which is not the gateway's answer (is the URL the gateway's?): %s", resp.StatusCode, shown(resp.Request.URL), text)
 	}
 	return status.Errorf(codeOfHTTP(resp.StatusCode), "HTTP %d from %s: %s", resp.StatusCode, shown(resp.Request.URL), text)
 }

@@ -115,6 +115,15 @@ func TestErrorsKeepTheirReason(t *testing.T) {
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "HTTP 502") {
 		t.Errorf("a proxy's page: %v", err)
 	}
+	// Another server at the URL: not "not found" (exit 3), and its page on
+	// one line.
+	err = answer(404, "<!DOCTYPE HTML>\n<html>\n<head>\n<title>Error response</title>\n</head>\n</html>\n")
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "is the URL the gateway's?") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("another server's 404: %v", err)
+	}
+	if _, err := New(Options{URL: "http://127.0.0.1:8080/v1/", Spec: openapi.Spec}); err == nil || !strings.Contains(err.Error(), "without /v1 (http://127.0.0.1:8080)") {
+		t.Errorf("a URL ending /v1: %v", err)
+	}
 }
 
 // TestMessagesShowNoSecretsOfTheURL: a password or a query value of the
