@@ -800,6 +800,31 @@ func TestOperatorKeyActsForTheNamedTenant(t *testing.T) {
 	must(t, cfg, "", "jobs", "list")
 }
 
+// TestContextsFileBehindALink: a contexts file that is a symbolic link
+// (kept in a dotfiles repository) is written where it points, and stays
+// a link.
+func TestContextsFileBehindALink(t *testing.T) {
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "dotfiles", "agentmesh.yaml"), filepath.Join(dir, "config.yaml")
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(target, []byte("contexts: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	cfg := cli.Config{ConfigFile: link}
+	must(t, cfg, "", "context", "set", "b", "--url", "http://127.0.0.1:1")
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link after context set: %v %v", st, err)
+	}
+	if b, err := os.ReadFile(target); err != nil || !strings.Contains(string(b), "http://127.0.0.1:1") {
+		t.Fatalf("the file it points to: %s %v", b, err)
+	}
+}
+
 // TestContextsRoundTrip: contexts written by `context set` are listed back
 // (keys masked), chosen by `context use` or --context, and used to reach
 // the mesh without AGENTMESH_URL; the file is private to its owner.

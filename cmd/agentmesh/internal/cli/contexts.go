@@ -61,11 +61,16 @@ func loadContexts(path string) (*contextsFile, error) {
 }
 
 // save writes f to path readable by its owner only (it holds API keys),
-// through a temporary file so a crash leaves the old file whole.
+// through a temporary file so a crash leaves the old file whole. A path
+// that is a symbolic link (contexts kept in a dotfiles repository) writes
+// the file it points to, and stays a link.
 func (f *contextsFile) save(path string) error {
 	b, err := yaml.Marshal(f)
 	if err != nil {
 		return err
+	}
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		path = target
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("contexts file (AGENTMESH_CONFIG): %w", err)
