@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // bodyDecoder decodes a request body (already read whole by readBody) into
@@ -88,7 +90,7 @@ var protojsonPos = regexp.MustCompile(`\(line (\d+):(\d+)\): ?`)
 // describeBodyError rewrites a protojson error on body as "<field path>:
 // <what is wrong> (request body, line L, column C)".
 func describeBodyError(body []byte, md protoreflect.MessageDescriptor, err error) error {
-	if off, esc, ok := loneSurrogate(body); ok {
+	if off, esc, ok := utf8x.LoneSurrogate(body); ok {
 		// protojson refuses it, with "unexpected EOF" or a misleading
 		// "invalid escape code" and no position when it ends a string.
 		path, _ := jsonPathAt(body, off)
@@ -143,50 +145,6 @@ func displayPath(path []string) string {
 		b.WriteString(p)
 	}
 	return b.String()
-}
-
-// loneSurrogate finds the first \uXXXX escape in a JSON string of body
-// that is half of a UTF-16 surrogate pair without the other half: its
-// offset (of its string's opening quote, where jsonPathAt names the value)
-// and the escape as written.
-func loneSurrogate(body []byte) (off int, esc string, ok bool) {
-	in, start := false, 0
-	hex4 := func(i int) (rune, bool) {
-		if i+6 > len(body) || body[i] != '\\' || body[i+1] != 'u' {
-			return 0, false
-		}
-		n, err := strconv.ParseUint(string(body[i+2:i+6]), 16, 32)
-		return rune(n), err == nil
-	}
-	for i := 0; i < len(body); i++ {
-		c := body[i]
-		switch {
-		case !in:
-			if c == '"' {
-				in, start = true, i
-			}
-		case c == '"':
-			in = false
-		case c == '\\':
-			r, isU := hex4(i)
-			if !isU {
-				i++ // a two-byte escape
-				continue
-			}
-			switch {
-			case r >= 0xD800 && r <= 0xDBFF:
-				if lo, ok := hex4(i + 6); ok && lo >= 0xDC00 && lo <= 0xDFFF {
-					i += 11 // the pair
-					continue
-				}
-				return start, string(body[i : i+6]), true
-			case r >= 0xDC00 && r <= 0xDFFF:
-				return start, string(body[i : i+6]), true
-			}
-			i += 5
-		}
-	}
-	return 0, "", false
 }
 
 // lineCol is offsetOf's inverse: the 1-based line and column (in runes) of

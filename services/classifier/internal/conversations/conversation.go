@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	classifierv1 "github.com/agentmesh/agentmesh/libs/gen/agentmesh/classifier/v1"
+	"github.com/agentmesh/agentmesh/libs/utf8x"
 )
 
 // Validation limits.
@@ -263,7 +264,12 @@ func ParseJSONL(r io.Reader, seen map[string]int) ([]Parsed, []Rejection, error)
 		}
 		c := &classifierv1.CustomerConversation{}
 		if err := protojson.Unmarshal([]byte(text), c); err != nil {
-			rej = append(rej, Rejection{Line: line, Reason: "invalid JSON: " + cleanProtoJSONError(err)})
+			reason := cleanProtoJSONError(err)
+			if _, esc, ok := utf8x.LoneSurrogate([]byte(text)); ok {
+				// protojson says "unexpected EOF" or "invalid escape code".
+				reason = esc + " is half of a UTF-16 surrogate pair without its other half; write the character itself, or both halves"
+			}
+			rej = append(rej, Rejection{Line: line, Reason: "invalid JSON: " + reason})
 			continue
 		}
 		p, r := Validate([]*classifierv1.CustomerConversation{c}, line, seen)

@@ -97,6 +97,14 @@ func TestParseJSONLReportsLines(t *testing.T) {
 	if _, _, err := ParseJSONL(strings.NewReader(strings.Repeat("x", MaxLineBytes+1)), map[string]int{}); err == nil {
 		t.Error("an oversized line was accepted")
 	}
+	// Half a surrogate pair: protojson said "unexpected EOF" or "invalid
+	// escape code".
+	for _, text := range []string{`\udc00`, `bad \udc00 here`, `\ud83d`} {
+		_, rej, err := ParseJSONL(strings.NewReader(`{"id":"s","messages":[{"role":"customer","text":"`+text+`"}]}`), map[string]int{})
+		if err != nil || len(rej) != 1 || !strings.Contains(rej[0].Reason, "is half of a UTF-16 surrogate pair") {
+			t.Errorf("%s: rejected %+v, %v", text, rej, err)
+		}
+	}
 }
 
 func TestSampleIsValid(t *testing.T) {
