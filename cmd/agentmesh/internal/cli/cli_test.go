@@ -225,6 +225,11 @@ func TestJobsOfAnAnalysis(t *testing.T) {
 	if ev, _ := last[len(last)-1]["event"].(map[string]any); ev == nil {
 		t.Fatalf("watch -o json: %s", r)
 	}
+	// -o yaml: a YAML document an event (it printed JSON lines).
+	r = must(t, cfg, "", "jobs", "watch", id, "-o", "yaml")
+	if docs := strings.Split(r.out, "---\n"); len(docs) != len(last)+1 || !strings.Contains(docs[len(docs)-1], "event:\n") || strings.Contains(r.out, "{\"") {
+		t.Fatalf("watch -o yaml: %d documents for %d events:\n%s", len(docs)-1, len(last), r.out)
+	}
 
 	r = must(t, cfg, "", "jobs", "get", id, "-o", "json")
 	var got struct {

@@ -51,8 +51,9 @@ func (a *app) emit(v any, table func(w *tabwriter.Writer)) error {
 	return err
 }
 
-// emitLine prints one streamed item: in json and yaml modes one JSON
-// object a line (a YAML reader takes it too), else through text.
+// emitLine prints one streamed item: in json mode one JSON object a line,
+// in yaml mode one YAML document each ("---" before it), else through
+// text.
 func (a *app) emitLine(v any, text func(w io.Writer)) error {
 	if a.output == "table" {
 		text(a.io.Out)
@@ -60,6 +61,14 @@ func (a *app) emitLine(v any, text func(w io.Writer)) error {
 	}
 	b, err := marshalJSON(v)
 	if err != nil {
+		return err
+	}
+	if a.output == "yaml" {
+		y, err := yaml.JSONToYAML(b)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(a.io.Out, "---\n%s", y)
 		return err
 	}
 	var compact bytes.Buffer
