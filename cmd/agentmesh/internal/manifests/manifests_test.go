@@ -34,6 +34,10 @@ func rules(t *testing.T) Rules {
 		NoHPA: map[string]string{
 			"vision": "its capacity is GPUs, which a CPU-utilization autoscaler cannot see",
 		},
+		TempDirs: map[string]string{
+			"indexer":  "each PDF, for poppler's tools (services/indexer/internal/pipeline/pdf.go)",
+			"sqlagent": "SQLite's temporary files of large sorts",
+		},
 	}
 	for _, c := range up.Components() {
 		if strings.HasPrefix(c.Name, "agentmesh ") {

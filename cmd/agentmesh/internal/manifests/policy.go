@@ -34,6 +34,11 @@ type Rules struct {
 	// InClusterMongo says the overlay runs its own single-node MongoDB;
 	// otherwise MongoDB is external and no MongoDB workload may render.
 	InClusterMongo bool
+	// TempDirs lists the services that write temporary files (os.TempDir:
+	// the indexer's PDFs for poppler's tools), each with what it writes:
+	// their containers mount a writable /tmp, the root filesystem being
+	// read-only.
+	TempDirs map[string]string
 }
 
 // Result is one policy check: what it holds, how many things it looked at,
@@ -59,6 +64,7 @@ func Check(objs []Object, r Rules) []Result {
 		c.meshProbes(),
 		c.resources(),
 		c.securityContext(),
+		c.tempDirs(),
 		c.podIsolation(),
 		c.disruptionBudgets(),
 		c.autoscalers(),
@@ -330,6 +336,31 @@ func (c *checker) securityContext() Result {
 		}
 	}
 	res.Checked = count(len(c.cs), "containers")
+	return res
+}
+
+// tempDirs: a service that writes temporary files mounts a writable /tmp
+// (its root filesystem is read-only: os.MkdirTemp failed, and every PDF
+// went unread).
+func (c *checker) tempDirs() Result {
+	res := Result{Name: "the services that write temporary files mount a writable /tmp"}
+	n := 0
+	for _, ct := range c.cs {
+		svc := meshService(ct.c.Image, c.r.EnvVars)
+		why, ok := c.r.TempDirs[svc]
+		if !ok {
+			continue
+		}
+		n++
+		mounted := false
+		for _, m := range ct.c.VolumeMounts {
+			mounted = mounted || (m.MountPath == "/tmp" && !m.ReadOnly)
+		}
+		if !mounted {
+			res.Violations = append(res.Violations, ct.id()+": no writable /tmp, where it writes "+why)
+		}
+	}
+	res.Checked = count(n, "containers")
 	return res
 }
 

@@ -97,6 +97,11 @@ func TestPolicyCatchesViolations(t *testing.T) {
 			ctr(t, o, "Deployment", "vision", "modelgateway").Ports[1].Name = "modelgw-metrics-port"
 			return o
 		}, "syntax rules", "port modelgw-metrics-port"},
+		{"no /tmp where PDFs are written", "production", func(t *testing.T, o []Object) []Object {
+			c := ctr(t, o, "StatefulSet", "indexer", "indexer")
+			c.VolumeMounts = c.VolumeMounts[:1]
+			return o
+		}, "temporary files", "StatefulSet/indexer container indexer: no writable /tmp"},
 		{"no liveness probe", "production", func(t *testing.T, o []Object) []Object {
 			ctr(t, o, "Deployment", "orchestrator", "orchestrator").LivenessProbe = nil
 			return o
