@@ -125,6 +125,22 @@ await page.fill("#searchQuery", "queue stalls");
 await page.click("#searchForm button");
 await page.waitForSelector("#hits tbody tr");
 expect((await page.textContent("#hits tbody")).includes("queue stalls"), "documents: the ingested passage found");
+{
+  // A failed search shows no hits of the one before; a document that is not
+  // there says so instead of "loading…".
+  const errorsBeforeRefusals = errors.length;
+  await page.fill("#searchQuery", "x".repeat(2100));
+  await page.click("#searchForm button");
+  await page.waitForFunction(() => !document.querySelector("#error").hidden);
+  expect((await page.locator("#hits tbody tr").count()) === 0 && (await page.textContent("#error")).includes("query"),
+    "documents: a refused search leaves no hits of the search before");
+  await page.goto(process.env.BASE + "/console/#/documents/doc_000000000000000000000000");
+  await page.waitForFunction(() => document.querySelector("#documentView").textContent.startsWith("No document"));
+  expect(true, "documents: a document that is not there is said to be missing, not loading");
+  errors.push(...errors.splice(errorsBeforeRefusals).filter((e) => !/status of (400|404)/.test(e)));
+  await page.goto(process.env.BASE + "/console/#/documents/" + doc);
+  await page.waitForFunction(() => document.querySelector("#documentView h3"));
+}
 await page.selectOption("#docTypeFilter", "SOURCE_TYPE_TICKET");
 await page.waitForFunction((id) => !document.querySelector(`#documentList tr[data-id="${id}"]`), doc);
 expect(true, "documents: the source filter leaves the wiki page out");

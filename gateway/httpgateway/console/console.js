@@ -791,7 +791,13 @@ views.documents = {
       return;
     }
     view.replaceChildren(el("p", "muted", "loading…")); // nothing of another document while this one loads
-    showDocument((await api("GET", "/v1/documents/" + encodeURIComponent(id))).document);
+    try {
+      showDocument((await api("GET", "/v1/documents/" + encodeURIComponent(id))).document);
+    } catch (err) {
+      // The error banner says why; the panel no longer says "loading…".
+      view.replaceChildren(el("p", "muted", err.status === 404 ? "No document " + id + " (deleted, or of another project)." : "The document could not be read."));
+      throw err;
+    }
   },
 };
 
@@ -825,9 +831,9 @@ $("ingestForm").addEventListener("submit", action($("ingestForm").firstElementCh
 }));
 
 $("searchForm").addEventListener("submit", action($("searchForm"), async () => {
-  const r = await api("POST", "/v1/search", { query: $("searchQuery").value.trim() });
   const tb = $("hits").tBodies[0];
-  tb.replaceChildren();
+  tb.replaceChildren(); // a failed search shows no hits of the one before
+  const r = await api("POST", "/v1/search", { query: $("searchQuery").value.trim() });
   for (const h of r.hits || []) {
     const row = tb.insertRow();
     cell(row, Number(h.score || 0).toFixed(4));
