@@ -761,6 +761,9 @@ func TestExitCodes(t *testing.T) {
 		{"missing argument", cfg, []string{"jobs", "get"}, cli.ExitUsage, []string{"a job id"}},
 		{"bad enum", cfg, []string{"jobs", "list", "--status", "sleeping"}, cli.ExitUsage, []string{"sleeping", "waiting_for_children"}},
 		{"bad output", cfg, []string{"jobs", "list", "-o", "xml"}, cli.ExitUsage, []string{"xml"}},
+		// Named as the flag, not as the service's pageSize (exit 6).
+		{"page size out of range", cfg, []string{"jobs", "list", "--limit", "-1"}, cli.ExitUsage, []string{`"--limit"`, "from 1 to 500"}},
+		{"search limit out of range", cfg, []string{"docs", "search", "x", "--limit", "1000"}, cli.ExitUsage, []string{`"--limit"`, "from 1 to 100"}},
 		{"healthy", cfg, []string{"health"}, cli.ExitOK, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -104,7 +104,8 @@ func (a *app) docsSearchCmd() *cobra.Command {
 			})
 		}),
 	}
-	c.Flags().Int32Var(&limit, "limit", 10, "hits to return (at most 100)")
+	limit = 10
+	c.Flags().Var(&boundedInt{p: &limit, min: 1, max: 100}, "limit", "hits to return (1 to 100)")
 	c.Flags().StringVar(&modeName, "mode", "", "hybrid (default), keyword or vector")
 	return c
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -211,9 +212,36 @@ func isTerminal(w io.Writer) bool {
 
 // pageFlags adds --limit and --page-token to a list command.
 func pageFlags(c *cobra.Command, limit *int32, token *string, what string) {
-	c.Flags().Int32Var(limit, "limit", 50, what+" per page")
+	*limit = 50
+	c.Flags().Var(&boundedInt{p: limit, min: 1, max: 500}, "limit", what+" per page (1 to 500)")
 	c.Flags().StringVar(token, "page-token", "", "page to read, from the previous page's last line")
 }
+
+// boundedInt is an int32 flag taking whole numbers from min to max: a
+// value out of range is a usage error naming the flag (the service's
+// refusal named its wire field, pageSize, and exited 6).
+type boundedInt struct {
+	p        *int32
+	min, max int32
+}
+
+func (b *boundedInt) String() string {
+	if b.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(int(*b.p))
+}
+
+func (b *boundedInt) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil || int32(n) < b.min || int32(n) > b.max {
+		return fmt.Errorf("want a whole number from %d to %d, got %q", b.min, b.max, s)
+	}
+	*b.p = int32(n)
+	return nil
+}
+
+func (b *boundedInt) Type() string { return "int" }
 
 // nextPage tells how to read the page after this one, if there is one.
 func nextPage(w io.Writer, token string) {
