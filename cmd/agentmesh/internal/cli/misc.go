@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -205,9 +204,8 @@ func jsonRPCLines(in io.ReadCloser, out io.Writer) io.ReadCloser {
 		for {
 			line, err := r.ReadBytes('\n')
 			if len(bytes.TrimSpace(line)) > 0 {
-				if code, id, msg := checkJSONRPC(bytes.TrimSpace(line)); code != 0 {
-					reply, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": code, "message": msg}})
-					_, _ = out.Write(append(reply, '\n'))
+				if code, id, msg := mcpserver.CheckMessage(bytes.TrimSpace(line)); code != 0 {
+					_, _ = out.Write(append(mcpserver.ErrorResponse(code, id, msg), '\n'))
 				} else if _, werr := pw.Write(line); werr != nil {
 					in.Close()
 					return
@@ -223,38 +221,6 @@ func jsonRPCLines(in io.ReadCloser, out io.Writer) io.ReadCloser {
 		}
 	}()
 	return pr
-}
-
-// checkJSONRPC says why line is not a JSON-RPC 2.0 message or batch: a
-// JSON-RPC error code, the message's id (nil when it has none) and a
-// message; code 0 when it is one.
-func checkJSONRPC(line []byte) (code int, id any, msg string) {
-	var v any
-	if err := json.Unmarshal(line, &v); err != nil {
-		return -32700, nil, "Parse error: " + err.Error()
-	}
-	one := func(v any) (int, any, string) {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return -32600, nil, "Invalid Request: a JSON-RPC message is an object"
-		}
-		if m["jsonrpc"] != "2.0" {
-			return -32600, m["id"], `Invalid Request: "jsonrpc" must be "2.0"`
-		}
-		return 0, nil, ""
-	}
-	if batch, ok := v.([]any); ok {
-		if len(batch) == 0 {
-			return -32600, nil, "Invalid Request: an empty batch"
-		}
-		for _, e := range batch {
-			if code, id, msg := one(e); code != 0 {
-				return code, id, msg
-			}
-		}
-		return 0, nil, ""
-	}
-	return one(v)
 }
 
 // lockedWriter serializes writes: the MCP session's answers and

@@ -115,6 +115,40 @@ func TestMCPServer(t *testing.T) {
 	}
 	defer beta.Close()
 
+	// What is not a JSON-RPC request is answered with JSON-RPC's error
+	// object and the request's id (the SDK answered plain text).
+	for _, tc := range []struct {
+		body string
+		code float64
+		id   any
+	}{
+		{"this is not json", -32700, nil},
+		{`{"id":9,"method":"tools/list"}`, -32600, float64(9)},
+		{`[1,2]`, -32600, nil},
+		{`{"jsonrpc":"2.0","id":3,"method":"foo/bar"}`, -32601, float64(3)},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gw+"/mcp", strings.NewReader(tc.body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := (&http.Client{Transport: keyTransport{mcpAlphaKey}}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			JSONRPC string `json:"jsonrpc"`
+			ID      any    `json:"id"`
+			Error   struct {
+				Code    float64 `json:"code"`
+				Message string  `json:"message"`
+			} `json:"error"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusBadRequest || got.JSONRPC != "2.0" || got.Error.Code != tc.code || got.ID != tc.id || got.Error.Message == "" {
+			t.Errorf("POST /mcp %s: %d %+v (%v); want 400 and JSON-RPC error %v with id %v", tc.body, resp.StatusCode, got, err, tc.code, tc.id)
+		}
+	}
+
 	// An operator key names its tenant in each REST request; a tool call
 	// has nowhere to name one, and says so.
 	ops, err := mcpClient(ctx, gw, mcpOpsKey)
