@@ -5,10 +5,8 @@ import (
 	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -41,52 +39,34 @@ func jsonFieldNames(st *status.Status) *status.Status {
 		}
 		return out
 	}
-	head, rest, ok := strings.Cut(msg, ": ")
-	renamed := false
-	if ok && protoNamed(head) {
-		msg, renamed = jsonPath(head)+": "+rest, true
-	}
-	p := st.Proto()
-	for i, a := range p.GetDetails() {
-		var br errdetails.BadRequest
-		if a.MessageIs(&br) && a.UnmarshalTo(&br) == nil {
-			changed := false
-			for _, v := range br.GetFieldViolations() {
-				if protoNamed(v.GetField()) {
-					v.Field, changed = jsonPath(v.GetField()), true
-				}
-			}
-			if changed {
-				if b, err := anypb.New(&br); err == nil {
-					p.Details[i], renamed = b, true
-				}
-			}
-		}
-	}
-	if !renamed {
-		return st
-	}
-	p = proto.Clone(p).(*spb.Status)
-	p.Message = msg
-	return status.FromProto(p)
+	return renameFields(st, func(field string) (string, bool) { return jsonPath(field), protoNamed(field) })
 }
 
 // renameField returns st naming field as name instead, at the head of its
 // message and in its BadRequest violations; st itself when it does not
 // name field.
 func renameField(st *status.Status, field, name string) *status.Status {
-	p := proto.Clone(st.Proto()).(*spb.Status)
+	return renameFields(st, func(f string) (string, bool) { return name, f == field })
+}
+
+// renameFields renames, with rename, the field at the head of st's message
+// ("field: reason") and each of its BadRequest violations' fields, where
+// rename says to (its bool); it returns st itself when nothing was renamed.
+func renameFields(st *status.Status, rename func(field string) (string, bool)) *status.Status {
+	p := st.Proto() // a copy
 	renamed := false
-	if rest, ok := strings.CutPrefix(p.GetMessage(), field+": "); ok {
-		p.Message, renamed = name+": "+rest, true
+	if head, rest, ok := strings.Cut(p.GetMessage(), ": "); ok {
+		if to, ok := rename(head); ok {
+			p.Message, renamed = to+": "+rest, true
+		}
 	}
 	for i, a := range p.GetDetails() {
 		var br errdetails.BadRequest
 		if a.MessageIs(&br) && a.UnmarshalTo(&br) == nil {
 			changed := false
 			for _, v := range br.GetFieldViolations() {
-				if v.GetField() == field {
-					v.Field, changed = name, true
+				if to, ok := rename(v.GetField()); ok {
+					v.Field, changed = to, true
 				}
 			}
 			if b, err := anypb.New(&br); err == nil && changed {
