@@ -191,6 +191,8 @@ for the API key's tenant or AGENTMESH_TENANT and AGENTMESH_PROJECT.`,
 
 type nopWriteCloser struct{ io.Writer }
 
+func (nopWriteCloser) Close() error { return nil }
+
 // jsonRPCLines passes on the lines of in that are JSON-RPC 2.0 messages
 // (an object, or a batch of them, with "jsonrpc": "2.0") and answers each
 // other line itself on out with JSON-RPC's error (-32700 parse error,
@@ -203,16 +205,17 @@ func jsonRPCLines(in io.ReadCloser, out io.Writer) io.ReadCloser {
 		r := bufio.NewReader(in)
 		for {
 			line, err := r.ReadBytes('\n')
-			if len(bytes.TrimSpace(line)) > 0 {
-				if code, id, msg := mcpserver.CheckMessage(bytes.TrimSpace(line)); code != 0 {
-					_, _ = out.Write(append(mcpserver.ErrorResponse(code, id, msg), '\n'))
-				} else if _, werr := pw.Write(line); werr != nil {
+			if msg := bytes.TrimSpace(line); len(msg) > 0 {
+				if code, id, why := mcpserver.CheckMessage(msg); code != 0 {
+					_, _ = out.Write(append(mcpserver.ErrorResponse(code, id, why), '\n'))
+					line = nil // answered here
+				}
+			}
+			if len(line) > 0 {
+				if _, werr := pw.Write(line); werr != nil {
 					in.Close()
 					return
 				}
-			} else if _, werr := pw.Write(line); werr != nil {
-				in.Close()
-				return
 			}
 			if err != nil {
 				pw.CloseWithError(err)
@@ -242,8 +245,6 @@ func (l *lockedWriter) Close() error {
 	}
 	return nil
 }
-
-func (nopWriteCloser) Close() error { return nil }
 
 // serveMCP serves the MCP tools over in and out until the client closes
 // in or ctx ends.

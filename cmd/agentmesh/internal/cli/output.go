@@ -226,7 +226,7 @@ type boundedInt struct {
 }
 
 func (b *boundedInt) String() string {
-	if b.p == nil {
+	if b.p == nil { // pflag asks a zero value, for its help's defaults
 		return "0"
 	}
 	return strconv.Itoa(int(*b.p))
